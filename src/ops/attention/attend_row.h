@@ -1,0 +1,49 @@
+#pragma once
+// The one reduction every CPU attention path shares, so the gather path and
+// the fused paged read produce bitwise-identical outputs: scores in position
+// order, an f32 softmax with max subtraction, and the output accumulated in
+// position order. Only how a position's K/V row is found differs (an accessor).
+
+#include <cmath>
+#include <cstdint>
+
+namespace nanoserve {
+
+// Dot product with a fixed order: 8 interleaved partial sums over head_dim,
+// combined pairwise. The compiler vectorises it; the order never changes.
+inline float attn_dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) acc[i & 7] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// out[head_dim] = softmax(scale * q·K[0..n_ctx)) · V[0..n_ctx)
+// k_row(p) / v_row(p) return the head_dim floats of position p.
+// scores: scratch of n_ctx floats.
+template <typename KRow, typename VRow>
+inline void attend_row(const float* q, int64_t head_dim, int64_t n_ctx, KRow&& k_row, VRow&& v_row,
+                       float scale, float* scores, float* out) {
+  float max_score = -INFINITY;
+  for (int64_t p = 0; p < n_ctx; ++p) {
+    scores[p] = attn_dot(q, k_row(p), head_dim) * scale;
+    max_score = scores[p] > max_score ? scores[p] : max_score;
+  }
+  float sum = 0.0f;
+  for (int64_t p = 0; p < n_ctx; ++p) {
+    scores[p] = std::exp(scores[p] - max_score);
+    sum += scores[p];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (int64_t p = 0; p < n_ctx; ++p) {
+    const float w = scores[p] * inv;
+    const float* v = v_row(p);
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
+  }
+}
+
+}  // namespace nanoserve
