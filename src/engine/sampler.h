@@ -1,0 +1,73 @@
+#pragma once
+// Turns one row of logits into one token, per request (DESIGN.md §3).
+//
+// Order: penalties (repetition over prompt + generated, presence/frequency
+// over generated, as vLLM defines them), temperature, top-k, top-p, min-p,
+// then one draw from the request's own Rng. Greedy (temperature 0) is the
+// argmax after penalties, ties to the lowest token id, and draws nothing.
+//
+// Candidates are ranked by (processed logit descending, token id ascending),
+// so every filter keeps a prefix of one fixed order and the result is a pure
+// function of (logits, params, history, rng state).
+//
+// The Sampler owns only scratch buffers sized to the vocabulary, allocated
+// once; it keeps no state between calls. One Sampler per engine thread.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/rng.h"
+#include "engine/sampling_params.h"
+
+namespace nanoserve {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int32_t vocab_size);
+
+  int32_t vocab_size() const { return vocab_size_; }
+
+  // logits: [vocab] f32, the model's raw row (left unchanged).
+  // prompt / output: the request's token history so far.
+  int32_t sample(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> prompt,
+                 std::span<const int32_t> output, Rng& rng);
+
+  // The candidates the last sample() drew from, in the order the draw walks
+  // them (ranked as above when a filter applies, else by id), and their
+  // renormalised probabilities (sum 1). Greedy leaves the argmax alone with
+  // probability 1. For tests and debugging.
+  std::span<const int32_t> candidates() const { return {order_.data(), static_cast<size_t>(num_candidates_)}; }
+  std::span<const float> candidate_probs() const { return {probs_.data(), static_cast<size_t>(num_candidates_)}; }
+
+  // Penalties then temperature, written into out ([vocab]); the first half of
+  // sample(), exposed so each step can be tested on its own.
+  void process_logits(std::span<const float> logits, const SamplingParams& params,
+                      std::span<const int32_t> prompt, std::span<const int32_t> output, std::span<float> out);
+
+  // Log-softmax of the raw row: returns the logprob of `token` and writes the
+  // n most likely tokens (ties to the lowest id) into top (resized to n).
+  float logprobs(std::span<const float> logits, int32_t token, int32_t n, std::vector<TokenLogprob>& top);
+
+ private:
+  void apply_penalties(const SamplingParams& params, std::span<const int32_t> prompt,
+                       std::span<const int32_t> output, float* l);
+  // Ranks order_[begin, end) by the work_ logits; ids ascending on ties.
+  void rank(int32_t begin, int32_t mid, int32_t end);
+
+  int32_t vocab_size_;
+  std::vector<float> work_;     // [vocab] processed logits
+  std::vector<float> weight_;   // [vocab] by token id: exp(processed logit - max)
+  std::vector<float> probs_;    // [vocab] by rank: the candidates' renormalised probabilities
+  std::vector<int32_t> order_;  // [vocab] token ids, a ranked prefix of them are the candidates
+  std::vector<int32_t> counts_; // [vocab] occurrences in output, zero between calls
+  std::vector<uint8_t> seen_;   // [vocab] in prompt or output, zero between calls
+  int32_t num_candidates_ = 0;
+};
+
+}  // namespace nanoserve

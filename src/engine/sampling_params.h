@@ -1,0 +1,55 @@
+#pragma once
+// What a request asks of the sampler and of the stop checker. Field meanings
+// follow the OpenAI / vLLM definitions so the server maps JSON one to one.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace nanoserve {
+
+struct SamplingParams {
+  // 0 means greedy: argmax after penalties, ties to the lowest token id.
+  float temperature = 1.0f;
+  int32_t top_k = -1;     // keep the k most likely tokens; -1 (or 0) = off
+  float top_p = 1.0f;     // keep the smallest prefix whose mass reaches top_p; 1 = off
+  float min_p = 0.0f;     // drop tokens with prob < min_p * max prob; 0 = off
+
+  // vLLM definitions. repetition: over prompt + generated tokens, a logit l
+  // becomes l / r if l > 0 else l * r. presence / frequency: over generated
+  // tokens only, l -= presence * [count > 0] + frequency * count.
+  float repetition_penalty = 1.0f;  // 1 = off, must be > 0
+  float presence_penalty = 0.0f;    // in [-2, 2]
+  float frequency_penalty = 0.0f;   // in [-2, 2]
+
+  // The request's own RNG seed. Without one the engine picks a seed at
+  // admission, so output is still a function of (logits, seed) only.
+  std::optional<uint64_t> seed;
+
+  int32_t max_tokens = 16;                // generated tokens, >= 1
+  std::vector<std::string> stop;          // stop strings, matched on detokenized text, not emitted
+  std::vector<int32_t> stop_token_ids;    // extra end tokens besides the model's eos ids
+  bool ignore_eos = false;                // keep going past eos (benchmarks)
+
+  // Log-probabilities of the model's own (unprocessed) distribution, as vLLM
+  // returns by default: the chosen token's, plus the top_logprobs most likely.
+  bool logprobs = false;
+  int32_t top_logprobs = 0;  // 0..kMaxTopLogprobs, needs logprobs
+
+  int32_t n = 1;  // completions per prompt; the server fans out n requests
+
+  static constexpr int32_t kMaxTopLogprobs = 20;
+  static constexpr int32_t kMaxStops = 16;
+  static constexpr int32_t kMaxStopLength = 256;
+  static constexpr int32_t kMaxN = 16;
+
+  bool greedy() const { return temperature == 0.0f; }
+
+  // Checks every field's range; the message names the field.
+  Status validate(int32_t vocab_size) const;
+};
+
+}  // namespace nanoserve
