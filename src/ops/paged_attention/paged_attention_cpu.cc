@@ -1,0 +1,57 @@
+// Fast CPU paged attention. Work items are (token, kv head) pairs, handed out
+// dynamically (a causal prefill chunk has uneven rows); each item runs the
+// n_rep query heads that share one kv head back to back, so that head's K/V
+// rows are still in cache for the next query head. Every row goes through
+// attend_row(), the reduction the gather path uses, so the two reads agree
+// bitwise; which thread runs an item never changes its arithmetic.
+
+#include <algorithm>
+#include <atomic>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "ops/attention/attend_row.h"
+#include "ops/paged_attention/paged_attention.h"
+
+namespace nanoserve {
+
+void paged_attention_cpu(const PagedAttentionArgs& a, ThreadPool& pool, float* scores,
+                         int64_t scores_stride) {
+  NS_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0)
+      << "n_heads " << a.n_heads << " n_kv_heads " << a.n_kv_heads;
+  NS_CHECK(a.block_size > 0) << "block_size " << a.block_size;
+  if (a.num_tokens == 0) return;
+  const int64_t hd = a.head_dim;
+  const int64_t n_rep = a.n_heads / a.n_kv_heads;
+  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * hd;  // floats per slot
+  const int64_t bs = a.block_size;
+  const int64_t n_items = static_cast<int64_t>(a.num_tokens) * a.n_kv_heads;
+  std::atomic<int64_t> next{0};
+
+  pool.parallel_for(pool.num_threads(), [&](int64_t, int64_t, int thread) {
+    float* sc = scores + thread * scores_stride;
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
+      const int64_t t = item / a.n_kv_heads;
+      const int64_t kvh = item % a.n_kv_heads;
+      // The sequence that owns token t: the last b with seq_starts[b] <= t.
+      const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t) - a.seq_starts - 1;
+      const int32_t* table = a.block_tables + b * a.max_blocks_per_seq;
+      const int64_t n_ctx = static_cast<int64_t>(a.positions[t]) + 1;
+      NS_CHECK(n_ctx <= scores_stride)
+          << "context " << n_ctx << " exceeds the scores scratch " << scores_stride;
+      const float* k_base = a.k_pool + kvh * hd;
+      const float* v_base = a.v_pool + kvh * hd;
+      auto slot = [table, bs](int64_t p) { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; };
+      auto k_row = [&](int64_t p) { return k_base + slot(p) * row_stride; };
+      auto v_row = [&](int64_t p) { return v_base + slot(p) * row_stride; };
+      for (int64_t r = 0; r < n_rep; ++r) {
+        const int64_t qh = kvh * n_rep + r;
+        const int64_t off = (t * a.n_heads + qh) * hd;
+        attend_row(a.q + off, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off);
+      }
+    }
+  });
+}
+
+}  // namespace nanoserve

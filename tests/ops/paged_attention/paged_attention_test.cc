@@ -1,0 +1,201 @@
+// The fast CPU kernel against the frozen reference, on fresh random inputs
+// and awkward shapes: block sizes 1 and 16, contexts 1, 17, 97 and 2048,
+// uneven sequences (decode tokens and a causal prefill chunk in one batch),
+// block tables scattered over the pool, output filled with NaN first.
+
+#include "ops/paged_attention/paged_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace nanoserve {
+namespace {
+
+// f32 kernel against the f64 reference: |fast - ref| <= kAtol + kRtol * |ref|.
+constexpr float kAtol = 2e-6f;
+constexpr float kRtol = 1e-5f;
+
+struct Problem {
+  int32_t block_size, n_heads, n_kv_heads, head_dim;
+  std::vector<float> q, k_pool, v_pool;
+  std::vector<int32_t> block_tables, context_lens, seq_starts, positions;
+  int32_t num_blocks = 0, max_blocks_per_seq = 0, num_tokens = 0;
+
+  PagedAttentionArgs args(float* out) const {
+    PagedAttentionArgs a;
+    a.q = q.data();
+    a.k_pool = k_pool.data();
+    a.v_pool = v_pool.data();
+    a.block_tables = block_tables.data();
+    a.context_lens = context_lens.data();
+    a.seq_starts = seq_starts.data();
+    a.positions = positions.data();
+    a.out = out;
+    a.num_tokens = num_tokens;
+    a.num_seqs = static_cast<int32_t>(context_lens.size());
+    a.num_blocks = num_blocks;
+    a.block_size = block_size;
+    a.max_blocks_per_seq = max_blocks_per_seq;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    return a;
+  }
+};
+
+// Sequences given as (context_len, new tokens this step); blocks of all
+// sequences are a shuffled permutation of the pool, so tables interleave.
+Problem make_problem(std::mt19937& rng, int32_t block_size, int32_t n_kv_heads, int32_t n_rep,
+                     int32_t head_dim, const std::vector<std::pair<int32_t, int32_t>>& seqs) {
+  Problem p;
+  p.block_size = block_size;
+  p.n_kv_heads = n_kv_heads;
+  p.n_heads = n_kv_heads * n_rep;
+  p.head_dim = head_dim;
+  int32_t total_blocks = 0;
+  for (auto [ctx, n_new] : seqs) {
+    const int32_t nb = (ctx + block_size - 1) / block_size;
+    total_blocks += nb;
+    p.max_blocks_per_seq = std::max(p.max_blocks_per_seq, nb);
+  }
+  p.num_blocks = total_blocks + 3;  // spare blocks that nobody reads
+  std::vector<int32_t> perm(p.num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t pool_floats = int64_t{p.num_blocks} * block_size * n_kv_heads * head_dim;
+  p.k_pool.resize(pool_floats);
+  p.v_pool.resize(pool_floats);
+  for (auto& x : p.k_pool) x = 2.0f * u(rng);  // scores of a few units, a peaked softmax
+  for (auto& x : p.v_pool) x = u(rng);
+  p.block_tables.assign(seqs.size() * p.max_blocks_per_seq, -1);
+  p.seq_starts.push_back(0);
+  int32_t next = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    auto [ctx, n_new] = seqs[b];
+    const int32_t nb = (ctx + block_size - 1) / block_size;
+    for (int32_t i = 0; i < nb; ++i) p.block_tables[b * p.max_blocks_per_seq + i] = perm[next++];
+    p.context_lens.push_back(ctx);
+    for (int32_t i = 0; i < n_new; ++i) p.positions.push_back(ctx - n_new + i);
+    p.seq_starts.push_back(p.seq_starts.back() + n_new);
+  }
+  p.num_tokens = p.seq_starts.back();
+  p.q.resize(int64_t{p.num_tokens} * p.n_heads * head_dim);
+  for (auto& x : p.q) x = u(rng);
+  return p;
+}
+
+std::vector<float> run_cpu(const Problem& p, int n_threads) {
+  ThreadPool pool(n_threads);
+  const int64_t stride = *std::max_element(p.context_lens.begin(), p.context_lens.end());
+  std::vector<float> scores(n_threads * stride);
+  std::vector<float> out(p.q.size(), std::numeric_limits<float>::quiet_NaN());
+  paged_attention_cpu(p.args(out.data()), pool, scores.data(), stride);
+  return out;
+}
+
+std::vector<float> run_ref(const Problem& p) {
+  std::vector<float> out(p.q.size(), std::numeric_limits<float>::quiet_NaN());
+  paged_attention_reference(p.args(out.data()));
+  return out;
+}
+
+TEST(PagedAttention, CpuMatchesReferenceOnAwkwardShapes) {
+  std::mt19937 rng(20261129);
+  // Decode tokens at contexts 1, 17, 97 and 2048, plus a 17-token prefill
+  // chunk ending at 97 and a whole 17-token prompt (causal within the step).
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1},    {17, 1},  {97, 1},
+                                                         {2048, 1}, {97, 17}, {17, 17}};
+  float worst = 0.0f;  // largest error as a fraction of its tolerance
+  for (int32_t block_size : {1, 16}) {
+    for (int32_t n_rep : {1, 3, 4, 8}) {
+      for (int32_t head_dim : {64, 128}) {
+        SCOPED_TRACE(testing::Message()
+                     << "block_size " << block_size << " n_rep " << n_rep << " head_dim " << head_dim);
+        const Problem p = make_problem(rng, block_size, /*n_kv_heads=*/2, n_rep, head_dim, seqs);
+        {
+          std::vector<float> dummy(p.q.size());
+          ASSERT_TRUE(validate_paged_attention_args(p.args(dummy.data())).ok());
+        }
+        const std::vector<float> ref = run_ref(p);
+        const std::vector<float> fast = run_cpu(p, 2);
+        for (size_t i = 0; i < ref.size(); ++i) {
+          ASSERT_FALSE(std::isnan(ref[i])) << "reference left element " << i << " unwritten";
+          ASSERT_FALSE(std::isnan(fast[i])) << "cpu kernel left element " << i << " unwritten";
+          const float err = std::fabs(fast[i] - ref[i]);
+          const float tol = kAtol + kRtol * std::fabs(ref[i]);
+          worst = std::max(worst, err / tol);
+          ASSERT_LE(err, tol) << "element " << i << ": " << fast[i] << " vs " << ref[i];
+        }
+      }
+    }
+  }
+  RecordProperty("worst_error_over_tolerance", testing::PrintToString(worst));
+}
+
+TEST(PagedAttention, CpuIsBitwiseIndependentOfThreadCount) {
+  std::mt19937 rng(7);
+  const Problem p = make_problem(rng, 16, 3, 3, 64, {{300, 1}, {5, 5}, {129, 40}, {64, 1}});
+  const std::vector<float> one = run_cpu(p, 1);
+  for (int n_threads : {2, 3, 5}) {
+    const std::vector<float> many = run_cpu(p, n_threads);
+    ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << n_threads << " threads";
+  }
+}
+
+TEST(PagedAttention, SingleContextCopiesV) {
+  // With one position the softmax is exactly 1, so the output is that V row.
+  std::mt19937 rng(3);
+  const Problem p = make_problem(rng, 4, 1, 2, 8, {{1, 1}});
+  const std::vector<float> ref = run_ref(p);
+  const std::vector<float> fast = run_cpu(p, 1);
+  const int32_t blk = p.block_tables[0];
+  for (int d = 0; d < 8; ++d) {
+    const float v = p.v_pool[int64_t{blk} * 4 * 8 + d];
+    EXPECT_EQ(ref[d], v);
+    EXPECT_EQ(ref[8 + d], v);
+    EXPECT_EQ(fast[d], v);
+    EXPECT_EQ(fast[8 + d], v);
+  }
+}
+
+TEST(PagedAttention, ValidateNamesTheProblem) {
+  std::mt19937 rng(5);
+  Problem p = make_problem(rng, 16, 2, 2, 64, {{20, 2}, {5, 1}});
+  std::vector<float> out(p.q.size());
+  EXPECT_TRUE(validate_paged_attention_args(p.args(out.data())).ok());
+
+  Problem bad_pos = p;
+  bad_pos.positions[0] = 20;  // == context_len
+  Status st = validate_paged_attention_args(bad_pos.args(out.data()));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("position 20"), std::string::npos) << st.message();
+
+  Problem bad_block = p;
+  bad_block.block_tables[1] = bad_block.num_blocks;
+  st = validate_paged_attention_args(bad_block.args(out.data()));
+  EXPECT_NE(st.message().find("outside the pool"), std::string::npos) << st.message();
+
+  Problem bad_heads = p;
+  bad_heads.n_heads = 3;
+  st = validate_paged_attention_args(bad_heads.args(out.data()));
+  EXPECT_NE(st.message().find("multiple of n_kv_heads"), std::string::npos) << st.message();
+
+  Problem bad_starts = p;
+  bad_starts.seq_starts.back() = 2;
+  st = validate_paged_attention_args(bad_starts.args(out.data()));
+  EXPECT_NE(st.message().find("num_tokens"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace nanoserve
