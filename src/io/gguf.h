@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -66,6 +67,7 @@ class GgufFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
+  uint64_t data_offset() const { return data_offset_; }  // start of the tensor data section
 
   // Metadata in file order.
   const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
@@ -84,6 +86,9 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  GgufFile(const GgufFile&) = delete;  // the indexes below point into kv_ and tensors_
+  GgufFile& operator=(const GgufFile&) = delete;
+  friend class GgufParser;
 
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
@@ -93,6 +98,8 @@ class GgufFile {
   uint64_t data_offset_ = 0;  // start of the tensor data section
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<GgufTensorInfo> tensors_;
+  std::unordered_map<std::string_view, size_t> kv_index_;      // key -> index in kv_
+  std::unordered_map<std::string_view, size_t> tensor_index_;  // name -> index in tensors_
 };
 
 }  // namespace nanoserve
