@@ -17,6 +17,10 @@ struct RopeScaling {
   float low_freq_factor = 1.0f;   // llama3
   float high_freq_factor = 4.0f;  // llama3
   int64_t original_context_length = 8192;
+  // rope_freqs.weight is present: per-frequency divisors [rope_dim / 2] that
+  // llama.cpp's converter stores for llama3 scaling instead of the keys above.
+  // The divisors already encode the blend, so `type` is then kNone.
+  bool freq_factors_tensor = false;
 };
 
 struct ModelConfig {

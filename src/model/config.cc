@@ -1,0 +1,205 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "io/gguf.h"
+
+namespace nanoserve {
+
+namespace {
+
+// Upper bounds: far beyond any real Llama-family model, low enough that sizes
+// derived from them (dim * n_layers, vocab * dim, ...) cannot overflow int64.
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxDim = int64_t{1} << 17;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxFfnDim = int64_t{1} << 20;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxContext = int64_t{1} << 24;
+
+Status range_error(const char* field, int64_t v, int64_t lo, int64_t hi) {
+  return invalid_argument(std::string("model config: ") + field + " = " + std::to_string(v) + " is outside [" +
+                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+Status check_range(const char* field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) return range_error(field, v, lo, hi);
+  return Status::ok_status();
+}
+
+Status check_positive_finite(const char* field, float v) {
+  if (!(std::isfinite(v) && v > 0.0f)) {
+    return invalid_argument(std::string("model config: ") + field + " = " + std::to_string(v) +
+                            " must be positive and finite");
+  }
+  return Status::ok_status();
+}
+
+// Reads `key` as an integer if present. A wrong type names the key.
+Status read_int(const GgufFile& f, const std::string& key, bool required, int64_t* out) {
+  auto v = f.get_int(key);
+  if (v.ok()) {
+    *out = *v;
+    return Status::ok_status();
+  }
+  if (v.status().code() == StatusCode::kNotFound && !required) return Status::ok_status();
+  return v.status();
+}
+
+Status read_float(const GgufFile& f, const std::string& key, float* out) {
+  auto v = f.get_float(key);
+  if (v.ok()) {
+    *out = static_cast<float>(*v);
+    return Status::ok_status();
+  }
+  if (v.status().code() == StatusCode::kNotFound) return Status::ok_status();
+  return v.status();
+}
+
+}  // namespace
+
+Status ModelConfig::validate() const {
+  if (arch.empty()) return invalid_argument("model config: arch is empty");
+  NS_RETURN_IF_ERROR(check_range("n_layers", n_layers, 1, kMaxLayers));
+  NS_RETURN_IF_ERROR(check_range("dim", dim, 1, kMaxDim));
+  NS_RETURN_IF_ERROR(check_range("n_heads", n_heads, 1, kMaxHeads));
+  NS_RETURN_IF_ERROR(check_range("n_kv_heads", n_kv_heads, 1, n_heads));
+  if (n_heads % n_kv_heads != 0) {
+    return invalid_argument("model config: n_heads = " + std::to_string(n_heads) +
+                            " is not a multiple of n_kv_heads = " + std::to_string(n_kv_heads));
+  }
+  NS_RETURN_IF_ERROR(check_range("head_dim", head_dim, 1, kMaxHeadDim));
+  NS_RETURN_IF_ERROR(check_range("rope_dim", rope_dim, 2, head_dim));
+  if (rope_dim % 2 != 0) {
+    return invalid_argument("model config: rope_dim = " + std::to_string(rope_dim) + " is odd");
+  }
+  NS_RETURN_IF_ERROR(check_range("ffn_dim", ffn_dim, 1, kMaxFfnDim));
+  NS_RETURN_IF_ERROR(check_range("vocab_size", vocab_size, 1, kMaxVocab));
+  NS_RETURN_IF_ERROR(check_range("context_length", context_length, 1, kMaxContext));
+  NS_RETURN_IF_ERROR(check_positive_finite("rope_theta", rope_theta));
+  NS_RETURN_IF_ERROR(check_positive_finite("norm_eps", norm_eps));
+  if (norm_eps >= 1.0f) return invalid_argument("model config: norm_eps = " + std::to_string(norm_eps) + " >= 1");
+  if (rope_scaling.type != RopeScaling::Type::kNone) {
+    NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.factor", rope_scaling.factor));
+  }
+  if (rope_scaling.type == RopeScaling::Type::kLlama3) {
+    NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.low_freq_factor", rope_scaling.low_freq_factor));
+    NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.high_freq_factor", rope_scaling.high_freq_factor));
+    if (!(rope_scaling.low_freq_factor < rope_scaling.high_freq_factor)) {
+      return invalid_argument("model config: rope_scaling.low_freq_factor must be below high_freq_factor");
+    }
+    NS_RETURN_IF_ERROR(check_range("rope_scaling.original_context_length", rope_scaling.original_context_length,
+                                   1, kMaxContext));
+  }
+  return Status::ok_status();
+}
+
+std::string ModelConfig::to_string() const {
+  std::ostringstream s;
+  s << "arch " << arch << ", layers " << n_layers << ", dim " << dim << ", heads " << n_heads << " (kv " << n_kv_heads
+    << ", head_dim " << head_dim << ", rope_dim " << rope_dim << "), ffn " << ffn_dim << ", vocab " << vocab_size
+    << ", context " << context_length << ", rope_theta " << rope_theta << ", norm_eps " << norm_eps;
+  switch (rope_scaling.type) {
+    case RopeScaling::Type::kNone: break;
+    case RopeScaling::Type::kLinear: s << ", rope scaling linear x" << rope_scaling.factor; break;
+    case RopeScaling::Type::kLlama3:
+      s << ", rope scaling llama3 x" << rope_scaling.factor << " (low " << rope_scaling.low_freq_factor << ", high "
+        << rope_scaling.high_freq_factor << ", original context " << rope_scaling.original_context_length << ")";
+      break;
+  }
+  if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
+  s << (tied_embeddings ? ", tied embeddings" : ", separate output");
+  return s.str();
+}
+
+StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  NS_ASSIGN_OR_RETURN(c.arch, f.get_string("general.architecture"));
+  if (c.arch.empty() || c.arch.size() > 64) {
+    return invalid_argument("metadata 'general.architecture': bad architecture name");
+  }
+  const std::string p = c.arch + ".";
+  NS_RETURN_IF_ERROR(read_int(f, p + "block_count", true, &c.n_layers));
+  NS_RETURN_IF_ERROR(read_int(f, p + "embedding_length", true, &c.dim));
+  NS_RETURN_IF_ERROR(read_int(f, p + "feed_forward_length", true, &c.ffn_dim));
+  NS_RETURN_IF_ERROR(read_int(f, p + "context_length", true, &c.context_length));
+  NS_RETURN_IF_ERROR(read_int(f, p + "attention.head_count", true, &c.n_heads));
+  c.n_kv_heads = c.n_heads;  // no GQA unless stated
+  NS_RETURN_IF_ERROR(read_int(f, p + "attention.head_count_kv", false, &c.n_kv_heads));
+  if (c.n_heads <= 0) return range_error("n_heads", c.n_heads, 1, kMaxHeads);
+  if (f.find(p + "attention.key_length") != nullptr) {
+    NS_RETURN_IF_ERROR(read_int(f, p + "attention.key_length", true, &c.head_dim));
+  } else {
+    if (c.dim % c.n_heads != 0) {
+      return invalid_argument("model config: dim = " + std::to_string(c.dim) + " is not a multiple of n_heads = " +
+                              std::to_string(c.n_heads) + " (head_dim must be an integer)");
+    }
+    c.head_dim = c.dim / c.n_heads;
+  }
+  c.rope_dim = c.head_dim;
+  NS_RETURN_IF_ERROR(read_int(f, p + "rope.dimension_count", false, &c.rope_dim));
+  NS_RETURN_IF_ERROR(read_float(f, p + "rope.freq_base", &c.rope_theta));
+  NS_RETURN_IF_ERROR(read_float(f, p + "attention.layer_norm_rms_epsilon", &c.norm_eps));
+
+  // Vocabulary: the explicit key, else the tokenizer's token list.
+  if (f.find(p + "vocab_size") != nullptr) {
+    NS_RETURN_IF_ERROR(read_int(f, p + "vocab_size", true, &c.vocab_size));
+  } else {
+    NS_ASSIGN_OR_RETURN(const GgufArray* tokens, f.get_array("tokenizer.ggml.tokens"));
+    c.vocab_size = static_cast<int64_t>(tokens->items.size());
+  }
+
+  // RoPE scaling. Keys when present; llama.cpp's llama3 conversion instead
+  // stores the divisors as the rope_freqs.weight tensor.
+  RopeScaling& rs = c.rope_scaling;
+  if (const GgufValue* v = f.find(p + "rope.scaling.type")) {
+    const std::string* type = v->as_string();
+    if (type == nullptr) {
+      return invalid_argument("metadata '" + p + "rope.scaling.type': expected a string, found " +
+                              gguf_type_name(v->type));
+    }
+    if (*type == "none") {
+      rs.type = RopeScaling::Type::kNone;
+    } else if (*type == "linear") {
+      rs.type = RopeScaling::Type::kLinear;
+    } else if (*type == "llama3") {
+      rs.type = RopeScaling::Type::kLlama3;
+    } else {
+      return unimplemented("metadata '" + p + "rope.scaling.type': scaling '" + type->substr(0, 32) +
+                           "' is not supported (none, linear, llama3)");
+    }
+  } else if (f.find(p + "rope.scale_linear") != nullptr) {  // older key for linear scaling
+    rs.type = RopeScaling::Type::kLinear;
+    NS_RETURN_IF_ERROR(read_float(f, p + "rope.scale_linear", &rs.factor));
+  }
+  NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.factor", &rs.factor));
+  NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.low_freq_factor", &rs.low_freq_factor));
+  NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.high_freq_factor", &rs.high_freq_factor));
+  NS_RETURN_IF_ERROR(read_int(f, p + "rope.scaling.original_context_length", false, &rs.original_context_length));
+  if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
+    if (t->dtype != DType::kF32 || t->shape.size() != 1 || t->shape[0] * 2 != c.rope_dim) {
+      return invalid_argument("tensor 'rope_freqs.weight': expected F32 [rope_dim / 2 = " +
+                              std::to_string(c.rope_dim / 2) + "]");
+    }
+    rs.freq_factors_tensor = true;
+    if (rs.type == RopeScaling::Type::kLlama3) rs.type = RopeScaling::Type::kNone;  // the tensor encodes it
+  }
+
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  NS_RETURN_IF_ERROR(c.validate());
+
+  // The embedding table must match the hyperparameters: GGUF ne = [dim, vocab].
+  if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight")) {
+    if (emb->shape.size() != 2 || emb->shape[0] != c.vocab_size || emb->shape[1] != c.dim) {
+      std::string shape;
+      for (int64_t d : emb->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      return invalid_argument("tensor 'token_embd.weight': shape [" + shape + "] does not match [vocab_size " +
+                              std::to_string(c.vocab_size) + ", dim " + std::to_string(c.dim) + "]");
+    }
+  }
+  return c;
+}
+
+}  // namespace nanoserve
