@@ -1,0 +1,99 @@
+#pragma once
+// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama-3, Qwen2) built from
+// GGUF metadata or a VocabData.
+//
+// encode(text, add_special, parse_special):
+//   1. Invalid UTF-8 in `text` is first replaced, each maximal ill-formed
+//      subpart by one U+FFFD, exactly as Python's bytes.decode("utf-8",
+//      "replace") does; so the result equals Hugging Face's on the text a
+//      Python server would have decoded. It never fails.
+//   2. Added tokens are cut out whole, leftmost-longest: USER_DEFINED tokens
+//      always, CONTROL tokens (<|im_start|>, <|endoftext|>, ...) only when
+//      parse_special is true. With parse_special false they are plain text.
+//   3. The rest is pre-tokenized (PreTokenizer) and each piece BPE-merged.
+//   4. add_special adds BOS / EOS where the vocab asks for them
+//      (tokenizer.ggml.add_bos_token / add_eos_token).
+// decode(ids): byte-level back to bytes, CONTROL / USER_DEFINED tokens as
+// their text (or skipped), invalid UTF-8 in the result replaced as in step 1.
+// Thread-safe: all const methods may be called concurrently.
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/vocab.h"
+
+namespace nanoserve {
+
+class GgufFile;
+
+class Tokenizer {
+ public:
+  static StatusOr<std::unique_ptr<Tokenizer>> from_vocab(VocabData vocab);
+  static StatusOr<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& gguf);
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  // The raw bytes of one token (may be a partial UTF-8 sequence); special
+  // tokens give their text. Empty for an id out of range.
+  const std::string& token_to_piece(int32_t id) const;
+  // The vocab text of a token (byte alphabet), e.g. "Ġworld".
+  const std::string& token_text(int32_t id) const;
+  std::optional<int32_t> token_id(std::string_view vocab_text) const;
+  bool is_special(int32_t id) const;  // CONTROL or USER_DEFINED
+  TokenType token_type(int32_t id) const;
+
+  int32_t n_vocab() const { return static_cast<int32_t>(vocab_.tokens.size()); }
+  int32_t bos_id() const { return vocab_.bos_id; }
+  int32_t eos_id() const { return vocab_.eos_id; }
+  int32_t pad_id() const { return vocab_.pad_id; }
+  int32_t unk_id() const { return vocab_.unk_id; }
+  bool add_bos() const { return vocab_.add_bos; }
+  // Tokens that end generation: eos, eot, and the chat template's end of turn
+  // (<|im_end|> for ChatML). Sorted, no duplicates.
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  bool is_eos(int32_t id) const;
+  const std::string& chat_template() const { return vocab_.chat_template; }
+  const VocabData& vocab() const { return vocab_; }
+  const PreTokenizer& pre_tokenizer() const { return pre_; }
+
+  // Pre-tokenizes and BPE-merges `text` with no special-token handling
+  // (PRECOND: valid UTF-8). Exposed for tests and benchmarks.
+  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+
+ private:
+  Tokenizer(VocabData vocab, PreTokenizer pre, BpeModel bpe);
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+
+  VocabData vocab_;
+  PreTokenizer pre_;
+  BpeModel bpe_;
+  std::unordered_map<std::string, int32_t> token_ids_;  // vocab text -> id (first wins)
+  std::vector<std::string> pieces_;                      // [n_vocab] raw bytes of each token
+  struct Special {
+    std::string text;
+    int32_t id;
+    bool control;  // false: USER_DEFINED, matched even without parse_special
+  };
+  std::vector<Special> specials_;  // longest first
+  bool special_first_byte_[256] = {};
+  std::vector<int32_t> eos_ids_;
+
+  // Bounded cache of BPE results per pre-token: pieces repeat a lot in text.
+  static constexpr size_t kCacheMaxEntries = 1 << 16;
+  static constexpr size_t kCacheMaxWordBytes = 64;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+}  // namespace nanoserve
