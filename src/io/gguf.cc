@@ -174,7 +174,7 @@ class GgufParser {
   Status read_string(std::string* out, const char* field);
   Status read_value(GgufType type, int depth, GgufValue* out);
   Status read_array(int depth, GgufValue* out);
-  Status count_values(uint64_t n, uint64_t at);
+  Status count_values(uint64_t n, uint64_t at, const char* field);
 
   const uint8_t* data_;
   uint64_t size_;
@@ -196,9 +196,9 @@ Status GgufParser::read_string(std::string* out, const char* field) {
   return Status::ok_status();
 }
 
-Status GgufParser::count_values(uint64_t n, uint64_t at) {
+Status GgufParser::count_values(uint64_t n, uint64_t at, const char* field) {
   if (n > kMaxMetadataValues - n_values_) {
-    return error(at, "metadata",
+    return error(at, field,
                  format("more than %" PRIu64 " metadata values in total", kMaxMetadataValues));
   }
   n_values_ += n;
@@ -306,7 +306,7 @@ Status GgufParser::read_array(int depth, GgufValue* out) {
                  format("%" PRIu64 " %s elements cannot fit in the %" PRIu64 " bytes left", count,
                         gguf_type_name(elem_type), remaining()));
   }
-  NS_RETURN_IF_ERROR(count_values(count, count_at));
+  NS_RETURN_IF_ERROR(count_values(count, count_at, "array count"));
   auto array = std::make_shared<GgufArray>();
   array->elem_type = elem_type;
   // count is bounded by both the bytes left and kMaxMetadataValues, so reserving is safe.
@@ -359,6 +359,7 @@ Status GgufParser::parse(GgufFile* file) {
 
   // Metadata.
   std::unordered_set<std::string> keys;
+  uint64_t alignment_at = 0;  // where general.alignment's type field is, for errors
   for (uint64_t i = 0; i < n_kv; ++i) {
     const uint64_t key_at = pos_;
     std::string key;
@@ -375,7 +376,8 @@ Status GgufParser::parse(GgufFile* file) {
     if (!valid_type(raw_type)) {
       return with_context(error(type_at, "value type", format("unknown value type %u", raw_type)), context);
     }
-    s = count_values(1, type_at);
+    if (key == "general.alignment") alignment_at = type_at;
+    s = count_values(1, type_at, "value type");
     if (!s.ok()) return with_context(s, context);
     GgufValue value;
     s = read_value(static_cast<GgufType>(raw_type), 0, &value);
@@ -388,11 +390,12 @@ Status GgufParser::parse(GgufFile* file) {
   if (const GgufValue* a = file->find("general.alignment")) {
     const std::optional<int64_t> align = a->as_int();
     if (!align) {
-      return data_loss(std::string("metadata 'general.alignment': expected an integer, found ") +
-                       gguf_type_name(a->type));
+      return error(alignment_at, "metadata 'general.alignment'",
+                   std::string("expected an integer, found ") + gguf_type_name(a->type));
     }
     if (*align <= 0 || !std::has_single_bit(static_cast<uint64_t>(*align))) {
-      return data_loss(format("metadata 'general.alignment': %" PRId64 " is not a positive power of two", *align));
+      return error(alignment_at, "metadata 'general.alignment'",
+                   format("%" PRId64 " is not a positive power of two", *align));
     }
     file->alignment_ = static_cast<uint64_t>(*align);
   }
@@ -446,7 +449,7 @@ Status GgufParser::parse(GgufFile* file) {
     // ne[0] (innermost) must hold whole blocks: a quantized row is a run of blocks.
     const uint64_t inner = n_dims > 0 ? ne[0] : 1;
     if (inner % static_cast<uint64_t>(dinfo.block_elems) != 0) {
-      return with_context(error(dims_at, "ne[0]",
+      return with_context(error(dims_at + 4, "ne[0]",
                                 format("innermost dimension %" PRIu64 " is not a multiple of the %s block size %d",
                                        inner, dinfo.name, dinfo.block_elems)),
                           context);
