@@ -1,0 +1,353 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <unordered_set>
+#include <utility>
+
+#include "core/check.h"
+
+namespace nanoserve {
+
+namespace {
+
+uint64_t mix_seed(uint64_t engine_seed, uint64_t id) {
+  uint64_t z = engine_seed ^ (id * 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<ModelRunner> model,
+                                                 const TextStreamFactory* text, ThreadPool* pool) {
+  NS_CHECK(model != nullptr) << "Engine::create without a model";
+  SchedulerConfig sc;
+  sc.max_num_seqs = config.max_num_seqs;
+  sc.max_num_batched_tokens = config.max_num_batched_tokens;
+  NS_RETURN_IF_ERROR(sc.validate());
+  const ModelConfig& mc = model->config();
+  if (config.max_model_len < 0) return invalid_argument("max_model_len must be >= 0");
+  if (config.num_blocks < 0) return invalid_argument("num_blocks must be >= 0");
+  if (config.num_blocks == 0 && config.kv_cache_bytes <= 0)
+    return invalid_argument("set num_blocks or kv_cache_bytes to size the KV cache");
+
+  auto e = std::unique_ptr<Engine>(new Engine());
+  e->config_ = config;
+  e->max_model_len_ = config.max_model_len > 0 ? config.max_model_len : mc.context_length;
+  if (e->max_model_len_ <= 0) return invalid_argument("max_model_len: the model has no context length; set one");
+
+  PagedKVCacheOptions ko;
+  ko.block_size = config.block_size;
+  ko.num_blocks = config.num_blocks;
+  ko.max_bytes = config.num_blocks > 0 ? 0 : config.kv_cache_bytes;
+  ko.max_num_seqs = config.max_num_seqs;
+  ko.max_num_batched_tokens = config.max_num_batched_tokens;
+  ko.max_seq_len = e->max_model_len_;
+  ko.fused_read = config.fused_read;
+  NS_ASSIGN_OR_RETURN(e->cache_, PagedKVCache::create(mc, ko, pool));
+
+  e->model_ = std::move(model);
+  e->text_ = text;
+  if (text != nullptr) e->eos_ids_ = text->eos_ids();
+  e->vocab_size_ = static_cast<int32_t>(mc.vocab_size);
+  e->scheduler_ = std::make_unique<Scheduler>(sc, *e->cache_);
+  e->sampler_ = std::make_unique<Sampler>(e->vocab_size_);
+
+  // Step buffers sized once: the step loop only clears and refills them.
+  const size_t T = config.max_num_batched_tokens, B = config.max_num_seqs;
+  e->batch_.tokens.reserve(T);
+  e->batch_.positions.reserve(T);
+  e->batch_.seq_starts.reserve(B + 1);
+  e->batch_.seq_ids.reserve(B);
+  e->batch_.context_lens.reserve(B);
+  e->batch_.logits_rows.reserve(B);
+  e->row_owner_.reserve(B);
+  e->taken_.reserve(64);
+  e->taken_aborts_.reserve(64);
+  e->publish_stats();
+  return e;
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::kv_capacity_tokens() const {
+  return static_cast<int64_t>(cache_->num_blocks()) * cache_->block_size();
+}
+
+std::string Engine::capacity_line() const {
+  const double mib = static_cast<double>(cache_->pool_bytes()) / (1024.0 * 1024.0);
+  const double per_len = static_cast<double>(kv_capacity_tokens()) / static_cast<double>(max_model_len_);
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB); up to %.2f sequences of max_model_len %lld",
+                cache_->num_blocks(), cache_->block_size(), static_cast<long long>(kv_capacity_tokens()), mib, per_len,
+                static_cast<long long>(max_model_len_));
+  return buf;
+}
+
+StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
+  if (prompt.empty()) return invalid_argument("prompt: at least one token is required");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab_size_) {
+      return invalid_argument("prompt: token " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+    }
+  }
+  NS_RETURN_IF_ERROR(params.validate(vocab_size_));
+  if (!params.stop.empty() && text_ == nullptr)
+    return invalid_argument("stop: stop strings need a tokenizer, and this engine runs on token ids only");
+  const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;
+  if (total > max_model_len_) {
+    return invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                            std::to_string(params.max_tokens) + ") = " + std::to_string(total) +
+                            " exceeds max_model_len " + std::to_string(max_model_len_));
+  }
+  if (total > kv_capacity_tokens()) {
+    return invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
+                            std::to_string(params.max_tokens) + ") = " + std::to_string(total) +
+                            " exceeds the KV cache capacity of " + std::to_string(kv_capacity_tokens()) + " tokens");
+  }
+  const RequestId id = next_id_.fetch_add(1);
+  const uint64_t seed = params.seed.has_value() ? *params.seed : mix_seed(config_.seed, id);
+  std::unique_ptr<TextStream> stream = text_ != nullptr ? text_->open(prompt) : nullptr;
+  auto r = std::make_unique<Request>(id, std::move(prompt), std::move(params), seed, eos_ids_, std::move(stream));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back(std::move(r));
+    ++stats_.num_waiting;
+    num_unfinished_.fetch_add(1);
+  }
+  work_cv_.notify_all();
+  return id;
+}
+
+void Engine::abort(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(id);
+  }
+  work_cv_.notify_all();
+}
+
+bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  work_cv_.wait_for(lock, timeout, [&] { return !incoming_.empty() || !aborts_.empty() || has_unfinished(); });
+  return has_unfinished() || !aborts_.empty();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Engine::publish_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.num_running = static_cast<int32_t>(scheduler_->running().size());
+  stats_.num_waiting = static_cast<int32_t>(scheduler_->waiting().size() + incoming_.size());
+  stats_.num_blocks = cache_->num_blocks();
+  stats_.num_free_blocks = cache_->num_free_blocks();
+  stats_.kv_usage = static_cast<double>(cache_->num_used_blocks()) / std::max(1, cache_->num_blocks());
+  stats_.num_preemptions = scheduler_->num_preemptions();
+}
+
+RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& outputs) {
+  // A request appears at most once per step, and usually last.
+  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
+    if (it->id == r->id) return *it;
+  }
+  RequestOutput& o = outputs.emplace_back();
+  o.id = r->id;
+  o.num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
+  o.arrival_time = r->arrival_time;
+  return o;
+}
+
+void Engine::finish(Request* r, FinishReason reason, RequestOutput& out) {
+  scheduler_->remove(r);
+  r->status = RequestStatus::kFinished;
+  r->finish_reason = reason;
+  r->finish_time = Clock::now();
+  out.finish_reason = reason;
+  out.finish_time = r->finish_time;
+  out.stop_string = r->stop.matched_stop();
+  num_unfinished_.fetch_sub(1);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reason == FinishReason::kAbort) {
+    ++stats_.num_aborted;
+  } else {
+    ++stats_.num_finished;
+  }
+}
+
+void Engine::take_in(std::vector<RequestOutput>& outputs) {
+  taken_.clear();
+  taken_aborts_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::swap(taken_, incoming_);
+    std::swap(taken_aborts_, aborts_);
+  }
+  for (std::unique_ptr<Request>& r : taken_) {
+    scheduler_->add(r.get());
+    const RequestId id = r->id;
+    requests_.emplace(id, std::move(r));
+  }
+  for (RequestId id : taken_aborts_) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;  // unknown or already finished
+    Request* r = it->second.get();
+    RequestOutput& out = output_for(r, outputs);
+    out.num_output_tokens = static_cast<int32_t>(r->output.size());
+    out.num_preemptions = r->num_preemptions;
+    out.first_token_time = r->first_token_time;
+    finish(r, FinishReason::kAbort, out);
+    requests_.erase(it);
+  }
+}
+
+void Engine::build_batch(const SchedulerStep& plan) {
+  ForwardBatch& b = batch_;
+  b.tokens.clear();
+  b.positions.clear();
+  b.seq_starts.clear();
+  b.seq_ids.clear();
+  b.context_lens.clear();
+  b.logits_rows.clear();
+  b.block_tables.clear();
+  b.slot_mapping.clear();
+  b.max_blocks_per_seq = cache_->max_blocks_per_seq();
+  row_owner_.clear();
+  b.seq_starts.push_back(0);
+  for (const ScheduledChunk& c : plan.chunks) {
+    Request* r = c.request;
+    const int64_t start = r->num_computed;
+    for (int64_t p = start; p < start + c.num_tokens; ++p) {
+      b.tokens.push_back(r->token_at(p));
+      b.positions.push_back(static_cast<int32_t>(p));
+    }
+    b.seq_starts.push_back(static_cast<int32_t>(b.tokens.size()));
+    b.seq_ids.push_back(r->seq);
+    b.context_lens.push_back(static_cast<int32_t>(start + c.num_tokens));
+    if (c.samples) {
+      b.logits_rows.push_back(static_cast<int32_t>(b.tokens.size()) - 1);
+      row_owner_.push_back(r);
+    }
+  }
+}
+
+Status Engine::step(std::vector<RequestOutput>& outputs) {
+  outputs.clear();
+  take_in(outputs);
+  const SchedulerStep& plan = scheduler_->schedule();
+  if (plan.empty()) {
+    publish_stats();
+    return Status();
+  }
+  build_batch(plan);
+  StatusOr<Tensor> logits = model_->forward(batch_, *cache_);
+  if (!logits.ok()) {
+    // Nothing of this step can be trusted: end every request in it, loudly.
+    for (const ScheduledChunk& c : plan.chunks) {
+      Request* r = c.request;
+      RequestOutput& out = output_for(r, outputs);
+      out.error = logits.status().to_string();
+      out.num_output_tokens = static_cast<int32_t>(r->output.size());
+      finish(r, FinishReason::kAbort, out);
+      requests_.erase(r->id);
+    }
+    publish_stats();
+    return logits.status();
+  }
+  NS_CHECK(logits->ndim() == 2 && logits->dim(0) == static_cast<int64_t>(row_owner_.size()) &&
+           logits->dim(1) == vocab_size_)
+      << "logits " << logits->shape_string() << " for " << row_owner_.size() << " rows";
+
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  for (const ScheduledChunk& c : plan.chunks) c.request->num_computed += c.num_tokens;
+  for (size_t row = 0; row < row_owner_.size(); ++row) {
+    Request* r = row_owner_[row];
+    const std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
+    const int32_t token = sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
+    RequestOutput& out = output_for(r, outputs);
+    if (r->params.logprobs) {
+      out.top_logprobs.emplace_back();
+      out.logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.top_logprobs, out.top_logprobs.back()));
+    }
+    if (r->output.empty()) {
+      r->first_token_time = Clock::now();
+      prompt_tokens += static_cast<int64_t>(r->prompt.size());
+    }
+    r->output.push_back(token);
+    ++generation_tokens;
+    out.new_tokens.push_back(token);
+    out.num_output_tokens = static_cast<int32_t>(r->output.size());
+    out.num_preemptions = r->num_preemptions;
+    out.first_token_time = r->first_token_time;
+    new_text_.clear();
+    if (r->text != nullptr) r->text->push(token, new_text_);
+    const FinishReason reason =
+        r->stop.on_token(token, static_cast<int32_t>(r->output.size()), new_text_, out.text);
+    if (reason != FinishReason::kNone) {
+      finish(r, reason, out);
+      requests_.erase(r->id);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.prompt_tokens += prompt_tokens;
+    stats_.generation_tokens += generation_tokens;
+    ++stats_.num_steps;
+  }
+  publish_stats();
+  return Status();
+}
+
+Status Engine::check_invariants() const {
+  const PagedKVCache& c = *cache_;
+  if (c.num_free_blocks() + c.num_used_blocks() != c.num_blocks()) {
+    return internal_error("free " + std::to_string(c.num_free_blocks()) + " + used " +
+                          std::to_string(c.num_used_blocks()) + " != total " + std::to_string(c.num_blocks()));
+  }
+  // Every block held by a table is counted once per holder.
+  std::vector<int32_t> holders(c.num_blocks(), 0);
+  std::unordered_set<int32_t> seqs;
+  for (const Request* r : scheduler_->running()) {
+    if (r->status != RequestStatus::kRunning) return internal_error("a running request is not marked running");
+    if (r->seq < 0 || !c.is_live(r->seq)) return internal_error("running request " + std::to_string(r->id) + " has no sequence");
+    if (!seqs.insert(r->seq).second) return internal_error("two running requests share sequence " + std::to_string(r->seq));
+    if (c.seq_capacity(r->seq) < r->num_computed)
+      return internal_error("request " + std::to_string(r->id) + " computed past its blocks");
+    if (r->num_computed > r->num_tokens()) return internal_error("num_computed past the known tokens");
+    for (int32_t blk : c.block_table(r->seq)) {
+      if (blk < 0 || blk >= c.num_blocks()) return internal_error("block id out of range");
+      ++holders[blk];
+    }
+  }
+  for (const Request* r : scheduler_->waiting()) {
+    if (r->status != RequestStatus::kWaiting || r->seq >= 0 || r->num_computed != 0)
+      return internal_error("waiting request " + std::to_string(r->id) + " holds cache state");
+  }
+  if (c.num_live_seqs() != static_cast<int32_t>(seqs.size()))
+    return internal_error("the cache has " + std::to_string(c.num_live_seqs()) + " live sequences for " +
+                          std::to_string(seqs.size()) + " running requests");
+  for (int32_t blk = 0; blk < c.num_blocks(); ++blk) {
+    if (holders[blk] != c.allocator().ref_count(blk)) {
+      return internal_error("block " + std::to_string(blk) + " is in " + std::to_string(holders[blk]) +
+                            " tables but has reference count " + std::to_string(c.allocator().ref_count(blk)));
+    }
+  }
+  int64_t used = 0;
+  for (int32_t blk = 0; blk < c.num_blocks(); ++blk) used += c.allocator().ref_count(blk) > 0 ? 1 : 0;
+  if (used != c.num_used_blocks()) return internal_error("used blocks disagree with reference counts");
+  for (const auto& [id, r] : requests_) {
+    if (r->is_finished()) return internal_error("finished request " + std::to_string(id) + " still tracked");
+  }
+  if (static_cast<int64_t>(requests_.size()) !=
+      static_cast<int64_t>(scheduler_->running().size() + scheduler_->waiting().size()))
+    return internal_error("tracked requests disagree with the queues");
+  return Status();
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,160 @@
+#pragma once
+// The Engine: requests in, tokens out, one step at a time (DESIGN.md §1, §3).
+//
+// Each step(): take in new requests and aborts, let the Scheduler plan the
+// step, build one ForwardBatch (decodes and prefill chunks together, logits
+// only for the rows that sample), run the model over the paged KV cache,
+// sample one token per sampling row with the request's own RNG, detokenize,
+// check stops, and report what each request produced.
+//
+// Threads: add_request(), abort(), has_unfinished(), wait_for_work() and
+// stats() may be called from any thread (the HTTP threads); step() from one
+// thread only (the engine loop). New requests and aborts take effect at the
+// next step boundary.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/text_stream.h"
+#include "kvcache/paged_kv_cache.h"
+#include "model/forward_batch.h"
+
+namespace nanoserve {
+
+struct EngineConfig {
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 512;
+  int32_t block_size = 16;
+  // The KV pool: num_blocks if > 0, else kv_cache_bytes (K+V of all layers).
+  int32_t num_blocks = 0;
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int64_t max_model_len = 0;  // prompt + generated; 0 = the model's context length
+  uint64_t seed = 0;          // seeds the requests that bring no seed of their own
+  bool fused_read = true;     // paged attention straight from the blocks (false: gather)
+};
+
+// What one request produced in one step.
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<int32_t> new_tokens;  // usually one; empty on a bare abort
+  std::string text;                 // new text that is safe to show (stop-string prefixes held back)
+  // When the request asked for logprobs: one entry per new token.
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
+  std::string stop_string;  // the stop string that finished it, if any
+  std::string error;        // set, with kAbort, if the step failed under it
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;  // so far, including new_tokens
+  int32_t num_preemptions = 0;
+  Clock::time_point arrival_time;
+  Clock::time_point first_token_time;  // valid when num_output_tokens > 0
+  Clock::time_point finish_time;       // valid when finished
+
+  bool finished() const { return finish_reason != FinishReason::kNone; }
+};
+
+// Counters for /metrics. Gauges are as of the end of the last step.
+struct EngineStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;  // includes requests not yet taken in by a step
+  int32_t num_blocks = 0;
+  int32_t num_free_blocks = 0;
+  double kv_usage = 0.0;  // used / total blocks
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens = 0;      // prompt tokens prefilled (recompute not counted)
+  int64_t generation_tokens = 0;  // tokens sampled
+  int64_t num_finished = 0;       // stop or length
+  int64_t num_aborted = 0;
+  int64_t num_steps = 0;
+};
+
+class Engine {
+ public:
+  // `text` may be null (token ids only, no stop strings) and must outlive the
+  // engine; its open() is called from add_request's thread. `pool` runs the
+  // cache's threads and may be null.
+  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config, std::unique_ptr<ModelRunner> model,
+                                                  const TextStreamFactory* text, ThreadPool* pool);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request. INVALID_ARGUMENT, naming the problem, for
+  // a bad field or a request that could never fit (prompt + max_tokens over
+  // max_model_len or over the whole KV pool).
+  StatusOr<RequestId> add_request(std::vector<int32_t> prompt, SamplingParams params);
+  // Aborts a request wherever it is; its blocks are freed at the next step,
+  // which reports it finished with kAbort. Unknown or finished ids are ignored.
+  void abort(RequestId id);
+
+  // Runs one step; `outputs` is cleared, then gets one entry per request that
+  // produced a token, finished or was aborted.
+  Status step(std::vector<RequestOutput>& outputs);
+
+  bool has_unfinished() const { return num_unfinished_.load() > 0; }
+  // Blocks until there is work (a request or an abort) or the timeout passes.
+  bool wait_for_work(std::chrono::milliseconds timeout);
+  EngineStats stats() const;
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  int64_t max_model_len() const { return max_model_len_; }
+  int64_t kv_capacity_tokens() const;
+  // "KV cache: 1234 blocks x 16 tokens = 19744 tokens (866.2 MiB); up to 2.41 sequences of max_model_len 8192"
+  std::string capacity_line() const;
+
+  // Internal consistency of queues, requests and blocks; for tests.
+  Status check_invariants() const;
+  const PagedKVCache& cache() const { return *cache_; }
+  const Scheduler& scheduler() const { return *scheduler_; }
+
+ private:
+  Engine() = default;
+  void take_in(std::vector<RequestOutput>& outputs);
+  void finish(Request* r, FinishReason reason, RequestOutput& out);
+  RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
+  void build_batch(const SchedulerStep& plan);
+  void publish_stats();
+
+  EngineConfig config_;
+  std::unique_ptr<ModelRunner> model_;
+  const TextStreamFactory* text_ = nullptr;
+  std::vector<int32_t> eos_ids_;
+  std::unique_ptr<PagedKVCache> cache_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Sampler> sampler_;
+  int32_t vocab_size_ = 0;
+  int64_t max_model_len_ = 0;
+
+  // Step thread only.
+  std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
+  ForwardBatch batch_;               // reused every step
+  std::vector<Request*> row_owner_;  // [R] the request each logits row samples for
+  std::string new_text_;             // scratch
+  std::vector<std::unique_ptr<Request>> taken_;
+  std::vector<RequestId> taken_aborts_;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::vector<std::unique_ptr<Request>> incoming_;
+  std::vector<RequestId> aborts_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> num_unfinished_{0};
+  EngineStats stats_;  // under mu_
+};
+
+}  // namespace nanoserve

@@ -1,0 +1,65 @@
+#pragma once
+// One generation request and its life in the engine.
+//
+//   WAITING ──admit──► RUNNING ──stop/length──► FINISHED
+//      ▲                  │  └──────abort──────► FINISHED (abort)
+//      └─preempt (front)──┘
+//
+// Tokens are prompt ++ output. num_computed counts the leading tokens whose
+// K/V sits in the cache; preemption by recompute drops it to 0 and keeps the
+// output, so re-admission prefills prompt ++ output and carries on.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/rng.h"
+#include "engine/sampling_params.h"
+#include "engine/stop_checker.h"
+#include "engine/text_stream.h"
+
+namespace nanoserve {
+
+using RequestId = uint64_t;
+using Clock = std::chrono::steady_clock;
+
+enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
+
+struct Request {
+  Request(RequestId id, std::vector<int32_t> prompt, SamplingParams params, uint64_t seed,
+          std::span<const int32_t> eos_ids, std::unique_ptr<TextStream> text);
+
+  RequestId id;
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  std::vector<int32_t> output;  // generated tokens, in order
+
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  int32_t seq = -1;          // cache handle while the request holds blocks, else -1
+  int64_t num_computed = 0;  // tokens of prompt ++ output whose K/V is cached
+  int32_t num_preemptions = 0;
+
+  Rng rng;
+  StopChecker stop;
+  std::unique_ptr<TextStream> text;  // null: no detokenizer, no text
+
+  Clock::time_point arrival_time;
+  Clock::time_point first_token_time;  // valid once output is non-empty
+  Clock::time_point finish_time;       // valid once finished
+
+  int64_t num_tokens() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+  int32_t token_at(int64_t i) const {
+    const int64_t np = static_cast<int64_t>(prompt.size());
+    return i < np ? prompt[i] : output[i - np];
+  }
+  // Tokens still to run through the model before the next sample.
+  int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+  bool is_prefilling() const { return num_uncomputed() > 1; }
+  bool is_finished() const { return status == RequestStatus::kFinished; }
+};
+
+}  // namespace nanoserve

@@ -1,0 +1,126 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+
+namespace nanoserve {
+
+Status SchedulerConfig::validate() const {
+  if (max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
+  if (max_num_batched_tokens < max_num_seqs) {
+    return invalid_argument("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) +
+                            ") must be >= max_num_seqs (" + std::to_string(max_num_seqs) +
+                            "), so every running sequence can decode in one step");
+  }
+  return Status();
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, PagedKVCache& cache) : config_(config), cache_(cache) {
+  NS_CHECK(config_.validate().ok()) << config_.validate().to_string();
+  NS_CHECK(cache_.max_num_seqs() >= config_.max_num_seqs) << "the cache has fewer sequence handles than max_num_seqs";
+  running_.reserve(config_.max_num_seqs);
+  step_.chunks.reserve(config_.max_num_seqs);
+}
+
+void Scheduler::add(Request* r) {
+  NS_CHECK(r->status == RequestStatus::kWaiting && r->seq < 0) << "request " << r->id << " is not fresh";
+  waiting_.push_back(r);
+}
+
+void Scheduler::remove(Request* r) {
+  if (r->seq >= 0) {
+    cache_.free_sequence(r->seq);
+    r->seq = -1;
+  }
+  if (auto it = std::find(running_.begin(), running_.end(), r); it != running_.end()) {
+    running_.erase(it);
+  } else if (auto wit = std::find(waiting_.begin(), waiting_.end(), r); wit != waiting_.end()) {
+    waiting_.erase(wit);
+  }
+}
+
+void Scheduler::preempt_newest() {
+  Request* victim = running_.back();
+  running_.pop_back();
+  cache_.free_sequence(victim->seq);
+  victim->seq = -1;
+  victim->num_computed = 0;  // recompute prompt ++ output on re-admission
+  victim->status = RequestStatus::kWaiting;
+  ++victim->num_preemptions;
+  waiting_.push_front(victim);
+  ++num_preemptions_;
+  ++step_.num_preempted;
+}
+
+void Scheduler::push_chunk(Request* r, int64_t n) {
+  const Status st = cache_.reserve(r->seq, r->num_computed + n);
+  NS_CHECK(st.ok()) << "reserve after a fit check: " << st.to_string();
+  ScheduledChunk c;
+  c.request = r;
+  c.num_tokens = static_cast<int32_t>(n);
+  c.samples = r->num_computed + n == r->num_tokens();
+  step_.chunks.push_back(c);
+  step_.num_tokens += c.num_tokens;
+}
+
+const SchedulerStep& Scheduler::schedule() {
+  step_.chunks.clear();
+  step_.num_tokens = 0;
+  step_.num_preempted = 0;
+  int64_t budget = config_.max_num_batched_tokens;
+  const int64_t block_size = cache_.block_size();
+
+  // 1. Running, oldest first. Decodes behind the current request keep one
+  //    token of budget each, so a prefill chunk never starves them.
+  int64_t decodes_behind = 0;
+  for (Request* r : running_) decodes_behind += r->is_prefilling() ? 0 : 1;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request* r = running_[i];
+    const bool decode = !r->is_prefilling();
+    if (decode) --decodes_behind;
+    int64_t want = decode ? 1 : std::min(r->num_uncomputed(), budget - decodes_behind);
+    if (want <= 0) continue;
+    if (!decode) {
+      // Shrink a prefill chunk to the blocks it holds plus the free ones.
+      const int64_t room = cache_.seq_capacity(r->seq) - r->num_computed +
+                           static_cast<int64_t>(cache_.num_free_blocks()) * block_size;
+      if (room > 0) want = std::min(want, room);
+    }
+    bool self_preempted = false;
+    while (!cache_.can_reserve(r->seq, r->num_computed + want)) {
+      if (running_.back() == r) {
+        preempt_newest();
+        self_preempted = true;
+        break;
+      }
+      if (!running_.back()->is_prefilling()) --decodes_behind;
+      preempt_newest();
+    }
+    if (self_preempted) break;  // r was the newest: nothing runs behind it
+    push_chunk(r, want);
+    budget -= want;
+  }
+
+  // 2. Admit from the waiting queue, in order.
+  if (step_.num_preempted == 0) {
+    while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_num_seqs && budget > 0) {
+      Request* r = waiting_.front();
+      NS_CHECK_EQ(r->num_computed, 0);
+      const int64_t want = std::min(r->num_uncomputed(), budget);
+      if (!cache_.can_allocate(want)) break;
+      StatusOr<int32_t> seq = cache_.add_sequence();
+      NS_CHECK(seq.ok()) << seq.status().to_string();
+      waiting_.pop_front();
+      r->seq = *seq;
+      r->status = RequestStatus::kRunning;
+      running_.push_back(r);
+      push_chunk(r, want);
+      budget -= want;
+    }
+  }
+  return step_;
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,86 @@
+#pragma once
+// Decides what runs each step (DESIGN.md §3). Policy only: the KV cache owns
+// the blocks and the tables; the scheduler asks it what fits, reserves ahead
+// of the step, and frees on preemption, abort and finish.
+//
+// One step, under a token budget (max_num_batched_tokens) and a sequence cap
+// (max_num_seqs):
+//   1. Running requests, oldest first. A decode takes one token. A request
+//      still in its prompt (chunked prefill) takes as much of the rest as the
+//      budget allows after keeping one token for every decode behind it.
+//      When the cache cannot hold the tokens, the newest running request is
+//      preempted by recompute (blocks freed, output kept, front of the waiting
+//      queue) until it can; the newest may be the request itself. A prefill
+//      chunk first shrinks to what the free blocks hold.
+//   2. Waiting requests, first come first served, while the budget, the cap
+//      and the free blocks allow (none after a preemption in this step); the
+//      first one that does not fit stops admission, so none jumps the queue.
+// Every admitted chunk has its blocks reserved before the step runs, so the
+// forward pass never runs out.
+//
+// The oldest running request can always progress (it may preempt everyone
+// else, and add_request refuses what the whole pool cannot hold), so the
+// engine never deadlocks.
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/status.h"
+#include "engine/request.h"
+#include "kvcache/paged_kv_cache.h"
+
+namespace nanoserve {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 64;
+  int32_t max_num_batched_tokens = 512;  // >= max_num_seqs, so every decode fits a step
+
+  Status validate() const;
+};
+
+// One request's share of a step: tokens [num_computed, num_computed + num_tokens).
+struct ScheduledChunk {
+  Request* request = nullptr;
+  int32_t num_tokens = 0;
+  bool samples = false;  // the chunk ends at the last known token: sample the next
+};
+
+struct SchedulerStep {
+  std::vector<ScheduledChunk> chunks;  // batch order
+  int32_t num_tokens = 0;
+  int32_t num_preempted = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, PagedKVCache& cache);
+
+  // Appends to the waiting queue. PRECOND: status kWaiting, holds no blocks.
+  void add(Request* request);
+  // Takes the request out of whichever queue holds it and frees its blocks
+  // (finish or abort). The caller sets its final status.
+  void remove(Request* request);
+
+  // Plans the next step and reserves its blocks. Valid until the next call.
+  const SchedulerStep& schedule();
+
+  const std::deque<Request*>& waiting() const { return waiting_; }
+  const std::vector<Request*>& running() const { return running_; }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  void preempt_newest();
+  void push_chunk(Request* r, int64_t n);
+
+  SchedulerConfig config_;
+  PagedKVCache& cache_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // admission order, oldest first
+  SchedulerStep step_;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace nanoserve

@@ -1,0 +1,137 @@
+#pragma once
+// A fake model for engine tests: fast, and an exact oracle.
+//
+// It stores (token, position) as the K/V of every token in a real
+// PagedKVCache (gather path), reads each sampling sequence's whole history
+// back through the block table, checks the positions, and derives the logits
+// from a hash of the history's tokens. So its output depends on exactly what
+// the cache holds: a wrong slot, a shared block or a bad recompute changes
+// the tokens, and fake_greedy() predicts the right ones without any engine.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "engine/model_runner.h"
+#include "engine/rng.h"
+#include "engine/text_stream.h"
+
+namespace nanoserve::testing {
+
+inline ModelConfig fake_config(int32_t vocab, int64_t context_length = 1 << 20) {
+  ModelConfig c;
+  c.arch = "fake";
+  c.n_layers = 1;
+  c.dim = 2;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.head_dim = 2;
+  c.rope_dim = 2;
+  c.ffn_dim = 2;
+  c.vocab_size = vocab;
+  c.context_length = context_length;
+  return c;
+}
+
+inline uint64_t history_hash(std::span<const int32_t> tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : tokens) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
+  return h;
+}
+
+// The logits the fake model gives after `tokens`: [vocab] in (-4, 4).
+inline void fake_logits(std::span<const int32_t> tokens, int32_t vocab, float* out) {
+  Rng rng(history_hash(tokens));
+  for (int32_t v = 0; v < vocab; ++v) out[v] = static_cast<float>(8.0 * rng.next_double() - 4.0);
+}
+
+// What greedy decoding of the fake model gives, stopping on `eos` (if >= 0).
+inline std::vector<int32_t> fake_greedy(std::vector<int32_t> tokens, int32_t vocab, int32_t max_tokens,
+                                        int32_t eos) {
+  std::vector<int32_t> out;
+  std::vector<float> l(vocab);
+  for (int32_t i = 0; i < max_tokens; ++i) {
+    fake_logits(tokens, vocab, l.data());
+    int32_t best = 0;
+    for (int32_t v = 1; v < vocab; ++v) best = l[v] > l[best] ? v : best;
+    out.push_back(best);
+    tokens.push_back(best);
+    if (best == eos) break;
+  }
+  return out;
+}
+
+class FakeModel final : public ModelRunner {
+ public:
+  FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20)
+      : config_(fake_config(vocab, context_length)),
+        kv_(Tensor::empty(DType::kF32, {max_tokens_per_step, 1, 2})),
+        logits_(Tensor::empty(DType::kF32, {max_seqs, vocab})) {}
+
+  const ModelConfig& config() const override { return config_; }
+  int64_t num_forwards() const { return num_forwards_; }
+  int64_t max_tokens_seen() const { return max_tokens_seen_; }
+
+  StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache) override {
+    NS_RETURN_IF_ERROR(cache.begin_step(batch));
+    ++num_forwards_;
+    const int32_t T = batch.num_tokens();
+    max_tokens_seen_ = std::max<int64_t>(max_tokens_seen_, T);
+    Tensor kv = kv_.slice_rows(0, T);
+    float* p = kv.data_as<float>();
+    for (int32_t t = 0; t < T; ++t) {
+      p[2 * t] = static_cast<float>(batch.tokens[t]);
+      p[2 * t + 1] = static_cast<float>(batch.positions[t]);
+    }
+    const KVHistory h = cache.append(0, kv, kv);
+    const int32_t R = static_cast<int32_t>(batch.logits_rows.size());
+    const int32_t vocab = static_cast<int32_t>(config_.vocab_size);
+    int32_t b = 0;
+    for (int32_t r = 0; r < R; ++r) {
+      const int32_t row = batch.logits_rows[r];
+      while (batch.seq_starts[b + 1] <= row) ++b;
+      NS_CHECK_EQ(row, batch.seq_starts[b + 1] - 1);  // the last token of its sequence
+      const int32_t ctx = batch.context_lens[b];
+      history_.clear();
+      for (int32_t pos = 0; pos < ctx; ++pos) {
+        const float* e = h.k[b] + pos * h.pos_stride;
+        NS_CHECK_EQ(static_cast<int32_t>(e[1]), pos);  // the cache gave back this sequence's own slots
+        history_.push_back(static_cast<int32_t>(e[0]));
+      }
+      fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab);
+    }
+    return logits_.slice_rows(0, R);
+  }
+
+ private:
+  ModelConfig config_;
+  Tensor kv_;      // [max_tokens_per_step, 1, 2] (token, position)
+  Tensor logits_;  // [max_seqs, vocab]
+  std::vector<int32_t> history_;
+  int64_t num_forwards_ = 0;
+  int64_t max_tokens_seen_ = 0;
+};
+
+// Token t reads as one letter, 'a' + t % 26; ids in `eos` end generation.
+class FakeText final : public TextStreamFactory {
+ public:
+  explicit FakeText(std::vector<int32_t> eos) : eos_(std::move(eos)) {}
+  std::vector<int32_t> eos_ids() const override { return eos_; }
+  std::unique_ptr<TextStream> open(std::span<const int32_t>) const override { return std::make_unique<Stream>(); }
+  static std::string text_of(std::span<const int32_t> tokens) {
+    std::string s;
+    for (int32_t t : tokens) s += static_cast<char>('a' + t % 26);
+    return s;
+  }
+
+ private:
+  struct Stream final : TextStream {
+    void push(int32_t token, std::string& out) override { out += static_cast<char>('a' + token % 26); }
+  };
+  std::vector<int32_t> eos_;
+};
+
+}  // namespace nanoserve::testing
