@@ -1,0 +1,141 @@
+#include "server/api.h"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <utility>
+
+#include "server/auth.h"
+
+namespace nanoserve::server {
+
+using nlohmann::json;
+
+Api::Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics)
+    : served_model_name_(std::move(served_model_name)),
+      api_key_(std::move(api_key)),
+      created_(static_cast<int64_t>(std::time(nullptr))),
+      metrics_(metrics),
+      id_rng_(std::random_device{}()) {}
+
+void Api::set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits) {
+  codec_ = &codec;
+  loop_ = &loop;
+  limits_ = limits;
+  limits_.served_model_name = served_model_name_;
+  ready_.store(true, std::memory_order_release);
+}
+
+bool Api::needs_auth(std::string_view path) const {
+  if (api_key_.empty()) return false;
+  return !(path == "/health" || path == "/v1/models" || path.starts_with("/v1/models/"));
+}
+
+bool Api::authorized(std::string_view authorization_header) const {
+  return bearer_authorized(authorization_header, api_key_);
+}
+
+Reply Api::health() const {
+  if (!ready()) return error_reply(not_ready());
+  return Reply{200, "{\"status\":\"ok\"}"};
+}
+
+Reply Api::models() const {
+  json model{{"id", served_model_name_}, {"object", "model"}, {"created", created_}, {"owned_by", "nanoserve"}};
+  if (ready()) model["max_model_len"] = limits_.max_model_len;
+  return Reply{200, dump_json(json{{"object", "list"}, {"data", json::array({model})}})};
+}
+
+Reply Api::metrics() const {
+  return Reply{200, metrics_.registry.render(), "text/plain; version=0.0.4; charset=utf-8"};
+}
+
+Reply Api::tokenize(std::string_view body) const {
+  if (!ready()) return error_reply(not_ready());
+  auto parsed = parse_tokenize_request(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
+  const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
+  StatusOr<std::vector<int32_t>> ids = r.prompt ? codec_->encode(*r.prompt, r.add_special_tokens)
+                                                : codec_->encode_chat(r.messages, r.add_generation_prompt);
+  if (!ids.ok()) return error_reply(bad_request(ids.status().message()));
+  return Reply{200, dump_json(json{{"tokens", *ids},
+                                   {"count", ids->size()},
+                                   {"max_model_len", limits_.max_model_len}})};
+}
+
+Reply Api::detokenize(std::string_view body) const {
+  if (!ready()) return error_reply(not_ready());
+  auto parsed = parse_detokenize_request(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
+  const DetokenizeRequest& r = std::get<DetokenizeRequest>(parsed);
+  return Reply{200, dump_json(json{{"prompt", codec_->decode(r.tokens)}})};
+}
+
+std::string Api::new_id(Endpoint endpoint) {
+  uint64_t a, b;
+  {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    a = id_rng_();
+    b = id_rng_();
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s-%016llx%016llx", endpoint == Endpoint::kChat ? "chatcmpl" : "cmpl",
+                static_cast<unsigned long long>(a), static_cast<unsigned long long>(b));
+  return buf;
+}
+
+std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpoint, std::string_view body) {
+  if (!ready()) return error_reply(not_ready());
+  auto parsed = endpoint == Endpoint::kChat ? parse_chat_request(body, limits_)
+                                            : parse_completion_request(body, limits_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
+  GenerateRequest& r = std::get<GenerateRequest>(parsed);
+
+  // Encode every prompt and resolve max_tokens against the context.
+  std::vector<std::vector<int32_t>> prompts;
+  if (endpoint == Endpoint::kChat) {
+    auto ids = codec_->encode_chat(r.messages, /*add_generation_prompt=*/true);
+    if (!ids.ok()) return error_reply(bad_request(ids.status().message(), "messages"));
+    prompts.push_back(std::move(*ids));
+  } else {
+    for (Prompt& p : r.prompts) {
+      if (auto* text = std::get_if<std::string>(&p)) {
+        auto ids = codec_->encode(*text, /*add_special_tokens=*/true);
+        if (!ids.ok()) return error_reply(bad_request(ids.status().message(), "prompt"));
+        prompts.push_back(std::move(*ids));
+      } else {
+        prompts.push_back(std::move(std::get<std::vector<int32_t>>(p)));
+      }
+    }
+  }
+  std::vector<EngineRequest> choices;
+  int64_t prompt_tokens = 0;
+  for (std::vector<int32_t>& ids : prompts) {
+    auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens,
+                                           limits_.max_model_len);
+    if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
+    prompt_tokens += static_cast<int64_t>(ids.size());
+    for (int j = 0; j < r.n; ++j) {
+      EngineRequest er;
+      er.prompt = ids;
+      er.params = r.params;
+      er.params.max_tokens = std::get<int64_t>(max_tokens);
+      // Choice i of a seeded request samples with seed + i: reproducible, yet the choices differ.
+      if (r.params.seed) er.params.seed = *r.params.seed + choices.size();
+      er.stop = r.stop;
+      choices.push_back(std::move(er));
+    }
+  }
+
+  auto handle = loop_->submit(std::move(choices));
+  if (!handle.ok()) {
+    if (handle.status().code() == StatusCode::kResourceExhausted) return error_reply(queue_full());
+    return error_reply(ApiError{503, handle.status().message(), "service_unavailable", {}, {}});
+  }
+  ResponseMeta meta{endpoint, new_id(endpoint), static_cast<int64_t>(std::time(nullptr)), served_model_name_};
+  const ModelCodec* codec = codec_;
+  return std::make_unique<GenerationJob>(*loop_, std::move(*handle), std::move(meta), r, prompt_tokens,
+                                         [codec](int32_t id) { return codec->token_text(id); });
+}
+
+}  // namespace nanoserve::server

@@ -1,0 +1,67 @@
+#pragma once
+// The OpenAI-compatible API, independent of the HTTP library: each endpoint
+// takes the request body and returns status + body, or (generation) a job
+// the transport drives. http_server.cc maps routes onto these.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "server/engine_loop.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+#include "server/model_codec.h"
+#include "server/protocol.h"
+
+namespace nanoserve::server {
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+class Api {
+ public:
+  Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics);
+
+  // Once the model is loaded: from here on the generation endpoints work and /health says 200.
+  void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+
+  // True when the path needs the bearer key (all but /health and /v1/models).
+  bool needs_auth(std::string_view path) const;
+  bool authorized(std::string_view authorization_header) const;
+
+  Reply health() const;
+  Reply models() const;
+  Reply metrics() const;
+  Reply tokenize(std::string_view body) const;
+  Reply detokenize(std::string_view body) const;
+
+  // A Reply when the request fails before it reaches the engine, else the job.
+  std::variant<Reply, std::unique_ptr<GenerationJob>> generate(Endpoint endpoint, std::string_view body);
+
+  static Reply error_reply(const ApiError& e) { return Reply{e.http_status, e.body()}; }
+
+ private:
+  std::string new_id(Endpoint endpoint);
+
+  const std::string served_model_name_;
+  const std::string api_key_;
+  const int64_t created_;
+  ServerMetrics& metrics_;
+  std::atomic<bool> ready_{false};
+  const ModelCodec* codec_ = nullptr;  // set once before ready_
+  EngineLoop* loop_ = nullptr;
+  ProtocolLimits limits_;
+  std::mutex id_mu_;
+  std::mt19937_64 id_rng_;
+};
+
+}  // namespace nanoserve::server

@@ -1,0 +1,114 @@
+#include "server/generation.h"
+
+#include <utility>
+
+namespace nanoserve::server {
+
+GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
+                             const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text)
+    : loop_(loop),
+      handle_(std::move(handle)),
+      meta_(std::move(meta)),
+      stream_(request.stream),
+      include_usage_(request.include_usage),
+      with_logprobs_(request.params.top_logprobs >= 0),
+      prompt_tokens_(prompt_tokens),
+      token_text_(std::move(token_text)),
+      choices_(handle_.ids.size()) {}
+
+GenerationJob::~GenerationJob() { abort(); }
+
+void GenerationJob::abort() {
+  if (!done_) loop_.abort(handle_);
+}
+
+bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout) {
+  if (done_) return true;
+  if (stream_ && !started_ && meta_.endpoint == Endpoint::kChat) {
+    // The first chunk of every choice carries the role, before any token.
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      ChunkPart part;
+      part.index = static_cast<int>(i);
+      part.first = true;
+      part.with_logprobs = false;
+      *sse_out += sse_event(chunk_json(meta_, part, include_usage_, token_text_));
+    }
+  }
+  started_ = true;
+
+  events_.clear();
+  handle_.stream->wait_take(&events_, timeout);
+  // Group this batch per choice so one chunk carries all of a choice's new tokens.
+  std::vector<ChunkPart> parts(choices_.size());
+  std::vector<bool> touched(choices_.size(), false);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].index = static_cast<int>(i);
+    parts[i].with_logprobs = with_logprobs_;
+    parts[i].text_offset = choices_[i].text_offset;
+  }
+  std::string error_message;
+  for (TokenEvent& ev : events_) {
+    Choice& c = choices_[ev.choice];
+    ChunkPart& part = parts[ev.choice];
+    touched[ev.choice] = true;
+    if (ev.token >= 0) {
+      ++completion_tokens_;
+      if (with_logprobs_) {
+        LogprobItem item{ev.token, ev.logprob, std::move(ev.top_logprobs)};
+        if (stream_) part.logprobs.push_back(item);
+        else c.logprobs.push_back(std::move(item));
+      }
+    }
+    if (stream_) part.text += ev.text;
+    else c.text += ev.text;
+    c.text_offset += static_cast<int64_t>(ev.text.size());
+    if (ev.finish != FinishReason::kNone) {
+      c.finish = ev.finish;
+      part.finish = ev.finish;
+      ++n_finished_;
+      if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAbort) {
+        error_message = ev.finish == FinishReason::kError ? ev.error : "The request was aborted by the server.";
+      }
+    }
+  }
+
+  if (!error_message.empty()) {
+    // One failed choice fails the request: the others are dropped.
+    error_ = internal(error_message);
+    loop_.abort(handle_);
+    if (stream_) {
+      *sse_out += sse_event(error_->to_json());
+      *sse_out += kSseDone;
+    }
+    done_ = true;
+    return true;
+  }
+
+  if (stream_) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (!touched[i]) continue;
+      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone) continue;
+      *sse_out += sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
+    }
+  }
+  if (n_finished_ == static_cast<int>(choices_.size())) {
+    if (stream_) {
+      if (include_usage_) *sse_out += sse_event(usage_chunk_json(meta_, Usage{prompt_tokens_, completion_tokens_}));
+      *sse_out += kSseDone;
+    }
+    done_ = true;
+  }
+  return done_;
+}
+
+std::string GenerationJob::final_body() const {
+  if (error_) return error_->body();
+  std::vector<ChoiceResult> results;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    results.push_back(ChoiceResult{static_cast<int>(i), c.text, c.finish, with_logprobs_, c.logprobs});
+  }
+  return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
+}
+
+}  // namespace nanoserve::server

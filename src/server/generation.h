@@ -1,0 +1,67 @@
+#pragma once
+// One generation request in flight on an HTTP thread: collects the events of
+// its choices and turns them into either SSE chunks or one final response.
+// It is transport-free: the HTTP layer calls poll() and writes what it gets.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/engine_loop.h"
+#include "server/protocol.h"
+#include "server/responses.h"
+
+namespace nanoserve::server {
+
+class GenerationJob {
+ public:
+  // `prompt_tokens` is summed over the request's prompts, for usage.
+  GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta, const GenerateRequest& request,
+                int64_t prompt_tokens, TokenTextFn token_text);
+  ~GenerationJob();  // aborts what is unfinished
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  bool streaming() const { return stream_; }
+
+  // Waits up to `timeout` for events and processes them. When streaming,
+  // appends the SSE text to send (the first call also sends the role chunks).
+  // Returns true once the request is complete (and, streaming, [DONE] appended).
+  bool poll(std::string* sse_out, std::chrono::milliseconds timeout);
+
+  // After poll() returned true, non-streaming: the response body, or the error.
+  int final_status() const { return error_ ? error_->http_status : 200; }
+  std::string final_body() const;
+
+  // The client is gone: abort every unfinished choice (idempotent).
+  void abort();
+
+ private:
+  struct Choice {
+    std::string text;
+    std::vector<LogprobItem> logprobs;
+    FinishReason finish = FinishReason::kNone;
+    int64_t text_offset = 0;  // bytes of text streamed so far
+  };
+
+  EngineLoop& loop_;
+  EngineLoop::Handle handle_;
+  ResponseMeta meta_;
+  bool stream_;
+  bool include_usage_;
+  bool with_logprobs_;
+  int64_t prompt_tokens_;
+  int64_t completion_tokens_ = 0;
+  TokenTextFn token_text_;
+  std::vector<Choice> choices_;
+  int n_finished_ = 0;
+  bool started_ = false;
+  bool done_ = false;
+  std::optional<ApiError> error_;
+  std::vector<TokenEvent> events_;  // scratch, reused by poll()
+};
+
+}  // namespace nanoserve::server

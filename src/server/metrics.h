@@ -1,0 +1,113 @@
+#pragma once
+// A small metrics registry rendered in the Prometheus text format (0.0.4),
+// and the server's metrics under vLLM's names with the `nanoserve:` prefix.
+//
+// Counters and gauges are lock-free; a histogram takes its own mutex. The
+// engine thread updates, an HTTP thread renders.
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/request_stream.h"
+
+namespace nanoserve::server {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class Counter {
+ public:
+  void inc(double by = 1.0) { value_.fetch_add(by, std::memory_order_relaxed); }
+  double value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0.0};
+};
+
+class Gauge {
+ public:
+  void set(double v) { value_.store(v, std::memory_order_relaxed); }
+  double value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<double> value_{0.0};
+};
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);  // ascending; +Inf is implied
+  void observe(double v);
+
+  struct Snapshot {
+    std::vector<double> upper_bounds;
+    std::vector<uint64_t> cumulative;  // [upper_bounds.size() + 1], the last is +Inf (== count)
+    double sum = 0.0;
+  };
+  Snapshot snapshot() const;
+
+ private:
+  const std::vector<double> upper_bounds_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
+  double sum_ = 0.0;
+};
+
+class MetricsRegistry {
+ public:
+  // The same name with other labels adds a series to the family; help and type come from the first.
+  Counter& counter(const std::string& name, const std::string& help, Labels labels = {});
+  Gauge& gauge(const std::string& name, const std::string& help, Labels labels = {});
+  Histogram& histogram(const std::string& name, const std::string& help, std::vector<double> upper_bounds,
+                       Labels labels = {});
+
+  std::string render() const;  // Prometheus text format
+
+ private:
+  enum class Type { kCounter, kGauge, kHistogram };
+  struct Series {
+    Labels labels;
+    std::unique_ptr<Counter> counter;
+    std::unique_ptr<Gauge> gauge;
+    std::unique_ptr<Histogram> histogram;
+  };
+  struct Family {
+    std::string name, help;
+    Type type;
+    std::deque<Series> series;
+  };
+  Family& family(const std::string& name, const std::string& help, Type type);
+
+  mutable std::mutex mu_;  // guards the family list, not the values
+  std::deque<Family> families_;
+};
+
+// The server's metrics, named as vLLM names them (vllm:x -> nanoserve:x).
+struct ServerMetrics {
+  explicit ServerMetrics(const std::string& model_name);
+
+  MetricsRegistry registry;
+  Gauge& num_requests_running;
+  Gauge& num_requests_waiting;
+  Gauge& kv_cache_usage_perc;  // fraction in [0, 1], as vLLM reports it
+  Counter& prompt_tokens_total;
+  Counter& generation_tokens_total;
+  Counter& num_preemptions_total;
+  Histogram& time_to_first_token_seconds;
+  Histogram& inter_token_latency_seconds;
+  Histogram& e2e_request_latency_seconds;
+
+  void request_finished(FinishReason reason);  // request_success_total{finished_reason=...}
+
+ private:
+  Counter* success_stop_;
+  Counter* success_length_;
+  Counter* success_abort_;
+  Counter* success_error_;
+};
+
+}  // namespace nanoserve::server

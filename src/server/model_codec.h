@@ -1,0 +1,30 @@
+#pragma once
+// What the server needs from the tokenizer: encode text and chats, decode ids,
+// and spell single tokens for logprobs. Called concurrently from HTTP threads,
+// so implementations must be safe for concurrent const use.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "server/protocol.h"
+
+namespace nanoserve::server {
+
+class ModelCodec {
+ public:
+  virtual ~ModelCodec() = default;
+  virtual StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const = 0;
+  // Renders the chat template, then encodes (special tokens in the template are recognised).
+  virtual StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
+                                                     bool add_generation_prompt) const = 0;
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  // The bytes of one token as text (may be a partial UTF-8 sequence).
+  virtual std::string token_text(int32_t id) const = 0;
+  virtual int64_t vocab_size() const = 0;
+};
+
+}  // namespace nanoserve::server

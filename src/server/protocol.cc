@@ -1,0 +1,478 @@
+#include "server/protocol.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+namespace nanoserve::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kMaxJsonDepth = 64;
+
+// nlohmann parses iteratively, but later copies recurse: refuse absurd nesting up front.
+bool nesting_within(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    char c = body[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+std::variant<json, ApiError> parse_object(std::string_view body) {
+  if (!nesting_within(body, kMaxJsonDepth)) {
+    return bad_request("JSON nesting is deeper than " + std::to_string(kMaxJsonDepth) + " levels.");
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return bad_request("Request body is not valid JSON.");
+  if (!j.is_object()) return bad_request("Request body must be a JSON object.");
+  return j;
+}
+
+// Reads optional fields of one JSON object; the first failure sticks.
+class Fields {
+ public:
+  explicit Fields(const json& obj) : obj_(obj) {}
+
+  bool failed() const { return error_.has_value(); }
+  ApiError error() const { return *error_; }
+  void fail(std::string message, std::string param) {
+    if (!error_) error_ = bad_request(std::move(message), std::move(param));
+  }
+
+  // The field, or nullptr when absent or null (null means "not given").
+  const json* get(const char* name) const {
+    auto it = obj_.find(name);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<bool> boolean(const char* name) {
+    const json* v = get(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) {
+      fail(std::string("'") + name + "' must be a boolean.", name);
+      return std::nullopt;
+    }
+    return v->get<bool>();
+  }
+
+  std::optional<int64_t> integer(const char* name, int64_t lo, int64_t hi, const char* range_text) {
+    const json* v = get(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer()) {
+      fail(std::string("'") + name + "' must be an integer.", name);
+      return std::nullopt;
+    }
+    bool in_range;
+    int64_t x = 0;
+    if (v->is_number_unsigned()) {
+      uint64_t u = v->get<uint64_t>();
+      in_range = u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
+      x = in_range ? static_cast<int64_t>(u) : hi;
+    } else {
+      x = v->get<int64_t>();
+      in_range = x >= lo && x <= hi;
+    }
+    if (!in_range) {
+      fail(std::string("'") + name + "' must be " + range_text + ", got " + v->dump() + ".", name);
+      return std::nullopt;
+    }
+    return x;
+  }
+
+  // A finite number accepted by `ok`; `range_text` describes the accepted range.
+  template <typename Pred>
+  std::optional<float> number(const char* name, Pred ok, const char* range_text) {
+    const json* v = get(name);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) {
+      fail(std::string("'") + name + "' must be a number.", name);
+      return std::nullopt;
+    }
+    double x = v->get<double>();
+    if (!std::isfinite(x) || !std::isfinite(static_cast<float>(x))) {
+      fail(std::string("'") + name + "' must be a finite number.", name);
+      return std::nullopt;
+    }
+    if (!ok(x)) {
+      fail(std::string("'") + name + "' must be " + range_text + ", got " + v->dump() + ".", name);
+      return std::nullopt;
+    }
+    return static_cast<float>(x);
+  }
+
+ private:
+  const json& obj_;
+  std::optional<ApiError> error_;
+};
+
+void check_model(Fields& f, const ProtocolLimits& limits, std::string* model, std::optional<ApiError>* not_found) {
+  const json* v = f.get("model");
+  if (v == nullptr) {
+    *model = limits.served_model_name;
+    return;
+  }
+  if (!v->is_string()) return f.fail("'model' must be a string.", "model");
+  *model = v->get<std::string>();
+  if (*model != limits.served_model_name) *not_found = model_not_found(*model);
+}
+
+// Message content: a string, or a list of {"type": "text", "text": ...} parts joined by newlines.
+bool read_content(const json& v, std::string* out, Fields& f, const std::string& param) {
+  if (v.is_null()) return true;
+  if (v.is_string()) {
+    *out = v.get<std::string>();
+    return true;
+  }
+  if (!v.is_array()) {
+    f.fail("'" + param + "' must be a string or a list of text parts.", param);
+    return false;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& part = v[i];
+    auto type = part.is_object() ? part.find("type") : part.end();
+    auto text = part.is_object() ? part.find("text") : part.end();
+    if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() || !text->is_string()) {
+      f.fail("'" + param + "[" + std::to_string(i) + "]' must be {\"type\": \"text\", \"text\": string}; " +
+                 "only text content is supported.",
+             param);
+      return false;
+    }
+    if (i > 0) out->push_back('\n');
+    *out += text->get<std::string>();
+  }
+  return true;
+}
+
+bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
+  if (v == nullptr) {
+    f.fail("'messages' is required.", "messages");
+    return false;
+  }
+  if (!v->is_array()) {
+    f.fail("'messages' must be a list of messages.", "messages");
+    return false;
+  }
+  if (v->empty()) {
+    f.fail("'messages' must not be empty.", "messages");
+    return false;
+  }
+  if (v->size() > kMaxMessages) {
+    f.fail("'messages' has more than " + std::to_string(kMaxMessages) + " entries.", "messages");
+    return false;
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) {
+      f.fail("'" + param + "' must be an object.", param);
+      return false;
+    }
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      f.fail("'" + param + ".role' must be a string.", param + ".role");
+      return false;
+    }
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool" &&
+        msg.role != "developer") {
+      f.fail("'" + param + ".role' must be one of system, developer, user, assistant, tool; got '" + msg.role +
+                 "'.",
+             param + ".role");
+      return false;
+    }
+    auto content = m.find("content");
+    if (content != m.end() && !read_content(*content, &msg.content, f, param + ".content")) return false;
+    out->push_back(std::move(msg));
+  }
+  return true;
+}
+
+bool read_stop(Fields& f, std::vector<std::string>* out) {
+  const json* v = f.get("stop");
+  if (v == nullptr) return true;
+  if (v->is_string()) {
+    out->push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const json& s : *v) {
+      if (!s.is_string()) {
+        f.fail("'stop' must be a string or a list of strings.", "stop");
+        return false;
+      }
+      out->push_back(s.get<std::string>());
+    }
+  } else {
+    f.fail("'stop' must be a string or a list of strings.", "stop");
+    return false;
+  }
+  if (out->size() > kMaxStopStrings) {
+    f.fail("'stop' has " + std::to_string(out->size()) + " entries; at most " + std::to_string(kMaxStopStrings) +
+               " are allowed.",
+           "stop");
+    return false;
+  }
+  for (const std::string& s : *out) {
+    if (s.empty()) {
+      f.fail("'stop' strings must not be empty.", "stop");
+      return false;
+    }
+    if (s.size() > kMaxStopStringBytes) {
+      f.fail("'stop' strings may be at most " + std::to_string(kMaxStopStringBytes) + " bytes; one has " +
+                 std::to_string(s.size()) + ".",
+             "stop");
+      return false;
+    }
+  }
+  return true;
+}
+
+bool read_token_ids(const json& v, std::vector<int32_t>* out, Fields& f, const ProtocolLimits& limits,
+                    const std::string& param) {
+  for (const json& t : v) {
+    if (!t.is_number_integer()) {
+      f.fail("'" + param + "' must hold integer token ids.", param);
+      return false;
+    }
+    bool ok = t.is_number_unsigned() ? t.get<uint64_t>() < static_cast<uint64_t>(limits.vocab_size)
+                                     : t.get<int64_t>() >= 0 && t.get<int64_t>() < limits.vocab_size;
+    if (!ok) {
+      f.fail("'" + param + "' holds token id " + t.dump() + ", outside the vocabulary [0, " +
+                 std::to_string(limits.vocab_size) + ").",
+             param);
+      return false;
+    }
+    out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return true;
+}
+
+// prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]
+bool read_prompts(const json* v, std::vector<Prompt>* out, Fields& f, const ProtocolLimits& limits) {
+  const char* kShape = "'prompt' must be a string, a list of strings, a list of token ids, or a list of lists of "
+                       "token ids.";
+  if (v == nullptr) {
+    f.fail("'prompt' is required.", "prompt");
+    return false;
+  }
+  if (v->is_string()) {
+    if (v->get_ref<const std::string&>().empty()) {
+      f.fail("'prompt' must not be empty.", "prompt");
+      return false;
+    }
+    out->emplace_back(v->get<std::string>());
+    return true;
+  }
+  if (!v->is_array()) {
+    f.fail(kShape, "prompt");
+    return false;
+  }
+  if (v->empty()) {
+    f.fail("'prompt' must not be empty.", "prompt");
+    return false;
+  }
+  const json& first = v->front();
+  if (first.is_number_integer()) {
+    std::vector<int32_t> ids;
+    if (!read_token_ids(*v, &ids, f, limits, "prompt")) return false;
+    out->emplace_back(std::move(ids));
+    return true;
+  }
+  if (v->size() > kMaxPrompts) {
+    f.fail("'prompt' has more than " + std::to_string(kMaxPrompts) + " entries.", "prompt");
+    return false;
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& p = (*v)[i];
+    std::string param = "prompt[" + std::to_string(i) + "]";
+    if (p.is_string() && first.is_string()) {
+      if (p.get_ref<const std::string&>().empty()) {
+        f.fail("'" + param + "' must not be empty.", "prompt");
+        return false;
+      }
+      out->emplace_back(p.get<std::string>());
+    } else if (p.is_array() && first.is_array()) {
+      if (p.empty()) {
+        f.fail("'" + param + "' must not be empty.", "prompt");
+        return false;
+      }
+      std::vector<int32_t> ids;
+      if (!read_token_ids(p, &ids, f, limits, param)) return false;
+      out->emplace_back(std::move(ids));
+    } else {
+      f.fail(kShape, "prompt");
+      return false;
+    }
+  }
+  return true;
+}
+
+// The fields both endpoints share.
+void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  GenerationParams& p = r->params;
+  if (auto v = f.integer("max_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
+  if (auto v = f.integer("max_completion_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
+  if (auto v = f.number("temperature", [](double x) { return x >= 0; }, "at least 0")) p.temperature = *v;
+  if (auto v = f.number("top_p", [](double x) { return x > 0 && x <= 1; }, "in (0, 1]")) p.top_p = *v;
+  if (auto v = f.integer("top_k", -1, kMaxInt, "-1 (disabled) or at least 0")) p.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", [](double x) { return x >= 0 && x <= 1; }, "in [0, 1]")) p.min_p = *v;
+  if (auto v = f.number("presence_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
+    p.presence_penalty = *v;
+  }
+  if (auto v = f.number("frequency_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
+    p.frequency_penalty = *v;
+  }
+  if (auto v = f.number("repetition_penalty", [](double x) { return x > 0; }, "greater than 0")) {
+    p.repetition_penalty = *v;
+  }
+  if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                         "a 64-bit integer")) {
+    p.seed = static_cast<uint64_t>(*v);
+  }
+  if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
+  if (auto v = f.integer("n", 1, limits.max_num_seqs,
+                         ("in [1, " + std::to_string(limits.max_num_seqs) + "] (max_num_seqs)").c_str())) {
+    r->n = static_cast<int>(*v);
+  }
+  read_stop(f, &r->stop);
+  if (auto v = f.boolean("stream")) r->stream = *v;
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) {
+      f.fail("'stream_options' must be an object.", "stream_options");
+    } else if (!r->stream) {
+      f.fail("'stream_options' is only allowed when 'stream' is true.", "stream_options");
+    } else {
+      Fields sf(*so);
+      if (auto v = sf.boolean("include_usage")) r->include_usage = *v;
+      if (sf.failed()) f.fail("'stream_options.include_usage' must be a boolean.", "stream_options");
+    }
+  }
+  if (const json* lb = f.get("logit_bias"); lb != nullptr && !(lb->is_object() && lb->empty())) {
+    f.fail("'logit_bias' is not supported.", "logit_bias");
+  }
+}
+
+template <typename T>
+Parsed<T> finish(Fields& f, std::optional<ApiError>& model_error, T value) {
+  if (f.failed()) return f.error();
+  if (model_error) return *model_error;
+  return value;
+}
+
+}  // namespace
+
+Parsed<GenerateRequest> parse_chat_request(std::string_view body, const ProtocolLimits& limits) {
+  auto parsed = parse_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  Fields f(j);
+  GenerateRequest r;
+  r.endpoint = Endpoint::kChat;
+  std::optional<ApiError> model_error;
+  check_model(f, limits, &r.model, &model_error);
+  read_messages(f.get("messages"), &r.messages, f);
+  read_common(f, &r, limits);
+  // Chat: logprobs is a bool; top_logprobs (0..20) needs it.
+  bool logprobs = f.boolean("logprobs").value_or(false);
+  auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs, "in [0, 20]");
+  if (top && !logprobs) f.fail("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs");
+  if (logprobs) r.params.top_logprobs = static_cast<int>(top.value_or(0));
+  return finish(f, model_error, std::move(r));
+}
+
+Parsed<GenerateRequest> parse_completion_request(std::string_view body, const ProtocolLimits& limits) {
+  auto parsed = parse_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  Fields f(j);
+  GenerateRequest r;
+  r.endpoint = Endpoint::kCompletion;
+  std::optional<ApiError> model_error;
+  check_model(f, limits, &r.model, &model_error);
+  read_prompts(f.get("prompt"), &r.prompts, f, limits);
+  read_common(f, &r, limits);
+  // Completions: logprobs is the number of alternatives (0..20).
+  if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs, "in [0, 20]")) r.params.top_logprobs = static_cast<int>(*v);
+  if (auto echo = f.boolean("echo"); echo && *echo) f.fail("'echo' is not supported.", "echo");
+  if (const json* s = f.get("suffix"); s != nullptr) f.fail("'suffix' is not supported.", "suffix");
+  if (!f.failed() && !model_error && r.prompts.size() * static_cast<size_t>(r.n) >
+                                         static_cast<size_t>(limits.max_num_seqs) * kMaxPrompts) {
+    f.fail("Too many sequences requested (prompts x n).", "n");
+  }
+  return finish(f, model_error, std::move(r));
+}
+
+Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body, const ProtocolLimits& limits) {
+  auto parsed = parse_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  Fields f(j);
+  TokenizeRequest r;
+  std::string model;
+  std::optional<ApiError> model_error;
+  check_model(f, limits, &model, &model_error);
+  const json* prompt = f.get("prompt");
+  const json* messages = f.get("messages");
+  if ((prompt == nullptr) == (messages == nullptr)) {
+    f.fail("Give exactly one of 'prompt' (a string) or 'messages'.", "prompt");
+  } else if (prompt != nullptr) {
+    if (!prompt->is_string()) f.fail("'prompt' must be a string.", "prompt");
+    else r.prompt = prompt->get<std::string>();
+  } else {
+    read_messages(messages, &r.messages, f);
+  }
+  if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
+  if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
+  return finish(f, model_error, std::move(r));
+}
+
+Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body, const ProtocolLimits& limits) {
+  auto parsed = parse_object(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const json& j = std::get<json>(parsed);
+  Fields f(j);
+  DetokenizeRequest r;
+  std::string model;
+  std::optional<ApiError> model_error;
+  check_model(f, limits, &model, &model_error);
+  const json* tokens = f.get("tokens");
+  if (tokens == nullptr || !tokens->is_array()) {
+    f.fail("'tokens' must be a list of token ids.", "tokens");
+  } else {
+    read_token_ids(*tokens, &r.tokens, f, limits, "tokens");
+  }
+  return finish(f, model_error, std::move(r));
+}
+
+Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
+                                     int64_t max_model_len) {
+  if (prompt_tokens < 1) return bad_request("The prompt is empty after tokenization.", "prompt");
+  int64_t want = max_tokens.value_or(0);
+  if (prompt_tokens + std::max<int64_t>(want, 1) > max_model_len) {
+    std::string msg = "This model's maximum context length is " + std::to_string(max_model_len) +
+                      " tokens. However, you requested " + std::to_string(prompt_tokens + want) + " tokens (" +
+                      std::to_string(prompt_tokens) + " in the messages, " + std::to_string(want) +
+                      " in the completion). Please reduce the length of the messages or completion.";
+    return ApiError{400, std::move(msg), "invalid_request_error", "messages", "context_length_exceeded"};
+  }
+  return max_tokens ? *max_tokens : max_model_len - prompt_tokens;
+}
+
+}  // namespace nanoserve::server

@@ -1,0 +1,98 @@
+#pragma once
+// The OpenAI request bodies, parsed and validated into plain structs.
+//
+// Parsing checks everything that can be checked without the tokenizer: JSON
+// syntax, field types, ranges, finiteness, the model name, stop-string limits.
+// What needs token counts (context length) is checked by check_context_length
+// once the prompt is encoded.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "server/api_error.h"
+
+namespace nanoserve::server {
+
+// Bounds on request fields that the OpenAI spec leaves open. docs/server.md lists them.
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+inline constexpr int kMaxTopLogprobs = 20;
+inline constexpr size_t kMaxPrompts = 256;  // completions: entries in a batched prompt
+inline constexpr size_t kMaxMessages = 4096;
+
+struct ProtocolLimits {
+  std::string served_model_name;
+  int64_t max_model_len = 2048;
+  int max_num_seqs = 256;
+  int64_t vocab_size = 0;  // token-id prompts must lie in [0, vocab_size)
+};
+
+struct ChatMessage {
+  std::string role;  // system | user | assistant | tool
+  std::string content;
+};
+
+// One completions prompt: text to encode, or token ids given directly.
+using Prompt = std::variant<std::string, std::vector<int32_t>>;
+
+// Sampling as the engine sees it. Defaults follow the OpenAI API.
+struct GenerationParams {
+  std::optional<int64_t> max_tokens;  // unset: up to the context length
+  float temperature = 1.0f;           // 0: greedy
+  float top_p = 1.0f;
+  int top_k = -1;  // -1 or 0: disabled
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  bool ignore_eos = false;
+  int top_logprobs = -1;  // -1: no logprobs; 0..kMaxTopLogprobs: sampled token + that many alternatives
+};
+
+enum class Endpoint { kChat, kCompletion };
+
+struct GenerateRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  std::vector<ChatMessage> messages;  // chat
+  std::vector<Prompt> prompts;        // completions
+  GenerationParams params;
+  int n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// A parse result: the request, or the error to return.
+template <typename T>
+using Parsed = std::variant<T, ApiError>;
+
+Parsed<GenerateRequest> parse_chat_request(std::string_view body, const ProtocolLimits& limits);
+Parsed<GenerateRequest> parse_completion_request(std::string_view body, const ProtocolLimits& limits);
+
+// POST /tokenize: {"model"?, "prompt": str} or {"model"?, "messages": [...]}, optional add_special_tokens.
+struct TokenizeRequest {
+  std::optional<std::string> prompt;
+  std::vector<ChatMessage> messages;
+  bool add_special_tokens = true;
+  bool add_generation_prompt = true;
+};
+Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body, const ProtocolLimits& limits);
+
+// POST /detokenize: {"model"?, "tokens": [int]}.
+struct DetokenizeRequest {
+  std::vector<int32_t> tokens;
+};
+Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body, const ProtocolLimits& limits);
+
+// The prompt plus the tokens to generate must fit the context. Returns the
+// effective max_tokens (the request's, or what is left of the context).
+Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
+                                     int64_t max_model_len);
+
+}  // namespace nanoserve::server

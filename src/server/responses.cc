@@ -1,0 +1,123 @@
+#include "server/responses.h"
+
+#include "server/api_error.h"
+
+namespace nanoserve::server {
+
+using nlohmann::json;
+
+namespace {
+
+json bytes_json(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+const char* object_name(Endpoint e, bool chunk) {
+  if (e == Endpoint::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+
+json header(const ResponseMeta& meta, bool chunk) {
+  return json{{"id", meta.id}, {"object", object_name(meta.endpoint, chunk)}, {"created", meta.created},
+              {"model", meta.model}};
+}
+
+}  // namespace
+
+json usage_json(const Usage& usage) {
+  return json{{"prompt_tokens", usage.prompt_tokens},
+              {"completion_tokens", usage.completion_tokens},
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+json finish_reason_json(FinishReason reason) {
+  if (reason == FinishReason::kNone) return nullptr;
+  return finish_reason_name(reason);
+}
+
+json chat_logprobs_json(const std::vector<LogprobItem>& items, const TokenTextFn& token_text) {
+  json content = json::array();
+  for (const LogprobItem& it : items) {
+    std::string text = token_text(it.token);
+    json top = json::array();
+    for (const TopLogprob& t : it.top) {
+      std::string tt = token_text(t.token);
+      top.push_back(json{{"token", tt}, {"logprob", t.logprob}, {"bytes", bytes_json(tt)}});
+    }
+    content.push_back(json{{"token", text}, {"logprob", it.logprob}, {"bytes", bytes_json(text)}, {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+json completion_logprobs_json(const std::vector<LogprobItem>& items, const TokenTextFn& token_text,
+                              int64_t text_offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  for (const LogprobItem& it : items) {
+    std::string text = token_text(it.token);
+    tokens.push_back(text);
+    token_logprobs.push_back(it.logprob);
+    json top = json::object();
+    for (const TopLogprob& t : it.top) top[token_text(t.token)] = t.logprob;
+    top[text] = it.logprob;  // the sampled token is always listed, as vLLM does
+    top_logprobs.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(text.size());
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+              {"text_offset", offsets}};
+}
+
+json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, const Usage& usage,
+                   const TokenTextFn& token_text) {
+  json out = header(meta, /*chunk=*/false);
+  json arr = json::array();
+  for (const ChoiceResult& c : choices) {
+    json choice{{"index", c.index}};
+    if (meta.endpoint == Endpoint::kChat) {
+      choice["message"] = json{{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = c.with_logprobs ? chat_logprobs_json(c.logprobs, token_text) : json(nullptr);
+    } else {
+      choice["text"] = c.text;
+      choice["logprobs"] = c.with_logprobs ? completion_logprobs_json(c.logprobs, token_text, 0) : json(nullptr);
+    }
+    choice["finish_reason"] = finish_reason_json(c.finish);
+    arr.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(arr);
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json chunk_json(const ResponseMeta& meta, const ChunkPart& part, bool include_usage, const TokenTextFn& token_text) {
+  json out = header(meta, /*chunk=*/true);
+  json choice{{"index", part.index}};
+  if (meta.endpoint == Endpoint::kChat) {
+    json delta = json::object();
+    if (part.first) delta["role"] = "assistant";
+    if (part.first || !part.text.empty()) delta["content"] = part.text;
+    choice["delta"] = std::move(delta);
+    choice["logprobs"] = part.with_logprobs ? chat_logprobs_json(part.logprobs, token_text) : json(nullptr);
+  } else {
+    choice["text"] = part.text;
+    choice["logprobs"] =
+        part.with_logprobs ? completion_logprobs_json(part.logprobs, token_text, part.text_offset) : json(nullptr);
+  }
+  choice["finish_reason"] = finish_reason_json(part.finish);
+  out["choices"] = json::array({std::move(choice)});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json usage_chunk_json(const ResponseMeta& meta, const Usage& usage) {
+  json out = header(meta, /*chunk=*/true);
+  out["choices"] = json::array();
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+
+}  // namespace nanoserve::server

@@ -1,0 +1,349 @@
+// The HTTP layer end to end over real sockets, against the fake engine.
+
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "server/fake_backend.h"
+#include "server/http_test_client.h"
+
+namespace nanoserve::server {
+namespace {
+
+using nlohmann::json;
+using testing::FakeCodec;
+using testing::FakeEngine;
+using testing::http_request;
+using testing::HttpResult;
+using testing::sse_data;
+using namespace std::chrono_literals;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void start(std::string api_key = {}, int64_t max_waiting = 256, bool ready = true) {
+    metrics_ = std::make_unique<ServerMetrics>("fake");
+    loop_ = std::make_unique<EngineLoop>(engine_, *metrics_, EngineLoop::Options{max_waiting});
+    api_ = std::make_unique<Api>("fake", std::move(api_key), *metrics_);
+    HttpOptions opts;
+    opts.port = 0;
+    opts.num_threads = 16;
+    http_ = std::make_unique<HttpServer>(*api_, opts);
+    auto port = http_->bind();
+    ASSERT_TRUE(port.ok()) << port.status().to_string();
+    port_ = *port;
+    thread_ = std::thread([this] { http_->serve(); });
+    loop_->start();
+    if (ready) make_ready();
+  }
+  void make_ready() {
+    ProtocolLimits limits;
+    limits.max_model_len = 64;
+    limits.max_num_seqs = 4;
+    limits.vocab_size = codec_.vocab_size();
+    api_->set_ready(codec_, *loop_, limits);
+  }
+  void TearDown() override {
+    if (loop_) loop_->stop();
+    if (http_) http_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  HttpResult post(const std::string& path, const std::string& body, std::vector<std::string> headers = {}) {
+    return http_request(port_, "POST", path, body, headers);
+  }
+  HttpResult get(const std::string& path, std::vector<std::string> headers = {}) {
+    return http_request(port_, "GET", path, {}, headers);
+  }
+  std::string metrics_text() { return get("/metrics").body; }
+  double metric(const std::string& series) {
+    std::string text = metrics_text();
+    size_t pos = text.find("\n" + series + " ");
+    if (pos == std::string::npos) return -1;
+    return std::stod(text.substr(pos + series.size() + 2));
+  }
+
+  FakeEngine engine_;
+  FakeCodec codec_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<EngineLoop> loop_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+void expect_error_shape(const HttpResult& r, int status) {
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.body;
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  EXPECT_TRUE(j["error"].contains("param"));
+  EXPECT_TRUE(j["error"].contains("code"));
+}
+
+TEST_F(HttpServerTest, HealthIs503UntilReady) {
+  start({}, 256, /*ready=*/false);
+  expect_error_shape(get("/health"), 503);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "ab"})"), 503);
+  make_ready();
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(HttpServerTest, Completion) {
+  start();
+  HttpResult r = post("/v1/completions", R"({"model": "fake", "prompt": "abc", "max_tokens": 5})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers["content-type"], "application/json");
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "abcab");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"], (json{{"prompt_tokens", 3}, {"completion_tokens", 5}, {"total_tokens", 8}}));
+}
+
+TEST_F(HttpServerTest, CompletionBatchOfPromptsTimesN) {
+  start();
+  HttpResult r = post("/v1/completions", R"({"prompt": [[120, 121], [122]], "max_tokens": 3, "n": 2,
+      "stop": "q", "seed": 7})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  EXPECT_EQ(j["choices"][0]["text"], "xyx");
+  EXPECT_EQ(j["choices"][1]["text"], "xyx");
+  EXPECT_EQ(j["choices"][2]["text"], "zzz");
+  EXPECT_EQ(j["choices"][3]["index"], 3);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  // Choice i of a seeded request gets seed + i.
+  std::set<uint64_t> seeds;
+  for (const auto& [id, p] : engine_.params_seen()) seeds.insert(*p.seed);
+  EXPECT_EQ(seeds, (std::set<uint64_t>{7, 8, 9, 10}));
+}
+
+TEST_F(HttpServerTest, ChatWithStopAndLogprobs) {
+  start();
+  // The fake echoes the templated prompt: "<|im_start|>user\nhello<|im_end|>...".
+  HttpResult r = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hello"}],
+      "max_tokens": 20, "stop": ["ll"], "logprobs": true, "top_logprobs": 2})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "<|im_start|>user\nhe");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const json& lp = j["choices"][0]["logprobs"]["content"];
+  EXPECT_EQ(lp.size(), j["usage"]["completion_tokens"].get<size_t>());
+  EXPECT_EQ(lp[0]["token"], "<|im_start|>");
+  EXPECT_EQ(lp[0]["top_logprobs"].size(), 2u);
+}
+
+TEST_F(HttpServerTest, ChatStreamSseFormat) {
+  start();
+  HttpResult r = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}],
+      "max_tokens": 6, "n": 2, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["content-type"], "text/event-stream");
+  auto events = sse_data(r.body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  // Every event is "data: <json>\n\n".
+  EXPECT_EQ(r.body.rfind("data: [DONE]\n\n"), r.body.size() - 14);
+  std::string text[2];
+  std::string finish[2];
+  bool role_first[2] = {false, false};
+  bool seen[2] = {false, false};
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c["choices"].empty()) {
+      usage = c["usage"];
+      EXPECT_EQ(i + 2, events.size()) << "the usage chunk comes last";
+      continue;
+    }
+    EXPECT_TRUE(c["usage"].is_null());
+    int idx = c["choices"][0]["index"];
+    const json& delta = c["choices"][0]["delta"];
+    if (!seen[idx]) role_first[idx] = delta.value("role", "") == "assistant";
+    seen[idx] = true;
+    text[idx] += delta.value("content", "");
+    if (!c["choices"][0]["finish_reason"].is_null()) finish[idx] = c["choices"][0]["finish_reason"];
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(role_first[i]);
+    EXPECT_EQ(text[i], "<|im_start|>user\n");  // the fake echoes the templated prompt
+    EXPECT_EQ(finish[i], "length");
+  }
+  EXPECT_EQ(usage["completion_tokens"], 12);
+  EXPECT_EQ(usage["total_tokens"], usage["prompt_tokens"].get<int>() + 12);
+}
+
+TEST_F(HttpServerTest, CompletionStream) {
+  start();
+  HttpResult r = post("/v1/completions", R"({"prompt": "ab", "max_tokens": 3, "stream": true, "logprobs": 1})");
+  ASSERT_EQ(r.status, 200);
+  auto events = sse_data(r.body);
+  std::string text;
+  int n_logprobs = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    json c = json::parse(events[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["logprobs"].is_null()) n_logprobs += c["choices"][0]["logprobs"]["tokens"].size();
+  }
+  EXPECT_EQ(text, "aba");
+  EXPECT_EQ(n_logprobs, 3);
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+TEST_F(HttpServerTest, ValidationErrorsKeepTheServerUp) {
+  start();
+  expect_error_shape(post("/v1/chat/completions", "{oops"), 400);
+  expect_error_shape(post("/v1/chat/completions", R"({"model": "other", "messages": [{"role": "user",
+      "content": "x"}]})"), 404);
+  expect_error_shape(post("/v1/chat/completions", R"({"messages": []})"), 400);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "", "max_tokens": 1})"), 400);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 0})"), 400);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "n": 5})"), 400);  // > max_num_seqs 4
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "temperature": -1})"), 400);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "top_p": 0})"), 400);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "top_k": -2})"), 400);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "temperature": NaN})"), 400);
+  HttpResult ctx = post("/v1/completions", R"({"prompt": ")" + std::string(60, 'a') + R"(", "max_tokens": 10})");
+  expect_error_shape(ctx, 400);
+  EXPECT_NE(ctx.body.find("This model's maximum context length is 64 tokens"), std::string::npos);
+  expect_error_shape(post("/v1/completions", R"({"prompt": ")" + std::string(70, 'a') + R"("})"), 400);
+  expect_error_shape(get("/no/such/route"), 404);
+  // Still serving.
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "ok", "max_tokens": 2})").status, 200);
+}
+
+TEST_F(HttpServerTest, BodyOver4MiBIs413) {
+  start();
+  std::string big = R"({"prompt": ")" + std::string((4u << 20) + 16, 'a') + "\"}";
+  expect_error_shape(post("/v1/completions", big), 413);
+  EXPECT_EQ(get("/health").status, 200);
+}
+
+TEST_F(HttpServerTest, ApiKey) {
+  start("sekret");
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})"), 401);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}),
+                     401);
+  expect_error_shape(get("/metrics"), 401);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret"}).status,
+            200);
+  EXPECT_EQ(get("/health").status, 200);     // public
+  EXPECT_EQ(get("/v1/models").status, 200);  // public
+}
+
+TEST_F(HttpServerTest, ModelsTokenizeDetokenize) {
+  start();
+  json models = json::parse(get("/v1/models").body);
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "fake");
+  json t = json::parse(post("/tokenize", R"({"prompt": "hi"})").body);
+  EXPECT_EQ(t["tokens"], (json{104, 105}));
+  EXPECT_EQ(t["count"], 2);
+  json d = json::parse(post("/detokenize", R"({"tokens": [104, 105]})").body);
+  EXPECT_EQ(d["prompt"], "hi");
+  expect_error_shape(post("/detokenize", R"({"tokens": [99999]})"), 400);
+}
+
+TEST_F(HttpServerTest, QueueFullIs429) {
+  engine_.max_running = 1;
+  engine_.step_delay_ms = 20;
+  start({}, /*max_waiting=*/1);
+  // One running, then one waiting behind it: the next does not fit.
+  int a = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 60})");
+  for (int i = 0; i < 400 && loop_->num_steps() < 2; ++i) std::this_thread::sleep_for(5ms);
+  int b = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "b", "max_tokens": 60})");
+  for (int i = 0; i < 400 && engine_.num_added() < 2; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine_.num_added(), 2);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "c", "max_tokens": 1})"), 429);
+  ::close(a);
+  ::close(b);
+}
+
+TEST_F(HttpServerTest, DisconnectMidStreamAborts) {
+  engine_.step_delay_ms = 2;
+  start();
+  int fd = testing::open_request(port_, "POST", "/v1/completions",
+                                 R"({"prompt": "abc", "max_tokens": 60, "stream": true})");
+  ASSERT_GE(fd, 0);
+  char buf[4096];
+  ASSERT_GT(::recv(fd, buf, sizeof(buf), 0), 0);  // headers and the first chunks arrived
+  ::close(fd);
+  for (int i = 0; i < 400 && engine_.aborted().empty(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine_.aborted().size(), 1u);
+  EXPECT_EQ(engine_.num_unfinished(), 0u);
+  for (int i = 0; i < 100 && metric("nanoserve:kv_cache_usage_perc{model_name=\"fake\"}") != 0.0; ++i) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(metric("nanoserve:kv_cache_usage_perc{model_name=\"fake\"}"), 0.0);
+  EXPECT_EQ(metric("nanoserve:request_success_total{model_name=\"fake\",finished_reason=\"abort\"}"), 1.0);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "ok", "max_tokens": 2})").status, 200);
+}
+
+TEST_F(HttpServerTest, DisconnectWhileWaitingNonStreamingAborts) {
+  engine_.step_delay_ms = 2;
+  start();
+  int fd = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 60})");
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 200 && engine_.num_added() < 1; ++i) std::this_thread::sleep_for(5ms);
+  ::close(fd);
+  for (int i = 0; i < 400 && engine_.aborted().empty(); ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(engine_.aborted().size(), 1u);
+  EXPECT_EQ(engine_.num_unfinished(), 0u);
+}
+
+TEST_F(HttpServerTest, EngineErrorMidStreamSendsErrorEvent) {
+  engine_.step_delay_ms = 2;
+  start();
+  int fd = testing::open_request(port_, "POST", "/v1/completions",
+                                 R"({"prompt": "abc", "max_tokens": 60, "stream": true})");
+  char buf[4096];
+  std::string raw;
+  ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  raw.append(buf, static_cast<size_t>(n));
+  engine_.fail_next_step = true;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  auto events = sse_data(testing::parse_response(raw).body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json err = json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(err.contains("error")) << events[events.size() - 2];
+  EXPECT_NE(err["error"]["message"].get<std::string>().find("injected device failure"), std::string::npos);
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "ok", "max_tokens": 2})").status, 200);
+}
+
+TEST_F(HttpServerTest, ManyConcurrentStreams) {
+  start();
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 12; ++i) {
+    clients.emplace_back([&, i] {
+      std::string prompt(1, static_cast<char>('a' + i));
+      HttpResult r = post("/v1/completions", R"({"prompt": ")" + prompt + R"(", "max_tokens": 8, "stream": true})");
+      std::string text;
+      for (const std::string& e : sse_data(r.body)) {
+        if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();
+      }
+      if (text == std::string(8, prompt[0])) ++ok;
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 12);
+}
+
+}  // namespace
+}  // namespace nanoserve::server

@@ -1,0 +1,71 @@
+#include "server/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace nanoserve::server {
+namespace {
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos || text.rfind(line + "\n", 0) == 0;
+}
+
+TEST(Metrics, PrometheusTextFormat) {
+  MetricsRegistry reg;
+  Counter& c = reg.counter("ns:tokens_total", "Tokens.", {{"model_name", "m"}});
+  Gauge& g = reg.gauge("ns:usage", "Usage.");
+  Histogram& h = reg.histogram("ns:lat_seconds", "Latency.", {0.1, 1.0});
+  c.inc(3);
+  g.set(0.25);
+  h.observe(0.05);
+  h.observe(0.5);
+  h.observe(7.0);
+  std::string text = reg.render();
+  EXPECT_TRUE(has_line(text, "# HELP ns:tokens_total Tokens.")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE ns:tokens_total counter")) << text;
+  EXPECT_TRUE(has_line(text, "ns:tokens_total{model_name=\"m\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE ns:usage gauge")) << text;
+  EXPECT_TRUE(has_line(text, "ns:usage 0.25")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE ns:lat_seconds histogram")) << text;
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"0.10000000000000001\"} 1") ||
+              has_line(text, "ns:lat_seconds_bucket{le=\"0.1\"} 1"))
+      << text;
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"1\"} 2")) << text;  // cumulative
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"+Inf\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_count 3")) << text;
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_sum 7.5499999999999998") || has_line(text, "ns:lat_seconds_sum 7.55"))
+      << text;
+}
+
+TEST(Metrics, LabelValuesAreEscaped) {
+  MetricsRegistry reg;
+  reg.counter("x_total", "X.", {{"model_name", "a\"b\\c\nd"}}).inc();
+  EXPECT_NE(reg.render().find("x_total{model_name=\"a\\\"b\\\\c\\nd\"} 1"), std::string::npos) << reg.render();
+}
+
+TEST(Metrics, ServerMetricsUseVllmNames) {
+  ServerMetrics m("smol");
+  m.request_finished(FinishReason::kAbort);
+  m.request_finished(FinishReason::kStop);
+  m.request_finished(FinishReason::kStop);
+  m.kv_cache_usage_perc.set(0.5);
+  std::string text = m.registry.render();
+  for (const char* name : {"nanoserve:num_requests_running", "nanoserve:num_requests_waiting",
+                           "nanoserve:kv_cache_usage_perc", "nanoserve:prompt_tokens_total",
+                           "nanoserve:generation_tokens_total", "nanoserve:request_success_total",
+                           "nanoserve:num_preemptions_total", "nanoserve:time_to_first_token_seconds",
+                           "nanoserve:inter_token_latency_seconds", "nanoserve:e2e_request_latency_seconds"}) {
+    EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
+  }
+  EXPECT_TRUE(has_line(text, "nanoserve:request_success_total{model_name=\"smol\",finished_reason=\"stop\"} 2"))
+      << text;
+  EXPECT_TRUE(has_line(text, "nanoserve:request_success_total{model_name=\"smol\",finished_reason=\"abort\"} 1"));
+  EXPECT_TRUE(has_line(text, "nanoserve:kv_cache_usage_perc{model_name=\"smol\"} 0.5"));
+  // Each family is declared once, however many series it has.
+  size_t first = text.find("# TYPE nanoserve:request_success_total");
+  EXPECT_EQ(text.find("# TYPE nanoserve:request_success_total", first + 1), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nanoserve::server
