@@ -1,0 +1,342 @@
+// Paged decode attention on the GPU: time per call and achieved bandwidth
+// (K+V bytes read, plus q and out) against the device-to-device copy ceiling
+// measured in the same run. Each timed unit is a CUDA graph of kCallsPerGraph
+// calls (launch gaps as the engine's captured decode step sees them), cycling
+// over enough copies of the pools that they do not stay in L2. Inputs are
+// random (never zeros). Block tables are shuffled over the pool.
+//
+//   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick]
+//
+// --csv writes one line per measurement for bench/paged_attention_torch.py,
+// which times torch SDPA over contiguous KV on the same shapes and prints the
+// combined table. --dump writes a small mixed batch (inputs and our output) for
+// that script to check against SDPA.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_check.cuh"
+#include "core/cuda/device_memory.cuh"
+#include "ops/paged_attention/paged_attention_cuda.cuh"
+
+using namespace nanoserve;
+
+namespace {
+
+constexpr int kCallsPerGraph = 20;
+constexpr int kReplays = 25;
+constexpr double kCopyCeilingTBs = 4.24;  // docs/BENCHMARKS.md, H200
+
+// Fills bf16 values in [-1, 1) from a hash of the index and a seed.
+__global__ void fill_random_bf16(uint16_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed ^ static_cast<uint32_t>(i >> 32) * 0x85EBCA77u;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    h *= 0x297A2D39u;
+    h ^= h >> 15;
+    const float x = static_cast<float>(static_cast<int32_t>(h)) * (1.0f / 2147483648.0f);
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    p[i] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
+void fill_random(const Tensor& t, uint32_t seed) {
+  fill_random_bf16<<<1024, 256>>>(t.data_as<uint16_t>(), t.numel(), seed);
+  NS_CUDA_CHECK_LAUNCH();
+}
+
+struct Shape {
+  int batch, ctx, n_heads, n_kv, head_dim, block_size;
+};
+
+struct Result {
+  std::string shape, variant;
+  double us, tbs;
+  int copies, splits;
+};
+
+// A decode batch: every sequence has ctx tokens of history and one query.
+struct Setup {
+  Shape s;
+  int num_blocks = 0, max_blocks = 0;
+  ForwardBatch fb;
+  std::vector<Tensor> k_pools, v_pools;  // copies, to cycle over
+  Tensor q, out;
+
+  Setup(const Shape& shape, int64_t min_bytes_cycled, uint32_t seed) : s(shape) {
+    max_blocks = (s.ctx + s.block_size - 1) / s.block_size;
+    num_blocks = s.batch * max_blocks;
+    std::mt19937 rng(seed);
+    std::vector<int32_t> perm(num_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    fb.max_blocks_per_seq = max_blocks;
+    fb.block_tables = perm;
+    for (int b = 0; b < s.batch; ++b) {
+      fb.seq_ids.push_back(b);
+      fb.seq_starts.push_back(b);
+      fb.tokens.push_back(0);
+      fb.context_lens.push_back(s.ctx);
+      fb.positions.push_back(s.ctx - 1);
+      const int pos = s.ctx - 1;
+      fb.slot_mapping.push_back(perm[b * max_blocks + pos / s.block_size] * s.block_size + pos % s.block_size);
+    }
+    fb.seq_starts.push_back(s.batch);
+    const int64_t pool_bytes = int64_t{num_blocks} * s.block_size * s.n_kv * s.head_dim * 2;
+    const int copies = static_cast<int>(std::max<int64_t>(1, (min_bytes_cycled + 2 * pool_bytes - 1) / (2 * pool_bytes)));
+    for (int c = 0; c < copies; ++c) {
+      k_pools.push_back(cuda::empty(DType::kBF16, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
+      v_pools.push_back(cuda::empty(DType::kBF16, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
+      fill_random(k_pools.back(), seed + 2 * c);
+      fill_random(v_pools.back(), seed + 2 * c + 1);
+    }
+    q = cuda::empty(DType::kBF16, {s.batch, s.n_heads, s.head_dim});
+    out = cuda::empty(DType::kBF16, {s.batch, s.n_heads, s.head_dim});
+    fill_random(q, seed + 1000);
+  }
+
+  double bytes() const {
+    const double kv = 2.0 * s.batch * static_cast<double>(s.ctx) * s.n_kv * s.head_dim * 2;
+    return kv + 2.0 * s.batch * s.n_heads * s.head_dim * 2;
+  }
+};
+
+std::string shape_name(const Shape& s) {
+  return "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.ctx);
+}
+
+// Median time per call of paged_attention_cuda, from graph replays.
+double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
+  const Shape& s = su.s;
+  PagedBatchCuda batch(s.batch, s.batch, su.max_blocks);
+  batch.upload(su.fb);
+  PagedAttentionWorkspaceCuda ws(s.batch, s.n_heads, s.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const int n_rep = s.n_heads / s.n_kv;
+  cudaStream_t stream;
+  NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // Warm up outside the graph (module load, first-touch).
+  for (size_t c = 0; c < su.k_pools.size(); ++c) {
+    paged_attention_cuda(su.q, su.k_pools[c], su.v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+  }
+  NS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCallsPerGraph; ++i) {
+    const size_t c = i % su.k_pools.size();
+    paged_attention_cuda(su.q, su.k_pools[c], su.v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+  }
+  NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  NS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  NS_CUDA_CHECK(cudaEventCreate(&start));
+  NS_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<float> ms;
+  for (int r = 0; r < kReplays; ++r) {
+    NS_CUDA_CHECK(cudaEventRecord(start, stream));
+    NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    NS_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  NS_CUDA_CHECK(cudaEventDestroy(start));
+  NS_CUDA_CHECK(cudaEventDestroy(stop));
+  NS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  NS_CUDA_CHECK(cudaGraphDestroy(graph));
+  NS_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 1000.0 * ms[ms.size() / 2] / kCallsPerGraph;
+}
+
+// Device-to-device copy of 1 GiB: bytes read + written over time.
+double copy_ceiling_tbs() {
+  const int64_t n = int64_t{1} << 30;
+  Tensor a = cuda::empty(DType::kBF16, {n / 2}), b = cuda::empty(DType::kBF16, {n / 2});
+  fill_random(a, 7);
+  cudaEvent_t start, stop;
+  NS_CUDA_CHECK(cudaEventCreate(&start));
+  NS_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int r = 0; r < 12; ++r) {
+    NS_CUDA_CHECK(cudaEventRecord(start));
+    NS_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), n, cudaMemcpyDeviceToDevice));
+    NS_CUDA_CHECK(cudaEventRecord(stop));
+    NS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (r >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  NS_CUDA_CHECK(cudaEventDestroy(start));
+  NS_CUDA_CHECK(cudaEventDestroy(stop));
+  return 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e12;
+}
+
+// A mixed batch (decodes and an extend chunk, uneven contexts), its inputs and
+// our output, for the torch SDPA check. Raw little-endian arrays plus meta.txt.
+void dump_problem(const std::string& dir) {
+  const int n_heads = 32, n_kv = 8, hd = 128, bs = 16;
+  const std::vector<std::pair<int, int>> seqs{{1, 1}, {97, 1}, {2048, 1}, {4000, 1}, {300, 64}, {16384, 1}};
+  ForwardBatch fb;
+  int max_blocks = 0, total_blocks = 0;
+  for (auto [ctx, n] : seqs) {
+    max_blocks = std::max(max_blocks, (ctx + bs - 1) / bs);
+    total_blocks += (ctx + bs - 1) / bs;
+  }
+  std::mt19937 rng(1234);
+  std::vector<int32_t> perm(total_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  fb.max_blocks_per_seq = max_blocks;
+  fb.block_tables.assign(seqs.size() * max_blocks, 0);
+  fb.seq_starts.push_back(0);
+  int next = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const auto [ctx, n] = seqs[b];
+    for (int i = 0; i < (ctx + bs - 1) / bs; ++i) fb.block_tables[b * max_blocks + i] = perm[next++];
+    fb.seq_ids.push_back(static_cast<int32_t>(b));
+    fb.context_lens.push_back(ctx);
+    for (int i = 0; i < n; ++i) {
+      const int pos = ctx - n + i;
+      fb.tokens.push_back(0);
+      fb.positions.push_back(pos);
+      fb.slot_mapping.push_back(fb.block_tables[b * max_blocks + pos / bs] * bs + pos % bs);
+    }
+    fb.seq_starts.push_back(static_cast<int32_t>(fb.tokens.size()));
+  }
+  const int t = static_cast<int>(fb.tokens.size());
+  Tensor k_pool = cuda::empty(DType::kBF16, {total_blocks, bs, n_kv, hd});
+  Tensor v_pool = cuda::empty(DType::kBF16, {total_blocks, bs, n_kv, hd});
+  Tensor q = cuda::empty(DType::kBF16, {t, n_heads, hd});
+  Tensor out = cuda::empty(DType::kBF16, {t, n_heads, hd});
+  fill_random(k_pool, 11);
+  fill_random(v_pool, 12);
+  fill_random(q, 13);
+  cuda::fill_bytes(out, 0xFF);
+  PagedBatchCuda batch(t, static_cast<int32_t>(seqs.size()), max_blocks);
+  batch.upload(fb);
+  PagedAttentionWorkspaceCuda ws(t, n_heads, hd);
+  paged_attention_cuda(q, k_pool, v_pool, batch, n_heads / n_kv, 1.0f / std::sqrt(static_cast<float>(hd)), ws, out);
+  cuda::synchronize();
+  auto write = [&](const std::string& name, const void* p, size_t bytes) {
+    std::ofstream f(dir + "/" + name, std::ios::binary);
+    f.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
+    NS_CHECK(f.good()) << "writing " << dir << "/" << name;
+  };
+  auto write_dev = [&](const std::string& name, const Tensor& d) {
+    const Tensor h = cuda::to_host(d);
+    write(name, h.data(), static_cast<size_t>(h.nbytes()));
+  };
+  write_dev("k_pool.bin", k_pool);
+  write_dev("v_pool.bin", v_pool);
+  write_dev("q.bin", q);
+  write_dev("out.bin", out);
+  write("block_tables.bin", fb.block_tables.data(), 4 * fb.block_tables.size());
+  write("seq_starts.bin", fb.seq_starts.data(), 4 * fb.seq_starts.size());
+  write("positions.bin", fb.positions.data(), 4 * fb.positions.size());
+  std::ofstream meta(dir + "/meta.txt");
+  meta << "num_seqs " << seqs.size() << "\nnum_tokens " << t << "\nnum_blocks " << total_blocks << "\nblock_size "
+       << bs << "\nn_heads " << n_heads << "\nn_kv_heads " << n_kv << "\nhead_dim " << hd << "\nmax_blocks_per_seq "
+       << max_blocks << "\n";
+  std::printf("dumped a batch of %zu sequences (%d query tokens) to %s\n", seqs.size(), t, dir.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string csv_path, dump_dir;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--csv" && i + 1 < argc) {
+      csv_path = argv[++i];
+    } else if (a == "--dump" && i + 1 < argc) {
+      dump_dir = argv[++i];
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--csv FILE] [--dump DIR] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::string why;
+  if (cuda::device_count(&why) == 0) {
+    std::fprintf(stderr, "no CUDA device: %s\n", why.c_str());
+    return 1;
+  }
+  const cuda::DeviceInfo dev = cuda::device_info();
+  std::printf("device: %s, %d SMs, L2 %.0f MB, cc %d.%d\n", dev.name.c_str(), dev.sm_count, dev.l2_bytes / 1e6,
+              dev.cc_major, dev.cc_minor);
+  if (!dump_dir.empty()) dump_problem(dump_dir);
+
+  const double copy_tbs = copy_ceiling_tbs();
+  std::printf("device-to-device copy: %.2f TB/s (read + write), reference ceiling %.2f TB/s\n", copy_tbs,
+              kCopyCeilingTBs);
+
+  // Llama-3-8B attention: GQA 32/8, head_dim 128, bf16, block 16.
+  std::vector<Shape> shapes{{1, 4096, 32, 8, 128, 16},  {64, 4096, 32, 8, 128, 16}, {8, 4096, 32, 8, 128, 16},
+                            {256, 1024, 32, 8, 128, 16}, {1, 16384, 32, 8, 128, 16}, {1, 1024, 32, 8, 128, 16},
+                            {64, 4096, 32, 8, 128, 32}};
+  if (quick) shapes.resize(2);
+  struct Variant {
+    std::string name;
+    PagedAttentionCudaOptions opt;
+    bool targets_only;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({"last-block", {SplitReduce::kLastBlock, 0}, false});
+  variants.push_back({"reduce-kernel", {SplitReduce::kKernel, 0}, true});
+  variants.push_back({"splits<=16", {SplitReduce::kLastBlock, 16}, true});
+  variants.push_back({"splits<=8", {SplitReduce::kLastBlock, 8}, true});
+
+  std::vector<Result> results;
+  const int64_t min_cycled = 4 * dev.l2_bytes;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    Setup su(s, min_cycled, 100 + static_cast<uint32_t>(i));
+    for (const Variant& v : variants) {
+      if (v.targets_only && i >= 2) continue;
+      const double us = time_attention(su, v.opt);
+      const double tbs = su.bytes() / (us * 1e-6) / 1e12;
+      std::string name = shape_name(s);
+      if (s.block_size != 16) name += " bs=" + std::to_string(s.block_size);
+      results.push_back({name, v.name, us, tbs, static_cast<int>(su.k_pools.size()),
+                         paged_attention_cuda_num_splits(s.ctx, s.head_dim, v.opt.max_splits)});
+      std::printf("%-18s %-14s %9.2f us %6.2f TB/s %5.1f%% of %.2f  (splits %d, %d pool copies)\n", name.c_str(),
+                  v.name.c_str(), us, tbs, 100.0 * tbs / kCopyCeilingTBs, kCopyCeilingTBs, results.back().splits,
+                  results.back().copies);
+      std::fflush(stdout);
+    }
+  }
+  if (!csv_path.empty()) {
+    std::ofstream f(csv_path);
+    f << "shape,variant,batch,ctx,n_heads,n_kv,head_dim,block_size,us,tbs,copy_tbs\n";
+    size_t k = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      for (const Variant& v : variants) {
+        if (v.targets_only && i >= 2) continue;
+        const Shape& s = shapes[i];
+        const Result& r = results[k++];
+        f << r.shape << "," << v.name << "," << s.batch << "," << s.ctx << "," << s.n_heads << "," << s.n_kv << ","
+          << s.head_dim << "," << s.block_size << "," << r.us << "," << r.tbs << "," << copy_tbs << "\n";
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,100 @@
+#pragma once
+// CUDA paged attention: the KV write and the attention read through block
+// tables, for bf16/f16 caches. Plain C++ declarations (no CUDA header), so the
+// engine's .cc files built with NANOSERVE_CUDA can call them; the kernels live
+// in paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth
+// these are tested against.
+//
+// Pools, one per layer for K and one for V:
+//   [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
+// block_size: a power of two >= 8. head_dim: 64 or 128.
+// q, out: [T, n_heads, head_dim] in the pool dtype. n_heads = n_kv_heads * n_rep;
+// query head h reads kv head h / n_rep.
+//
+// Determinism: how a row's context is split across thread blocks depends only on
+// that row's context length (and head_dim), never on the batch, so a sequence's
+// output is bitwise the same alone or in any batch, and whichever split-reduce
+// variant runs.
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cuda/device_memory.cuh"
+#include "core/tensor.h"
+#include "model/forward_batch.h"
+
+namespace nanoserve {
+
+// A step's metadata on the device, uploaded once per step and read by every layer.
+class PagedBatchCuda {
+ public:
+  // Capacity: up to max_tokens tokens and max_seqs sequences of up to max_blocks_per_seq blocks.
+  PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq);
+
+  // Checks the batch against the capacity and its own consistency (NS_CHECK), then
+  // queues the copies on `stream`.
+  void upload(const ForwardBatch& batch, cuda::Stream stream = nullptr);
+
+  int32_t num_tokens() const { return num_tokens_; }
+  int32_t num_seqs() const { return num_seqs_; }
+  int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
+  int32_t max_context_len() const { return max_context_len_; }  // over the sequences
+
+  const int32_t* seq_starts() const { return seq_starts_.data_as<const int32_t>(); }      // [B+1]
+  const int32_t* positions() const { return positions_.data_as<const int32_t>(); }        // [T]
+  const int32_t* block_tables() const { return block_tables_.data_as<const int32_t>(); }  // [B, max_blocks_per_seq]
+  const int32_t* slot_mapping() const { return slot_mapping_.data_as<const int32_t>(); }  // [T]
+
+ private:
+  int32_t cap_tokens_, cap_seqs_, cap_blocks_;
+  int32_t num_tokens_ = 0, num_seqs_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
+  Tensor seq_starts_, positions_, block_tables_, slot_mapping_;  // device, i32
+};
+
+// How the partial results of a split row are combined.
+enum class SplitReduce {
+  kKernel,     // a second kernel (launched with programmatic dependent launch)
+  kLastBlock,  // the last thread block of each (row, head group) to finish combines them
+};
+
+struct PagedAttentionCudaOptions {
+  SplitReduce reduce = SplitReduce::kLastBlock;
+  int max_splits = 0;  // 0: the default (kMaxSplits); otherwise 1..kMaxSplits (benchmarks only)
+};
+
+// Scratch for split rows, allocated once. Rows beyond max_rows are processed in
+// several launches (same result: the split plan is per row).
+class PagedAttentionWorkspaceCuda {
+ public:
+  static constexpr int kMaxSplits = 32;
+  PagedAttentionWorkspaceCuda(int32_t max_rows, int32_t n_heads, int32_t head_dim);
+
+  int32_t max_rows() const { return max_rows_; }
+  int32_t n_heads() const { return n_heads_; }
+  int32_t head_dim() const { return head_dim_; }
+  float* partial_out() const { return partial_out_.data_as<float>(); }  // [max_rows, n_heads, kMaxSplits, head_dim]
+  float* partial_lse() const { return partial_lse_.data_as<float>(); }  // [max_rows, n_heads, kMaxSplits] (log2)
+  int32_t* counters() const { return counters_.data_as<int32_t>(); }    // [max_rows, n_heads], zero between calls
+
+ private:
+  int32_t max_rows_, n_heads_, head_dim_;
+  Tensor partial_out_, partial_lse_, counters_;
+};
+
+// Writes this step's K/V to their slots: k_pool[slot_mapping[t]] = k[t] (slot < 0: skipped).
+//   k, v: [T, n_kv_heads, head_dim] device, pool dtype
+void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda& batch, const Tensor& k_pool,
+                         const Tensor& v_pool, cuda::Stream stream = nullptr);
+
+// Attention of every token of the step over its sequence's paged history,
+// causal within the step: token t sees positions [0, positions[t]] of its
+// sequence (as paged_attention_reference). A decode step has one token a sequence.
+// The step's K/V must already be in the pools (paged_kv_write_cuda).
+void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const PagedBatchCuda& batch,
+                          int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
+                          cuda::Stream stream = nullptr, const PagedAttentionCudaOptions& options = {});
+
+// How many thread blocks a row of context ctx is split over (1: no partials). For tests and benchmarks.
+int paged_attention_cuda_num_splits(int ctx, int head_dim, int max_splits = 0);
+
+}  // namespace nanoserve
