@@ -290,6 +290,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
     const FinishReason reason =
         r->stop.on_token(token, static_cast<int32_t>(r->output.size()), new_text_, out.text);
     if (reason != FinishReason::kNone) {
+      if (r->text != nullptr && r->stop.matched_stop().empty()) r->text->finish(out.text);
       finish(r, reason, out);
       requests_.erase(r->id);
     }

@@ -18,6 +18,9 @@ class TextStream {
   virtual ~TextStream() = default;
   // Appends to `out` the text that `token` adds after everything pushed before.
   virtual void push(int32_t token, std::string& out) = 0;
+  // The request ended: appends whatever is still held (an incomplete UTF-8
+  // tail, as U+FFFD). Not called when a stop string cut the text.
+  virtual void finish(std::string& /*out*/) {}
 };
 
 class TextStreamFactory {
