@@ -26,6 +26,7 @@ StatusOr<BpeModel> BpeModel::create(const std::vector<std::string>& tokens,
         return data_loss("tokenizer: the vocab has no token for byte " + std::to_string(b) + " and no unknown token");
       }
       m.byte_ids_[b] = unk_id;
+      m.missing_[b] = true;
     }
   }
   m.merges_.reserve(merges.size());
@@ -48,10 +49,32 @@ StatusOr<BpeModel> BpeModel::create(const std::vector<std::string>& tokens,
   return m;
 }
 
+void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& ids) const {
+  ids.reserve(word.size());
+  bool prev_missing = false;
+  for (char c : word) {
+    const uint8_t b = static_cast<uint8_t>(c);
+    if (missing_[b]) {
+      // A run of bytes without tokens becomes one unknown token (Hugging Face's fuse_unk).
+      if (!prev_missing && byte_ids_[b] >= 0) ids.push_back(byte_ids_[b]);
+      prev_missing = true;
+    } else {
+      ids.push_back(byte_ids_[b]);
+      prev_missing = false;
+    }
+  }
+}
+
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
-  const int n = static_cast<int>(word.size());
-  if (n == 1) {
-    out.push_back(byte_ids_[static_cast<uint8_t>(word[0])]);
+  if (word.size() == 1) {
+    if (byte_ids_[static_cast<uint8_t>(word[0])] >= 0) out.push_back(byte_ids_[static_cast<uint8_t>(word[0])]);
+    return;
+  }
+  std::vector<int32_t> ids;
+  initial_symbols(word, ids);
+  const int n = static_cast<int>(ids.size());
+  if (n <= 1) {
+    out.insert(out.end(), ids.begin(), ids.end());
     return;
   }
   struct Symbol {
@@ -65,7 +88,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::vector<Symbol> sym(n);
-  for (int i = 0; i < n; ++i) sym[i] = {byte_ids_[static_cast<uint8_t>(word[i])], i - 1, i + 1 < n ? i + 1 : -1};
+  for (int i = 0; i < n; ++i) sym[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
   std::vector<Candidate> heap_storage;
   heap_storage.reserve(n);
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(std::greater<Candidate>(),
@@ -98,7 +121,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
 
 void BpeModel::encode_word_reference(std::string_view word, std::vector<int32_t>& out) const {
   std::vector<int32_t> ids;
-  for (char c : word) ids.push_back(byte_ids_[static_cast<uint8_t>(c)]);
+  initial_symbols(word, ids);
   while (true) {
     int best = -1;
     int32_t best_rank = INT32_MAX;

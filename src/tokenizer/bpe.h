@@ -2,7 +2,9 @@
 // Byte-level BPE merges over the raw bytes of one pre-token.
 //
 // A word starts as one symbol per byte (the token of that byte's alphabet
-// character). The adjacent pair with the lowest merge rank is merged, the
+// character; bytes the vocab lacks become the unknown token, a run of them
+// one unknown token, as Hugging Face's BPE with fuse_unk does: SmolLM2's
+// vocab has no token for bytes 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D). The adjacent pair with the lowest merge rank is merged, the
 // leftmost first on equal rank, until no adjacent pair has a merge: the same
 // order as Hugging Face's BPE::merge_word. `encode_word` does it with a
 // min-heap over candidate pairs and a linked list of live symbols,
@@ -47,7 +49,12 @@ class BpeModel {
     return it == merges_.end() ? nullptr : &it->second;
   }
 
+  // One symbol per byte, except that a run of bytes without a token becomes a
+  // single unknown token (dropped when the vocab has none).
+  void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
+
   std::array<int32_t, 256> byte_ids_{};  // token of each byte's alphabet char; unk (or -1) if absent
+  std::array<bool, 256> missing_{};      // the byte has no token of its own
   std::unordered_map<uint64_t, Merge> merges_;
 };
 

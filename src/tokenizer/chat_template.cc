@@ -149,7 +149,7 @@ bool lex_template(std::string_view src, std::vector<Tag>& tags) {
       std::string_view t = pending_text;
       const Tag* prev = tags.empty() ? nullptr : &tags.back();
       bool next_is_block = open != std::string_view::npos && open + 1 < src.size() && src[open + 1] == '%';
-      bool next_trims = next_is_block && open + 2 < src.size() && src[open + 2] == '-';
+      bool next_trims = open != std::string_view::npos && open + 2 < src.size() && src[open + 2] == '-';
       bool prev_trims = prev && prev->trim_right;
       bool ok = false;
       if (prev_trims || next_trims) {
@@ -158,9 +158,14 @@ bool lex_template(std::string_view src, std::vector<Tag>& tags) {
         ok = k == t.size();  // all whitespace, stripped by the modifier
       }
       if (!ok) {
-        // trim_blocks: one newline right after a block tag; lstrip_blocks: blanks before a block tag.
-        if (prev && prev->block && !t.empty() && t[0] == '\n') t.remove_prefix(1);
-        if (next_is_block && only_blank(t)) t = {};
+        // trim_blocks: one newline right after a block tag; lstrip_blocks: blanks from the start
+        // of a line up to a block tag.
+        bool line_start = prev == nullptr;
+        if (prev && prev->block && !t.empty() && t[0] == '\n') {
+          t.remove_prefix(1);
+          line_start = true;
+        }
+        if (next_is_block && line_start && only_blank(t)) t = {};
         ok = t.empty();
       }
       if (!ok) return false;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "tokenizer/default_tokenizer.h"
@@ -72,16 +73,24 @@ TEST(TokenizerParity, AddSpecialFollowsGgufFlags) {
 }
 
 TEST(TokenizerParity, DecodeRoundTripsValidUtf8) {
+  // Bytes the vocab has no token for encode to the unknown token and cannot
+  // come back; those strings are left out (and counted).
   const Tokenizer& tok = default_tokenizer();
-  size_t n = 0;
+  size_t n = 0, with_unknown = 0;
   for (const Case& c : load_cases()) {
     if (c.from_hex) continue;
     ASSERT_TRUE(utf8::is_valid(c.text));
+    if (std::count(c.ids.begin(), c.ids.end(), tok.unk_id()) > 0) {
+      ++with_unknown;
+      continue;
+    }
     EXPECT_EQ(tok.decode(tok.encode(c.text, false, true)), c.text) << show(c.text);
     EXPECT_EQ(tok.decode(tok.encode(c.text, false, false)), c.text) << show(c.text);
     ++n;
   }
+  std::printf("[ roundtrip] %zu strings round-trip, %zu hold bytes without a token\n", n, with_unknown);
   EXPECT_GE(n, 300u);
+  EXPECT_LE(with_unknown, 10u);
 }
 
 TEST(TokenizerParity, InvalidUtf8IsReplacedLikePython) {
