@@ -120,7 +120,7 @@ void EngineLoop::drain_inbox() {
     tracked_.emplace(id, std::move(p.tracked));
     Status s = engine_.add_request(std::move(p.request));
     if (!s.ok()) {
-      finish(id, FinishReason::kError, s.message());
+      finish(id, FinishReason::kError, s.message(), /*rejected=*/true);
       continue;
     }
     metrics_.prompt_tokens_total.inc(static_cast<double>(prompt_len));
@@ -162,11 +162,11 @@ void EngineLoop::handle_outputs(const std::vector<EngineOutput>& outputs) {
       ev.text = out.text;
       t.stream->push(std::move(ev));
     }
-    if (out.finish != FinishReason::kNone) finish(out.id, out.finish);
+    if (out.finish != FinishReason::kNone) finish(out.id, out.finish, out.error);
   }
 }
 
-void EngineLoop::finish(uint64_t id, FinishReason reason, const std::string& error) {
+void EngineLoop::finish(uint64_t id, FinishReason reason, const std::string& error, bool rejected) {
   auto it = tracked_.find(id);
   if (it == tracked_.end()) return;
   Tracked& t = it->second;
@@ -176,6 +176,7 @@ void EngineLoop::finish(uint64_t id, FinishReason reason, const std::string& err
   ev.choice = t.choice;
   ev.finish = reason;
   ev.error = error;
+  ev.rejected = rejected;
   t.stream->push(std::move(ev));
   tracked_.erase(it);
 }

@@ -69,7 +69,7 @@ class EngineLoop {
   void drain_inbox();
   void handle_outputs(const std::vector<EngineOutput>& outputs);
   void fail_all(const std::string& message);
-  void finish(uint64_t id, FinishReason reason, const std::string& error = {});
+  void finish(uint64_t id, FinishReason reason, const std::string& error = {}, bool rejected = false);
   void update_gauges();
 
   ServingEngine& engine_;

@@ -47,6 +47,7 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
     parts[i].text_offset = choices_[i].text_offset;
   }
   std::string error_message;
+  bool rejected = false;
   for (TokenEvent& ev : events_) {
     Choice& c = choices_[ev.choice];
     ChunkPart& part = parts[ev.choice];
@@ -68,13 +69,14 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
       ++n_finished_;
       if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAbort) {
         error_message = ev.finish == FinishReason::kError ? ev.error : "The request was aborted by the server.";
+        rejected = ev.rejected;
       }
     }
   }
 
   if (!error_message.empty()) {
     // One failed choice fails the request: the others are dropped.
-    error_ = internal(error_message);
+    error_ = rejected ? bad_request(error_message) : internal(error_message);
     loop_.abort(handle_);
     if (stream_) {
       *sse_out += sse_event(error_->to_json());

@@ -329,7 +329,7 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
   GenerationParams& p = r->params;
   if (auto v = f.integer("max_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
   if (auto v = f.integer("max_completion_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
-  if (auto v = f.number("temperature", [](double x) { return x >= 0; }, "at least 0")) p.temperature = *v;
+  if (auto v = f.number("temperature", [](double x) { return x >= 0 && x <= 100; }, "in [0, 100]")) p.temperature = *v;
   if (auto v = f.number("top_p", [](double x) { return x > 0 && x <= 1; }, "in (0, 1]")) p.top_p = *v;
   if (auto v = f.integer("top_k", -1, kMaxInt, "-1 (disabled) or at least 0")) p.top_k = static_cast<int>(*v);
   if (auto v = f.number("min_p", [](double x) { return x >= 0 && x <= 1; }, "in [0, 1]")) p.min_p = *v;
@@ -339,7 +339,7 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
   if (auto v = f.number("frequency_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
     p.frequency_penalty = *v;
   }
-  if (auto v = f.number("repetition_penalty", [](double x) { return x > 0; }, "greater than 0")) {
+  if (auto v = f.number("repetition_penalty", [](double x) { return x > 0 && x <= 100; }, "in (0, 100]")) {
     p.repetition_penalty = *v;
   }
   if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),

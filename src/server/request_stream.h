@@ -33,6 +33,7 @@ struct TokenEvent {
   std::vector<TopLogprob> top_logprobs;
   FinishReason finish = FinishReason::kNone;  // set on the sequence's last event
   std::string error;                          // engine failure message (finish == kError)
+  bool rejected = false;                      // the engine refused the request at admission: a 400
 };
 
 class RequestStream {

@@ -28,6 +28,7 @@ struct EngineOutput {
   float logprob = 0.0f;   // filled when params.top_logprobs >= 0
   std::vector<TopLogprob> top_logprobs;
   FinishReason finish = FinishReason::kNone;
+  std::string error;  // with kError: what failed
 };
 
 struct EngineStats {

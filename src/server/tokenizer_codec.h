@@ -1,0 +1,30 @@
+#pragma once
+// The model's Tokenizer and chat template as the server's ModelCodec.
+
+#include "server/model_codec.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nanoserve::server {
+
+class TokenizerCodec final : public ModelCodec {
+ public:
+  // `tokenizer` must outlive the codec.
+  TokenizerCodec(const Tokenizer& tokenizer, ChatTemplate chat_template)
+      : tokenizer_(tokenizer), template_(std::move(chat_template)) {}
+
+  // Completions prompts: special-token text is recognised, as Hugging Face tokenizers do.
+  StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const override;
+  // The rendered template carries its own special tokens; no BOS/EOS is added.
+  StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
+                                             bool add_generation_prompt) const override;
+  std::string decode(std::span<const int32_t> ids) const override { return tokenizer_.decode(ids); }
+  std::string token_text(int32_t id) const override { return tokenizer_.token_to_piece(id); }
+  int64_t vocab_size() const override { return tokenizer_.n_vocab(); }
+
+ private:
+  const Tokenizer& tokenizer_;
+  ChatTemplate template_;
+};
+
+}  // namespace nanoserve::server
