@@ -14,6 +14,7 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
+
 }  // namespace
 
 int64_t PagedKVCache::bytes_per_block(const ModelConfig& c, int32_t block_size) {
@@ -105,7 +106,8 @@ StatusOr<std::unique_ptr<PagedKVCache>> PagedKVCache::create(const ModelConfig& 
   c->step_block_starts_.assign(n_seqs + 1, 0);
 
   if (o.fused_read) {
-    c->scores_.assign(static_cast<size_t>(pool->num_threads()) * max_seq_len, 0.0f);
+    c->scores_stride_ = paged_attention_cpu_scores_stride(config.n_heads / config.n_kv_heads, max_seq_len);
+    c->scores_.assign(static_cast<size_t>(pool->num_threads()) * c->scores_stride_, 0.0f);
   } else {
     c->gather_k_ = Tensor::empty(DType::kF32, {capacity, config.n_kv_heads, config.head_dim});
     c->gather_v_ = Tensor::empty(DType::kF32, {capacity, config.n_kv_heads, config.head_dim});
@@ -393,7 +395,7 @@ void PagedKVCache::paged_attention(int layer, const Tensor& q, const Tensor& k, 
   a.n_kv_heads = static_cast<int32_t>(n_kv_heads_);
   a.head_dim = static_cast<int32_t>(head_dim_);
   a.scale = scale;
-  paged_attention_cpu(a, *pool_, scores_.data(), max_seq_len_);
+  paged_attention_cpu(a, *pool_, scores_.data(), scores_stride_);
 }
 
 std::span<const int32_t> PagedKVCache::slot_mapping() const {

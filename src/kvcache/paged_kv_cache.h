@@ -149,7 +149,8 @@ class PagedKVCache final : public KVCache {
   std::vector<int32_t> step_block_starts_;  // [max_num_seqs + 1] prefix sum of blocks to gather
 
   // Workspaces.
-  std::vector<float> scores_;  // fused read: [n_threads, max_seq_len]
+  std::vector<float> scores_;  // fused read: [n_threads, scores_stride_]
+  int64_t scores_stride_ = 0;  // n_rep * max_seq_len
   Tensor gather_k_,
       gather_v_;       // gather path: [num_blocks * block_size, n_kv_heads, head_dim]; empty if fused
   KVHistory history_;  // reused by append()

@@ -46,4 +46,49 @@ inline void attend_row(const float* q, int64_t head_dim, int64_t n_ctx, KRow&& k
   }
 }
 
+// attend_row for n_q query rows over one shared K/V history (the n_rep query
+// heads of one kv head under GQA). Each K and V row is loaded once for all
+// n_q queries instead of once per query, which is what keeps a long history
+// from being streamed from memory n_rep times. Row r's arithmetic is exactly
+// attend_row's, expression for expression and in the same position order, so
+// the result is bitwise that of n_q attend_row calls.
+//   q + r * q_stride, out + r * out_stride: row r (head_dim floats)
+//   scores: scratch of n_q * n_ctx floats
+template <typename KRow, typename VRow>
+inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t n_ctx,
+                        KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
+                        int64_t out_stride) {
+  constexpr int64_t kMaxRows = 16;  // rows per pass; more rows take another pass
+  for (int64_t r0 = 0; r0 < n_q; r0 += kMaxRows) {
+    const int64_t n = n_q - r0 < kMaxRows ? n_q - r0 : kMaxRows;
+    float inv[kMaxRows];
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      const float* k = k_row(p);
+      for (int64_t r = 0; r < n; ++r)
+        scores[r * n_ctx + p] = attn_dot(q + (r0 + r) * q_stride, k, head_dim) * scale;
+    }
+    for (int64_t r = 0; r < n; ++r) {
+      float* s = scores + r * n_ctx;
+      float max_score = -INFINITY;
+      for (int64_t p = 0; p < n_ctx; ++p) max_score = s[p] > max_score ? s[p] : max_score;
+      float sum = 0.0f;
+      for (int64_t p = 0; p < n_ctx; ++p) {
+        s[p] = std::exp(s[p] - max_score);
+        sum += s[p];
+      }
+      inv[r] = 1.0f / sum;
+      float* o = out + (r0 + r) * out_stride;
+      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+    }
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      const float* v = v_row(p);
+      for (int64_t r = 0; r < n; ++r) {
+        const float w = scores[r * n_ctx + p] * inv[r];
+        float* o = out + (r0 + r) * out_stride;
+        for (int64_t d = 0; d < head_dim; ++d) o[d] += w * v[d];
+      }
+    }
+  }
+}
+
 }  // namespace nanoserve

@@ -60,9 +60,13 @@ Status validate_paged_attention_args(const PagedAttentionArgs& args);
 void paged_attention_reference(const PagedAttentionArgs& args);
 
 // Fast CPU kernel. `scores` is scratch of pool.num_threads() rows of
-// `scores_stride` floats each; PRECOND: scores_stride >= the longest context.
+// `scores_stride` floats each; PRECOND: scores_stride >= n_rep * the longest
+// context (paged_attention_cpu_scores_stride).
 // Each output element's reduction order is fixed (attend_row), independent of
 // the thread count and of how the batch is split.
+inline int64_t paged_attention_cpu_scores_stride(int64_t n_rep, int64_t max_context) {
+  return n_rep * max_context;
+}
 void paged_attention_cpu(const PagedAttentionArgs& args, ThreadPool& pool, float* scores,
                          int64_t scores_stride);
 

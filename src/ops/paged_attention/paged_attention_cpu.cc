@@ -1,9 +1,9 @@
 // Fast CPU paged attention. Work items are (token, kv head) pairs, handed out
-// dynamically (a causal prefill chunk has uneven rows); each item runs the
-// n_rep query heads that share one kv head back to back, so that head's K/V
-// rows are still in cache for the next query head. Every row goes through
-// attend_row(), the reduction the gather path uses, so the two reads agree
-// bitwise; which thread runs an item never changes its arithmetic.
+// dynamically (a causal prefill chunk has uneven rows); each item attends the
+// n_rep query heads that share one kv head together (attend_rows), so each K/V
+// row is read once per item, not n_rep times. attend_rows is attend_row's
+// arithmetic row for row, the reduction the gather path uses, so the two reads
+// agree bitwise; which thread runs an item never changes its arithmetic.
 
 #include <algorithm>
 #include <atomic>
@@ -15,41 +15,63 @@
 
 namespace nanoserve {
 
+namespace {
+
+// Runs the items handed out by `next`. SlotOf maps (block table, position) to
+// the physical slot; it is the only thing that differs between block sizes.
+template <typename SlotOf>
+void run_items(const PagedAttentionArgs& a, SlotOf slot_of, std::atomic<int64_t>& next, float* sc,
+               int64_t scores_stride) {
+  const int64_t hd = a.head_dim;
+  const int64_t n_rep = a.n_heads / a.n_kv_heads;
+  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * hd;  // floats per slot
+  const int64_t n_items = static_cast<int64_t>(a.num_tokens) * a.n_kv_heads;
+  for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
+       item = next.fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t t = item / a.n_kv_heads;
+    const int64_t kvh = item % a.n_kv_heads;
+    // The sequence that owns token t: the last b with seq_starts[b] <= t.
+    const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t) - a.seq_starts - 1;
+    const int32_t* table = a.block_tables + b * a.max_blocks_per_seq;
+    const int64_t n_ctx = static_cast<int64_t>(a.positions[t]) + 1;
+    NS_CHECK(n_rep * n_ctx <= scores_stride)
+        << n_rep << " rows of context " << n_ctx << " exceed the scores scratch " << scores_stride;
+    const float* k_base = a.k_pool + kvh * hd;
+    const float* v_base = a.v_pool + kvh * hd;
+    auto k_row = [&](int64_t p) { return k_base + slot_of(table, p) * row_stride; };
+    auto v_row = [&](int64_t p) { return v_base + slot_of(table, p) * row_stride; };
+    const int64_t off = (t * a.n_heads + kvh * n_rep) * hd;
+    attend_rows(a.q + off, hd, n_rep, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
+  }
+}
+
+}  // namespace
+
 void paged_attention_cpu(const PagedAttentionArgs& a, ThreadPool& pool, float* scores,
                          int64_t scores_stride) {
   NS_CHECK(a.n_kv_heads > 0 && a.n_heads % a.n_kv_heads == 0)
       << "n_heads " << a.n_heads << " n_kv_heads " << a.n_kv_heads;
   NS_CHECK(a.block_size > 0) << "block_size " << a.block_size;
   if (a.num_tokens == 0) return;
-  const int64_t hd = a.head_dim;
-  const int64_t n_rep = a.n_heads / a.n_kv_heads;
-  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * hd;  // floats per slot
   const int64_t bs = a.block_size;
-  const int64_t n_items = static_cast<int64_t>(a.num_tokens) * a.n_kv_heads;
+  // A division per position costs as much as a 64-wide dot product, so the
+  // usual power-of-two block sizes use a shift and a mask instead.
+  const bool pow2 = (bs & (bs - 1)) == 0;
+  const int shift = __builtin_ctzll(static_cast<uint64_t>(bs));
+  const int64_t mask = bs - 1;
   std::atomic<int64_t> next{0};
-
   pool.parallel_for(pool.num_threads(), [&](int64_t, int64_t, int thread) {
     float* sc = scores + thread * scores_stride;
-    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
-         item = next.fetch_add(1, std::memory_order_relaxed)) {
-      const int64_t t = item / a.n_kv_heads;
-      const int64_t kvh = item % a.n_kv_heads;
-      // The sequence that owns token t: the last b with seq_starts[b] <= t.
-      const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t) - a.seq_starts - 1;
-      const int32_t* table = a.block_tables + b * a.max_blocks_per_seq;
-      const int64_t n_ctx = static_cast<int64_t>(a.positions[t]) + 1;
-      NS_CHECK(n_ctx <= scores_stride)
-          << "context " << n_ctx << " exceeds the scores scratch " << scores_stride;
-      const float* k_base = a.k_pool + kvh * hd;
-      const float* v_base = a.v_pool + kvh * hd;
-      auto slot = [table, bs](int64_t p) { return static_cast<int64_t>(table[p / bs]) * bs + p % bs; };
-      auto k_row = [&](int64_t p) { return k_base + slot(p) * row_stride; };
-      auto v_row = [&](int64_t p) { return v_base + slot(p) * row_stride; };
-      for (int64_t r = 0; r < n_rep; ++r) {
-        const int64_t qh = kvh * n_rep + r;
-        const int64_t off = (t * a.n_heads + qh) * hd;
-        attend_row(a.q + off, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off);
-      }
+    if (pow2) {
+      auto slot_of = [shift, mask](const int32_t* table, int64_t p) {
+        return (static_cast<int64_t>(table[p >> shift]) << shift) | (p & mask);
+      };
+      run_items(a, slot_of, next, sc, scores_stride);
+    } else {
+      auto slot_of = [bs](const int32_t* table, int64_t p) {
+        return static_cast<int64_t>(table[p / bs]) * bs + p % bs;
+      };
+      run_items(a, slot_of, next, sc, scores_stride);
     }
   });
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/attention/attend_row.h"
 
 namespace nanoserve {
 namespace {
@@ -97,7 +98,8 @@ Problem make_problem(std::mt19937& rng, int32_t block_size, int32_t n_kv_heads, 
 
 std::vector<float> run_cpu(const Problem& p, int n_threads) {
   ThreadPool pool(n_threads);
-  const int64_t stride = *std::max_element(p.context_lens.begin(), p.context_lens.end());
+  const int64_t stride = paged_attention_cpu_scores_stride(
+      p.n_heads / p.n_kv_heads, *std::max_element(p.context_lens.begin(), p.context_lens.end()));
   std::vector<float> scores(n_threads * stride);
   std::vector<float> out(p.q.size(), std::numeric_limits<float>::quiet_NaN());
   paged_attention_cpu(p.args(out.data()), pool, scores.data(), stride);
@@ -150,6 +152,55 @@ TEST(PagedAttention, CpuIsBitwiseIndependentOfThreadCount) {
   for (int n_threads : {2, 3, 5}) {
     const std::vector<float> many = run_cpu(p, n_threads);
     ASSERT_EQ(0, std::memcmp(one.data(), many.data(), one.size() * sizeof(float))) << n_threads << " threads";
+  }
+}
+
+// The gather path's arithmetic: copy each history out of the blocks, then
+// attend_row per (token, query head) over the contiguous copy.
+std::vector<float> run_gather_attend_row(const Problem& p) {
+  const int64_t hd = p.head_dim, row = int64_t{p.n_kv_heads} * hd, n_rep = p.n_heads / p.n_kv_heads;
+  std::vector<float> out(p.q.size(), std::numeric_limits<float>::quiet_NaN());
+  for (size_t b = 0; b + 1 < p.seq_starts.size(); ++b) {
+    const int64_t ctx = p.context_lens[b];
+    std::vector<float> k(ctx * row), v(ctx * row), scores(ctx);
+    for (int64_t pos = 0; pos < ctx; ++pos) {
+      const int64_t slot =
+          int64_t{p.block_tables[b * p.max_blocks_per_seq + pos / p.block_size]} * p.block_size +
+          pos % p.block_size;
+      std::copy_n(p.k_pool.data() + slot * row, row, k.data() + pos * row);
+      std::copy_n(p.v_pool.data() + slot * row, row, v.data() + pos * row);
+    }
+    for (int32_t t = p.seq_starts[b]; t < p.seq_starts[b + 1]; ++t) {
+      for (int64_t qh = 0; qh < p.n_heads; ++qh) {
+        const int64_t kvh = qh / n_rep, off = (int64_t{t} * p.n_heads + qh) * hd;
+        attend_row(
+            p.q.data() + off, hd, p.positions[t] + 1,
+            [&](int64_t i) { return k.data() + i * row + kvh * hd; },
+            [&](int64_t i) { return v.data() + i * row + kvh * hd; },
+            1.0f / std::sqrt(static_cast<float>(hd)), scores.data(), out.data() + off);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(PagedAttention, CpuIsBitwiseTheGatherPathsAttendRow) {
+  std::mt19937 rng(11);
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {97, 1}, {2048, 1}, {97, 17}};
+  for (int32_t block_size : {1, 16}) {
+    for (int32_t n_rep : {1, 3, 4, 8, 20}) {  // 20 > attend_rows' 16 rows per pass
+      for (int32_t head_dim : {64, 128}) {
+        SCOPED_TRACE(testing::Message()
+                     << "block_size " << block_size << " n_rep " << n_rep << " head_dim " << head_dim);
+        const Problem p = make_problem(rng, block_size, /*n_kv_heads=*/2, n_rep, head_dim, seqs);
+        const std::vector<float> gather = run_gather_attend_row(p);
+        const std::vector<float> fast = run_cpu(p, 2);
+        for (size_t i = 0; i < gather.size(); ++i) {
+          ASSERT_EQ(std::memcmp(&gather[i], &fast[i], sizeof(float)), 0)
+              << "element " << i << ": " << fast[i] << " vs " << gather[i];
+        }
+      }
+    }
   }
 }
 
