@@ -502,6 +502,15 @@ Status GgufParser::parse(GgufFile* file) {
                               printable(t.name).c_str(), offset_field_at[i], data_start, t.offset, t.nbytes,
                               size_));
     }
+    // Views are read through typed pointers (float*, uint16_t* for f16 scales),
+    // so each tensor must start at its element's natural alignment. Block sizes
+    // are all even, so 2-aligned quantized tensors keep every block 2-aligned.
+    const uint64_t natural = (t.dtype == DType::kF32 || t.dtype == DType::kI32) ? 4 : 2;
+    if ((reinterpret_cast<uintptr_t>(data_) + begin) % natural != 0) {
+      return data_loss(format("tensor '%s': offset at offset %" PRIu64 ": data at file offset %" PRIu64
+                              " is not aligned to %" PRIu64 " bytes for %s",
+                              printable(t.name).c_str(), offset_field_at[i], begin, natural, dtype_name(t.dtype)));
+    }
     file->tensor_index_.emplace(t.name, i);
   }
   return Status::ok_status();

@@ -4,8 +4,13 @@
 //
 // Hardened: every count, length, offset and dimension product is checked
 // against the file size with overflow-safe arithmetic. A malformed file gives
-// a DATA_LOSS Status naming the field and its byte offset, never a crash and
-// never an allocation larger than the file.
+// a DATA_LOSS Status naming the field and its byte offset, never a crash:
+//   "gguf: metadata 'k': array count at offset 41: 5 string elements cannot fit in the 10 bytes left"
+// Counts are bounded by the bytes left before anything is allocated from them,
+// arrays nest at most 8 deep, and at most 4M metadata values are parsed (each
+// is widened to a GgufValue). A tensor type that ggml knows but this build
+// cannot compute with (Q5_K, IQ*, ...) is UNIMPLEMENTED; an unknown one is DATA_LOSS.
+// Version 1 (32-bit counts) and big-endian files are rejected.
 
 #include <cstdint>
 #include <memory>
@@ -81,7 +86,8 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
-  // A view of the tensor's bytes in the mapping, in its stored dtype.
+  // A view of the tensor's bytes in the mapping, in its stored dtype; it keeps
+  // the mapping alive. Read-only: the mapping is PROT_READ.
   StatusOr<Tensor> tensor(std::string_view name) const;
 
  private:

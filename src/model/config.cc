@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "io/gguf.h"
@@ -51,6 +52,9 @@ Status read_int(const GgufFile& f, const std::string& key, bool required, int64_
 Status read_float(const GgufFile& f, const std::string& key, float* out) {
   auto v = f.get_float(key);
   if (v.ok()) {
+    if (std::isfinite(*v) && std::fabs(*v) > static_cast<double>(std::numeric_limits<float>::max())) {
+      return invalid_argument("metadata '" + key + "': " + std::to_string(*v) + " is outside the f32 range");
+    }
     *out = static_cast<float>(*v);
     return Status::ok_status();
   }

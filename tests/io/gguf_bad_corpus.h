@@ -134,6 +134,9 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
       {"tensor 't'", "ne[0] at offset 37", "not a multiple of the Q8_0 block size 32"});
   add("misaligned_offset", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, 4).build(), kDL,
       {"tensor 't'", "offset at offset 49", "not a multiple of the alignment 32"});
+  add("data_misaligned_for_dtype",
+      GgufBuilder().pad_alignment(1).kv_u32("general.alignment", 1).tensor("t", {4}, kGgmlF32, f32x4).build(), kDL,
+      {"tensor 't'", "offset at offset 82", "file offset 90 is not aligned to 4 bytes for F32"});
   add("data_past_eof", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, uint64_t{1} << 20).build(), kDL,
       {"tensor 't'", "offset at offset 49", "runs past end of file"});
   add("data_offset_overflow", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, 0xFFFFFFFFFFFFFFE0ull).build(), kDL,

@@ -164,7 +164,7 @@ TEST(Gguf, TensorViewsHaveReversedShapeAndStoredBytes) {
 }
 
 TEST(Gguf, CustomAlignmentIsHonoured) {
-  for (uint32_t align : {1u, 8u, 64u, 4096u}) {
+  for (uint32_t align : {4u, 8u, 64u, 4096u}) {
     std::vector<float> a = {1, 2, 3};
     std::vector<float> b = {4, 5};
     auto file = parse_bytes(GgufBuilder()
@@ -180,6 +180,22 @@ TEST(Gguf, CustomAlignmentIsHonoured) {
     ASSERT_TRUE(tb.ok());
     EXPECT_EQ(tb->data_as<const float>()[1], 5.0f);
   }
+}
+
+// Alignment 1 is legal; tensors that still land on their natural alignment
+// (2 bytes for f16 and block types) parse.
+TEST(Gguf, AlignmentOneWithNaturallyAlignedTensors) {
+  std::vector<uint8_t> q8(34, 0);
+  auto file = parse_bytes(GgufBuilder()
+                              .pad_alignment(1)
+                              .kv_u32("general.alignment", 1)
+                              .tensor("q", {32}, testing::kGgmlQ8_0, q8)
+                              .tensor("rr", {32}, testing::kGgmlQ8_0, q8)  // data starts at byte 124
+                              .build());
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ((*file)->alignment(), 1u);
+  EXPECT_EQ((*file)->data_offset(), 124u);
+  EXPECT_EQ((*file)->find_tensor("rr")->offset, 34u);
 }
 
 TEST(Gguf, OpensTheDefaultModel) {

@@ -156,6 +156,10 @@ TEST(ModelConfig, MissingOrMistypedKeysAreNamed) {
   expect_error(config_of(bad_type), StatusCode::kInvalidArgument, "llama.block_count");
   expect_error(config_of(small_llama().kv_string("llama.rope.freq_base", "x")), StatusCode::kInvalidArgument,
                "llama.rope.freq_base");
+  expect_error(config_of(small_llama().kv_f64("llama.rope.freq_base", 1e300)), StatusCode::kInvalidArgument,
+               "llama.rope.freq_base");
+  expect_error(config_of(small_llama().kv_f32("llama.rope.freq_base", NAN)), StatusCode::kInvalidArgument,
+               "rope_theta");
 }
 
 TEST(ModelConfig, InconsistentHeaderValues) {
