@@ -83,6 +83,8 @@ void EngineLoop::run() {
       outputs_.clear();
       Status s = engine_.step(&outputs_);
       num_steps_.fetch_add(1);
+      // Gauges first: a client that reacts to its token must already see this step's queue.
+      update_gauges();
       if (!s.ok()) {
         NS_LOG(ERROR) << "engine step failed: " << s.to_string();
         fail_all(s.message());
