@@ -81,7 +81,8 @@ std::string token_desc(const GgufFile& f, const char* key, const GgufArray* toke
   if (!id.ok()) return "-";
   std::string out = std::to_string(*id);
   if (tokens != nullptr && *id >= 0 && static_cast<uint64_t>(*id) < tokens->items.size()) {
-    if (const std::string* s = tokens->items[static_cast<size_t>(*id)].as_string()) out += " '" + one_line(*s, 40) + "'";
+    if (const std::string* s = tokens->items[static_cast<size_t>(*id)].as_string())
+      out += " '" + one_line(*s, 40) + "'";
   }
   return out;
 }
@@ -93,17 +94,19 @@ std::string string_or(const GgufFile& f, const char* key, const char* fallback) 
 
 void print_config(const ModelConfig& c) {
   std::printf("architecture: %s\n", c.arch.c_str());
-  std::printf("  layers %" PRId64 ", dim %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64 ", context %" PRId64 "\n",
+  std::printf("  layers %" PRId64 ", dim %" PRId64 ", ffn %" PRId64 ", vocab %" PRId64 ", context %" PRId64
+              "\n",
               c.n_layers, c.dim, c.ffn_dim, c.vocab_size, c.context_length);
-  std::printf("  heads %" PRId64 ", kv heads %" PRId64 " (n_rep %" PRId64 "), head_dim %" PRId64 "\n", c.n_heads,
-              c.n_kv_heads, c.n_rep(), c.head_dim);
+  std::printf("  heads %" PRId64 ", kv heads %" PRId64 " (n_rep %" PRId64 "), head_dim %" PRId64 "\n",
+              c.n_heads, c.n_kv_heads, c.n_rep(), c.head_dim);
   const char* scaling = "none";
   if (c.rope_scaling.type == RopeScaling::Type::kLinear) scaling = "linear";
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3) scaling = "llama3";
   std::printf("  rope theta %g, rope dim %" PRId64 ", scaling %s", c.rope_theta, c.rope_dim, scaling);
   if (c.rope_scaling.type != RopeScaling::Type::kNone) std::printf(" x%g", c.rope_scaling.factor);
   if (c.rope_scaling.freq_factors_tensor) std::printf(" (rope_freqs.weight)");
-  std::printf("\n  rms norm eps %g, embeddings %s\n", c.norm_eps, c.tied_embeddings ? "tied (no output.weight)" : "separate");
+  std::printf("\n  rms norm eps %g, embeddings %s\n", c.norm_eps,
+              c.tied_embeddings ? "tied (no output.weight)" : "separate");
 }
 
 void print_tokenizer(const GgufFile& f) {
@@ -111,9 +114,11 @@ void print_tokenizer(const GgufFile& f) {
   if (auto t = f.get_array("tokenizer.ggml.tokens"); t.ok()) tokens = *t;
   size_t n_merges = 0;
   if (auto m = f.get_array("tokenizer.ggml.merges"); m.ok()) n_merges = (*m)->items.size();
-  std::printf("tokenizer: %s (pre %s), %zu tokens, %zu merges\n", string_or(f, "tokenizer.ggml.model", "-").c_str(),
-              string_or(f, "tokenizer.ggml.pre", "-").c_str(), tokens ? tokens->items.size() : size_t{0}, n_merges);
-  std::printf("  bos %s, eos %s, unk %s, pad %s\n", token_desc(f, "tokenizer.ggml.bos_token_id", tokens).c_str(),
+  std::printf(
+      "tokenizer: %s (pre %s), %zu tokens, %zu merges\n", string_or(f, "tokenizer.ggml.model", "-").c_str(),
+      string_or(f, "tokenizer.ggml.pre", "-").c_str(), tokens ? tokens->items.size() : size_t{0}, n_merges);
+  std::printf("  bos %s, eos %s, unk %s, pad %s\n",
+              token_desc(f, "tokenizer.ggml.bos_token_id", tokens).c_str(),
               token_desc(f, "tokenizer.ggml.eos_token_id", tokens).c_str(),
               token_desc(f, "tokenizer.ggml.unknown_token_id", tokens).c_str(),
               token_desc(f, "tokenizer.ggml.padding_token_id", tokens).c_str());
@@ -143,7 +148,8 @@ void print_tokenizer(const GgufFile& f) {
 void print_tensors(const GgufFile& f) {
   size_t name_width = 4;
   for (const auto& t : f.tensors()) name_width = std::max(name_width, std::min<size_t>(t.name.size(), 48));
-  std::printf("tensors:\n  %-*s  %-16s %-5s %12s\n", static_cast<int>(name_width), "name", "shape", "dtype", "bytes");
+  std::printf("tensors:\n  %-*s  %-16s %-5s %12s\n", static_cast<int>(name_width), "name", "shape", "dtype",
+              "bytes");
   struct Totals {
     int64_t count = 0, elems = 0, bytes = 0;
   };
@@ -157,8 +163,8 @@ void print_tensors(const GgufFile& f) {
       elems *= t.shape[i];  // checked at parse time
     }
     shape += "]";
-    std::printf("  %-*s  %-16s %-5s %12" PRId64 "\n", static_cast<int>(name_width), one_line(t.name, 48).c_str(),
-                shape.c_str(), dtype_name(t.dtype), t.nbytes);
+    std::printf("  %-*s  %-16s %-5s %12" PRId64 "\n", static_cast<int>(name_width),
+                one_line(t.name, 48).c_str(), shape.c_str(), dtype_name(t.dtype), t.nbytes);
     for (Totals* tot : {&by_dtype[dtype_name(t.dtype)], &all}) {
       tot->count += 1;
       tot->elems += elems;
@@ -169,8 +175,8 @@ void print_tensors(const GgufFile& f) {
     std::printf("  %-5s %4" PRId64 " tensors %14" PRId64 " params %12s\n", name.c_str(), tot.count, tot.elems,
                 human_bytes(static_cast<uint64_t>(tot.bytes)).c_str());
   }
-  std::printf("total: %" PRId64 " tensors, %" PRId64 " params, %s of tensor data (%.2f bits/param)\n", all.count,
-              all.elems, human_bytes(static_cast<uint64_t>(all.bytes)).c_str(),
+  std::printf("total: %" PRId64 " tensors, %" PRId64 " params, %s of tensor data (%.2f bits/param)\n",
+              all.count, all.elems, human_bytes(static_cast<uint64_t>(all.bytes)).c_str(),
               all.elems ? 8.0 * static_cast<double>(all.bytes) / static_cast<double>(all.elems) : 0.0);
 }
 
@@ -184,8 +190,8 @@ int run_inspect(const InspectArgs& a) {
   const GgufFile& f = **opened;
   std::printf("file: %s\n", path.c_str());
   std::printf("  GGUF v%u, %s, %zu metadata keys, %zu tensors, alignment %" PRIu64 ", data at %" PRIu64 "\n",
-              f.version(), human_bytes(f.file_size()).c_str(), f.metadata().size(), f.tensors().size(), f.alignment(),
-              f.data_offset());
+              f.version(), human_bytes(f.file_size()).c_str(), f.metadata().size(), f.tensors().size(),
+              f.alignment(), f.data_offset());
   std::printf("  name: %s\n", one_line(string_or(f, "general.name", "-")).c_str());
   if (a.metadata) {
     std::printf("metadata:\n");
@@ -216,7 +222,8 @@ int run_inspect(const InspectArgs& a) {
 
 CommandRun add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* sub = app.add_subcommand("inspect", "Print a GGUF model's hyperparameters, tokenizer and tensors");
+  CLI::App* sub =
+      app.add_subcommand("inspect", "Print a GGUF model's hyperparameters, tokenizer and tensors");
   sub->add_option("model", args->model, "GGUF file (default: the bundled default model)");
   sub->add_flag("--metadata", args->metadata, "Also list every metadata key and value");
   sub->add_flag("--no-tensors", args->no_tensors, "Leave out the tensor table");

@@ -53,9 +53,9 @@ inline uint16_t f32_to_fp16(float f) {
     // Result is subnormal or zero: value / 2^-24, rounded to nearest even.
     // abs < 2^-25 rounds to 0 (2^-25 exactly is a tie to even 0).
     if (abs < 0x33000000u) return sign;
-    const uint32_t exp = abs >> 23;                   // 102..112
+    const uint32_t exp = abs >> 23;                       // 102..112
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;  // 24 significant bits
-    const uint32_t shift = 126 - exp;                 // 14..24
+    const uint32_t shift = 126 - exp;                     // 14..24
     uint32_t q = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1);
     const uint32_t half = 1u << (shift - 1);
@@ -73,7 +73,9 @@ inline uint16_t f32_to_fp16(float f) {
 }
 
 // bf16: the top 16 bits of an f32.
-inline float bf16_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_f32(uint16_t b) {
+  return f32_from_bits(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t f32_to_bf16(float f) {
   const uint32_t u = f32_bits(f);

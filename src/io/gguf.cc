@@ -134,7 +134,9 @@ uint64_t min_value_size(GgufType t) {
   return scalar_size(t);
 }
 
-bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); }
+bool valid_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(GgufType::kF64);
+}
 
 }  // namespace
 
@@ -155,10 +157,10 @@ class GgufParser {
 
   Status need(uint64_t n, const char* field) const {
     if (n > remaining()) {
-      return error(pos_, field,
-                   format("needs %" PRIu64 " bytes but only %" PRIu64 " remain (file truncated at %" PRIu64
-                          " bytes)",
-                          n, remaining(), size_));
+      return error(
+          pos_, field,
+          format("needs %" PRIu64 " bytes but only %" PRIu64 " remain (file truncated at %" PRIu64 " bytes)",
+                 n, remaining(), size_));
     }
     return Status::ok_status();
   }
@@ -198,8 +200,7 @@ Status GgufParser::read_string(std::string* out, const char* field) {
 
 Status GgufParser::count_values(uint64_t n, uint64_t at, const char* field) {
   if (n > kMaxMetadataValues - n_values_) {
-    return error(at, field,
-                 format("more than %" PRIu64 " metadata values in total", kMaxMetadataValues));
+    return error(at, field, format("more than %" PRIu64 " metadata values in total", kMaxMetadataValues));
   }
   n_values_ += n;
   return Status::ok_status();
@@ -324,12 +325,14 @@ Status GgufParser::parse(GgufFile* file) {
   uint32_t magic = 0;
   NS_RETURN_IF_ERROR(read(&magic, "magic"));
   if (magic != kMagic) {
-    return error(0, "magic", format("expected \"GGUF\" (0x%08x), found 0x%08x: not a GGUF file", kMagic, magic));
+    return error(0, "magic",
+                 format("expected \"GGUF\" (0x%08x), found 0x%08x: not a GGUF file", kMagic, magic));
   }
   uint32_t version = 0;
   NS_RETURN_IF_ERROR(read(&version, "version"));
   if (version == 1) {
-    return error(4, "version", "GGUF version 1 (32-bit counts) is not supported; convert the file to version 3");
+    return error(4, "version",
+                 "GGUF version 1 (32-bit counts) is not supported; convert the file to version 3");
   }
   if (version != 2 && version != 3) {
     if (__builtin_bswap32(version) == 2 || __builtin_bswap32(version) == 3) {
@@ -417,8 +420,9 @@ Status GgufParser::parse(GgufFile* file) {
     s = read(&n_dims, "n_dims");
     if (!s.ok()) return with_context(s, context);
     if (n_dims > kMaxDims) {
-      return with_context(error(dims_at, "n_dims", format("%u dimensions (GGUF allows at most %u)", n_dims, kMaxDims)),
-                          context);
+      return with_context(
+          error(dims_at, "n_dims", format("%u dimensions (GGUF allows at most %u)", n_dims, kMaxDims)),
+          context);
     }
     uint64_t ne[kMaxDims] = {};
     int64_t numel = 1;
@@ -428,7 +432,8 @@ Status GgufParser::parse(GgufFile* file) {
       if (!s.ok()) return with_context(s, context);
       if (ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
           __builtin_mul_overflow(numel, static_cast<int64_t>(ne[d]), &numel)) {
-        return with_context(error(ne_at, format("ne[%u]", d), format("dimension %" PRIu64 " overflows the element count", ne[d])),
+        return with_context(error(ne_at, format("ne[%u]", d),
+                                  format("dimension %" PRIu64 " overflows the element count", ne[d])),
                             context);
       }
     }
@@ -439,8 +444,8 @@ Status GgufParser::parse(GgufFile* file) {
     const std::optional<DType> dtype = dtype_from_ggml_type(ggml_type);
     if (!dtype) {
       if (const char* name = unsupported_ggml_type_name(ggml_type)) {
-        return unimplemented(context + format("type %s (ggml type %u) at offset %" PRIu64 " is not supported", name,
-                                              ggml_type, type_at));
+        return unimplemented(context + format("type %s (ggml type %u) at offset %" PRIu64 " is not supported",
+                                              name, ggml_type, type_at));
       }
       return with_context(error(type_at, "type", format("unknown tensor type %u", ggml_type)), context);
     }
@@ -449,14 +454,16 @@ Status GgufParser::parse(GgufFile* file) {
     // ne[0] (innermost) must hold whole blocks: a quantized row is a run of blocks.
     const uint64_t inner = n_dims > 0 ? ne[0] : 1;
     if (inner % static_cast<uint64_t>(dinfo.block_elems) != 0) {
-      return with_context(error(dims_at + 4, "ne[0]",
-                                format("innermost dimension %" PRIu64 " is not a multiple of the %s block size %d",
-                                       inner, dinfo.name, dinfo.block_elems)),
-                          context);
+      return with_context(
+          error(dims_at + 4, "ne[0]",
+                format("innermost dimension %" PRIu64 " is not a multiple of the %s block size %d", inner,
+                       dinfo.name, dinfo.block_elems)),
+          context);
     }
     int64_t nbytes = 0;
     if (__builtin_mul_overflow(numel / dinfo.block_elems, int64_t{dinfo.block_bytes}, &nbytes)) {
-      return with_context(error(dims_at, "ne", format("%" PRId64 " elements overflow the byte size", numel)), context);
+      return with_context(error(dims_at, "ne", format("%" PRId64 " elements overflow the byte size", numel)),
+                          context);
     }
     info.nbytes = nbytes;
     info.shape.assign(n_dims, 0);
@@ -478,15 +485,15 @@ Status GgufParser::parse(GgufFile* file) {
   // tensors may end before it.
   uint64_t data_start = 0;
   if (__builtin_add_overflow(pos_, file->alignment_ - 1, &data_start)) {
-    return data_loss(format("data section: aligning offset %" PRIu64 " to %" PRIu64 " overflows", pos_,
-                            file->alignment_));
+    return data_loss(
+        format("data section: aligning offset %" PRIu64 " to %" PRIu64 " overflows", pos_, file->alignment_));
   }
   data_start -= data_start % file->alignment_;
   if (data_start > size_) {
     if (n_tensors > 0) {
       return error(pos_, "data section",
-                   format("starts at %" PRIu64 ", past end of file (truncated at %" PRIu64 " bytes)", data_start,
-                          size_));
+                   format("starts at %" PRIu64 ", past end of file (truncated at %" PRIu64 " bytes)",
+                          data_start, size_));
     }
     data_start = size_;
   }
@@ -509,7 +516,8 @@ Status GgufParser::parse(GgufFile* file) {
     if ((reinterpret_cast<uintptr_t>(data_) + begin) % natural != 0) {
       return data_loss(format("tensor '%s': offset at offset %" PRIu64 ": data at file offset %" PRIu64
                               " is not aligned to %" PRIu64 " bytes for %s",
-                              printable(t.name).c_str(), offset_field_at[i], begin, natural, dtype_name(t.dtype)));
+                              printable(t.name).c_str(), offset_field_at[i], begin, natural,
+                              dtype_name(t.dtype)));
     }
     file->tensor_index_.emplace(t.name, i);
   }
@@ -556,7 +564,9 @@ std::optional<bool> GgufValue::as_bool() const {
   return std::nullopt;
 }
 
-const std::string* GgufValue::as_string() const { return std::get_if<std::string>(&v); }
+const std::string* GgufValue::as_string() const {
+  return std::get_if<std::string>(&v);
+}
 
 const GgufArray* GgufValue::as_array() const {
   if (const auto* a = std::get_if<std::shared_ptr<const GgufArray>>(&v)) return a->get();
@@ -573,7 +583,7 @@ StatusOr<std::shared_ptr<const GgufFile>> GgufFile::open(const std::string& path
 }
 
 StatusOr<std::shared_ptr<const GgufFile>> GgufFile::parse(const uint8_t* data, size_t size,
-                                                           std::shared_ptr<void> owner) {
+                                                          std::shared_ptr<void> owner) {
   std::shared_ptr<GgufFile> file(new GgufFile());
   file->data_ = data;
   file->size_ = size;
@@ -594,7 +604,9 @@ Status type_mismatch(std::string_view key, const char* expected, const GgufValue
   return invalid_argument("metadata '" + std::string(key) + "': expected " + expected + ", found " +
                           gguf_type_name(v.type));
 }
-Status missing_key(std::string_view key) { return not_found("metadata key '" + std::string(key) + "' not found"); }
+Status missing_key(std::string_view key) {
+  return not_found("metadata key '" + std::string(key) + "' not found");
+}
 }  // namespace
 
 StatusOr<int64_t> GgufFile::get_int(std::string_view key) const {

@@ -28,8 +28,19 @@
 namespace nanoserve {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 const char* gguf_type_name(GgufType t);
 
@@ -41,11 +52,11 @@ struct GgufValue {
   GgufType type = GgufType::kU8;
   std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<const GgufArray>> v;
 
-  std::optional<int64_t> as_int() const;     // any integer type that fits
-  std::optional<double> as_float() const;    // any float or integer type
+  std::optional<int64_t> as_int() const;   // any integer type that fits
+  std::optional<double> as_float() const;  // any float or integer type
   std::optional<bool> as_bool() const;
-  const std::string* as_string() const;      // null unless a string
-  const GgufArray* as_array() const;         // null unless an array
+  const std::string* as_string() const;  // null unless a string
+  const GgufArray* as_array() const;     // null unless an array
 };
 
 struct GgufArray {
@@ -67,7 +78,7 @@ class GgufFile {
   static StatusOr<std::shared_ptr<const GgufFile>> open(const std::string& path);
   // Parses bytes already in memory; `owner` keeps them alive for tensor views.
   static StatusOr<std::shared_ptr<const GgufFile>> parse(const uint8_t* data, size_t size,
-                                                          std::shared_ptr<void> owner);
+                                                         std::shared_ptr<void> owner);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }

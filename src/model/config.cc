@@ -21,8 +21,8 @@ constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxContext = int64_t{1} << 24;
 
 Status range_error(const char* field, int64_t v, int64_t lo, int64_t hi) {
-  return invalid_argument(std::string("model config: ") + field + " = " + std::to_string(v) + " is outside [" +
-                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return invalid_argument(std::string("model config: ") + field + " = " + std::to_string(v) +
+                          " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 Status check_range(const char* field, int64_t v, int64_t lo, int64_t hi) {
@@ -84,7 +84,8 @@ Status ModelConfig::validate() const {
   NS_RETURN_IF_ERROR(check_range("context_length", context_length, 1, kMaxContext));
   NS_RETURN_IF_ERROR(check_positive_finite("rope_theta", rope_theta));
   NS_RETURN_IF_ERROR(check_positive_finite("norm_eps", norm_eps));
-  if (norm_eps >= 1.0f) return invalid_argument("model config: norm_eps = " + std::to_string(norm_eps) + " >= 1");
+  if (norm_eps >= 1.0f)
+    return invalid_argument("model config: norm_eps = " + std::to_string(norm_eps) + " >= 1");
   if (rope_scaling.type != RopeScaling::Type::kNone) {
     NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.factor", rope_scaling.factor));
   }
@@ -94,23 +95,25 @@ Status ModelConfig::validate() const {
     if (!(rope_scaling.low_freq_factor < rope_scaling.high_freq_factor)) {
       return invalid_argument("model config: rope_scaling.low_freq_factor must be below high_freq_factor");
     }
-    NS_RETURN_IF_ERROR(check_range("rope_scaling.original_context_length", rope_scaling.original_context_length,
-                                   1, kMaxContext));
+    NS_RETURN_IF_ERROR(check_range("rope_scaling.original_context_length",
+                                   rope_scaling.original_context_length, 1, kMaxContext));
   }
   return Status::ok_status();
 }
 
 std::string ModelConfig::to_string() const {
   std::ostringstream s;
-  s << "arch " << arch << ", layers " << n_layers << ", dim " << dim << ", heads " << n_heads << " (kv " << n_kv_heads
-    << ", head_dim " << head_dim << ", rope_dim " << rope_dim << "), ffn " << ffn_dim << ", vocab " << vocab_size
-    << ", context " << context_length << ", rope_theta " << rope_theta << ", norm_eps " << norm_eps;
+  s << "arch " << arch << ", layers " << n_layers << ", dim " << dim << ", heads " << n_heads << " (kv "
+    << n_kv_heads << ", head_dim " << head_dim << ", rope_dim " << rope_dim << "), ffn " << ffn_dim
+    << ", vocab " << vocab_size << ", context " << context_length << ", rope_theta " << rope_theta
+    << ", norm_eps " << norm_eps;
   switch (rope_scaling.type) {
     case RopeScaling::Type::kNone: break;
     case RopeScaling::Type::kLinear: s << ", rope scaling linear x" << rope_scaling.factor; break;
     case RopeScaling::Type::kLlama3:
-      s << ", rope scaling llama3 x" << rope_scaling.factor << " (low " << rope_scaling.low_freq_factor << ", high "
-        << rope_scaling.high_freq_factor << ", original context " << rope_scaling.original_context_length << ")";
+      s << ", rope scaling llama3 x" << rope_scaling.factor << " (low " << rope_scaling.low_freq_factor
+        << ", high " << rope_scaling.high_freq_factor << ", original context "
+        << rope_scaling.original_context_length << ")";
       break;
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
@@ -137,8 +140,9 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
     NS_RETURN_IF_ERROR(read_int(f, p + "attention.key_length", true, &c.head_dim));
   } else {
     if (c.dim % c.n_heads != 0) {
-      return invalid_argument("model config: dim = " + std::to_string(c.dim) + " is not a multiple of n_heads = " +
-                              std::to_string(c.n_heads) + " (head_dim must be an integer)");
+      return invalid_argument("model config: dim = " + std::to_string(c.dim) +
+                              " is not a multiple of n_heads = " + std::to_string(c.n_heads) +
+                              " (head_dim must be an integer)");
     }
     c.head_dim = c.dim / c.n_heads;
   }
@@ -181,11 +185,12 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.factor", &rs.factor));
   NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.low_freq_factor", &rs.low_freq_factor));
   NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.high_freq_factor", &rs.high_freq_factor));
-  NS_RETURN_IF_ERROR(read_int(f, p + "rope.scaling.original_context_length", false, &rs.original_context_length));
+  NS_RETURN_IF_ERROR(
+      read_int(f, p + "rope.scaling.original_context_length", false, &rs.original_context_length));
   if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
     if (t->dtype != DType::kF32 || t->shape.size() != 1 || t->shape[0] * 2 != c.rope_dim) {
-      return invalid_argument("tensor 'rope_freqs.weight': expected F32 [rope_dim / 2 = " +
-                              std::to_string(c.rope_dim / 2) + "]");
+      return invalid_argument(
+          "tensor 'rope_freqs.weight': expected F32 [rope_dim / 2 = " + std::to_string(c.rope_dim / 2) + "]");
     }
     rs.freq_factors_tensor = true;
     if (rs.type == RopeScaling::Type::kLlama3) rs.type = RopeScaling::Type::kNone;  // the tensor encodes it
@@ -199,8 +204,9 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
     if (emb->shape.size() != 2 || emb->shape[0] != c.vocab_size || emb->shape[1] != c.dim) {
       std::string shape;
       for (int64_t d : emb->shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-      return invalid_argument("tensor 'token_embd.weight': shape [" + shape + "] does not match [vocab_size " +
-                              std::to_string(c.vocab_size) + ", dim " + std::to_string(c.dim) + "]");
+      return invalid_argument("tensor 'token_embd.weight': shape [" + shape +
+                              "] does not match [vocab_size " + std::to_string(c.vocab_size) + ", dim " +
+                              std::to_string(c.dim) + "]");
     }
   }
   return c;

@@ -9,15 +9,17 @@
 namespace nanoserve {
 namespace {
 
-bool is_nan16(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
+bool is_nan16(uint16_t h) {
+  return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0;
+}
 
 TEST(Half, Fp16ToF32KnownValues) {
   EXPECT_EQ(fp16_to_f32(0x3c00), 1.0f);
   EXPECT_EQ(fp16_to_f32(0xc000), -2.0f);
   EXPECT_EQ(fp16_to_f32(0x7bff), 65504.0f);
-  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(fp16_to_f32(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(fp16_to_f32(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(fp16_to_f32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_EQ(fp16_to_f32(0x7c00), std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::signbit(fp16_to_f32(0x8000)));
   EXPECT_TRUE(std::isnan(fp16_to_f32(0x7e00)));
@@ -42,7 +44,7 @@ uint16_t nearest_fp16(float f) {
   const double a = std::fabs(static_cast<double>(f));
   if (a >= 65520.0) return sign | 0x7c00;
   uint32_t lo = 0, hi = 0x7bff;  // positive finite fp16 bit patterns are ordered by value
-  while (lo < hi) {               // first pattern whose value is >= a
+  while (lo < hi) {              // first pattern whose value is >= a
     const uint32_t mid = (lo + hi) / 2;
     if (static_cast<double>(fp16_to_f32(static_cast<uint16_t>(mid))) < a) {
       lo = mid + 1;
@@ -77,9 +79,10 @@ TEST(Half, F32ToFp16RoundsToNearestEven) {
     ASSERT_EQ(f32_to_fp16(f), nearest_fp16(f)) << f;
   }
   for (uint32_t h = 0; h < 0x7c00; ++h) {  // the midpoint above every finite positive fp16
-    const double mid = (static_cast<double>(fp16_to_f32(static_cast<uint16_t>(h))) +
-                        static_cast<double>(h == 0x7bff ? 65536.0f : fp16_to_f32(static_cast<uint16_t>(h + 1)))) /
-                       2;
+    const double mid =
+        (static_cast<double>(fp16_to_f32(static_cast<uint16_t>(h))) +
+         static_cast<double>(h == 0x7bff ? 65536.0f : fp16_to_f32(static_cast<uint16_t>(h + 1)))) /
+        2;
     const float f = static_cast<float>(mid);  // exact: fp16 midpoints fit in f32
     const uint16_t want = nearest_fp16(f);
     ASSERT_EQ(want, h % 2 == 0 ? h : h + 1) << "midpoint above " << h;  // the search itself ties to even

@@ -43,8 +43,8 @@ inline GgufBuilder rich_gguf(uint32_t version = 3) {
 // 33 and its value at 37.
 inline std::vector<BadGguf> bad_gguf_corpus() {
   std::vector<BadGguf> c;
-  auto add = [&c](std::string name, std::vector<uint8_t> bytes, StatusCode code, std::vector<std::string> needles,
-                  bool seed = true) {
+  auto add = [&c](std::string name, std::vector<uint8_t> bytes, StatusCode code,
+                  std::vector<std::string> needles, bool seed = true) {
     c.push_back({std::move(name), std::move(bytes), code, std::move(needles), seed});
   };
   const StatusCode kDL = StatusCode::kDataLoss;
@@ -61,7 +61,8 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
   }
   add("n_tensors_huge", rich_gguf().n_tensors_override(uint64_t{1} << 60).build(), kDL,
       {"n_tensors at offset 8", "cannot fit"});
-  add("n_kv_huge", rich_gguf().n_kv_override(0xFFFFFFFFFFFFFFFFull).build(), kDL, {"n_kv at offset 16", "cannot fit"});
+  add("n_kv_huge", rich_gguf().n_kv_override(0xFFFFFFFFFFFFFFFFull).build(), kDL,
+      {"n_kv at offset 16", "cannot fit"});
   add("n_kv_one_too_many", GgufBuilder().kv_string("k", std::string(20, 'x')).n_kv_override(2).build(), kDL,
       {"metadata #1", "metadata key at offset 65", "needs 8 bytes"});
   {
@@ -71,24 +72,56 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
     add("key_length_past_eof", w.bytes, kDL, {"metadata key at offset 24", "string length 1099511627776"});
   }
   add("string_value_past_eof",
-      GgufBuilder().kv("k", kTString, [](ByteWriter& w) { w.u64(1000); w.u8('a'); }).build(), kDL,
-      {"metadata 'k'", "string value at offset 37", "string length 1000"});
+      GgufBuilder()
+          .kv("k", kTString,
+              [](ByteWriter& w) {
+                w.u64(1000);
+                w.u8('a');
+              })
+          .build(),
+      kDL, {"metadata 'k'", "string value at offset 37", "string length 1000"});
   add("array_count_past_eof",
-      GgufBuilder().kv("k", kTArray, [](ByteWriter& w) { w.u32(kTU32); w.u64(uint64_t{1} << 62); }).build(), kDL,
-      {"metadata 'k'", "array count at offset 41"});
+      GgufBuilder()
+          .kv("k", kTArray,
+              [](ByteWriter& w) {
+                w.u32(kTU32);
+                w.u64(uint64_t{1} << 62);
+              })
+          .build(),
+      kDL, {"metadata 'k'", "array count at offset 41"});
   add("string_array_count_past_eof",
-      GgufBuilder().kv("k", kTArray, [](ByteWriter& w) { w.u32(kTString); w.u64(5); w.str("ab"); }).build(), kDL,
-      {"metadata 'k'", "array count at offset 41", "5 string elements"});
+      GgufBuilder()
+          .kv("k", kTArray,
+              [](ByteWriter& w) {
+                w.u32(kTString);
+                w.u64(5);
+                w.str("ab");
+              })
+          .build(),
+      kDL, {"metadata 'k'", "array count at offset 41", "5 string elements"});
   add("string_array_element_past_eof",
       GgufBuilder()
-          .kv("k", kTArray, [](ByteWriter& w) { w.u32(kTString); w.u64(2); w.str("ab"); w.u64(99); w.u64(0); })
+          .kv("k", kTArray,
+              [](ByteWriter& w) {
+                w.u32(kTString);
+                w.u64(2);
+                w.str("ab");
+                w.u64(99);
+                w.u64(0);
+              })
           .build(),
       kDL, {"metadata 'k'", "array element 1", "string value at offset 59"});
   add("unknown_value_type", GgufBuilder().kv("k", 13, [](ByteWriter& w) { w.u64(0); }).build(), kDL,
       {"metadata 'k'", "value type at offset 33", "unknown value type 13"});
   add("unknown_array_type",
-      GgufBuilder().kv("k", kTArray, [](ByteWriter& w) { w.u32(99); w.u64(0); }).build(), kDL,
-      {"metadata 'k'", "array element type at offset 37", "unknown value type 99"});
+      GgufBuilder()
+          .kv("k", kTArray,
+              [](ByteWriter& w) {
+                w.u32(99);
+                w.u64(0);
+              })
+          .build(),
+      kDL, {"metadata 'k'", "array element type at offset 37", "unknown value type 99"});
   add("bool_not_0_or_1", GgufBuilder().kv("k", kTBool, [](ByteWriter& w) { w.u8(2); }).build(), kDL,
       {"metadata 'k'", "bool value at offset 37"});
   add("duplicate_key", GgufBuilder().kv_u32("k", 1).kv_u32("k", 2).build(), kDL,
@@ -116,31 +149,34 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
   // Tensor infos. With no metadata, the first tensor info starts at 24: name "t"
   // (8 + 1), n_dims at 33, ne[0] at 37.
   const std::vector<uint8_t> f32x4(16, 0);
-  add("duplicate_tensor_name", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4).tensor("t", {4}, kGgmlF32, f32x4).build(),
-      kDL, {"tensor 't'", "duplicate tensor name"});
+  add("duplicate_tensor_name",
+      GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4).tensor("t", {4}, kGgmlF32, f32x4).build(), kDL,
+      {"tensor 't'", "duplicate tensor name"});
   add("too_many_dims", GgufBuilder().tensor("t", {1, 1, 1, 1, 4}, kGgmlF32, f32x4).build(), kDL,
       {"tensor 't'", "n_dims at offset 33", "5 dimensions"});
-  add("dim_product_overflow", GgufBuilder().tensor("t", {uint64_t{1} << 32, uint64_t{1} << 32}, kGgmlF32, {}).build(),
-      kDL, {"tensor 't'", "ne[1] at offset 45", "overflows"});
+  add("dim_product_overflow",
+      GgufBuilder().tensor("t", {uint64_t{1} << 32, uint64_t{1} << 32}, kGgmlF32, {}).build(), kDL,
+      {"tensor 't'", "ne[1] at offset 45", "overflows"});
   add("dim_above_int64", GgufBuilder().tensor("t", {uint64_t{1} << 63}, kGgmlF32, {}).build(), kDL,
       {"tensor 't'", "ne[0] at offset 37"});
   add("byte_size_overflow", GgufBuilder().tensor("t", {uint64_t{1} << 62}, kGgmlF32, {}).build(), kDL,
       {"tensor 't'", "overflow the byte size"});
   add("unknown_tensor_type", GgufBuilder().tensor("t", {4}, 99, f32x4).build(), kDL,
       {"tensor 't'", "type at offset 45", "unknown tensor type 99"});
-  add("unsupported_tensor_type", GgufBuilder().tensor("t", {256}, kGgmlQ5_K, std::vector<uint8_t>(176)).build(),
+  add("unsupported_tensor_type",
+      GgufBuilder().tensor("t", {256}, kGgmlQ5_K, std::vector<uint8_t>(176)).build(),
       StatusCode::kUnimplemented, {"tensor 't'", "Q5_K", "offset 45"});
   add("partial_block", GgufBuilder().tensor("t", {33}, kGgmlQ8_0, std::vector<uint8_t>(68)).build(), kDL,
       {"tensor 't'", "ne[0] at offset 37", "not a multiple of the Q8_0 block size 32"});
   add("misaligned_offset", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, 4).build(), kDL,
       {"tensor 't'", "offset at offset 49", "not a multiple of the alignment 32"});
   add("data_misaligned_for_dtype",
-      GgufBuilder().pad_alignment(1).kv_u32("general.alignment", 1).tensor("t", {4}, kGgmlF32, f32x4).build(), kDL,
-      {"tensor 't'", "offset at offset 82", "file offset 90 is not aligned to 4 bytes for F32"});
+      GgufBuilder().pad_alignment(1).kv_u32("general.alignment", 1).tensor("t", {4}, kGgmlF32, f32x4).build(),
+      kDL, {"tensor 't'", "offset at offset 82", "file offset 90 is not aligned to 4 bytes for F32"});
   add("data_past_eof", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, uint64_t{1} << 20).build(), kDL,
       {"tensor 't'", "offset at offset 49", "runs past end of file"});
-  add("data_offset_overflow", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, 0xFFFFFFFFFFFFFFE0ull).build(), kDL,
-      {"tensor 't'", "runs past end of file"});
+  add("data_offset_overflow", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, 0xFFFFFFFFFFFFFFE0ull).build(),
+      kDL, {"tensor 't'", "runs past end of file"});
   {
     auto b = rich_gguf().build();
     b.pop_back();
@@ -160,7 +196,8 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
       w.u64((uint64_t{1} << 22) + 1);
       w.bytes.resize(w.bytes.size() + (uint64_t{1} << 22) + 1, 0);
     });
-    add("too_many_metadata_values", big.build(), kDL, {"metadata 'k'", "array count at offset 41", "metadata values"},
+    add("too_many_metadata_values", big.build(), kDL,
+        {"metadata 'k'", "array count at offset 41", "metadata values"},
         /*seed=*/false);
   }
   return c;

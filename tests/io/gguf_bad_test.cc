@@ -71,7 +71,8 @@ TEST(GgufBad, EverySingleByteCorruptionIsHandled) {
       if (!file.ok()) {
         ++failed;
         const StatusCode code = file.status().code();
-        ASSERT_TRUE(code == StatusCode::kDataLoss || code == StatusCode::kUnimplemented) << file.status().to_string();
+        ASSERT_TRUE(code == StatusCode::kDataLoss || code == StatusCode::kUnimplemented)
+            << file.status().to_string();
         continue;
       }
       ++parsed;
@@ -99,7 +100,8 @@ TEST(GgufBad, OpenPrefixesThePath) {
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(file.status().message().find(path.string()), std::string::npos) << file.status().to_string();
-  EXPECT_NE(file.status().message().find("version at offset 4"), std::string::npos) << file.status().to_string();
+  EXPECT_NE(file.status().message().find("version at offset 4"), std::string::npos)
+      << file.status().to_string();
 }
 
 TEST(GgufBad, DirectoryIsNotAModel) {

@@ -14,14 +14,34 @@ namespace nanoserve::testing {
 
 // ggml tensor type ids, as stored in GGUF.
 enum GgmlType : uint32_t {
-  kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ8_0 = 8,
-  kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlI32 = 26, kGgmlBF16 = 30,
+  kGgmlF32 = 0,
+  kGgmlF16 = 1,
+  kGgmlQ4_0 = 2,
+  kGgmlQ4_1 = 3,
+  kGgmlQ5_0 = 6,
+  kGgmlQ8_0 = 8,
+  kGgmlQ4_K = 12,
+  kGgmlQ5_K = 13,
+  kGgmlQ6_K = 14,
+  kGgmlI32 = 26,
+  kGgmlBF16 = 30,
 };
 
 // GGUF metadata value type ids.
 enum GgufTypeId : uint32_t {
-  kTU8 = 0, kTI8 = 1, kTU16 = 2, kTI16 = 3, kTU32 = 4, kTI32 = 5, kTF32 = 6, kTBool = 7,
-  kTString = 8, kTArray = 9, kTU64 = 10, kTI64 = 11, kTF64 = 12,
+  kTU8 = 0,
+  kTI8 = 1,
+  kTU16 = 2,
+  kTI16 = 3,
+  kTU32 = 4,
+  kTI32 = 5,
+  kTF32 = 6,
+  kTBool = 7,
+  kTString = 8,
+  kTArray = 9,
+  kTU64 = 10,
+  kTI64 = 11,
+  kTF64 = 12,
 };
 
 // Little-endian byte sink.
@@ -83,16 +103,36 @@ class GgufBuilder {
     kvs_.push_back({key, type, std::move(w)});
     return *this;
   }
-  GgufBuilder& kv_u8(const std::string& k, uint8_t v) { return kv(k, kTU8, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_i8(const std::string& k, int8_t v) { return kv(k, kTI8, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_u16(const std::string& k, uint16_t v) { return kv(k, kTU16, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_i16(const std::string& k, int16_t v) { return kv(k, kTI16, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_u32(const std::string& k, uint32_t v) { return kv(k, kTU32, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_i32(const std::string& k, int32_t v) { return kv(k, kTI32, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_u64(const std::string& k, uint64_t v) { return kv(k, kTU64, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_i64(const std::string& k, int64_t v) { return kv(k, kTI64, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_f32(const std::string& k, float v) { return kv(k, kTF32, [v](ByteWriter& b) { b.put(v); }); }
-  GgufBuilder& kv_f64(const std::string& k, double v) { return kv(k, kTF64, [v](ByteWriter& b) { b.put(v); }); }
+  GgufBuilder& kv_u8(const std::string& k, uint8_t v) {
+    return kv(k, kTU8, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_i8(const std::string& k, int8_t v) {
+    return kv(k, kTI8, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_u16(const std::string& k, uint16_t v) {
+    return kv(k, kTU16, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_i16(const std::string& k, int16_t v) {
+    return kv(k, kTI16, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_u32(const std::string& k, uint32_t v) {
+    return kv(k, kTU32, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_i32(const std::string& k, int32_t v) {
+    return kv(k, kTI32, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_u64(const std::string& k, uint64_t v) {
+    return kv(k, kTU64, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_i64(const std::string& k, int64_t v) {
+    return kv(k, kTI64, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_f32(const std::string& k, float v) {
+    return kv(k, kTF32, [v](ByteWriter& b) { b.put(v); });
+  }
+  GgufBuilder& kv_f64(const std::string& k, double v) {
+    return kv(k, kTF64, [v](ByteWriter& b) { b.put(v); });
+  }
   GgufBuilder& kv_bool(const std::string& k, bool v) {
     return kv(k, kTBool, [v](ByteWriter& b) { b.u8(v ? 1 : 0); });
   }

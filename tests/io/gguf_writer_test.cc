@@ -22,7 +22,8 @@ void expect_value(const GgufValue& v, const json& want, const std::string& where
     const GgufArray* a = v.as_array();
     ASSERT_NE(a, nullptr) << where;
     ASSERT_EQ(a->items.size(), want.size()) << where;
-    for (size_t i = 0; i < want.size(); ++i) expect_value(a->items[i], want[i], where + "[" + std::to_string(i) + "]");
+    for (size_t i = 0; i < want.size(); ++i)
+      expect_value(a->items[i], want[i], where + "[" + std::to_string(i) + "]");
   } else if (want.is_string()) {
     ASSERT_NE(v.as_string(), nullptr) << where;
     EXPECT_EQ(*v.as_string(), want.get<std::string>()) << where;
@@ -76,7 +77,8 @@ TEST(GgufWriterFile, ReadsWhatGgufWriterWrote) {
     } else {
       dequantize_row(t->dtype(), t->data(), got.data(), t->numel());
     }
-    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(want[i])) << name << "[" << i << "]";
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(got[i], static_cast<float>(want[i])) << name << "[" << i << "]";
   }
 }
 

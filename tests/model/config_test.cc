@@ -73,9 +73,9 @@ TEST(ModelConfig, DefaultsAndDerivedValues) {
   auto c = config_of(small_llama());
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->head_dim, 16);
-  EXPECT_EQ(c->rope_dim, 16);       // defaults to head_dim
+  EXPECT_EQ(c->rope_dim, 16);          // defaults to head_dim
   EXPECT_EQ(c->rope_theta, 10000.0f);  // GGUF default
-  EXPECT_EQ(c->vocab_size, 3);      // from tokenizer.ggml.tokens
+  EXPECT_EQ(c->vocab_size, 3);         // from tokenizer.ggml.tokens
   EXPECT_TRUE(c->tied_embeddings);
   // head_count_kv absent: one kv head per query head.
   GgufBuilder b;
@@ -112,15 +112,18 @@ TEST(ModelConfig, Llama3ScalingFromKeys) {
 }
 
 TEST(ModelConfig, LinearScalingAndUnknownScaling) {
-  auto c = config_of(small_llama().kv_string("llama.rope.scaling.type", "linear").kv_f32("llama.rope.scaling.factor", 2.0f));
+  auto c = config_of(
+      small_llama().kv_string("llama.rope.scaling.type", "linear").kv_f32("llama.rope.scaling.factor", 2.0f));
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
   EXPECT_EQ(c->rope_scaling.factor, 2.0f);
-  expect_error(config_of(small_llama().kv_string("llama.rope.scaling.type", "yarn")), StatusCode::kUnimplemented,
-               "rope.scaling.type");
+  expect_error(config_of(small_llama().kv_string("llama.rope.scaling.type", "yarn")),
+               StatusCode::kUnimplemented, "rope.scaling.type");
   expect_error(config_of(small_llama().kv_u32("llama.rope.scaling.type", 1)), StatusCode::kInvalidArgument,
                "rope.scaling.type");
-  expect_error(config_of(small_llama().kv_string("llama.rope.scaling.type", "linear").kv_f32("llama.rope.scaling.factor", -1.0f)),
+  expect_error(config_of(small_llama()
+                             .kv_string("llama.rope.scaling.type", "linear")
+                             .kv_f32("llama.rope.scaling.factor", -1.0f)),
                StatusCode::kInvalidArgument, "rope_scaling.factor");
 }
 
@@ -142,7 +145,8 @@ TEST(ModelConfig, RopeFreqsTensorAndOutputWeight) {
 
 TEST(ModelConfig, EmbeddingShapeMustMatch) {
   std::vector<float> emb(64 * 4, 0.0f);  // 4 rows but vocab is 3
-  expect_error(config_of(small_llama().tensor("token_embd.weight", {64, 4}, testing::kGgmlF32, testing::f32_bytes(emb))),
+  expect_error(config_of(small_llama().tensor("token_embd.weight", {64, 4}, testing::kGgmlF32,
+                                              testing::f32_bytes(emb))),
                StatusCode::kInvalidArgument, "token_embd.weight");
 }
 

@@ -90,7 +90,8 @@ TEST(Dequantize, Q4_KHandBuiltBlock) {
   }
   auto q = [](int sub, int i) { return (sub * 5 + i * 3) & 15; };
   for (int c = 0; c < 4; ++c) {
-    for (int i = 0; i < 32; ++i) b[16 + 32 * c + i] = static_cast<uint8_t>(q(2 * c, i) | (q(2 * c + 1, i) << 4));
+    for (int i = 0; i < 32; ++i)
+      b[16 + 32 * c + i] = static_cast<uint8_t>(q(2 * c, i) | (q(2 * c + 1, i) << 4));
   }
   auto y = run(DType::kQ4_K, b, 256);
   for (int sub = 0; sub < 8; ++sub) {
@@ -122,7 +123,8 @@ TEST(Dequantize, Q6_KHandBuiltBlock) {
   auto y = run(DType::kQ6_K, b, 256);
   for (int p = 0; p < 256; ++p) {
     const int h = p / 128, k = (p % 128) / 32, l = p % 32;
-    const float want = 0.5f * static_cast<float>(scales[8 * h + 2 * k + l / 16]) * static_cast<float>(qv(p) - 32);
+    const float want =
+        0.5f * static_cast<float>(scales[8 * h + 2 * k + l / 16]) * static_cast<float>(qv(p) - 32);
     ASSERT_EQ(y[p], want) << p;
   }
 }
