@@ -1,19 +1,22 @@
 // CUDA paged attention: KV write, split-KV attention (decode and extend in one
 // kernel), and the split reduction. See paged_attention_cuda.cuh for layouts and
-// docs/kernels.md for the design, its predictions and measurements.
+// docs/kernels.md for the design, its versions, predictions and measurements.
 //
-// Attention kernel, one thread block per (query row, split, kv head group):
-//  - the G query heads that share a kv head are computed together, so each K/V
-//    byte of the split is read from memory once for all of them (GQA);
-//  - a lane holds 8 elements (16 bytes) of a K or V row: head_dim/8 lanes cover
-//    one token, a warp covers 32/(head_dim/8) tokens per step;
-//  - K/V move global -> shared with cp.async (16 bytes a lane, kStages deep).
-//    Each thread reads back only the chunks it copied itself, so the pipeline
-//    needs no block barrier, only cp.async.wait_group;
-//  - scores are f32, scaled into the log2 domain, with an online softmax per
-//    token group, merged across groups and warps in a fixed order at the end;
-//  - a row whose context is longer than one split writes (o, lse) partials, and
-//    the splits are combined in split order by the reduction.
+// Attention kernel (v2, tensor cores), one thread block of 4 warps per
+// (query row, split, kv head group):
+//  - the G <= 8 query heads that share a kv head are the M rows of one
+//    mma.m16n8k16 tile (rows G..15 are zero), so each K/V byte of the split is
+//    read from memory once for all of them (GQA), and S = Q K^T and O += P V
+//    each cost one mma per 8 tokens x 16 dims instead of scalar FMA chains;
+//  - each warp streams its own tokens global -> shared with cp.async (16 bytes
+//    a lane, kStages deep, rows XOR-swizzled so ldmatrix is conflict-free) and
+//    reads them back with ldmatrix (.trans for V): warps never wait for each
+//    other until the end of the split;
+//  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
+//    dtype for the P V product (as flash attention does), l stays f32;
+//  - at the end the warps are merged in warp order through shared memory. A
+//    row longer than one split writes (o, lse) partials, combined in split
+//    order by one warp per head (reduce kernel, or the block that finishes last).
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 
@@ -31,23 +34,26 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kUnroll = 8;  // tokens a token group takes per pipeline stage
 constexpr int kStages = 3;  // cp.async pipeline depth
 constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
+static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
-// [kStages][K,V][kUnroll][kThreads] 16-byte chunks.
-constexpr int kSmemBytes = kStages * 2 * kUnroll * kThreads * 16;
+// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either head_dim.
+constexpr int kStageBytesPerWarp = 8192;
+constexpr int kSmemBytes = kStages * kWarps * kStageBytesPerWarp;  // 96 KB: 2 blocks an SM
 
 template <int HD>
 struct Geometry {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static constexpr int kLanesPerToken = HD / 8;  // 8 elements = 16 bytes a lane
-  static constexpr int kTokensPerWarp = 32 / kLanesPerToken;
-  static constexpr int kTokensPerStep = kWarps * kTokensPerWarp;
-  static constexpr int kTileTokens = kTokensPerStep * kUnroll;  // tokens per pipeline stage
+  static constexpr int kChunks = HD / 8;                                      // 16-byte chunks in a row
+  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * HD * 2);      // 16 (HD 128) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;                   // a block's tokens per stage
+  static constexpr int kStageChunks = kWarpTokens * kChunks;                 // K (or V) chunks a warp-stage
+  static constexpr int kCopiesPerLane = kStageChunks / 32;                   // 8
+  static_assert(kStageChunks % 32 == 0 && kWarpTokens % 16 == 0, "whole mma tiles");
 };
 
-__host__ __device__ inline int tile_tokens(int head_dim) { return kWarps * (32 / (head_dim / 8)) * kUnroll; }
+__host__ __device__ inline int tile_tokens(int head_dim) { return kWarps * (kStageBytesPerWarp / (4 * head_dim)); }
 
 // A row's context [0, ctx) is cut into n_splits ranges of split_len tokens (the
 // last shorter), split_len a whole number of tiles. Depends on ctx alone.
@@ -68,31 +74,39 @@ struct Elem;
 
 template <>
 struct Elem<__nv_bfloat16> {
-  static __device__ __forceinline__ void to_float8(const uint4& v, float (&f)[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-  }
   static __device__ __forceinline__ __nv_bfloat16 from_float(float x) { return __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+  }
+  // D += A B, 16x8x16, bf16 in, f32 accumulate.
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 };
 
 template <>
 struct Elem<__half> {
-  static __device__ __forceinline__ void to_float8(const uint4& v, float (&f)[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      __half2 h;
-      memcpy(&h, &w[i], sizeof(h));
-      const float2 x = __half22float2(h);
-      f[2 * i] = x.x;
-      f[2 * i + 1] = x.y;
-    }
-  }
   static __device__ __forceinline__ __half from_float(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 };
 
 // ---- small PTX helpers ---------------------------------------------------------
@@ -109,6 +123,19 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
 // Programmatic dependent launch (sm_90): let the dependent grid start early / wait
 // for the primary grid's results.
 __device__ __forceinline__ void launch_dependents() {
@@ -122,6 +149,13 @@ __device__ __forceinline__ void wait_primary_grid() {
 #endif
 }
 
+// Chunk c of row r of a [rows][kChunks] tile of 16-byte chunks, XOR-swizzled so
+// that 8 consecutive rows at one logical chunk fall in 8 different bank groups.
+template <int HD>
+__device__ __forceinline__ int swizzle(int r, int c) {
+  return r * Geometry<HD>::kChunks + (c ^ (r & 7));
+}
+
 // ---- kernels -------------------------------------------------------------------
 
 template <typename T>
@@ -129,9 +163,9 @@ struct AttnParams {
   const T* q;       // [T, n_heads, HD]
   const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD]
   const T* v_pool;
-  T* out;  // [T, n_heads, HD]
-  const int32_t* seq_starts;  // [B+1]
-  const int32_t* positions;   // [T]
+  T* out;                      // [T, n_heads, HD]
+  const int32_t* seq_starts;   // [B+1]
+  const int32_t* positions;    // [T]
   const int32_t* block_tables;
   float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
   float* partial_lse;  // [rows, n_heads, kMaxSplits]
@@ -168,26 +202,44 @@ __device__ __forceinline__ RowInfo row_info(const int32_t* seq_starts, const int
   return {lo, __ldg(positions + t) + 1};
 }
 
-// out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), in split order. Loads bypass
-// L1: other blocks wrote these partials.
-template <int HD>
-__device__ __forceinline__ float combine_splits(const float* po, const float* plse, int n_splits, int d) {
-  float m = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) m = fmaxf(m, __ldcg(plse + s));
-  float w_sum = 0.0f, acc = 0.0f;
+// One warp combines the n_splits partials of one (row, head):
+//   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), summed in split order.
+// Lane s holds split s's weight; lane l owns dims l, l + 32, ... Loads bypass L1:
+// other blocks wrote these partials.
+template <typename T, int HD>
+__device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out, int lane) {
+  const float lse = lane < n_splits ? __ldcg(plse + lane) : -INFINITY;
+  float m = lse;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float w = lane < n_splits ? exp2f(lse - m) : 0.0f;
+  float w_sum = w;  // butterfly: every lane ends with the same sum
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) w_sum += __shfl_xor_sync(0xffffffffu, w_sum, off);
+  float acc[HD / 32];
+#pragma unroll
+  for (int k = 0; k < HD / 32; ++k) acc[k] = 0.0f;
+#pragma unroll 4
   for (int s = 0; s < n_splits; ++s) {
-    const float w = exp2f(__ldcg(plse + s) - m);
-    w_sum += w;
-    acc = fmaf(w, __ldcg(po + s * HD + d), acc);
+    const float ws = __shfl_sync(0xffffffffu, w, s);
+#pragma unroll
+    for (int k = 0; k < HD / 32; ++k) acc[k] = fmaf(ws, __ldcg(po + s * HD + lane + 32 * k), acc[k]);
   }
-  return acc / w_sum;
+  const float inv = 1.0f / w_sum;
+#pragma unroll
+  for (int k = 0; k < HD / 32; ++k) out[lane + 32 * k] = Elem<T>::from_float(acc[k] * inv);
 }
 
 template <typename T, int HD, int G>
 __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const AttnParams<T> p) {
   using Geo = Geometry<HD>;
-  constexpr int kLanes = Geo::kLanesPerToken;
-  extern __shared__ uint4 smem[];  // the cp.async stages; reused by the final merge
+  constexpr int kChunks = Geo::kChunks;
+  constexpr int kWT = Geo::kWarpTokens;
+  constexpr int kNT = kWT / 8;   // n-tiles of S (8 tokens each)
+  constexpr int kKS = HD / 16;   // k-steps of S (16 dims each)
+  constexpr int kOT = HD / 8;    // n-tiles of O (8 dims each)
+  static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
+  extern __shared__ uint4 smem[];  // [kWarps][kStages][K,V][kWT rows][kChunks] swizzled; reused by the merge
   __shared__ int is_last_block;
 
   launch_dependents();  // the reduction kernel may be scheduled while this grid runs
@@ -206,45 +258,47 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
-  const int grp = lane / kLanes;  // token group within the warp
-  const int sub = lane % kLanes;  // which 8 elements of head_dim this lane holds
-  const int step_tok = warp * Geo::kTokensPerWarp + grp;
+  const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+  const int head0 = group * G;               // first head of the group within the kv head's n_rep
+  const bool row_valid = gid < G && head0 + gid < p.n_rep;
 
-  // This lane's 8 elements of each of the G query heads, in the log2 domain.
-  const int head0 = group * G;  // first head of the group within the kv head's n_rep
-  float q[G][8];
+  // Q as mma A fragments: row gid = head head0 + gid, rows 8..15 zero.
+  uint32_t qa[kKS][4];
+  {
+    const T* q_row = p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD;
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (head0 + g < p.n_rep) {
-      const int qh = kvh * p.n_rep + head0 + g;
-      const uint4 raw = *reinterpret_cast<const uint4*>(p.q + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + sub * 8);
-      Elem<T>::to_float8(raw, q[g]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[g][e] *= p.scale_log2;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[g][e] = 0.0f;
+    for (int ks = 0; ks < kKS; ++ks) {
+      qa[ks][0] = row_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * tig) : 0u;
+      qa[ks][1] = 0u;
+      qa[ks][2] = row_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * tig) : 0u;
+      qa[ks][3] = 0u;
     }
   }
 
   const int32_t* table = p.block_tables + static_cast<int64_t>(ri.seq) * p.max_blocks_per_seq;
   const int bs_mask = (1 << p.block_size_log2) - 1;
   const int64_t slot_stride = static_cast<int64_t>(p.n_kv_heads) * HD;  // elements per slot
-  const T* k_base = p.k_pool + static_cast<int64_t>(kvh) * HD + sub * 8;
-  const T* v_base = p.v_pool + static_cast<int64_t>(kvh) * HD + sub * 8;
+  const T* k_head = p.k_pool + static_cast<int64_t>(kvh) * HD;
+  const T* v_head = p.v_pool + static_cast<int64_t>(kvh) * HD;
+  uint4* warp_smem = smem + warp * (kStages * 2 * Geo::kStageChunks);
 
+  // This warp's kWT tokens of `tile` into stage tile % kStages.
   auto issue = [&](int tile) {
-    uint4* st = smem + (tile % kStages) * (2 * kUnroll * kThreads);
-    const int tile_begin = begin + tile * Geo::kTileTokens;
+    uint4* sk = warp_smem + (tile % kStages) * (2 * Geo::kStageChunks);
+    uint4* sv = sk + Geo::kStageChunks;
+    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int pos = tile_begin + u * Geo::kTokensPerStep + step_tok;
+    for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
+      const int idx = lane + 32 * i;
+      const int r = idx / kChunks, c = idx % kChunks;
+      const int pos = warp_begin + r;
       const bool ok = pos < end;
       const int64_t slot =
           ok ? (static_cast<int64_t>(__ldg(table + (pos >> p.block_size_log2))) << p.block_size_log2) | (pos & bs_mask)
              : 0;
-      cp_async16(st + u * kThreads + tid, k_base + slot * slot_stride, ok);
-      cp_async16(st + (kUnroll + u) * kThreads + tid, v_base + slot * slot_stride, ok);
+      const int64_t off = slot * slot_stride + c * 8;
+      cp_async16(sk + swizzle<HD>(r, c), k_head + off, ok);
+      cp_async16(sv + swizzle<HD>(r, c), v_head + off, ok);
     }
     cp_async_commit();
   };
@@ -258,118 +312,102 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
     }
   }
 
-  float m[G], l[G], acc[G][8];
+  float m = -INFINITY;  // running max of row gid (same in the 4 lanes of a quad)
+  float l = 0.0f;       // this lane's share of the row's running sum
+  float o[kOT][4];      // O fragments: [0..1] row gid, dims 8 j + 2 tig + {0, 1}; [2..3] padding rows
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
+  for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
   for (int tile = 0; tile < n_tiles; ++tile) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of `tile` have landed
+    cp_async_wait<kStages - 2>();  // this lane's copies of `tile` have landed
+    __syncwarp();                  // ... and every lane's: ldmatrix reads rows other lanes copied
     if (tile + kStages - 1 < n_tiles) {
-      issue(tile + kStages - 1);  // into the stage this thread finished with last iteration
+      issue(tile + kStages - 1);  // into the stage the warp finished with last iteration
     } else {
       cp_async_commit();
     }
-    const uint4* st = smem + (tile % kStages) * (2 * kUnroll * kThreads);
-    const int tile_begin = begin + tile * Geo::kTileTokens;
+    const uint4* sk = warp_smem + (tile % kStages) * (2 * Geo::kStageChunks);
+    const uint4* sv = sk + Geo::kStageChunks;
+    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
 
-    float s[kUnroll][G];
+    // S = Q K^T for this warp's kWT tokens.
+    float s[kNT][4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float kf[8];
-      Elem<T>::to_float8(st[u * kThreads + tid], kf);
+    for (int j = 0; j < kNT; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float a = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) a = fmaf(q[g][e], kf[e], a);
-        s[u][g] = a;
+      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
+        uint32_t b[4];  // k-steps 2 ks2 and 2 ks2 + 1 of tokens 8 j .. 8 j + 7
+        ldmatrix_x4(b, sk + swizzle<HD>(8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+        Elem<T>::mma(s[j], qa[2 * ks2], b[0], b[1]);
+        Elem<T>::mma(s[j], qa[2 * ks2 + 1], b[2], b[3]);
       }
     }
+    // Online softmax over row gid (lane holds tokens 8 j + 2 tig + {0, 1}).
+    float tile_max = -INFINITY;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-#pragma unroll
-        for (int off = kLanes / 2; off > 0; off >>= 1) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], off);
-      }
-      if (tile_begin + u * Geo::kTokensPerStep + step_tok >= end) {
-#pragma unroll
-        for (int g = 0; g < G; ++g) s[u][g] = -INFINITY;
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float m_new = m[g];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) m_new = fmaxf(m_new, s[u][g]);
-      if (m_new == -INFINITY) {  // nothing visible yet in this token group
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) s[u][g] = 0.0f;
-        continue;
-      }
-      const float corr = exp2f(m[g] - m_new);  // 0 when m[g] is -inf
-      m[g] = m_new;
-      l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        s[u][g] = exp2f(s[u][g] - m_new);
-        l[g] += s[u][g];
+      for (int e = 0; e < 2; ++e) {
+        const bool visible = warp_begin + 8 * j + 2 * tig + e < end;
+        s[j][e] = visible ? s[j][e] * p.scale_log2 : -INFINITY;
+        tile_max = fmaxf(tile_max, s[j][e]);
       }
     }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(m, tile_max);
+    const float corr = m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
+    m = m_new;
+    l *= corr;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float vf[8];
-      Elem<T>::to_float8(st[(kUnroll + u) * kThreads + tid], vf);
+    for (int j = 0; j < kOT; ++j) {
+      o[j][0] *= corr;
+      o[j][1] *= corr;
+    }
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
+    for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] = fmaf(s[u][g], vf[e], acc[g][e]);
+      for (int e = 0; e < 2; ++e) {
+        s[j][e] = m_new == -INFINITY ? 0.0f : exp2f(s[j][e] - m_new);
+        l += s[j][e];
+      }
+    }
+    // O += P V, 16 tokens (two S n-tiles) per k-step.
+#pragma unroll
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+      uint32_t pa[4];
+      pa[0] = Elem<T>::pack2(s[2 * kc][0], s[2 * kc][1]);
+      pa[1] = 0u;
+      pa[2] = Elem<T>::pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[3] = 0u;
+#pragma unroll
+      for (int j2 = 0; j2 < kOT / 2; ++j2) {
+        uint32_t b[4];  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15
+        ldmatrix_x4_trans(b, sv + swizzle<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+        Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
+        Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
       }
     }
   }
   cp_async_wait<0>();
-  __syncthreads();  // every thread is done with the stages: reuse them for the merge
-
-  // Merge the token groups of each warp (butterfly over the group lanes).
-#pragma unroll
-  for (int off = kLanes; off < 32; off <<= 1) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const float m_o = __shfl_xor_sync(0xffffffffu, m[g], off);
-      const float l_o = __shfl_xor_sync(0xffffffffu, l[g], off);
-      const float m_new = fmaxf(m[g], m_o);
-      const float a = m[g] == -INFINITY ? 0.0f : exp2f(m[g] - m_new);
-      const float b = m_o == -INFINITY ? 0.0f : exp2f(m_o - m_new);
-      l[g] = l[g] * a + l_o * b;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float acc_o = __shfl_xor_sync(0xffffffffu, acc[g][e], off);
-        acc[g][e] = acc[g][e] * a + acc_o * b;
-      }
-      m[g] = m_new;
-    }
-  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  __syncthreads();  // every warp is done with its stages: reuse them for the merge
 
   // Merge the warps, in warp order, through shared memory.
-  float* sm_acc = reinterpret_cast<float*>(smem);  // [kWarps][G][HD]
-  float* sm_m = sm_acc + kWarps * G * HD;          // [kWarps][G]
-  float* sm_l = sm_m + kWarps * G;                 // [kWarps][G]
-  if (grp == 0) {
+  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][G][HD]
+  float* sm_m = sm_o + kWarps * G * HD;          // [kWarps][G]
+  float* sm_l = sm_m + kWarps * G;               // [kWarps][G]
+  if (gid < G) {
 #pragma unroll
-    for (int g = 0; g < G; ++g) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sm_acc[(warp * G + g) * HD + sub * 8 + e] = acc[g][e];
-      if (sub == 0) {
-        sm_m[warp * G + g] = m[g];
-        sm_l[warp * G + g] = l[g];
-      }
+    for (int j = 0; j < kOT; ++j) {
+      sm_o[(warp * G + gid) * HD + 8 * j + 2 * tig] = o[j][0];
+      sm_o[(warp * G + gid) * HD + 8 * j + 2 * tig + 1] = o[j][1];
+    }
+    if (tig == 0) {
+      sm_m[warp * G + gid] = m;
+      sm_l[warp * G + gid] = l;
     }
   }
   __syncthreads();
@@ -386,7 +424,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
       const float mw = sm_m[w * G + g];
       const float f = mw == -INFINITY ? 0.0f : exp2f(mw - m_all);
       l_all = fmaf(sm_l[w * G + g], f, l_all);
-      a_all = fmaf(sm_acc[(w * G + g) * HD + d], f, a_all);
+      a_all = fmaf(sm_o[(w * G + g) * HD + d], f, a_all);
     }
     const int qh = kvh * p.n_rep + head0 + g;
     if (plan.n_splits == 1) {
@@ -412,30 +450,28 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
   __syncthreads();
   if (!is_last_block) return;
   __threadfence();
-  for (int idx = tid; idx < G * HD; idx += kThreads) {
-    const int g = idx / HD, d = idx % HD;
-    if (head0 + g >= p.n_rep) continue;
+  for (int g = warp; g < G; g += kWarps) {
+    if (head0 + g >= p.n_rep) break;
     const int qh = kvh * p.n_rep + head0 + g;
     const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
-    const float o = combine_splits<HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits,
-                                       plan.n_splits, d);
-    p.out[(static_cast<int64_t>(t) * p.n_heads + qh) * HD + d] = Elem<T>::from_float(o);
+    combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
+                          p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, lane);
   }
 }
 
-// One block per (row, query head), one thread per element of head_dim.
+// One warp per (row, query head): 4 heads a block.
 template <typename T, int HD>
-__global__ void __launch_bounds__(HD) paged_attention_reduce_kernel(const AttnParams<T> p) {
-  const int row_local = blockIdx.x, qh = blockIdx.y, d = threadIdx.x;
+__global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const AttnParams<T> p) {
+  const int row_local = blockIdx.x;
+  const int qh = blockIdx.y * kWarps + threadIdx.x / 32;
   const int t = p.row_offset + row_local;
   const RowInfo ri = row_info(p.seq_starts, p.positions, p.num_seqs, t);
   const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits);
-  if (plan.n_splits == 1) return;  // the split kernel wrote this row
-  wait_primary_grid();             // the partials are complete and visible
+  if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
+  wait_primary_grid();                                // the partials are complete and visible
   const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
-  const float o =
-      combine_splits<HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits, d);
-  p.out[(static_cast<int64_t>(t) * p.n_heads + qh) * HD + d] = Elem<T>::from_float(o);
+  combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
+                        p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32);
 }
 
 // k_pool[slot_mapping[t]] = k[t], the same for v; rows of `chunks` 16-byte chunks.
@@ -646,8 +682,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
         cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(rows, static_cast<unsigned>(n_heads));
-        cfg.blockDim = dim3(HD);
+        cfg.gridDim = dim3(rows, static_cast<unsigned>((n_heads + kWarps - 1) / kWarps));
+        cfg.blockDim = dim3(kThreads);
         cfg.stream = stream;
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
