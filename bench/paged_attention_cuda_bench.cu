@@ -164,6 +164,52 @@ double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
   return 1000.0 * ms[ms.size() / 2] / kCallsPerGraph;
 }
 
+__global__ void empty_kernel(int* p) {
+  if (p != nullptr && threadIdx.x == 1024) *p = 0;  // never true: keeps the kernel from being trivial
+}
+
+// Per-launch floor in a graph of kCallsPerGraph empty kernels (132 x 128
+// threads), with and without programmatic dependent launch.
+double launch_floor_us(bool pdl) {
+  cudaStream_t stream;
+  NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(132);
+  cfg.blockDim = dim3(128);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  cudaGraph_t graph;
+  NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCallsPerGraph; ++i) NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, empty_kernel, nullptr));
+  NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  NS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  NS_CUDA_CHECK(cudaEventCreate(&start));
+  NS_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int r = 0; r < kReplays + 3; ++r) {
+    NS_CUDA_CHECK(cudaEventRecord(start, stream));
+    NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    NS_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    if (r >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  NS_CUDA_CHECK(cudaEventDestroy(start));
+  NS_CUDA_CHECK(cudaEventDestroy(stop));
+  NS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  NS_CUDA_CHECK(cudaGraphDestroy(graph));
+  NS_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 1000.0 * ms[ms.size() / 2] / kCallsPerGraph;
+}
+
 // Device-to-device copy of 1 GiB: bytes read + written over time.
 double copy_ceiling_tbs() {
   const int64_t n = int64_t{1} << 30;
@@ -288,6 +334,8 @@ int main(int argc, char** argv) {
   const double copy_tbs = copy_ceiling_tbs();
   std::printf("device-to-device copy: %.2f TB/s (read + write), reference ceiling %.2f TB/s\n", copy_tbs,
               kCopyCeilingTBs);
+  std::printf("empty kernel in a graph: %.2f us a launch, %.2f us with programmatic dependent launch\n",
+              launch_floor_us(false), launch_floor_us(true));
 
   // Llama-3-8B attention: GQA 32/8, head_dim 128, bf16, block 16.
   std::vector<Shape> shapes{{1, 4096, 32, 8, 128, 16},  {64, 4096, 32, 8, 128, 16}, {8, 4096, 32, 8, 128, 16},
@@ -300,10 +348,12 @@ int main(int argc, char** argv) {
     bool targets_only;
   };
   std::vector<Variant> variants;
-  variants.push_back({"last-block", {SplitReduce::kLastBlock, 0}, false});
-  variants.push_back({"reduce-kernel", {SplitReduce::kKernel, 0}, true});
-  variants.push_back({"splits<=16", {SplitReduce::kLastBlock, 16}, true});
-  variants.push_back({"splits<=8", {SplitReduce::kLastBlock, 8}, true});
+  // The default, then the other reduction and other split plans (targets only).
+  variants.push_back({"default", {SplitReduce::kLastBlock, 0, 0, true}, false});
+  variants.push_back({"reduce-kernel", {SplitReduce::kKernel, 0, 0, true}, true});
+  variants.push_back({"no PDL", {SplitReduce::kLastBlock, 0, 0, false}, true});
+  variants.push_back({"split>=2 tiles", {SplitReduce::kLastBlock, 0, 2, true}, true});
+  variants.push_back({"split>=8 tiles", {SplitReduce::kLastBlock, 0, 8, true}, true});
 
   std::vector<Result> results;
   const int64_t min_cycled = 4 * dev.l2_bytes;
@@ -317,8 +367,8 @@ int main(int argc, char** argv) {
       std::string name = shape_name(s);
       if (s.block_size != 16) name += " bs=" + std::to_string(s.block_size);
       results.push_back({name, v.name, us, tbs, static_cast<int>(su.k_pools.size()),
-                         paged_attention_cuda_num_splits(s.ctx, s.head_dim, v.opt.max_splits)});
-      std::printf("%-18s %-14s %9.2f us %6.2f TB/s %5.1f%% of %.2f  (splits %d, %d pool copies)\n", name.c_str(),
+                         paged_attention_cuda_num_splits(s.ctx, s.head_dim, v.opt)});
+      std::printf("%-18s %-15s %9.2f us %6.2f TB/s %5.1f%% of %.2f  (splits %d, %d pool copies)\n", name.c_str(),
                   v.name.c_str(), us, tbs, 100.0 * tbs / kCopyCeilingTBs, kCopyCeilingTBs, results.back().splits,
                   results.back().copies);
       std::fflush(stdout);

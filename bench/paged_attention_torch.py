@@ -147,15 +147,15 @@ def table(csv_path):
     print(f"paged decode attention, GQA 32/8, head_dim 128, bf16 "
           f"({torch.cuda.get_device_name(0)}; copy measured now {copy:.2f} TB/s; "
           f"% is of the {CEILING_TBS} TB/s copy ceiling)")
-    print(f"| {'shape':<16} | {'variant':<13} | {'ours us':>8} | {'ours TB/s':>9} | {'% ceil':>6} "
+    print(f"| {'shape':<16} | {'variant':<14} | {'ours us':>8} | {'ours TB/s':>9} | {'% ceil':>6} "
           f"| {'SDPA us':>8} | {'SDPA TB/s':>9} | {'% ceil':>6} |")
-    print("|" + "-" * 18 + "|" + "-" * 15 + "|" + "-" * 10 + "|" + "-" * 11 + "|" + "-" * 8 + "|" + "-" * 10 + "|"
+    print("|" + "-" * 18 + "|" + "-" * 16 + "|" + "-" * 10 + "|" + "-" * 11 + "|" + "-" * 8 + "|" + "-" * 10 + "|"
           + "-" * 11 + "|" + "-" * 8 + "|")
     for r in rows:
         key = (int(r["batch"]), int(r["ctx"]), int(r["n_heads"]), int(r["n_kv"]), int(r["head_dim"]))
         us, tbs = float(r["us"]), float(r["tbs"])
         sus, stbs = sdpa[key]
-        print(f"| {r['shape']:<16} | {r['variant']:<13} | {us:8.2f} | {tbs:9.2f} | {100 * tbs / CEILING_TBS:5.1f}% "
+        print(f"| {r['shape']:<16} | {r['variant']:<14} | {us:8.2f} | {tbs:9.2f} | {100 * tbs / CEILING_TBS:5.1f}% "
               f"| {sus:8.2f} | {stbs:9.2f} | {100 * stbs / CEILING_TBS:5.1f}% |")
 
 

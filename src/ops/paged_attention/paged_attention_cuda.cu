@@ -34,13 +34,14 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStages = 3;  // cp.async pipeline depth
+constexpr int kStages = 2;  // cp.async stages a warp has in flight
 constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
+constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
 // Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either head_dim.
 constexpr int kStageBytesPerWarp = 8192;
-constexpr int kSmemBytes = kStages * kWarps * kStageBytesPerWarp;  // 96 KB: 2 blocks an SM
+constexpr int kSmemBytes = kStages * kWarps * kStageBytesPerWarp;  // 64 KB: 3 blocks an SM
 
 template <int HD>
 struct Geometry {
@@ -55,15 +56,16 @@ struct Geometry {
 
 __host__ __device__ inline int tile_tokens(int head_dim) { return kWarps * (kStageBytesPerWarp / (4 * head_dim)); }
 
-// A row's context [0, ctx) is cut into n_splits ranges of split_len tokens (the
-// last shorter), split_len a whole number of tiles. Depends on ctx alone.
+// A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
+// split_len tokens (the last shorter), split_len a whole number of tiles and at
+// least min_tiles of them. Depends on ctx alone (and the two constants).
 struct SplitPlan {
   int n_splits;
   int split_len;
 };
-__host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_splits) {
+__host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_splits, int min_tiles) {
   const int tiles = (ctx + tile - 1) / tile;
-  const int per = (tiles + max_splits - 1) / max_splits;
+  const int per = max(min_tiles, (tiles + max_splits - 1) / max_splits);
   return {(tiles + per - 1) / per, per * tile};
 }
 
@@ -164,13 +166,12 @@ struct AttnParams {
   const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD]
   const T* v_pool;
   T* out;                      // [T, n_heads, HD]
-  const int32_t* seq_starts;   // [B+1]
+  const int32_t* row_seq;      // [T] the sequence of each token
   const int32_t* positions;    // [T]
   const int32_t* block_tables;
   float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
   float* partial_lse;  // [rows, n_heads, kMaxSplits]
   int32_t* counters;   // [rows, n_heads]
-  int num_seqs;
   int row_offset;  // this launch's first token row
   int n_heads;
   int n_kv_heads;
@@ -179,6 +180,7 @@ struct AttnParams {
   int block_size_log2;
   int max_blocks_per_seq;
   int max_splits;
+  int min_split_tiles;
   bool reduce_in_last_block;
   float scale_log2;  // scale * log2(e)
 };
@@ -188,26 +190,21 @@ struct RowInfo {
   int ctx;  // positions [0, ctx) are visible to this row
 };
 
-// Token t belongs to the sequence whose range holds it and sees [0, positions[t]].
-__device__ __forceinline__ RowInfo row_info(const int32_t* seq_starts, const int32_t* positions, int num_seqs, int t) {
-  int lo = 0, hi = num_seqs - 1;  // the largest b with seq_starts[b] <= t owns t
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (__ldg(seq_starts + mid) <= t) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return {lo, __ldg(positions + t) + 1};
+// Token t sees [0, positions[t]] of its sequence. Two independent loads (the
+// host maps tokens to sequences once a step), not a search.
+template <typename T>
+__device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
+  return {__ldg(p.row_seq + t), __ldg(p.positions + t) + 1};
 }
 
 // One warp combines the n_splits partials of one (row, head):
 //   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), summed in split order.
-// Lane s holds split s's weight; lane l owns dims l, l + 32, ... Loads bypass L1:
-// other blocks wrote these partials.
+// Lane s holds split s's weight; lane l owns dims [l * kVec, l * kVec + kVec).
+// Loads bypass L1 (other blocks wrote these partials) and go 8 splits deep.
 template <typename T, int HD>
 __device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out, int lane) {
+  constexpr int kVec = HD / 32;
+  constexpr int kDepth = 8;
   const float lse = lane < n_splits ? __ldcg(plse + lane) : -INFINITY;
   float m = lse;
 #pragma unroll
@@ -216,22 +213,41 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   float w_sum = w;  // butterfly: every lane ends with the same sum
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) w_sum += __shfl_xor_sync(0xffffffffu, w_sum, off);
-  float acc[HD / 32];
+  float acc[kVec];
 #pragma unroll
-  for (int k = 0; k < HD / 32; ++k) acc[k] = 0.0f;
-#pragma unroll 4
-  for (int s = 0; s < n_splits; ++s) {
-    const float ws = __shfl_sync(0xffffffffu, w, s);
+  for (int k = 0; k < kVec; ++k) acc[k] = 0.0f;
+  for (int s0 = 0; s0 < n_splits; s0 += kDepth) {
+    float v[kDepth][kVec];
 #pragma unroll
-    for (int k = 0; k < HD / 32; ++k) acc[k] = fmaf(ws, __ldcg(po + s * HD + lane + 32 * k), acc[k]);
+    for (int i = 0; i < kDepth; ++i) {
+      const float* src = po + (s0 + i) * HD + lane * kVec;
+      if (s0 + i < n_splits) {
+        if constexpr (kVec == 4) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(src));
+          v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
+        } else {
+          const float2 x = __ldcg(reinterpret_cast<const float2*>(src));
+          v[i][0] = x.x, v[i][1] = x.y;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[i][k] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+      const float ws = __shfl_sync(0xffffffffu, w, (s0 + i) & 31);  // 0 past n_splits
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(ws, v[i][k], acc[k]);
+    }
   }
   const float inv = 1.0f / w_sum;
 #pragma unroll
-  for (int k = 0; k < HD / 32; ++k) out[lane + 32 * k] = Elem<T>::from_float(acc[k] * inv);
+  for (int k = 0; k < kVec; ++k) out[lane * kVec + k] = Elem<T>::from_float(acc[k] * inv);
 }
 
 template <typename T, int HD, int G>
-__global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const AttnParams<T> p) {
+__global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(const AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kChunks = Geo::kChunks;
   constexpr int kWT = Geo::kWarpTokens;
@@ -242,15 +258,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
   extern __shared__ uint4 smem[];  // [kWarps][kStages][K,V][kWT rows][kChunks] swizzled; reused by the merge
   __shared__ int is_last_block;
 
-  launch_dependents();  // the reduction kernel may be scheduled while this grid runs
+  launch_dependents();  // the next kernel may be scheduled while this grid runs
 
-  const int row_local = blockIdx.x;
-  const int t = p.row_offset + row_local;
+  // Head groups vary fastest in the grid: the blocks of all kv heads of one
+  // (row, split) run together and read whole slots (n_kv_heads x head_dim
+  // contiguous) between them, not one head's 1/n_kv of every DRAM page.
+  const int head_group = blockIdx.x;
   const int split = blockIdx.y;
-  const int kvh = blockIdx.z / p.n_groups;
-  const int group = blockIdx.z % p.n_groups;
-  const RowInfo ri = row_info(p.seq_starts, p.positions, p.num_seqs, t);
-  const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits);
+  const int row_local = blockIdx.z;
+  const int t = p.row_offset + row_local;
+  const int kvh = head_group / p.n_groups;
+  const int group = head_group % p.n_groups;
+  const RowInfo ri = row_info(p, t);
+  const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
   if (split >= plan.n_splits) return;
   const int begin = split * plan.split_len;
   const int end = min(ri.ctx, begin + plan.split_len);
@@ -258,6 +278,22 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
 
   const int tid = threadIdx.x;
   const int warp = tid / 32, lane = tid % 32;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(ri.seq) * p.max_blocks_per_seq;
+  // The block-table entries of this warp's part of `tile`: its kWT tokens span
+  // at most 4 blocks (aligned, block_size >= 8), lane j < 4 holds the j-th.
+  auto table_entries = [&](int tile) {
+    const int first_pos = begin + tile * Geo::kTileTokens + warp * kWT;
+    const int blk = (first_pos >> p.block_size_log2) + lane;
+    return lane < 4 && tile < n_tiles && (blk << p.block_size_log2) < end ? __ldg(table + blk) : 0;
+  };
+  int32_t entries[kStages];
+#pragma unroll
+  for (int i = 0; i < kStages; ++i) entries[i] = table_entries(i);
+  // Launched with programmatic dependent launch: until here only this step's
+  // metadata was read. q, the pools, the partials and counters may still be in
+  // use by the kernel before this one.
+  wait_primary_grid();
+
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const int head0 = group * G;               // first head of the group within the kv head's n_rep
   const bool row_valid = gid < G && head0 + gid < p.n_rep;
@@ -275,7 +311,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
     }
   }
 
-  const int32_t* table = p.block_tables + static_cast<int64_t>(ri.seq) * p.max_blocks_per_seq;
   const int bs_mask = (1 << p.block_size_log2) - 1;
   const int64_t slot_stride = static_cast<int64_t>(p.n_kv_heads) * HD;  // elements per slot
   const T* k_head = p.k_pool + static_cast<int64_t>(kvh) * HD;
@@ -283,19 +318,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
   uint4* warp_smem = smem + warp * (kStages * 2 * Geo::kStageChunks);
 
   // This warp's kWT tokens of `tile` into stage tile % kStages.
-  auto issue = [&](int tile) {
+  auto issue = [&](int tile, int32_t entry) {
     uint4* sk = warp_smem + (tile % kStages) * (2 * Geo::kStageChunks);
     uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
+    const int first_blk = warp_begin >> p.block_size_log2;
 #pragma unroll
     for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
       const int idx = lane + 32 * i;
       const int r = idx / kChunks, c = idx % kChunks;
       const int pos = warp_begin + r;
       const bool ok = pos < end;
-      const int64_t slot =
-          ok ? (static_cast<int64_t>(__ldg(table + (pos >> p.block_size_log2))) << p.block_size_log2) | (pos & bs_mask)
-             : 0;
+      const int32_t blk = __shfl_sync(0xffffffffu, entry, (pos >> p.block_size_log2) - first_blk);
+      const int64_t slot = ok ? (static_cast<int64_t>(blk) << p.block_size_log2) | (pos & bs_mask) : 0;
       const int64_t off = slot * slot_stride + c * 8;
       cp_async16(sk + swizzle<HD>(r, c), k_head + off, ok);
       cp_async16(sv + swizzle<HD>(r, c), v_head + off, ok);
@@ -304,9 +339,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
   };
 
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kStages; ++i) {  // every stage in flight from the start
     if (i < n_tiles) {
-      issue(i);
+      issue(i, entries[i]);
     } else {
       cp_async_commit();  // empty group: keeps the wait_group count uniform
     }
@@ -319,13 +354,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
   for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
   for (int tile = 0; tile < n_tiles; ++tile) {
-    cp_async_wait<kStages - 2>();  // this lane's copies of `tile` have landed
+    cp_async_wait<kStages - 1>();  // this lane's copies of `tile` have landed
     __syncwarp();                  // ... and every lane's: ldmatrix reads rows other lanes copied
-    if (tile + kStages - 1 < n_tiles) {
-      issue(tile + kStages - 1);  // into the stage the warp finished with last iteration
-    } else {
-      cp_async_commit();
-    }
     const uint4* sk = warp_smem + (tile % kStages) * (2 * Geo::kStageChunks);
     const uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
@@ -389,6 +419,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
         Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
       }
     }
+    __syncwarp();  // every lane is done reading this stage: refill it
+    if (tile + kStages < n_tiles) {
+      issue(tile + kStages, table_entries(tile + kStages));
+    } else {
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -439,10 +475,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_split_kernel(const A
 
   // The last block of this (row, head group) to finish combines the splits. The
   // order of the sum is the split order, whichever block comes last.
-  __threadfence();  // this block's partials are visible device-wide before it is counted
-  __syncthreads();
+  __syncthreads();  // every thread's partials are written ...
   if (tid == 0) {
-    int32_t* counter = p.counters + static_cast<int64_t>(row_local) * p.n_heads + blockIdx.z;
+    __threadfence();  // ... and, cumulatively through the barrier, visible device-wide before we count
+    int32_t* counter = p.counters + static_cast<int64_t>(row_local) * p.n_heads + head_group;
     const int prev = atomicAdd(counter, 1);
     is_last_block = prev == plan.n_splits - 1;
     if (is_last_block) *counter = 0;  // every other split has counted: ready for the next call
@@ -465,8 +501,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const 
   const int row_local = blockIdx.x;
   const int qh = blockIdx.y * kWarps + threadIdx.x / 32;
   const int t = p.row_offset + row_local;
-  const RowInfo ri = row_info(p.seq_starts, p.positions, p.num_seqs, t);
-  const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits);
+  const RowInfo ri = row_info(p, t);
+  const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles);
   if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
   wait_primary_grid();                                // the partials are complete and visible
   const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
@@ -526,7 +562,8 @@ int log2_exact(int64_t x) {
 PagedBatchCuda::PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq)
     : cap_tokens_(max_tokens), cap_seqs_(max_seqs), cap_blocks_(max_blocks_per_seq) {
   NS_CHECK(max_tokens > 0 && max_seqs > 0 && max_blocks_per_seq > 0) << "PagedBatchCuda capacity";
-  seq_starts_ = cuda::empty(DType::kI32, {max_seqs + 1});
+  row_seq_ = cuda::empty(DType::kI32, {max_tokens});
+  row_seq_host_.resize(max_tokens);
   positions_ = cuda::empty(DType::kI32, {max_tokens});
   block_tables_ = cuda::empty(DType::kI32, {static_cast<int64_t>(max_seqs) * max_blocks_per_seq});
   slot_mapping_ = cuda::empty(DType::kI32, {max_tokens});
@@ -551,6 +588,7 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
     NS_CHECK(batch.context_lens[i] >= n) << "sequence " << i << ": context " << batch.context_lens[i] << " < " << n
                                          << " tokens this step";
     for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
+      row_seq_host_[j] = i;
       NS_CHECK(batch.positions[j] >= 0 && batch.positions[j] < batch.context_lens[i])
           << "token " << j << ": position " << batch.positions[j] << " outside its context of "
           << batch.context_lens[i];
@@ -561,7 +599,7 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   num_tokens_ = t;
   max_blocks_per_seq_ = batch.max_blocks_per_seq;
   max_context_len_ = max_ctx;
-  cuda::copy_bytes_to_device(seq_starts_.data(), batch.seq_starts.data(), 4 * int64_t{b + 1}, stream);
+  cuda::copy_bytes_to_device(row_seq_.data(), row_seq_host_.data(), 4 * int64_t{t}, stream);
   cuda::copy_bytes_to_device(positions_.data(), batch.positions.data(), 4 * int64_t{t}, stream);
   cuda::copy_bytes_to_device(block_tables_.data(), batch.block_tables.data(), 4 * int64_t{b} * max_blocks_per_seq_,
                              stream);
@@ -594,8 +632,10 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
 
 // ---- entry points --------------------------------------------------------------
 
-int paged_attention_cuda_num_splits(int ctx, int head_dim, int max_splits) {
-  return plan_splits(ctx, tile_tokens(head_dim), max_splits > 0 ? max_splits : kMaxSplits).n_splits;
+int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options) {
+  const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
+  const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
+  return plan_splits(ctx, tile_tokens(head_dim), max_splits, min_tiles).n_splits;
 }
 
 void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda& batch, const Tensor& k_pool,
@@ -643,6 +683,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   NS_CHECK(static_cast<int64_t>(batch.max_context_len()) <= int64_t{batch.max_blocks_per_seq()} * block_size)
       << "context " << batch.max_context_len() << " exceeds the block table";
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
+  const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   if (t_all == 0) return;
 
@@ -651,20 +692,20 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   // n_splits is not monotonic in ctx (2048 tokens may split 32 ways, 2100 only
   // 17), so the grid covers the most any row up to the longest context can have.
   const int tile = tile_tokens(static_cast<int>(hd));
-  const int grid_splits = std::min(max_splits, (batch.max_context_len() + tile - 1) / tile);
+  const int grid_splits =
+      std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
   dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
     AttnParams<T> p{};
     p.q = q.data_as<const T>();
     p.k_pool = k_pool.data_as<const T>();
     p.v_pool = v_pool.data_as<const T>();
     p.out = out.data_as<T>();
-    p.seq_starts = batch.seq_starts();
+    p.row_seq = batch.row_seq();
     p.positions = batch.positions();
     p.block_tables = batch.block_tables();
     p.partial_out = ws.partial_out();
     p.partial_lse = ws.partial_lse();
     p.counters = ws.counters();
-    p.num_seqs = batch.num_seqs();
     p.n_heads = static_cast<int>(n_heads);
     p.n_kv_heads = static_cast<int>(n_kv);
     p.n_rep = n_rep;
@@ -672,25 +713,34 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.block_size_log2 = bs_log2;
     p.max_blocks_per_seq = batch.max_blocks_per_seq();
     p.max_splits = max_splits;
+    p.min_split_tiles = min_tiles;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.scale_log2 = scale * kLog2e;
-    for (int64_t r0 = 0; r0 < t_all; r0 += ws.max_rows()) {
-      const int rows = static_cast<int>(std::min<int64_t>(ws.max_rows(), t_all - r0));
+    // Rows in launches of at most the workspace's rows (and grid.z's 65535).
+    for (int64_t r0 = 0, rows = 0; r0 < t_all; r0 += rows) {
+      rows = std::min<int64_t>({ws.max_rows(), t_all - r0, 65535});
       p.row_offset = static_cast<int>(r0);
-      const dim3 grid(rows, grid_splits, static_cast<unsigned>(n_kv * n_groups));
-      paged_attention_split_kernel<T, HD, G><<<grid, kThreads, kSmemBytes, stream>>>(p);
+      const dim3 grid(static_cast<unsigned>(n_kv * n_groups), grid_splits, static_cast<unsigned>(rows));
+      cudaLaunchAttribute pdl[1];
+      pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      pdl[0].val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = kSmemBytes;
+      cfg.stream = stream;
+      cfg.attrs = pdl;
+      cfg.numAttrs = options.dependent_launch ? 1 : 0;
+      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, paged_attention_split_kernel<T, HD, G>, p));
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(rows, static_cast<unsigned>((n_heads + kWarps - 1) / kWarps));
-        cfg.blockDim = dim3(kThreads);
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, paged_attention_reduce_kernel<T, HD>, p));
+        cudaLaunchConfig_t rcfg{};
+        rcfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>((n_heads + kWarps - 1) / kWarps));
+        rcfg.blockDim = dim3(kThreads);
+        rcfg.stream = stream;
+        rcfg.attrs = pdl;
+        rcfg.numAttrs = 1;
+        NS_CUDA_CHECK(cudaLaunchKernelEx(&rcfg, paged_attention_reduce_kernel<T, HD>, p));
         NS_CUDA_CHECK_LAUNCH();
       }
     }

@@ -40,7 +40,7 @@ class PagedBatchCuda {
   int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
   int32_t max_context_len() const { return max_context_len_; }  // over the sequences
 
-  const int32_t* seq_starts() const { return seq_starts_.data_as<const int32_t>(); }      // [B+1]
+  const int32_t* row_seq() const { return row_seq_.data_as<const int32_t>(); }            // [T] sequence of each token
   const int32_t* positions() const { return positions_.data_as<const int32_t>(); }        // [T]
   const int32_t* block_tables() const { return block_tables_.data_as<const int32_t>(); }  // [B, max_blocks_per_seq]
   const int32_t* slot_mapping() const { return slot_mapping_.data_as<const int32_t>(); }  // [T]
@@ -48,7 +48,8 @@ class PagedBatchCuda {
  private:
   int32_t cap_tokens_, cap_seqs_, cap_blocks_;
   int32_t num_tokens_ = 0, num_seqs_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
-  Tensor seq_starts_, positions_, block_tables_, slot_mapping_;  // device, i32
+  Tensor row_seq_, positions_, block_tables_, slot_mapping_;  // device, i32
+  std::vector<int32_t> row_seq_host_;                           // [max_tokens], filled by upload()
 };
 
 // How the partial results of a split row are combined.
@@ -59,7 +60,13 @@ enum class SplitReduce {
 
 struct PagedAttentionCudaOptions {
   SplitReduce reduce = SplitReduce::kLastBlock;
-  int max_splits = 0;  // 0: the default (kMaxSplits); otherwise 1..kMaxSplits (benchmarks only)
+  // The split plan (0: the defaults). It changes the order of the sums, so it is
+  // a process-wide constant in the engine; other values are for benchmarks.
+  int max_splits = 0;       // 1..kMaxSplits
+  int min_split_tiles = 0;  // >= 1
+  // Launch with programmatic dependent launch, so this call's launch overlaps
+  // the tail of the kernel before it (the kernel waits before reading q or the pools).
+  bool dependent_launch = true;
 };
 
 // Scratch for split rows, allocated once. Rows beyond max_rows are processed in
@@ -95,6 +102,6 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
                           cuda::Stream stream = nullptr, const PagedAttentionCudaOptions& options = {});
 
 // How many thread blocks a row of context ctx is split over (1: no partials). For tests and benchmarks.
-int paged_attention_cuda_num_splits(int ctx, int head_dim, int max_splits = 0);
+int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options = {});
 
 }  // namespace nanoserve

@@ -431,11 +431,13 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
 TEST(PagedAttentionCuda, SplitPlanDependsOnContextOnly) {
   // Host-side: no device needed.
   EXPECT_EQ(paged_attention_cuda_num_splits(1, 128), 1);
-  EXPECT_EQ(paged_attention_cuda_num_splits(64, 128), 1);
+  EXPECT_EQ(paged_attention_cuda_num_splits(128, 128), 1);
   EXPECT_GT(paged_attention_cuda_num_splits(4096, 128), 1);
   EXPECT_LE(paged_attention_cuda_num_splits(1 << 20, 128), PagedAttentionWorkspaceCuda::kMaxSplits);
   for (int ctx : {1, 17, 97, 2048, 16384, 100000}) {
-    EXPECT_LE(paged_attention_cuda_num_splits(ctx, 64, 4), 4);
+    PagedAttentionCudaOptions four;
+    four.max_splits = 4;
+    EXPECT_LE(paged_attention_cuda_num_splits(ctx, 64, four), 4);
   }
 }
 
