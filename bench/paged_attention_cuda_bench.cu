@@ -59,6 +59,7 @@ void fill_random(const Tensor& t, uint32_t seed) {
 
 struct Shape {
   int batch, ctx, n_heads, n_kv, head_dim, block_size;
+  bool in_order = false;  // block tables in pool order (a diagnostic: the cost of scattered blocks)
 };
 
 struct Result {
@@ -81,7 +82,7 @@ struct Setup {
     std::mt19937 rng(seed);
     std::vector<int32_t> perm(num_blocks);
     std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    if (!s.in_order) std::shuffle(perm.begin(), perm.end(), rng);
     fb.max_blocks_per_seq = max_blocks;
     fb.block_tables = perm;
     for (int b = 0; b < s.batch; ++b) {
@@ -340,7 +341,7 @@ int main(int argc, char** argv) {
   // Llama-3-8B attention: GQA 32/8, head_dim 128, bf16, block 16.
   std::vector<Shape> shapes{{1, 4096, 32, 8, 128, 16},  {64, 4096, 32, 8, 128, 16}, {8, 4096, 32, 8, 128, 16},
                             {256, 1024, 32, 8, 128, 16}, {1, 16384, 32, 8, 128, 16}, {1, 1024, 32, 8, 128, 16},
-                            {64, 4096, 32, 8, 128, 32}};
+                            {64, 4096, 32, 8, 128, 32},  {64, 4096, 32, 8, 128, 16, true}};
   if (quick) shapes.resize(2);
   struct Variant {
     std::string name;
@@ -349,11 +350,17 @@ int main(int argc, char** argv) {
   };
   std::vector<Variant> variants;
   // The default, then the other reduction and other split plans (targets only).
-  variants.push_back({"default", {SplitReduce::kLastBlock, 0, 0, true}, false});
-  variants.push_back({"reduce-kernel", {SplitReduce::kKernel, 0, 0, true}, true});
-  variants.push_back({"no PDL", {SplitReduce::kLastBlock, 0, 0, false}, true});
-  variants.push_back({"split>=2 tiles", {SplitReduce::kLastBlock, 0, 2, true}, true});
-  variants.push_back({"split>=8 tiles", {SplitReduce::kLastBlock, 0, 8, true}, true});
+  auto opt = [](SplitReduce reduce, int min_tiles, int stages) {
+    PagedAttentionCudaOptions o;
+    o.reduce = reduce;
+    o.min_split_tiles = min_tiles;
+    o.stages = stages;
+    return o;
+  };
+  variants.push_back({"default", {}, false});
+  variants.push_back({"last-block", opt(SplitReduce::kLastBlock, 0, 0), true});
+  variants.push_back({"3 stages", opt(SplitReduce::kKernel, 0, 3), true});
+  variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
 
   std::vector<Result> results;
   const int64_t min_cycled = 4 * dev.l2_bytes;
@@ -366,6 +373,7 @@ int main(int argc, char** argv) {
       const double tbs = su.bytes() / (us * 1e-6) / 1e12;
       std::string name = shape_name(s);
       if (s.block_size != 16) name += " bs=" + std::to_string(s.block_size);
+      if (s.in_order) name += " seq";
       results.push_back({name, v.name, us, tbs, static_cast<int>(su.k_pools.size()),
                          paged_attention_cuda_num_splits(s.ctx, s.head_dim, v.opt)});
       std::printf("%-18s %-15s %9.2f us %6.2f TB/s %5.1f%% of %.2f  (splits %d, %d pool copies)\n", name.c_str(),

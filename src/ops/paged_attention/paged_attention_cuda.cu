@@ -9,7 +9,7 @@
 //    read from memory once for all of them (GQA), and S = Q K^T and O += P V
 //    each cost one mma per 8 tokens x 16 dims instead of scalar FMA chains;
 //  - each warp streams its own tokens global -> shared with cp.async (16 bytes
-//    a lane, kStages deep, rows XOR-swizzled so ldmatrix is conflict-free) and
+//    a lane, 2 to 4 stages deep, rows XOR-swizzled so ldmatrix is conflict-free) and
 //    reads them back with ldmatrix (.trans for V): warps never wait for each
 //    other until the end of the split;
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
@@ -34,14 +34,18 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStages = 2;  // cp.async stages a warp has in flight
+// cp.async stages a warp has in flight: a launch parameter (it changes no sum).
+constexpr int kDefaultStages = 2;
+constexpr int kMaxStages = 4;
 constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
 constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
 // Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either head_dim.
 constexpr int kStageBytesPerWarp = 8192;
-constexpr int kSmemBytes = kStages * kWarps * kStageBytesPerWarp;  // 64 KB: 3 blocks an SM
+// 32 KB a stage: 2 stages = 64 KB, 3 blocks an SM; 4 stages = 128 KB, 1 block.
+constexpr int kSmemBytesPerStage = kWarps * kStageBytesPerWarp;
+constexpr int kMaxSmemBytes = kMaxStages * kSmemBytesPerStage;
 
 template <int HD>
 struct Geometry {
@@ -181,6 +185,7 @@ struct AttnParams {
   int max_blocks_per_seq;
   int max_splits;
   int min_split_tiles;
+  int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
   float scale_log2;  // scale * log2(e)
 };
@@ -255,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   constexpr int kKS = HD / 16;   // k-steps of S (16 dims each)
   constexpr int kOT = HD / 8;    // n-tiles of O (8 dims each)
   static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
-  extern __shared__ uint4 smem[];  // [kWarps][kStages][K,V][kWT rows][kChunks] swizzled; reused by the merge
+  extern __shared__ uint4 smem[];  // [kWarps][stages][K,V][kWT rows][kChunks] swizzled; reused by the merge
   __shared__ int is_last_block;
 
   launch_dependents();  // the next kernel may be scheduled while this grid runs
@@ -286,9 +291,10 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     const int blk = (first_pos >> p.block_size_log2) + lane;
     return lane < 4 && tile < n_tiles && (blk << p.block_size_log2) < end ? __ldg(table + blk) : 0;
   };
-  int32_t entries[kStages];
+  const int stages = p.stages;
+  int32_t entries[kMaxStages];
 #pragma unroll
-  for (int i = 0; i < kStages; ++i) entries[i] = table_entries(i);
+  for (int i = 0; i < kMaxStages; ++i) entries[i] = i < stages ? table_entries(i) : 0;
   // Launched with programmatic dependent launch: until here only this step's
   // metadata was read. q, the pools, the partials and counters may still be in
   // use by the kernel before this one.
@@ -315,11 +321,11 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   const int64_t slot_stride = static_cast<int64_t>(p.n_kv_heads) * HD;  // elements per slot
   const T* k_head = p.k_pool + static_cast<int64_t>(kvh) * HD;
   const T* v_head = p.v_pool + static_cast<int64_t>(kvh) * HD;
-  uint4* warp_smem = smem + warp * (kStages * 2 * Geo::kStageChunks);
+  uint4* warp_smem = smem + warp * (stages * 2 * Geo::kStageChunks);
 
-  // This warp's kWT tokens of `tile` into stage tile % kStages.
+  // This warp's kWT tokens of `tile` into stage tile % stages.
   auto issue = [&](int tile, int32_t entry) {
-    uint4* sk = warp_smem + (tile % kStages) * (2 * Geo::kStageChunks);
+    uint4* sk = warp_smem + (tile % stages) * (2 * Geo::kStageChunks);
     uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
     const int first_blk = warp_begin >> p.block_size_log2;
@@ -339,7 +345,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   };
 
 #pragma unroll
-  for (int i = 0; i < kStages; ++i) {  // every stage in flight from the start
+  for (int i = 0; i < kMaxStages; ++i) {  // every stage in flight from the start
+    if (i >= stages) break;
     if (i < n_tiles) {
       issue(i, entries[i]);
     } else {
@@ -347,6 +354,9 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     }
   }
 
+  // The block-table entry of the next refill, loaded one iteration ahead so the
+  // refill never waits on it.
+  int32_t next_entry = table_entries(stages);
   float m = -INFINITY;  // running max of row gid (same in the 4 lanes of a quad)
   float l = 0.0f;       // this lane's share of the row's running sum
   float o[kOT][4];      // O fragments: [0..1] row gid, dims 8 j + 2 tig + {0, 1}; [2..3] padding rows
@@ -354,9 +364,16 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
   for (int tile = 0; tile < n_tiles; ++tile) {
-    cp_async_wait<kStages - 1>();  // this lane's copies of `tile` have landed
+    // This lane's copies of `tile` have landed (stages - 1 later groups may pend).
+    if (stages == 2) {
+      cp_async_wait<1>();
+    } else if (stages == 3) {
+      cp_async_wait<2>();
+    } else {
+      cp_async_wait<3>();
+    }
     __syncwarp();                  // ... and every lane's: ldmatrix reads rows other lanes copied
-    const uint4* sk = warp_smem + (tile % kStages) * (2 * Geo::kStageChunks);
+    const uint4* sk = warp_smem + (tile % stages) * (2 * Geo::kStageChunks);
     const uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
 
@@ -420,11 +437,12 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
       }
     }
     __syncwarp();  // every lane is done reading this stage: refill it
-    if (tile + kStages < n_tiles) {
-      issue(tile + kStages, table_entries(tile + kStages));
+    if (tile + stages < n_tiles) {
+      issue(tile + stages, next_entry);
     } else {
       cp_async_commit();
     }
+    next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
   }
   cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -623,7 +641,7 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
       for (int g : {1, 2, 4, 8}) {
         dispatch(dt, hd, g, [&]<typename T, int HD, int G>() {
           NS_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_split_kernel<T, HD, G>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
         });
       }
     }
@@ -714,6 +732,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.max_blocks_per_seq = batch.max_blocks_per_seq();
     p.max_splits = max_splits;
     p.min_split_tiles = min_tiles;
+    p.stages = options.stages > 0 ? options.stages : kDefaultStages;
+    NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.scale_log2 = scale * kLog2e;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).
@@ -727,7 +747,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = grid;
       cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = kSmemBytes;
+      cfg.dynamicSmemBytes = static_cast<size_t>(p.stages) * kSmemBytesPerStage;
       cfg.stream = stream;
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;

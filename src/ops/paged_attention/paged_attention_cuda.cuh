@@ -59,11 +59,13 @@ enum class SplitReduce {
 };
 
 struct PagedAttentionCudaOptions {
-  SplitReduce reduce = SplitReduce::kLastBlock;
+  SplitReduce reduce = SplitReduce::kKernel;
   // The split plan (0: the defaults). It changes the order of the sums, so it is
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
   int min_split_tiles = 0;  // >= 1
+  // cp.async stages in flight per warp, 2..4 (0: the default). Changes no sum.
+  int stages = 0;
   // Launch with programmatic dependent launch, so this call's launch overlaps
   // the tail of the kernel before it (the kernel waits before reading q or the pools).
   bool dependent_launch = true;

@@ -393,16 +393,23 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 
 // The split plan depends on a row's own context only, and both reductions sum
 // the splits in split order: a sequence's output is bitwise the same alone, in
-// a batch, over several launches (small workspace), and with either reduction.
+// a batch, over several launches (small workspace), with either reduction and
+// any pipeline depth.
 TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
   NS_SKIP_WITHOUT_GPU();
   const Shape s{DType::kBF16, 128, 16, 2, 4};
   const std::vector<std::pair<int, int>> seqs{{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}};
   const Problem p = make_problem(fresh_seed(), s, seqs);
   const std::vector<uint16_t> base = download16(run_on_device(p).out);
-  PagedAttentionCudaOptions kernel_reduce;
-  kernel_reduce.reduce = SplitReduce::kKernel;
-  EXPECT_TRUE(download16(run_on_device(p, kernel_reduce).out) == base) << "reduction kernel vs last block";
+  PagedAttentionCudaOptions last_block;
+  last_block.reduce = SplitReduce::kLastBlock;
+  EXPECT_TRUE(download16(run_on_device(p, last_block).out) == base) << "last-block reduction vs reduction kernel";
+  for (int stages : {3, 4}) {
+    PagedAttentionCudaOptions deeper;
+    deeper.stages = stages;
+    deeper.dependent_launch = false;
+    EXPECT_TRUE(download16(run_on_device(p, deeper).out) == base) << stages << " pipeline stages";
+  }
   EXPECT_TRUE(download16(run_on_device(p, {}, 3).out) == base) << "workspace of 3 rows (several launches)";
 
   const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim;
