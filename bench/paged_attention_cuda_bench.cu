@@ -38,7 +38,8 @@ constexpr double kCopyCeilingTBs = 4.24;  // docs/BENCHMARKS.md, H200
 
 // Fills bf16 values in [-1, 1) from a hash of the index and a seed.
 __global__ void fill_random_bf16(uint16_t* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed ^ static_cast<uint32_t>(i >> 32) * 0x85EBCA77u;
     h ^= h >> 15;
     h *= 0x2C1B3C6Du;
@@ -92,11 +93,13 @@ struct Setup {
       fb.context_lens.push_back(s.ctx);
       fb.positions.push_back(s.ctx - 1);
       const int pos = s.ctx - 1;
-      fb.slot_mapping.push_back(perm[b * max_blocks + pos / s.block_size] * s.block_size + pos % s.block_size);
+      fb.slot_mapping.push_back(perm[b * max_blocks + pos / s.block_size] * s.block_size +
+                                pos % s.block_size);
     }
     fb.seq_starts.push_back(s.batch);
     const int64_t pool_bytes = int64_t{num_blocks} * s.block_size * s.n_kv * s.head_dim * 2;
-    const int copies = static_cast<int>(std::max<int64_t>(1, (min_bytes_cycled + 2 * pool_bytes - 1) / (2 * pool_bytes)));
+    const int copies =
+        static_cast<int>(std::max<int64_t>(1, (min_bytes_cycled + 2 * pool_bytes - 1) / (2 * pool_bytes)));
     for (int c = 0; c < copies; ++c) {
       k_pools.push_back(cuda::empty(DType::kBF16, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
       v_pools.push_back(cuda::empty(DType::kBF16, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
@@ -279,7 +282,8 @@ void dump_problem(const std::string& dir) {
   PagedBatchCuda batch(t, static_cast<int32_t>(seqs.size()), max_blocks);
   batch.upload(fb);
   PagedAttentionWorkspaceCuda ws(t, n_heads, hd);
-  paged_attention_cuda(q, k_pool, v_pool, batch, n_heads / n_kv, 1.0f / std::sqrt(static_cast<float>(hd)), ws, out);
+  paged_attention_cuda(q, k_pool, v_pool, batch, n_heads / n_kv, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
+                       out);
   cuda::synchronize();
   auto write = [&](const std::string& name, const void* p, size_t bytes) {
     std::ofstream f(dir + "/" + name, std::ios::binary);
@@ -298,9 +302,9 @@ void dump_problem(const std::string& dir) {
   write("seq_starts.bin", fb.seq_starts.data(), 4 * fb.seq_starts.size());
   write("positions.bin", fb.positions.data(), 4 * fb.positions.size());
   std::ofstream meta(dir + "/meta.txt");
-  meta << "num_seqs " << seqs.size() << "\nnum_tokens " << t << "\nnum_blocks " << total_blocks << "\nblock_size "
-       << bs << "\nn_heads " << n_heads << "\nn_kv_heads " << n_kv << "\nhead_dim " << hd << "\nmax_blocks_per_seq "
-       << max_blocks << "\n";
+  meta << "num_seqs " << seqs.size() << "\nnum_tokens " << t << "\nnum_blocks " << total_blocks
+       << "\nblock_size " << bs << "\nn_heads " << n_heads << "\nn_kv_heads " << n_kv << "\nhead_dim " << hd
+       << "\nmax_blocks_per_seq " << max_blocks << "\n";
   std::printf("dumped a batch of %zu sequences (%d query tokens) to %s\n", seqs.size(), t, dir.c_str());
 }
 
@@ -328,8 +332,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const cuda::DeviceInfo dev = cuda::device_info();
-  std::printf("device: %s, %d SMs, L2 %.0f MB, cc %d.%d\n", dev.name.c_str(), dev.sm_count, dev.l2_bytes / 1e6,
-              dev.cc_major, dev.cc_minor);
+  std::printf("device: %s, %d SMs, L2 %.0f MB, cc %d.%d\n", dev.name.c_str(), dev.sm_count,
+              dev.l2_bytes / 1e6, dev.cc_major, dev.cc_minor);
   if (!dump_dir.empty()) dump_problem(dump_dir);
 
   const double copy_tbs = copy_ceiling_tbs();
@@ -339,9 +343,10 @@ int main(int argc, char** argv) {
               launch_floor_us(false), launch_floor_us(true));
 
   // Llama-3-8B attention: GQA 32/8, head_dim 128, bf16, block 16.
-  std::vector<Shape> shapes{{1, 4096, 32, 8, 128, 16},  {64, 4096, 32, 8, 128, 16}, {8, 4096, 32, 8, 128, 16},
-                            {256, 1024, 32, 8, 128, 16}, {1, 16384, 32, 8, 128, 16}, {1, 1024, 32, 8, 128, 16},
-                            {64, 4096, 32, 8, 128, 32},  {64, 4096, 32, 8, 128, 16, true}};
+  std::vector<Shape> shapes{{1, 4096, 32, 8, 128, 16},  {64, 4096, 32, 8, 128, 16},
+                            {8, 4096, 32, 8, 128, 16},  {256, 1024, 32, 8, 128, 16},
+                            {1, 16384, 32, 8, 128, 16}, {1, 1024, 32, 8, 128, 16},
+                            {64, 4096, 32, 8, 128, 32}, {64, 4096, 32, 8, 128, 16, true}};
   if (quick) shapes.resize(2);
   struct Variant {
     std::string name;
@@ -376,9 +381,9 @@ int main(int argc, char** argv) {
       if (s.in_order) name += " seq";
       results.push_back({name, v.name, us, tbs, static_cast<int>(su.k_pools.size()),
                          paged_attention_cuda_num_splits(s.ctx, s.head_dim, v.opt)});
-      std::printf("%-18s %-15s %9.2f us %6.2f TB/s %5.1f%% of %.2f  (splits %d, %d pool copies)\n", name.c_str(),
-                  v.name.c_str(), us, tbs, 100.0 * tbs / kCopyCeilingTBs, kCopyCeilingTBs, results.back().splits,
-                  results.back().copies);
+      std::printf("%-18s %-15s %9.2f us %6.2f TB/s %5.1f%% of %.2f  (splits %d, %d pool copies)\n",
+                  name.c_str(), v.name.c_str(), us, tbs, 100.0 * tbs / kCopyCeilingTBs, kCopyCeilingTBs,
+                  results.back().splits, results.back().copies);
       std::fflush(stdout);
     }
   }
@@ -391,8 +396,9 @@ int main(int argc, char** argv) {
         if (v.targets_only && i >= 2) continue;
         const Shape& s = shapes[i];
         const Result& r = results[k++];
-        f << r.shape << "," << v.name << "," << s.batch << "," << s.ctx << "," << s.n_heads << "," << s.n_kv << ","
-          << s.head_dim << "," << s.block_size << "," << r.us << "," << r.tbs << "," << copy_tbs << "\n";
+        f << r.shape << "," << v.name << "," << s.batch << "," << s.ctx << "," << s.n_heads << "," << s.n_kv
+          << "," << s.head_dim << "," << s.block_size << "," << r.us << "," << r.tbs << "," << copy_tbs
+          << "\n";
       }
     }
   }

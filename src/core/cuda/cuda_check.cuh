@@ -9,12 +9,11 @@
 
 #include "core/check.h"
 
-#define NS_CUDA_CHECK(expr)                                                                   \
-  do {                                                                                        \
-    const cudaError_t ns_cuda_err_ = (expr);                                                  \
-    NS_CHECK(ns_cuda_err_ == cudaSuccess)                                                     \
-        << #expr << ": " << cudaGetErrorName(ns_cuda_err_) << " (" << cudaGetErrorString(ns_cuda_err_) \
-        << ")";                                                                               \
+#define NS_CUDA_CHECK(expr)                                                                          \
+  do {                                                                                               \
+    const cudaError_t ns_cuda_err_ = (expr);                                                         \
+    NS_CHECK(ns_cuda_err_ == cudaSuccess) << #expr << ": " << cudaGetErrorName(ns_cuda_err_) << " (" \
+                                          << cudaGetErrorString(ns_cuda_err_) << ")";                \
   } while (0)
 
 // After every <<<...>>> or cudaLaunchKernelEx: catches invalid configurations now,

@@ -42,7 +42,8 @@ Tensor empty(DType dtype, std::vector<int64_t> shape) {
   std::shared_ptr<void> owner(p, [](void* q) {
     // At process exit the runtime may already be unloaded; that is not an error.
     const cudaError_t err = cudaFree(q);
-    NS_CHECK(err == cudaSuccess || err == cudaErrorCudartUnloading) << "cudaFree: " << cudaGetErrorString(err);
+    NS_CHECK(err == cudaSuccess || err == cudaErrorCudartUnloading)
+        << "cudaFree: " << cudaGetErrorString(err);
   });
   return Tensor::view(p, dtype, std::move(shape), std::move(owner), Device::kCUDA);
 }
@@ -66,13 +67,15 @@ void copy(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind, Stream
 
 void copy_to_device(const Tensor& host_src, const Tensor& dev_dst, Stream stream) {
   check_same(host_src, dev_dst);
-  NS_CHECK(host_src.device() == Device::kCPU && dev_dst.device() == Device::kCUDA) << "copy_to_device: wrong devices";
+  NS_CHECK(host_src.device() == Device::kCPU && dev_dst.device() == Device::kCUDA)
+      << "copy_to_device: wrong devices";
   copy(dev_dst.data(), host_src.data(), host_src.nbytes(), cudaMemcpyHostToDevice, stream);
 }
 
 void copy_to_host(const Tensor& dev_src, const Tensor& host_dst, Stream stream) {
   check_same(dev_src, host_dst);
-  NS_CHECK(dev_src.device() == Device::kCUDA && host_dst.device() == Device::kCPU) << "copy_to_host: wrong devices";
+  NS_CHECK(dev_src.device() == Device::kCUDA && host_dst.device() == Device::kCPU)
+      << "copy_to_host: wrong devices";
   copy(host_dst.data(), dev_src.data(), dev_src.nbytes(), cudaMemcpyDeviceToHost, stream);
 }
 
@@ -93,11 +96,14 @@ Tensor to_host(const Tensor& dev) {
 }
 
 void fill_bytes(const Tensor& dev, uint8_t byte, Stream stream) {
-  NS_CHECK(dev.device() == Device::kCUDA && dev.is_contiguous()) << "fill_bytes: needs a contiguous device tensor";
+  NS_CHECK(dev.device() == Device::kCUDA && dev.is_contiguous())
+      << "fill_bytes: needs a contiguous device tensor";
   NS_CUDA_CHECK(cudaMemsetAsync(dev.data(), byte, static_cast<size_t>(dev.nbytes()), stream));
   if (stream == nullptr) NS_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
-void synchronize() { NS_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  NS_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 }  // namespace nanoserve::cuda

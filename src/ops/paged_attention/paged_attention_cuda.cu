@@ -50,15 +50,17 @@ constexpr int kMaxSmemBytes = kMaxStages * kSmemBytesPerStage;
 template <int HD>
 struct Geometry {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static constexpr int kChunks = HD / 8;                                      // 16-byte chunks in a row
-  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * HD * 2);      // 16 (HD 128) or 32 (HD 64)
-  static constexpr int kTileTokens = kWarps * kWarpTokens;                   // a block's tokens per stage
-  static constexpr int kStageChunks = kWarpTokens * kChunks;                 // K (or V) chunks a warp-stage
-  static constexpr int kCopiesPerLane = kStageChunks / 32;                   // 8
+  static constexpr int kChunks = HD / 8;                                 // 16-byte chunks in a row
+  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * HD * 2);  // 16 (HD 128) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;               // a block's tokens per stage
+  static constexpr int kStageChunks = kWarpTokens * kChunks;             // K (or V) chunks a warp-stage
+  static constexpr int kCopiesPerLane = kStageChunks / 32;               // 8
   static_assert(kStageChunks % 32 == 0 && kWarpTokens % 16 == 0, "whole mma tiles");
 };
 
-__host__ __device__ inline int tile_tokens(int head_dim) { return kWarps * (kStageBytesPerWarp / (4 * head_dim)); }
+__host__ __device__ inline int tile_tokens(int head_dim) {
+  return kWarps * (kStageBytesPerWarp / (4 * head_dim));
+}
 
 // A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
 // split_len tokens (the last shorter), split_len a whole number of tiles and at
@@ -88,9 +90,9 @@ struct Elem<__nv_bfloat16> {
     return u;
   }
   // D += A B, 16x8x16, bf16 in, f32 accumulate.
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -106,9 +108,9 @@ struct Elem<__half> {
     memcpy(&u, &h, 4);
     return u;
   }
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -124,7 +126,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pr
   const int n = pred ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -169,14 +173,14 @@ struct AttnParams {
   const T* q;       // [T, n_heads, HD]
   const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD]
   const T* v_pool;
-  T* out;                      // [T, n_heads, HD]
-  const int32_t* row_seq;      // [T] the sequence of each token
-  const int32_t* positions;    // [T]
+  T* out;                    // [T, n_heads, HD]
+  const int32_t* row_seq;    // [T] the sequence of each token
+  const int32_t* positions;  // [T]
   const int32_t* block_tables;
   float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
   float* partial_lse;  // [rows, n_heads, kMaxSplits]
   int32_t* counters;   // [rows, n_heads]
-  int row_offset;  // this launch's first token row
+  int row_offset;      // this launch's first token row
   int n_heads;
   int n_kv_heads;
   int n_rep;
@@ -207,7 +211,8 @@ __device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
 // Lane s holds split s's weight; lane l owns dims [l * kVec, l * kVec + kVec).
 // Loads bypass L1 (other blocks wrote these partials) and go 8 splits deep.
 template <typename T, int HD>
-__device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out, int lane) {
+__device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out,
+                                               int lane) {
   constexpr int kVec = HD / 32;
   constexpr int kDepth = 8;
   const float lse = lane < n_splits ? __ldcg(plse + lane) : -INFINITY;
@@ -256,9 +261,9 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   using Geo = Geometry<HD>;
   constexpr int kChunks = Geo::kChunks;
   constexpr int kWT = Geo::kWarpTokens;
-  constexpr int kNT = kWT / 8;   // n-tiles of S (8 tokens each)
-  constexpr int kKS = HD / 16;   // k-steps of S (16 dims each)
-  constexpr int kOT = HD / 8;    // n-tiles of O (8 dims each)
+  constexpr int kNT = kWT / 8;  // n-tiles of S (8 tokens each)
+  constexpr int kKS = HD / 16;  // k-steps of S (16 dims each)
+  constexpr int kOT = HD / 8;   // n-tiles of O (8 dims each)
   static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
   extern __shared__ uint4 smem[];  // [kWarps][stages][K,V][kWT rows][kChunks] swizzled; reused by the merge
   __shared__ int is_last_block;
@@ -372,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     } else {
       cp_async_wait<3>();
     }
-    __syncwarp();                  // ... and every lane's: ldmatrix reads rows other lanes copied
+    __syncwarp();  // ... and every lane's: ldmatrix reads rows other lanes copied
     const uint4* sk = warp_smem + (tile % stages) * (2 * Geo::kStageChunks);
     const uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
@@ -404,7 +409,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
     const float m_new = fmaxf(m, tile_max);
-    const float corr = m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
+    const float corr =
+        m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
     m = m_new;
     l *= corr;
 #pragma unroll
@@ -431,7 +437,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 #pragma unroll
       for (int j2 = 0; j2 < kOT / 2; ++j2) {
         uint32_t b[4];  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15
-        ldmatrix_x4_trans(b, sv + swizzle<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+        ldmatrix_x4_trans(
+            b, sv + swizzle<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
         Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
         Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
       }
@@ -508,8 +515,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     if (head0 + g >= p.n_rep) break;
     const int qh = kvh * p.n_rep + head0 + g;
     const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
-    combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
-                          p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, lane);
+    combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits,
+                          plan.n_splits, p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, lane);
   }
 }
 
@@ -565,7 +572,9 @@ void dispatch(DType dtype, int head_dim, int g, F&& f) {
   NS_CHECK(false) << "unsupported KV dtype " << dtype_name(dtype) << " (bf16 or f16)";
 }
 
-int head_group_size(int n_rep) { return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 ? 4 : 8; }
+int head_group_size(int n_rep) {
+  return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 ? 4 : 8;
+}
 
 int log2_exact(int64_t x) {
   int r = 0;
@@ -595,7 +604,8 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   NS_CHECK(batch.max_blocks_per_seq > 0 && batch.max_blocks_per_seq <= cap_blocks_)
       << "max_blocks_per_seq " << batch.max_blocks_per_seq << ", capacity " << cap_blocks_;
   NS_CHECK_EQ(static_cast<int64_t>(batch.context_lens.size()), b);
-  NS_CHECK_EQ(static_cast<int64_t>(batch.block_tables.size()), static_cast<int64_t>(b) * batch.max_blocks_per_seq);
+  NS_CHECK_EQ(static_cast<int64_t>(batch.block_tables.size()),
+              static_cast<int64_t>(b) * batch.max_blocks_per_seq);
   NS_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), t);
   NS_CHECK_EQ(static_cast<int64_t>(batch.positions.size()), t);
   NS_CHECK(batch.seq_starts[0] == 0) << "seq_starts[0] must be 0";
@@ -603,8 +613,8 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   for (int32_t i = 0; i < b; ++i) {
     const int32_t n = batch.seq_starts[i + 1] - batch.seq_starts[i];
     NS_CHECK(n >= 0) << "seq_starts not ascending at " << i;
-    NS_CHECK(batch.context_lens[i] >= n) << "sequence " << i << ": context " << batch.context_lens[i] << " < " << n
-                                         << " tokens this step";
+    NS_CHECK(batch.context_lens[i] >= n)
+        << "sequence " << i << ": context " << batch.context_lens[i] << " < " << n << " tokens this step";
     for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
       row_seq_host_[j] = i;
       NS_CHECK(batch.positions[j] >= 0 && batch.positions[j] < batch.context_lens[i])
@@ -619,8 +629,8 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   max_context_len_ = max_ctx;
   cuda::copy_bytes_to_device(row_seq_.data(), row_seq_host_.data(), 4 * int64_t{t}, stream);
   cuda::copy_bytes_to_device(positions_.data(), batch.positions.data(), 4 * int64_t{t}, stream);
-  cuda::copy_bytes_to_device(block_tables_.data(), batch.block_tables.data(), 4 * int64_t{b} * max_blocks_per_seq_,
-                             stream);
+  cuda::copy_bytes_to_device(block_tables_.data(), batch.block_tables.data(),
+                             4 * int64_t{b} * max_blocks_per_seq_, stream);
   cuda::copy_bytes_to_device(slot_mapping_.data(), batch.slot_mapping.data(), 4 * int64_t{t}, stream);
 }
 
@@ -667,7 +677,8 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda&
   const int64_t n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   NS_CHECK(k.ndim() == 3 && k.dim(0) == batch.num_tokens() && k.dim(1) == n_kv && k.dim(2) == hd &&
            v.shape() == k.shape())
-      << "k " << k.shape_string() << " for " << batch.num_tokens() << " tokens into pool " << k_pool.shape_string();
+      << "k " << k.shape_string() << " for " << batch.num_tokens() << " tokens into pool "
+      << k_pool.shape_string();
   const int64_t row_bytes = dtype_bytes(k.dtype(), n_kv * hd);
   NS_CHECK(row_bytes % 16 == 0) << "a slot's row must be whole 16-byte chunks";
   if (batch.num_tokens() == 0) return;
@@ -679,24 +690,27 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda&
   NS_CUDA_CHECK_LAUNCH();
 }
 
-void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const PagedBatchCuda& batch,
-                          int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
-                          cuda::Stream stream, const PagedAttentionCudaOptions& options) {
+void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                          const PagedBatchCuda& batch, int n_rep, float scale,
+                          PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
+                          const PagedAttentionCudaOptions& options) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
   NS_CHECK(k_pool.ndim() == 4 && k_pool.shape() == v_pool.shape()) << "pools " << k_pool.shape_string();
   const DType dt = k_pool.dtype();
-  NS_CHECK(q.dtype() == dt && out.dtype() == dt && v_pool.dtype() == dt) << "q, out and pools must share a dtype";
+  NS_CHECK(q.dtype() == dt && out.dtype() == dt && v_pool.dtype() == dt)
+      << "q, out and pools must share a dtype";
   const int64_t block_size = k_pool.dim(1), n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   const int bs_log2 = log2_exact(block_size);
   NS_CHECK(bs_log2 >= 3) << "block_size " << block_size << " must be a power of two >= 8";
   NS_CHECK(n_rep >= 1) << "n_rep " << n_rep;
   const int64_t n_heads = n_kv * n_rep;
   const int64_t t_all = batch.num_tokens();
-  NS_CHECK(q.ndim() == 3 && q.dim(0) == t_all && q.dim(1) == n_heads && q.dim(2) == hd && out.shape() == q.shape())
-      << "q " << q.shape_string() << ", out " << out.shape_string() << " for " << t_all << " tokens, " << n_heads
-      << " heads of " << hd;
+  NS_CHECK(q.ndim() == 3 && q.dim(0) == t_all && q.dim(1) == n_heads && q.dim(2) == hd &&
+           out.shape() == q.shape())
+      << "q " << q.shape_string() << ", out " << out.shape_string() << " for " << t_all << " tokens, "
+      << n_heads << " heads of " << hd;
   NS_CHECK(ws.n_heads() == n_heads && ws.head_dim() == hd) << "workspace made for other heads";
   NS_CHECK(static_cast<int64_t>(batch.max_context_len()) <= int64_t{batch.max_blocks_per_seq()} * block_size)
       << "context " << batch.max_context_len() << " exceeds the block table";
@@ -755,7 +769,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
         cudaLaunchConfig_t rcfg{};
-        rcfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>((n_heads + kWarps - 1) / kWarps));
+        rcfg.gridDim =
+            dim3(static_cast<unsigned>(rows), static_cast<unsigned>((n_heads + kWarps - 1) / kWarps));
         rcfg.blockDim = dim3(kThreads);
         rcfg.stream = stream;
         rcfg.attrs = pdl;

@@ -40,16 +40,18 @@ class PagedBatchCuda {
   int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
   int32_t max_context_len() const { return max_context_len_; }  // over the sequences
 
-  const int32_t* row_seq() const { return row_seq_.data_as<const int32_t>(); }            // [T] sequence of each token
-  const int32_t* positions() const { return positions_.data_as<const int32_t>(); }        // [T]
-  const int32_t* block_tables() const { return block_tables_.data_as<const int32_t>(); }  // [B, max_blocks_per_seq]
+  const int32_t* row_seq() const { return row_seq_.data_as<const int32_t>(); }  // [T] sequence of each token
+  const int32_t* positions() const { return positions_.data_as<const int32_t>(); }  // [T]
+  const int32_t* block_tables() const {
+    return block_tables_.data_as<const int32_t>();
+  }  // [B, max_blocks_per_seq]
   const int32_t* slot_mapping() const { return slot_mapping_.data_as<const int32_t>(); }  // [T]
 
  private:
   int32_t cap_tokens_, cap_seqs_, cap_blocks_;
   int32_t num_tokens_ = 0, num_seqs_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
   Tensor row_seq_, positions_, block_tables_, slot_mapping_;  // device, i32
-  std::vector<int32_t> row_seq_host_;                           // [max_tokens], filled by upload()
+  std::vector<int32_t> row_seq_host_;                         // [max_tokens], filled by upload()
 };
 
 // How the partial results of a split row are combined.
@@ -81,9 +83,15 @@ class PagedAttentionWorkspaceCuda {
   int32_t max_rows() const { return max_rows_; }
   int32_t n_heads() const { return n_heads_; }
   int32_t head_dim() const { return head_dim_; }
-  float* partial_out() const { return partial_out_.data_as<float>(); }  // [max_rows, n_heads, kMaxSplits, head_dim]
-  float* partial_lse() const { return partial_lse_.data_as<float>(); }  // [max_rows, n_heads, kMaxSplits] (log2)
-  int32_t* counters() const { return counters_.data_as<int32_t>(); }    // [max_rows, n_heads], zero between calls
+  float* partial_out() const {
+    return partial_out_.data_as<float>();
+  }  // [max_rows, n_heads, kMaxSplits, head_dim]
+  float* partial_lse() const {
+    return partial_lse_.data_as<float>();
+  }  // [max_rows, n_heads, kMaxSplits] (log2)
+  int32_t* counters() const {
+    return counters_.data_as<int32_t>();
+  }  // [max_rows, n_heads], zero between calls
 
  private:
   int32_t max_rows_, n_heads_, head_dim_;
@@ -99,9 +107,10 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda&
 // causal within the step: token t sees positions [0, positions[t]] of its
 // sequence (as paged_attention_reference). A decode step has one token a sequence.
 // The step's K/V must already be in the pools (paged_kv_write_cuda).
-void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const PagedBatchCuda& batch,
-                          int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
-                          cuda::Stream stream = nullptr, const PagedAttentionCudaOptions& options = {});
+void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                          const PagedBatchCuda& batch, int n_rep, float scale,
+                          PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream = nullptr,
+                          const PagedAttentionCudaOptions& options = {});
 
 // How many thread blocks a row of context ctx is split over (1: no partials). For tests and benchmarks.
 int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options = {});

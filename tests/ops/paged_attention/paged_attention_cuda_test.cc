@@ -28,17 +28,23 @@
 namespace nanoserve {
 namespace {
 
-#define NS_SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                          \
-    std::string why;                                                            \
+#define NS_SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                            \
+    std::string why;                                                              \
     if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
 // Relative error ||out - ref|| / ||ref|| per token row (all its heads).
-double tolerance(DType dt) { return dt == DType::kBF16 ? 1e-2 : 2e-3; }
+double tolerance(DType dt) {
+  return dt == DType::kBF16 ? 1e-2 : 2e-3;
+}
 
-uint16_t to_half_bits(DType dt, float x) { return dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_fp16(x); }
-float from_half_bits(DType dt, uint16_t h) { return dt == DType::kBF16 ? bf16_to_f32(h) : fp16_to_f32(h); }
+uint16_t to_half_bits(DType dt, float x) {
+  return dt == DType::kBF16 ? f32_to_bf16(x) : f32_to_fp16(x);
+}
+float from_half_bits(DType dt, uint16_t h) {
+  return dt == DType::kBF16 ? bf16_to_f32(h) : fp16_to_f32(h);
+}
 
 // Cheap uniform numbers in [-1, 1): the pools run to tens of millions of values.
 struct FastRng {
@@ -47,7 +53,8 @@ struct FastRng {
     s ^= s << 13;
     s ^= s >> 7;
     s ^= s << 17;
-    return static_cast<float>(static_cast<int64_t>(s >> 40) - (int64_t{1} << 23)) / static_cast<float>(1 << 23);
+    return static_cast<float>(static_cast<int64_t>(s >> 40) - (int64_t{1} << 23)) /
+           static_cast<float>(1 << 23);
   }
 };
 
@@ -65,9 +72,10 @@ struct Problem {
   Shape shape;
   int n_heads = 0, num_blocks = 0, max_blocks = 0, num_tokens = 0;
   ForwardBatch batch;
-  std::vector<float> q, k_pool, v_pool;   // f32 truth; pools hold this step's K/V too
-  std::vector<uint16_t> q16, k_new16, v_new16, k_pool16, v_pool16;  // pools without this step's K/V (NaN there)
-  std::vector<uint16_t> k_pool16_full, v_pool16_full;               // with them: what the write must produce
+  std::vector<float> q, k_pool, v_pool;  // f32 truth; pools hold this step's K/V too
+  std::vector<uint16_t> q16, k_new16, v_new16, k_pool16,
+      v_pool16;                                        // pools without this step's K/V (NaN there)
+  std::vector<uint16_t> k_pool16_full, v_pool16_full;  // with them: what the write must produce
 };
 
 // seqs: (context_len after this step, new tokens this step).
@@ -124,10 +132,10 @@ Problem make_problem(uint64_t seed, const Shape& s, const std::vector<std::pair<
   auto rnd = [&](float gain) { return from_half_bits(s.dtype, to_half_bits(s.dtype, gain * fr.next())); };
   for (int b = 0; b < b_count; ++b) {
     for (int pos = 0; pos < seqs[b].first; ++pos) {
-      const int64_t slot = static_cast<int64_t>(fb.block_tables[static_cast<size_t>(b) * p.max_blocks +
-                                                                pos / s.block_size]) *
-                               s.block_size +
-                           pos % s.block_size;
+      const int64_t slot =
+          static_cast<int64_t>(fb.block_tables[static_cast<size_t>(b) * p.max_blocks + pos / s.block_size]) *
+              s.block_size +
+          pos % s.block_size;
       for (int64_t e = 0; e < row; ++e) {
         p.k_pool[slot * row + e] = rnd(1.0f);
         p.v_pool[slot * row + e] = rnd(1.0f);
@@ -188,8 +196,8 @@ DeviceRun run_on_device(const Problem& p, const PagedAttentionCudaOptions& opt =
   batch.upload(p.batch);
   PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
   paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool);
-  paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws, r.out,
-                       nullptr, opt);
+  paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
+                       r.out, nullptr, opt);
   cuda::synchronize();
   return r;
 }
@@ -202,7 +210,8 @@ std::vector<uint16_t> download16(const Tensor& dev) {
 
 // The reference over the sequences in `check` (a sub-batch sharing the pools),
 // compared row by row with the device output. Every device row is NaN-checked.
-void expect_matches_reference(const Problem& p, const std::vector<uint16_t>& out16, const std::vector<int>& check) {
+void expect_matches_reference(const Problem& p, const std::vector<uint16_t>& out16,
+                              const std::vector<int>& check) {
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
   const int64_t row_elems = static_cast<int64_t>(p.n_heads) * hd;
@@ -261,18 +270,23 @@ void expect_matches_reference(const Problem& p, const std::vector<uint16_t>& out
     ASSERT_LE(rel, tolerance(s.dtype)) << "token " << t << " at position " << p.batch.positions[t];
   }
   ::testing::Test::RecordProperty("worst_rel_err", std::to_string(worst));
-  std::printf("    checked %zu rows of %zu sequences: worst relative error %.2e\n", token_of.size(), check.size(), worst);
+  std::printf("    checked %zu rows of %zu sequences: worst relative error %.2e\n", token_of.size(),
+              check.size(), worst);
 }
 
 std::string describe(const Shape& s) {
   return std::string(dtype_name(s.dtype)) + " head_dim " + std::to_string(s.head_dim) + " block " +
-         std::to_string(s.block_size) + " n_kv " + std::to_string(s.n_kv) + " n_rep " + std::to_string(s.n_rep);
+         std::to_string(s.block_size) + " n_kv " + std::to_string(s.n_kv) + " n_rep " +
+         std::to_string(s.n_rep);
 }
 
-uint64_t fresh_seed() { return (uint64_t{std::random_device{}()} << 32) | std::random_device{}(); }
+uint64_t fresh_seed() {
+  return (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+}
 
 // Runs one problem and checks the pools (bitwise, after the write) and the output.
-void check_problem(const Shape& s, const std::vector<std::pair<int, int>>& seqs, std::vector<int> check = {}) {
+void check_problem(const Shape& s, const std::vector<std::pair<int, int>>& seqs,
+                   std::vector<int> check = {}) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
   const Problem p = make_problem(seed, s, seqs);
@@ -403,7 +417,8 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
   const std::vector<uint16_t> base = download16(run_on_device(p).out);
   PagedAttentionCudaOptions last_block;
   last_block.reduce = SplitReduce::kLastBlock;
-  EXPECT_TRUE(download16(run_on_device(p, last_block).out) == base) << "last-block reduction vs reduction kernel";
+  EXPECT_TRUE(download16(run_on_device(p, last_block).out) == base)
+      << "last-block reduction vs reduction kernel";
   for (int stages : {3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
@@ -431,7 +446,8 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
     alone.k_new16.assign(p.k_new16.begin() + t0 * kv_row, p.k_new16.begin() + t1 * kv_row);
     alone.v_new16.assign(p.v_new16.begin() + t0 * kv_row, p.v_new16.begin() + t1 * kv_row);
     const std::vector<uint16_t> out = download16(run_on_device(alone).out);
-    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems)) << "sequence " << b << " alone";
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems))
+        << "sequence " << b << " alone";
   }
 }
 
