@@ -18,6 +18,11 @@ constexpr std::string_view kWhiteSpace =
 constexpr std::string_view kGpt2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^{WS}\\p{L}\\p{N}]+|[{WS}]+(?![^{WS}])|[{WS}]+";
 constexpr std::string_view kEachDigit = "\\p{N}";
+// The two smollm stages as one regex, which halves the matcher calls: digits
+// match alone, and whitespace right before a digit is taken whole (it ended a
+// stage-1 piece, where (?!\S) saw the end of the piece).
+constexpr std::string_view kSmollmFused =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+|\\p{N}| ?[^{WS}\\p{L}\\p{N}]+|[{WS}]+(?=\\p{N})|[{WS}]+(?![^{WS}])|[{WS}]+";
 constexpr std::string_view kLlama3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^{WS}\\p{L}\\p{N}]+[\\r\\n]*"
     "|[{WS}]*[\\r\\n]+|[{WS}]+(?![^{WS}])|[{WS}]+";
@@ -30,12 +35,16 @@ struct PreSpec {
   bool ignore_merges = false;
 };
 
-bool lookup_spec(std::string_view name, PreSpec* spec) {
+bool lookup_spec(std::string_view name, bool reference, PreSpec* spec) {
   if (name == "gpt2" || name == "mpt" || name == "olmo" || name == "jais") {
     *spec = {{kGpt2}, false};
   } else if (name == "smollm" || name == "starcoder" || name == "refact" || name == "command-r" ||
              name == "codeshell" || name == "exaone" || name == "minerva-7b") {
-    *spec = {{kEachDigit, kGpt2}, false};
+    if (reference) {
+      *spec = {{kEachDigit, kGpt2}, false};
+    } else {
+      *spec = {{kSmollmFused}, false};
+    }
   } else if (name == "llama-bpe" || name == "llama3" || name == "llama-v3" || name == "smaug-bpe") {
     *spec = {{kLlama3}, true};
   } else if (name == "qwen2" || name == "stablelm2") {
@@ -74,9 +83,9 @@ PreTokenizer::PreTokenizer(PreTokenizer&&) noexcept = default;
 PreTokenizer& PreTokenizer::operator=(PreTokenizer&&) noexcept = default;
 PreTokenizer::~PreTokenizer() = default;
 
-StatusOr<PreTokenizer> PreTokenizer::create(std::string_view pre_name) {
+StatusOr<PreTokenizer> PreTokenizer::create(std::string_view pre_name, bool reference) {
   PreSpec spec;
-  if (!lookup_spec(pre_name, &spec)) {
+  if (!lookup_spec(pre_name, reference, &spec)) {
     return unimplemented("tokenizer: pre-tokenizer '" + std::string(pre_name) +
                          "' (tokenizer.ggml.pre) is not supported; known: gpt2, smollm, llama-bpe, qwen2 and aliases");
   }

@@ -27,8 +27,10 @@ namespace nanoserve {
 
 class PreTokenizer {
  public:
-  // UNIMPLEMENTED for an unknown name.
-  static StatusOr<PreTokenizer> create(std::string_view pre_name);
+  // UNIMPLEMENTED for an unknown name. `reference` builds the stages exactly as
+  // listed above; the default may fuse stages into one equivalent regex
+  // (smollm), which tests check against the reference.
+  static StatusOr<PreTokenizer> create(std::string_view pre_name, bool reference = false);
 
   PreTokenizer(PreTokenizer&&) noexcept;
   PreTokenizer& operator=(PreTokenizer&&) noexcept;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <random>
+
 #include "tokenizer/default_tokenizer.h"
 
 namespace nanoserve {
@@ -36,6 +38,28 @@ TEST(PreTokenizer, MatchesHuggingFacePiecesForEveryName) {
       same += got == expected[i];
     }
     EXPECT_EQ(same, texts.size()) << name;
+  }
+}
+
+// The fused one-regex smollm equals the two stages it replaces.
+TEST(PreTokenizer, FusedSmollmEqualsTwoStageReference) {
+  PreTokenizer fused = make("smollm");
+  auto ref = PreTokenizer::create("smollm", /*reference=*/true);
+  ASSERT_TRUE(ref.ok());
+  const std::vector<std::string> pool = {"a", "Zz", "1", "23", " ", "  ", "\t", "\n", "\r\n", "\xC2\xA0", "'s", "'T",
+                                         "!", "..", "\xC2\xB2", "\xE2\x85\xA0", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80",
+                                         "\xE3\x80\x80", "'", "-", "_x"};
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 5000; ++iter) {
+    std::string text;
+    int n = 1 + static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) text += pool[rng() % pool.size()];
+    ASSERT_EQ(split(fused, text), split(*ref, text)) << nlohmann::json(text).dump();
+  }
+  auto j = nlohmann::json::parse(testing::read_fixture("pre_tokenizer.json"));
+  for (const auto& t : j["texts"]) {
+    std::string text = t.get<std::string>();
+    EXPECT_EQ(split(fused, text), split(*ref, text)) << nlohmann::json(text).dump();
   }
 }
 
