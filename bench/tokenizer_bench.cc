@@ -62,8 +62,9 @@ std::string bench_text() {
 const Fixture& fixture() {
   static Fixture fx = [] {
     Fixture f;
-    std::string model = std::getenv("NANOSERVE_MODEL") ? std::getenv("NANOSERVE_MODEL")
-                                                       : source_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    std::string model = std::getenv("NANOSERVE_MODEL")
+                            ? std::getenv("NANOSERVE_MODEL")
+                            : source_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     auto gguf = GgufFile::open(model);
     if (!gguf.ok()) {
       std::fprintf(stderr, "tokenizer_bench: %s: %s\n", model.c_str(), gguf.status().to_string().c_str());

@@ -54,7 +54,8 @@ int run_tokenize(const TokenizeArgs& a) {
   std::string text;
   if (a.positional.size() == 2) {
     if (!model.empty()) {
-      std::fprintf(stderr, "nanoserve tokenize: give the model either with -m or as the first argument, not both\n");
+      std::fprintf(stderr,
+                   "nanoserve tokenize: give the model either with -m or as the first argument, not both\n");
       return 2;
     }
     model = a.positional[0];

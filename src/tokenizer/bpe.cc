@@ -23,7 +23,8 @@ StatusOr<BpeModel> BpeModel::create(const std::vector<std::string>& tokens,
       // Bytes that valid UTF-8 never holds may be missing; encode() sanitizes its input first.
       bool can_occur = b < 0xC0 || (b >= 0xC2 && b <= 0xF4);
       if (can_occur && unk_id < 0) {
-        return data_loss("tokenizer: the vocab has no token for byte " + std::to_string(b) + " and no unknown token");
+        return data_loss("tokenizer: the vocab has no token for byte " + std::to_string(b) +
+                         " and no unknown token");
       }
       m.byte_ids_[b] = unk_id;
       m.missing_[b] = true;
@@ -34,7 +35,8 @@ StatusOr<BpeModel> BpeModel::create(const std::vector<std::string>& tokens,
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& line = merges[rank];
     size_t sp = line.find(' ');
-    if (sp == std::string::npos) return data_loss("tokenizer: merge " + std::to_string(rank) + " has no space");
+    if (sp == std::string::npos)
+      return data_loss("tokenizer: merge " + std::to_string(rank) + " has no space");
     joined.assign(line, 0, sp);
     auto l = token_ids.find(joined);
     auto r = token_ids.find(line.substr(sp + 1));
@@ -67,7 +69,8 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& ids)
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() == 1) {
-    if (byte_ids_[static_cast<uint8_t>(word[0])] >= 0) out.push_back(byte_ids_[static_cast<uint8_t>(word[0])]);
+    if (byte_ids_[static_cast<uint8_t>(word[0])] >= 0)
+      out.push_back(byte_ids_[static_cast<uint8_t>(word[0])]);
     return;
   }
   std::vector<int32_t> ids;
@@ -91,8 +94,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   for (int i = 0; i < n; ++i) sym[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
   std::vector<Candidate> heap_storage;
   heap_storage.reserve(n);
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(std::greater<Candidate>(),
-                                                                                      std::move(heap_storage));
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap(
+      std::greater<Candidate>(), std::move(heap_storage));
   auto push_pair = [&](int left) {
     int right = sym[left].next;
     if (right < 0) return;

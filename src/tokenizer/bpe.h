@@ -4,12 +4,11 @@
 // A word starts as one symbol per byte (the token of that byte's alphabet
 // character; bytes the vocab lacks become the unknown token, a run of them
 // one unknown token, as Hugging Face's BPE with fuse_unk does: SmolLM2's
-// vocab has no token for bytes 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D). The adjacent pair with the lowest merge rank is merged, the
-// leftmost first on equal rank, until no adjacent pair has a merge: the same
-// order as Hugging Face's BPE::merge_word. `encode_word` does it with a
-// min-heap over candidate pairs and a linked list of live symbols,
-// O(n log n); `encode_word_reference` is the plain O(n^2) rescan that the
-// fast one is tested against.
+// vocab has no token for bytes 0x04, 0x06, 0x13, 0x14, 0x16, 0x1D). The adjacent pair with the lowest merge
+// rank is merged, the leftmost first on equal rank, until no adjacent pair has a merge: the same order as
+// Hugging Face's BPE::merge_word. `encode_word` does it with a min-heap over candidate pairs and a linked
+// list of live symbols, O(n log n); `encode_word_reference` is the plain O(n^2) rescan that the fast one is
+// tested against.
 
 #include <array>
 #include <cstdint>

@@ -34,7 +34,9 @@ constexpr std::array<int16_t, kMaxCodePoint> kCpToByte = make_inverse_table();
 
 }  // namespace
 
-char32_t byte_to_code_point(uint8_t b) { return kByteToCp[b]; }
+char32_t byte_to_code_point(uint8_t b) {
+  return kByteToCp[b];
+}
 
 std::optional<uint8_t> code_point_to_byte(char32_t cp) {
   if (cp >= static_cast<char32_t>(kMaxCodePoint) || kCpToByte[cp] < 0) return std::nullopt;

@@ -14,14 +14,18 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 // string: string literals as "..." with their escapes resolved (and adjacent
 // literals joined by + folded), `a.b` as a['b'], single spaces between tokens.
 struct Tag {
-  bool block = false;      // {% %} vs {{ }}
-  bool trim_left = false;  // {%- / {{-
-  bool trim_right = false; // -%} / -}}
+  bool block = false;       // {% %} vs {{ }}
+  bool trim_left = false;   // {%- / {{-
+  bool trim_right = false;  // -%} / -}}
   std::string norm;
 };
 
-bool is_ident_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_ident_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool is_ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
 
 struct ExprToken {
   enum Kind { kLit, kWord, kPunct } kind;
@@ -51,7 +55,9 @@ bool lex_expression(std::string_view s, std::vector<ExprToken>& out) {
             case 'n': lit += '\n'; break;
             case 't': lit += '\t'; break;
             case 'r': lit += '\r'; break;
-            case '\\': case '\'': case '"': lit += e; break;
+            case '\\':
+            case '\'':
+            case '"': lit += e; break;
             default: return false;  // escapes we do not model
           }
         } else {
@@ -92,8 +98,8 @@ bool lex_expression(std::string_view s, std::vector<ExprToken>& out) {
   out.clear();
   for (auto& tok : t) {
     size_t n = out.size();
-    if (tok.kind == ExprToken::kLit && n >= 2 && out[n - 1].kind == ExprToken::kPunct && out[n - 1].text == "+" &&
-        out[n - 2].kind == ExprToken::kLit) {
+    if (tok.kind == ExprToken::kLit && n >= 2 && out[n - 1].kind == ExprToken::kPunct &&
+        out[n - 1].text == "+" && out[n - 2].kind == ExprToken::kLit) {
       out.pop_back();
       out.back().text += tok.text;
     } else {
@@ -136,7 +142,8 @@ bool lex_template(std::string_view src, std::vector<Tag>& tags) {
   size_t text_start = 0;
   while (true) {
     size_t open = src.find('{', i);
-    while (open != std::string_view::npos && open + 1 < src.size() && src[open + 1] != '%' && src[open + 1] != '{') {
+    while (open != std::string_view::npos && open + 1 < src.size() && src[open + 1] != '%' &&
+           src[open + 1] != '{') {
       open = src.find('{', open + 1);
     }
     if (open == std::string_view::npos || open + 1 >= src.size()) {
@@ -197,7 +204,9 @@ bool lex_template(std::string_view src, std::vector<Tag>& tags) {
 
 }  // namespace
 
-ChatTemplate ChatTemplate::chatml() { return ChatTemplate(); }
+ChatTemplate ChatTemplate::chatml() {
+  return ChatTemplate();
+}
 
 StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view src) {
   auto refuse = [&](std::string why) {
@@ -223,7 +232,8 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view src) {
     const std::string tail = std::string(kImEnd) + "\n";
     std::string prefix = "= " + literal("");
     prefix.pop_back();  // '= "' : the start of a literal
-    if (k >= tags.size() || tags[k].norm.rfind(prefix, 0) != 0) return refuse("unexpected default system block");
+    if (k >= tags.size() || tags[k].norm.rfind(prefix, 0) != 0)
+      return refuse("unexpected default system block");
     // Re-lex the literal to get its text back exactly.
     std::string_view norm = tags[k].norm;
     std::vector<ExprToken> toks;
@@ -242,7 +252,8 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view src) {
   if (!next_is(role_line)) return refuse("no ChatML message line");
   if (!next_is("% endfor")) return refuse("no '{% endfor %}'");
   if (!next_is("% if add_generation_prompt")) return refuse("no generation prompt block");
-  if (!next_is("= " + literal(std::string(kImStart) + "assistant\n"))) return refuse("unexpected generation prompt");
+  if (!next_is("= " + literal(std::string(kImStart) + "assistant\n")))
+    return refuse("unexpected generation prompt");
   if (!next_is("% endif")) return refuse("generation prompt block not closed");
   if (k != tags.size()) return refuse("trailing tags");
   return t;
@@ -254,7 +265,12 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
     if (i == 0 && default_system_ && messages[0].role != "system") {
       out.append(kImStart).append("system\n").append(*default_system_).append(kImEnd).append("\n");
     }
-    out.append(kImStart).append(messages[i].role).append("\n").append(messages[i].content).append(kImEnd).append("\n");
+    out.append(kImStart)
+        .append(messages[i].role)
+        .append("\n")
+        .append(messages[i].content)
+        .append(kImEnd)
+        .append("\n");
   }
   if (add_generation_prompt) out.append(kImStart).append("assistant\n");
   return out;

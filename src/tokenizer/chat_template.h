@@ -24,7 +24,7 @@
 namespace nanoserve {
 
 struct ChatMessage {
-  std::string role;     // "system", "user", "assistant", ... (rendered as given)
+  std::string role;  // "system", "user", "assistant", ... (rendered as given)
   std::string content;
 };
 

@@ -13,7 +13,8 @@ namespace {
 
 // Unicode White_Space, used for \s. {WS} in a pattern below is replaced by it.
 constexpr std::string_view kWhiteSpace =
-    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}"
+    "\\x{3000}";
 
 constexpr std::string_view kGpt2 =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^{WS}\\p{L}\\p{N}]+|[{WS}]+(?![^{WS}])|[{WS}]+";
@@ -22,7 +23,8 @@ constexpr std::string_view kEachDigit = "\\p{N}";
 // match alone, and whitespace right before a digit is taken whole (it ended a
 // stage-1 piece, where (?!\S) saw the end of the piece).
 constexpr std::string_view kSmollmFused =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+|\\p{N}| ?[^{WS}\\p{L}\\p{N}]+|[{WS}]+(?=\\p{N})|[{WS}]+(?![^{WS}])|[{WS}]+";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+|\\p{N}| "
+    "?[^{WS}\\p{L}\\p{N}]+|[{WS}]+(?=\\p{N})|[{WS}]+(?![^{WS}])|[{WS}]+";
 constexpr std::string_view kLlama3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^{WS}\\p{L}\\p{N}]+[\\r\\n]*"
     "|[{WS}]*[\\r\\n]+|[{WS}]+(?![^{WS}])|[{WS}]+";
@@ -86,8 +88,9 @@ PreTokenizer::~PreTokenizer() = default;
 StatusOr<PreTokenizer> PreTokenizer::create(std::string_view pre_name, bool reference) {
   PreSpec spec;
   if (!lookup_spec(pre_name, reference, &spec)) {
-    return unimplemented("tokenizer: pre-tokenizer '" + std::string(pre_name) +
-                         "' (tokenizer.ggml.pre) is not supported; known: gpt2, smollm, llama-bpe, qwen2 and aliases");
+    return unimplemented(
+        "tokenizer: pre-tokenizer '" + std::string(pre_name) +
+        "' (tokenizer.ggml.pre) is not supported; known: gpt2, smollm, llama-bpe, qwen2 and aliases");
   }
   PreTokenizer p;
   p.name_ = std::string(pre_name);
@@ -97,13 +100,13 @@ StatusOr<PreTokenizer> PreTokenizer::create(std::string_view pre_name, bool refe
     int err = 0;
     PCRE2_SIZE err_offset = 0;
     auto stage = std::make_unique<Stage>();
-    stage->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                                &err, &err_offset, nullptr);
+    stage->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                PCRE2_UTF | PCRE2_UCP, &err, &err_offset, nullptr);
     if (stage->code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
-      return internal_error("tokenizer: pre-tokenizer regex does not compile at " + std::to_string(err_offset) + ": " +
-                            reinterpret_cast<const char*>(msg));
+      return internal_error("tokenizer: pre-tokenizer regex does not compile at " +
+                            std::to_string(err_offset) + ": " + reinterpret_cast<const char*>(msg));
     }
     stage->jit = pcre2_jit_compile(stage->code, PCRE2_JIT_COMPLETE) == 0;
     p.stages_.push_back(std::move(stage));
@@ -128,7 +131,8 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& o
       while (pos < piece.size()) {
         // NO_UTF_CHECK: the caller passes valid UTF-8 and pieces end on code point boundaries.
         int rc = PCRE2_ERROR_NOMATCH;
-        if (st.jit) rc = pcre2_jit_match(st.code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+        if (st.jit)
+          rc = pcre2_jit_match(st.code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
         // The interpreter keeps its backtracking on the heap: the fallback when the JIT stack runs out.
         if (!st.jit || (rc < 0 && rc != PCRE2_ERROR_NOMATCH)) {
           rc = pcre2_match(st.code, subject, piece.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);

@@ -24,7 +24,8 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& gguf) 
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
   if (v.model != "gpt2") {
-    return unimplemented("tokenizer: model '" + v.model + "' is not supported; only byte-level BPE ('gpt2') is built");
+    return unimplemented("tokenizer: model '" + v.model +
+                         "' is not supported; only byte-level BPE ('gpt2') is built");
   }
   NS_RETURN_IF_ERROR(validate_vocab(v));
   NS_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create(v.pre));
@@ -75,7 +76,9 @@ bool Tokenizer::is_special(int32_t id) const {
   return t == TokenType::kControl || t == TokenType::kUserDefined;
 }
 
-bool Tokenizer::is_eos(int32_t id) const { return std::binary_search(eos_ids_.begin(), eos_ids_.end(), id); }
+bool Tokenizer::is_eos(int32_t id) const {
+  return std::binary_search(eos_ids_.begin(), eos_ids_.end(), id);
+}
 
 const std::string& Tokenizer::token_to_piece(int32_t id) const {
   if (id < 0 || id >= n_vocab()) return kEmpty;

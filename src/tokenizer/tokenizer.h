@@ -79,7 +79,7 @@ class Tokenizer {
   PreTokenizer pre_;
   BpeModel bpe_;
   std::unordered_map<std::string, int32_t> token_ids_;  // vocab text -> id (first wins)
-  std::vector<std::string> pieces_;                      // [n_vocab] raw bytes of each token
+  std::vector<std::string> pieces_;                     // [n_vocab] raw bytes of each token
   struct Special {
     std::string text;
     int32_t id;

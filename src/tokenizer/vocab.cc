@@ -31,7 +31,8 @@ Status validate_vocab(const VocabData& v) {
   const int64_t n = static_cast<int64_t>(v.tokens.size());
   if (n == 0) return data_loss("tokenizer: empty token list");
   if (n > kMaxVocabSize) {
-    return data_loss("tokenizer: " + std::to_string(n) + " tokens exceed the limit " + std::to_string(kMaxVocabSize));
+    return data_loss("tokenizer: " + std::to_string(n) + " tokens exceed the limit " +
+                     std::to_string(kMaxVocabSize));
   }
   if (!v.token_types.empty() && static_cast<int64_t>(v.token_types.size()) != n) {
     return data_loss("tokenizer: token_type has " + std::to_string(v.token_types.size()) + " entries for " +
@@ -40,7 +41,8 @@ Status validate_vocab(const VocabData& v) {
   for (size_t i = 0; i < v.token_types.size(); ++i) {
     int32_t t = static_cast<int32_t>(v.token_types[i]);
     if (t < 0 || t > static_cast<int32_t>(TokenType::kByte)) {
-      return data_loss("tokenizer: token_type[" + std::to_string(i) + "] = " + std::to_string(t) + " is not a known type");
+      return data_loss("tokenizer: token_type[" + std::to_string(i) + "] = " + std::to_string(t) +
+                       " is not a known type");
     }
   }
   std::unordered_set<std::string_view> seen;
@@ -67,19 +69,21 @@ Status validate_vocab(const VocabData& v) {
   for (size_t i = 0; i < v.merges.size(); ++i) {
     std::string_view m = v.merges[i];
     size_t sp = m.find(' ');
-    if (sp == std::string_view::npos || sp == 0 || sp + 1 >= m.size() || m.find(' ', sp + 1) != std::string_view::npos) {
+    if (sp == std::string_view::npos || sp == 0 || sp + 1 >= m.size() ||
+        m.find(' ', sp + 1) != std::string_view::npos) {
       return data_loss("tokenizer: merge " + std::to_string(i) + " " + quoted(m) +
                        " is not two tokens separated by one space");
     }
     std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
     if (!seen.count(left) || !seen.count(right)) {
-      return data_loss("tokenizer: merge " + std::to_string(i) + " " + quoted(m) + " names a token not in the vocab");
+      return data_loss("tokenizer: merge " + std::to_string(i) + " " + quoted(m) +
+                       " names a token not in the vocab");
     }
     joined.assign(left);
     joined.append(right);
     if (!seen.count(joined)) {
-      return data_loss("tokenizer: merge " + std::to_string(i) + " " + quoted(m) + " makes " + quoted(joined) +
-                       ", which is not in the vocab");
+      return data_loss("tokenizer: merge " + std::to_string(i) + " " + quoted(m) + " makes " +
+                       quoted(joined) + ", which is not in the vocab");
     }
   }
   return Status();
@@ -95,7 +99,8 @@ StatusOr<std::vector<std::string>> read_string_array(const GgufFile& f, std::str
   out.reserve((*arr)->items.size());
   for (size_t i = 0; i < (*arr)->items.size(); ++i) {
     const std::string* s = (*arr)->items[i].as_string();
-    if (s == nullptr) return data_loss("tokenizer: " + std::string(key) + "[" + std::to_string(i) + "] is not a string");
+    if (s == nullptr)
+      return data_loss("tokenizer: " + std::string(key) + "[" + std::to_string(i) + "] is not a string");
     out.push_back(*s);
   }
   return out;
@@ -105,7 +110,8 @@ Status read_optional_id(const GgufFile& f, std::string_view key, int32_t* out) {
   if (f.find(key) == nullptr) return Status();
   auto v = f.get_int(key);
   if (!v.ok()) return data_loss("tokenizer: " + std::string(key) + ": " + v.status().message());
-  if (*v < 0 || *v > INT32_MAX) return data_loss("tokenizer: " + std::string(key) + " = " + std::to_string(*v) + " out of range");
+  if (*v < 0 || *v > INT32_MAX)
+    return data_loss("tokenizer: " + std::string(key) + " = " + std::to_string(*v) + " out of range");
   *out = static_cast<int32_t>(*v);
   return Status();
 }
@@ -145,7 +151,8 @@ StatusOr<VocabData> vocab_from_gguf(const GgufFile& f) {
     for (size_t i = 0; i < (*arr)->items.size(); ++i) {
       auto t = (*arr)->items[i].as_int();
       if (!t || *t < 0 || *t > static_cast<int64_t>(TokenType::kByte)) {
-        return data_loss("tokenizer: tokenizer.ggml.token_type[" + std::to_string(i) + "] is not a token type");
+        return data_loss("tokenizer: tokenizer.ggml.token_type[" + std::to_string(i) +
+                         "] is not a token type");
       }
       v.token_types.push_back(static_cast<TokenType>(*t));
     }

@@ -24,20 +24,20 @@ enum class TokenType : int32_t {
 };
 
 struct VocabData {
-  std::string model = "gpt2";           // tokenizer.ggml.model; only byte-level BPE ("gpt2") is built
-  std::string pre = "gpt2";             // tokenizer.ggml.pre: selects the pre-tokenizer regexes
-  std::vector<std::string> tokens;      // [n_vocab] token text in the GPT-2 byte alphabet
-                                        // (CONTROL / USER_DEFINED tokens: their literal text)
-  std::vector<TokenType> token_types;   // [n_vocab] or empty (all kNormal)
-  std::vector<std::string> merges;      // "left right", rank = index
-  int32_t bos_id = -1;                  // -1: absent
+  std::string model = "gpt2";          // tokenizer.ggml.model; only byte-level BPE ("gpt2") is built
+  std::string pre = "gpt2";            // tokenizer.ggml.pre: selects the pre-tokenizer regexes
+  std::vector<std::string> tokens;     // [n_vocab] token text in the GPT-2 byte alphabet
+                                       // (CONTROL / USER_DEFINED tokens: their literal text)
+  std::vector<TokenType> token_types;  // [n_vocab] or empty (all kNormal)
+  std::vector<std::string> merges;     // "left right", rank = index
+  int32_t bos_id = -1;                 // -1: absent
   int32_t eos_id = -1;
   int32_t pad_id = -1;
   int32_t unk_id = -1;
-  int32_t eot_id = -1;                  // tokenizer.ggml.eot_token_id, if the model has one
-  bool add_bos = false;                 // tokenizer.ggml.add_bos_token
-  bool add_eos = false;                 // tokenizer.ggml.add_eos_token
-  std::string chat_template;            // tokenizer.chat_template, empty if absent
+  int32_t eot_id = -1;        // tokenizer.ggml.eot_token_id, if the model has one
+  bool add_bos = false;       // tokenizer.ggml.add_bos_token
+  bool add_eos = false;       // tokenizer.ggml.add_eos_token
+  std::string chat_template;  // tokenizer.chat_template, empty if absent
 };
 
 // Bounds every count and length and checks ids and merges; DATA_LOSS naming

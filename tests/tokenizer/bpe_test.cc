@@ -58,8 +58,9 @@ TEST(Bpe, FastEqualsReferenceOnTheRealVocab) {
   const VocabData& v = tok.vocab();
   BpeModel m = make_bpe(v);
   std::mt19937 rng(7);
-  const std::vector<std::string> seeds = {"the", "ing", " world", "tion", "    ", "\n\n", "ab", "\xE4\xBD\xA0",
-                                          "\xF0\x9F\x98\x80", "1", "'s", "_", "==", "ér"};
+  const std::vector<std::string> seeds = {
+      "the", "ing", " world", "tion", "    ", "\n\n", "ab", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80",
+      "1",   "'s",  "_",      "==",   "ér"};
   for (int iter = 0; iter < 3000; ++iter) {
     std::string w;
     int parts = 1 + static_cast<int>(rng() % 8);

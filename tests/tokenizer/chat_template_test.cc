@@ -8,7 +8,9 @@
 namespace nanoserve {
 namespace {
 
-nlohmann::json fixture() { return nlohmann::json::parse(testing::read_fixture("chat_template.json")); }
+nlohmann::json fixture() {
+  return nlohmann::json::parse(testing::read_fixture("chat_template.json"));
+}
 
 // Renderings by jinja2 (make_chat_template_fixture.py), byte for byte.
 TEST(ChatTemplate, RendersLikeJinja) {
@@ -20,7 +22,8 @@ TEST(ChatTemplate, RendersLikeJinja) {
     ASSERT_TRUE(tmpl.ok()) << name << ": " << tmpl.status().to_string();
     std::vector<ChatMessage> messages;
     for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-    EXPECT_EQ(tmpl->render(messages, c["add_generation_prompt"].get<bool>()), c["rendered"].get<std::string>())
+    EXPECT_EQ(tmpl->render(messages, c["add_generation_prompt"].get<bool>()),
+              c["rendered"].get<std::string>())
         << name << " with " << c["messages"].dump();
     ++n;
   }
@@ -42,7 +45,8 @@ TEST(ChatTemplate, DefaultModelHasSmolLmSystemPrompt) {
   auto tmpl = ChatTemplate::parse(tok.chat_template());
   ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
   ASSERT_TRUE(tmpl->default_system_prompt().has_value());
-  EXPECT_EQ(*tmpl->default_system_prompt(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(*tmpl->default_system_prompt(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   EXPECT_EQ(tmpl->end_of_turn(), "<|im_end|>");
   // The rendered prompt encodes with its special tokens whole.
   std::vector<ChatMessage> msgs = {{"user", "Hi"}};

@@ -22,7 +22,8 @@ inline const Tokenizer& default_tokenizer() {
   static std::unique_ptr<Tokenizer> tok = [] {
     auto gguf = GgufFile::open(kDefaultModelPath);
     if (!gguf.ok()) {
-      ADD_FAILURE() << "cannot open the default model (run scripts/fetch-model): " << gguf.status().to_string();
+      ADD_FAILURE() << "cannot open the default model (run scripts/fetch-model): "
+                    << gguf.status().to_string();
       return std::unique_ptr<Tokenizer>();
     }
     auto t = Tokenizer::from_gguf(**gguf);
@@ -46,7 +47,8 @@ inline std::string read_fixture(const std::string& name) {
 
 inline std::string from_hex(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 

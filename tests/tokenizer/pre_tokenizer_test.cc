@@ -46,9 +46,28 @@ TEST(PreTokenizer, FusedSmollmEqualsTwoStageReference) {
   PreTokenizer fused = make("smollm");
   auto ref = PreTokenizer::create("smollm", /*reference=*/true);
   ASSERT_TRUE(ref.ok());
-  const std::vector<std::string> pool = {"a", "Zz", "1", "23", " ", "  ", "\t", "\n", "\r\n", "\xC2\xA0", "'s", "'T",
-                                         "!", "..", "\xC2\xB2", "\xE2\x85\xA0", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80",
-                                         "\xE3\x80\x80", "'", "-", "_x"};
+  const std::vector<std::string> pool = {"a",
+                                         "Zz",
+                                         "1",
+                                         "23",
+                                         " ",
+                                         "  ",
+                                         "\t",
+                                         "\n",
+                                         "\r\n",
+                                         "\xC2\xA0",
+                                         "'s",
+                                         "'T",
+                                         "!",
+                                         "..",
+                                         "\xC2\xB2",
+                                         "\xE2\x85\xA0",
+                                         "\xE4\xBD\xA0",
+                                         "\xF0\x9F\x98\x80",
+                                         "\xE3\x80\x80",
+                                         "'",
+                                         "-",
+                                         "_x"};
   std::mt19937 rng(5);
   for (int iter = 0; iter < 5000; ++iter) {
     std::string text;

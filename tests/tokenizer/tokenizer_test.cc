@@ -19,14 +19,14 @@ using testing::tiny_vocab;
 
 std::unique_ptr<Tokenizer> tiny_tokenizer() {
   // 256..: merges; then <|ctl|> (CONTROL), <user> (USER_DEFINED), <|ctl|>x (CONTROL, longer)
-  VocabData v = tiny_vocab({{"a", "b"}},
-                           {{"<|ctl|>", TokenType::kControl},
-                            {"<user>", TokenType::kUserDefined},
-                            {"<|ctl|>x", TokenType::kControl},
-                            {"<|end|>", TokenType::kControl}});
+  VocabData v = tiny_vocab({{"a", "b"}}, {{"<|ctl|>", TokenType::kControl},
+                                          {"<user>", TokenType::kUserDefined},
+                                          {"<|ctl|>x", TokenType::kControl},
+                                          {"<|end|>", TokenType::kControl}});
   v.eos_id = 257;
   v.chat_template =
-      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + "
       "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
   auto t = Tokenizer::from_vocab(v);
   EXPECT_TRUE(t.ok()) << t.status().to_string();

@@ -27,12 +27,16 @@ TEST(Utf8, IllFormedSequences) {
 // Expected values are Python's bytes.decode("utf-8", "replace").
 TEST(Utf8, SanitizeReplacesMaximalSubparts) {
   EXPECT_EQ(utf8::sanitize("abc"), "abc");
-  EXPECT_EQ(utf8::sanitize("\xE2\x82" "x"), kFffd + "x");             // one subpart
-  EXPECT_EQ(utf8::sanitize("\xF0\x80\x80"), kFffd + kFffd + kFffd);   // F0 80: 80 is not a valid 2nd byte
+  EXPECT_EQ(utf8::sanitize("\xE2\x82"
+                           "x"),
+            kFffd + "x");                                            // one subpart
+  EXPECT_EQ(utf8::sanitize("\xF0\x80\x80"), kFffd + kFffd + kFffd);  // F0 80: 80 is not a valid 2nd byte
   EXPECT_EQ(utf8::sanitize("\xED\xA0\x80"), kFffd + kFffd + kFffd);
   EXPECT_EQ(utf8::sanitize("\xF0\x9F\x98"), kFffd);
   EXPECT_EQ(utf8::sanitize("\xC0\xAF"), kFffd + kFffd);
-  EXPECT_EQ(utf8::sanitize("a\xFF" "b\xFE"), "a" + kFffd + "b" + kFffd);
+  EXPECT_EQ(utf8::sanitize("a\xFF"
+                           "b\xFE"),
+            "a" + kFffd + "b" + kFffd);
   EXPECT_EQ(utf8::sanitize("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);
 }
 

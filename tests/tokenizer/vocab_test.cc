@@ -22,7 +22,9 @@ void expect_data_loss(const VocabData& v, const std::string& needle) {
   EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
 }
 
-TEST(Vocab, TinyVocabIsValid) { EXPECT_TRUE(validate_vocab(tiny_vocab({{"a", "b"}})).ok()); }
+TEST(Vocab, TinyVocabIsValid) {
+  EXPECT_TRUE(validate_vocab(tiny_vocab({{"a", "b"}})).ok());
+}
 
 TEST(Vocab, RejectsBadVocabs) {
   VocabData empty;
@@ -80,7 +82,8 @@ TEST(Vocab, TokenizerRefusesOtherModelsAndPres) {
 }
 
 // A GGUF image with the tokenizer keys of `v`, optionally changed by `edit`.
-StatusOr<std::shared_ptr<const GgufFile>> gguf_of(const VocabData& v, const std::function<void(GgufBuilder&)>& edit = {}) {
+StatusOr<std::shared_ptr<const GgufFile>> gguf_of(const VocabData& v,
+                                                  const std::function<void(GgufBuilder&)>& edit = {}) {
   GgufBuilder b;
   b.kv_string("tokenizer.ggml.model", v.model);
   b.kv_string("tokenizer.ggml.pre", v.pre);
@@ -124,7 +127,8 @@ TEST(Vocab, GgufErrorsNameTheKey) {
     ASSERT_TRUE(f.ok());
     ASSERT_TRUE(Tokenizer::from_gguf(**f).ok());  // the unedited image is fine
   }
-  auto expect_error = [&](const std::function<void(GgufBuilder&)>& edit, StatusCode code, const std::string& needle) {
+  auto expect_error = [&](const std::function<void(GgufBuilder&)>& edit, StatusCode code,
+                          const std::string& needle) {
     VocabData w = v;
     auto f = gguf_of(w, edit);
     ASSERT_TRUE(f.ok()) << f.status().to_string();
@@ -143,12 +147,12 @@ TEST(Vocab, GgufErrorsNameTheKey) {
     EXPECT_EQ(got.status().code(), StatusCode::kUnimplemented);
     EXPECT_NE(got.status().message().find("'llama'"), std::string::npos);
   }
-  expect_error([](GgufBuilder& b) { b.kv_u32("tokenizer.ggml.unknown_token_id", 100000); }, StatusCode::kDataLoss,
-               "unknown_token_id");
-  expect_error([](GgufBuilder& b) { b.kv_string("tokenizer.ggml.padding_token_id", "x"); }, StatusCode::kDataLoss,
-               "padding_token_id");
-  expect_error([](GgufBuilder& b) { b.kv_string("tokenizer.ggml.add_eos_token", "yes"); }, StatusCode::kDataLoss,
-               "add_eos_token");
+  expect_error([](GgufBuilder& b) { b.kv_u32("tokenizer.ggml.unknown_token_id", 100000); },
+               StatusCode::kDataLoss, "unknown_token_id");
+  expect_error([](GgufBuilder& b) { b.kv_string("tokenizer.ggml.padding_token_id", "x"); },
+               StatusCode::kDataLoss, "padding_token_id");
+  expect_error([](GgufBuilder& b) { b.kv_string("tokenizer.ggml.add_eos_token", "yes"); },
+               StatusCode::kDataLoss, "add_eos_token");
 }
 
 TEST(Vocab, MissingTokensKeyIsAnError) {
