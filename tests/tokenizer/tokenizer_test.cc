@@ -132,3 +132,23 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
 
 }  // namespace
 }  // namespace nanoserve
+
+namespace nanoserve {
+namespace {
+
+// llama-bpe (Llama-3) uses ignore_merges: a pre-token that is itself a vocab
+// token is emitted whole even when no merge path reaches it.
+TEST(Tokenizer, IgnoreMergesEmitsWholeVocabWords) {
+  VocabData v = testing::tiny_vocab({{"a", "b"}}, {{"xyz", TokenType::kNormal}});
+  v.pre = "gpt2";
+  auto gpt2 = Tokenizer::from_vocab(v);
+  ASSERT_TRUE(gpt2.ok());
+  EXPECT_EQ((*gpt2)->encode("xyz ab", false, true), (std::vector<int32_t>{'x', 'y', 'z', ' ', 256}));
+  v.pre = "llama-bpe";
+  auto llama = Tokenizer::from_vocab(v);
+  ASSERT_TRUE(llama.ok());
+  EXPECT_EQ((*llama)->encode("xyz ab", false, true), (std::vector<int32_t>{257, ' ', 256}));
+}
+
+}  // namespace
+}  // namespace nanoserve
