@@ -41,7 +41,8 @@ Reply Api::health() const {
 }
 
 Reply Api::models() const {
-  json model{{"id", served_model_name_}, {"object", "model"}, {"created", created_}, {"owned_by", "nanoserve"}};
+  json model{
+      {"id", served_model_name_}, {"object", "model"}, {"created", created_}, {"owned_by", "nanoserve"}};
   if (ready()) model["max_model_len"] = limits_.max_model_len;
   return Reply{200, dump_json(json{{"object", "list"}, {"data", json::array({model})}})};
 }
@@ -58,9 +59,8 @@ Reply Api::tokenize(std::string_view body) const {
   StatusOr<std::vector<int32_t>> ids = r.prompt ? codec_->encode(*r.prompt, r.add_special_tokens)
                                                 : codec_->encode_chat(r.messages, r.add_generation_prompt);
   if (!ids.ok()) return error_reply(bad_request(ids.status().message()));
-  return Reply{200, dump_json(json{{"tokens", *ids},
-                                   {"count", ids->size()},
-                                   {"max_model_len", limits_.max_model_len}})};
+  return Reply{200, dump_json(json{
+                        {"tokens", *ids}, {"count", ids->size()}, {"max_model_len", limits_.max_model_len}})};
 }
 
 Reply Api::detokenize(std::string_view body) const {
@@ -111,8 +111,8 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   std::vector<EngineRequest> choices;
   int64_t prompt_tokens = 0;
   for (std::vector<int32_t>& ids : prompts) {
-    auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens,
-                                           limits_.max_model_len);
+    auto max_tokens =
+        check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens, limits_.max_model_len);
     if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
     prompt_tokens += static_cast<int64_t>(ids.size());
     for (int j = 0; j < r.n; ++j) {

@@ -13,7 +13,9 @@ nlohmann::json ApiError::to_json() const {
   return nlohmann::json{{"error", std::move(e)}};
 }
 
-std::string ApiError::body() const { return dump_json(to_json()); }
+std::string ApiError::body() const {
+  return dump_json(to_json());
+}
 
 ApiError bad_request(std::string message, std::string param) {
   return ApiError{400, std::move(message), "invalid_request_error", std::move(param), {}};
@@ -25,18 +27,27 @@ ApiError model_not_found(const std::string& model) {
 }
 
 ApiError unauthorized() {
-  return ApiError{401, "Incorrect or missing API key. Pass it as 'Authorization: Bearer <key>'.",
-                  "invalid_request_error", {}, "invalid_api_key"};
+  return ApiError{401,
+                  "Incorrect or missing API key. Pass it as 'Authorization: Bearer <key>'.",
+                  "invalid_request_error",
+                  {},
+                  "invalid_api_key"};
 }
 
 ApiError payload_too_large(size_t limit_bytes) {
-  return ApiError{413, "Request body is larger than the limit of " + std::to_string(limit_bytes) + " bytes.",
-                  "invalid_request_error", {}, "request_too_large"};
+  return ApiError{413,
+                  "Request body is larger than the limit of " + std::to_string(limit_bytes) + " bytes.",
+                  "invalid_request_error",
+                  {},
+                  "request_too_large"};
 }
 
 ApiError queue_full() {
-  return ApiError{429, "The server is at capacity: the request queue is full. Retry later.", "rate_limit_error",
-                  {}, "queue_full"};
+  return ApiError{429,
+                  "The server is at capacity: the request queue is full. Retry later.",
+                  "rate_limit_error",
+                  {},
+                  "queue_full"};
 }
 
 ApiError not_ready() {

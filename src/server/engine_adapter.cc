@@ -30,8 +30,8 @@ SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<s
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
   s.seed = p.seed;
-  s.max_tokens = static_cast<int32_t>(
-      std::min<int64_t>(p.max_tokens.value_or(1), std::numeric_limits<int32_t>::max()));
+  s.max_tokens =
+      static_cast<int32_t>(std::min<int64_t>(p.max_tokens.value_or(1), std::numeric_limits<int32_t>::max()));
   s.stop = stop;
   s.ignore_eos = p.ignore_eos;
   s.logprobs = p.top_logprobs >= 0;
@@ -68,7 +68,8 @@ Status EngineAdapter::step(std::vector<EngineOutput>* outputs) {
       if (with_logprobs) {
         e.logprob = o.logprobs[i];
         if (i < o.top_logprobs.size()) {
-          for (const TokenLogprob& t : o.top_logprobs[i]) e.top_logprobs.push_back(TopLogprob{t.token, t.logprob});
+          for (const TokenLogprob& t : o.top_logprobs[i])
+            e.top_logprobs.push_back(TopLogprob{t.token, t.logprob});
         }
       }
       outputs->push_back(std::move(e));

@@ -18,7 +18,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 EngineLoop::EngineLoop(ServingEngine& engine, ServerMetrics& metrics, Options options)
     : engine_(engine), metrics_(metrics), options_(options) {}
 
-EngineLoop::~EngineLoop() { stop(); }
+EngineLoop::~EngineLoop() {
+  stop();
+}
 
 void EngineLoop::start() {
   NS_CHECK(!thread_.joinable()) << "engine loop started twice";

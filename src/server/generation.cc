@@ -16,7 +16,9 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       token_text_(std::move(token_text)),
       choices_(handle_.ids.size()) {}
 
-GenerationJob::~GenerationJob() { abort(); }
+GenerationJob::~GenerationJob() {
+  abort();
+}
 
 void GenerationJob::abort() {
   if (!done_) loop_.abort(handle_);
@@ -56,19 +58,24 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
       ++completion_tokens_;
       if (with_logprobs_) {
         LogprobItem item{ev.token, ev.logprob, std::move(ev.top_logprobs)};
-        if (stream_) part.logprobs.push_back(item);
-        else c.logprobs.push_back(std::move(item));
+        if (stream_)
+          part.logprobs.push_back(item);
+        else
+          c.logprobs.push_back(std::move(item));
       }
     }
-    if (stream_) part.text += ev.text;
-    else c.text += ev.text;
+    if (stream_)
+      part.text += ev.text;
+    else
+      c.text += ev.text;
     c.text_offset += static_cast<int64_t>(ev.text.size());
     if (ev.finish != FinishReason::kNone) {
       c.finish = ev.finish;
       part.finish = ev.finish;
       ++n_finished_;
       if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAbort) {
-        error_message = ev.finish == FinishReason::kError ? ev.error : "The request was aborted by the server.";
+        error_message =
+            ev.finish == FinishReason::kError ? ev.error : "The request was aborted by the server.";
         rejected = ev.rejected;
       }
     }
@@ -89,13 +96,15 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
   if (stream_) {
     for (size_t i = 0; i < parts.size(); ++i) {
       if (!touched[i]) continue;
-      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone) continue;
+      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone)
+        continue;
       *sse_out += sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
     }
   }
   if (n_finished_ == static_cast<int>(choices_.size())) {
     if (stream_) {
-      if (include_usage_) *sse_out += sse_event(usage_chunk_json(meta_, Usage{prompt_tokens_, completion_tokens_}));
+      if (include_usage_)
+        *sse_out += sse_event(usage_chunk_json(meta_, Usage{prompt_tokens_, completion_tokens_}));
       *sse_out += kSseDone;
     }
     done_ = true;

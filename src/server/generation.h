@@ -19,8 +19,8 @@ namespace nanoserve::server {
 class GenerationJob {
  public:
   // `prompt_tokens` is summed over the request's prompts, for usage.
-  GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta, const GenerateRequest& request,
-                int64_t prompt_tokens, TokenTextFn token_text);
+  GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
+                const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text);
   ~GenerationJob();  // aborts what is unfinished
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;

@@ -55,7 +55,8 @@ int find_connection_socket(const httplib::Request& req) {
     socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
     if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
     if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
-    if (port_of(local) == req.local_port && port_of(peer) == req.remote_port && ip_text(peer) == req.remote_addr) {
+    if (port_of(local) == req.local_port && port_of(peer) == req.remote_port &&
+        ip_text(peer) == req.remote_addr) {
       return static_cast<int>(fd);
     }
   }
@@ -108,15 +109,15 @@ void HttpServer::Impl::install_routes() {
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Statuses httplib sets itself (404 no route, 413 body too large, 400 bad HTTP) get the OpenAI error shape.
-  server.set_error_handler(httplib::Server::HandlerWithResponse(
-      [this](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty() || res.is_chunked_content_provider_) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        ApiError e = res.status == 413 ? payload_too_large(options.max_body_bytes) : from_http_status(res.status);
-        res.set_content(e.body(), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  server.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request&,
+                                                                       httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    ApiError e = res.status == 413 ? payload_too_large(options.max_body_bytes) : from_http_status(res.status);
+    res.set_content(e.body(), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
   server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
     try {
@@ -129,9 +130,12 @@ void HttpServer::Impl::install_routes() {
     set_reply(res, Api::error_reply(internal("internal server error: " + what)));
   });
 
-  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) { set_reply(res, api.health()); });
-  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { set_reply(res, api.models()); });
-  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { set_reply(res, api.metrics()); });
+  server.Get("/health",
+             [this](const httplib::Request&, httplib::Response& res) { set_reply(res, api.health()); });
+  server.Get("/v1/models",
+             [this](const httplib::Request&, httplib::Response& res) { set_reply(res, api.models()); });
+  server.Get("/metrics",
+             [this](const httplib::Request&, httplib::Response& res) { set_reply(res, api.metrics()); });
   server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     set_reply(res, api.tokenize(req.body));
   });
@@ -146,7 +150,8 @@ void HttpServer::Impl::install_routes() {
   });
 }
 
-void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request& req,
+                                       httplib::Response& res) {
   auto result = api.generate(endpoint, req.body);
   if (auto* reply = std::get_if<Reply>(&result)) return set_reply(res, *reply);
   std::shared_ptr<GenerationJob> job = std::move(std::get<std::unique_ptr<GenerationJob>>(result));
@@ -191,11 +196,14 @@ void HttpServer::Impl::handle_generate(Endpoint endpoint, const httplib::Request
       [job](bool) { job->abort(); });
 }
 
-HttpServer::HttpServer(Api& api, HttpOptions options) : impl_(std::make_unique<Impl>(api, std::move(options))) {
+HttpServer::HttpServer(Api& api, HttpOptions options)
+    : impl_(std::make_unique<Impl>(api, std::move(options))) {
   impl_->install_routes();
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 StatusOr<int> HttpServer::bind() {
   int port = impl_->options.port;

@@ -25,10 +25,14 @@ std::string format_value(double v) {
 std::string escape_label_value(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out.push_back(c);
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out.push_back(c);
   }
   return out;
 }
@@ -75,7 +79,8 @@ Histogram::Snapshot Histogram::snapshot() const {
   return s;
 }
 
-MetricsRegistry::Family& MetricsRegistry::family(const std::string& name, const std::string& help, Type type) {
+MetricsRegistry::Family& MetricsRegistry::family(const std::string& name, const std::string& help,
+                                                 Type type) {
   for (Family& f : families_) {
     if (f.name == name) {
       NS_CHECK(f.type == type) << "metric " << name << " registered with two types";
@@ -104,7 +109,8 @@ Histogram& MetricsRegistry::histogram(const std::string& name, const std::string
                                       std::vector<double> upper_bounds, Labels labels) {
   std::lock_guard<std::mutex> lock(mu_);
   Family& f = family(name, help, Type::kHistogram);
-  f.series.push_back(Series{std::move(labels), nullptr, nullptr, std::make_unique<Histogram>(std::move(upper_bounds))});
+  f.series.push_back(
+      Series{std::move(labels), nullptr, nullptr, std::make_unique<Histogram>(std::move(upper_bounds))});
   return *f.series.back().histogram;
 }
 
@@ -123,7 +129,8 @@ std::string MetricsRegistry::render() const {
         for (size_t i = 0; i <= snap.upper_bounds.size(); ++i) {
           std::pair<std::string, std::string> le{
               "le", i < snap.upper_bounds.size() ? format_value(snap.upper_bounds[i]) : "+Inf"};
-          out += f.name + "_bucket" + label_text(s.labels, &le) + " " + format_value(snap.cumulative[i]) + "\n";
+          out +=
+              f.name + "_bucket" + label_text(s.labels, &le) + " " + format_value(snap.cumulative[i]) + "\n";
         }
         out += f.name + "_sum" + label_text(s.labels) + " " + format_value(snap.sum) + "\n";
         out += f.name + "_count" + label_text(s.labels) + " " + format_value(snap.cumulative.back()) + "\n";
@@ -136,27 +143,32 @@ std::string MetricsRegistry::render() const {
 namespace {
 // Bucket bounds as vLLM chose them for the same histograms.
 std::vector<double> ttft_buckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-          2.5,   5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
 }
 std::vector<double> itl_buckets() {
-  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0};
+  return {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 }
 std::vector<double> e2e_buckets() {
-  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-          960.0, 1920.0, 7680.0};
+  return {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+          30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 }  // namespace
 
 ServerMetrics::ServerMetrics(const std::string& model_name)
     : num_requests_running(registry.gauge("nanoserve:num_requests_running",
-                                          "Number of requests in the running batch.", {{"model_name", model_name}})),
-      num_requests_waiting(registry.gauge("nanoserve:num_requests_waiting", "Number of requests waiting to run.",
+                                          "Number of requests in the running batch.",
                                           {{"model_name", model_name}})),
-      kv_cache_usage_perc(registry.gauge("nanoserve:kv_cache_usage_perc",
-                                         "KV-cache usage: the fraction of blocks in use, 1 means 100 percent.",
-                                         {{"model_name", model_name}})),
-      prompt_tokens_total(registry.counter("nanoserve:prompt_tokens_total", "Number of prompt tokens admitted.",
+      num_requests_waiting(registry.gauge("nanoserve:num_requests_waiting",
+                                          "Number of requests waiting to run.",
+                                          {{"model_name", model_name}})),
+      kv_cache_usage_perc(
+          registry.gauge("nanoserve:kv_cache_usage_perc",
+                         "KV-cache usage: the fraction of blocks in use, 1 means 100 percent.",
+                         {{"model_name", model_name}})),
+      prompt_tokens_total(registry.counter("nanoserve:prompt_tokens_total",
+                                           "Number of prompt tokens admitted.",
                                            {{"model_name", model_name}})),
       generation_tokens_total(registry.counter("nanoserve:generation_tokens_total",
                                                "Number of generated tokens.", {{"model_name", model_name}})),

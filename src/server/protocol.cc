@@ -21,8 +21,10 @@ bool nesting_within(std::string_view body, int max_depth) {
   for (size_t i = 0; i < body.size(); ++i) {
     char c = body[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -122,7 +124,8 @@ class Fields {
   std::optional<ApiError> error_;
 };
 
-void check_model(Fields& f, const ProtocolLimits& limits, std::string* model, std::optional<ApiError>* not_found) {
+void check_model(Fields& f, const ProtocolLimits& limits, std::string* model,
+                 std::optional<ApiError>* not_found) {
   const json* v = f.get("model");
   if (v == nullptr) {
     *model = limits.served_model_name;
@@ -148,7 +151,8 @@ bool read_content(const json& v, std::string* out, Fields& f, const std::string&
     const json& part = v[i];
     auto type = part.is_object() ? part.find("type") : part.end();
     auto text = part.is_object() ? part.find("text") : part.end();
-    if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() || !text->is_string()) {
+    if (!part.is_object() || type == part.end() || *type != "text" || text == part.end() ||
+        !text->is_string()) {
       f.fail("'" + param + "[" + std::to_string(i) + "]' must be {\"type\": \"text\", \"text\": string}; " +
                  "only text content is supported.",
              param);
@@ -193,8 +197,8 @@ bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
     msg.role = role->get<std::string>();
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool" &&
         msg.role != "developer") {
-      f.fail("'" + param + ".role' must be one of system, developer, user, assistant, tool; got '" + msg.role +
-                 "'.",
+      f.fail("'" + param + ".role' must be one of system, developer, user, assistant, tool; got '" +
+                 msg.role + "'.",
              param + ".role");
       return false;
     }
@@ -223,8 +227,8 @@ bool read_stop(Fields& f, std::vector<std::string>* out) {
     return false;
   }
   if (out->size() > kMaxStopStrings) {
-    f.fail("'stop' has " + std::to_string(out->size()) + " entries; at most " + std::to_string(kMaxStopStrings) +
-               " are allowed.",
+    f.fail("'stop' has " + std::to_string(out->size()) + " entries; at most " +
+               std::to_string(kMaxStopStrings) + " are allowed.",
            "stop");
     return false;
   }
@@ -265,8 +269,9 @@ bool read_token_ids(const json& v, std::vector<int32_t>* out, Fields& f, const P
 
 // prompt: "text" | ["text", ...] | [id, ...] | [[id, ...], ...]
 bool read_prompts(const json* v, std::vector<Prompt>* out, Fields& f, const ProtocolLimits& limits) {
-  const char* kShape = "'prompt' must be a string, a list of strings, a list of token ids, or a list of lists of "
-                       "token ids.";
+  const char* kShape =
+      "'prompt' must be a string, a list of strings, a list of token ids, or a list of lists of "
+      "token ids.";
   if (v == nullptr) {
     f.fail("'prompt' is required.", "prompt");
     return false;
@@ -329,17 +334,26 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
   GenerationParams& p = r->params;
   if (auto v = f.integer("max_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
   if (auto v = f.integer("max_completion_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
-  if (auto v = f.number("temperature", [](double x) { return x >= 0 && x <= 100; }, "in [0, 100]")) p.temperature = *v;
-  if (auto v = f.number("top_p", [](double x) { return x > 0 && x <= 1; }, "in (0, 1]")) p.top_p = *v;
+  if (auto v = f.number(
+          "temperature", [](double x) { return x >= 0 && x <= 100; }, "in [0, 100]"))
+    p.temperature = *v;
+  if (auto v = f.number(
+          "top_p", [](double x) { return x > 0 && x <= 1; }, "in (0, 1]"))
+    p.top_p = *v;
   if (auto v = f.integer("top_k", -1, kMaxInt, "-1 (disabled) or at least 0")) p.top_k = static_cast<int>(*v);
-  if (auto v = f.number("min_p", [](double x) { return x >= 0 && x <= 1; }, "in [0, 1]")) p.min_p = *v;
-  if (auto v = f.number("presence_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
+  if (auto v = f.number(
+          "min_p", [](double x) { return x >= 0 && x <= 1; }, "in [0, 1]"))
+    p.min_p = *v;
+  if (auto v = f.number(
+          "presence_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
     p.presence_penalty = *v;
   }
-  if (auto v = f.number("frequency_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
+  if (auto v = f.number(
+          "frequency_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
     p.frequency_penalty = *v;
   }
-  if (auto v = f.number("repetition_penalty", [](double x) { return x > 0 && x <= 100; }, "in (0, 100]")) {
+  if (auto v = f.number(
+          "repetition_penalty", [](double x) { return x > 0 && x <= 100; }, "in (0, 100]")) {
     p.repetition_penalty = *v;
   }
   if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
@@ -409,11 +423,12 @@ Parsed<GenerateRequest> parse_completion_request(std::string_view body, const Pr
   read_prompts(f.get("prompt"), &r.prompts, f, limits);
   read_common(f, &r, limits);
   // Completions: logprobs is the number of alternatives (0..20).
-  if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs, "in [0, 20]")) r.params.top_logprobs = static_cast<int>(*v);
+  if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs, "in [0, 20]"))
+    r.params.top_logprobs = static_cast<int>(*v);
   if (auto echo = f.boolean("echo"); echo && *echo) f.fail("'echo' is not supported.", "echo");
   if (const json* s = f.get("suffix"); s != nullptr) f.fail("'suffix' is not supported.", "suffix");
-  if (!f.failed() && !model_error && r.prompts.size() * static_cast<size_t>(r.n) >
-                                         static_cast<size_t>(limits.max_num_seqs) * kMaxPrompts) {
+  if (!f.failed() && !model_error &&
+      r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(limits.max_num_seqs) * kMaxPrompts) {
     f.fail("Too many sequences requested (prompts x n).", "n");
   }
   return finish(f, model_error, std::move(r));
@@ -433,8 +448,10 @@ Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body, const Prot
   if ((prompt == nullptr) == (messages == nullptr)) {
     f.fail("Give exactly one of 'prompt' (a string) or 'messages'.", "prompt");
   } else if (prompt != nullptr) {
-    if (!prompt->is_string()) f.fail("'prompt' must be a string.", "prompt");
-    else r.prompt = prompt->get<std::string>();
+    if (!prompt->is_string())
+      f.fail("'prompt' must be a string.", "prompt");
+    else
+      r.prompt = prompt->get<std::string>();
   } else {
     read_messages(messages, &r.messages, f);
   }
@@ -467,8 +484,9 @@ Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_
   int64_t want = max_tokens.value_or(0);
   if (prompt_tokens + std::max<int64_t>(want, 1) > max_model_len) {
     std::string msg = "This model's maximum context length is " + std::to_string(max_model_len) +
-                      " tokens. However, you requested " + std::to_string(prompt_tokens + want) + " tokens (" +
-                      std::to_string(prompt_tokens) + " in the messages, " + std::to_string(want) +
+                      " tokens. However, you requested " + std::to_string(prompt_tokens + want) +
+                      " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
+                      std::to_string(want) +
                       " in the completion). Please reduce the length of the messages or completion.";
     return ApiError{400, std::move(msg), "invalid_request_error", "messages", "context_length_exceeded"};
   }

@@ -20,7 +20,9 @@ const char* object_name(Endpoint e, bool chunk) {
 }
 
 json header(const ResponseMeta& meta, bool chunk) {
-  return json{{"id", meta.id}, {"object", object_name(meta.endpoint, chunk)}, {"created", meta.created},
+  return json{{"id", meta.id},
+              {"object", object_name(meta.endpoint, chunk)},
+              {"created", meta.created},
               {"model", meta.model}};
 }
 
@@ -46,7 +48,8 @@ json chat_logprobs_json(const std::vector<LogprobItem>& items, const TokenTextFn
       std::string tt = token_text(t.token);
       top.push_back(json{{"token", tt}, {"logprob", t.logprob}, {"bytes", bytes_json(tt)}});
     }
-    content.push_back(json{{"token", text}, {"logprob", it.logprob}, {"bytes", bytes_json(text)}, {"top_logprobs", top}});
+    content.push_back(
+        json{{"token", text}, {"logprob", it.logprob}, {"bytes", bytes_json(text)}, {"top_logprobs", top}});
   }
   return json{{"content", content}};
 }
@@ -66,7 +69,9 @@ json completion_logprobs_json(const std::vector<LogprobItem>& items, const Token
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(text.size());
   }
-  return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+  return json{{"tokens", tokens},
+              {"token_logprobs", token_logprobs},
+              {"top_logprobs", top_logprobs},
               {"text_offset", offsets}};
 }
 
@@ -81,7 +86,8 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
       choice["logprobs"] = c.with_logprobs ? chat_logprobs_json(c.logprobs, token_text) : json(nullptr);
     } else {
       choice["text"] = c.text;
-      choice["logprobs"] = c.with_logprobs ? completion_logprobs_json(c.logprobs, token_text, 0) : json(nullptr);
+      choice["logprobs"] =
+          c.with_logprobs ? completion_logprobs_json(c.logprobs, token_text, 0) : json(nullptr);
     }
     choice["finish_reason"] = finish_reason_json(c.finish);
     arr.push_back(std::move(choice));
@@ -91,7 +97,8 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
   return out;
 }
 
-json chunk_json(const ResponseMeta& meta, const ChunkPart& part, bool include_usage, const TokenTextFn& token_text) {
+json chunk_json(const ResponseMeta& meta, const ChunkPart& part, bool include_usage,
+                const TokenTextFn& token_text) {
   json out = header(meta, /*chunk=*/true);
   json choice{{"index", part.index}};
   if (meta.endpoint == Endpoint::kChat) {
@@ -102,8 +109,9 @@ json chunk_json(const ResponseMeta& meta, const ChunkPart& part, bool include_us
     choice["logprobs"] = part.with_logprobs ? chat_logprobs_json(part.logprobs, token_text) : json(nullptr);
   } else {
     choice["text"] = part.text;
-    choice["logprobs"] =
-        part.with_logprobs ? completion_logprobs_json(part.logprobs, token_text, part.text_offset) : json(nullptr);
+    choice["logprobs"] = part.with_logprobs
+                             ? completion_logprobs_json(part.logprobs, token_text, part.text_offset)
+                             : json(nullptr);
   }
   choice["finish_reason"] = finish_reason_json(part.finish);
   out["choices"] = json::array({std::move(choice)});
@@ -118,6 +126,8 @@ json usage_chunk_json(const ResponseMeta& meta, const Usage& usage) {
   return out;
 }
 
-std::string sse_event(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string sse_event(const json& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
 
 }  // namespace nanoserve::server

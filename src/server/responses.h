@@ -61,8 +61,8 @@ nlohmann::json completion_logprobs_json(const std::vector<LogprobItem>& items, c
                                         int64_t text_offset);
 
 // The whole non-streaming response.
-nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, const Usage& usage,
-                             const TokenTextFn& token_text);
+nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                             const Usage& usage, const TokenTextFn& token_text);
 
 // One stream chunk for one choice. `first` adds the assistant role (chat).
 // `logprobs` may be empty when none were asked for (then "logprobs": null).

@@ -23,9 +23,9 @@ struct EngineRequest {
 // One sequence's progress in one step.
 struct EngineOutput {
   uint64_t id = 0;
-  int32_t token = -1;     // the token generated this step; -1 when none (e.g. aborted)
-  std::string text;       // newly emitted text (stop strings withheld by the engine)
-  float logprob = 0.0f;   // filled when params.top_logprobs >= 0
+  int32_t token = -1;    // the token generated this step; -1 when none (e.g. aborted)
+  std::string text;      // newly emitted text (stop strings withheld by the engine)
+  float logprob = 0.0f;  // filled when params.top_logprobs >= 0
   std::vector<TopLogprob> top_logprobs;
   FinishReason finish = FinishReason::kNone;
   std::string error;  // with kError: what failed

@@ -187,7 +187,8 @@ TEST_F(HttpServerTest, ChatStreamSseFormat) {
 
 TEST_F(HttpServerTest, CompletionStream) {
   start();
-  HttpResult r = post("/v1/completions", R"({"prompt": "ab", "max_tokens": 3, "stream": true, "logprobs": 1})");
+  HttpResult r =
+      post("/v1/completions", R"({"prompt": "ab", "max_tokens": 3, "stream": true, "logprobs": 1})");
   ASSERT_EQ(r.status, 200);
   auto events = sse_data(r.body);
   std::string text;
@@ -207,7 +208,8 @@ TEST_F(HttpServerTest, ValidationErrorsKeepTheServerUp) {
   start();
   expect_error_shape(post("/v1/chat/completions", "{oops"), 400);
   expect_error_shape(post("/v1/chat/completions", R"({"model": "other", "messages": [{"role": "user",
-      "content": "x"}]})"), 404);
+      "content": "x"}]})"),
+                     404);
   expect_error_shape(post("/v1/chat/completions", R"({"messages": []})"), 400);
   expect_error_shape(post("/v1/completions", R"({"prompt": "", "max_tokens": 1})"), 400);
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 0})"), 400);
@@ -216,7 +218,8 @@ TEST_F(HttpServerTest, ValidationErrorsKeepTheServerUp) {
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "top_p": 0})"), 400);
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "top_k": -2})"), 400);
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "temperature": NaN})"), 400);
-  HttpResult ctx = post("/v1/completions", R"({"prompt": ")" + std::string(60, 'a') + R"(", "max_tokens": 10})");
+  HttpResult ctx =
+      post("/v1/completions", R"({"prompt": ")" + std::string(60, 'a') + R"(", "max_tokens": 10})");
   expect_error_shape(ctx, 400);
   EXPECT_NE(ctx.body.find("This model's maximum context length is 64 tokens"), std::string::npos);
   expect_error_shape(post("/v1/completions", R"({"prompt": ")" + std::string(70, 'a') + R"("})"), 400);
@@ -235,11 +238,12 @@ TEST_F(HttpServerTest, BodyOver4MiBIs413) {
 TEST_F(HttpServerTest, ApiKey) {
   start("sekret");
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})"), 401);
-  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}),
-                     401);
+  expect_error_shape(
+      post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}), 401);
   expect_error_shape(get("/metrics"), 401);
-  EXPECT_EQ(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret"}).status,
-            200);
+  EXPECT_EQ(
+      post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret"}).status,
+      200);
   EXPECT_EQ(get("/health").status, 200);     // public
   EXPECT_EQ(get("/v1/models").status, 200);  // public
 }
@@ -333,7 +337,8 @@ TEST_F(HttpServerTest, ManyConcurrentStreams) {
   for (int i = 0; i < 12; ++i) {
     clients.emplace_back([&, i] {
       std::string prompt(1, static_cast<char>('a' + i));
-      HttpResult r = post("/v1/completions", R"({"prompt": ")" + prompt + R"(", "max_tokens": 8, "stream": true})");
+      HttpResult r =
+          post("/v1/completions", R"({"prompt": ")" + prompt + R"(", "max_tokens": 8, "stream": true})");
       std::string text;
       for (const std::string& e : sse_data(r.body)) {
         if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();

@@ -98,12 +98,14 @@ inline HttpResult parse_response(const std::string& raw) {
     pos = eol + 2;
   }
   r.body = raw.substr(head_end + 4);
-  if (r.headers.count("transfer-encoding") && r.headers["transfer-encoding"] == "chunked") r.body = dechunk(r.body);
+  if (r.headers.count("transfer-encoding") && r.headers["transfer-encoding"] == "chunked")
+    r.body = dechunk(r.body);
   return r;
 }
 
 inline HttpResult http_request(int port, const std::string& method, const std::string& path,
-                               const std::string& body = {}, const std::vector<std::string>& extra_headers = {}) {
+                               const std::string& body = {},
+                               const std::vector<std::string>& extra_headers = {}) {
   int fd = open_request(port, method, path, body, extra_headers);
   if (fd < 0) return {};
   std::string raw;

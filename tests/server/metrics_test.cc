@@ -34,14 +34,16 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"1\"} 2")) << text;  // cumulative
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"+Inf\"} 3")) << text;
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_count 3")) << text;
-  EXPECT_TRUE(has_line(text, "ns:lat_seconds_sum 7.5499999999999998") || has_line(text, "ns:lat_seconds_sum 7.55"))
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_sum 7.5499999999999998") ||
+              has_line(text, "ns:lat_seconds_sum 7.55"))
       << text;
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {
   MetricsRegistry reg;
   reg.counter("x_total", "X.", {{"model_name", "a\"b\\c\nd"}}).inc();
-  EXPECT_NE(reg.render().find("x_total{model_name=\"a\\\"b\\\\c\\nd\"} 1"), std::string::npos) << reg.render();
+  EXPECT_NE(reg.render().find("x_total{model_name=\"a\\\"b\\\\c\\nd\"} 1"), std::string::npos)
+      << reg.render();
 }
 
 TEST(Metrics, ServerMetricsUseVllmNames) {
@@ -51,16 +53,19 @@ TEST(Metrics, ServerMetricsUseVllmNames) {
   m.request_finished(FinishReason::kStop);
   m.kv_cache_usage_perc.set(0.5);
   std::string text = m.registry.render();
-  for (const char* name : {"nanoserve:num_requests_running", "nanoserve:num_requests_waiting",
-                           "nanoserve:kv_cache_usage_perc", "nanoserve:prompt_tokens_total",
-                           "nanoserve:generation_tokens_total", "nanoserve:request_success_total",
-                           "nanoserve:num_preemptions_total", "nanoserve:time_to_first_token_seconds",
-                           "nanoserve:inter_token_latency_seconds", "nanoserve:e2e_request_latency_seconds"}) {
+  for (const char* name :
+       {"nanoserve:num_requests_running", "nanoserve:num_requests_waiting", "nanoserve:kv_cache_usage_perc",
+        "nanoserve:prompt_tokens_total", "nanoserve:generation_tokens_total",
+        "nanoserve:request_success_total", "nanoserve:num_preemptions_total",
+        "nanoserve:time_to_first_token_seconds", "nanoserve:inter_token_latency_seconds",
+        "nanoserve:e2e_request_latency_seconds"}) {
     EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
   }
-  EXPECT_TRUE(has_line(text, "nanoserve:request_success_total{model_name=\"smol\",finished_reason=\"stop\"} 2"))
+  EXPECT_TRUE(
+      has_line(text, "nanoserve:request_success_total{model_name=\"smol\",finished_reason=\"stop\"} 2"))
       << text;
-  EXPECT_TRUE(has_line(text, "nanoserve:request_success_total{model_name=\"smol\",finished_reason=\"abort\"} 1"));
+  EXPECT_TRUE(
+      has_line(text, "nanoserve:request_success_total{model_name=\"smol\",finished_reason=\"abort\"} 1"));
   EXPECT_TRUE(has_line(text, "nanoserve:kv_cache_usage_perc{model_name=\"smol\"} 0.5"));
   // Each family is declared once, however many series it has.
   size_t first = text.find("# TYPE nanoserve:request_success_total");

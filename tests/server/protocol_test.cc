@@ -89,7 +89,8 @@ TEST(Protocol, ContentPartsAreJoined) {
   GenerateRequest r = chat_ok(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
       {"type": "text", "text": "b"}]}]})");
   EXPECT_EQ(r.messages[0].content, "a\nb");
-  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").http_status, 400);
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").http_status,
+            400);
 }
 
 TEST(Protocol, InvalidJsonAndWrongTypesAre400) {
@@ -151,9 +152,7 @@ TEST(Protocol, PromptShapes) {
 }
 
 TEST(Protocol, RangeChecks) {
-  auto field_error = [&](const std::string& field) {
-    return chat_error("{" + kMsgs + ", " + field + "}");
-  };
+  auto field_error = [&](const std::string& field) { return chat_error("{" + kMsgs + ", " + field + "}"); };
   EXPECT_EQ(field_error(R"("max_tokens": 0)").param, "max_tokens");
   EXPECT_EQ(field_error(R"("max_tokens": -3)").param, "max_tokens");
   EXPECT_EQ(field_error(R"("max_completion_tokens": 0)").param, "max_completion_tokens");
@@ -189,7 +188,8 @@ TEST(Protocol, NonFiniteNumbersAre400) {
 TEST(Protocol, StopLimits) {
   EXPECT_EQ(chat_ok("{" + kMsgs + R"(, "stop": "end"})").stop, (std::vector<std::string>{"end"}));
   std::string many = "[";
-  for (size_t i = 0; i <= kMaxStopStrings; ++i) many += std::string(i ? "," : "") + "\"s" + std::to_string(i) + "\"";
+  for (size_t i = 0; i <= kMaxStopStrings; ++i)
+    many += std::string(i ? "," : "") + "\"s" + std::to_string(i) + "\"";
   many += "]";
   EXPECT_EQ(chat_error("{" + kMsgs + R"(, "stop": )" + many + "}").param, "stop");
   std::string long_stop(kMaxStopStringBytes + 1, 'a');

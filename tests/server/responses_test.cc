@@ -7,7 +7,9 @@ namespace {
 
 using nlohmann::json;
 
-std::string text_of(int32_t id) { return id == 1 ? "é" : std::string(1, static_cast<char>('a' + id)); }
+std::string text_of(int32_t id) {
+  return id == 1 ? "é" : std::string(1, static_cast<char>('a' + id));
+}
 
 TEST(Responses, ChatResponseShape) {
   ResponseMeta meta{Endpoint::kChat, "chatcmpl-1", 1700000000, "m"};
