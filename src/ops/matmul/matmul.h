@@ -1,0 +1,39 @@
+#pragma once
+// y[t][o] = W[o] · x[t]: every linear layer and the lm_head.
+//   w: [N, K] in F32, F16, BF16, Q8_0, Q4_0 or Q4_1 (stored dtype, e.g. a GGUF mmap view)
+//   x: [T, K] f32, y: [T, N] f32
+//
+// Determinism: each y[t][o] is reduced in one fixed order that depends only on
+// W[o] and x[t], so results are bitwise identical for any thread count and any
+// batch (a token's output never depends on the other tokens).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+
+namespace nanoserve {
+
+// Plain truth: dequantize each row of W to f32, dot with x[t] in double.
+void matmul_ref(const Tensor& w, const Tensor& x, Tensor& y);
+
+// Scratch bytes the fast path needs for an input of T tokens of K values
+// (the 8-bit activation blocks of x).
+int64_t matmul_scratch_bytes(int64_t T, int64_t K);
+
+// One weight and where its product goes; all pairs of a call share x.
+struct MatmulPair {
+  const Tensor* w;  // [N_i, K]
+  Tensor* y;        // [T, N_i] f32
+};
+
+// Fast path. Quantized weights are dotted against x quantized per token into
+// 8-bit blocks of 32 (as llama.cpp does); float weights against x in f32.
+// x is quantized once, and the output rows of all pairs are split over the
+// pool's threads in one pass, each weight row read once for all T tokens.
+void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch);
+void matmul(const Tensor& w, const Tensor& x, Tensor& y, ThreadPool& pool, std::span<std::byte> scratch);
+
+}  // namespace nanoserve

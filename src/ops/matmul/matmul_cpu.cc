@@ -1,0 +1,276 @@
+// Fast matmul: blockwise integer dot products against 8-bit activations
+// (AVX-512 VNNI, else AVX2, else scalar), threads over output rows.
+//
+// Reduction order per output element (fixed, whatever T or the thread split):
+// blocks in order; within a block an exact integer dot; each block's scaled
+// partials added into 8 float lanes, the lanes combined pairwise at the end,
+// then the sum of the Q4_1 min terms added.
+
+#include <cmath>
+#include <functional>
+
+#include "core/check.h"
+#include "ops/matmul/matmul.h"
+#include "ops/matmul/quant_blocks.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+// GCC 12 flags its own AVX-512 intrinsics (the undefined-vector idiom) as
+// maybe-uninitialized once inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace nanoserve {
+
+namespace {
+
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
+using quant::BlockQ8_0;
+using quant::BlockQ8Act;
+using quant::kBlock;
+
+// x[K] -> K/32 activation blocks: d = max|x| / 127, q = round(x / d).
+void quantize_row_q8(const float* x, int64_t K, BlockQ8Act* out) {
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* xb = x + b * kBlock;
+    float amax = 0.0f;
+    for (int j = 0; j < kBlock; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const int q = static_cast<int>(std::nearbyint(xb[j] * id));
+      out[b].qs[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    out[b].d = d;
+    out[b].s = d * static_cast<float>(sum);
+  }
+}
+
+#if defined(__AVX2__)
+// Sum of u8 x s8 products, 4 per int32 lane, exact.
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  // No saturation: |u| <= 128 and |s| <= 127, so a pair is at most 32512.
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+inline float hsum8(__m256 v) {
+  // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), the same order every call.
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 nibbles of a 4-bit block as bytes 0..15, in element order.
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+#endif
+
+// Row of Q4_0 / Q4_1 blocks · activation blocks. A Q4_0 value d*(q-8) is a
+// Q4_1 value with min -8d.
+template <typename Block>
+float dot_q4(const Block* w, const BlockQ8Act* xa, int64_t nb) {
+  float macc = 0.0f;
+#if defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i p = dot_u8s8(unpack_nibbles(w[b].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs)));
+    const float dw = quant::f16_to_f32(w[b].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * xa[b].d), _mm256_cvtepi32_ps(p), acc);
+    if constexpr (std::is_same_v<Block, BlockQ4_1>) {
+      macc += quant::f16_to_f32(w[b].m) * xa[b].s;
+    } else {
+      macc += -8.0f * dw * xa[b].s;
+    }
+  }
+  return hsum8(acc) + macc;
+#else
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0;
+    for (int j = 0; j < kBlock / 2; ++j) {
+      isum += (w[b].qs[j] & 0x0f) * xa[b].qs[j] + (w[b].qs[j] >> 4) * xa[b].qs[j + 16];
+    }
+    const float dw = quant::f16_to_f32(w[b].d);
+    acc += dw * xa[b].d * static_cast<float>(isum);
+    if constexpr (std::is_same_v<Block, BlockQ4_1>) {
+      macc += quant::f16_to_f32(w[b].m) * xa[b].s;
+    } else {
+      macc += -8.0f * dw * xa[b].s;
+    }
+  }
+  return acc + macc;
+#endif
+}
+
+float dot_q8_0(const BlockQ8_0* w, const BlockQ8Act* xa, int64_t nb) {
+#if defined(__AVX2__)
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs));
+    // s8 x s8 as |w| (u8) x (x with w's sign).
+    const __m256i p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(quant::f16_to_f32(w[b].d) * xa[b].d), _mm256_cvtepi32_ps(p), acc);
+  }
+  return hsum8(acc);
+#else
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int isum = 0;
+    for (int j = 0; j < kBlock; ++j) isum += w[b].qs[j] * xa[b].qs[j];
+    acc += quant::f16_to_f32(w[b].d) * xa[b].d * static_cast<float>(isum);
+  }
+  return acc;
+#endif
+}
+
+// Float weights: 16 interleaved partial sums, combined pairwise.
+template <typename Load>
+float dot_float(Load load, const float* x, int64_t K) {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) acc = _mm512_fmadd_ps(load.vec16(k), _mm512_loadu_ps(x + k), acc);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+#else
+  float lanes[16] = {};
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] += load(k + j) * x[k + j];
+  }
+#endif
+  for (; k < K; ++k) lanes[k & 15] += load(k) * x[k];
+  for (int w = 8; w >= 1; w /= 2) {
+    for (int j = 0; j < w; ++j) lanes[j] += lanes[j + w];
+  }
+  return lanes[0];
+}
+
+struct LoadF32 {
+  const float* p;
+  float operator()(int64_t i) const { return p[i]; }
+#if defined(__AVX512F__)
+  __m512 vec16(int64_t i) const { return _mm512_loadu_ps(p + i); }
+#endif
+};
+struct LoadF16 {
+  const uint16_t* p;
+  float operator()(int64_t i) const { return quant::f16_to_f32(p[i]); }
+#if defined(__AVX512F__)
+  __m512 vec16(int64_t i) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+  }
+#endif
+};
+struct LoadBF16 {
+  const uint16_t* p;
+  float operator()(int64_t i) const { return quant::bf16_to_f32(p[i]); }
+#if defined(__AVX512F__)
+  __m512 vec16(int64_t i) const {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  }
+#endif
+};
+
+bool is_quantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
+
+// y[t][o] for o in [o_begin, o_end), every t.
+void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t T, float* y, int64_t o_begin,
+                 int64_t o_end) {
+  const int64_t N = w.dim(0), K = w.dim(1), nb = K / kBlock;
+  const int64_t row_bytes = dtype_bytes(w.dtype(), K);
+  const auto* base = static_cast<const uint8_t*>(w.data());
+  for (int64_t o = o_begin; o < o_end; ++o) {
+    const void* row = base + o * row_bytes;
+    switch (w.dtype()) {
+      case DType::kQ4_1:
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(static_cast<const BlockQ4_1*>(row), xa + t * nb, nb);
+        break;
+      case DType::kQ4_0:
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(static_cast<const BlockQ4_0*>(row), xa + t * nb, nb);
+        break;
+      case DType::kQ8_0:
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q8_0(static_cast<const BlockQ8_0*>(row), xa + t * nb, nb);
+        break;
+      case DType::kF32:
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF32{static_cast<const float*>(row)}, x + t * K, K);
+        break;
+      case DType::kF16:
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
+        break;
+      case DType::kBF16:
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadBF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
+        break;
+      default: NS_CHECK(false) << "matmul of " << dtype_name(w.dtype());
+    }
+  }
+}
+
+}  // namespace
+
+int64_t matmul_scratch_bytes(int64_t T, int64_t K) {
+  return T * ((K + kBlock - 1) / kBlock) * static_cast<int64_t>(sizeof(BlockQ8Act));
+}
+
+void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch) {
+  NS_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.is_contiguous()) << "x is [T, K] f32";
+  const int64_t T = x.dim(0), K = x.dim(1);
+  bool any_quantized = false;
+  int64_t total_rows = 0;
+  for (const MatmulPair& p : pairs) {
+    NS_CHECK(p.w->ndim() == 2 && p.w->dim(1) == K) << "w" << p.w->shape_string() << " vs x" << x.shape_string();
+    NS_CHECK(p.y->ndim() == 2 && p.y->dim(0) == T && p.y->dim(1) == p.w->dim(0) && p.y->dtype() == DType::kF32)
+        << "y" << p.y->shape_string() << " for w" << p.w->shape_string() << " and x" << x.shape_string();
+    NS_CHECK(quant::row_dtype_supported(p.w->dtype())) << "matmul of " << dtype_name(p.w->dtype());
+    any_quantized = any_quantized || is_quantized(p.w->dtype());
+    total_rows += p.w->dim(0);
+  }
+  if (T == 0 || total_rows == 0) return;
+  const float* xs = x.data_as<const float>();
+  BlockQ8Act* xa = nullptr;
+  if (any_quantized) {
+    NS_CHECK(K % kBlock == 0) << "quantized matmul needs K % 32 == 0, K = " << K;
+    NS_CHECK(static_cast<int64_t>(scratch.size()) >= matmul_scratch_bytes(T, K))
+        << "matmul scratch " << scratch.size() << " < " << matmul_scratch_bytes(T, K);
+    xa = reinterpret_cast<BlockQ8Act*>(scratch.data());
+    const int64_t nb = K / kBlock;
+    auto quantize = [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) quantize_row_q8(xs + t * K, K, xa + t * nb);
+    };
+    if (T >= 16) {
+      pool.parallel_for(T, std::ref(quantize));
+    } else {
+      quantize(0, T, 0);
+    }
+  }
+  auto rows = [&](int64_t begin, int64_t end, int) {
+    int64_t first = 0;  // global row of pairs[i]'s row 0
+    for (const MatmulPair& p : pairs) {
+      const int64_t n = p.w->dim(0);
+      const int64_t b = std::max(begin, first), e = std::min(end, first + n);
+      if (b < e) matmul_rows(*p.w, xs, xa, T, p.y->data_as<float>(), b - first, e - first);
+      first += n;
+    }
+  };
+  pool.parallel_for(total_rows, std::ref(rows));
+}
+
+void matmul(const Tensor& w, const Tensor& x, Tensor& y, ThreadPool& pool, std::span<std::byte> scratch) {
+  const MatmulPair pair{&w, &y};
+  matmul(std::span<const MatmulPair>(&pair, 1), x, pool, scratch);
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,95 @@
+#pragma once
+// The GGUF block formats that the matmul and embedding kernels read, and the
+// 8-bit activation blocks the fast matmul quantizes its input into.
+//
+//   Q8_0: 32 values = d * q,           q int8           (34 bytes)
+//   Q4_0: 32 values = d * (q - 8),     q 4-bit unsigned (18 bytes)
+//   Q4_1: 32 values = d * q + m,       q 4-bit unsigned (20 bytes)
+// A 4-bit block stores value j in the low nibble of qs[j] and value j + 16 in
+// the high nibble of qs[j].
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace nanoserve::quant {
+
+constexpr int kBlock = 32;
+
+struct BlockQ8_0 {
+  uint16_t d;  // f16
+  int8_t qs[kBlock];
+};
+struct BlockQ4_0 {
+  uint16_t d;  // f16
+  uint8_t qs[kBlock / 2];
+};
+struct BlockQ4_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qs[kBlock / 2];
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+
+// One quantized activation block: x ≈ d * q, s = d * sum(q) (what a Q4_1 min
+// multiplies), per token and per 32 values, so a token's quantization never
+// depends on the other tokens of the batch.
+struct BlockQ8Act {
+  float d;
+  float s;
+  int8_t qs[kBlock];
+};
+static_assert(sizeof(BlockQ8Act) == 40);
+
+inline float f16_to_f32(uint16_t h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
+
+inline float bf16_to_f32(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace nanoserve::quant
+
+namespace nanoserve::quant {
+
+// dst[n] = the n values of one stored row of `dtype` (F32, F16, BF16, Q8_0,
+// Q4_0, Q4_1), in plain scalar code. PRECOND: n is whole blocks.
+void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
+
+// True for the weight dtypes matmul and embedding read.
+bool row_dtype_supported(DType dtype);
+
+}  // namespace nanoserve::quant
