@@ -2,9 +2,9 @@
 // Causal attention of this step's queries over each sequence's K/V history
 // (the gather path; kvcache/kv_cache.h).
 //   q, out: [T, n_heads, head_dim] f32
-//   Token t of sequence b (the j-th of its n_b tokens this step) attends to
-//   history positions [0, context_lens[b] - n_b + j], so each token sees itself
-//   and what came before. Query head h reads kv head h / n_rep (GQA by index).
+//   Token t of sequence b attends to history positions [0, positions[t]]: itself
+//   and what came before (PRECOND: positions[t] < context_lens[b], as the cache's
+//   begin_step checks). Query head h reads kv head h / n_rep (GQA by index).
 
 #include <span>
 

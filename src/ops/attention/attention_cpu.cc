@@ -29,8 +29,8 @@ void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist
       const int32_t t = static_cast<int32_t>(item / n_heads);
       const int64_t h = item % n_heads;
       while (batch.seq_starts[b + 1] <= t) ++b;
-      const int64_t n_ctx = batch.context_lens[b] - (batch.seq_starts[b + 1] - 1 - t);
-      NS_CHECK(n_ctx >= 1) << "token " << t << " sees no history";
+      const int64_t n_ctx = static_cast<int64_t>(batch.positions[t]) + 1;
+      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b]) << "token " << t << " at position " << batch.positions[t];
       const float* kb = hist.k[b] + (h / n_rep) * hist.head_stride;
       const float* vb = hist.v[b] + (h / n_rep) * hist.head_stride;
       const int64_t ps = hist.pos_stride;

@@ -1,5 +1,6 @@
 #include "core/check.h"
 #include "ops/embedding/embedding.h"
+#include "ops/dequantize/dequantize.h"
 #include "ops/matmul/quant_blocks.h"
 
 namespace nanoserve {
@@ -10,7 +11,7 @@ void embedding_ref(const Tensor& table, std::span<const int32_t> tokens, Tensor&
   const auto* base = static_cast<const uint8_t*>(table.data());
   for (int64_t t = 0; t < T; ++t) {
     NS_CHECK(tokens[t] >= 0 && tokens[t] < V) << "token " << tokens[t] << " outside vocab " << V;
-    quant::row_to_f32(table.dtype(), base + tokens[t] * dtype_bytes(table.dtype(), D), out.data_as<float>() + t * D,
+    dequantize_row(table.dtype(), base + tokens[t] * dtype_bytes(table.dtype(), D), out.data_as<float>() + t * D,
                       D);
   }
 }

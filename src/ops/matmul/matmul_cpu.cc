@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "core/check.h"
+#include "ops/dequantize/dequantize.h"
 #include "ops/matmul/matmul.h"
 #include "ops/matmul/quant_blocks.h"
 
@@ -185,6 +186,9 @@ struct LoadBF16 {
 #endif
 };
 
+// Rows of dtypes without a direct kernel are decoded on the stack.
+constexpr int64_t kMaxGenericK = 16384;
+
 bool is_quantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
 
 // y[t][o] for o in [o_begin, o_end), every t.
@@ -214,7 +218,14 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
       case DType::kBF16:
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadBF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
         break;
-      default: NS_CHECK(false) << "matmul of " << dtype_name(w.dtype());
+      default: {
+        // K-quants and anything else dequantize_row reads: decode the row once,
+        // then float dots. Correct, not fast.
+        float buf[kMaxGenericK];
+        dequantize_row(w.dtype(), row, buf, K);
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF32{buf}, x + t * K, K);
+        break;
+      }
     }
   }
 }
@@ -234,7 +245,8 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     NS_CHECK(p.w->ndim() == 2 && p.w->dim(1) == K) << "w" << p.w->shape_string() << " vs x" << x.shape_string();
     NS_CHECK(p.y->ndim() == 2 && p.y->dim(0) == T && p.y->dim(1) == p.w->dim(0) && p.y->dtype() == DType::kF32)
         << "y" << p.y->shape_string() << " for w" << p.w->shape_string() << " and x" << x.shape_string();
-    NS_CHECK(quant::row_dtype_supported(p.w->dtype())) << "matmul of " << dtype_name(p.w->dtype());
+    NS_CHECK(quant::row_dtype_supported(p.w->dtype()) || (p.w->dtype() != DType::kI32 && K <= kMaxGenericK))
+        << "matmul of " << dtype_name(p.w->dtype()) << " with K = " << K;
     any_quantized = any_quantized || is_quantized(p.w->dtype());
     total_rows += p.w->dim(0);
   }

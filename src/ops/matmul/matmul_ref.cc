@@ -2,7 +2,7 @@
 
 #include "core/check.h"
 #include "ops/matmul/matmul.h"
-#include "ops/matmul/quant_blocks.h"
+#include "ops/dequantize/dequantize.h"
 
 namespace nanoserve {
 
@@ -12,14 +12,14 @@ void matmul_ref(const Tensor& w, const Tensor& x, Tensor& y) {
   NS_CHECK(x.dim(1) == K && y.dim(0) == T && y.dim(1) == N)
       << "shapes w" << w.shape_string() << " x" << x.shape_string() << " y" << y.shape_string();
   NS_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32) << "x and y are f32";
-  NS_CHECK(quant::row_dtype_supported(w.dtype())) << "matmul of " << dtype_name(w.dtype());
+  NS_CHECK(w.dtype() != DType::kI32) << "matmul of " << dtype_name(w.dtype());
   const auto* wb = static_cast<const uint8_t*>(w.data());
   const int64_t row_bytes = dtype_bytes(w.dtype(), K);
   const float* xs = x.data_as<const float>();
   float* ys = y.data_as<float>();
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t o = 0; o < N; ++o) {
-    quant::row_to_f32(w.dtype(), wb + o * row_bytes, row.data(), K);
+    dequantize_row(w.dtype(), wb + o * row_bytes, row.data(), K);
     for (int64_t t = 0; t < T; ++t) {
       double acc = 0.0;
       for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(row[k]) * xs[t * K + k];

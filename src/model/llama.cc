@@ -1,0 +1,210 @@
+#include "model/llama.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "io/gguf.h"
+#include "ops/attention/attention.h"
+#include "ops/dequantize/dequantize.h"
+#include "ops/embedding/embedding.h"
+#include "ops/matmul/matmul.h"
+#include "ops/rmsnorm/rmsnorm.h"
+#include "ops/rope/rope.h"
+#include "ops/rope/rope_freqs.h"
+#include "ops/silu_mul/silu_mul.h"
+
+namespace nanoserve {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// A weight the matmul can read, of exactly `shape`.
+StatusOr<Tensor> load_matrix(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) {
+  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
+  if (t.shape() != shape) {
+    return invalid_argument("tensor '" + name + "' has shape " + t.shape_string() + ", the config implies " +
+                            shape_str(shape));
+  }
+  if (t.dtype() == DType::kI32) return invalid_argument("tensor '" + name + "' is I32, not a weight type");
+  return t;
+}
+
+// A norm weight as f32 (converted into owned memory if stored otherwise).
+StatusOr<Tensor> load_vector(const GgufFile& f, const std::string& name, int64_t n) {
+  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
+  if (t.numel() != n || t.ndim() != 1) {
+    return invalid_argument("tensor '" + name + "' has shape " + t.shape_string() + ", expected [" +
+                            std::to_string(n) + "]");
+  }
+  if (t.dtype() == DType::kF32) return t;
+  if (t.dtype() == DType::kI32) return invalid_argument("tensor '" + name + "' is I32, not a weight type");
+  Tensor out = Tensor::empty(DType::kF32, {n});
+  dequantize_row(t.dtype(), t.data(), out.data_as<float>(), n);
+  return out;
+}
+
+void add_into(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file, ThreadPool& pool) {
+  NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
+  NS_RETURN_IF_ERROR(config.validate());
+  if (config.arch != "llama") return unimplemented("architecture '" + config.arch + "' (only llama is built)");
+  std::unique_ptr<LlamaModel> m(new LlamaModel(file, config, pool));
+  const GgufFile& f = *file;
+  const int64_t dim = config.dim, hd = config.head_dim, ffn = config.ffn_dim;
+  const int64_t q_dim = config.n_heads * hd, kv_dim = config.n_kv_heads * hd;
+  LlamaWeights& w = m->weights_;
+  NS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(f, "token_embd.weight", {config.vocab_size, dim}));
+  NS_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", dim));
+  if (f.find_tensor("output.weight") != nullptr) {
+    NS_ASSIGN_OR_RETURN(w.lm_head, load_matrix(f, "output.weight", {config.vocab_size, dim}));
+  } else {
+    w.lm_head = w.tok_embd;
+  }
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LlamaLayer L;
+    NS_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", dim));
+    NS_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", {q_dim, dim}));
+    NS_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", {kv_dim, dim}));
+    NS_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", {kv_dim, dim}));
+    NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
+    NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
+    NS_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", {ffn, dim}));
+    NS_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", {ffn, dim}));
+    NS_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", {dim, ffn}));
+    w.layers.push_back(std::move(L));
+  }
+  std::vector<float> freq_factors;
+  if (f.find_tensor("rope_freqs.weight") != nullptr) {
+    NS_ASSIGN_OR_RETURN(Tensor rf, load_vector(f, "rope_freqs.weight", config.rope_dim / 2));
+    freq_factors.assign(rf.data_as<const float>(), rf.data_as<const float>() + rf.numel());
+  }
+  m->inv_freq_ = rope_inv_freqs(config.rope_dim, config.rope_theta, config.rope_scaling, freq_factors);
+  return m;
+}
+
+Workspace LlamaModel::make_workspace(int64_t max_tokens, int64_t max_logits_rows, int64_t max_context) const {
+  NS_CHECK(max_tokens >= 1 && max_logits_rows >= 1 && max_context >= 1) << "workspace sizes";
+  const ModelConfig& c = config_;
+  const int64_t T = max_tokens, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  Workspace ws;
+  ws.max_tokens = T;
+  ws.max_logits_rows = max_logits_rows;
+  ws.max_context = max_context;
+  ws.x = Tensor::empty(DType::kF32, {T, c.dim});
+  ws.xn = Tensor::empty(DType::kF32, {T, c.dim});
+  ws.q = Tensor::empty(DType::kF32, {T, q_dim});
+  ws.k = Tensor::empty(DType::kF32, {T, kv_dim});
+  ws.v = Tensor::empty(DType::kF32, {T, kv_dim});
+  ws.attn = Tensor::empty(DType::kF32, {T, q_dim});
+  ws.proj = Tensor::empty(DType::kF32, {T, c.dim});
+  ws.gate = Tensor::empty(DType::kF32, {T, c.ffn_dim});
+  ws.up = Tensor::empty(DType::kF32, {T, c.ffn_dim});
+  ws.last = Tensor::empty(DType::kF32, {max_logits_rows, c.dim});
+  ws.logits = Tensor::empty(DType::kF32, {max_logits_rows, c.vocab_size});
+  const int64_t widest = std::max({c.dim, c.ffn_dim, q_dim});
+  ws.matmul_scratch.resize(static_cast<size_t>(matmul_scratch_bytes(T, widest)));
+  ws.attn_scratch.resize(static_cast<size_t>(attention_scratch_floats(pool_.num_threads(), max_context)));
+  return ws;
+}
+
+Status LlamaModel::validate_batch(const ForwardBatch& batch, const Workspace& ws) const {
+  const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
+  if (T < 1) return invalid_argument("forward: empty batch");
+  if (T > ws.max_tokens) {
+    return invalid_argument("forward: " + std::to_string(T) + " tokens exceed the workspace's " +
+                            std::to_string(ws.max_tokens));
+  }
+  if (R > ws.max_logits_rows) {
+    return invalid_argument("forward: " + std::to_string(R) + " logits rows exceed the workspace's " +
+                            std::to_string(ws.max_logits_rows));
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
+      return invalid_argument("forward: token " + std::to_string(t) + " has id " + std::to_string(batch.tokens[t]) +
+                              " outside the vocabulary of " + std::to_string(config_.vocab_size));
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    if (batch.logits_rows[r] < 0 || batch.logits_rows[r] >= T) {
+      return invalid_argument("forward: logits row " + std::to_string(batch.logits_rows[r]) + " outside the " +
+                              std::to_string(T) + " tokens");
+    }
+  }
+  for (int32_t c : batch.context_lens) {
+    if (c > ws.max_context) {
+      return invalid_argument("forward: context of " + std::to_string(c) + " exceeds the workspace's " +
+                              std::to_string(ws.max_context));
+    }
+  }
+  return Status::ok_status();
+}
+
+StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, Workspace& ws) const {
+  NS_RETURN_IF_ERROR(validate_batch(batch, ws));
+  NS_RETURN_IF_ERROR(cache.begin_step(batch));
+  const ModelConfig& c = config_;
+  const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
+  const int64_t hd = c.head_dim;
+  const int n_rep = static_cast<int>(c.n_rep());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float eps = c.norm_eps;
+  ThreadPool& pool = pool_;
+  std::span<std::byte> mm_scratch(ws.matmul_scratch);
+
+  Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T);
+  Tensor q = ws.q.slice_rows(0, T), k = ws.k.slice_rows(0, T), v = ws.v.slice_rows(0, T);
+  Tensor attn = ws.attn.slice_rows(0, T), proj = ws.proj.slice_rows(0, T);
+  Tensor gate = ws.gate.slice_rows(0, T), up = ws.up.slice_rows(0, T);
+  // Per-head views of the same memory: [T, heads, head_dim].
+  Tensor q3 = q.reshape({T, c.n_heads, hd}), k3 = k.reshape({T, c.n_kv_heads, hd});
+  Tensor v3 = v.reshape({T, c.n_kv_heads, hd}), attn3 = attn.reshape({T, c.n_heads, hd});
+  const std::span<const int32_t> positions(batch.positions);
+
+  embedding(weights_.tok_embd, batch.tokens, x, pool);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LlamaLayer& L = weights_.layers[static_cast<size_t>(l)];
+    rmsnorm(x, L.attn_norm, eps, xn, pool);
+    const MatmulPair qkv[] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
+    matmul(qkv, xn, pool, mm_scratch);
+    rope(q3, positions, inv_freq_, pool);
+    rope(k3, positions, inv_freq_, pool);
+    if (cache.has_fused_read()) {
+      cache.paged_attention(static_cast<int>(l), q3, k3, v3, n_rep, scale, attn3);
+    } else {
+      const KVHistory hist = cache.append(static_cast<int>(l), k3, v3);
+      attention(q3, batch, hist, n_rep, scale, attn3, pool, ws.attn_scratch);
+    }
+    matmul(L.wo, attn, proj, pool, mm_scratch);
+    add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
+
+    rmsnorm(x, L.ffn_norm, eps, xn, pool);
+    const MatmulPair gate_up[] = {{&L.w_gate, &gate}, {&L.w_up, &up}};
+    matmul(gate_up, xn, pool, mm_scratch);
+    silu_mul(gate, up, gate, pool);
+    matmul(L.w_down, gate, proj, pool, mm_scratch);
+    add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
+  }
+
+  Tensor last = ws.last.slice_rows(0, R), logits = ws.logits.slice_rows(0, R);
+  for (int64_t r = 0; r < R; ++r) {
+    std::memcpy(last.data_as<float>() + r * c.dim, x.data_as<const float>() + batch.logits_rows[r] * c.dim,
+                static_cast<size_t>(c.dim) * sizeof(float));
+  }
+  rmsnorm(last, weights_.output_norm, eps, last, pool);
+  matmul(weights_.lm_head, last, logits, pool, mm_scratch);
+  return logits;
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,98 @@
+#pragma once
+// The Llama-family forward pass on the CPU (SmolLM2, Llama 2/3, and any GGUF
+// with general.architecture = "llama").
+//
+//   x = embed(tokens)                                        [T, dim]
+//   per layer: x += o_proj(attention(rope(q), rope(k), v))   over the KV cache
+//              x += down(silu(gate(rmsnorm(x))) * up(...))
+//   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
+//
+// Weights stay in their stored dtype as views into the GGUF mapping (the file
+// must outlive the model); activations are f32. Nothing is allocated per step
+// but tensor-view metadata: every buffer lives in a Workspace sized up front.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kvcache/kv_cache.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+
+namespace nanoserve {
+
+class GgufFile;
+
+struct LlamaLayer {
+  Tensor attn_norm;  // [dim] f32
+  Tensor wq;         // [n_heads * head_dim, dim]
+  Tensor wk;         // [n_kv_heads * head_dim, dim]
+  Tensor wv;         // [n_kv_heads * head_dim, dim]
+  Tensor wo;         // [dim, n_heads * head_dim]
+  Tensor ffn_norm;   // [dim] f32
+  Tensor w_gate;     // [ffn_dim, dim]
+  Tensor w_up;       // [ffn_dim, dim]
+  Tensor w_down;     // [dim, ffn_dim]
+};
+
+struct LlamaWeights {
+  Tensor tok_embd;    // [vocab, dim]
+  std::vector<LlamaLayer> layers;
+  Tensor output_norm; // [dim] f32
+  Tensor lm_head;     // [vocab, dim]; tok_embd itself when the embeddings are tied
+};
+
+// The step's buffers, sized for at most max_tokens tokens, max_logits_rows
+// logits rows and histories of max_context positions.
+struct Workspace {
+  int64_t max_tokens = 0, max_logits_rows = 0, max_context = 0;
+  Tensor x;       // [max_tokens, dim] residual stream
+  Tensor xn;      // [max_tokens, dim] normed input of a block
+  Tensor q;       // [max_tokens, n_heads * head_dim]
+  Tensor k, v;    // [max_tokens, n_kv_heads * head_dim]
+  Tensor attn;    // [max_tokens, n_heads * head_dim] attention output
+  Tensor proj;    // [max_tokens, dim] o_proj / down output, added to x
+  Tensor gate;    // [max_tokens, ffn_dim]
+  Tensor up;      // [max_tokens, ffn_dim]
+  Tensor last;    // [max_logits_rows, dim] the rows that need logits
+  Tensor logits;  // [max_logits_rows, vocab]
+  std::vector<std::byte> matmul_scratch;  // activation blocks of the widest matmul input
+  std::vector<float> attn_scratch;        // per-thread score rows
+};
+
+class LlamaModel {
+ public:
+  // Checks the config and every tensor's name, shape and dtype; INVALID_ARGUMENT
+  // or NOT_FOUND naming the tensor otherwise. `pool` must outlive the model.
+  static StatusOr<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+  ThreadPool& pool() const { return pool_; }
+
+  // PRECOND: each >= 1.
+  Workspace make_workspace(int64_t max_tokens, int64_t max_logits_rows, int64_t max_context) const;
+
+  // One step: writes the batch's K/V into `cache` and returns the logits of
+  // batch.logits_rows, in order: [R, vocab] f32, a view into ws valid until the
+  // next call. INVALID_ARGUMENT for a token id outside the vocabulary, a batch
+  // larger than the workspace, or one the cache rejects (then nothing changed).
+  StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache, Workspace& ws) const;
+
+ private:
+  LlamaModel(std::shared_ptr<const GgufFile> file, ModelConfig config, ThreadPool& pool)
+      : file_(std::move(file)), config_(std::move(config)), pool_(pool) {}
+  Status validate_batch(const ForwardBatch& batch, const Workspace& ws) const;
+
+  std::shared_ptr<const GgufFile> file_;  // keeps the mapping alive
+  ModelConfig config_;
+  ThreadPool& pool_;
+  LlamaWeights weights_;
+  std::vector<float> inv_freq_;  // [rope_dim / 2]
+};
+
+}  // namespace nanoserve
