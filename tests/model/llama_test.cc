@@ -1,0 +1,148 @@
+#include "model/llama.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "kvcache/naive_kv_cache.h"
+#include "kvcache/paged_kv_cache.h"
+#include "model/model_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nanoserve {
+namespace {
+
+using testing::default_model;
+using testing::greedy;
+using testing::make_batch;
+
+class Llama : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(default_model().model, nullptr) << "default model missing or unloadable: " << testing::kDefaultModel
+                                              << " (run scripts/fetch-model)";
+    model_ = default_model().model.get();
+    vocab_ = model_->config().vocab_size;
+  }
+  std::vector<int32_t> encode(const std::string& text) {
+    auto tok = Tokenizer::from_gguf(*default_model().file);
+    EXPECT_TRUE(tok.ok());
+    return (*tok)->encode(text, true, true);
+  }
+  const LlamaModel* model_ = nullptr;
+  int64_t vocab_ = 0;
+};
+
+TEST_F(Llama, GreedyCapitalOfFranceMentionsParis) {
+  auto tok = Tokenizer::from_gguf(*default_model().file);
+  ASSERT_TRUE(tok.ok());
+  NaiveKVCache cache(model_->config(), 1, 64);
+  Workspace ws = model_->make_workspace(64, 1, 64);
+  const auto prompt = (*tok)->encode("The capital of France is", true, true);
+  const auto out = greedy(*model_, cache, ws, 0, prompt, 12);
+  const std::string text = (*tok)->decode(out);
+  EXPECT_NE(text.find("Paris"), std::string::npos) << "continuation: '" << text << "'";
+}
+
+// A sequence's logits are bitwise the same alone or batched with another
+// sequence of a different length (batch invariance, DESIGN.md §3).
+TEST_F(Llama, BatchedPrefillAndDecodeEqualAlone) {
+  const std::vector<int32_t> a = encode("The quick brown fox"), b = encode("Once upon a time, in a land far away");
+  Workspace ws = model_->make_workspace(64, 2, 64);
+  std::vector<float> alone_a, alone_b, alone_a2;
+  {
+    NaiveKVCache cache(model_->config(), 2, 64);
+    auto la = model_->forward(make_batch({a}, {0}, {0}), cache, ws);
+    ASSERT_TRUE(la.ok());
+    alone_a.assign(la->data_as<const float>(), la->data_as<const float>() + vocab_);
+    auto la2 = model_->forward(make_batch({{42}}, {static_cast<int32_t>(a.size())}, {0}), cache, ws);
+    ASSERT_TRUE(la2.ok());
+    alone_a2.assign(la2->data_as<const float>(), la2->data_as<const float>() + vocab_);
+    auto lb = model_->forward(make_batch({b}, {0}, {1}), cache, ws);
+    ASSERT_TRUE(lb.ok());
+    alone_b.assign(lb->data_as<const float>(), lb->data_as<const float>() + vocab_);
+  }
+  NaiveKVCache cache(model_->config(), 2, 64);
+  auto both = model_->forward(make_batch({a, b}, {0, 0}, {0, 1}), cache, ws);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(std::memcmp(both->data_as<const float>(), alone_a.data(), vocab_ * 4), 0) << "a in a batch of two";
+  EXPECT_EQ(std::memcmp(both->data_as<const float>() + vocab_, alone_b.data(), vocab_ * 4), 0) << "b in a batch of two";
+  // Decode a together with a prefill chunk of nothing else: a's step alone vs. with b's next token.
+  auto step = model_->forward(make_batch({{42}, {7}}, {static_cast<int32_t>(a.size()), static_cast<int32_t>(b.size())}, {0, 1}),
+                              cache, ws);
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(std::memcmp(step->data_as<const float>(), alone_a2.data(), vocab_ * 4), 0) << "decode of a in a batch";
+}
+
+// Prefill in two chunks equals prefill in one.
+TEST_F(Llama, ChunkedPrefillEqualsWhole) {
+  const std::vector<int32_t> p = encode("In 1492, Columbus sailed across the Atlantic Ocean");
+  Workspace ws = model_->make_workspace(64, 1, 64);
+  NaiveKVCache c1(model_->config(), 1, 64), c2(model_->config(), 1, 64);
+  auto whole = model_->forward(make_batch({p}, {0}, {0}), c1, ws);
+  ASSERT_TRUE(whole.ok());
+  std::vector<float> w(whole->data_as<const float>(), whole->data_as<const float>() + vocab_);
+  const size_t cut = p.size() / 2;
+  const std::vector<int32_t> first(p.begin(), p.begin() + cut), second(p.begin() + cut, p.end());
+  ASSERT_TRUE(model_->forward(make_batch({first}, {0}, {0}), c2, ws).ok());
+  auto rest = model_->forward(make_batch({second}, {static_cast<int32_t>(cut)}, {0}), c2, ws);
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(std::memcmp(rest->data_as<const float>(), w.data(), vocab_ * 4), 0);
+}
+
+// The same steps through the naive cache, the paged cache's gather read and
+// its fused read give bitwise-identical logits.
+TEST_F(Llama, NaiveAndPagedCachesAgreeBitwise) {
+  const std::vector<int32_t> p = encode("<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n");
+  Workspace ws = model_->make_workspace(64, 1, 80);
+  NaiveKVCache naive(model_->config(), 1, 80);
+  const auto ref = greedy(*model_, naive, ws, 0, p, 8);
+  for (bool fused : {false, true}) {
+    PagedKVCacheOptions o;
+    o.block_size = 16;
+    o.num_blocks = 8;
+    o.max_num_seqs = 2;
+    o.max_num_batched_tokens = 64;
+    o.max_seq_len = 80;
+    o.fused_read = fused;
+    auto paged = PagedKVCache::create(model_->config(), o, &model_->pool());
+    ASSERT_TRUE(paged.ok()) << paged.status().to_string();
+    auto seq = (*paged)->add_sequence();
+    ASSERT_TRUE(seq.ok());
+    // Compare logits at every step, not only tokens.
+    NaiveKVCache n2(model_->config(), 1, 80);
+    ForwardBatch bn = make_batch({p}, {0}, {0}), bp = make_batch({p}, {0}, {*seq});
+    int32_t pos = static_cast<int32_t>(p.size());
+    for (int i = 0; i < 8; ++i) {
+      auto ln = model_->forward(bn, n2, ws);
+      ASSERT_TRUE(ln.ok());
+      std::vector<float> lnv(ln->data_as<const float>(), ln->data_as<const float>() + vocab_);
+      auto lp = model_->forward(bp, **paged, ws);
+      ASSERT_TRUE(lp.ok()) << lp.status().to_string();
+      ASSERT_EQ(std::memcmp(lp->data_as<const float>(), lnv.data(), vocab_ * 4), 0)
+          << (fused ? "fused" : "gather") << " read, step " << i;
+      bn = make_batch({{ref[i]}}, {pos}, {0});
+      bp = make_batch({{ref[i]}}, {pos}, {*seq});
+      ++pos;
+    }
+  }
+}
+
+TEST_F(Llama, RejectsBadBatchesWithoutTouchingTheCache) {
+  Workspace ws = model_->make_workspace(8, 1, 16);
+  NaiveKVCache cache(model_->config(), 1, 16);
+  auto bad_token = model_->forward(make_batch({{1, static_cast<int32_t>(vocab_)}}, {0}, {0}), cache, ws);
+  EXPECT_EQ(bad_token.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_token.status().message().find("outside the vocabulary"), std::string::npos);
+  auto too_long = model_->forward(make_batch({std::vector<int32_t>(9, 1)}, {0}, {0}), cache, ws);
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  auto bad_slot = model_->forward(make_batch({{1}}, {0}, {3}), cache, ws);
+  EXPECT_EQ(bad_slot.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(cache.seq_len(0), 0);
+  EXPECT_TRUE(model_->forward(make_batch({{1, 2}}, {0}, {0}), cache, ws).ok());
+  EXPECT_EQ(cache.seq_len(0), 2);
+}
+
+}  // namespace
+}  // namespace nanoserve
