@@ -1,15 +1,157 @@
+// nanoserve serve: the OpenAI-compatible HTTP server.
+//
+// The HTTP server comes up first (so /health answers 503 while the model
+// loads), then the model, the engine and its thread. SIGINT / SIGTERM stop
+// the engine loop (in-flight requests end with an error event) and then HTTP.
+
+#include <pthread.h>
+#include <signal.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
 
 #include "cli/commands.h"
+#include "cli/model_loading.h"
+#include "core/logging.h"
+#include "server/api.h"
+#include "server/engine_adapter.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/tokenizer_codec.h"
 
 namespace nanoserve::cli {
 
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  int64_t max_model_len = 0;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 512;
+  int block_size = 16;
+  int64_t kv_cache_memory = int64_t{1} << 30;
+  int64_t max_waiting_requests = 256;
+  int http_threads = 128;
+  int threads = 0;
+};
+
+int run_serve(const ServeOptions& opt) {
+  // Every thread started from here inherits the mask; one thread waits for the signals.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+
+  std::string api_key = opt.api_key;
+  if (api_key.empty()) {
+    if (const char* env = std::getenv("NANOSERVE_API_KEY")) api_key = env;
+  }
+  const std::string model_path = opt.model.empty() ? default_model_path() : opt.model;
+  std::string served_name = opt.served_model_name;
+  if (served_name.empty()) served_name = std::filesystem::path(model_path).stem().string();
+
+  server::ServerMetrics metrics(served_name);
+  server::Api api(served_name, api_key, metrics);
+  server::HttpOptions http_opts;
+  http_opts.host = opt.host;
+  http_opts.port = opt.port;
+  http_opts.num_threads = opt.http_threads;
+  server::HttpServer http(api, http_opts);
+  auto port = http.bind();
+  if (!port.ok()) {
+    std::fprintf(stderr, "nanoserve serve: %s\n", port.status().to_string().c_str());
+    return 1;
+  }
+  std::thread http_thread([&] { http.serve(); });
+  std::printf("nanoserve: listening on http://%s:%d (model loading)\n", opt.host.c_str(), *port);
+  std::fflush(stdout);
+
+  LoadOptions load;
+  load.model_path = model_path;
+  load.threads = opt.threads;
+  load.engine.max_num_seqs = opt.max_num_seqs;
+  load.engine.max_num_batched_tokens = opt.max_num_batched_tokens;
+  load.engine.block_size = opt.block_size;
+  load.engine.kv_cache_bytes = opt.kv_cache_memory;
+  load.engine.max_model_len = opt.max_model_len;
+  auto loaded = load_model(load);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "nanoserve serve: %s\n", loaded.status().to_string().c_str());
+    http.stop();
+    http_thread.join();
+    return 1;
+  }
+  LoadedModel& m = **loaded;
+
+  server::TokenizerCodec codec(*m.tokenizer, m.chat_template);
+  server::EngineAdapter adapter(*m.engine);
+  server::EngineLoop loop(adapter, metrics, server::EngineLoop::Options{opt.max_waiting_requests});
+  loop.start();
+  server::ProtocolLimits limits;
+  limits.max_model_len = m.engine->max_model_len();
+  limits.max_num_seqs = opt.max_num_seqs;
+  limits.vocab_size = codec.vocab_size();
+  api.set_ready(codec, loop, limits);
+  NS_LOG(INFO) << m.engine->capacity_line();
+  std::printf("nanoserve: ready, serving '%s' (max_model_len %lld) on http://%s:%d\n", served_name.c_str(),
+              static_cast<long long>(limits.max_model_len), opt.host.c_str(), *port);
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  NS_LOG(INFO) << "signal " << sig << ": shutting down";
+  loop.stop();
+  http.stop();
+  http_thread.join();
+  return 0;
+}
+
+}  // namespace
+
 CommandRun add_serve_command(CLI::App& app) {
-  app.add_subcommand("serve", "(not built yet)");
-  return [] {
-    std::fprintf(stderr, "nanoserve serve: not built yet\n");
-    return 2;
-  };
+  auto opt = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, metrics)");
+  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: the bundled SmolLM2-135M-Instruct)");
+  cmd->add_option("--host", opt->host, "address to listen on (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")->capture_default_str();
+  cmd->add_option("--api-key", opt->api_key,
+                  "require 'Authorization: Bearer KEY' (or env NANOSERVE_API_KEY)");
+  cmd->add_option("--served-model-name", opt->served_model_name,
+                  "model name in the API (default: file stem)");
+  cmd->add_option("--max-model-len", opt->max_model_len, "prompt + generated tokens (0: the model's context)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-num-seqs", opt->max_num_seqs, "sequences per step")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", opt->max_num_batched_tokens, "tokens per step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--block-size", opt->block_size, "KV-cache block size in tokens")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-memory", opt->kv_cache_memory, "bytes for the KV cache (K+V, all layers)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-waiting-requests", opt->max_waiting_requests,
+                  "sequences that may wait before requests get 429")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--http-threads", opt->http_threads, "HTTP worker threads (caps concurrent connections)")
+      ->check(CLI::Range(4, 4096))
+      ->capture_default_str();
+  cmd->add_option("--threads", opt->threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  return [opt] { return run_serve(*opt); };
 }
 
 }  // namespace nanoserve::cli
