@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import BINARY, MAX_NUM_SEQS
+from server_process import BINARY, MAX_NUM_SEQS
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 PROMPT = "The three primary colors are"

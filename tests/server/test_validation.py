@@ -5,7 +5,7 @@ import json
 import pytest
 import requests
 
-from conftest import MAX_MODEL_LEN, Server
+from server_process import MAX_MODEL_LEN, Server
 
 MSGS = [{"role": "user", "content": "hi"}]
 
