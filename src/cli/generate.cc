@@ -1,5 +1,5 @@
 // nanoserve generate [-m MODEL] (-p PROMPT | --chat MESSAGE) [-n N] [--temperature T]
-//   [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--threads N]
+//   [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--threads N] [--ignore-eos]
 //
 // Runs one request on the CPU and streams its text to stdout as each token is
 // produced. Stops on an end token (eos, <|im_end|>), a stop string, or after N
@@ -41,6 +41,7 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int threads = 0;
+  bool ignore_eos = false;
   int32_t prefill_chunk = 512;
 };
 
@@ -76,6 +77,7 @@ int run_generate(const GenerateArgs& a) {
   params.min_p = a.min_p;
   params.max_tokens = a.n;
   params.stop = a.stop;
+  params.ignore_eos = a.ignore_eos;
   params.seed = a.seed ? *a.seed : std::random_device{}();
   if (Status st = params.validate(static_cast<int32_t>(cfg.vocab_size)); !st.ok()) return fail(st.to_string());
 
@@ -172,6 +174,7 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p * the top probability (0: off)");
   cmd->add_option("--seed", args->seed, "Sampling seed (default: random)");
   cmd->add_option("--stop", args->stop, "Stop string (repeatable); not printed");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end tokens (benchmarks)");
   cmd->add_option("--threads", args->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens per forward step")
       ->check(CLI::Range(1, 1 << 16));

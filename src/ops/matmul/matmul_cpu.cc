@@ -77,38 +77,55 @@ inline __m256i unpack_nibbles(const uint8_t* qs) {
 }
 #endif
 
-// Row of Q4_0 / Q4_1 blocks · activation blocks. A Q4_0 value d*(q-8) is a
-// Q4_1 value with min -8d.
+// A row of Q4_0 / Q4_1 blocks decoded once for all T tokens: the 4-bit
+// values as bytes, and per block the scale and the min (a Q4_0 value d*(q-8)
+// is a Q4_1 value with min -8d). Decoding once per row rather than once per
+// (row, token) takes the unpacking and the f16 conversions out of the token loop.
+constexpr int64_t kMaxQ4K = 16384;
+struct Q4Row {
+  alignas(64) uint8_t q[kMaxQ4K];
+  float d[kMaxQ4K / kBlock];
+  float m[kMaxQ4K / kBlock];
+};
+
 template <typename Block>
-float dot_q4(const Block* w, const BlockQ8Act* xa, int64_t nb) {
+void decode_q4_row(const Block* w, int64_t nb, Q4Row& r) {
+  for (int64_t b = 0; b < nb; ++b) {
+#if defined(__AVX2__)
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.q + b * kBlock), unpack_nibbles(w[b].qs));
+#else
+    for (int j = 0; j < kBlock / 2; ++j) {
+      r.q[b * kBlock + j] = w[b].qs[j] & 0x0f;
+      r.q[b * kBlock + j + 16] = w[b].qs[j] >> 4;
+    }
+#endif
+    r.d[b] = quant::f16_to_f32(w[b].d);
+    if constexpr (std::is_same_v<Block, BlockQ4_1>) {
+      r.m[b] = quant::f16_to_f32(w[b].m);
+    } else {
+      r.m[b] = -8.0f * r.d[b];
+    }
+  }
+}
+
+float dot_q4(const Q4Row& r, const BlockQ8Act* xa, int64_t nb) {
   float macc = 0.0f;
 #if defined(__AVX2__)
   __m256 acc = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i p = dot_u8s8(unpack_nibbles(w[b].qs), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs)));
-    const float dw = quant::f16_to_f32(w[b].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * xa[b].d), _mm256_cvtepi32_ps(p), acc);
-    if constexpr (std::is_same_v<Block, BlockQ4_1>) {
-      macc += quant::f16_to_f32(w[b].m) * xa[b].s;
-    } else {
-      macc += -8.0f * dw * xa[b].s;
-    }
+    const __m256i p = dot_u8s8(_mm256_load_si256(reinterpret_cast<const __m256i*>(r.q + b * kBlock)),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs)));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(r.d[b] * xa[b].d), _mm256_cvtepi32_ps(p), acc);
+    macc += r.m[b] * xa[b].s;
   }
   return hsum8(acc) + macc;
 #else
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     int isum = 0;
-    for (int j = 0; j < kBlock / 2; ++j) {
-      isum += (w[b].qs[j] & 0x0f) * xa[b].qs[j] + (w[b].qs[j] >> 4) * xa[b].qs[j + 16];
-    }
-    const float dw = quant::f16_to_f32(w[b].d);
-    acc += dw * xa[b].d * static_cast<float>(isum);
-    if constexpr (std::is_same_v<Block, BlockQ4_1>) {
-      macc += quant::f16_to_f32(w[b].m) * xa[b].s;
-    } else {
-      macc += -8.0f * dw * xa[b].s;
-    }
+    for (int j = 0; j < kBlock; ++j) isum += r.q[b * kBlock + j] * xa[b].qs[j];
+    acc += r.d[b] * xa[b].d * static_cast<float>(isum);
+    macc += r.m[b] * xa[b].s;
   }
   return acc + macc;
 #endif
@@ -197,14 +214,17 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
   const int64_t N = w.dim(0), K = w.dim(1), nb = K / kBlock;
   const int64_t row_bytes = dtype_bytes(w.dtype(), K);
   const auto* base = static_cast<const uint8_t*>(w.data());
+  Q4Row q4;  // on the stack: ~18 KB
   for (int64_t o = o_begin; o < o_end; ++o) {
     const void* row = base + o * row_bytes;
     switch (w.dtype()) {
       case DType::kQ4_1:
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(static_cast<const BlockQ4_1*>(row), xa + t * nb, nb);
+        decode_q4_row(static_cast<const BlockQ4_1*>(row), nb, q4);
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(q4, xa + t * nb, nb);
         break;
       case DType::kQ4_0:
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(static_cast<const BlockQ4_0*>(row), xa + t * nb, nb);
+        decode_q4_row(static_cast<const BlockQ4_0*>(row), nb, q4);
+        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(q4, xa + t * nb, nb);
         break;
       case DType::kQ8_0:
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q8_0(static_cast<const BlockQ8_0*>(row), xa + t * nb, nb);
@@ -254,7 +274,7 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
   const float* xs = x.data_as<const float>();
   BlockQ8Act* xa = nullptr;
   if (any_quantized) {
-    NS_CHECK(K % kBlock == 0) << "quantized matmul needs K % 32 == 0, K = " << K;
+    NS_CHECK(K % kBlock == 0 && K <= kMaxQ4K) << "quantized matmul needs K % 32 == 0 and K <= " << kMaxQ4K << ", K = " << K;
     NS_CHECK(static_cast<int64_t>(scratch.size()) >= matmul_scratch_bytes(T, K))
         << "matmul scratch " << scratch.size() << " < " << matmul_scratch_bytes(T, K);
     xa = reinterpret_cast<BlockQ8Act*>(scratch.data());
