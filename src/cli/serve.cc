@@ -100,6 +100,12 @@ int run_serve(const ServeOptions& opt) {
   loop.start();
   server::ProtocolLimits limits;
   limits.max_model_len = m.engine->max_model_len();
+  if (const int64_t capacity = m.engine->kv_capacity_tokens(); capacity < limits.max_model_len) {
+    // One sequence must fit the pool, or the engine would refuse it only after admission.
+    NS_LOG(WARNING) << "the KV cache holds " << capacity << " tokens, fewer than max_model_len "
+                    << limits.max_model_len << "; requests are limited to " << capacity;
+    limits.max_model_len = capacity;
+  }
   limits.max_num_seqs = opt.max_num_seqs;
   limits.vocab_size = codec.vocab_size();
   api.set_ready(codec, loop, limits);
