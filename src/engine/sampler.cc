@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -14,6 +15,62 @@ namespace {
 // The first partial sort of the top-p / min-p walk; grown 4x until the cut
 // is found. Nuclei are usually far smaller than the vocabulary.
 constexpr int32_t kFirstRankChunk = 64;
+// top-k up to this size is selected with a heap, beyond with nth_element.
+constexpr int32_t kHeapTopK = 1024;
+
+// e^x for x <= 0 (x - max of a logit row), to ~1e-7 relative: Cody-Waite
+// reduction to r in [-ln2/2, ln2/2], a degree-7 Taylor polynomial, and the
+// power of two put in the exponent bits. Plain arithmetic, so the loops that
+// call it vectorise; below -87 it returns 2^-126 (never 0, never a denormal).
+inline float exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  // Round to nearest by the 1.5 * 2^23 trick (|x * log2(e)| < 2^22 here).
+  const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+  const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+  float q = 1.0f / 5040.0f;
+  q = q * r + 1.0f / 720.0f;
+  q = q * r + 1.0f / 120.0f;
+  q = q * r + 1.0f / 24.0f;
+  q = q * r + 1.0f / 6.0f;
+  q = q * r + 0.5f;
+  q = q * r + 1.0f;
+  q = q * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return q * scale;
+}
+
+void exp_shifted(const float* __restrict l, float m, int32_t n, float* __restrict out) {
+  for (int32_t i = 0; i < n; ++i) out[i] = exp_nonpos(l[i] - m);
+}
+
+// Max over 16 lanes, then across them: exact, so the order does not matter;
+// written so it vectorises without -ffast-math.
+float max_of(const float* l, int32_t n) {
+  float lane[16];
+  for (int j = 0; j < 16; ++j) lane[j] = l[0];
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) lane[j] = lane[j] > l[i + j] ? lane[j] : l[i + j];
+  }
+  float m = l[0];
+  for (int j = 0; j < 16; ++j) m = m > lane[j] ? m : lane[j];
+  for (; i < n; ++i) m = m > l[i] ? m : l[i];
+  return m;
+}
+
+// Sum in double over 8 interleaved lanes, combined in a fixed order: the
+// same result on every call (deterministic), and a loop that vectorises.
+double lane_sum(const float* w, int32_t n) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(w[i + j]);
+  }
+  for (int j = 0; i < n; ++i, ++j) lane[j] += static_cast<double>(w[i]);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
 
 }  // namespace
 
@@ -22,6 +79,8 @@ Sampler::Sampler(int32_t vocab_size)
       work_(vocab_size),
       weight_(vocab_size),
       probs_(vocab_size),
+      block_sums_((vocab_size + kBlock - 1) / kBlock),
+      lp_(vocab_size),
       order_(vocab_size),
       counts_(vocab_size, 0),
       seen_(vocab_size, 0) {
@@ -81,71 +140,122 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p, 
   process_logits(logits, p, prompt, output, work_);
   const int32_t V = vocab_size_;
   const float* l = work_.data();
+  probs_valid_ = false;
 
   if (p.greedy()) {
+    // The first id holding the max: ties go to the lowest id.
+    const float m = max_of(l, V);
     int32_t best = 0;
-    for (int32_t i = 1; i < V; ++i) {
-      if (l[i] > l[best]) best = i;  // strict: ties keep the lowest id
-    }
+    while (best + 1 < V && !(l[best] == m)) ++best;
     order_[0] = best;
-    probs_[0] = 1.0f;
+    weight_[best] = 1.0f;
+    total_ = 1.0;
     num_candidates_ = 1;
+    all_candidates_ = false;
     return best;
   }
 
-  const float m = *std::max_element(work_.begin(), work_.end());
+  const float m = max_of(l, V);
   NS_CHECK(std::isfinite(m)) << "no finite logit to sample from";
-  std::iota(order_.begin(), order_.end(), 0);
-
   const int32_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
   const bool use_top_p = p.top_p < 1.0f;
   const bool use_min_p = p.min_p > 0.0f;
-  int32_t n_keep = V;
 
   if (k == V && !use_top_p && !use_min_p) {
-    // No filter: walk the whole vocabulary in id order.
-    for (int32_t i = 0; i < V; ++i) weight_[i] = std::exp(l[i] - m);
+    // No filter: the whole vocabulary in id order. Block sums let the draw
+    // skip to its block instead of walking 49152 weights one by one.
+    exp_shifted(l, m, V, weight_.data());
+    const int32_t n_blocks = (V + kBlock - 1) / kBlock;
+    total_ = 0.0;
+    for (int32_t b = 0; b < n_blocks; ++b) {
+      block_sums_[b] = lane_sum(weight_.data() + b * kBlock, std::min(kBlock, V - b * kBlock));
+      total_ += block_sums_[b];
+    }
+    const double u = rng.next_double() * total_;
+    double acc = 0.0;
+    int32_t b = 0;
+    while (b + 1 < n_blocks && u >= acc + block_sums_[b]) acc += block_sums_[b++];
+    const int32_t end = std::min(V, (b + 1) * kBlock);
+    int32_t chosen = -1;
+    for (int32_t i = b * kBlock; i < end; ++i) {
+      acc += weight_[i];
+      if (u < acc) {
+        chosen = i;
+        break;
+      }
+    }
+    if (chosen < 0) {  // rounding left u past the block's last step: its last token with weight
+      chosen = end - 1;
+      while (chosen > b * kBlock && weight_[chosen] == 0.0f) --chosen;
+    }
+    num_candidates_ = V;
+    all_candidates_ = true;
+    return chosen;
+  }
+
+  all_candidates_ = false;
+  auto better = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  double z = 0.0;  // mass of the top-k set, which top-p is relative to
+  if (k == V) {
+    std::iota(order_.begin(), order_.end(), 0);
+    exp_shifted(l, m, V, weight_.data());
+    z = lane_sum(weight_.data(), V);
   } else {
-    if (k < V) {
-      auto better = [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+    if (k <= kHeapTopK) {
+      // A heap of the k best seen so far, its worst on top: one comparison
+      // for most of the vocabulary.
+      int32_t filled = 0;
+      for (int32_t i = 0; i < V; ++i) {
+        if (filled < k) {
+          order_[filled++] = i;
+          std::push_heap(order_.begin(), order_.begin() + filled, better);
+        } else if (better(i, order_[0])) {
+          std::pop_heap(order_.begin(), order_.begin() + k, better);
+          order_[k - 1] = i;
+          std::push_heap(order_.begin(), order_.begin() + k, better);
+        }
+      }
+    } else {
+      std::iota(order_.begin(), order_.end(), 0);
       std::nth_element(order_.begin(), order_.begin() + k, order_.end(), better);
     }
-    double z = 0.0;  // mass of the top-k set, which top-p is relative to
     for (int32_t j = 0; j < k; ++j) {
       const int32_t t = order_[j];
-      weight_[t] = std::exp(l[t] - m);
+      weight_[t] = exp_nonpos(l[t] - m);
       z += weight_[t];
-    }
-    if (!use_top_p && !use_min_p) {
-      n_keep = k;
-    } else {
-      // Weights are relative to the max (weight 1), so min-p keeps w >= min_p.
-      const double target = use_top_p ? static_cast<double>(p.top_p) * z : std::numeric_limits<double>::infinity();
-      double cum = 0.0;
-      int32_t ranked = 0;
-      int32_t upto = std::min(k, kFirstRankChunk);
-      n_keep = -1;
-      while (n_keep < 0) {
-        rank(ranked, upto, k);
-        for (int32_t j = ranked; j < upto; ++j) {
-          const float w = weight_[order_[j]];
-          // A token stays while the mass ranked above it is below top_p.
-          if (j > 0 && (cum >= target || w < p.min_p)) {
-            n_keep = j;
-            break;
-          }
-          cum += w;
-        }
-        if (n_keep < 0 && upto == k) n_keep = k;
-        ranked = upto;
-        upto = static_cast<int32_t>(std::min<int64_t>(k, int64_t{upto} * 4));
-      }
     }
   }
 
-  double total = 0.0;
-  for (int32_t j = 0; j < n_keep; ++j) total += weight_[order_[j]];
-  const double u = rng.next_double() * total;
+  int32_t n_keep = k;
+  if (use_top_p || use_min_p) {
+    // Weights are relative to the max (weight 1), so min-p keeps w >= min_p.
+    const double target = use_top_p ? static_cast<double>(p.top_p) * z : std::numeric_limits<double>::infinity();
+    double cum = 0.0;
+    int32_t ranked = 0;
+    int32_t upto = std::min(k, kFirstRankChunk);
+    n_keep = -1;
+    while (n_keep < 0) {
+      rank(ranked, upto, k);
+      for (int32_t j = ranked; j < upto; ++j) {
+        const float w = weight_[order_[j]];
+        // A token stays while the mass ranked above it is below top_p.
+        if (j > 0 && (cum >= target || w < p.min_p)) {
+          n_keep = j;
+          break;
+        }
+        cum += w;
+      }
+      if (n_keep < 0 && upto == k) n_keep = k;
+      ranked = upto;
+      upto = static_cast<int32_t>(std::min<int64_t>(k, int64_t{upto} * 4));
+    }
+  } else {
+    rank(0, k, k);  // the walk order must not depend on how the top-k set was found
+  }
+
+  total_ = 0.0;
+  for (int32_t j = 0; j < n_keep; ++j) total_ += weight_[order_[j]];
+  const double u = rng.next_double() * total_;
   double acc = 0.0;
   int32_t chosen = order_[n_keep - 1];
   for (int32_t j = 0; j < n_keep; ++j) {
@@ -155,9 +265,22 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p, 
       break;
     }
   }
-  for (int32_t j = 0; j < n_keep; ++j) probs_[j] = static_cast<float>(weight_[order_[j]] / total);
   num_candidates_ = n_keep;
   return chosen;
+}
+
+std::span<const int32_t> Sampler::candidates() const {
+  if (all_candidates_) std::iota(order_.begin(), order_.end(), 0);
+  return {order_.data(), static_cast<size_t>(num_candidates_)};
+}
+
+std::span<const float> Sampler::candidate_probs() const {
+  if (!probs_valid_) {
+    const std::span<const int32_t> ids = candidates();
+    for (int32_t j = 0; j < num_candidates_; ++j) probs_[j] = static_cast<float>(weight_[ids[j]] / total_);
+    probs_valid_ = true;
+  }
+  return {probs_.data(), static_cast<size_t>(num_candidates_)};
 }
 
 float Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t n, std::vector<TokenLogprob>& top) {
@@ -165,10 +288,9 @@ float Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t n,
   NS_CHECK_EQ(static_cast<int64_t>(logits.size()), V);
   NS_CHECK(token >= 0 && token < V) << "token " << token;
   const float* l = logits.data();
-  const float m = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (int32_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(l[i]) - m);
-  const double lse = m + std::log(sum);
+  const float m = max_of(l, V);
+  exp_shifted(l, m, V, lp_.data());
+  const double lse = m + std::log(lane_sum(lp_.data(), V));
 
   n = std::clamp(n, 0, V);
   top.resize(n);

@@ -42,8 +42,8 @@ class Sampler {
   // them (ranked as above when a filter applies, else by id), and their
   // renormalised probabilities (sum 1). Greedy leaves the argmax alone with
   // probability 1. For tests and debugging.
-  std::span<const int32_t> candidates() const { return {order_.data(), static_cast<size_t>(num_candidates_)}; }
-  std::span<const float> candidate_probs() const { return {probs_.data(), static_cast<size_t>(num_candidates_)}; }
+  std::span<const int32_t> candidates() const;
+  std::span<const float> candidate_probs() const;
 
   // Penalties then temperature, written into out ([vocab]); the first half of
   // sample(), exposed so each step can be tested on its own.
@@ -60,14 +60,21 @@ class Sampler {
   // Ranks order_[begin, end) by the work_ logits; ids ascending on ties.
   void rank(int32_t begin, int32_t mid, int32_t end);
 
+  static constexpr int32_t kBlock = 1024;  // weights per block sum (no-filter draw)
+
   int32_t vocab_size_;
-  std::vector<float> work_;     // [vocab] processed logits
-  std::vector<float> weight_;   // [vocab] by token id: exp(processed logit - max)
-  std::vector<float> probs_;    // [vocab] by rank: the candidates' renormalised probabilities
-  std::vector<int32_t> order_;  // [vocab] token ids, a ranked prefix of them are the candidates
-  std::vector<int32_t> counts_; // [vocab] occurrences in output, zero between calls
-  std::vector<uint8_t> seen_;   // [vocab] in prompt or output, zero between calls
+  std::vector<float> work_;             // [vocab] processed logits
+  std::vector<float> weight_;           // [vocab] by token id: exp(processed logit - max)
+  mutable std::vector<float> probs_;    // [vocab] by rank: candidate probabilities, built on request
+  std::vector<double> block_sums_;      // [ceil(vocab / kBlock)]
+  std::vector<float> lp_;               // [vocab] logprobs scratch
+  mutable std::vector<int32_t> order_;  // [vocab] token ids; a ranked prefix of them are the candidates
+  std::vector<int32_t> counts_;         // [vocab] occurrences in output, zero between calls
+  std::vector<uint8_t> seen_;           // [vocab] in prompt or output, zero between calls
   int32_t num_candidates_ = 0;
+  bool all_candidates_ = false;  // no filter: the candidates are every id, in id order
+  mutable bool probs_valid_ = false;
+  double total_ = 0.0;  // candidates' total weight
 };
 
 }  // namespace nanoserve
