@@ -1,0 +1,157 @@
+// The engine end to end with the real default model (SmolLM2-135M Q4_1):
+// greedy output of every request is identical alone, in batches of 2, 8 and
+// 32 with requests of other lengths, with chunked prefill at several chunk
+// sizes, and after preemption + recompute; seeded sampling likewise.
+// Sizes are small (a few output tokens) so the suite stays fast on CI.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/generate.h"
+#include "engine/llama_runner.h"
+
+namespace nanoserve {
+namespace {
+
+const char* kModelPath = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+struct ModelSetup {
+  int32_t max_num_seqs = 32;
+  int32_t max_num_batched_tokens = 256;
+  int32_t block_size = 16;
+  int32_t num_blocks = 96;
+};
+
+class EngineModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pool_ = new ThreadPool(0);
+    Rng rng(2024);
+    prompts_ = new std::vector<std::vector<int32_t>>();
+    for (int i = 0; i < 32; ++i) {
+      std::vector<int32_t> p(1 + rng.next_u64() % 24);
+      for (int32_t& t : p) t = static_cast<int32_t>(rng.next_u64() % 49152);
+      prompts_->push_back(p);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete prompts_;
+    delete pool_;
+  }
+
+  static LoadedEngine load(const ModelSetup& s) {
+    EngineConfig c;
+    c.max_num_seqs = s.max_num_seqs;
+    c.max_num_batched_tokens = s.max_num_batched_tokens;
+    c.block_size = s.block_size;
+    c.num_blocks = s.num_blocks;
+    c.max_model_len = 512;
+    StatusOr<LoadedEngine> le = load_engine(kModelPath, c, *pool_);
+    NS_CHECK(le.ok()) << le.status().to_string();
+    return std::move(le).value();
+  }
+
+  static SamplingParams greedy(int32_t n) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = n;
+    p.ignore_eos = true;
+    return p;
+  }
+
+  static std::vector<std::vector<int32_t>> run(Engine& e, size_t first, size_t count, const SamplingParams& p,
+                                               std::vector<SamplingParams> per = {}) {
+    std::span<const std::vector<int32_t>> prompts(prompts_->data() + first, count);
+    if (per.empty()) per.assign(1, p);
+    StatusOr<std::vector<Completion>> r = generate(e, prompts, per);
+    NS_CHECK(r.ok()) << r.status().to_string();
+    std::vector<std::vector<int32_t>> out;
+    for (const Completion& c : *r) out.push_back(c.tokens);
+    return out;
+  }
+
+  // Each prompt alone, once per suite.
+  static const std::vector<std::vector<int32_t>>& solo() {
+    static std::vector<std::vector<int32_t>> ref = [] {
+      LoadedEngine le = load({});
+      std::vector<std::vector<int32_t>> r;
+      for (size_t i = 0; i < prompts_->size(); ++i) r.push_back(run(*le.engine, i, 1, greedy(kNew))[0]);
+      return r;
+    }();
+    return ref;
+  }
+
+  static constexpr int32_t kNew = 3;
+  static ThreadPool* pool_;
+  static std::vector<std::vector<int32_t>>* prompts_;
+};
+
+ThreadPool* EngineModel::pool_ = nullptr;
+std::vector<std::vector<int32_t>>* EngineModel::prompts_ = nullptr;
+
+std::vector<std::vector<int32_t>> slice(const std::vector<std::vector<int32_t>>& v, size_t first, size_t n) {
+  return {v.begin() + first, v.begin() + first + n};
+}
+
+TEST_F(EngineModel, GreedyIdenticalAloneAndInBatchesOf2_8_32) {
+  LoadedEngine le = load({});
+  EXPECT_EQ(run(*le.engine, 0, 2, greedy(kNew)), slice(solo(), 0, 2));
+  EXPECT_EQ(run(*le.engine, 2, 8, greedy(kNew)), slice(solo(), 2, 8));
+  EXPECT_EQ(run(*le.engine, 0, 32, greedy(kNew)), solo());
+}
+
+TEST_F(EngineModel, GreedyIdenticalWithChunkedPrefillAtAnyChunkSize) {
+  for (int32_t budget : {3, 8, 17}) {
+    ModelSetup s;
+    s.max_num_seqs = 3;
+    s.max_num_batched_tokens = budget;
+    LoadedEngine le = load(s);
+    EXPECT_EQ(run(*le.engine, 8, 8, greedy(kNew)), slice(solo(), 8, 8)) << "chunk budget " << budget;
+  }
+}
+
+TEST_F(EngineModel, GreedyIdenticalAfterPreemptionAndRecompute) {
+  ModelSetup s;
+  s.block_size = 4;
+  s.num_blocks = 16;  // 64 tokens for 16 requests of up to 27
+  s.max_num_seqs = 16;
+  s.max_num_batched_tokens = 64;
+  LoadedEngine le = load(s);
+  EXPECT_EQ(run(*le.engine, 16, 16, greedy(kNew)), slice(solo(), 16, 16));
+  EXPECT_GT(le.engine->stats().num_preemptions, 0) << "the pool was sized to force preemption";
+}
+
+TEST_F(EngineModel, SeededSamplingIdenticalAloneAndBatched) {
+  std::vector<SamplingParams> per(8);
+  for (int i = 0; i < 8; ++i) {
+    per[i].temperature = 0.9f;
+    per[i].top_p = 0.95f;
+    per[i].top_k = 50;
+    per[i].max_tokens = kNew;
+    per[i].seed = 7000 + i;
+    per[i].ignore_eos = true;
+  }
+  LoadedEngine le = load({});
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 8; ++i) alone.push_back(run(*le.engine, i, 1, per[i])[0]);
+  EXPECT_EQ(run(*le.engine, 0, 8, per[0], per), alone);
+}
+
+TEST_F(EngineModel, ChatPromptProducesTextAndStopsOnImEnd) {
+  LoadedEngine le = load({});
+  const std::vector<int32_t> prompt = le.tokenizer->encode(
+      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n", false, true);
+  SamplingParams p = greedy(64);
+  p.ignore_eos = false;
+  StatusOr<std::vector<Completion>> r = generate(*le.engine, std::span(&prompt, 1), std::span(&p, 1));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const Completion& c = (*r)[0];
+  EXPECT_EQ(c.finish_reason, FinishReason::kStop) << c.text;
+  EXPECT_NE(c.text.find("Paris"), std::string::npos) << c.text;
+  EXPECT_EQ(c.text.find("<|im_end|>"), std::string::npos) << "the end token is not text";
+}
+
+}  // namespace
+}  // namespace nanoserve
