@@ -2,12 +2,17 @@
 
 #include <algorithm>
 
+#include "core/check.h"
+
 namespace nanoserve {
 
 namespace {
 // Spin this many polls before sleeping: a decode step issues hundreds of
 // short parallel loops, and a condition-variable wake-up costs microseconds.
 constexpr int kSpinPolls = 20000;
+// The caller spins this many polls on unfinished chunks before yielding its
+// time slice to whichever worker holds them.
+constexpr int kWaitSpinsBeforeYield = 256;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -18,43 +23,62 @@ inline void cpu_relax() {
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  NS_CHECK(n_threads <= static_cast<int>(kChunkMask)) << "too many threads: " << n_threads;
   n_threads_ = n_threads;
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_.store(true);
-    generation_.fetch_add(1);
+    work_.store((generation_ + 1) << 32);
   }
   cv_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::run_share(int index) {
-  const int64_t per = n_ / n_threads_, rem = n_ % n_threads_;
-  const int64_t begin = index * per + std::min<int64_t>(index, rem);
-  const int64_t end = begin + per + (index < rem ? 1 : 0);
-  if (begin < end) (*fn_)(begin, end, index);
+void ThreadPool::run_chunks(uint64_t generation, int thread) {
+  for (;;) {
+    uint64_t w = work_.load(std::memory_order_acquire);
+    if ((w >> 32) != generation) return;
+    const uint64_t next = w & kChunkMask, n_chunks = (w >> 16) & kChunkMask;
+    if (next >= n_chunks) return;
+    if (!work_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
+    // Chunk `next` of n_chunks: the same split as a static partition.
+    const int64_t per = n_ / static_cast<int64_t>(n_chunks), rem = n_ % static_cast<int64_t>(n_chunks);
+    const int64_t c = static_cast<int64_t>(next);
+    const int64_t begin = c * per + std::min(c, rem);
+    const int64_t end = begin + per + (c < rem ? 1 : 0);
+    (*fn_)(begin, end, thread);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
   if (n <= 0) return;
-  if (n_threads_ == 1 || n == 1) {
+  const int64_t n_chunks = std::min<int64_t>(n, n_threads_);
+  if (n_chunks == 1) {
     fn(0, n, 0);
     return;
   }
   fn_ = &fn;
   n_ = n;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+  done_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = ++generation_ & 0xffffffffu;
+  work_.store((generation << 32) | (static_cast<uint64_t>(n_chunks) << 16), std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
   }
-  cv_.notify_all();
-  run_share(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  run_chunks(generation, 0);
+  for (int spins = 0; done_.load(std::memory_order_acquire) != n_chunks; ++spins) {
+    if (spins < kWaitSpinsBeforeYield) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   fn_ = nullptr;
 }
 
@@ -62,18 +86,19 @@ void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     int spins = 0;
-    while (generation_.load(std::memory_order_acquire) == seen && spins < kSpinPolls) {
+    while ((work_.load(std::memory_order_acquire) >> 32) == seen && spins < kSpinPolls) {
       cpu_relax();
       ++spins;
     }
-    if (generation_.load(std::memory_order_acquire) == seen) {
+    if ((work_.load(std::memory_order_acquire) >> 32) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      cv_.wait(lock, [&] { return (work_.load(std::memory_order_seq_cst) >> 32) != seen; });
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
-    seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    run_share(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    seen = work_.load(std::memory_order_acquire) >> 32;
+    run_chunks(seen, index);
   }
 }
 

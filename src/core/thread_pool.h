@@ -1,9 +1,13 @@
 #pragma once
 // A fixed pool of worker threads for data-parallel loops.
 //
-// parallel_for splits [0, n) into one contiguous range per thread. Kernels
-// must make each output element's reduction order independent of that split,
-// so results are bitwise identical for any thread count (DESIGN.md §3).
+// parallel_for splits [0, n) into at most num_threads() contiguous chunks.
+// Chunks are claimed dynamically: the calling thread never waits for a worker
+// that has not woken yet, it takes that chunk itself. So a busy machine costs
+// throughput, not a scheduler time slice per loop. Which thread runs which
+// chunk varies; kernels must make each output element's reduction order
+// independent of that, so results are bitwise identical for any thread count
+// (DESIGN.md §3).
 
 #include <atomic>
 #include <condition_variable>
@@ -25,21 +29,30 @@ class ThreadPool {
 
   int num_threads() const { return n_threads_; }
 
-  // Calls fn(begin, end, thread_index) over a partition of [0, n) and waits.
+  // Calls fn(begin, end, thread) over a partition of [0, n) and waits.
+  // `thread` < num_threads() is unique among concurrently running calls
+  // (use it to index per-thread scratch); a thread may run several chunks.
   // Not reentrant: fn must not call parallel_for on the same pool.
   using RangeFn = std::function<void(int64_t begin, int64_t end, int thread)>;
   void parallel_for(int64_t n, const RangeFn& fn);
 
  private:
+  // work_ packs the job: generation (high 32 bits), chunk count (16), next chunk (16).
+  static constexpr uint64_t kChunkMask = 0xffff;
   void worker_loop(int index);
-  void run_share(int index);
+  // Claims and runs chunks of job `generation` until none are left.
+  void run_chunks(uint64_t generation, int thread);
 
   int n_threads_;
   std::vector<std::thread> workers_;
+  // The job's fields: written by the caller before it publishes work_, read
+  // by a thread only after it claimed a chunk of that job.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> work_{0};
+  std::atomic<int64_t> done_{0};
+  uint64_t generation_ = 0;
+  std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
