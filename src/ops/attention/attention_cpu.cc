@@ -6,6 +6,11 @@
 
 namespace nanoserve {
 
+namespace {
+// Multiply-adds (over scores and values, per head) below which one thread runs the step.
+constexpr int64_t kMinParallelWork = 1 << 16;
+}  // namespace
+
 int64_t attention_scratch_floats(int n_threads, int64_t max_context) { return n_threads * max_context; }
 
 void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
@@ -39,7 +44,15 @@ void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist
           [&](int64_t p) { return vb + p * ps; }, scale, scores, os + (t * n_heads + h) * head_dim);
     }
   };
-  pool.parallel_for(T * n_heads, std::ref(items));
+  // A decode step over short histories is a few microseconds of work: waking
+  // the pool would cost more than it saves.
+  int64_t work = 0;
+  for (int64_t t = 0; t < T; ++t) work += (batch.positions[t] + 1) * n_heads * head_dim;
+  if (work < kMinParallelWork) {
+    items(0, T * n_heads, 0);
+  } else {
+    pool.parallel_for(T * n_heads, std::ref(items));
+  }
 }
 
 }  // namespace nanoserve
