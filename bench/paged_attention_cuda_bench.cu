@@ -5,18 +5,20 @@
 // over enough copies of the pools that they do not stay in L2. Inputs are
 // random (never zeros). Block tables are shuffled over the pool.
 //
-//   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick]
+//   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick] [--shape I]...
 //
 // --csv writes one line per measurement for bench/paged_attention_torch.py,
 // which times torch SDPA over contiguous KV on the same shapes and prints the
 // combined table. --dump writes a small mixed batch (inputs and our output) for
-// that script to check against SDPA.
+// that script to check against SDPA. --shape I runs only shape I of the list
+// (repeatable; for a profiler).
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -131,16 +133,24 @@ double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
   const int n_rep = s.n_heads / s.n_kv;
   cudaStream_t stream;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The same bytes seen as head-major pools when the variant asks for them.
+  std::vector<Tensor> k_pools = su.k_pools, v_pools = su.v_pools;
+  if (opt.layout == PagedKvLayout::kHeadMajor) {
+    for (size_t c = 0; c < k_pools.size(); ++c) {
+      k_pools[c] = k_pools[c].reshape({su.num_blocks, s.n_kv, s.block_size, s.head_dim});
+      v_pools[c] = v_pools[c].reshape({su.num_blocks, s.n_kv, s.block_size, s.head_dim});
+    }
+  }
   // Warm up outside the graph (module load, first-touch).
-  for (size_t c = 0; c < su.k_pools.size(); ++c) {
-    paged_attention_cuda(su.q, su.k_pools[c], su.v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+  for (size_t c = 0; c < k_pools.size(); ++c) {
+    paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
   }
   NS_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < kCallsPerGraph; ++i) {
-    const size_t c = i % su.k_pools.size();
-    paged_attention_cuda(su.q, su.k_pools[c], su.v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+    const size_t c = i % k_pools.size();
+    paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
   }
   NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
@@ -313,6 +323,7 @@ void dump_problem(const std::string& dir) {
 int main(int argc, char** argv) {
   std::string csv_path, dump_dir;
   bool quick = false;
+  std::vector<int> only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) {
@@ -321,8 +332,10 @@ int main(int argc, char** argv) {
       dump_dir = argv[++i];
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--shape" && i + 1 < argc) {
+      only.push_back(std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--csv FILE] [--dump DIR] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]...\n", argv[0]);
       return 2;
     }
   }
@@ -355,21 +368,31 @@ int main(int argc, char** argv) {
   };
   std::vector<Variant> variants;
   // The default, then the other reduction and other split plans (targets only).
-  auto opt = [](SplitReduce reduce, int min_tiles, int stages) {
+  auto opt = [](SplitReduce reduce, int min_tiles, int stages,
+                PagedKvLayout layout = PagedKvLayout::kSlotMajor) {
     PagedAttentionCudaOptions o;
     o.reduce = reduce;
     o.min_split_tiles = min_tiles;
     o.stages = stages;
+    o.layout = layout;
     return o;
   };
+  const PagedKvLayout head_major = PagedKvLayout::kHeadMajor;
   variants.push_back({"default", {}, false});
+  variants.push_back({"head-major", opt(SplitReduce::kKernel, 0, 0, head_major), false});
   variants.push_back({"last-block", opt(SplitReduce::kLastBlock, 0, 0), true});
+  variants.push_back({"2 stages", opt(SplitReduce::kKernel, 0, 2), true});
   variants.push_back({"3 stages", opt(SplitReduce::kKernel, 0, 3), true});
+  variants.push_back({"split>=2 tiles", opt(SplitReduce::kKernel, 2, 0), true});
   variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
 
   std::vector<Result> results;
   const int64_t min_cycled = 4 * dev.l2_bytes;
+  auto skipped = [&](size_t i) {
+    return !only.empty() && std::find(only.begin(), only.end(), static_cast<int>(i)) == only.end();
+  };
   for (size_t i = 0; i < shapes.size(); ++i) {
+    if (skipped(i)) continue;
     const Shape& s = shapes[i];
     Setup su(s, min_cycled, 100 + static_cast<uint32_t>(i));
     for (const Variant& v : variants) {
@@ -392,6 +415,7 @@ int main(int argc, char** argv) {
     f << "shape,variant,batch,ctx,n_heads,n_kv,head_dim,block_size,us,tbs,copy_tbs\n";
     size_t k = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
+      if (skipped(i)) continue;
       for (const Variant& v : variants) {
         if (v.targets_only && i >= 2) continue;
         const Shape& s = shapes[i];

@@ -168,11 +168,27 @@ __device__ __forceinline__ int swizzle(int r, int c) {
 
 // ---- kernels -------------------------------------------------------------------
 
+// Strides of a pool in some unit (elements or 16-byte chunks): a block, a head,
+// a token within its block.
+struct PoolStrides {
+  int64_t block, head, token;
+};
+// head_unit: one head's row (head_dim) in that unit.
+inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_t n_kv, int64_t head_unit) {
+  if (layout == PagedKvLayout::kHeadMajor)
+    return {n_kv * block_size * head_unit, block_size * head_unit, head_unit};
+  return {block_size * n_kv * head_unit, head_unit, n_kv * head_unit};
+}
+
 template <typename T>
 struct AttnParams {
   const T* q;       // [T, n_heads, HD]
-  const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD]
+  const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD] or [num_blocks, n_kv_heads, block_size, HD]
   const T* v_pool;
+  // Element strides of the pools (PoolStrides): a block, a head, a token within its block.
+  int64_t block_stride;
+  int64_t head_stride;
+  int64_t token_stride;
   T* out;                    // [T, n_heads, HD]
   const int32_t* row_seq;    // [T] the sequence of each token
   const int32_t* positions;  // [T]
@@ -209,25 +225,16 @@ __device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
 // One warp combines the n_splits partials of one (row, head):
 //   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), summed in split order.
 // Lane s holds split s's weight; lane l owns dims [l * kVec, l * kVec + kVec).
-// Loads bypass L1 (other blocks wrote these partials) and go 8 splits deep.
+// Loads bypass L1 (other blocks wrote these partials). The lse and the first
+// kDepth splits' partials are all loaded before any is used: one round trip to
+// L2 for up to kDepth splits, not one for the lse and then one for the partials.
 template <typename T, int HD>
 __device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out,
                                                int lane) {
   constexpr int kVec = HD / 32;
-  constexpr int kDepth = 8;
-  const float lse = lane < n_splits ? __ldcg(plse + lane) : -INFINITY;
-  float m = lse;
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  const float w = lane < n_splits ? exp2f(lse - m) : 0.0f;
-  float w_sum = w;  // butterfly: every lane ends with the same sum
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) w_sum += __shfl_xor_sync(0xffffffffu, w_sum, off);
-  float acc[kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) acc[k] = 0.0f;
-  for (int s0 = 0; s0 < n_splits; s0 += kDepth) {
-    float v[kDepth][kVec];
+  constexpr int kDepth = 16;
+  float v[kDepth][kVec];
+  auto load = [&](int s0) {
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
       const float* src = po + (s0 + i) * HD + lane * kVec;
@@ -244,6 +251,21 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
         for (int k = 0; k < kVec; ++k) v[i][k] = 0.0f;
       }
     }
+  };
+  const float lse = lane < n_splits ? __ldcg(plse + lane) : -INFINITY;
+  load(0);
+  float m = lse;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float w = lane < n_splits ? exp2f(lse - m) : 0.0f;
+  float w_sum = w;  // butterfly: every lane ends with the same sum
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) w_sum += __shfl_xor_sync(0xffffffffu, w_sum, off);
+  float acc[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc[k] = 0.0f;
+  for (int s0 = 0; s0 < n_splits; s0 += kDepth) {
+    if (s0 > 0) load(s0);
 #pragma unroll
     for (int i = 0; i < kDepth; ++i) {
       const float ws = __shfl_sync(0xffffffffu, w, (s0 + i) & 31);  // 0 past n_splits
@@ -323,37 +345,68 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   }
 
   const int bs_mask = (1 << p.block_size_log2) - 1;
-  const int64_t slot_stride = static_cast<int64_t>(p.n_kv_heads) * HD;  // elements per slot
-  const T* k_head = p.k_pool + static_cast<int64_t>(kvh) * HD;
-  const T* v_head = p.v_pool + static_cast<int64_t>(kvh) * HD;
+  const T* k_head = p.k_pool + kvh * p.head_stride;
+  const T* v_head = p.v_pool + kvh * p.head_stride;
   uint4* warp_smem = smem + warp * (stages * 2 * Geo::kStageChunks);
 
-  // This warp's kWT tokens of `tile` into stage tile % stages.
-  auto issue = [&](int tile, int32_t entry) {
-    uint4* sk = warp_smem + (tile % stages) * (2 * Geo::kStageChunks);
+  // Lane l copies chunk c0 of rows r0, r0 + kRowStep, ... of each warp-stage
+  // (kCopiesPerLane rows): the same 16-byte column of K and V.
+  constexpr int kRowStep = 32 / kChunks;
+  const int r0 = lane / kChunks, c0 = lane % kChunks;
+  // With blocks of at least kWT tokens a warp-stage lies in one block (its
+  // first token is a multiple of kWT): one table entry, one 64-bit base, and a
+  // constant stride between a lane's rows. Smaller blocks take the general path.
+  const bool one_block = (1 << p.block_size_log2) >= kWT;
+  const int64_t row_step = kRowStep * p.token_stride;
+
+  // This warp's kWT tokens of `tile` into stage `slot`, one cp.async group.
+  auto issue = [&](int tile, int slot, int32_t entry) {
+    uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
     uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
-    const int first_blk = warp_begin >> p.block_size_log2;
+    if (one_block) {
+      const int32_t blk = __shfl_sync(0xffffffffu, entry, 0);
+      int64_t off = blk * p.block_stride + ((warp_begin & bs_mask) + r0) * p.token_stride + c0 * 8;
 #pragma unroll
-    for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
-      const int idx = lane + 32 * i;
-      const int r = idx / kChunks, c = idx % kChunks;
-      const int pos = warp_begin + r;
-      const bool ok = pos < end;
-      const int32_t blk = __shfl_sync(0xffffffffu, entry, (pos >> p.block_size_log2) - first_blk);
-      const int64_t slot = ok ? (static_cast<int64_t>(blk) << p.block_size_log2) | (pos & bs_mask) : 0;
-      const int64_t off = slot * slot_stride + c * 8;
-      cp_async16(sk + swizzle<HD>(r, c), k_head + off, ok);
-      cp_async16(sv + swizzle<HD>(r, c), v_head + off, ok);
+      for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
+        const int r = r0 + kRowStep * i;
+        const bool ok = warp_begin + r < end;
+        cp_async16(sk + swizzle<HD>(r, c0), k_head + (ok ? off : 0), ok);
+        cp_async16(sv + swizzle<HD>(r, c0), v_head + (ok ? off : 0), ok);
+        off += row_step;
+      }
+    } else {
+      const int first_blk = warp_begin >> p.block_size_log2;
+#pragma unroll
+      for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
+        const int r = r0 + kRowStep * i;
+        const int pos = warp_begin + r;
+        const bool ok = pos < end;
+        const int32_t blk = __shfl_sync(0xffffffffu, entry, (pos >> p.block_size_log2) - first_blk);
+        const int64_t off = ok ? blk * p.block_stride + (pos & bs_mask) * p.token_stride + c0 * 8 : 0;
+        cp_async16(sk + swizzle<HD>(r, c0), k_head + off, ok);
+        cp_async16(sv + swizzle<HD>(r, c0), v_head + off, ok);
+      }
     }
     cp_async_commit();
+  };
+  // Waits until stage `tile` has landed (stages - 1 later groups may pend).
+  auto wait_stage = [&]() {
+    if (stages == 2) {
+      cp_async_wait<1>();
+    } else if (stages == 3) {
+      cp_async_wait<2>();
+    } else {
+      cp_async_wait<3>();
+    }
+    __syncwarp();  // every lane's copies: ldmatrix reads rows other lanes copied
   };
 
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {  // every stage in flight from the start
     if (i >= stages) break;
     if (i < n_tiles) {
-      issue(i, entries[i]);
+      issue(i, i, entries[i]);
     } else {
       cp_async_commit();  // empty group: keeps the wait_group count uniform
     }
@@ -368,17 +421,9 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 #pragma unroll
   for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-  for (int tile = 0; tile < n_tiles; ++tile) {
-    // This lane's copies of `tile` have landed (stages - 1 later groups may pend).
-    if (stages == 2) {
-      cp_async_wait<1>();
-    } else if (stages == 3) {
-      cp_async_wait<2>();
-    } else {
-      cp_async_wait<3>();
-    }
-    __syncwarp();  // ... and every lane's: ldmatrix reads rows other lanes copied
-    const uint4* sk = warp_smem + (tile % stages) * (2 * Geo::kStageChunks);
+  for (int tile = 0, slot = 0; tile < n_tiles; ++tile, slot = slot + 1 == stages ? 0 : slot + 1) {
+    wait_stage();
+    const uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
     const uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
 
@@ -445,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     }
     __syncwarp();  // every lane is done reading this stage: refill it
     if (tile + stages < n_tiles) {
-      issue(tile + stages, next_entry);
+      issue(tile + stages, slot, next_entry);
     } else {
       cp_async_commit();
     }
@@ -523,6 +568,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 // One warp per (row, query head): 4 heads a block.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const AttnParams<T> p) {
+  launch_dependents();  // whatever follows may start its prologue now
   const int row_local = blockIdx.x;
   const int qh = blockIdx.y * kWarps + threadIdx.x / 32;
   const int t = p.row_offset + row_local;
@@ -535,16 +581,22 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const 
                         p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32);
 }
 
-// k_pool[slot_mapping[t]] = k[t], the same for v; rows of `chunks` 16-byte chunks.
+// k_pool[slot_mapping[t]] = k[t], the same for v. A token's row is n_kv heads of
+// head_chunks 16-byte chunks; s (PoolStrides in chunks) places head h of slot
+// (block b, offset i) at b * block + h * head + i * token.
 __global__ void paged_kv_write_kernel(const uint4* k, const uint4* v, uint4* k_pool, uint4* v_pool,
-                                      const int32_t* slot_mapping, int chunks) {
+                                      const int32_t* slot_mapping, int n_kv, int head_chunks,
+                                      int block_size_log2, PoolStrides s) {
   const int t = blockIdx.x;
   const int slot = slot_mapping[t];
   if (slot < 0) return;  // padding token
-  const int64_t src = static_cast<int64_t>(t) * chunks, dst = static_cast<int64_t>(slot) * chunks;
+  const int chunks = n_kv * head_chunks;
+  const int64_t src = static_cast<int64_t>(t) * chunks;
+  const int64_t base = (slot >> block_size_log2) * s.block + (slot & ((1 << block_size_log2) - 1)) * s.token;
   for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    k_pool[dst + c] = k[src + c];
-    v_pool[dst + c] = v[src + c];
+    const int64_t dst = base + (c / head_chunks) * s.head + c % head_chunks;
+    k_pool[dst] = k[src + c];
+    v_pool[dst] = v[src + c];
   }
 }
 
@@ -574,6 +626,15 @@ void dispatch(DType dtype, int head_dim, int g, F&& f) {
 
 int head_group_size(int n_rep) {
   return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 ? 4 : 8;
+}
+
+// block_size, n_kv_heads, head_dim of a 4-d pool in `layout`.
+struct PoolDims {
+  int64_t block_size, n_kv, head_dim;
+};
+PoolDims pool_dims(const Tensor& pool, PagedKvLayout layout) {
+  if (layout == PagedKvLayout::kHeadMajor) return {pool.dim(2), pool.dim(1), pool.dim(3)};
+  return {pool.dim(1), pool.dim(2), pool.dim(3)};
 }
 
 int log2_exact(int64_t x) {
@@ -644,6 +705,9 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
   partial_lse_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits});
   counters_ = cuda::empty(DType::kI32, {max_rows, n_heads});
   cuda::fill_bytes(counters_, 0);
+  int device = 0;
+  NS_CUDA_CHECK(cudaGetDevice(&device));
+  NS_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   // Opt every attention kernel into its dynamic shared memory (over the 48 KB
   // default) once, here, outside any step loop or graph capture.
   for (DType dt : {DType::kBF16, DType::kF16}) {
@@ -667,26 +731,30 @@ int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionC
 }
 
 void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda& batch, const Tensor& k_pool,
-                         const Tensor& v_pool, cuda::Stream stream) {
+                         const Tensor& v_pool, cuda::Stream stream, PagedKvLayout layout) {
   NS_CHECK(k.device() == Device::kCUDA && v.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_kv_write_cuda: tensors must be on the CUDA device";
   NS_CHECK(k_pool.ndim() == 4 && k_pool.shape() == v_pool.shape()) << "pools " << k_pool.shape_string();
   NS_CHECK(k.dtype() == k_pool.dtype() && v.dtype() == k_pool.dtype() && v_pool.dtype() == k_pool.dtype())
       << "K/V dtype must equal the pool dtype";
-  const int64_t n_kv = k_pool.dim(2), hd = k_pool.dim(3);
+  const auto [block_size, n_kv, hd] = pool_dims(k_pool, layout);
+  const int bs_log2 = log2_exact(block_size);
+  NS_CHECK(bs_log2 >= 0) << "block_size " << block_size << " must be a power of two";
   NS_CHECK(k.ndim() == 3 && k.dim(0) == batch.num_tokens() && k.dim(1) == n_kv && k.dim(2) == hd &&
            v.shape() == k.shape())
       << "k " << k.shape_string() << " for " << batch.num_tokens() << " tokens into pool "
       << k_pool.shape_string();
-  const int64_t row_bytes = dtype_bytes(k.dtype(), n_kv * hd);
-  NS_CHECK(row_bytes % 16 == 0) << "a slot's row must be whole 16-byte chunks";
+  const int64_t head_bytes = dtype_bytes(k.dtype(), hd);
+  NS_CHECK(head_bytes % 16 == 0) << "a head's row must be whole 16-byte chunks";
   if (batch.num_tokens() == 0) return;
-  const int chunks = static_cast<int>(row_bytes / 16);
+  const int head_chunks = static_cast<int>(head_bytes / 16);
+  const int chunks = static_cast<int>(n_kv) * head_chunks;
   const int threads = std::min(256, (chunks + 31) / 32 * 32);
   paged_kv_write_kernel<<<batch.num_tokens(), threads, 0, stream>>>(
       k.data_as<const uint4>(), v.data_as<const uint4>(), k_pool.data_as<uint4>(), v_pool.data_as<uint4>(),
-      batch.slot_mapping(), chunks);
+      batch.slot_mapping(), static_cast<int>(n_kv), head_chunks, bs_log2,
+      pool_strides(layout, block_size, n_kv, head_chunks));
   NS_CUDA_CHECK_LAUNCH();
 }
 
@@ -701,7 +769,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const DType dt = k_pool.dtype();
   NS_CHECK(q.dtype() == dt && out.dtype() == dt && v_pool.dtype() == dt)
       << "q, out and pools must share a dtype";
-  const int64_t block_size = k_pool.dim(1), n_kv = k_pool.dim(2), hd = k_pool.dim(3);
+  const auto [block_size, n_kv, hd] = pool_dims(k_pool, options.layout);
   const int bs_log2 = log2_exact(block_size);
   NS_CHECK(bs_log2 >= 3) << "block_size " << block_size << " must be a power of two >= 8";
   NS_CHECK(n_rep >= 1) << "n_rep " << n_rep;
@@ -731,6 +799,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.q = q.data_as<const T>();
     p.k_pool = k_pool.data_as<const T>();
     p.v_pool = v_pool.data_as<const T>();
+    const PoolStrides st = pool_strides(options.layout, block_size, n_kv, hd);
+    p.block_stride = st.block;
+    p.head_stride = st.head;
+    p.token_stride = st.token;
     p.out = out.data_as<T>();
     p.row_seq = batch.row_seq();
     p.positions = batch.positions();
@@ -746,7 +818,13 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.max_blocks_per_seq = batch.max_blocks_per_seq();
     p.max_splits = max_splits;
     p.min_split_tiles = min_tiles;
-    p.stages = options.stages > 0 ? options.stages : kDefaultStages;
+    // Deeper pipelines cost occupancy; they pay when the grid is one short wave
+    // (a small batch), where each block's latency chain is the whole call.
+    const int64_t blocks = std::min<int64_t>({ws.max_rows(), t_all, 65535}) * grid_splits * n_kv * n_groups;
+    p.stages = options.stages > 0                     ? options.stages
+               : blocks <= ws.sm_count()              ? kMaxStages
+               : blocks <= 2 * int64_t{ws.sm_count()} ? 3
+                                                      : kDefaultStages;
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.scale_log2 = scale * kLog2e;

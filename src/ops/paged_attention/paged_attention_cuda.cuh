@@ -5,8 +5,12 @@
 // in paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth
 // these are tested against.
 //
-// Pools, one per layer for K and one for V:
-//   [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
+// Pools, one per layer for K and one for V, in either layout (PagedKvLayout):
+//   slot-major [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
+//   head-major [num_blocks, n_kv_heads, block_size, head_dim]
+// The slot-major layout is the CPU cache's; head-major keeps one head's K (or
+// V) of a block contiguous (block_size x head_dim), which is what one thread
+// block reads. Both give bitwise the same attention output.
 // block_size: a power of two >= 8. head_dim: 64 or 128.
 // q, out: [T, n_heads, head_dim] in the pool dtype. n_heads = n_kv_heads * n_rep;
 // query head h reads kv head h / n_rep.
@@ -54,6 +58,12 @@ class PagedBatchCuda {
   std::vector<int32_t> row_seq_host_;                         // [max_tokens], filled by upload()
 };
 
+// Which of the two pool layouts above a pool has.
+enum class PagedKvLayout {
+  kSlotMajor,  // [num_blocks, block_size, n_kv_heads, head_dim]
+  kHeadMajor,  // [num_blocks, n_kv_heads, block_size, head_dim]
+};
+
 // How the partial results of a split row are combined.
 enum class SplitReduce {
   kKernel,     // a second kernel (launched with programmatic dependent launch)
@@ -61,12 +71,15 @@ enum class SplitReduce {
 };
 
 struct PagedAttentionCudaOptions {
+  PagedKvLayout layout = PagedKvLayout::kSlotMajor;  // of k_pool and v_pool
   SplitReduce reduce = SplitReduce::kKernel;
   // The split plan (0: the defaults). It changes the order of the sums, so it is
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
   int min_split_tiles = 0;  // >= 1
-  // cp.async stages in flight per warp, 2..4 (0: the default). Changes no sum.
+  // cp.async stages in flight per warp, 2..4. Changes no sum. 0: from the grid
+  // size: 4 when every thread block of the launch fits at one an SM, 3 at two,
+  // else 2 (three blocks an SM).
   int stages = 0;
   // Launch with programmatic dependent launch, so this call's launch overlaps
   // the tail of the kernel before it (the kernel waits before reading q or the pools).
@@ -83,6 +96,7 @@ class PagedAttentionWorkspaceCuda {
   int32_t max_rows() const { return max_rows_; }
   int32_t n_heads() const { return n_heads_; }
   int32_t head_dim() const { return head_dim_; }
+  int32_t sm_count() const { return sm_count_; }  // of the current device
   float* partial_out() const {
     return partial_out_.data_as<float>();
   }  // [max_rows, n_heads, kMaxSplits, head_dim]
@@ -95,13 +109,15 @@ class PagedAttentionWorkspaceCuda {
 
  private:
   int32_t max_rows_, n_heads_, head_dim_;
+  int32_t sm_count_ = 0;
   Tensor partial_out_, partial_lse_, counters_;
 };
 
 // Writes this step's K/V to their slots: k_pool[slot_mapping[t]] = k[t] (slot < 0: skipped).
 //   k, v: [T, n_kv_heads, head_dim] device, pool dtype
 void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda& batch, const Tensor& k_pool,
-                         const Tensor& v_pool, cuda::Stream stream = nullptr);
+                         const Tensor& v_pool, cuda::Stream stream = nullptr,
+                         PagedKvLayout layout = PagedKvLayout::kSlotMajor);
 
 // Attention of every token of the step over its sequence's paged history,
 // causal within the step: token t sees positions [0, positions[t]] of its

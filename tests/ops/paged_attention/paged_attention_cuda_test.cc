@@ -2,7 +2,8 @@
 // (paged_attention_reference, f64 accumulation over f32 inputs), on fresh
 // random inputs: contexts 1, 17, 97, 2048 and 16384; batches of 1, 3, 64 and
 // 256 uneven sequences; n_rep 1, 3, 4, 8 and 12; head_dim 64 and 128; block
-// sizes 8, 16, 32 and 64; bf16 and f16; decode and causal extend chunks. The
+// sizes 8, 16, 32 and 64; bf16 and f16; decode and causal extend chunks;
+// slot-major and head-major pools (bitwise the same output). The
 // step's K/V go into the pools through paged_kv_write_cuda, the output is
 // NaN-filled before every call, and unused pool slots hold NaN so that a read
 // outside a context shows. Big batches check a sample of sequences against the
@@ -175,8 +176,27 @@ Tensor device_from(const std::vector<uint16_t>& v, DType dt, std::vector<int64_t
   return cuda::to_device(host);
 }
 
+// A slot-major pool [nb, bs, n_kv, hd] as head-major [nb, n_kv, bs, hd], or back.
+std::vector<uint16_t> permute_pool(const std::vector<uint16_t>& v, const Shape& s, int num_blocks,
+                                   bool to_head_major) {
+  std::vector<uint16_t> r(v.size());
+  const int64_t hd = s.head_dim, bs = s.block_size, nkv = s.n_kv;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    for (int64_t i = 0; i < bs; ++i) {
+      for (int64_t h = 0; h < nkv; ++h) {
+        const int64_t slot_major = ((b * bs + i) * nkv + h) * hd;
+        const int64_t head_major = ((b * nkv + h) * bs + i) * hd;
+        const int64_t from = to_head_major ? slot_major : head_major;
+        const int64_t to = to_head_major ? head_major : slot_major;
+        std::copy(v.begin() + from, v.begin() + from + hd, r.begin() + to);
+      }
+    }
+  }
+  return r;
+}
+
 struct DeviceRun {
-  Tensor k_pool, v_pool, out;
+  Tensor k_pool, v_pool, out;  // pools in the layout the run used
 };
 
 // Uploads the problem, writes the step's K/V, runs attention; returns the device tensors.
@@ -184,8 +204,15 @@ DeviceRun run_on_device(const Problem& p, const PagedAttentionCudaOptions& opt =
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
   DeviceRun r;
-  r.k_pool = device_from(p.k_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
-  r.v_pool = device_from(p.v_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
+  if (opt.layout == PagedKvLayout::kHeadMajor) {
+    r.k_pool = device_from(permute_pool(p.k_pool16, s, p.num_blocks, true), s.dtype,
+                           {p.num_blocks, s.n_kv, s.block_size, hd});
+    r.v_pool = device_from(permute_pool(p.v_pool16, s, p.num_blocks, true), s.dtype,
+                           {p.num_blocks, s.n_kv, s.block_size, hd});
+  } else {
+    r.k_pool = device_from(p.k_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
+    r.v_pool = device_from(p.v_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
+  }
   const Tensor q = device_from(p.q16, s.dtype, {p.num_tokens, p.n_heads, hd});
   const Tensor k_new = device_from(p.k_new16, s.dtype, {p.num_tokens, s.n_kv, hd});
   const Tensor v_new = device_from(p.v_new16, s.dtype, {p.num_tokens, s.n_kv, hd});
@@ -195,7 +222,7 @@ DeviceRun run_on_device(const Problem& p, const PagedAttentionCudaOptions& opt =
   PagedBatchCuda batch(p.num_tokens, static_cast<int32_t>(p.batch.seq_ids.size()), p.max_blocks);
   batch.upload(p.batch);
   PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
-  paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool);
+  paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool, nullptr, opt.layout);
   paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
                        r.out, nullptr, opt);
   cuda::synchronize();
@@ -285,18 +312,28 @@ uint64_t fresh_seed() {
 }
 
 // Runs one problem and checks the pools (bitwise, after the write) and the output.
-void check_problem(const Shape& s, const std::vector<std::pair<int, int>>& seqs,
-                   std::vector<int> check = {}) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
+// Returns the output.
+std::vector<uint16_t> check_problem(const Shape& s, const std::vector<std::pair<int, int>>& seqs,
+                                    std::vector<int> check = {}, const PagedAttentionCudaOptions& opt = {},
+                                    uint64_t seed = 0) {
+  if (seed == 0) seed = fresh_seed();
+  SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed) +
+               (opt.layout == PagedKvLayout::kHeadMajor ? ", head-major pools" : ""));
   const Problem p = make_problem(seed, s, seqs);
-  const DeviceRun r = run_on_device(p);
-  ASSERT_TRUE(download16(r.k_pool) == p.k_pool16_full) << "K pool after the write";
-  ASSERT_TRUE(download16(r.v_pool) == p.v_pool16_full) << "V pool after the write";
+  const DeviceRun r = run_on_device(p, opt);
+  const bool hm = opt.layout == PagedKvLayout::kHeadMajor;
+  auto slot_major = [&](const Tensor& pool) {
+    const std::vector<uint16_t> h = download16(pool);
+    return hm ? permute_pool(h, s, p.num_blocks, false) : h;
+  };
+  EXPECT_TRUE(slot_major(r.k_pool) == p.k_pool16_full) << "K pool after the write";
+  EXPECT_TRUE(slot_major(r.v_pool) == p.v_pool16_full) << "V pool after the write";
   if (check.empty()) {
     for (size_t b = 0; b < seqs.size(); ++b) check.push_back(static_cast<int>(b));
   }
-  expect_matches_reference(p, download16(r.out), check);
+  std::vector<uint16_t> out = download16(r.out);
+  expect_matches_reference(p, out, check);
+  return out;
 }
 
 // ---- decode: one query token a sequence ---------------------------------------
@@ -374,6 +411,27 @@ TEST(PagedAttentionCuda, OtherBlockSizesAndGroupsMatchReference) {
   check_problem({DType::kF16, 128, 128, 2, 2}, {{255, 1}, {256, 1}, {257, 1}});
   // A shorter context can have more splits than the longest one in the batch.
   check_problem({DType::kBF16, 128, 16, 8, 4}, {{2100, 1}, {2048, 1}, {1000, 1}});
+}
+
+// Head-major pools: the write puts each head's row in its place, and the
+// attention output matches the reference and is bitwise the slot-major one
+// (same arithmetic, other addresses).
+TEST(PagedAttentionCuda, HeadMajorPoolsMatchReferenceAndSlotMajor) {
+  NS_SKIP_WITHOUT_GPU();
+  PagedAttentionCudaOptions hm;
+  hm.layout = PagedKvLayout::kHeadMajor;
+  const std::vector<std::pair<Shape, std::vector<std::pair<int, int>>>> cases{
+      {{DType::kBF16, 128, 16, 8, 4}, {{1, 1}, {97, 1}, {4096, 1}, {300, 40}}},
+      {{DType::kF16, 64, 32, 2, 8}, {{17, 1}, {2048, 1}, {37, 37}}},
+      {{DType::kBF16, 64, 8, 3, 3}, {{5000, 1}, {200, 200}}},
+      {{DType::kBF16, 128, 64, 1, 12}, {{700, 1}, {31, 7}}},
+  };
+  for (const auto& [s, seqs] : cases) {
+    const uint64_t seed = fresh_seed();
+    const std::vector<uint16_t> a = check_problem(s, seqs, {}, hm, seed);
+    const std::vector<uint16_t> b = check_problem(s, seqs, {}, {}, seed);
+    EXPECT_TRUE(a == b) << describe(s) << ", seed " << seed << ": head-major output differs from slot-major";
+  }
 }
 
 // ---- extend: several query tokens a sequence, causal within the chunk ----------
