@@ -15,14 +15,17 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "cli/model_loading.h"
+#include "cli/engine_flags.h"
 #include "core/logging.h"
+#include "core/thread_pool.h"
+#include "engine/llama_runner.h"
 #include "server/api.h"
 #include "server/engine_adapter.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/tokenizer_codec.h"
+#include "tokenizer/chat_template.h"
 
 namespace nanoserve::cli {
 
@@ -34,15 +37,19 @@ struct ServeOptions {
   int port = 8000;
   std::string api_key;
   std::string served_model_name;
-  int64_t max_model_len = 0;
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 512;
-  int block_size = 16;
-  int64_t kv_cache_memory = int64_t{1} << 30;
   int64_t max_waiting_requests = 256;
   int http_threads = 128;
-  int threads = 0;
+  EngineFlags engine;
 };
+
+// The model's own chat template when it is one we render, else ChatML.
+ChatTemplate chat_template_of(const Tokenizer& tokenizer) {
+  if (tokenizer.chat_template().empty()) return ChatTemplate::chatml();
+  auto parsed = ChatTemplate::parse(tokenizer.chat_template());
+  if (parsed.ok()) return std::move(*parsed);
+  NS_LOG(WARNING) << "chat template not recognised (" << parsed.status().message() << "); using ChatML";
+  return ChatTemplate::chatml();
+}
 
 int run_serve(const ServeOptions& opt) {
   // Every thread started from here inherits the mask; one thread waits for the signals.
@@ -77,24 +84,19 @@ int run_serve(const ServeOptions& opt) {
   std::printf("nanoserve: listening on http://%s:%d (model loading)\n", opt.host.c_str(), *port);
   std::fflush(stdout);
 
-  LoadOptions load;
-  load.model_path = model_path;
-  load.threads = opt.threads;
-  load.engine.max_num_seqs = opt.max_num_seqs;
-  load.engine.max_num_batched_tokens = opt.max_num_batched_tokens;
-  load.engine.block_size = opt.block_size;
-  load.engine.kv_cache_bytes = opt.kv_cache_memory;
-  load.engine.max_model_len = opt.max_model_len;
-  auto loaded = load_model(load);
+  auto config = engine_config_from_flags(opt.engine);
+  ThreadPool pool(opt.engine.threads);
+  StatusOr<LoadedEngine> loaded =
+      config.ok() ? load_engine(model_path, *config, pool) : StatusOr<LoadedEngine>(config.status());
   if (!loaded.ok()) {
     std::fprintf(stderr, "nanoserve serve: %s\n", loaded.status().to_string().c_str());
     http.stop();
     http_thread.join();
     return 1;
   }
-  LoadedModel& m = **loaded;
+  LoadedEngine& m = *loaded;
 
-  server::TokenizerCodec codec(*m.tokenizer, m.chat_template);
+  server::TokenizerCodec codec(*m.tokenizer, chat_template_of(*m.tokenizer));
   server::EngineAdapter adapter(*m.engine);
   server::EngineLoop loop(adapter, metrics, server::EngineLoop::Options{opt.max_waiting_requests});
   loop.start();
@@ -106,7 +108,7 @@ int run_serve(const ServeOptions& opt) {
                     << limits.max_model_len << "; requests are limited to " << capacity;
     limits.max_model_len = capacity;
   }
-  limits.max_num_seqs = opt.max_num_seqs;
+  limits.max_num_seqs = config->max_num_seqs;
   limits.vocab_size = codec.vocab_size();
   api.set_ready(codec, loop, limits);
   NS_LOG(INFO) << m.engine->capacity_line();
@@ -135,20 +137,7 @@ CommandRun add_serve_command(CLI::App& app) {
                   "require 'Authorization: Bearer KEY' (or env NANOSERVE_API_KEY)");
   cmd->add_option("--served-model-name", opt->served_model_name,
                   "model name in the API (default: file stem)");
-  cmd->add_option("--max-model-len", opt->max_model_len, "prompt + generated tokens (0: the model's context)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-num-seqs", opt->max_num_seqs, "sequences per step")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
-  cmd->add_option("--max-num-batched-tokens", opt->max_num_batched_tokens, "tokens per step")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  cmd->add_option("--block-size", opt->block_size, "KV-cache block size in tokens")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  cmd->add_option("--kv-cache-memory", opt->kv_cache_memory, "bytes for the KV cache (K+V, all layers)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_engine_flags(cmd, opt->engine);
   cmd->add_option("--max-waiting-requests", opt->max_waiting_requests,
                   "sequences that may wait before requests get 429")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
@@ -156,7 +145,6 @@ CommandRun add_serve_command(CLI::App& app) {
   cmd->add_option("--http-threads", opt->http_threads, "HTTP worker threads (caps concurrent connections)")
       ->check(CLI::Range(4, 4096))
       ->capture_default_str();
-  cmd->add_option("--threads", opt->threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
   return [opt] { return run_serve(*opt); };
 }
 
