@@ -1,5 +1,6 @@
 // nanoserve generate [-m MODEL] (-p PROMPT | --chat MESSAGE) [-n N] [--temperature T]
 //   [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--threads N] [--ignore-eos]
+//   [--kv-cache paged|naive] [--block-size B]
 //
 // Runs one request on the CPU and streams its text to stdout as each token is
 // produced. Stops on an end token (eos, <|im_end|>), a stop string, or after N
@@ -7,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -20,6 +22,7 @@
 #include "engine/stop_checker.h"
 #include "io/gguf.h"
 #include "kvcache/naive_kv_cache.h"
+#include "kvcache/paged_kv_cache.h"
 #include "model/llama.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
@@ -41,6 +44,8 @@ struct GenerateArgs {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int threads = 0;
+  std::string kv_cache = "paged";
+  int32_t block_size = 16;
   bool ignore_eos = false;
   int32_t prefill_chunk = 512;
 };
@@ -97,8 +102,27 @@ int run_generate(const GenerateArgs& a) {
                 " new tokens exceed the model's context of " + std::to_string(cfg.context_length));
   }
 
-  NaiveKVCache cache(cfg, 1, max_ctx);
   const int64_t chunk = std::min<int64_t>(a.prefill_chunk, static_cast<int64_t>(prompt.size()));
+  // The paged cache (blocks of --block-size, attention through the block table)
+  // or the naive one (a contiguous slot); both give the same text.
+  std::unique_ptr<KVCache> cache;
+  int32_t seq = 0;
+  if (a.kv_cache == "naive") {
+    cache = std::make_unique<NaiveKVCache>(cfg, 1, max_ctx);
+  } else {
+    PagedKVCacheOptions ko;
+    ko.block_size = a.block_size;
+    ko.max_tokens = max_ctx;
+    ko.max_num_seqs = 1;
+    ko.max_num_batched_tokens = static_cast<int32_t>(chunk);
+    ko.max_seq_len = max_ctx;
+    auto paged = PagedKVCache::create(cfg, ko, &pool);
+    if (!paged.ok()) return fail(paged.status().to_string());
+    auto handle = (*paged)->add_sequence();
+    if (!handle.ok()) return fail(handle.status().to_string());
+    seq = *handle;
+    cache = std::move(paged).value();
+  }
   Workspace ws = (*model)->make_workspace(chunk, 1, max_ctx);
   Sampler sampler(static_cast<int32_t>(cfg.vocab_size));
   Rng rng(*params.seed);
@@ -107,7 +131,7 @@ int run_generate(const GenerateArgs& a) {
 
   // Prefill in chunks; logits only for the prompt's last token.
   ForwardBatch batch;
-  batch.seq_ids = {0};
+  batch.seq_ids = {seq};
   batch.logits_rows = {0};
   const auto t_prefill = Clock::now();
   StatusOr<Tensor> logits = Status::ok_status();
@@ -119,7 +143,7 @@ int run_generate(const GenerateArgs& a) {
     batch.seq_starts = {0, static_cast<int32_t>(end - begin)};
     batch.context_lens = {static_cast<int32_t>(end)};
     batch.logits_rows = {static_cast<int32_t>(end - begin - 1)};
-    logits = (*model)->forward(batch, cache, ws);
+    logits = (*model)->forward(batch, *cache, ws);
     if (!logits.ok()) return fail(logits.status().to_string());
   }
   const double prefill_s = seconds_since(t_prefill);
@@ -145,7 +169,7 @@ int run_generate(const GenerateArgs& a) {
     batch.seq_starts = {0, 1};
     batch.context_lens = {pos + 1};
     batch.logits_rows = {0};
-    logits = (*model)->forward(batch, cache, ws);
+    logits = (*model)->forward(batch, *cache, ws);
     if (!logits.ok()) return fail(logits.status().to_string());
     ++decoded_steps;
   }
@@ -178,6 +202,10 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens per forward step")
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--kv-cache", args->kv_cache, "KV cache: paged (default) or naive")
+      ->check(CLI::IsMember({"paged", "naive"}));
+  cmd->add_option("--block-size", args->block_size, "Tokens per KV block of the paged cache")
+      ->check(CLI::Range(1, 4096));
   return [args] { return run_generate(*args); };
 }
 

@@ -1,0 +1,213 @@
+// The paged cache under the real forward pass of the default model.
+//   - paged == naive: greedy tokens and every step's logits bitwise equal, for
+//     four prompts of 15, 16, 17 and 33 tokens batched together (their blocks
+//     interleave in the shared pool), 32 generated tokens, block sizes 1, 2,
+//     16 and 32, through the fused read. (The gather read equals the fused one
+//     in paged_kv_cache_test.cc, and the naive cache in model/llama_test.cc;
+//     each run here costs 33 forward steps of the model, so CI time decides.)
+//   - which read runs: a spying cache counts the calls the forward makes.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvcache/naive_kv_cache.h"
+#include "kvcache/paged_kv_cache.h"
+#include "model/llama.h"
+#include "model/model_runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace nanoserve {
+namespace {
+
+using testing::argmax;
+using testing::default_model;
+using testing::make_batch;
+
+constexpr int kNewTokens = 32;
+const std::vector<int32_t> kPromptLens = {15, 16, 17, 33};
+
+class PagedKVCacheModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(default_model().model, nullptr)
+        << "default model missing or unloadable: " << testing::kDefaultModel << " (run scripts/fetch-model)";
+    model_ = default_model().model.get();
+  }
+
+  // Four prompts cut to exactly kPromptLens tokens.
+  std::vector<std::vector<int32_t>> prompts() const {
+    auto tok = Tokenizer::from_gguf(*default_model().file);
+    EXPECT_TRUE(tok.ok());
+    const char* texts[] = {
+        "The history of the printing press begins long before Gutenberg, with carved wooden blocks",
+        "<|im_start|>user\nWrite a short poem about the sea and the wind.<|im_end|>\n<|im_start|>assistant\n",
+        "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - "
+        "2)\n",
+        "In a small village at the edge of a great forest there lived an old clockmaker who had never once "
+        "left the valley, though every traveller who passed through told him of cities beyond the hills",
+    };
+    std::vector<std::vector<int32_t>> out;
+    for (size_t i = 0; i < kPromptLens.size(); ++i) {
+      std::vector<int32_t> ids = (*tok)->encode(texts[i], true, true);
+      EXPECT_GE(ids.size(), static_cast<size_t>(kPromptLens[i])) << "prompt " << i << " too short";
+      ids.resize(kPromptLens[i]);
+      out.push_back(ids);
+    }
+    return out;
+  }
+
+  // Greedy decoding of all prompts as one batch: step 0 prefills every prompt,
+  // then each step decodes one token per sequence. Returns each step's logits
+  // rows [B, vocab] concatenated, and appends each sequence's tokens.
+  std::vector<float> run(KVCache& cache, const std::vector<int32_t>& seq_ids,
+                         std::vector<std::vector<int32_t>>* tokens) const {
+    const auto ps = prompts();
+    const int64_t vocab = model_->config().vocab_size;
+    Workspace ws = model_->make_workspace(128, 4, 80);
+    std::vector<float> all_logits;
+    tokens->assign(ps.size(), {});
+    ForwardBatch batch = make_batch(ps, {0, 0, 0, 0}, seq_ids);
+    for (int step = 0; step < kNewTokens; ++step) {
+      auto logits = model_->forward(batch, cache, ws);
+      EXPECT_TRUE(logits.ok()) << logits.status().to_string();
+      if (!logits.ok()) return all_logits;
+      const float* l = logits->data_as<const float>();
+      all_logits.insert(all_logits.end(), l, l + ps.size() * vocab);
+      std::vector<std::vector<int32_t>> next;
+      std::vector<int32_t> starts;
+      for (size_t b = 0; b < ps.size(); ++b) {
+        (*tokens)[b].push_back(argmax(l + b * vocab, vocab));
+        next.push_back({(*tokens)[b].back()});
+        starts.push_back(static_cast<int32_t>(ps[b].size()) + step);
+      }
+      batch = make_batch(next, starts, seq_ids);
+    }
+    return all_logits;
+  }
+
+  const LlamaModel* model_ = nullptr;
+};
+
+TEST_F(PagedKVCacheModel, GreedyTokensAndLogitsEqualNaiveCache) {
+  NaiveKVCache naive(model_->config(), 4, 80);
+  std::vector<std::vector<int32_t>> naive_tokens;
+  const std::vector<float> naive_logits = run(naive, {0, 1, 2, 3}, &naive_tokens);
+  ASSERT_EQ(naive_logits.size(), static_cast<size_t>(kNewTokens) * 4 * model_->config().vocab_size);
+
+  for (int32_t block_size : {1, 2, 16, 32}) {
+    {
+      SCOPED_TRACE(::testing::Message() << "block_size " << block_size);
+      PagedKVCacheOptions o;
+      o.block_size = block_size;
+      o.max_tokens = 4 * 80 + 4 * block_size;  // room for every sequence's last partial block
+      o.max_num_seqs = 4;
+      o.max_num_batched_tokens = 128;
+      o.max_seq_len = 80;
+      o.fused_read = true;
+      auto cache = PagedKVCache::create(model_->config(), o, &model_->pool());
+      ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+      std::vector<int32_t> seq_ids;
+      for (int i = 0; i < 4; ++i) seq_ids.push_back(*(*cache)->add_sequence());
+      std::vector<std::vector<int32_t>> tokens;
+      const std::vector<float> logits = run(**cache, seq_ids, &tokens);
+      EXPECT_EQ(tokens, naive_tokens);
+      ASSERT_EQ(logits.size(), naive_logits.size());
+      const int64_t row = model_->config().vocab_size;
+      for (size_t r = 0; r < logits.size() / row; ++r) {
+        ASSERT_EQ(std::memcmp(logits.data() + r * row, naive_logits.data() + r * row, row * sizeof(float)), 0)
+            << "step " << r / 4 << ", sequence " << r % 4;
+      }
+      // Blocks of the four sequences interleave in the pool (they grew together).
+      if (block_size <= 2) {
+        const auto t0 = (*cache)->block_table(seq_ids[0]);
+        ASSERT_GE(t0.size(), 2u);
+        bool scattered = false;
+        for (size_t i = 1; i < t0.size(); ++i) scattered |= t0[i] != t0[i - 1] + 1;
+        EXPECT_TRUE(scattered);
+      }
+    }
+  }
+}
+
+// Forwards to a real cache and counts, per layer, the reads the model makes.
+class SpyKVCache final : public KVCache {
+ public:
+  SpyKVCache(KVCache& inner, int64_t n_layers) : appends_(n_layers), fused_(n_layers), inner_(inner) {}
+
+  Status begin_step(const ForwardBatch& batch) override {
+    ++begin_steps_;
+    std::fill(appends_.begin(), appends_.end(), 0);
+    std::fill(fused_.begin(), fused_.end(), 0);
+    return inner_.begin_step(batch);
+  }
+  KVHistory append(int layer, const Tensor& k, const Tensor& v) override {
+    ++appends_.at(layer);
+    return inner_.append(layer, k, v);
+  }
+  bool has_fused_read() const override { return inner_.has_fused_read(); }
+  void paged_attention(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int n_rep, float scale,
+                       Tensor& out) override {
+    ++fused_.at(layer);
+    inner_.paged_attention(layer, q, k, v, n_rep, scale, out);
+  }
+
+  int begin_steps_ = 0;
+  std::vector<int> appends_, fused_;  // [n_layers] calls in the current step
+
+ private:
+  KVCache& inner_;
+};
+
+void expect_reads(const SpyKVCache& spy, int appends, int fused, int step) {
+  for (size_t l = 0; l < spy.appends_.size(); ++l) {
+    EXPECT_EQ(spy.appends_[l], appends) << "append() calls, layer " << l << ", step " << step;
+    EXPECT_EQ(spy.fused_[l], fused) << "paged_attention() calls, layer " << l << ", step " << step;
+  }
+}
+
+TEST_F(PagedKVCacheModel, ForwardUsesTheFusedReadOncePerLayerWhenOffered) {
+  const int64_t n_layers = model_->config().n_layers;
+  Workspace ws = model_->make_workspace(16, 1, 32);
+  const std::vector<int32_t> prompt = {1, 504, 3458, 282, 4649};
+  for (int kind = 0; kind < 3; ++kind) {  // paged fused, paged gather, naive
+    SCOPED_TRACE(kind == 0 ? "paged, fused read" : kind == 1 ? "paged, gather read" : "naive");
+    std::unique_ptr<KVCache> inner;
+    int32_t seq = 0;
+    if (kind < 2) {
+      PagedKVCacheOptions o;
+      o.block_size = 4;
+      o.num_blocks = 8;
+      o.max_num_seqs = 1;
+      o.max_num_batched_tokens = 16;
+      o.fused_read = kind == 0;
+      auto c = PagedKVCache::create(model_->config(), o, &model_->pool());
+      ASSERT_TRUE(c.ok());
+      seq = *(*c)->add_sequence();
+      inner = std::move(c).value();
+    } else {
+      inner = std::make_unique<NaiveKVCache>(model_->config(), 1, 32);
+    }
+    SpyKVCache spy(*inner, n_layers);
+    EXPECT_EQ(spy.has_fused_read(), kind == 0);
+    ForwardBatch b = make_batch({prompt}, {0}, {seq});
+    for (int step = 0; step < 3; ++step) {
+      auto logits = model_->forward(b, spy, ws);
+      ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+      EXPECT_EQ(spy.begin_steps_, step + 1);
+      if (kind == 0) {
+        expect_reads(spy, /*appends=*/0, /*fused=*/1, step);
+      } else {
+        expect_reads(spy, /*appends=*/1, /*fused=*/0, step);
+      }
+      b = make_batch({{argmax(logits->data_as<const float>(), model_->config().vocab_size)}},
+                     {static_cast<int32_t>(prompt.size()) + step}, {seq});
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanoserve
