@@ -70,7 +70,7 @@ def main():
     ap.add_argument("--exe", default=os.path.join(ROOT, "build", "nanoserve"))
     a = ap.parse_args()
     from llama_cpp import Llama, __version__
-    llm = Llama(model_path=MODEL, n_ctx=a.prompt_tokens + a.new_tokens + 8, n_batch=a.prompt_tokens,
+    llm = Llama(model_path=MODEL, n_ctx=a.prompt_tokens + a.new_tokens + 8, n_batch=a.prompt_tokens + a.new_tokens + 8,
                 n_threads=a.threads, n_threads_batch=a.threads, verbose=False)
     text = prompt_text(llm, a.prompt_tokens)
     best = {"ns_prefill": 0, "ns_decode": 0, "lc_prefill": 0, "lc_decode": 0}
