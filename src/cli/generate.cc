@@ -1,10 +1,15 @@
 // nanoserve generate [-m MODEL] (-p PROMPT | --chat MESSAGE) [-n N] [--temperature T]
-//   [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--threads N] [--ignore-eos]
-//   [--kv-cache paged|naive] [--block-size B]
+//   [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stop STR]... [--ignore-eos]
+//   [--kv-cache paged|naive] [--prefill-chunk N] [engine flags: --block-size, --threads, ...]
 //
-// Runs one request on the CPU and streams its text to stdout as each token is
-// produced. Stops on an end token (eos, <|im_end|>), a stop string, or after N
-// tokens. Timings go to stderr: load time, prompt tokens, prefill and decode tok/s.
+// Streams one request's text to stdout as each token is produced. Stops on an
+// end token (eos, <|im_end|>), a stop string, or after N tokens. Timings go to
+// stderr: load time, prompt tokens, prefill and decode tok/s.
+//
+// --kv-cache paged (default) runs the request through the Engine: scheduler,
+// chunked prefill, paged KV cache. --kv-cache naive runs the same sampler,
+// stop checker and detokenizer in a plain loop over the naive cache, outside
+// the engine: the two must print the same text (tests/py checks it).
 
 #include <chrono>
 #include <cstdio>
@@ -15,18 +20,15 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "core/thread_pool.h"
+#include "engine/llama_runner.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
-#include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
-#include "io/gguf.h"
 #include "kvcache/naive_kv_cache.h"
-#include "kvcache/paged_kv_cache.h"
-#include "model/llama.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/incremental_detokenizer.h"
-#include "tokenizer/tokenizer.h"
 
 namespace nanoserve::cli {
 
@@ -43,96 +45,70 @@ struct GenerateArgs {
   float min_p = 0.05f;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
-  int threads = 0;
-  std::string kv_cache = "paged";
-  int32_t block_size = 16;
   bool ignore_eos = false;
+  std::string kv_cache = "paged";
   int32_t prefill_chunk = 512;
+  EngineFlags engine;
 };
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int fail(const std::string& what) {
   std::fprintf(stderr, "nanoserve generate: %s\n", what.c_str());
   return 1;
 }
 
-int run_generate(const GenerateArgs& a) {
-  if (a.prompt.empty() == a.chat.empty()) {
-    std::fprintf(stderr, "nanoserve generate: give exactly one of -p PROMPT or --chat MESSAGE\n");
-    return 2;
-  }
-  const std::string path = a.model.empty() ? default_model_path() : a.model;
-  const auto t_load = Clock::now();
-  auto file = GgufFile::open(path);
-  if (!file.ok()) return fail(path + ": " + file.status().to_string());
-  ThreadPool pool(a.threads);
-  auto model = LlamaModel::load(*file, pool);
-  if (!model.ok()) return fail(path + ": " + model.status().to_string());
-  auto tok = Tokenizer::from_gguf(**file);
-  if (!tok.ok()) return fail(path + ": " + tok.status().to_string());
-  const double load_s = seconds_since(t_load);
-  const ModelConfig& cfg = (*model)->config();
+void print_timings(double load_s, size_t n_prompt, double prefill_s, int32_t n_out, FinishReason finish,
+                   double decode_s, int threads) {
+  std::printf("\n");
+  std::fprintf(stderr,
+               "load %.3f s | prompt %zu tokens, prefill %.1f tok/s | generated %d tokens (%s), decode %.1f tok/s "
+               "| threads %d\n",
+               load_s, n_prompt, static_cast<double>(n_prompt) / prefill_s, n_out, finish_reason_name(finish),
+               n_out > 1 ? (n_out - 1) / decode_s : 0.0, threads);
+}
 
-  SamplingParams params;
-  params.temperature = a.temperature;
-  params.top_k = a.top_k;
-  params.top_p = a.top_p;
-  params.min_p = a.min_p;
-  params.max_tokens = a.n;
-  params.stop = a.stop;
-  params.ignore_eos = a.ignore_eos;
-  params.seed = a.seed ? *a.seed : std::random_device{}();
-  if (Status st = params.validate(static_cast<int32_t>(cfg.vocab_size)); !st.ok()) return fail(st.to_string());
-
-  std::string text = a.prompt;
-  if (!a.chat.empty()) {
-    auto tmpl = (*tok)->chat_template().empty() ? StatusOr<ChatTemplate>(ChatTemplate::chatml())
-                                                : ChatTemplate::parse((*tok)->chat_template());
-    if (!tmpl.ok()) return fail("chat template: " + tmpl.status().to_string());
-    const ChatMessage msg{"user", a.chat};
-    text = tmpl->render(std::span<const ChatMessage>(&msg, 1), true);
+// The Engine path: the request is one of the engine's, streamed from step().
+int run_with_engine(Engine& engine, std::vector<int32_t> prompt, const SamplingParams& params, double load_s,
+                    int threads) {
+  const size_t n_prompt = prompt.size();
+  StatusOr<RequestId> id = engine.add_request(std::move(prompt), params);
+  if (!id.ok()) return fail(id.status().to_string() + " (see --kv-cache-memory, --num-blocks, --max-model-len)");
+  std::vector<RequestOutput> outs;
+  RequestOutput last;
+  while (engine.has_unfinished()) {
+    if (Status st = engine.step(outs); !st.ok()) return fail(st.to_string());
+    for (const RequestOutput& o : outs) {
+      std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+      std::fflush(stdout);
+      last = o;
+    }
   }
-  const std::vector<int32_t> prompt = (*tok)->encode(text, true, true);
-  if (prompt.empty()) return fail("the prompt encodes to no tokens");
-  const int64_t max_ctx = static_cast<int64_t>(prompt.size()) + a.n;
+  print_timings(load_s, n_prompt, seconds(last.first_token_time - last.arrival_time), last.num_output_tokens,
+                last.finish_reason, seconds(last.finish_time - last.first_token_time), threads);
+  return 0;
+}
+
+// The reference path: one sequence in a plain loop over the naive cache.
+int run_naive(const LoadedEngine& le, LlamaModel& model, const std::vector<int32_t>& prompt,
+              const SamplingParams& params, int32_t chunk_tokens, double load_s, int threads) {
+  const ModelConfig& cfg = model.config();
+  const int64_t max_ctx = static_cast<int64_t>(prompt.size()) + params.max_tokens;
   if (max_ctx > cfg.context_length) {
-    return fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(a.n) +
+    return fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(params.max_tokens) +
                 " new tokens exceed the model's context of " + std::to_string(cfg.context_length));
   }
-
-  const int64_t chunk = std::min<int64_t>(a.prefill_chunk, static_cast<int64_t>(prompt.size()));
-  // The paged cache (blocks of --block-size, attention through the block table)
-  // or the naive one (a contiguous slot); both give the same text.
-  std::unique_ptr<KVCache> cache;
-  int32_t seq = 0;
-  if (a.kv_cache == "naive") {
-    cache = std::make_unique<NaiveKVCache>(cfg, 1, max_ctx);
-  } else {
-    PagedKVCacheOptions ko;
-    ko.block_size = a.block_size;
-    ko.max_tokens = max_ctx;
-    ko.max_num_seqs = 1;
-    ko.max_num_batched_tokens = static_cast<int32_t>(chunk);
-    ko.max_seq_len = max_ctx;
-    auto paged = PagedKVCache::create(cfg, ko, &pool);
-    if (!paged.ok()) return fail(paged.status().to_string());
-    auto handle = (*paged)->add_sequence();
-    if (!handle.ok()) return fail(handle.status().to_string());
-    seq = *handle;
-    cache = std::move(paged).value();
-  }
-  Workspace ws = (*model)->make_workspace(chunk, 1, max_ctx);
+  NaiveKVCache cache(cfg, 1, max_ctx);
+  const int64_t chunk = std::min<int64_t>(chunk_tokens, static_cast<int64_t>(prompt.size()));
+  Workspace ws = model.make_workspace(chunk, 1, max_ctx);
   Sampler sampler(static_cast<int32_t>(cfg.vocab_size));
   Rng rng(*params.seed);
-  StopChecker stops(params, (*tok)->eos_ids());
-  IncrementalDetokenizer detok(**tok);
+  StopChecker stops(params, le.tokenizer->eos_ids());
+  IncrementalDetokenizer detok(*le.tokenizer, /*skip_special=*/true);  // as the engine's text
 
-  // Prefill in chunks; logits only for the prompt's last token.
   ForwardBatch batch;
-  batch.seq_ids = {seq};
-  batch.logits_rows = {0};
+  batch.seq_ids = {0};
   const auto t_prefill = Clock::now();
   StatusOr<Tensor> logits = Status::ok_status();
   for (int64_t begin = 0; begin < static_cast<int64_t>(prompt.size()); begin += chunk) {
@@ -143,23 +119,22 @@ int run_generate(const GenerateArgs& a) {
     batch.seq_starts = {0, static_cast<int32_t>(end - begin)};
     batch.context_lens = {static_cast<int32_t>(end)};
     batch.logits_rows = {static_cast<int32_t>(end - begin - 1)};
-    logits = (*model)->forward(batch, *cache, ws);
+    logits = model.forward(batch, cache, ws);
     if (!logits.ok()) return fail(logits.status().to_string());
   }
-  const double prefill_s = seconds_since(t_prefill);
+  const double prefill_s = seconds(Clock::now() - t_prefill);
 
   std::vector<int32_t> output;
   std::string emit;
   FinishReason finish = FinishReason::kNone;
   const auto t_decode = Clock::now();
-  int32_t decoded_steps = 0;
   while (true) {
     const std::span<const float> row(logits->data_as<const float>(), static_cast<size_t>(cfg.vocab_size));
     const int32_t next = sampler.sample(row, params, prompt, output, rng);
     output.push_back(next);
     emit.clear();
     finish = stops.on_token(next, static_cast<int32_t>(output.size()), detok.push(next), emit);
-    if (finish == FinishReason::kLength) emit += detok.flush();
+    if (finish != FinishReason::kNone && stops.matched_stop().empty()) emit += detok.flush();
     std::fwrite(emit.data(), 1, emit.size(), stdout);
     std::fflush(stdout);
     if (finish != FinishReason::kNone) break;
@@ -169,18 +144,64 @@ int run_generate(const GenerateArgs& a) {
     batch.seq_starts = {0, 1};
     batch.context_lens = {pos + 1};
     batch.logits_rows = {0};
-    logits = (*model)->forward(batch, *cache, ws);
+    logits = model.forward(batch, cache, ws);
     if (!logits.ok()) return fail(logits.status().to_string());
-    ++decoded_steps;
   }
-  const double decode_s = seconds_since(t_decode);
-  std::printf("\n");
-  std::fprintf(stderr,
-               "load %.3f s | prompt %zu tokens, prefill %.1f tok/s | generated %zu tokens (%s), decode %.1f tok/s "
-               "| threads %d\n",
-               load_s, prompt.size(), static_cast<double>(prompt.size()) / prefill_s, output.size(),
-               finish_reason_name(finish), decoded_steps > 0 ? decoded_steps / decode_s : 0.0, pool.num_threads());
+  print_timings(load_s, prompt.size(), prefill_s, static_cast<int32_t>(output.size()), finish,
+                seconds(Clock::now() - t_decode), threads);
   return 0;
+}
+
+int run_generate(GenerateArgs a) {
+  if (a.prompt.empty() == a.chat.empty()) {
+    std::fprintf(stderr, "nanoserve generate: give exactly one of -p PROMPT or --chat MESSAGE\n");
+    return 2;
+  }
+  // One request: one sequence, chunks of --prefill-chunk, and a smaller pool
+  // than the server's unless asked otherwise.
+  a.engine.config.max_num_seqs = 1;
+  a.engine.config.max_num_batched_tokens = a.prefill_chunk;
+  if (a.engine.config.num_blocks == 0 && a.engine.kv_cache_memory.empty()) a.engine.kv_cache_memory = "256M";
+  StatusOr<EngineConfig> config = engine_config_from_flags(a.engine);
+  if (!config.ok()) return fail(config.status().to_string());
+
+  const std::string path = a.model.empty() ? default_model_path() : a.model;
+  const auto t_load = Clock::now();
+  ThreadPool pool(a.engine.threads);
+  StatusOr<LoadedEngine> le = load_engine(path, *config, pool);
+  if (!le.ok()) return fail(path + ": " + le.status().to_string());
+  const double load_s = seconds(Clock::now() - t_load);
+  const Tokenizer& tok = *le->tokenizer;
+
+  SamplingParams params;
+  params.temperature = a.temperature;
+  params.top_k = a.top_k;
+  params.top_p = a.top_p;
+  params.min_p = a.min_p;
+  params.max_tokens = a.n;
+  params.stop = a.stop;
+  params.ignore_eos = a.ignore_eos;
+  params.seed = a.seed ? *a.seed : std::random_device{}();
+  if (Status st = params.validate(tok.n_vocab()); !st.ok()) return fail(st.to_string());
+
+  std::string text = a.prompt;
+  if (!a.chat.empty()) {
+    auto tmpl = tok.chat_template().empty() ? StatusOr<ChatTemplate>(ChatTemplate::chatml())
+                                            : ChatTemplate::parse(tok.chat_template());
+    if (!tmpl.ok()) return fail("chat template: " + tmpl.status().to_string());
+    const ChatMessage msg{"user", a.chat};
+    text = tmpl->render(std::span<const ChatMessage>(&msg, 1), true);
+  }
+  std::vector<int32_t> prompt = tok.encode(text, true, true);
+  if (prompt.empty()) return fail("the prompt encodes to no tokens");
+
+  if (a.kv_cache == "naive") {
+    auto model = LlamaModel::load(le->file, pool);
+    if (!model.ok()) return fail(path + ": " + model.status().to_string());
+    return run_naive(*le, **model, prompt, params, a.prefill_chunk, load_s, pool.num_threads());
+  }
+  std::fprintf(stderr, "%s\n", le->engine->capacity_line().c_str());
+  return run_with_engine(*le->engine, std::move(prompt), params, load_s, pool.num_threads());
 }
 
 }  // namespace
@@ -199,13 +220,12 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Sampling seed (default: random)");
   cmd->add_option("--stop", args->stop, "Stop string (repeatable); not printed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end tokens (benchmarks)");
-  cmd->add_option("--threads", args->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--kv-cache", args->kv_cache,
+                  "paged: through the Engine (default); naive: a plain loop over a contiguous cache")
+      ->check(CLI::IsMember({"paged", "naive"}));
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens per forward step")
       ->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--kv-cache", args->kv_cache, "KV cache: paged (default) or naive")
-      ->check(CLI::IsMember({"paged", "naive"}));
-  cmd->add_option("--block-size", args->block_size, "Tokens per KV block of the paged cache")
-      ->check(CLI::Range(1, 4096));
+  add_engine_flags(cmd, args->engine);
   return [args] { return run_generate(*args); };
 }
 
