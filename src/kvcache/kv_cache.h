@@ -35,7 +35,8 @@ class KVCache {
   // Gather path. Writes this step's K/V for `layer`, then returns every
   // sequence's whole history (including this step's tokens).
   //   k, v: [T, n_kv_heads, head_dim] f32
-  virtual KVHistory append(int layer, const Tensor& k, const Tensor& v) = 0;
+  // The returned history is owned by the cache and valid until the next call.
+  virtual const KVHistory& append(int layer, const Tensor& k, const Tensor& v) = 0;
 
   // Fused read. Writes this step's K/V, then attends through the cache's own
   // layout, causally within this step's tokens.

@@ -67,7 +67,7 @@ Status NaiveKVCache::begin_step(const ForwardBatch& batch) {
   return Status::ok_status();
 }
 
-KVHistory NaiveKVCache::append(int layer, const Tensor& k, const Tensor& v) {
+const KVHistory& NaiveKVCache::append(int layer, const Tensor& k, const Tensor& v) {
   NS_CHECK(layer >= 0 && layer < n_layers_) << "layer " << layer;
   const int64_t T = static_cast<int64_t>(step_positions_.size());
   NS_CHECK(k.numel() == T * n_kv_heads_ * head_dim_ && v.numel() == k.numel())

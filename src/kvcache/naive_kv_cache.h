@@ -27,7 +27,7 @@ class NaiveKVCache final : public KVCache {
   // or repeated slot, context past max_seq_len, positions that skip or rewind.
   Status begin_step(const ForwardBatch& batch) override;
   //   k, v: [T, n_kv_heads, head_dim] f32, this step's rows
-  KVHistory append(int layer, const Tensor& k, const Tensor& v) override;
+  const KVHistory& append(int layer, const Tensor& k, const Tensor& v) override;
 
   void free_sequence(int32_t seq);  // back to length 0
   int64_t seq_len(int32_t seq) const { return lens_.at(static_cast<size_t>(seq)); }

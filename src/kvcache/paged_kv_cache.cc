@@ -331,7 +331,7 @@ void PagedKVCache::write(int layer, const Tensor& k, const Tensor& v) {
   }
 }
 
-KVHistory PagedKVCache::append(int layer, const Tensor& k, const Tensor& v) {
+const KVHistory& PagedKVCache::append(int layer, const Tensor& k, const Tensor& v) {
   NS_CHECK(gather_k_.defined()) << "append() on a paged cache built for the fused read (no gather workspace)";
   write(layer, k, v);
   const int64_t row = n_kv_heads_ * head_dim_;

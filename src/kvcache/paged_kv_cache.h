@@ -60,7 +60,7 @@ class PagedKVCache final : public KVCache {
 
   // ---- KVCache ----
   Status begin_step(const ForwardBatch& batch) override;
-  KVHistory append(int layer, const Tensor& k, const Tensor& v) override;
+  const KVHistory& append(int layer, const Tensor& k, const Tensor& v) override;
   bool has_fused_read() const override { return fused_read_; }
   void paged_attention(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int n_rep, float scale,
                        Tensor& out) override;

@@ -183,7 +183,7 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
     if (cache.has_fused_read()) {
       cache.paged_attention(static_cast<int>(l), q3, k3, v3, n_rep, scale, attn3);
     } else {
-      const KVHistory hist = cache.append(static_cast<int>(l), k3, v3);
+      const KVHistory& hist = cache.append(static_cast<int>(l), k3, v3);
       attention(q3, batch, hist, n_rep, scale, attn3, pool, ws.attn_scratch);
     }
     matmul(L.wo, attn, proj, pool, mm_scratch);

@@ -86,7 +86,7 @@ class FakeModel final : public ModelRunner {
       p[2 * t] = static_cast<float>(batch.tokens[t]);
       p[2 * t + 1] = static_cast<float>(batch.positions[t]);
     }
-    const KVHistory h = cache.append(0, kv, kv);
+    const KVHistory& h = cache.append(0, kv, kv);
     const int32_t R = static_cast<int32_t>(batch.logits_rows.size());
     const int32_t vocab = static_cast<int32_t>(config_.vocab_size);
     int32_t b = 0;

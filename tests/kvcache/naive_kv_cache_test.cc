@@ -57,7 +57,7 @@ TEST(NaiveKVCache, AppendWritesAndReturnsWholeHistory) {
       }
     }
     for (int layer = 0; layer < 2; ++layer) {
-      const KVHistory hist = cache.append(layer, k, v);
+      const KVHistory& hist = cache.append(layer, k, v);
       ASSERT_EQ(hist.k.size(), static_cast<size_t>(b.num_seqs()));
       for (int32_t s = 0; s < b.num_seqs(); ++s) {
         for (int32_t p = 0; p < b.context_lens[s]; ++p) {

@@ -144,7 +144,7 @@ class SpyKVCache final : public KVCache {
     std::fill(fused_.begin(), fused_.end(), 0);
     return inner_.begin_step(batch);
   }
-  KVHistory append(int layer, const Tensor& k, const Tensor& v) override {
+  const KVHistory& append(int layer, const Tensor& k, const Tensor& v) override {
     ++appends_.at(layer);
     return inner_.append(layer, k, v);
   }

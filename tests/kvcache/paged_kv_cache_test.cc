@@ -90,7 +90,7 @@ void run_step(PagedKVCache& cache, const ModelConfig& c, const std::vector<Part>
     if (cache.has_fused_read()) {
       cache.paged_attention(layer, q, k, v, static_cast<int>(n_rep), scale, out);
     } else {
-      const KVHistory h = cache.append(layer, k, v);
+      const KVHistory& h = cache.append(layer, k, v);
       std::vector<float> scores(cache.max_seq_len());
       for (int32_t b = 0; b < batch.num_seqs(); ++b) {
         for (int32_t t = batch.seq_starts[b]; t < batch.seq_starts[b + 1]; ++t) {
