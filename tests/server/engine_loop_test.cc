@@ -69,8 +69,10 @@ TEST(EngineLoop, AbortFreesWithinAStep) {
   std::vector<TokenEvent> events;
   while (events.empty()) h->stream->wait_take(&events, 100ms);
   EXPECT_GT(metrics.kv_cache_usage_perc.value(), 0.0);
-  uint64_t steps_before = loop.num_steps();
   loop.abort(*h);
+  // Read after the request: a test thread descheduled before abort() must not
+  // make the loop's ordinary steps look like a late abort.
+  const uint64_t steps_before = loop.num_steps();
   auto rest = collect(*h->stream);
   ASSERT_FALSE(rest.empty());
   EXPECT_EQ(rest.back().finish, FinishReason::kAbort);
