@@ -63,7 +63,8 @@ struct RunFigures {
   double wall_s = 0, output_tps = 0, total_tps = 0;
 };
 
-RunFigures report(const char* label, const std::vector<Completion>& done, double wall_s, int64_t prompt_tokens) {
+RunFigures report(const char* label, const std::vector<Completion>& done, double wall_s,
+                  int64_t prompt_tokens) {
   int64_t out = 0;
   std::vector<double> ttft, tpot;
   int64_t preemptions = 0;
@@ -80,18 +81,20 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
   std::printf(
       "%-8s wall %.2f s | output %.1f tok/s | total %.1f tok/s | TTFT median %.1f ms p99 %.1f ms | "
       "TPOT median %.2f ms p99 %.2f ms | preemptions %lld\n",
-      label, wall_s, f.output_tps, f.total_tps, percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50),
-      percentile(tpot, 99), static_cast<long long>(preemptions));
+      label, wall_s, f.output_tps, f.total_tps, percentile(ttft, 50), percentile(ttft, 99),
+      percentile(tpot, 50), percentile(tpot, 99), static_cast<long long>(preemptions));
   std::fflush(stdout);
   return f;
 }
 
 int run_bench(const BenchArgs& a) {
   if (a.num_prompts < 1 || a.input_len < 1 || a.output_len < 1 || a.range_ratio < 0 || a.range_ratio >= 1 ||
-      a.min_input_len < 0 || a.min_input_len > a.input_len || a.min_output_len < 0 || a.min_output_len > a.output_len) {
-    std::fprintf(stderr,
-                 "nanoserve bench: need --num-prompts, --input-len, --output-len >= 1, 0 <= --range-ratio < 1, "
-                 "and 0 <= --min-*-len <= the matching --*-len\n");
+      a.min_input_len < 0 || a.min_input_len > a.input_len || a.min_output_len < 0 ||
+      a.min_output_len > a.output_len) {
+    std::fprintf(
+        stderr,
+        "nanoserve bench: need --num-prompts, --input-len, --output-len >= 1, 0 <= --range-ratio < 1, "
+        "and 0 <= --min-*-len <= the matching --*-len\n");
     return 2;
   }
   StatusOr<EngineConfig> config = engine_config_from_flags(a.engine);
@@ -124,10 +127,11 @@ int run_bench(const BenchArgs& a) {
     prompt_tokens += static_cast<int64_t>(prompts[i].size());
     output_tokens += params[i].max_tokens;
   }
-  std::printf("%d requests: %lld prompt tokens, %lld output tokens; %d threads, max_num_seqs %d, "
-              "max_num_batched_tokens %d\n",
-              a.num_prompts, static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
-              pool.num_threads(), config->max_num_seqs, config->max_num_batched_tokens);
+  std::printf(
+      "%d requests: %lld prompt tokens, %lld output tokens; %d threads, max_num_seqs %d, "
+      "max_num_batched_tokens %d\n",
+      a.num_prompts, static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
+      pool.num_threads(), config->max_num_seqs, config->max_num_batched_tokens);
   std::fflush(stdout);
 
   GenerateOptions opts;
@@ -176,12 +180,14 @@ CommandRun add_bench_command(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see BENCHMARKS.md)");
   sub->add_option("-m,--model", args->model, "GGUF model file (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
-  sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")->capture_default_str();
+  sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")
+      ->capture_default_str();
   sub->add_option("--output-len", args->output_len, "Output length (max with --min-output-len)")
       ->capture_default_str();
   sub->add_option("--min-input-len", args->min_input_len, "Prompt lengths uniform in [this, --input-len]");
   sub->add_option("--min-output-len", args->min_output_len, "Output lengths uniform in [this, --output-len]");
-  sub->add_option("--range-ratio", args->range_ratio, "Lengths uniform in [L(1-R), L(1+R)]")->capture_default_str();
+  sub->add_option("--range-ratio", args->range_ratio, "Lengths uniform in [L(1-R), L(1+R)]")
+      ->capture_default_str();
   sub->add_option("--seed", args->seed, "Seed of the random prompts and of sampling")->capture_default_str();
   sub->add_flag("--compare-serial", args->compare_serial,
                 "Also run the same requests one at a time and print the speed-up");

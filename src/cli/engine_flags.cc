@@ -14,11 +14,13 @@ StatusOr<int64_t> parse_bytes(const std::string& s) {
   size_t i = 0;
   int64_t v = 0;
   while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
-    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10) return invalid_argument("--kv-cache-memory: too large");
+    if (v > (std::numeric_limits<int64_t>::max() - 9) / 10)
+      return invalid_argument("--kv-cache-memory: too large");
     v = v * 10 + (s[i] - '0');
     ++i;
   }
-  if (i == 0) return invalid_argument("--kv-cache-memory: '" + s + "' is not a byte count (e.g. 1073741824, 512M, 2G)");
+  if (i == 0)
+    return invalid_argument("--kv-cache-memory: '" + s + "' is not a byte count (e.g. 1073741824, 512M, 2G)");
   int shift = 0;
   if (i < s.size()) {
     const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i])));
@@ -27,9 +29,11 @@ StatusOr<int64_t> parse_bytes(const std::string& s) {
     if (i < s.size() && (s[i] == 'i' || s[i] == 'I')) ++i;
     if (i < s.size() && (s[i] == 'b' || s[i] == 'B')) ++i;
     if (shift < 0 || i != s.size())
-      return invalid_argument("--kv-cache-memory: '" + s + "' is not a byte count (e.g. 1073741824, 512M, 2G)");
+      return invalid_argument("--kv-cache-memory: '" + s +
+                              "' is not a byte count (e.g. 1073741824, 512M, 2G)");
   }
-  if (v > (std::numeric_limits<int64_t>::max() >> shift)) return invalid_argument("--kv-cache-memory: too large");
+  if (v > (std::numeric_limits<int64_t>::max() >> shift))
+    return invalid_argument("--kv-cache-memory: too large");
   v <<= shift;
   if (v <= 0) return invalid_argument("--kv-cache-memory must be > 0");
   return v;
@@ -40,13 +44,16 @@ StatusOr<int64_t> parse_bytes(const std::string& s) {
 void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   EngineConfig& c = f.config;
   sub->add_option("--max-num-seqs", c.max_num_seqs, "Most sequences in one step")->capture_default_str();
-  sub->add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "Token budget of one step (prefill chunk)")
+  sub->add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
+                  "Token budget of one step (prefill chunk)")
       ->capture_default_str();
-  sub->add_option("--max-model-len", c.max_model_len, "Longest prompt + output (0: the model's context length)")
+  sub->add_option("--max-model-len", c.max_model_len,
+                  "Longest prompt + output (0: the model's context length)")
       ->capture_default_str();
   sub->add_option("--block-size", c.block_size, "Tokens per KV block")->capture_default_str();
   sub->add_option("--num-blocks", c.num_blocks, "KV pool size in blocks (overrides --kv-cache-memory)");
-  sub->add_option("--kv-cache-memory", f.kv_cache_memory, "KV pool size in bytes, K+V of all layers (e.g. 512M, 2G; default 1G)");
+  sub->add_option("--kv-cache-memory", f.kv_cache_memory,
+                  "KV pool size in bytes, K+V of all layers (e.g. 512M, 2G; default 1G)");
   sub->add_option("--threads", f.threads, "Worker threads (0: all cores)")->capture_default_str();
 }
 

@@ -52,7 +52,9 @@ struct GenerateArgs {
 };
 
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 int fail(const std::string& what) {
   std::fprintf(stderr, "nanoserve generate: %s\n", what.c_str());
@@ -62,11 +64,12 @@ int fail(const std::string& what) {
 void print_timings(double load_s, size_t n_prompt, double prefill_s, int32_t n_out, FinishReason finish,
                    double decode_s, int threads) {
   std::printf("\n");
-  std::fprintf(stderr,
-               "load %.3f s | prompt %zu tokens, prefill %.1f tok/s | generated %d tokens (%s), decode %.1f tok/s "
-               "| threads %d\n",
-               load_s, n_prompt, static_cast<double>(n_prompt) / prefill_s, n_out, finish_reason_name(finish),
-               n_out > 1 ? (n_out - 1) / decode_s : 0.0, threads);
+  std::fprintf(
+      stderr,
+      "load %.3f s | prompt %zu tokens, prefill %.1f tok/s | generated %d tokens (%s), decode %.1f tok/s "
+      "| threads %d\n",
+      load_s, n_prompt, static_cast<double>(n_prompt) / prefill_s, n_out, finish_reason_name(finish),
+      n_out > 1 ? (n_out - 1) / decode_s : 0.0, threads);
 }
 
 // The Engine path: the request is one of the engine's, streamed from step().
@@ -74,7 +77,8 @@ int run_with_engine(Engine& engine, std::vector<int32_t> prompt, const SamplingP
                     int threads) {
   const size_t n_prompt = prompt.size();
   StatusOr<RequestId> id = engine.add_request(std::move(prompt), params);
-  if (!id.ok()) return fail(id.status().to_string() + " (see --kv-cache-memory, --num-blocks, --max-model-len)");
+  if (!id.ok())
+    return fail(id.status().to_string() + " (see --kv-cache-memory, --num-blocks, --max-model-len)");
   std::vector<RequestOutput> outs;
   RequestOutput last;
   while (engine.has_unfinished()) {
@@ -96,8 +100,9 @@ int run_naive(const LoadedEngine& le, LlamaModel& model, const std::vector<int32
   const ModelConfig& cfg = model.config();
   const int64_t max_ctx = static_cast<int64_t>(prompt.size()) + params.max_tokens;
   if (max_ctx > cfg.context_length) {
-    return fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " + std::to_string(params.max_tokens) +
-                " new tokens exceed the model's context of " + std::to_string(cfg.context_length));
+    return fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " +
+                std::to_string(params.max_tokens) + " new tokens exceed the model's context of " +
+                std::to_string(cfg.context_length));
   }
   NaiveKVCache cache(cfg, 1, max_ctx);
   const int64_t chunk = std::min<int64_t>(chunk_tokens, static_cast<int64_t>(prompt.size()));
@@ -208,7 +213,8 @@ int run_generate(GenerateArgs a) {
 
 CommandRun add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt on the CPU, streaming to stdout");
+  CLI::App* cmd =
+      app.add_subcommand("generate", "Generate text from a prompt on the CPU, streaming to stdout");
   cmd->add_option("-m,--model", args->model, "GGUF model file (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   cmd->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");

@@ -20,7 +20,8 @@ uint64_t mix_seed(uint64_t engine_seed, uint64_t id) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std::unique_ptr<ModelRunner> model,
+StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
+                                                 std::unique_ptr<ModelRunner> model,
                                                  const TextStreamFactory* text, ThreadPool* pool) {
   NS_CHECK(model != nullptr) << "Engine::create without a model";
   SchedulerConfig sc;
@@ -36,7 +37,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, std
   auto e = std::unique_ptr<Engine>(new Engine());
   e->config_ = config;
   e->max_model_len_ = config.max_model_len > 0 ? config.max_model_len : mc.context_length;
-  if (e->max_model_len_ <= 0) return invalid_argument("max_model_len: the model has no context length; set one");
+  if (e->max_model_len_ <= 0)
+    return invalid_argument("max_model_len: the model has no context length; set one");
 
   PagedKVCacheOptions ko;
   ko.block_size = config.block_size;
@@ -80,10 +82,11 @@ std::string Engine::capacity_line() const {
   const double mib = static_cast<double>(cache_->pool_bytes()) / (1024.0 * 1024.0);
   const double per_len = static_cast<double>(kv_capacity_tokens()) / static_cast<double>(max_model_len_);
   char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB); up to %.2f sequences of max_model_len %lld",
-                cache_->num_blocks(), cache_->block_size(), static_cast<long long>(kv_capacity_tokens()), mib, per_len,
-                static_cast<long long>(max_model_len_));
+  std::snprintf(
+      buf, sizeof(buf),
+      "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB); up to %.2f sequences of max_model_len %lld",
+      cache_->num_blocks(), cache_->block_size(), static_cast<long long>(kv_capacity_tokens()), mib, per_len,
+      static_cast<long long>(max_model_len_));
   return buf;
 }
 
@@ -91,8 +94,9 @@ StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingPar
   if (prompt.empty()) return invalid_argument("prompt: at least one token is required");
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab_size_) {
-      return invalid_argument("prompt: token " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
-                              " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+      return invalid_argument("prompt: token " + std::to_string(prompt[i]) + " at position " +
+                              std::to_string(i) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab_size_) + ")");
     }
   }
   NS_RETURN_IF_ERROR(params.validate(vocab_size_));
@@ -107,12 +111,14 @@ StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingPar
   if (total > kv_capacity_tokens()) {
     return invalid_argument("prompt (" + std::to_string(prompt.size()) + " tokens) + max_tokens (" +
                             std::to_string(params.max_tokens) + ") = " + std::to_string(total) +
-                            " exceeds the KV cache capacity of " + std::to_string(kv_capacity_tokens()) + " tokens");
+                            " exceeds the KV cache capacity of " + std::to_string(kv_capacity_tokens()) +
+                            " tokens");
   }
   const RequestId id = next_id_.fetch_add(1);
   const uint64_t seed = params.seed.has_value() ? *params.seed : mix_seed(config_.seed, id);
   std::unique_ptr<TextStream> stream = text_ != nullptr ? text_->open(prompt) : nullptr;
-  auto r = std::make_unique<Request>(id, std::move(prompt), std::move(params), seed, eos_ids_, std::move(stream));
+  auto r =
+      std::make_unique<Request>(id, std::move(prompt), std::move(params), seed, eos_ids_, std::move(stream));
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming_.push_back(std::move(r));
@@ -133,7 +139,8 @@ void Engine::abort(RequestId id) {
 
 bool Engine::wait_for_work(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  work_cv_.wait_for(lock, timeout, [&] { return !incoming_.empty() || !aborts_.empty() || has_unfinished(); });
+  work_cv_.wait_for(lock, timeout,
+                    [&] { return !incoming_.empty() || !aborts_.empty() || has_unfinished(); });
   return has_unfinished() || !aborts_.empty();
 }
 
@@ -273,7 +280,8 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
     RequestOutput& out = output_for(r, outputs);
     if (r->params.logprobs) {
       out.top_logprobs.emplace_back();
-      out.logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.top_logprobs, out.top_logprobs.back()));
+      out.logprobs.push_back(
+          sampler_->logprobs(row_logits, token, r->params.top_logprobs, out.top_logprobs.back()));
     }
     if (r->output.empty()) {
       r->first_token_time = Clock::now();
@@ -309,15 +317,19 @@ Status Engine::check_invariants() const {
   const PagedKVCache& c = *cache_;
   if (c.num_free_blocks() + c.num_used_blocks() != c.num_blocks()) {
     return internal_error("free " + std::to_string(c.num_free_blocks()) + " + used " +
-                          std::to_string(c.num_used_blocks()) + " != total " + std::to_string(c.num_blocks()));
+                          std::to_string(c.num_used_blocks()) + " != total " +
+                          std::to_string(c.num_blocks()));
   }
   // Every block held by a table is counted once per holder.
   std::vector<int32_t> holders(c.num_blocks(), 0);
   std::unordered_set<int32_t> seqs;
   for (const Request* r : scheduler_->running()) {
-    if (r->status != RequestStatus::kRunning) return internal_error("a running request is not marked running");
-    if (r->seq < 0 || !c.is_live(r->seq)) return internal_error("running request " + std::to_string(r->id) + " has no sequence");
-    if (!seqs.insert(r->seq).second) return internal_error("two running requests share sequence " + std::to_string(r->seq));
+    if (r->status != RequestStatus::kRunning)
+      return internal_error("a running request is not marked running");
+    if (r->seq < 0 || !c.is_live(r->seq))
+      return internal_error("running request " + std::to_string(r->id) + " has no sequence");
+    if (!seqs.insert(r->seq).second)
+      return internal_error("two running requests share sequence " + std::to_string(r->seq));
     if (c.seq_capacity(r->seq) < r->num_computed)
       return internal_error("request " + std::to_string(r->id) + " computed past its blocks");
     if (r->num_computed > r->num_tokens()) return internal_error("num_computed past the known tokens");
@@ -336,7 +348,8 @@ Status Engine::check_invariants() const {
   for (int32_t blk = 0; blk < c.num_blocks(); ++blk) {
     if (holders[blk] != c.allocator().ref_count(blk)) {
       return internal_error("block " + std::to_string(blk) + " is in " + std::to_string(holders[blk]) +
-                            " tables but has reference count " + std::to_string(c.allocator().ref_count(blk)));
+                            " tables but has reference count " +
+                            std::to_string(c.allocator().ref_count(blk)));
     }
   }
   int64_t used = 0;

@@ -55,8 +55,8 @@ struct RequestOutput {
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
-  std::string stop_string;  // the stop string that finished it, if any
-  std::string error;        // set, with kAbort, if the step failed under it
+  std::string stop_string;                           // the stop string that finished it, if any
+  std::string error;                                 // set, with kAbort, if the step failed under it
   int32_t num_prompt_tokens = 0;
   int32_t num_output_tokens = 0;  // so far, including new_tokens
   int32_t num_preemptions = 0;
@@ -87,7 +87,8 @@ class Engine {
   // `text` may be null (token ids only, no stop strings) and must outlive the
   // engine; its open() is called from add_request's thread. `pool` runs the
   // cache's threads and may be null.
-  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config, std::unique_ptr<ModelRunner> model,
+  static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config,
+                                                  std::unique_ptr<ModelRunner> model,
                                                   const TextStreamFactory* text, ThreadPool* pool);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -113,7 +114,8 @@ class Engine {
   const ModelConfig& model_config() const { return model_->config(); }
   int64_t max_model_len() const { return max_model_len_; }
   int64_t kv_capacity_tokens() const;
-  // "KV cache: 1234 blocks x 16 tokens = 19744 tokens (866.2 MiB); up to 2.41 sequences of max_model_len 8192"
+  // "KV cache: 1234 blocks x 16 tokens = 19744 tokens (866.2 MiB); up to 2.41 sequences of max_model_len
+  // 8192"
   std::string capacity_line() const;
 
   // Internal consistency of queues, requests and blocks; for tests.

@@ -8,7 +8,9 @@ namespace nanoserve {
 
 namespace {
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 void draw_progress(size_t done, size_t total, int64_t out_tokens, double elapsed, bool final) {
   constexpr int kWidth = 30;
@@ -17,15 +19,16 @@ void draw_progress(size_t done, size_t total, int64_t out_tokens, double elapsed
   for (int i = 0; i < kWidth; ++i) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
   bar[kWidth] = '\0';
   const double rate = elapsed > 0 ? static_cast<double>(out_tokens) / elapsed : 0.0;
-  std::fprintf(stderr, "\r[%s] %zu/%zu requests | %.1f output tok/s | %.1f s%s", bar, done, total, rate, elapsed,
-               final ? "\n" : "");
+  std::fprintf(stderr, "\r[%s] %zu/%zu requests | %.1f output tok/s | %.1f s%s", bar, done, total, rate,
+               elapsed, final ? "\n" : "");
   std::fflush(stderr);
 }
 
 }  // namespace
 
 StatusOr<std::vector<Completion>> generate(Engine& engine, std::span<const std::vector<int32_t>> prompts,
-                                           std::span<const SamplingParams> params, const GenerateOptions& options) {
+                                           std::span<const SamplingParams> params,
+                                           const GenerateOptions& options) {
   if (params.size() != 1 && params.size() != prompts.size()) {
     return invalid_argument("generate: " + std::to_string(params.size()) + " sampling params for " +
                             std::to_string(prompts.size()) + " prompts (give 1 or one per prompt)");

@@ -44,6 +44,7 @@ struct LoadedEngine {
 
 // Opens the GGUF, loads weights and tokenizer, and sizes the KV cache (print
 // engine->capacity_line() at start-up). `pool` must outlive the result.
-StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config, ThreadPool& pool);
+StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config,
+                                   ThreadPool& pool);
 
 }  // namespace nanoserve

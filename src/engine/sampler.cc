@@ -135,8 +135,8 @@ void Sampler::rank(int32_t begin, int32_t mid, int32_t end) {
   std::partial_sort(order_.begin() + begin, order_.begin() + mid, order_.begin() + end, better);
 }
 
-int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p, std::span<const int32_t> prompt,
-                        std::span<const int32_t> output, Rng& rng) {
+int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
+                        std::span<const int32_t> prompt, std::span<const int32_t> output, Rng& rng) {
   process_logits(logits, p, prompt, output, work_);
   const int32_t V = vocab_size_;
   const float* l = work_.data();
@@ -229,7 +229,8 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p, 
   int32_t n_keep = k;
   if (use_top_p || use_min_p) {
     // Weights are relative to the max (weight 1), so min-p keeps w >= min_p.
-    const double target = use_top_p ? static_cast<double>(p.top_p) * z : std::numeric_limits<double>::infinity();
+    const double target =
+        use_top_p ? static_cast<double>(p.top_p) * z : std::numeric_limits<double>::infinity();
     double cum = 0.0;
     int32_t ranked = 0;
     int32_t upto = std::min(k, kFirstRankChunk);
@@ -283,7 +284,8 @@ std::span<const float> Sampler::candidate_probs() const {
   return {probs_.data(), static_cast<size_t>(num_candidates_)};
 }
 
-float Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t n, std::vector<TokenLogprob>& top) {
+float Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t n,
+                        std::vector<TokenLogprob>& top) {
   const int32_t V = vocab_size_;
   NS_CHECK_EQ(static_cast<int64_t>(logits.size()), V);
   NS_CHECK(token >= 0 && token < V) << "token " << token;

@@ -37,7 +37,8 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   for (const std::string& s : stop) {
     if (s.empty()) return invalid_argument("stop: stop strings must not be empty");
     if (static_cast<int32_t>(s.size()) > kMaxStopLength)
-      return invalid_argument("stop: a stop string is longer than " + std::to_string(kMaxStopLength) + " bytes");
+      return invalid_argument("stop: a stop string is longer than " + std::to_string(kMaxStopLength) +
+                              " bytes");
   }
   if (static_cast<int32_t>(stop_token_ids.size()) > kMaxStops)
     return invalid_argument("stop_token_ids: at most " + std::to_string(kMaxStops) + " ids");

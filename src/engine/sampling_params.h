@@ -14,9 +14,9 @@ namespace nanoserve {
 struct SamplingParams {
   // 0 means greedy: argmax after penalties, ties to the lowest token id.
   float temperature = 1.0f;
-  int32_t top_k = -1;     // keep the k most likely tokens; -1 (or 0) = off
-  float top_p = 1.0f;     // keep the smallest prefix whose mass reaches top_p; 1 = off
-  float min_p = 0.0f;     // drop tokens with prob < min_p * max prob; 0 = off
+  int32_t top_k = -1;  // keep the k most likely tokens; -1 (or 0) = off
+  float top_p = 1.0f;  // keep the smallest prefix whose mass reaches top_p; 1 = off
+  float min_p = 0.0f;  // drop tokens with prob < min_p * max prob; 0 = off
 
   // vLLM definitions. repetition: over prompt + generated tokens, a logit l
   // becomes l / r if l > 0 else l * r. presence / frequency: over generated
@@ -29,10 +29,10 @@ struct SamplingParams {
   // admission, so output is still a function of (logits, seed) only.
   std::optional<uint64_t> seed;
 
-  int32_t max_tokens = 16;                // generated tokens, >= 1
-  std::vector<std::string> stop;          // stop strings, matched on detokenized text, not emitted
-  std::vector<int32_t> stop_token_ids;    // extra end tokens besides the model's eos ids
-  bool ignore_eos = false;                // keep going past eos (benchmarks)
+  int32_t max_tokens = 16;              // generated tokens, >= 1
+  std::vector<std::string> stop;        // stop strings, matched on detokenized text, not emitted
+  std::vector<int32_t> stop_token_ids;  // extra end tokens besides the model's eos ids
+  bool ignore_eos = false;              // keep going past eos (benchmarks)
 
   // Log-probabilities of the model's own (unprocessed) distribution, as vLLM
   // returns by default: the chosen token's, plus the top_logprobs most likely.

@@ -8,7 +8,8 @@
 namespace nanoserve {
 
 Status SchedulerConfig::validate() const {
-  if (max_num_seqs < 1) return invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
+  if (max_num_seqs < 1)
+    return invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
   if (max_num_batched_tokens < max_num_seqs) {
     return invalid_argument("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) +
                             ") must be >= max_num_seqs (" + std::to_string(max_num_seqs) +
@@ -19,7 +20,8 @@ Status SchedulerConfig::validate() const {
 
 Scheduler::Scheduler(const SchedulerConfig& config, PagedKVCache& cache) : config_(config), cache_(cache) {
   NS_CHECK(config_.validate().ok()) << config_.validate().to_string();
-  NS_CHECK(cache_.max_num_seqs() >= config_.max_num_seqs) << "the cache has fewer sequence handles than max_num_seqs";
+  NS_CHECK(cache_.max_num_seqs() >= config_.max_num_seqs)
+      << "the cache has fewer sequence handles than max_num_seqs";
   running_.reserve(config_.max_num_seqs);
   step_.chunks.reserve(config_.max_num_seqs);
 }

@@ -174,8 +174,8 @@ TEST(Engine, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
   ASSERT_TRUE(e->step(outs).ok());
   ASSERT_TRUE(e->step(outs).ok());
   EXPECT_GT(e->cache().num_used_blocks(), 0);
-  e->abort(a);  // running
-  e->abort(b);  // waiting
+  e->abort(a);      // running
+  e->abort(b);      // waiting
   e->abort(12345);  // unknown: ignored
   ASSERT_TRUE(e->step(outs).ok());
   ASSERT_EQ(outs.size(), 2u);
@@ -236,7 +236,8 @@ TEST(Engine, RandomizedInvariantsUnderPreemptionAndAborts) {
       ASSERT_NE(c.reason, FinishReason::kNone) << "request " << id << " never finished";
       if (c.reason == FinishReason::kAbort) {
         ++aborted;
-        EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin())) << "prefix before the abort";
+        EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
+            << "prefix before the abort";
         continue;
       }
       EXPECT_EQ(c.reason, FinishReason::kLength);
@@ -252,7 +253,8 @@ TEST(Engine, RandomizedInvariantsUnderPreemptionAndAborts) {
 TEST(Engine, OutputIndependentOfBudgetAndBatch) {
   Rng rng(21);
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) prompts.push_back(random_prompt(rng, 1 + static_cast<int32_t>(rng.next_u64() % 50)));
+  for (int i = 0; i < 12; ++i)
+    prompts.push_back(random_prompt(rng, 1 + static_cast<int32_t>(rng.next_u64() % 50)));
   std::vector<std::vector<int32_t>> reference;
   for (int32_t budget : {8, 13, 64}) {
     for (int32_t seqs : {1, 3, 8}) {

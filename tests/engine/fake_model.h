@@ -120,7 +120,9 @@ class FakeText final : public TextStreamFactory {
  public:
   explicit FakeText(std::vector<int32_t> eos) : eos_(std::move(eos)) {}
   std::vector<int32_t> eos_ids() const override { return eos_; }
-  std::unique_ptr<TextStream> open(std::span<const int32_t>) const override { return std::make_unique<Stream>(); }
+  std::unique_ptr<TextStream> open(std::span<const int32_t>) const override {
+    return std::make_unique<Stream>();
+  }
   static std::string text_of(std::span<const int32_t> tokens) {
     std::string s;
     for (int32_t t : tokens) s += static_cast<char>('a' + t % 26);

@@ -24,7 +24,8 @@ std::unique_ptr<Engine> make_engine(const TextStreamFactory* text) {
 TEST(Generate, ReturnsCompletionsInPromptOrder) {
   FakeText text({});
   auto e = make_engine(&text);
-  std::vector<std::vector<int32_t>> prompts{{1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
+  std::vector<std::vector<int32_t>> prompts{
+      {1, 2, 3}, {4}, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}};
   SamplingParams p;
   p.temperature = 0.0f;
   p.max_tokens = 7;

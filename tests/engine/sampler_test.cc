@@ -150,7 +150,7 @@ TEST(Sampler, TopPIsRelativeToTheTopKSet) {
   const std::vector<float> l = log_of({0.4, 0.3, 0.2, 0.1});
   p.top_p = 0.5f;
   EXPECT_EQ(candidates_after(s, l, p), (std::vector<int32_t>{0, 1}));  // 0.4 < 0.5
-  p.top_k = 2;  // renormalised: 4/7 >= 0.5
+  p.top_k = 2;                                                         // renormalised: 4/7 >= 0.5
   EXPECT_EQ(candidates_after(s, l, p), (std::vector<int32_t>{0}));
 }
 
@@ -190,7 +190,8 @@ std::vector<int32_t> reference_candidates(const std::vector<float>& l, const Sam
   const int32_t V = static_cast<int32_t>(l.size());
   std::vector<int32_t> ids(V);
   std::iota(ids.begin(), ids.end(), 0);
-  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
   const float m = l[ids[0]];
   int32_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
   ids.resize(k);

@@ -7,7 +7,9 @@
 namespace nanoserve {
 namespace {
 
-TEST(SamplingParams, DefaultsAreValid) { EXPECT_TRUE(SamplingParams{}.validate(100).ok()); }
+TEST(SamplingParams, DefaultsAreValid) {
+  EXPECT_TRUE(SamplingParams{}.validate(100).ok());
+}
 
 TEST(SamplingParams, EachBadFieldIsNamed) {
   struct Case {
@@ -30,7 +32,11 @@ TEST(SamplingParams, EachBadFieldIsNamed) {
       {[](SamplingParams& p) { p.stop = {std::string(300, 'x')}; }, "stop"},
       {[](SamplingParams& p) { p.stop_token_ids = {100}; }, "stop_token_ids"},
       {[](SamplingParams& p) { p.stop_token_ids = {-1}; }, "stop_token_ids"},
-      {[](SamplingParams& p) { p.logprobs = true; p.top_logprobs = 21; }, "top_logprobs"},
+      {[](SamplingParams& p) {
+         p.logprobs = true;
+         p.top_logprobs = 21;
+       },
+       "top_logprobs"},
       {[](SamplingParams& p) { p.top_logprobs = 2; }, "top_logprobs"},
       {[](SamplingParams& p) { p.n = 0; }, "n must"},
   };

@@ -28,8 +28,8 @@ struct Fixture {
   Request* add(int prompt_len, int max_tokens = 100) {
     SamplingParams p;
     p.max_tokens = max_tokens;
-    requests.push_back(std::make_unique<Request>(requests.size() + 1, std::vector<int32_t>(prompt_len, 1), p, 0,
-                                                 std::span<const int32_t>{}, nullptr));
+    requests.push_back(std::make_unique<Request>(requests.size() + 1, std::vector<int32_t>(prompt_len, 1), p,
+                                                 0, std::span<const int32_t>{}, nullptr));
     scheduler->add(requests.back().get());
     return requests.back().get();
   }
@@ -104,8 +104,8 @@ TEST(Scheduler, SequenceCapLimitsAdmission) {
 TEST(Scheduler, AdmissionNeedsFreeBlocksAndKeepsOrder) {
   Fixture f(4, 4, 64);  // 16 tokens in all
   Request* a = f.add(10);
-  Request* b = f.add(9);   // does not fit beside a (3 + 3 blocks > 4)
-  Request* c = f.add(1);   // would fit, but may not jump the queue
+  Request* b = f.add(9);  // does not fit beside a (3 + 3 blocks > 4)
+  Request* c = f.add(1);  // would fit, but may not jump the queue
   const SchedulerStep& s = f.step();
   ASSERT_EQ(s.chunks.size(), 1u);
   EXPECT_EQ(s.chunks[0].request, a);
