@@ -64,6 +64,7 @@ int fail(const std::string& what) {
 void print_timings(double load_s, size_t n_prompt, double prefill_s, int32_t n_out, FinishReason finish,
                    double decode_s, int threads) {
   std::printf("\n");
+  std::fflush(stdout);  // the text's last line before the stats on stderr
   std::fprintf(
       stderr,
       "load %.3f s | prompt %zu tokens, prefill %.1f tok/s | generated %d tokens (%s), decode %.1f tok/s "
