@@ -1,4 +1,4 @@
-// nanoserve bench: offline throughput (docs/BENCHMARKS: "Offline throughput").
+// nanoserve bench: offline throughput (docs/benchmarks.md, "Offline throughput").
 //
 // N requests of random token ids from a fixed seed, EOS ignored, all handed
 // to the engine at once; throughput = tokens / wall time, prefill included.
@@ -177,7 +177,7 @@ int run_bench(const BenchArgs& a) {
 
 CommandRun add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see BENCHMARKS.md)");
+  CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see docs/benchmarks.md)");
   sub->add_option("-m,--model", args->model, "GGUF model file (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
   sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")

@@ -7,7 +7,7 @@
 // throughput, not a scheduler time slice per loop. Which thread runs which
 // chunk varies; kernels must make each output element's reduction order
 // independent of that, so results are bitwise identical for any thread count
-// (DESIGN.md §3).
+// (docs/architecture.md).
 
 #include <atomic>
 #include <condition_variable>

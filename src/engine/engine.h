@@ -1,5 +1,5 @@
 #pragma once
-// The Engine: requests in, tokens out, one step at a time (DESIGN.md §1, §3).
+// The Engine: requests in, tokens out, one step at a time (docs/architecture.md).
 //
 // Each step(): take in new requests and aborts, let the Scheduler plan the
 // step, build one ForwardBatch (decodes and prefill chunks together, logits

@@ -1,5 +1,5 @@
 #pragma once
-// Turns one row of logits into one token, per request (DESIGN.md §3).
+// Turns one row of logits into one token, per request (docs/architecture.md).
 //
 // Order: penalties (repetition over prompt + generated, presence/frequency
 // over generated, as vLLM defines them), temperature, top-k, top-p, min-p,

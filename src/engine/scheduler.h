@@ -1,5 +1,5 @@
 #pragma once
-// Decides what runs each step (DESIGN.md §3). Policy only: the KV cache owns
+// Decides what runs each step (docs/architecture.md). Policy only: the KV cache owns
 // the blocks and the tables; the scheduler asks it what fits, reserves ahead
 // of the step, and frees on preemption, abort and finish.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// PagedKVCache: the KV cache in fixed-size blocks (DESIGN.md §3).
+// PagedKVCache: the KV cache in fixed-size blocks (docs/architecture.md).
 //
 // Per layer one K pool and one V pool, shared by every sequence:
 //   k_pool(layer), v_pool(layer)  [num_blocks, block_size, n_kv_heads, head_dim] f32

@@ -1,5 +1,5 @@
 #pragma once
-// One step for many sequences, flattened over tokens in CSR form (DESIGN.md §3).
+// One step for many sequences, flattened over tokens in CSR form (docs/architecture.md).
 // The scheduler builds it; the model and the KV cache read it.
 
 #include <cstdint>

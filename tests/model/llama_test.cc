@@ -46,7 +46,7 @@ TEST_F(Llama, GreedyCapitalOfFranceMentionsParis) {
 }
 
 // A sequence's logits are bitwise the same alone or batched with another
-// sequence of a different length (batch invariance, DESIGN.md §3).
+// sequence of a different length (batch invariance, docs/architecture.md).
 TEST_F(Llama, BatchedPrefillAndDecodeEqualAlone) {
   const std::vector<int32_t> a = encode("The quick brown fox"), b = encode("Once upon a time, in a land far away");
   Workspace ws = model_->make_workspace(64, 2, 64);
