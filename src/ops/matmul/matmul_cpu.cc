@@ -1,11 +1,13 @@
 // Fast matmul: blockwise integer dot products against 8-bit activations
-// (AVX-512 VNNI, else AVX2, else scalar), threads over output rows.
+// (AVX-512 VNNI, else AVX2, else scalar), threads over output rows; the
+// quantized kernels work in register tiles of 4 rows x 4 tokens.
 //
 // Reduction order per output element (fixed, whatever T or the thread split):
 // blocks in order; within a block an exact integer dot; each block's scaled
 // partials added into 8 float lanes, the lanes combined pairwise at the end,
 // then the sum of the Q4_1 min terms added.
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -108,19 +110,162 @@ void decode_q4_row(const Block* w, int64_t nb, Q4Row& r) {
   }
 }
 
-float dot_q4(const Q4Row& r, const BlockQ8Act* xa, int64_t nb) {
-  float macc = 0.0f;
 #if defined(__AVX2__)
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i p = dot_u8s8(_mm256_load_si256(reinterpret_cast<const __m256i*>(r.q + b * kBlock)),
-                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs)));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(r.d[b] * xa[b].d), _mm256_cvtepi32_ps(p), acc);
-    macc += r.m[b] * xa[b].s;
+// Register tiles: R weight rows x C tokens per pass over the K blocks, so each
+// decoded weight block is loaded once for C tokens and each activation block
+// once for R rows. Every (row, token) output keeps its own accumulators and
+// sees exactly the per-block operations of an untiled dot (8 float lanes, one
+// fmadd per block with scale d_w * d_x, min terms summed in block order, then
+// hsum8 + min sum), so the result does not depend on R, C, T or the thread split.
+constexpr int kTileRows = 4;
+constexpr int kTileTokens = 4;
+
+// y[t][o0 + i] for i < R, t in [t0, t0 + C).
+template <int R, int C>
+void tile_q4(const Q4Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+  __m256 acc[R][C];
+  __m128 macc[R];  // lane c: the min-term sum of token t0 + c
+  for (int i = 0; i < R; ++i) {
+    macc[i] = _mm_setzero_ps();
+    for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
   }
-  return hsum8(acc) + macc;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i xq[C];
+    __m256 xd[C];
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8Act& a = xa[(t0 + c) * nb + b];
+      xq[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      xd[c] = _mm256_set1_ps(a.d);
+    }
+    auto s_of = [&](int c) { return c < C ? xa[(t0 + c) * nb + b].s : 0.0f; };
+    const __m128 xsv = _mm_setr_ps(s_of(0), s_of(1), s_of(2), s_of(3));
+    for (int i = 0; i < R; ++i) {
+      const __m256i wq = _mm256_load_si256(reinterpret_cast<const __m256i*>(rows[i].q + b * kBlock));
+      const __m256 wd = _mm256_set1_ps(rows[i].d[b]);
+      for (int c = 0; c < C; ++c) {
+        acc[i][c] = _mm256_fmadd_ps(_mm256_mul_ps(wd, xd[c]), _mm256_cvtepi32_ps(dot_u8s8(wq, xq[c])), acc[i][c]);
+      }
+      // Lane-wise m * s then +, the same two roundings as a scalar macc += m * s.
+      macc[i] = _mm_add_ps(macc[i], _mm_mul_ps(_mm_set1_ps(rows[i].m[b]), xsv));
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    alignas(16) float m[4];
+    _mm_store_ps(m, macc[i]);
+    for (int c = 0; c < C; ++c) y[(t0 + c) * N + o0 + i] = hsum8(acc[i][c]) + m[c];
+  }
+}
+
+// A Q8_0 row's per-block scales as f32, and (with VNNI) per block the
+// correction -128 * (sum of each 4 weights) that lets vpdpbusd take the
+// activations as u8 (x + 128): (x + 128) . w - 128 * sum(w) = x . w exactly.
+struct Q8Row {
+  const BlockQ8_0* w;
+  alignas(32) int32_t corr[kMaxQ4K / kBlock * 8];
+  float d[kMaxQ4K / kBlock];
+};
+
+// The correction only pays for itself over several tokens: single-token
+// tiles (C = 1) use the |w| x sign(x, w) form instead, the same exact integers.
+void decode_q8_row(const BlockQ8_0* w, int64_t nb, bool with_corr, Q8Row& r) {
+  r.w = w;
+  for (int64_t b = 0; b < nb; ++b) {
+    r.d[b] = quant::f16_to_f32(w[b].d);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    if (!with_corr) continue;
+    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), wq);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+#endif
+  }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+constexpr int kQ8CorrMinTokens = 2;
 #else
-  float acc = 0.0f;
+constexpr int kQ8CorrMinTokens = 1 << 30;  // never: maddubs would saturate on x + 128
+#endif
+
+template <int R, int C>
+void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+  __m256 acc[R][C];
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i xq[C];
+    __m256 xd[C];
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8Act& a = xa[(t0 + c) * nb + b];
+      xq[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      if constexpr (C >= kQ8CorrMinTokens) {
+        xq[c] = _mm256_xor_si256(xq[c], _mm256_set1_epi8(static_cast<char>(0x80)));  // x + 128 as u8
+      }
+      xd[c] = _mm256_set1_ps(a.d);
+    }
+    for (int i = 0; i < R; ++i) {
+      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i].w[b].qs));
+      const __m256 wd = _mm256_set1_ps(rows[i].d[b]);
+      for (int c = 0; c < C; ++c) {
+        __m256i p;
+        if constexpr (C >= kQ8CorrMinTokens) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+          p = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(rows[i].corr + b * 8)), xq[c], wq);
+#endif
+        } else {
+          // s8 x s8 as |w| (u8) x (x with w's sign).
+          p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq[c], wq));
+        }
+        acc[i][c] = _mm256_fmadd_ps(_mm256_mul_ps(wd, xd[c]), _mm256_cvtepi32_ps(p), acc[i][c]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int c = 0; c < C; ++c) y[(t0 + c) * N + o0 + i] = hsum8(acc[i][c]);
+  }
+}
+
+// All T tokens for R decoded rows o0.., tokens in tiles of kTileTokens.
+template <int R, typename Row, template <int, int> class Kernel>
+void rows_all_tokens(const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N, int64_t o0) {
+  int64_t t = 0;
+  for (; t + kTileTokens <= T; t += kTileTokens) Kernel<R, kTileTokens>::run(rows, xa, nb, t, y, N, o0);
+  switch (T - t) {
+    case 1: Kernel<R, 1>::run(rows, xa, nb, t, y, N, o0); break;
+    case 2: Kernel<R, 2>::run(rows, xa, nb, t, y, N, o0); break;
+    case 3: Kernel<R, 3>::run(rows, xa, nb, t, y, N, o0); break;
+    default: break;
+  }
+  static_assert(kTileTokens == 4, "the remainder switch covers 1..3");
+}
+
+template <int R, int C>
+struct Q4Kernel {
+  static void run(const Q4Row* r, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+    tile_q4<R, C>(r, xa, nb, t0, y, N, o0);
+  }
+};
+template <int R, int C>
+struct Q8Kernel {
+  static void run(const Q8Row* r, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+    tile_q8_0<R, C>(r, xa, nb, t0, y, N, o0);
+  }
+};
+
+// n (1..kTileRows) decoded rows starting at o0.
+template <typename Row, template <int, int> class Kernel>
+void row_group(int n, const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N, int64_t o0) {
+  switch (n) {
+    case 1: rows_all_tokens<1, Row, Kernel>(rows, xa, nb, T, y, N, o0); break;
+    case 2: rows_all_tokens<2, Row, Kernel>(rows, xa, nb, T, y, N, o0); break;
+    case 3: rows_all_tokens<3, Row, Kernel>(rows, xa, nb, T, y, N, o0); break;
+    default: rows_all_tokens<4, Row, Kernel>(rows, xa, nb, T, y, N, o0); break;
+  }
+  static_assert(kTileRows == 4, "the row switch covers 1..4");
+}
+#else
+float dot_q4(const Q4Row& r, const BlockQ8Act* xa, int64_t nb) {
+  float acc = 0.0f, macc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     int isum = 0;
     for (int j = 0; j < kBlock; ++j) isum += r.q[b * kBlock + j] * xa[b].qs[j];
@@ -128,21 +273,9 @@ float dot_q4(const Q4Row& r, const BlockQ8Act* xa, int64_t nb) {
     macc += r.m[b] * xa[b].s;
   }
   return acc + macc;
-#endif
 }
 
 float dot_q8_0(const BlockQ8_0* w, const BlockQ8Act* xa, int64_t nb) {
-#if defined(__AVX2__)
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa[b].qs));
-    // s8 x s8 as |w| (u8) x (x with w's sign).
-    const __m256i p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(quant::f16_to_f32(w[b].d) * xa[b].d), _mm256_cvtepi32_ps(p), acc);
-  }
-  return hsum8(acc);
-#else
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     int isum = 0;
@@ -150,8 +283,8 @@ float dot_q8_0(const BlockQ8_0* w, const BlockQ8Act* xa, int64_t nb) {
     acc += quant::f16_to_f32(w[b].d) * xa[b].d * static_cast<float>(isum);
   }
   return acc;
-#endif
 }
+#endif
 
 // Float weights: 16 interleaved partial sums, combined pairwise.
 template <typename Load>
@@ -214,10 +347,43 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
   const int64_t N = w.dim(0), K = w.dim(1), nb = K / kBlock;
   const int64_t row_bytes = dtype_bytes(w.dtype(), K);
   const auto* base = static_cast<const uint8_t*>(w.data());
+#if defined(__AVX2__)
+  if (is_quantized(w.dtype())) {
+    // Decoded rows on the stack: 4 x ~20 KB (Q4) or 4 x ~34 KB (Q8_0).
+    if (w.dtype() == DType::kQ8_0) {
+      Q8Row rows[kTileRows];
+      for (int64_t o = o_begin; o < o_end; o += kTileRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kTileRows, o_end - o));
+        for (int i = 0; i < n; ++i) {
+          decode_q8_row(reinterpret_cast<const BlockQ8_0*>(base + (o + i) * row_bytes), nb, T >= kQ8CorrMinTokens,
+                        rows[i]);
+        }
+        row_group<Q8Row, Q8Kernel>(n, rows, xa, nb, T, y, N, o);
+      }
+    } else {
+      Q4Row rows[kTileRows];
+      for (int64_t o = o_begin; o < o_end; o += kTileRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kTileRows, o_end - o));
+        for (int i = 0; i < n; ++i) {
+          const uint8_t* row = base + (o + i) * row_bytes;
+          if (w.dtype() == DType::kQ4_1) {
+            decode_q4_row(reinterpret_cast<const BlockQ4_1*>(row), nb, rows[i]);
+          } else {
+            decode_q4_row(reinterpret_cast<const BlockQ4_0*>(row), nb, rows[i]);
+          }
+        }
+        row_group<Q4Row, Q4Kernel>(n, rows, xa, nb, T, y, N, o);
+      }
+    }
+    return;
+  }
+#else
   Q4Row q4;  // on the stack: ~18 KB
+#endif
   for (int64_t o = o_begin; o < o_end; ++o) {
     const void* row = base + o * row_bytes;
     switch (w.dtype()) {
+#if !defined(__AVX2__)
       case DType::kQ4_1:
         decode_q4_row(static_cast<const BlockQ4_1*>(row), nb, q4);
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(q4, xa + t * nb, nb);
@@ -229,6 +395,7 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
       case DType::kQ8_0:
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q8_0(static_cast<const BlockQ8_0*>(row), xa + t * nb, nb);
         break;
+#endif
       case DType::kF32:
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF32{static_cast<const float*>(row)}, x + t * K, K);
         break;

@@ -122,6 +122,29 @@ TEST(Matmul, TokenResultIndependentOfBatch) {
   }
 }
 
+// The quantized kernels tile 4 rows x 4 tokens: a token's result must not
+// depend on where the tile edges fall (T = 67 ends with a partial token tile,
+// N = 67 with a partial row tile; a 5-token window shifts the token tiles).
+TEST(Matmul, TokenResultIndependentOfLargeBatchAcrossTiles) {
+  for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t N = 67, K = 576, T = 67;
+    const Tensor w = encode(random_floats(N * K, 31, 0.3f), N, K, dt);
+    const auto xv = random_floats(T * K, 32);
+    const Tensor yt = run_fast(w, f32_tensor(xv, {T, K}), 2);
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<float> one(xv.begin() + t * K, xv.begin() + (t + 1) * K);
+      const Tensor y1 = run_fast(w, f32_tensor(one, {1, K}), 1);
+      EXPECT_EQ(std::memcmp(y1.data(), yt.data_as<float>() + t * N, static_cast<size_t>(N) * 4), 0)
+          << dtype_name(dt) << " token " << t;
+    }
+    const int64_t first = 5, n = 5;
+    const std::vector<float> window(xv.begin() + first * K, xv.begin() + (first + n) * K);
+    const Tensor yw = run_fast(w, f32_tensor(window, {n, K}), 3);
+    EXPECT_EQ(std::memcmp(yw.data(), yt.data_as<float>() + first * N, static_cast<size_t>(n * N) * 4), 0)
+        << dtype_name(dt) << " tokens " << first << ".." << first + n;
+  }
+}
+
 TEST(Matmul, PairsShareInputAndMatchSeparateCalls) {
   const int64_t K = 64, T = 3;
   const Tensor wa = encode(random_floats(5 * K, 31), 5, K, DType::kQ4_1);
