@@ -60,6 +60,10 @@ int64_t Tensor::dim(int i) const {
 }
 
 int64_t Tensor::numel() const {
+  // An empty shape has 0 elements whatever its other dimensions.
+  for (int64_t d : shape_) {
+    if (d == 0) return 0;
+  }
   return std::accumulate(shape_.begin(), shape_.end(), int64_t{1}, std::multiplies<>());
 }
 

@@ -426,12 +426,17 @@ Status GgufParser::parse(GgufFile* file) {
     }
     uint64_t ne[kMaxDims] = {};
     int64_t numel = 1;
+    // A zero dimension makes the count 0, but the other dimensions must still
+    // multiply without overflow in any order, or shape arithmetic breaks later.
+    int64_t nonzero_product = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       const uint64_t ne_at = pos_;
       s = read(&ne[d], "ne");
       if (!s.ok()) return with_context(s, context);
       if (ne[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          __builtin_mul_overflow(numel, static_cast<int64_t>(ne[d]), &numel)) {
+          __builtin_mul_overflow(numel, static_cast<int64_t>(ne[d]), &numel) ||
+          (ne[d] != 0 &&
+           __builtin_mul_overflow(nonzero_product, static_cast<int64_t>(ne[d]), &nonzero_product))) {
         return with_context(error(ne_at, format("ne[%u]", d),
                                   format("dimension %" PRIu64 " overflows the element count", ne[d])),
                             context);

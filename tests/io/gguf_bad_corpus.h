@@ -157,6 +157,10 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
   add("dim_product_overflow",
       GgufBuilder().tensor("t", {uint64_t{1} << 32, uint64_t{1} << 32}, kGgmlF32, {}).build(), kDL,
       {"tensor 't'", "ne[1] at offset 45", "overflows"});
+  // A zero dimension must not hide an overflowing product of the others.
+  add("dim_product_overflow_after_zero",
+      GgufBuilder().tensor("t", {0, uint64_t{1} << 34, uint64_t{1} << 49}, kGgmlF32, {}).build(), kDL,
+      {"tensor 't'", "ne[2] at offset 53", "overflows"});
   add("dim_above_int64", GgufBuilder().tensor("t", {uint64_t{1} << 63}, kGgmlF32, {}).build(), kDL,
       {"tensor 't'", "ne[0] at offset 37"});
   add("byte_size_overflow", GgufBuilder().tensor("t", {uint64_t{1} << 62}, kGgmlF32, {}).build(), kDL,
