@@ -74,7 +74,7 @@ TEST(Sampler, RepetitionPenaltyOverPromptAndOutputOncePerToken) {
   EXPECT_FLOAT_EQ(in[0], 4.0f) << "the raw logits must not change";
 }
 
-TEST(Sampler, FrequencyAndPresenceOnlyOverGeneratedTokens) {
+TEST(Sampler, FrequencyAndPresencePenaliseGeneratedTokensOnly) {
   Sampler s(5);
   SamplingParams p;
   p.frequency_penalty = 0.5f;
@@ -213,7 +213,7 @@ std::vector<int32_t> reference_candidates(const std::vector<float>& l, const Sam
   return kept;
 }
 
-TEST(Sampler, FiltersMatchFullSortReferenceOnRandomLogits) {
+TEST(Sampler, FiltersMatchFullSortReferenceForRandomLogits) {
   Rng gen(7);
   for (int trial = 0; trial < 60; ++trial) {
     const int32_t V = 1 + static_cast<int32_t>(gen.next_u64() % 3000);

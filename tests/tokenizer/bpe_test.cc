@@ -52,7 +52,7 @@ TEST(Bpe, RankDecidesOverPosition) {
   EXPECT_EQ(run(m, "abab"), (std::vector<int32_t>{257, 257}));
 }
 
-TEST(Bpe, FastEqualsReferenceOnTheRealVocab) {
+TEST(Bpe, FastEqualsReferenceForTheRealVocab) {
   const Tokenizer& tok = testing::default_tokenizer();
   // Rebuild the model from the vocab to reach both implementations.
   const VocabData& v = tok.vocab();

@@ -44,7 +44,7 @@ std::string show(const std::string& s) {
   return j.dump();
 }
 
-TEST(TokenizerParity, MatchesHuggingFaceOnCorpus) {
+TEST(TokenizerParity, MatchesHuggingFaceForCorpus) {
   const Tokenizer& tok = default_tokenizer();
   auto cases = load_cases();
   ASSERT_GE(cases.size(), 300u);

@@ -112,7 +112,7 @@ std::vector<float> run_ref(const Problem& p) {
   return out;
 }
 
-TEST(PagedAttention, CpuMatchesReferenceOnAwkwardShapes) {
+TEST(PagedAttention, CpuMatchesReferenceForAwkwardShapes) {
   std::mt19937 rng(20261129);
   // Decode tokens at contexts 1, 17, 97 and 2048, plus a 17-token prefill
   // chunk ending at 97 and a whole 17-token prompt (causal within the step).

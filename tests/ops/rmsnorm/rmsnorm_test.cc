@@ -30,7 +30,7 @@ TEST(RmsNorm, FastMatchesReference) {
   }
 }
 
-TEST(RmsNorm, ReferenceOnAKnownRow) {
+TEST(RmsNorm, ReferenceForAKnownRow) {
   // x = [3, 4]: mean square 12.5, so y = x / sqrt(12.5) * w.
   const Tensor x = f32_tensor({3, 4}, {1, 2});
   const Tensor w = f32_tensor({1, 2}, {2});
