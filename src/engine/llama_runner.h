@@ -28,6 +28,8 @@ class LlamaRunner final : public ModelRunner {
   StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache) override {
     return model_->forward(batch, cache, ws_);
   }
+  // Times every later forward's phases into *profile (null: stop timing).
+  void set_profile(ForwardProfile* profile) { ws_.profile = profile; }
 
  private:
   std::unique_ptr<LlamaModel> model_;

@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -53,7 +54,47 @@ void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// Charges the time since the previous mark to a phase; free when off.
+class PhaseClock {
+ public:
+  explicit PhaseClock(ForwardProfile* p) : p_(p) {
+    if (p_ != nullptr) {
+      ++p_->calls;
+      last_ = std::chrono::steady_clock::now();
+    }
+  }
+  void mark(ForwardPhase phase) {
+    if (p_ == nullptr) return;
+    const auto now = std::chrono::steady_clock::now();
+    p_->ns[static_cast<int>(phase)] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    last_ = now;
+  }
+
+ private:
+  ForwardProfile* p_;
+  std::chrono::steady_clock::time_point last_;
+};
+
 }  // namespace
+
+const char* forward_phase_name(ForwardPhase p) {
+  switch (p) {
+    case ForwardPhase::kEmbed: return "embedding";
+    case ForwardPhase::kAttnNorm: return "attn rmsnorm";
+    case ForwardPhase::kQkv: return "qkv matmul";
+    case ForwardPhase::kRope: return "rope";
+    case ForwardPhase::kAttention: return "attention (+ kv write)";
+    case ForwardPhase::kOProj: return "o_proj matmul";
+    case ForwardPhase::kFfnNorm: return "ffn rmsnorm";
+    case ForwardPhase::kGateUp: return "gate+up matmul";
+    case ForwardPhase::kSiluMul: return "silu_mul";
+    case ForwardPhase::kDown: return "down matmul";
+    case ForwardPhase::kResidual: return "residual adds";
+    case ForwardPhase::kLmHead: return "final norm + lm_head";
+    case ForwardPhase::kCount: break;
+  }
+  return "?";
+}
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file, ThreadPool& pool) {
   NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
@@ -172,29 +213,42 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
   Tensor v3 = v.reshape({T, c.n_kv_heads, hd}), attn3 = attn.reshape({T, c.n_heads, hd});
   const std::span<const int32_t> positions(batch.positions);
 
+  PhaseClock clock(ws.profile);
   embedding(weights_.tok_embd, batch.tokens, x, pool);
+  clock.mark(ForwardPhase::kEmbed);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayer& L = weights_.layers[static_cast<size_t>(l)];
     rmsnorm(x, L.attn_norm, eps, xn, pool);
+    clock.mark(ForwardPhase::kAttnNorm);
     const MatmulPair qkv[] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
     matmul(qkv, xn, pool, mm_scratch);
+    clock.mark(ForwardPhase::kQkv);
     rope(q3, positions, inv_freq_, pool);
     rope(k3, positions, inv_freq_, pool);
+    clock.mark(ForwardPhase::kRope);
     if (cache.has_fused_read()) {
       cache.paged_attention(static_cast<int>(l), q3, k3, v3, n_rep, scale, attn3);
     } else {
       const KVHistory& hist = cache.append(static_cast<int>(l), k3, v3);
       attention(q3, batch, hist, n_rep, scale, attn3, pool, ws.attn_scratch);
     }
+    clock.mark(ForwardPhase::kAttention);
     matmul(L.wo, attn, proj, pool, mm_scratch);
+    clock.mark(ForwardPhase::kOProj);
     add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
+    clock.mark(ForwardPhase::kResidual);
 
     rmsnorm(x, L.ffn_norm, eps, xn, pool);
+    clock.mark(ForwardPhase::kFfnNorm);
     const MatmulPair gate_up[] = {{&L.w_gate, &gate}, {&L.w_up, &up}};
     matmul(gate_up, xn, pool, mm_scratch);
+    clock.mark(ForwardPhase::kGateUp);
     silu_mul(gate, up, gate, pool);
+    clock.mark(ForwardPhase::kSiluMul);
     matmul(L.w_down, gate, proj, pool, mm_scratch);
+    clock.mark(ForwardPhase::kDown);
     add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
+    clock.mark(ForwardPhase::kResidual);
   }
 
   Tensor last = ws.last.slice_rows(0, R), logits = ws.logits.slice_rows(0, R);
@@ -204,6 +258,7 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
   }
   rmsnorm(last, weights_.output_norm, eps, last, pool);
   matmul(weights_.lm_head, last, logits, pool, mm_scratch);
+  clock.mark(ForwardPhase::kLmHead);
   return logits;
 }
 

@@ -46,6 +46,18 @@ struct LlamaWeights {
   Tensor lm_head;     // [vocab, dim]; tok_embd itself when the embeddings are tied
 };
 
+// Wall time of each phase of forward(), summed over layers and calls, taken
+// only when Workspace::profile points at one (bench/decode_profile_bench.cc).
+enum class ForwardPhase : int {
+  kEmbed, kAttnNorm, kQkv, kRope, kAttention, kOProj, kFfnNorm, kGateUp, kSiluMul, kDown, kResidual, kLmHead,
+  kCount
+};
+const char* forward_phase_name(ForwardPhase p);
+struct ForwardProfile {
+  int64_t ns[static_cast<int>(ForwardPhase::kCount)] = {};
+  int64_t calls = 0;
+};
+
 // The step's buffers, sized for at most max_tokens tokens, max_logits_rows
 // logits rows and histories of max_context positions.
 struct Workspace {
@@ -62,6 +74,7 @@ struct Workspace {
   Tensor logits;  // [max_logits_rows, vocab]
   std::vector<std::byte> matmul_scratch;  // activation blocks of the widest matmul input
   std::vector<float> attn_scratch;        // per-thread score rows
+  ForwardProfile* profile = nullptr;      // not owned; null: no timing
 };
 
 class LlamaModel {

@@ -1,0 +1,173 @@
+// Where one batch-1 decode step's time goes, phase by phase, through the real
+// Engine (scheduler, paged KV cache, sampler) and the real model.
+//
+//   build/decode_profile_bench [--model PATH] [--threads 2] [--prompt-tokens 511] [--new-tokens 128]
+//
+// Prefills one prompt of random token ids, then decodes greedily, timing each
+// Engine::step and, inside it, each phase of the forward (Workspace::profile).
+// Prints per phase the mean time per step, its share, and for the matmuls the
+// weight bandwidth reached; "engine + sampler" is the step minus the forward.
+// Also times the sampler alone and an empty parallel_for (the pool hand-off).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "engine/llama_runner.h"
+#include "engine/sampler.h"
+#include "io/gguf.h"
+#include "model/llama.h"
+
+namespace nanoserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "decode_profile_bench: %s\n", msg.c_str());
+  return 1;
+}
+
+// Weight bytes one decode step streams per matmul phase.
+struct PhaseBytes {
+  int64_t qkv = 0, o = 0, gate_up = 0, down = 0, lm_head = 0;
+};
+
+PhaseBytes phase_bytes(const LlamaWeights& w) {
+  PhaseBytes b;
+  for (const LlamaLayer& L : w.layers) {
+    b.qkv += L.wq.nbytes() + L.wk.nbytes() + L.wv.nbytes();
+    b.o += L.wo.nbytes();
+    b.gate_up += L.w_gate.nbytes() + L.w_up.nbytes();
+    b.down += L.w_down.nbytes();
+  }
+  b.lm_head = w.lm_head.nbytes();
+  return b;
+}
+
+int run(int argc, char** argv) {
+  std::string model_path = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  int threads = 2, prompt_tokens = 511, new_tokens = 128;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) std::exit(fail(a + " needs a value"));
+      return argv[++i];
+    };
+    if (a == "--model") model_path = next();
+    else if (a == "--threads") threads = std::atoi(next());
+    else if (a == "--prompt-tokens") prompt_tokens = std::atoi(next());
+    else if (a == "--new-tokens") new_tokens = std::atoi(next());
+    else return fail("unknown flag " + a);
+  }
+  if (threads < 1 || prompt_tokens < 1 || prompt_tokens > 4096 || new_tokens < 2) return fail("bad sizes");
+
+  ThreadPool pool(threads);
+  StatusOr<std::shared_ptr<const GgufFile>> file = GgufFile::open(model_path);
+  if (!file.ok()) return fail(file.status().to_string());
+  StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::load(*file, pool);
+  if (!model.ok()) return fail(model.status().to_string());
+  const ModelConfig mc = (*model)->config();
+  const PhaseBytes bytes = phase_bytes((*model)->weights());
+  EngineConfig ec;
+  ec.max_model_len = prompt_tokens + new_tokens + 16;
+  auto runner_owned = std::make_unique<LlamaRunner>(std::move(model).value(), ec.max_num_batched_tokens,
+                                                    ec.max_num_seqs, ec.max_model_len);
+  LlamaRunner* runner = runner_owned.get();
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::create(ec, std::move(runner_owned), nullptr, &pool);
+  if (!engine.ok()) return fail(engine.status().to_string());
+
+  std::mt19937 rng(7);
+  std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(mc.vocab_size));
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = new_tokens;
+  params.ignore_eos = true;
+  if (StatusOr<RequestId> id = (*engine)->add_request(prompt, params); !id.ok()) return fail(id.status().to_string());
+
+  std::vector<RequestOutput> outs;
+  const auto t_prefill = Clock::now();
+  if (Status st = (*engine)->step(outs); !st.ok()) return fail(st.to_string());
+  const double prefill_ms = ms_since(t_prefill);
+
+  ForwardProfile prof;
+  runner->set_profile(&prof);
+  double step_ms = 0.0;
+  std::vector<double> per_step;
+  while ((*engine)->has_unfinished()) {
+    const auto t0 = Clock::now();
+    if (Status st = (*engine)->step(outs); !st.ok()) return fail(st.to_string());
+    per_step.push_back(ms_since(t0));
+    step_ms += per_step.back();
+  }
+  runner->set_profile(nullptr);
+  const double steps = static_cast<double>(per_step.size());
+  std::sort(per_step.begin(), per_step.end());
+
+  // The sampler alone on a logits-like row, greedy.
+  Sampler sampler(static_cast<int32_t>(mc.vocab_size));
+  std::vector<float> logits(static_cast<size_t>(mc.vocab_size));
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (float& l : logits) l = nd(rng);
+  Rng srng(1);
+  std::vector<int32_t> hist(prompt.begin(), prompt.end());
+  const int sampler_reps = 200;
+  const auto t_s = Clock::now();
+  int32_t sink = 0;
+  for (int i = 0; i < sampler_reps; ++i) sink += sampler.sample(logits, params, hist, {}, srng);
+  const double sampler_us = ms_since(t_s) * 1000.0 / sampler_reps;
+
+  // The pool hand-off: an empty parallel_for over every thread.
+  const int pool_reps = 20000;
+  const auto t_p = Clock::now();
+  for (int i = 0; i < pool_reps; ++i) pool.parallel_for(threads, [](int64_t, int64_t, int) {});
+  const double pool_us = ms_since(t_p) * 1000.0 / pool_reps;
+
+  double fwd_ms = 0.0;
+  for (int64_t ns : prof.ns) fwd_ms += static_cast<double>(ns) / 1e6;
+  std::printf("decode profile: %s, %d threads, prompt %d tokens (prefill %.1f ms), %d decode steps\n",
+              model_path.c_str(), threads, prompt_tokens, prefill_ms, static_cast<int>(steps));
+  std::printf("step: mean %.3f ms (%.1f tok/s), median %.3f ms, min %.3f ms\n", step_ms / steps,
+              1000.0 * steps / step_ms, per_step[per_step.size() / 2], per_step.front());
+  std::printf("%-24s %9s %7s %10s\n", "phase", "ms/step", "share", "weight GB/s");
+  for (int p = 0; p < static_cast<int>(ForwardPhase::kCount); ++p) {
+    const double ms = static_cast<double>(prof.ns[p]) / 1e6 / steps;
+    int64_t b = 0;
+    switch (static_cast<ForwardPhase>(p)) {
+      case ForwardPhase::kQkv: b = bytes.qkv; break;
+      case ForwardPhase::kOProj: b = bytes.o; break;
+      case ForwardPhase::kGateUp: b = bytes.gate_up; break;
+      case ForwardPhase::kDown: b = bytes.down; break;
+      case ForwardPhase::kLmHead: b = bytes.lm_head; break;
+      default: break;
+    }
+    std::printf("%-24s %9.3f %6.1f%%", forward_phase_name(static_cast<ForwardPhase>(p)), ms,
+                100.0 * ms / (step_ms / steps));
+    if (b > 0) std::printf(" %10.2f", static_cast<double>(b) / (ms * 1e6));
+    std::printf("\n");
+  }
+  const double rest = (step_ms - fwd_ms) / steps;
+  std::printf("%-24s %9.3f %6.1f%%\n", "engine + sampler", rest, 100.0 * rest / (step_ms / steps));
+  const int64_t all = bytes.qkv + bytes.o + bytes.gate_up + bytes.down + bytes.lm_head;
+  std::printf("weights per step %.1f MB: %.2f GB/s over the whole step\n", static_cast<double>(all) / 1e6,
+              static_cast<double>(all) / (step_ms / steps * 1e6));
+  std::printf("sampler alone (greedy, vocab %lld): %.1f us; empty parallel_for: %.2f us (%d)\n",
+              static_cast<long long>(mc.vocab_size), sampler_us, pool_us, sink & 1);
+  return 0;
+}
+
+}  // namespace
+}  // namespace nanoserve
+
+int main(int argc, char** argv) { return nanoserve::run(argc, argv); }
