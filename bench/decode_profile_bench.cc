@@ -31,7 +31,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 int fail(const std::string& msg) {
   std::fprintf(stderr, "decode_profile_bench: %s\n", msg.c_str());
@@ -64,11 +66,16 @@ int run(int argc, char** argv) {
       if (i + 1 >= argc) std::exit(fail(a + " needs a value"));
       return argv[++i];
     };
-    if (a == "--model") model_path = next();
-    else if (a == "--threads") threads = std::atoi(next());
-    else if (a == "--prompt-tokens") prompt_tokens = std::atoi(next());
-    else if (a == "--new-tokens") new_tokens = std::atoi(next());
-    else return fail("unknown flag " + a);
+    if (a == "--model")
+      model_path = next();
+    else if (a == "--threads")
+      threads = std::atoi(next());
+    else if (a == "--prompt-tokens")
+      prompt_tokens = std::atoi(next());
+    else if (a == "--new-tokens")
+      new_tokens = std::atoi(next());
+    else
+      return fail("unknown flag " + a);
   }
   if (threads < 1 || prompt_tokens < 1 || prompt_tokens > 4096 || new_tokens < 2) return fail("bad sizes");
 
@@ -94,7 +101,8 @@ int run(int argc, char** argv) {
   params.temperature = 0.0f;
   params.max_tokens = new_tokens;
   params.ignore_eos = true;
-  if (StatusOr<RequestId> id = (*engine)->add_request(prompt, params); !id.ok()) return fail(id.status().to_string());
+  if (StatusOr<RequestId> id = (*engine)->add_request(prompt, params); !id.ok())
+    return fail(id.status().to_string());
 
   std::vector<RequestOutput> outs;
   const auto t_prefill = Clock::now();
@@ -170,4 +178,6 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace nanoserve
 
-int main(int argc, char** argv) { return nanoserve::run(argc, argv); }
+int main(int argc, char** argv) {
+  return nanoserve::run(argc, argv);
+}

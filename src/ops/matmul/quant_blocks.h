@@ -92,4 +92,11 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 // True for the weight dtypes matmul and embedding read.
 bool row_dtype_supported(DType dtype);
 
+// x[K] -> K/32 activation blocks: d = max|x| / 127, q = nearbyint(x / d)
+// (q = x * (1 / d), 0 when d = 0), s = d * sum(q). PRECOND: K % 32 == 0.
+// quantize_row_q8 is the SIMD version where the CPU has one; it equals the
+// plain loop quantize_row_q8_scalar bit for bit, NaN and infinities included.
+void quantize_row_q8(const float* x, int64_t K, BlockQ8Act* out);
+void quantize_row_q8_scalar(const float* x, int64_t K, BlockQ8Act* out);
+
 }  // namespace nanoserve::quant

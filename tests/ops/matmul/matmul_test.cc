@@ -17,9 +17,12 @@ using testing::f32_tensor;
 using testing::nan_tensor;
 using testing::random_floats;
 
-constexpr DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+constexpr DType kAllTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
+                               DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
 
-bool quantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
+bool quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+}
 
 // One pool per thread count for the whole test binary: starting threads per
 // call would dominate the run time.
@@ -54,7 +57,8 @@ TEST(Matmul, FastMatchesReferenceEveryDtype) {
           const Tensor fast = run_fast(w, x, 2);
           std::vector<float> wrow(static_cast<size_t>(K));
           for (int64_t o = 0; o < N; ++o) {
-            quant::row_to_f32(dt, static_cast<const uint8_t*>(w.data()) + o * dtype_bytes(dt, K), wrow.data(), K);
+            quant::row_to_f32(dt, static_cast<const uint8_t*>(w.data()) + o * dtype_bytes(dt, K), wrow.data(),
+                              K);
             for (int64_t t = 0; t < T; ++t) {
               double qbound = 0, mag = 0;
               for (int64_t b = 0; b < K / 32; ++b) {
@@ -125,23 +129,29 @@ TEST(Matmul, TokenResultIndependentOfBatch) {
 // The quantized kernels tile 4 rows x 4 tokens: a token's result must not
 // depend on where the tile edges fall (T = 67 ends with a partial token tile,
 // N = 67 with a partial row tile; a 5-token window shifts the token tiles).
+// T = 1 has its own kernels (rows read in groups, no decoded tiles): each
+// token alone, with 1, 2 or 3 threads (uneven row splits), must equal its row
+// of the tiled batch, also at the down projection's K = 1536.
 TEST(Matmul, TokenResultIndependentOfLargeBatchAcrossTiles) {
   for (DType dt : {DType::kQ4_1, DType::kQ8_0, DType::kQ4_0}) {
-    const int64_t N = 67, K = 576, T = 67;
-    const Tensor w = encode(random_floats(N * K, 31, 0.3f), N, K, dt);
-    const auto xv = random_floats(T * K, 32);
-    const Tensor yt = run_fast(w, f32_tensor(xv, {T, K}), 2);
-    for (int64_t t = 0; t < T; ++t) {
-      const std::vector<float> one(xv.begin() + t * K, xv.begin() + (t + 1) * K);
-      const Tensor y1 = run_fast(w, f32_tensor(one, {1, K}), 1);
-      EXPECT_EQ(std::memcmp(y1.data(), yt.data_as<float>() + t * N, static_cast<size_t>(N) * 4), 0)
-          << dtype_name(dt) << " token " << t;
+    for (int64_t K : {576, 1536}) {
+      const int64_t N = 67, T = K == 576 ? 67 : 9;
+      const Tensor w = encode(random_floats(N * K, 31, 0.3f), N, K, dt);
+      const auto xv = random_floats(T * K, 32);
+      const Tensor yt = run_fast(w, f32_tensor(xv, {T, K}), 2);
+      for (int64_t t = 0; t < T; ++t) {
+        const std::vector<float> one(xv.begin() + t * K, xv.begin() + (t + 1) * K);
+        const Tensor y1 = run_fast(w, f32_tensor(one, {1, K}), 1 + static_cast<int>(t % 3));
+        EXPECT_EQ(std::memcmp(y1.data(), yt.data_as<float>() + t * N, static_cast<size_t>(N) * 4), 0)
+            << dtype_name(dt) << " K " << K << " token " << t;
+      }
+      if (K != 576) continue;
+      const int64_t first = 5, n = 5;
+      const std::vector<float> window(xv.begin() + first * K, xv.begin() + (first + n) * K);
+      const Tensor yw = run_fast(w, f32_tensor(window, {n, K}), 3);
+      EXPECT_EQ(std::memcmp(yw.data(), yt.data_as<float>() + first * N, static_cast<size_t>(n * N) * 4), 0)
+          << dtype_name(dt) << " tokens " << first << ".." << first + n;
     }
-    const int64_t first = 5, n = 5;
-    const std::vector<float> window(xv.begin() + first * K, xv.begin() + (first + n) * K);
-    const Tensor yw = run_fast(w, f32_tensor(window, {n, K}), 3);
-    EXPECT_EQ(std::memcmp(yw.data(), yt.data_as<float>() + first * N, static_cast<size_t>(n * N) * 4), 0)
-        << dtype_name(dt) << " tokens " << first << ".." << first + n;
   }
 }
 
@@ -196,7 +206,8 @@ TEST(Matmul, KQuantFallbackMatchesReference) {
     matmul_ref(w, x, ref);
     const Tensor fast = run_fast(w, x, 2);
     for (int64_t i = 0; i < T * N; ++i) {
-      ASSERT_NEAR(fast.data_as<float>()[i], ref.data_as<float>()[i], 1e-4f * (1 + std::fabs(ref.data_as<float>()[i])))
+      ASSERT_NEAR(fast.data_as<float>()[i], ref.data_as<float>()[i],
+                  1e-4f * (1 + std::fabs(ref.data_as<float>()[i])))
           << dtype_name(dt) << " element " << i;
     }
   }
