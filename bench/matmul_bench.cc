@@ -5,6 +5,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -51,6 +52,41 @@ void BM_Matmul(benchmark::State& state, DType dt) {
   state.counters["GMAC/s"] =
       benchmark::Counter(static_cast<double>(N * K * T) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
+
+// T = 1 with the weights in DRAM, as in a decode step (the model, 92 MiB, is
+// larger than the 32 MiB L3): each iteration reads the next of enough copies
+// of W to fill 256 MiB, so no copy is still cached when its turn comes again.
+void BM_MatmulDram(benchmark::State& state, DType dt) {
+  const int64_t N = state.range(0), K = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  ThreadPool pool(threads);
+  const Tensor w0 = random_weight(dt, N, K);
+  const int64_t copies = std::max<int64_t>(2, (int64_t{256} << 20) / w0.nbytes());
+  std::vector<Tensor> ws;
+  for (int64_t c = 0; c < copies; ++c) {
+    ws.push_back(Tensor::empty(dt, {N, K}));
+    std::memcpy(ws.back().data(), w0.data(), static_cast<size_t>(w0.nbytes()));
+  }
+  Tensor x = Tensor::empty(DType::kF32, {1, K});
+  std::mt19937 rng(2);
+  std::normal_distribution<float> dist;
+  for (int64_t i = 0; i < K; ++i) x.data_as<float>()[i] = dist(rng);
+  Tensor y = Tensor::empty(DType::kF32, {1, N});
+  std::vector<std::byte> scratch(static_cast<size_t>(matmul_scratch_bytes(1, K)));
+  int64_t c = 0;
+  for (auto _ : state) {
+    matmul(ws[static_cast<size_t>(c)], x, y, pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+    c = c + 1 == copies ? 0 : c + 1;
+  }
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(static_cast<double>(w0.nbytes()) * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// {N, K, threads}: gate+up as one (3072 x 576), down (576 x 1536), q (576 x 576), lm_head (49152 x 576).
+BENCHMARK_CAPTURE(BM_MatmulDram, Q4_1, DType::kQ4_1)
+    ->Args({3072, 576, 2})->Args({576, 1536, 2})->Args({576, 576, 2})->Args({3072, 576, 1})->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulDram, Q8_0, DType::kQ8_0)->Args({49152, 576, 2})->UseRealTime();
 
 // {N, K, T, threads}: ffn_up/gate (1536 x 576), ffn_down (576 x 1536), lm_head (49152 x 576).
 BENCHMARK_CAPTURE(BM_Matmul, Q4_1, DType::kQ4_1)

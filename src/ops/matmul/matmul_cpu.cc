@@ -219,26 +219,31 @@ void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, 
 // R rows at a time give R independent accumulator chains per block (one row
 // alone is bound by the 4-cycle fmadd latency of its chain).
 constexpr int kGemvRows = 4;
+// How far ahead the prefetch runs, in groups of kGemvRows rows.
+constexpr int kGemvPrefetchGroups = 2;
 
 // R rows read in step defeat the hardware stream prefetcher (measured: T = 1
 // matmuls ~2x slower than one row at a time with weights in DRAM), so each
-// block step also prefetches its share of the next group of R rows, which
-// keeps the thread's range streaming. `limit`: the end of the thread's rows.
+// block step also prefetches its share of the group of R rows
+// kGemvPrefetchGroups ahead, which keeps the thread's range streaming (one
+// group ahead measured a few % slower, docs/forward.md). `limit`: the end of
+// the thread's rows.
 class GemvPrefetch {
  public:
   GemvPrefetch(const uint8_t* base, int64_t row_bytes, int64_t o0, int R, int64_t nb, const uint8_t* limit)
-      : next_(base + (o0 + R) * row_bytes), step_((R * row_bytes + nb - 1) / nb), limit_(limit) {}
-  void at(int64_t b) const {
-    const uint8_t* a = next_ + b * step_;
-    for (const uint8_t* l = a; l < a + step_ && l < limit_; l += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
-    }
+      : next_(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>((o0 + kGemvPrefetchGroups * R) * row_bytes)),
+        step_(static_cast<uintptr_t>((R * row_bytes + nb - 1) / nb)),
+        limit_(reinterpret_cast<uintptr_t>(limit)) {}
+  void at(int64_t b) const { range(next_ + static_cast<uintptr_t>(b) * step_, step_, limit_); }
+  // Prefetches [a, a + n) up to limit.
+  static void range(uintptr_t a, uintptr_t n, uintptr_t limit) {
+    for (uintptr_t l = a; l < a + n && l < limit; l += 64) _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
   }
 
  private:
-  const uint8_t* next_;
-  int64_t step_;  // bytes of the next group per block step
-  const uint8_t* limit_;
+  uintptr_t next_;
+  uintptr_t step_;  // bytes of that group per block step
+  uintptr_t limit_;
 };
 
 // Q4_0 / Q4_1: per block one 32-bit load of (d, m) as f16, a multiply by the
@@ -307,7 +312,8 @@ void gemv_q8_0(const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int
     const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
     const __m128 xd = _mm_set_ss(a.d);
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, xq));
+    const __m256i corr =
+        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, xq));
 #endif
     for (int i = 0; i < R; ++i) {
       const BlockQ8_0& w = rows[i][b];
@@ -338,6 +344,11 @@ void gemv_group(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8A
 void gemv_rows(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64_t nb, float* y,
                int64_t o_begin, int64_t o_end) {
   const uint8_t* limit = base + o_end * row_bytes;
+  // The groups before the first that a block step prefetches: ask for them
+  // now, while the first group's demand loads start.
+  const auto first = reinterpret_cast<uintptr_t>(base + (o_begin + kGemvRows) * row_bytes);
+  GemvPrefetch::range(first, static_cast<uintptr_t>((kGemvPrefetchGroups - 1) * kGemvRows * row_bytes),
+                      reinterpret_cast<uintptr_t>(limit));
   int64_t o = o_begin;
   for (; o + kGemvRows <= o_end; o += kGemvRows) gemv_group<kGemvRows>(dt, base, row_bytes, xa, nb, y, o, limit);
   for (; o < o_end; ++o) gemv_group<1>(dt, base, row_bytes, xa, nb, y, o, limit);
