@@ -381,8 +381,12 @@ int main(int argc, char** argv) {
   variants.push_back({"default", {}, false});
   variants.push_back({"head-major", opt(SplitReduce::kKernel, 0, 0, head_major), false});
   variants.push_back({"last-block", opt(SplitReduce::kLastBlock, 0, 0), true});
+  PagedAttentionCudaOptions late_kv;
+  late_kv.early_kv = false;
+  variants.push_back({"no early K/V", late_kv, true});
   variants.push_back({"2 stages", opt(SplitReduce::kKernel, 0, 2), true});
   variants.push_back({"3 stages", opt(SplitReduce::kKernel, 0, 3), true});
+  variants.push_back({"4 stages", opt(SplitReduce::kKernel, 0, 4), true});
   variants.push_back({"split>=2 tiles", opt(SplitReduce::kKernel, 2, 0), true});
   variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
 

@@ -8,10 +8,11 @@
 //    mma.m16n8k16 tile (rows G..15 are zero), so each K/V byte of the split is
 //    read from memory once for all of them (GQA), and S = Q K^T and O += P V
 //    each cost one mma per 8 tokens x 16 dims instead of scalar FMA chains;
-//  - each warp streams its own tokens global -> shared with cp.async (16 bytes
-//    a lane, 2 to 4 stages deep, rows XOR-swizzled so ldmatrix is conflict-free) and
-//    reads them back with ldmatrix (.trans for V): warps never wait for each
-//    other until the end of the split;
+//  - each warp streams its own tokens global -> shared with bulk copies (one
+//    K or V row of a head a copy, a lane a row, completing on the warp's
+//    mbarrier for that stage; 2 to 4 stages deep; rows padded by 16 bytes so
+//    ldmatrix is conflict-free) and reads them back with ldmatrix (.trans for
+//    V): warps never wait for each other until the end of the split;
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
 //    dtype for the P V product (as flash attention does), l stays f32;
 //  - at the end the warps are merged in warp order through shared memory. A
@@ -41,25 +42,33 @@ constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
 constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
-// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either head_dim.
-constexpr int kStageBytesPerWarp = 8192;
-// 32 KB a stage: 2 stages = 64 KB, 3 blocks an SM; 4 stages = 128 KB, 1 block.
-constexpr int kSmemBytesPerStage = kWarps * kStageBytesPerWarp;
-constexpr int kMaxSmemBytes = kMaxStages * kSmemBytesPerStage;
+// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB of them at
+// either head_dim, in rows padded by one 16-byte chunk (8.5 or 9 KB).
+constexpr int kStagePayloadPerWarp = 8192;
 
 template <int HD>
 struct Geometry {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static constexpr int kChunks = HD / 8;                                 // 16-byte chunks in a row
-  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * HD * 2);  // 16 (HD 128) or 32 (HD 64)
-  static constexpr int kTileTokens = kWarps * kWarpTokens;               // a block's tokens per stage
-  static constexpr int kStageChunks = kWarpTokens * kChunks;             // K (or V) chunks a warp-stage
-  static constexpr int kCopiesPerLane = kStageChunks / 32;               // 8
-  static_assert(kStageChunks % 32 == 0 && kWarpTokens % 16 == 0, "whole mma tiles");
+  static constexpr int kChunks = HD / 8;                                   // 16-byte chunks in a row
+  static constexpr int kRowBytes = HD * 2;                                 // one head's K (or V) row
+  static constexpr int kRowChunks = kChunks + 1;                           // a row in shared memory, padded
+  static constexpr int kWarpTokens = kStagePayloadPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;                 // a block's tokens per stage
+  static constexpr int kStageChunks = kWarpTokens * kRowChunks;            // K (or V) chunks a warp-stage
+  static constexpr int kCopiesPerLane = 2 * kWarpTokens / 32;              // rows (K and V) a lane copies
+  static_assert(kWarpTokens % 16 == 0 && (2 * kWarpTokens) % 32 == 0, "whole mma tiles, whole lanes");
 };
 
 __host__ __device__ inline int tile_tokens(int head_dim) {
-  return kWarps * (kStageBytesPerWarp / (4 * head_dim));
+  return kWarps * (kStagePayloadPerWarp / (4 * head_dim));
+}
+// Shared memory of one pipeline stage (all warps), and the stages' mbarriers.
+inline int smem_bytes_per_stage(int head_dim) {
+  return 2 * tile_tokens(head_dim) * (head_dim / 8 + 1) * 16;
+}
+constexpr int kBarrierBytes = kWarps * kMaxStages * 8;
+inline int smem_bytes(int head_dim, int stages) {
+  return stages * smem_bytes_per_stage(head_dim) + kBarrierBytes;
 }
 
 // A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
@@ -119,29 +128,52 @@ struct Elem<__half> {
 
 // ---- small PTX helpers ---------------------------------------------------------
 
-// 16-byte global -> shared copy; with pred false it writes 16 zero bytes instead
-// (so masked slots hold finite values: 0 * p stays 0).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const int n = pred ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
+// mbarriers (sm_90): a stage's copies complete on one; its phase flips when the
+// expected bytes have all landed.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+// Makes the barrier inits and earlier ordinary shared-memory stores visible to
+// the bulk-copy engine (the async proxy).
+__device__ __forceinline__ void fence_for_async_proxy() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned)
+// global -> shared, counted against `bar`'s expected bytes.
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(smem)),
+      "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
 }
 // Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  const uint32_t a = smem_addr(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  const uint32_t a = smem_addr(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
@@ -159,11 +191,12 @@ __device__ __forceinline__ void wait_primary_grid() {
 #endif
 }
 
-// Chunk c of row r of a [rows][kChunks] tile of 16-byte chunks, XOR-swizzled so
-// that 8 consecutive rows at one logical chunk fall in 8 different bank groups.
+// Chunk c of row r of a [rows][kRowChunks] tile of 16-byte chunks: rows are
+// padded by one chunk, so 8 consecutive rows at one chunk fall in 8 different
+// bank groups.
 template <int HD>
-__device__ __forceinline__ int swizzle(int r, int c) {
-  return r * Geometry<HD>::kChunks + (c ^ (r & 7));
+__device__ __forceinline__ int chunk_at(int r, int c) {
+  return r * Geometry<HD>::kRowChunks + c;
 }
 
 // ---- kernels -------------------------------------------------------------------
@@ -190,7 +223,7 @@ struct AttnParams {
   int64_t head_stride;
   int64_t token_stride;
   T* out;                    // [T, n_heads, HD]
-  const int32_t* row_seq;    // [T] the sequence of each token
+  const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
   const int32_t* positions;  // [T]
   const int32_t* block_tables;
   float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
@@ -207,19 +240,22 @@ struct AttnParams {
   int min_split_tiles;
   int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
+  bool early_kv;     // PagedAttentionCudaOptions::early_kv, with a dependent launch
   float scale_log2;  // scale * log2(e)
 };
 
 struct RowInfo {
   int seq;
-  int ctx;  // positions [0, ctx) are visible to this row
+  int ctx;     // positions [0, ctx) are visible to this row
+  int stable;  // positions [0, stable) were written before this step
 };
 
 // Token t sees [0, positions[t]] of its sequence. Two independent loads (the
 // host maps tokens to sequences once a step), not a search.
 template <typename T>
 __device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
-  return {__ldg(p.row_seq + t), __ldg(p.positions + t) + 1};
+  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + t);
+  return {meta.x, __ldg(p.positions + t) + 1, meta.y};
 }
 
 // One warp combines the n_splits partials of one (row, head):
@@ -281,13 +317,14 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
 template <typename T, int HD, int G>
 __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(const AttnParams<T> p) {
   using Geo = Geometry<HD>;
-  constexpr int kChunks = Geo::kChunks;
   constexpr int kWT = Geo::kWarpTokens;
   constexpr int kNT = kWT / 8;  // n-tiles of S (8 tokens each)
   constexpr int kKS = HD / 16;  // k-steps of S (16 dims each)
   constexpr int kOT = HD / 8;   // n-tiles of O (8 dims each)
   static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
-  extern __shared__ uint4 smem[];  // [kWarps][stages][K,V][kWT rows][kChunks] swizzled; reused by the merge
+  // [kWarps][stages][K,V][kWT rows][kRowChunks], then the mbarriers
+  // [kWarps][kMaxStages]; the rows are reused by the merge.
+  extern __shared__ uint4 smem[];
   __shared__ int is_last_block;
 
   launch_dependents();  // the next kernel may be scheduled while this grid runs
@@ -322,10 +359,66 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   int32_t entries[kMaxStages];
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) entries[i] = i < stages ? table_entries(i) : 0;
-  // Launched with programmatic dependent launch: until here only this step's
-  // metadata was read. q, the pools, the partials and counters may still be in
-  // use by the kernel before this one.
+  const int bs_mask = (1 << p.block_size_log2) - 1;
+  const T* k_head = p.k_pool + kvh * p.head_stride;
+  const T* v_head = p.v_pool + kvh * p.head_stride;
+  uint4* warp_smem = smem + warp * (stages * 2 * Geo::kStageChunks);
+  // One mbarrier a stage of this warp, after every stage's rows.
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kWarps * stages * 2 * Geo::kStageChunks) + warp * kMaxStages;
+  if (lane < stages) mbarrier_init(bars + lane, 1);
+  // A row past the end of the split is not copied, so the P V product reads
+  // whatever its stage held; P is 0 there, which keeps the output exact only if
+  // the row is finite. Rows of an earlier tile are; fresh shared memory may not
+  // be, so it is zeroed when a tile of this split is partial.
+  if ((end - begin) % Geo::kTileTokens != 0) {
+    for (int i = lane; i < stages * 2 * Geo::kStageChunks; i += 32) warp_smem[i] = make_uint4(0, 0, 0, 0);
+  }
+  fence_for_async_proxy();  // the inits and the zeros, before the copy engine writes here
+  __syncwarp();
+
+  // This warp's kWT tokens of `tile` into stage `slot`: lane l copies row l % kWT
+  // of K (l < kWT) or V, and the next kWT rows when there are more (HD 64),
+  // if its position is in [lo, hi). With `expect`, the stage's barrier is first
+  // told the bytes of every row inside the split (a stage may be copied in two
+  // calls, the second without `expect`).
+  auto issue = [&](int tile, int slot, int32_t entry, bool expect, int lo, int hi) {
+    uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
+    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
+    const int rows = max(0, min(kWT, end - warp_begin));
+    if (expect) {
+      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, 2 * rows * Geo::kRowBytes);
+      __syncwarp();  // expected before any copy can complete
+    }
+    const int first_blk = warp_begin >> p.block_size_log2;
+#pragma unroll
+    for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
+      const int idx = lane + 32 * i;
+      const int r = idx % kWT;
+      const bool is_v = idx >= kWT;
+      const int pos = warp_begin + r;
+      const int32_t blk = __shfl_sync(0xffffffffu, entry, max(0, min(3, (pos >> p.block_size_log2) - first_blk)));
+      if (r < rows && pos >= lo && pos < hi) {
+        const int64_t off = blk * p.block_stride + (pos & bs_mask) * p.token_stride;
+        bulk_copy(sk + (is_v ? Geo::kStageChunks : 0) + r * Geo::kRowChunks, (is_v ? v_head : k_head) + off,
+                  Geo::kRowBytes, bars + slot);
+      }
+    }
+  };
+
+  // Every stage in flight from the start. Launched with programmatic dependent
+  // launch, the kernel before this one may still be writing q, this step's K/V
+  // or reading the partials; positions before this step's first were written
+  // by earlier steps, so their rows are copied before the wait, the rest after.
+  const int early_until = p.early_kv ? ri.stable : 0;
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) {
+    if (i < stages && i < n_tiles) issue(i, i, entries[i], true, 0, early_until);
+  }
   wait_primary_grid();
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) {
+    if (i < stages && i < n_tiles) issue(i, i, entries[i], false, early_until, end);
+  }
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const int head0 = group * G;               // first head of the group within the kv head's n_rep
@@ -344,76 +437,6 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     }
   }
 
-  const int bs_mask = (1 << p.block_size_log2) - 1;
-  const T* k_head = p.k_pool + kvh * p.head_stride;
-  const T* v_head = p.v_pool + kvh * p.head_stride;
-  uint4* warp_smem = smem + warp * (stages * 2 * Geo::kStageChunks);
-
-  // Lane l copies chunk c0 of rows r0, r0 + kRowStep, ... of each warp-stage
-  // (kCopiesPerLane rows): the same 16-byte column of K and V.
-  constexpr int kRowStep = 32 / kChunks;
-  const int r0 = lane / kChunks, c0 = lane % kChunks;
-  // With blocks of at least kWT tokens a warp-stage lies in one block (its
-  // first token is a multiple of kWT): one table entry, one 64-bit base, and a
-  // constant stride between a lane's rows. Smaller blocks take the general path.
-  const bool one_block = (1 << p.block_size_log2) >= kWT;
-  const int64_t row_step = kRowStep * p.token_stride;
-
-  // This warp's kWT tokens of `tile` into stage `slot`, one cp.async group.
-  auto issue = [&](int tile, int slot, int32_t entry) {
-    uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
-    uint4* sv = sk + Geo::kStageChunks;
-    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
-    if (one_block) {
-      const int32_t blk = __shfl_sync(0xffffffffu, entry, 0);
-      int64_t off = blk * p.block_stride + ((warp_begin & bs_mask) + r0) * p.token_stride + c0 * 8;
-#pragma unroll
-      for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
-        const int r = r0 + kRowStep * i;
-        const bool ok = warp_begin + r < end;
-        cp_async16(sk + swizzle<HD>(r, c0), k_head + (ok ? off : 0), ok);
-        cp_async16(sv + swizzle<HD>(r, c0), v_head + (ok ? off : 0), ok);
-        off += row_step;
-      }
-    } else {
-      const int first_blk = warp_begin >> p.block_size_log2;
-#pragma unroll
-      for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
-        const int r = r0 + kRowStep * i;
-        const int pos = warp_begin + r;
-        const bool ok = pos < end;
-        const int32_t blk = __shfl_sync(0xffffffffu, entry, (pos >> p.block_size_log2) - first_blk);
-        const int64_t off = ok ? blk * p.block_stride + (pos & bs_mask) * p.token_stride + c0 * 8 : 0;
-        cp_async16(sk + swizzle<HD>(r, c0), k_head + off, ok);
-        cp_async16(sv + swizzle<HD>(r, c0), v_head + off, ok);
-      }
-    }
-    cp_async_commit();
-  };
-  // Waits until stage `tile` has landed (stages - 1 later groups may pend).
-  auto wait_stage = [&]() {
-    if (stages == 2) {
-      cp_async_wait<1>();
-    } else if (stages == 3) {
-      cp_async_wait<2>();
-    } else {
-      cp_async_wait<3>();
-    }
-    __syncwarp();  // every lane's copies: ldmatrix reads rows other lanes copied
-  };
-
-#pragma unroll
-  for (int i = 0; i < kMaxStages; ++i) {  // every stage in flight from the start
-    if (i >= stages) break;
-    if (i < n_tiles) {
-      issue(i, i, entries[i]);
-    } else {
-      cp_async_commit();  // empty group: keeps the wait_group count uniform
-    }
-  }
-
-  // The block-table entry of the next refill, loaded one iteration ahead so the
-  // refill never waits on it.
   int32_t next_entry = table_entries(stages);
   float m = -INFINITY;  // running max of row gid (same in the 4 lanes of a quad)
   float l = 0.0f;       // this lane's share of the row's running sum
@@ -421,8 +444,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 #pragma unroll
   for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-  for (int tile = 0, slot = 0; tile < n_tiles; ++tile, slot = slot + 1 == stages ? 0 : slot + 1) {
-    wait_stage();
+  for (int tile = 0, slot = 0, phase = 0; tile < n_tiles; ++tile) {
+    mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
     const uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
     const uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
@@ -435,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 #pragma unroll
       for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
         uint32_t b[4];  // k-steps 2 ks2 and 2 ks2 + 1 of tokens 8 j .. 8 j + 7
-        ldmatrix_x4(b, sk + swizzle<HD>(8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+        ldmatrix_x4(b, sk + chunk_at<HD>(8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
         Elem<T>::mma(s[j], qa[2 * ks2], b[0], b[1]);
         Elem<T>::mma(s[j], qa[2 * ks2 + 1], b[2], b[3]);
       }
@@ -483,20 +506,16 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
       for (int j2 = 0; j2 < kOT / 2; ++j2) {
         uint32_t b[4];  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15
         ldmatrix_x4_trans(
-            b, sv + swizzle<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+            b, sv + chunk_at<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
         Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
         Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
       }
     }
     __syncwarp();  // every lane is done reading this stage: refill it
-    if (tile + stages < n_tiles) {
-      issue(tile + stages, slot, next_entry);
-    } else {
-      cp_async_commit();
-    }
+    if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 0, end);
     next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
+    if (++slot == stages) slot = 0, phase ^= 1;
   }
-  cp_async_wait<0>();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   __syncthreads();  // every warp is done with its stages: reuse them for the merge
@@ -650,8 +669,8 @@ int log2_exact(int64_t x) {
 PagedBatchCuda::PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq)
     : cap_tokens_(max_tokens), cap_seqs_(max_seqs), cap_blocks_(max_blocks_per_seq) {
   NS_CHECK(max_tokens > 0 && max_seqs > 0 && max_blocks_per_seq > 0) << "PagedBatchCuda capacity";
-  row_seq_ = cuda::empty(DType::kI32, {max_tokens});
-  row_seq_host_.resize(max_tokens);
+  row_meta_ = cuda::empty(DType::kI32, {max_tokens, 2});
+  row_meta_host_.resize(2 * static_cast<size_t>(max_tokens));
   positions_ = cuda::empty(DType::kI32, {max_tokens});
   block_tables_ = cuda::empty(DType::kI32, {static_cast<int64_t>(max_seqs) * max_blocks_per_seq});
   slot_mapping_ = cuda::empty(DType::kI32, {max_tokens});
@@ -676,11 +695,16 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
     NS_CHECK(n >= 0) << "seq_starts not ascending at " << i;
     NS_CHECK(batch.context_lens[i] >= n)
         << "sequence " << i << ": context " << batch.context_lens[i] << " < " << n << " tokens this step";
+    int32_t first = batch.context_lens[i];
     for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
-      row_seq_host_[j] = i;
       NS_CHECK(batch.positions[j] >= 0 && batch.positions[j] < batch.context_lens[i])
           << "token " << j << ": position " << batch.positions[j] << " outside its context of "
           << batch.context_lens[i];
+      first = std::min(first, batch.positions[j]);
+    }
+    for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
+      row_meta_host_[2 * j] = i;
+      row_meta_host_[2 * j + 1] = first;
     }
     max_ctx = std::max(max_ctx, batch.context_lens[i]);
   }
@@ -688,7 +712,7 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   num_tokens_ = t;
   max_blocks_per_seq_ = batch.max_blocks_per_seq;
   max_context_len_ = max_ctx;
-  cuda::copy_bytes_to_device(row_seq_.data(), row_seq_host_.data(), 4 * int64_t{t}, stream);
+  cuda::copy_bytes_to_device(row_meta_.data(), row_meta_host_.data(), 8 * int64_t{t}, stream);
   cuda::copy_bytes_to_device(positions_.data(), batch.positions.data(), 4 * int64_t{t}, stream);
   cuda::copy_bytes_to_device(block_tables_.data(), batch.block_tables.data(),
                              4 * int64_t{b} * max_blocks_per_seq_, stream);
@@ -715,7 +739,8 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
       for (int g : {1, 2, 4, 8}) {
         dispatch(dt, hd, g, [&]<typename T, int HD, int G>() {
           NS_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_split_kernel<T, HD, G>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             smem_bytes(HD, kMaxStages)));
         });
       }
     }
@@ -804,7 +829,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.head_stride = st.head;
     p.token_stride = st.token;
     p.out = out.data_as<T>();
-    p.row_seq = batch.row_seq();
+    p.row_meta = batch.row_meta();
     p.positions = batch.positions();
     p.block_tables = batch.block_tables();
     p.partial_out = ws.partial_out();
@@ -819,14 +844,14 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.max_splits = max_splits;
     p.min_split_tiles = min_tiles;
     // Deeper pipelines cost occupancy; they pay when the grid is one short wave
-    // (a small batch), where each block's latency chain is the whole call.
+    // (a small batch), where each block's latency chain is the whole call. Three
+    // stages (two blocks an SM) rather than four (one) let the next call's blocks
+    // start their early copies beside this call's.
     const int64_t blocks = std::min<int64_t>({ws.max_rows(), t_all, 65535}) * grid_splits * n_kv * n_groups;
-    p.stages = options.stages > 0                     ? options.stages
-               : blocks <= ws.sm_count()              ? kMaxStages
-               : blocks <= 2 * int64_t{ws.sm_count()} ? 3
-                                                      : kDefaultStages;
+    p.stages = options.stages > 0 ? options.stages : blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages;
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
+    p.early_kv = options.early_kv && options.dependent_launch;
     p.scale_log2 = scale * kLog2e;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).
     for (int64_t r0 = 0, rows = 0; r0 < t_all; r0 += rows) {
@@ -839,7 +864,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = grid;
       cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = static_cast<size_t>(p.stages) * kSmemBytesPerStage;
+      cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes(HD, p.stages));
       cfg.stream = stream;
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;

@@ -44,7 +44,9 @@ class PagedBatchCuda {
   int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
   int32_t max_context_len() const { return max_context_len_; }  // over the sequences
 
-  const int32_t* row_seq() const { return row_seq_.data_as<const int32_t>(); }  // [T] sequence of each token
+  // [T][2]: each token's sequence, and the first position of that sequence in
+  // this step (positions before it were written by earlier steps).
+  const int32_t* row_meta() const { return row_meta_.data_as<const int32_t>(); }
   const int32_t* positions() const { return positions_.data_as<const int32_t>(); }  // [T]
   const int32_t* block_tables() const {
     return block_tables_.data_as<const int32_t>();
@@ -54,8 +56,8 @@ class PagedBatchCuda {
  private:
   int32_t cap_tokens_, cap_seqs_, cap_blocks_;
   int32_t num_tokens_ = 0, num_seqs_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
-  Tensor row_seq_, positions_, block_tables_, slot_mapping_;  // device, i32
-  std::vector<int32_t> row_seq_host_;                         // [max_tokens], filled by upload()
+  Tensor row_meta_, positions_, block_tables_, slot_mapping_;  // device, i32
+  std::vector<int32_t> row_meta_host_;                         // [max_tokens][2], filled by upload()
 };
 
 // Which of the two pool layouts above a pool has.
@@ -82,8 +84,13 @@ struct PagedAttentionCudaOptions {
   // else 2 (three blocks an SM).
   int stages = 0;
   // Launch with programmatic dependent launch, so this call's launch overlaps
-  // the tail of the kernel before it (the kernel waits before reading q or the pools).
+  // the tail of the kernel before it (the kernel waits before reading q, the
+  // partials, or pool positions this step writes).
   bool dependent_launch = true;
+  // With it, a thread block whose first stages lie before its sequence's first
+  // position in this step (written by earlier steps, so stable) starts copying
+  // them before that wait. Changes no sum.
+  bool early_kv = true;
 };
 
 // Scratch for split rows, allocated once. Rows beyond max_rows are processed in

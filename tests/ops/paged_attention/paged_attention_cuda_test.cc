@@ -465,8 +465,8 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 
 // The split plan depends on a row's own context only, and both reductions sum
 // the splits in split order: a sequence's output is bitwise the same alone, in
-// a batch, over several launches (small workspace), with either reduction and
-// any pipeline depth.
+// a batch, over several launches (small workspace), with either reduction, any
+// pipeline depth, and the first K/V copies before or after the dependency wait.
 TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
   NS_SKIP_WITHOUT_GPU();
   const Shape s{DType::kBF16, 128, 16, 2, 4};
@@ -477,6 +477,9 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
   last_block.reduce = SplitReduce::kLastBlock;
   EXPECT_TRUE(download16(run_on_device(p, last_block).out) == base)
       << "last-block reduction vs reduction kernel";
+  PagedAttentionCudaOptions late_kv;
+  late_kv.early_kv = false;
+  EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base) << "K/V copies all after the dependency wait";
   for (int stages : {3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
