@@ -848,7 +848,12 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     // stages (two blocks an SM) rather than four (one) let the next call's blocks
     // start their early copies beside this call's.
     const int64_t blocks = std::min<int64_t>({ws.max_rows(), t_all, 65535}) * grid_splits * n_kv * n_groups;
-    p.stages = options.stages > 0 ? options.stages : blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages;
+    // A stage beyond the longest split's tiles would only cost shared memory.
+    const int split_tiles = plan_splits(batch.max_context_len(), tile, max_splits, min_tiles).split_len / tile;
+    p.stages = options.stages > 0 ? options.stages
+                                  : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()}
+                                                                          ? 3
+                                                                          : kDefaultStages));
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;

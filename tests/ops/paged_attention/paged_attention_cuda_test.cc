@@ -464,23 +464,23 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 // ---- determinism ---------------------------------------------------------------
 
 // The split plan depends on a row's own context only, and both reductions sum
-// the splits in split order: a sequence's output is bitwise the same alone, in
-// a batch, over several launches (small workspace), with either reduction, any
-// pipeline depth, and the first K/V copies before or after the dependency wait.
-TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
-  NS_SKIP_WITHOUT_GPU();
+// the splits in split order with the same arithmetic: a sequence's output is
+// bitwise the same alone, in a batch, over several launches (small workspace),
+// with either reduction, any pipeline depth, and the first K/V copies before or
+// after the dependency wait. Two batches: splits up to 12 and up to 29 a row.
+void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs) {
   const Shape s{DType::kBF16, 128, 16, 2, 4};
-  const std::vector<std::pair<int, int>> seqs{{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}};
   const Problem p = make_problem(fresh_seed(), s, seqs);
   const std::vector<uint16_t> base = download16(run_on_device(p).out);
-  PagedAttentionCudaOptions last_block;
-  last_block.reduce = SplitReduce::kLastBlock;
-  EXPECT_TRUE(download16(run_on_device(p, last_block).out) == base)
-      << "last-block reduction vs reduction kernel";
+  for (SplitReduce r : {SplitReduce::kKernel, SplitReduce::kLastBlock}) {
+    PagedAttentionCudaOptions o;
+    o.reduce = r;
+    EXPECT_TRUE(download16(run_on_device(p, o).out) == base) << "reduction " << static_cast<int>(r);
+  }
   PagedAttentionCudaOptions late_kv;
   late_kv.early_kv = false;
   EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base) << "K/V copies all after the dependency wait";
-  for (int stages : {3, 4}) {
+  for (int stages : {2, 3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
     deeper.dependent_launch = false;
@@ -510,6 +510,12 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
     EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems))
         << "sequence " << b << " alone";
   }
+}
+
+TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
+  NS_SKIP_WITHOUT_GPU();
+  expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {300, 40}, {64, 1}});
+  expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}});
 }
 
 TEST(PagedAttentionCuda, SplitPlanDependsOnContextOnly) {
