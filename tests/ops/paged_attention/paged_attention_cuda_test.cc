@@ -479,7 +479,8 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   }
   PagedAttentionCudaOptions late_kv;
   late_kv.early_kv = false;
-  EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base) << "K/V copies all after the dependency wait";
+  EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base)
+      << "K/V copies all after the dependency wait";
   for (int stages : {2, 3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;

@@ -1,0 +1,504 @@
+#pragma once
+// The CUDA paged attention kernels (device code), included only by
+// paged_attention_cuda.cu, which launches them. See that file for the design
+// summary and docs/kernels.md for its versions and measurements.
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/ptx.cuh"
+#include "ops/paged_attention/paged_attention_cuda.cuh"
+
+namespace nanoserve::paged_attention_kernels {
+
+using cuda::bulk_copy;
+using cuda::Elem;
+using cuda::fence_for_async_proxy;
+using cuda::launch_dependents;
+using cuda::ldmatrix_x4;
+using cuda::ldmatrix_x4_trans;
+using cuda::mbarrier_arrive_expect_tx;
+using cuda::mbarrier_init;
+using cuda::mbarrier_wait;
+using cuda::wait_primary_grid;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+// cp.async stages a warp has in flight: a launch parameter (it changes no sum).
+constexpr int kDefaultStages = 2;
+constexpr int kMaxStages = 4;
+constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
+constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
+static_assert(kMaxSplits <= 32, "one lane per split in the combine");
+constexpr float kLog2e = 1.4426950408889634f;
+// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB of them at
+// either head_dim, in rows padded by one 16-byte chunk (8.5 or 9 KB).
+constexpr int kStagePayloadPerWarp = 8192;
+
+template <int HD>
+struct Geometry {
+  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+  static constexpr int kChunks = HD / 8;          // 16-byte chunks in a row
+  static constexpr int kRowBytes = HD * 2;        // one head's K (or V) row
+  static constexpr int kRowChunks = kChunks + 1;  // a row in shared memory, padded
+  static constexpr int kWarpTokens = kStagePayloadPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;                    // a block's tokens per stage
+  static constexpr int kStageChunks = kWarpTokens * kRowChunks;               // K (or V) chunks a warp-stage
+  static constexpr int kCopiesPerLane = 2 * kWarpTokens / 32;                 // rows (K and V) a lane copies
+  static_assert(kWarpTokens % 16 == 0 && (2 * kWarpTokens) % 32 == 0, "whole mma tiles, whole lanes");
+};
+
+__host__ __device__ inline int tile_tokens(int head_dim) {
+  return kWarps * (kStagePayloadPerWarp / (4 * head_dim));
+}
+// Shared memory of one pipeline stage (all warps), and the stages' mbarriers.
+inline int smem_bytes_per_stage(int head_dim) {
+  return 2 * tile_tokens(head_dim) * (head_dim / 8 + 1) * 16;
+}
+constexpr int kBarrierBytes = kWarps * kMaxStages * 8;
+inline int smem_bytes(int head_dim, int stages) {
+  return stages * smem_bytes_per_stage(head_dim) + kBarrierBytes;
+}
+
+// A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
+// split_len tokens (the last shorter), split_len a whole number of tiles and at
+// least min_tiles of them. Depends on ctx alone (and the two constants).
+struct SplitPlan {
+  int n_splits;
+  int split_len;
+};
+__host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_splits, int min_tiles) {
+  const int tiles = (ctx + tile - 1) / tile;
+  const int per = max(min_tiles, (tiles + max_splits - 1) / max_splits);
+  return {(tiles + per - 1) / per, per * tile};
+}
+
+// Chunk c of row r of a [rows][kRowChunks] tile of 16-byte chunks: rows are
+// padded by one chunk, so 8 consecutive rows at one chunk fall in 8 different
+// bank groups.
+template <int HD>
+__device__ __forceinline__ int chunk_at(int r, int c) {
+  return r * Geometry<HD>::kRowChunks + c;
+}
+
+// Strides of a pool in some unit (elements or 16-byte chunks): a block, a head,
+// a token within its block.
+struct PoolStrides {
+  int64_t block, head, token;
+};
+// head_unit: one head's row (head_dim) in that unit.
+inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_t n_kv, int64_t head_unit) {
+  if (layout == PagedKvLayout::kHeadMajor)
+    return {n_kv * block_size * head_unit, block_size * head_unit, head_unit};
+  return {block_size * n_kv * head_unit, head_unit, n_kv * head_unit};
+}
+
+template <typename T>
+struct AttnParams {
+  const T* q;       // [T, n_heads, HD]
+  const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD] or [num_blocks, n_kv_heads, block_size, HD]
+  const T* v_pool;
+  // Element strides of the pools (PoolStrides): a block, a head, a token within its block.
+  int64_t block_stride;
+  int64_t head_stride;
+  int64_t token_stride;
+  T* out;                    // [T, n_heads, HD]
+  const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
+  const int32_t* positions;  // [T]
+  const int32_t* block_tables;
+  float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
+  float* partial_lse;  // [rows, n_heads, kMaxSplits]
+  int32_t* counters;   // [rows, n_heads]
+  int row_offset;      // this launch's first token row
+  int n_heads;
+  int n_kv_heads;
+  int n_rep;
+  int n_groups;  // head groups of G per kv head: ceil(n_rep / G)
+  int block_size_log2;
+  int max_blocks_per_seq;
+  int max_splits;
+  int min_split_tiles;
+  int stages;  // 2..kMaxStages
+  bool reduce_in_last_block;
+  bool early_kv;     // PagedAttentionCudaOptions::early_kv, with a dependent launch
+  float scale_log2;  // scale * log2(e)
+};
+
+struct RowInfo {
+  int seq;
+  int ctx;     // positions [0, ctx) are visible to this row
+  int stable;  // positions [0, stable) were written before this step
+};
+
+// Token t sees [0, positions[t]] of its sequence. Two independent loads (the
+// host maps tokens to sequences once a step), not a search.
+template <typename T>
+__device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
+  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + t);
+  return {meta.x, __ldg(p.positions + t) + 1, meta.y};
+}
+
+// One warp combines the n_splits partials of one (row, head):
+//   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), summed in split order.
+// Lane s holds split s's weight; lane l owns dims [l * kVec, l * kVec + kVec).
+// Loads bypass L1 (other blocks wrote these partials). The lse and the first
+// kDepth splits' partials are all loaded before any is used: one round trip to
+// L2 for up to kDepth splits, not one for the lse and then one for the partials.
+template <typename T, int HD>
+__device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out,
+                                               int lane) {
+  constexpr int kVec = HD / 32;
+  constexpr int kDepth = 16;
+  float v[kDepth][kVec];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+      const float* src = po + (s0 + i) * HD + lane * kVec;
+      if (s0 + i < n_splits) {
+        if constexpr (kVec == 4) {
+          const float4 x = __ldcg(reinterpret_cast<const float4*>(src));
+          v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
+        } else {
+          const float2 x = __ldcg(reinterpret_cast<const float2*>(src));
+          v[i][0] = x.x, v[i][1] = x.y;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[i][k] = 0.0f;
+      }
+    }
+  };
+  const float lse = lane < n_splits ? __ldcg(plse + lane) : -INFINITY;
+  load(0);
+  float m = lse;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float w = lane < n_splits ? exp2f(lse - m) : 0.0f;
+  float w_sum = w;  // butterfly: every lane ends with the same sum
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) w_sum += __shfl_xor_sync(0xffffffffu, w_sum, off);
+  float acc[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc[k] = 0.0f;
+  for (int s0 = 0; s0 < n_splits; s0 += kDepth) {
+    if (s0 > 0) load(s0);
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+      const float ws = __shfl_sync(0xffffffffu, w, (s0 + i) & 31);  // 0 past n_splits
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] = fmaf(ws, v[i][k], acc[k]);
+    }
+  }
+  const float inv = 1.0f / w_sum;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) out[lane * kVec + k] = Elem<T>::from_float(acc[k] * inv);
+}
+
+template <typename T, int HD, int G>
+__global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(const AttnParams<T> p) {
+  using Geo = Geometry<HD>;
+  constexpr int kWT = Geo::kWarpTokens;
+  constexpr int kNT = kWT / 8;  // n-tiles of S (8 tokens each)
+  constexpr int kKS = HD / 16;  // k-steps of S (16 dims each)
+  constexpr int kOT = HD / 8;   // n-tiles of O (8 dims each)
+  static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
+  // [kWarps][stages][K,V][kWT rows][kRowChunks], then the mbarriers
+  // [kWarps][kMaxStages]; the rows are reused by the merge.
+  extern __shared__ uint4 smem[];
+  __shared__ int is_last_block;
+
+  launch_dependents();  // the next kernel may be scheduled while this grid runs
+
+  // Head groups vary fastest in the grid: the blocks of all kv heads of one
+  // (row, split) run together and read whole slots (n_kv_heads x head_dim
+  // contiguous) between them, not one head's 1/n_kv of every DRAM page.
+  const int head_group = blockIdx.x;
+  const int split = blockIdx.y;
+  const int row_local = blockIdx.z;
+  const int t = p.row_offset + row_local;
+  const int kvh = head_group / p.n_groups;
+  const int group = head_group % p.n_groups;
+  const RowInfo ri = row_info(p, t);
+  const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
+  if (split >= plan.n_splits) return;
+  const int begin = split * plan.split_len;
+  const int end = min(ri.ctx, begin + plan.split_len);
+  const int n_tiles = (end - begin + Geo::kTileTokens - 1) / Geo::kTileTokens;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32, lane = tid % 32;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(ri.seq) * p.max_blocks_per_seq;
+  // The block-table entries of this warp's part of `tile`: its kWT tokens span
+  // at most 4 blocks (aligned, block_size >= 8), lane j < 4 holds the j-th.
+  auto table_entries = [&](int tile) {
+    const int first_pos = begin + tile * Geo::kTileTokens + warp * kWT;
+    const int blk = (first_pos >> p.block_size_log2) + lane;
+    return lane < 4 && tile < n_tiles && (blk << p.block_size_log2) < end ? __ldg(table + blk) : 0;
+  };
+  const int stages = p.stages;
+  int32_t entries[kMaxStages];
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) entries[i] = i < stages ? table_entries(i) : 0;
+  const int bs_mask = (1 << p.block_size_log2) - 1;
+  const T* k_head = p.k_pool + kvh * p.head_stride;
+  const T* v_head = p.v_pool + kvh * p.head_stride;
+  uint4* warp_smem = smem + warp * (stages * 2 * Geo::kStageChunks);
+  // One mbarrier a stage of this warp, after every stage's rows.
+  uint64_t* bars =
+      reinterpret_cast<uint64_t*>(smem + kWarps * stages * 2 * Geo::kStageChunks) + warp * kMaxStages;
+  if (lane < stages) mbarrier_init(bars + lane, 1);
+  // A row past the end of the split is not copied, so the P V product reads
+  // whatever its stage held; P is 0 there, which keeps the output exact only if
+  // the row is finite. Rows of an earlier tile are; fresh shared memory may not
+  // be, so it is zeroed when a tile of this split is partial.
+  if ((end - begin) % Geo::kTileTokens != 0) {
+    for (int i = lane; i < stages * 2 * Geo::kStageChunks; i += 32) warp_smem[i] = make_uint4(0, 0, 0, 0);
+  }
+  fence_for_async_proxy();  // the inits and the zeros, before the copy engine writes here
+  __syncwarp();
+
+  // This warp's kWT tokens of `tile` into stage `slot`: lane l copies row l % kWT
+  // of K (l < kWT) or V, and the next kWT rows when there are more (HD 64),
+  // if its position is in [lo, hi). With `expect`, the stage's barrier is first
+  // told the bytes of every row inside the split (a stage may be copied in two
+  // calls, the second without `expect`).
+  auto issue = [&](int tile, int slot, int32_t entry, bool expect, int lo, int hi) {
+    uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
+    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
+    const int rows = max(0, min(kWT, end - warp_begin));
+    if (expect) {
+      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, 2 * rows * Geo::kRowBytes);
+      __syncwarp();  // expected before any copy can complete
+    }
+    const int first_blk = warp_begin >> p.block_size_log2;
+#pragma unroll
+    for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
+      const int idx = lane + 32 * i;
+      const int r = idx % kWT;
+      const bool is_v = idx >= kWT;
+      const int pos = warp_begin + r;
+      const int32_t blk =
+          __shfl_sync(0xffffffffu, entry, max(0, min(3, (pos >> p.block_size_log2) - first_blk)));
+      if (r < rows && pos >= lo && pos < hi) {
+        const int64_t off = blk * p.block_stride + (pos & bs_mask) * p.token_stride;
+        bulk_copy(sk + (is_v ? Geo::kStageChunks : 0) + r * Geo::kRowChunks, (is_v ? v_head : k_head) + off,
+                  Geo::kRowBytes, bars + slot);
+      }
+    }
+  };
+
+  // Every stage in flight from the start. Launched with programmatic dependent
+  // launch, the kernel before this one may still be writing q, this step's K/V
+  // or reading the partials; positions before this step's first were written
+  // by earlier steps, so their rows are copied before the wait, the rest after.
+  const int early_until = p.early_kv ? ri.stable : 0;
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) {
+    if (i < stages && i < n_tiles) issue(i, i, entries[i], true, 0, early_until);
+  }
+  wait_primary_grid();
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) {
+    if (i < stages && i < n_tiles) issue(i, i, entries[i], false, early_until, end);
+  }
+
+  const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+  const int head0 = group * G;               // first head of the group within the kv head's n_rep
+  const bool row_valid = gid < G && head0 + gid < p.n_rep;
+
+  // Q as mma A fragments: row gid = head head0 + gid, rows 8..15 zero.
+  uint32_t qa[kKS][4];
+  {
+    const T* q_row = p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD;
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+      qa[ks][0] = row_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * tig) : 0u;
+      qa[ks][1] = 0u;
+      qa[ks][2] = row_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * tig) : 0u;
+      qa[ks][3] = 0u;
+    }
+  }
+
+  int32_t next_entry = table_entries(stages);
+  float m = -INFINITY;  // running max of row gid (same in the 4 lanes of a quad)
+  float l = 0.0f;       // this lane's share of the row's running sum
+  float o[kOT][4];      // O fragments: [0..1] row gid, dims 8 j + 2 tig + {0, 1}; [2..3] padding rows
+#pragma unroll
+  for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+
+  for (int tile = 0, slot = 0, phase = 0; tile < n_tiles; ++tile) {
+    mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
+    const uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
+    const uint4* sv = sk + Geo::kStageChunks;
+    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
+
+    // S = Q K^T for this warp's kWT tokens.
+    float s[kNT][4];
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
+        uint32_t b[4];  // k-steps 2 ks2 and 2 ks2 + 1 of tokens 8 j .. 8 j + 7
+        ldmatrix_x4(b, sk + chunk_at<HD>(8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+        Elem<T>::mma(s[j], qa[2 * ks2], b[0], b[1]);
+        Elem<T>::mma(s[j], qa[2 * ks2 + 1], b[2], b[3]);
+      }
+    }
+    // Online softmax over row gid (lane holds tokens 8 j + 2 tig + {0, 1}).
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool visible = warp_begin + 8 * j + 2 * tig + e < end;
+        s[j][e] = visible ? s[j][e] * p.scale_log2 : -INFINITY;
+        tile_max = fmaxf(tile_max, s[j][e]);
+      }
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(m, tile_max);
+    const float corr =
+        m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
+    m = m_new;
+    l *= corr;
+#pragma unroll
+    for (int j = 0; j < kOT; ++j) {
+      o[j][0] *= corr;
+      o[j][1] *= corr;
+    }
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[j][e] = m_new == -INFINITY ? 0.0f : exp2f(s[j][e] - m_new);
+        l += s[j][e];
+      }
+    }
+    // O += P V, 16 tokens (two S n-tiles) per k-step.
+#pragma unroll
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+      uint32_t pa[4];
+      pa[0] = Elem<T>::pack2(s[2 * kc][0], s[2 * kc][1]);
+      pa[1] = 0u;
+      pa[2] = Elem<T>::pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[3] = 0u;
+#pragma unroll
+      for (int j2 = 0; j2 < kOT / 2; ++j2) {
+        uint32_t b[4];  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15
+        ldmatrix_x4_trans(
+            b, sv + chunk_at<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+        Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
+        Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncwarp();  // every lane is done reading this stage: refill it
+    if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 0, end);
+    next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
+    if (++slot == stages) slot = 0, phase ^= 1;
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  __syncthreads();  // every warp is done with its stages: reuse them for the merge
+
+  // Merge the warps, in warp order, through shared memory.
+  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][G][HD]
+  float* sm_m = sm_o + kWarps * G * HD;          // [kWarps][G]
+  float* sm_l = sm_m + kWarps * G;               // [kWarps][G]
+  if (gid < G) {
+#pragma unroll
+    for (int j = 0; j < kOT; ++j) {
+      sm_o[(warp * G + gid) * HD + 8 * j + 2 * tig] = o[j][0];
+      sm_o[(warp * G + gid) * HD + 8 * j + 2 * tig + 1] = o[j][1];
+    }
+    if (tig == 0) {
+      sm_m[warp * G + gid] = m;
+      sm_l[warp * G + gid] = l;
+    }
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < G * HD; idx += kThreads) {
+    const int g = idx / HD, d = idx % HD;
+    if (head0 + g >= p.n_rep) continue;
+    float m_all = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * G + g]);
+    float l_all = 0.0f, a_all = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = sm_m[w * G + g];
+      const float f = mw == -INFINITY ? 0.0f : exp2f(mw - m_all);
+      l_all = fmaf(sm_l[w * G + g], f, l_all);
+      a_all = fmaf(sm_o[(w * G + g) * HD + d], f, a_all);
+    }
+    const int qh = kvh * p.n_rep + head0 + g;
+    if (plan.n_splits == 1) {
+      p.out[(static_cast<int64_t>(t) * p.n_heads + qh) * HD + d] = Elem<T>::from_float(a_all / l_all);
+    } else {
+      const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
+      p.partial_out[(ph * kMaxSplits + split) * HD + d] = a_all / l_all;
+      if (d == 0) p.partial_lse[ph * kMaxSplits + split] = m_all + log2f(l_all);
+    }
+  }
+  if (plan.n_splits == 1 || !p.reduce_in_last_block) return;
+
+  // The last block of this (row, head group) to finish combines the splits. The
+  // order of the sum is the split order, whichever block comes last.
+  __syncthreads();  // every thread's partials are written ...
+  if (tid == 0) {
+    __threadfence();  // ... and, cumulatively through the barrier, visible device-wide before we count
+    int32_t* counter = p.counters + static_cast<int64_t>(row_local) * p.n_heads + head_group;
+    const int prev = atomicAdd(counter, 1);
+    is_last_block = prev == plan.n_splits - 1;
+    if (is_last_block) *counter = 0;  // every other split has counted: ready for the next call
+  }
+  __syncthreads();
+  if (!is_last_block) return;
+  __threadfence();
+  for (int g = warp; g < G; g += kWarps) {
+    if (head0 + g >= p.n_rep) break;
+    const int qh = kvh * p.n_rep + head0 + g;
+    const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
+    combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits,
+                          plan.n_splits, p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, lane);
+  }
+}
+
+// One warp per (row, query head): 4 heads a block.
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const AttnParams<T> p) {
+  launch_dependents();  // whatever follows may start its prologue now
+  const int row_local = blockIdx.x;
+  const int qh = blockIdx.y * kWarps + threadIdx.x / 32;
+  const int t = p.row_offset + row_local;
+  const RowInfo ri = row_info(p, t);
+  const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles);
+  if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
+  wait_primary_grid();                                // the partials are complete and visible
+  const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
+  combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
+                        p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32);
+}
+
+// k_pool[slot_mapping[t]] = k[t], the same for v. A token's row is n_kv heads of
+// head_chunks 16-byte chunks; s (PoolStrides in chunks) places head h of slot
+// (block b, offset i) at b * block + h * head + i * token.
+__global__ void paged_kv_write_kernel(const uint4* k, const uint4* v, uint4* k_pool, uint4* v_pool,
+                                      const int32_t* slot_mapping, int n_kv, int head_chunks,
+                                      int block_size_log2, PoolStrides s) {
+  const int t = blockIdx.x;
+  const int slot = slot_mapping[t];
+  if (slot < 0) return;  // padding token
+  const int chunks = n_kv * head_chunks;
+  const int64_t src = static_cast<int64_t>(t) * chunks;
+  const int64_t base = (slot >> block_size_log2) * s.block + (slot & ((1 << block_size_log2) - 1)) * s.token;
+  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const int64_t dst = base + (c / head_chunks) * s.head + c % head_chunks;
+    k_pool[dst] = k[src + c];
+    v_pool[dst] = v[src + c];
+  }
+}
+
+}  // namespace nanoserve::paged_attention_kernels
