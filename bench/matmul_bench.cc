@@ -85,12 +85,13 @@ void BM_MatmulDram(benchmark::State& state, DType dt) {
 
 // {N, K, threads}: gate+up as one (3072 x 576), down (576 x 1536), q (576 x 576), lm_head (49152 x 576).
 BENCHMARK_CAPTURE(BM_MatmulDram, Q4_1, DType::kQ4_1)
-    ->Args({3072, 576, 2})->Args({576, 1536, 2})->Args({576, 576, 2})->Args({3072, 576, 1})->UseRealTime();
+    ->Args({3072, 576, 2})->Args({576, 1536, 2})->Args({576, 576, 2})->Args({576, 576, 1})->Args({3072, 576, 1})
+    ->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulDram, Q8_0, DType::kQ8_0)->Args({49152, 576, 2})->UseRealTime();
 
 // {N, K, T, threads}: ffn_up/gate (1536 x 576), ffn_down (576 x 1536), lm_head (49152 x 576).
 BENCHMARK_CAPTURE(BM_Matmul, Q4_1, DType::kQ4_1)
-    ->Args({1536, 576, 1, 1})->Args({1536, 576, 1, 2})->Args({576, 1536, 1, 2})
+    ->Args({1536, 576, 1, 1})->Args({1536, 576, 1, 2})->Args({576, 1536, 1, 2})->Args({576, 576, 1, 2})
     ->Args({1536, 576, 64, 2})->Args({1536, 576, 512, 2})->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, Q8_0, DType::kQ8_0)->Args({49152, 576, 1, 2})->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul, F16, DType::kF16)->Args({1536, 576, 1, 2})->UseRealTime();
