@@ -178,6 +178,77 @@ double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
   return 1000.0 * ms[ms.size() / 2] / kCallsPerGraph;
 }
 
+// --trace: one replay of the graph with every call's thread blocks writing
+// timestamps (PagedAttentionCudaOptions::trace), printed as a timeline of the
+// calls in the middle of the graph (the steady state), relative to the first
+// of them: when the attention grid's blocks start, issue their early copies,
+// return from the dependency wait, finish their tiles and end; when the
+// reduction's blocks start, return from their wait and end.
+void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
+  const Shape& s = su.s;
+  PagedBatchCuda batch(s.batch, s.batch, su.max_blocks);
+  batch.upload(su.fb);
+  PagedAttentionWorkspaceCuda ws(s.batch, s.n_heads, s.head_dim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  const int n_rep = s.n_heads / s.n_kv;
+  constexpr int64_t kPerCall = int64_t{1} << 21;
+  Tensor trace = cuda::empty(DType::kI32, {2 * kPerCall * kCallsPerGraph});  // u64 entries
+  cuda::fill_bytes(trace, 0);
+  uint64_t* base = trace.data_as<uint64_t>();
+  cudaStream_t stream;
+  NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCallsPerGraph; ++i) {
+    const size_t c = i % su.k_pools.size();
+    opt.trace = base + kPerCall * i;
+    paged_attention_cuda(su.q, su.k_pools[c], su.v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+  }
+  NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  NS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int r = 0; r < 4; ++r) NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  NS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<uint64_t> t(static_cast<size_t>(kPerCall) * kCallsPerGraph);
+  NS_CUDA_CHECK(cudaMemcpy(t.data(), base, t.size() * 8, cudaMemcpyDeviceToHost));
+  NS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  NS_CUDA_CHECK(cudaGraphDestroy(graph));
+  NS_CUDA_CHECK(cudaStreamDestroy(stream));
+  // Per call and point: the earliest and the latest block, in us after the
+  // first traced call's earliest start.
+  const int first = kCallsPerGraph / 2 - 2, last = kCallsPerGraph / 2 + 2;
+  const uint64_t* t0c = t.data() + kPerCall * first;
+  uint64_t origin = ~uint64_t{0};
+  for (int64_t b = 0; b < (int64_t{1} << 20) / 8; ++b) {
+    if (t0c[8 * b] != 0) origin = std::min(origin, t0c[8 * b]);
+  }
+  auto span = [&](const uint64_t* tc, int64_t off, int slot) {
+    uint64_t lo = ~uint64_t{0}, hi = 0;
+    for (int64_t b = 0; b < (int64_t{1} << 20) / 8; ++b) {
+      const uint64_t v = tc[off + 8 * b + slot];
+      if (v == 0) continue;
+      lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    char buf[64];
+    if (hi == 0) return std::string("        -      ");
+    std::snprintf(buf, sizeof buf, "%6.2f-%6.2f ", (static_cast<double>(lo) - origin) / 1e3,
+                  (static_cast<double>(hi) - origin) / 1e3);
+    return std::string(buf);
+  };
+  std::printf("trace %s (us, earliest-latest block; calls %d..%d of a graph of %d)\n", shape_name(s).c_str(),
+              first, last, kCallsPerGraph);
+  std::printf(
+      "call | attn start    | early issued  | wait returned | tiles done    | end           "
+      "| reduce start  | red. waited   | reduce end\n");
+  for (int i = first; i <= last; ++i) {
+    const uint64_t* tc = t.data() + kPerCall * i;
+    std::printf("%4d | %s| %s| %s| %s| %s| %s| %s| %s\n", i, span(tc, 0, 0).c_str(), span(tc, 0, 1).c_str(),
+                span(tc, 0, 2).c_str(), span(tc, 0, 3).c_str(), span(tc, 0, 4).c_str(),
+                span(tc, int64_t{1} << 20, 0).c_str(), span(tc, int64_t{1} << 20, 1).c_str(),
+                span(tc, int64_t{1} << 20, 2).c_str());
+  }
+}
+
 __global__ void empty_kernel(int* p) {
   if (p != nullptr && threadIdx.x == 1024) *p = 0;  // never true: keeps the kernel from being trivial
 }
@@ -322,7 +393,7 @@ void dump_problem(const std::string& dir) {
 
 int main(int argc, char** argv) {
   std::string csv_path, dump_dir;
-  bool quick = false;
+  bool quick = false, trace = false;
   std::vector<int> only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -332,10 +403,13 @@ int main(int argc, char** argv) {
       dump_dir = argv[++i];
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--trace") {
+      trace = true;
     } else if (a == "--shape" && i + 1 < argc) {
       only.push_back(std::atoi(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]...\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--trace]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -361,6 +435,18 @@ int main(int argc, char** argv) {
                             {1, 16384, 32, 8, 128, 16}, {1, 1024, 32, 8, 128, 16},
                             {64, 4096, 32, 8, 128, 32}, {64, 4096, 32, 8, 128, 16, true}};
   if (quick) shapes.resize(2);
+  if (trace) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (!only.empty() && std::find(only.begin(), only.end(), static_cast<int>(i)) == only.end()) continue;
+      Setup su(shapes[i], 4 * dev.l2_bytes, 100 + static_cast<uint32_t>(i));
+      trace_attention(su, {});
+      PagedAttentionCudaOptions late;
+      late.early_kv = false;
+      std::printf("without early K/V:\n");
+      trace_attention(su, late);
+    }
+    return 0;
+  }
   struct Variant {
     std::string name;
     PagedAttentionCudaOptions opt;

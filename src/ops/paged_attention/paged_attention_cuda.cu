@@ -278,6 +278,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
     p.scale_log2 = scale * kLog2e;
+    p.trace = options.trace;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).
     for (int64_t r0 = 0, rows = 0; r0 < t_all; r0 += rows) {
       rows = std::min<int64_t>({ws.max_rows(), t_all - r0, 65535});

@@ -91,6 +91,12 @@ struct PagedAttentionCudaOptions {
   // position in this step (written by earlier steps, so stable) starts copying
   // them before that wait. Changes no sum.
   bool early_kv = true;
+  // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
+  // (ns) at fixed points, 8 slots a block, at trace[8 * b] for block b of the
+  // attention grid (x fastest: entry, early copies issued, dependency wait
+  // returned, tiles done, partials written) and at trace[2^20 + 8 * b] for the
+  // reduction's (entry, wait returned, done). Needs 2^21 entries.
+  uint64_t* trace = nullptr;
 };
 
 // Scratch for split rows, allocated once. Rows beyond max_rows are processed in

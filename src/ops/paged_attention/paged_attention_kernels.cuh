@@ -93,6 +93,21 @@ inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_
   return {block_size * n_kv * head_unit, head_unit, n_kv * head_unit};
 }
 
+// Diagnostics (PagedAttentionCudaOptions::trace): thread 0 of a block writes
+// %globaltimer at a few points into kTraceSlots slots of its own.
+constexpr int kTraceSlots = 8;
+constexpr int64_t kTraceReduceOffset = int64_t{1} << 20;  // the reduction's blocks after the split kernel's
+__device__ __forceinline__ int64_t block_index() {
+  return blockIdx.x +
+         static_cast<int64_t>(gridDim.x) * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
+}
+__device__ __forceinline__ void stamp(uint64_t* trace, int slot) {
+  if (trace == nullptr) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  trace[slot] = t;
+}
+
 template <typename T>
 struct AttnParams {
   const T* q;       // [T, n_heads, HD]
@@ -122,6 +137,7 @@ struct AttnParams {
   bool reduce_in_last_block;
   bool early_kv;     // PagedAttentionCudaOptions::early_kv, with a dependent launch
   float scale_log2;  // scale * log2(e)
+  uint64_t* trace;   // PagedAttentionCudaOptions::trace
 };
 
 struct RowInfo {
@@ -208,6 +224,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   __shared__ int is_last_block;
 
   launch_dependents();  // the next kernel may be scheduled while this grid runs
+  uint64_t* trace = p.trace != nullptr && threadIdx.x == 0 ? p.trace + kTraceSlots * block_index() : nullptr;
+  stamp(trace, 0);
 
   // Head groups vary fastest in the grid: the blocks of all kv heads of one
   // (row, split) run together and read whole slots (n_kv_heads x head_dim
@@ -296,7 +314,9 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   for (int i = 0; i < kMaxStages; ++i) {
     if (i < stages && i < n_tiles) issue(i, i, entries[i], true, 0, early_until);
   }
+  stamp(trace, 1);
   wait_primary_grid();
+  stamp(trace, 2);
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {
     if (i < stages && i < n_tiles) issue(i, i, entries[i], false, early_until, end);
@@ -402,6 +422,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   l += __shfl_xor_sync(0xffffffffu, l, 2);
   __syncthreads();  // every warp is done with its stages: reuse them for the merge
 
+  stamp(trace, 3);
   // Merge the warps, in warp order, through shared memory.
   float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][G][HD]
   float* sm_m = sm_o + kWarps * G * HD;          // [kWarps][G]
@@ -442,6 +463,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
       if (d == 0) p.partial_lse[ph * kMaxSplits + split] = m_all + log2f(l_all);
     }
   }
+  stamp(trace, 4);
   if (plan.n_splits == 1 || !p.reduce_in_last_block) return;
 
   // The last block of this (row, head group) to finish combines the splits. The
@@ -470,6 +492,10 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const AttnParams<T> p) {
   launch_dependents();  // whatever follows may start its prologue now
+  uint64_t* trace = p.trace != nullptr && threadIdx.x == 0
+                        ? p.trace + kTraceReduceOffset + kTraceSlots * block_index()
+                        : nullptr;
+  stamp(trace, 0);
   const int row_local = blockIdx.x;
   const int qh = blockIdx.y * kWarps + threadIdx.x / 32;
   const int t = p.row_offset + row_local;
@@ -477,9 +503,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const 
   const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles);
   if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
   wait_primary_grid();                                // the partials are complete and visible
+  stamp(trace, 1);
   const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
   combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
                         p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32);
+  __syncwarp();
+  stamp(trace, 2);
 }
 
 // k_pool[slot_mapping[t]] = k[t], the same for v. A token's row is n_kv heads of

@@ -519,6 +519,47 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
   expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}});
 }
 
+// The diagnostic trace: every thread block of the attention grid stamps its
+// five points in order, every block of the reduction its three, and the output
+// is the untraced one.
+TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
+  NS_SKIP_WITHOUT_GPU();
+  const Shape s{DType::kBF16, 128, 16, 2, 4};
+  const Problem p = make_problem(fresh_seed(), s, {{3000, 1}, {5, 1}});  // 12 splits and 1
+  const std::vector<uint16_t> base = download16(run_on_device(p).out);
+  Tensor trace = cuda::empty(DType::kI32, {int64_t{2} << 21});  // 2^21 u64 slots
+  cuda::fill_bytes(trace, 0);
+  PagedAttentionCudaOptions traced;
+  traced.trace = trace.data_as<uint64_t>();
+  EXPECT_TRUE(download16(run_on_device(p, traced).out) == base);
+  std::vector<uint64_t> t(size_t{1} << 21);
+  const Tensor host = cuda::to_host(trace);
+  std::memcpy(t.data(), host.data(), t.size() * 8);
+  // Attention grid: (kv heads x groups = 2, splits = 12, rows = 2); row 1 has one split.
+  int blocks = 0, idle = 0;
+  for (int b = 0; b < 2 * 12 * 2; ++b) {
+    const uint64_t* v = t.data() + 8 * b;
+    ASSERT_NE(v[0], 0u) << "block " << b << " did not stamp its entry";
+    if (v[4] == 0) {
+      ++idle;  // a split beyond its row's plan returns early
+      continue;
+    }
+    ++blocks;
+    for (int k = 1; k < 5; ++k) EXPECT_LE(v[k - 1], v[k]) << "block " << b << " point " << k;
+  }
+  EXPECT_EQ(blocks, 2 * 12 + 2 * 1);
+  EXPECT_EQ(idle, 2 * 11);
+  // Reduction grid: (rows = 2, heads / 4 = 2); row 0's blocks wait and combine.
+  for (int b = 0; b < 2 * 2; ++b) {
+    const uint64_t* v = t.data() + (size_t{1} << 20) + 8 * b;
+    ASSERT_NE(v[0], 0u) << "reduction block " << b;
+    if (b % 2 == 0) {  // row 0
+      EXPECT_LE(v[0], v[1]);
+      EXPECT_LE(v[1], v[2]);
+    }
+  }
+}
+
 TEST(PagedAttentionCuda, SplitPlanDependsOnContextOnly) {
   // Host-side: no device needed.
   EXPECT_EQ(paged_attention_cuda_num_splits(1, 128), 1);
