@@ -24,7 +24,7 @@ using cuda::wait_primary_grid;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
-// cp.async stages a warp has in flight: a launch parameter (it changes no sum).
+// Pipeline stages a warp has in flight: a launch parameter (it changes no sum).
 constexpr int kDefaultStages = 2;
 constexpr int kMaxStages = 4;
 constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
