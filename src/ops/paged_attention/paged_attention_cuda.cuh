@@ -79,9 +79,9 @@ struct PagedAttentionCudaOptions {
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
   int min_split_tiles = 0;  // >= 1
-  // cp.async stages in flight per warp, 2..4. Changes no sum. 0: from the grid
-  // size: 4 when every thread block of the launch fits at one an SM, 3 at two,
-  // else 2 (three blocks an SM).
+  // Pipeline stages in flight per warp, 2..4. Changes no sum. 0: from the grid
+  // size: 3 when every thread block of the launch fits at two an SM, else 2
+  // (three blocks an SM), and never more than the longest split has tiles.
   int stages = 0;
   // Launch with programmatic dependent launch, so this call's launch overlaps
   // the tail of the kernel before it (the kernel waits before reading q, the
