@@ -238,14 +238,15 @@ void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
   std::printf("trace %s (us, earliest-latest block; calls %d..%d of a graph of %d)\n", shape_name(s).c_str(),
               first, last, kCallsPerGraph);
   std::printf(
-      "call | attn start    | early issued  | wait returned | tiles done    | end           "
-      "| reduce start  | red. waited   | reduce end\n");
+      "call | attn start    | early issued  | wait returned | tile 0 landed | tile 0 done   | last landed   "
+      "| tiles done    | end           | reduce start  | red. waited   | reduce end\n");
   for (int i = first; i <= last; ++i) {
     const uint64_t* tc = t.data() + kPerCall * i;
-    std::printf("%4d | %s| %s| %s| %s| %s| %s| %s| %s\n", i, span(tc, 0, 0).c_str(), span(tc, 0, 1).c_str(),
-                span(tc, 0, 2).c_str(), span(tc, 0, 3).c_str(), span(tc, 0, 4).c_str(),
-                span(tc, int64_t{1} << 20, 0).c_str(), span(tc, int64_t{1} << 20, 1).c_str(),
-                span(tc, int64_t{1} << 20, 2).c_str());
+    std::printf("%4d | %s| %s| %s| %s| %s| %s| %s| %s| %s| %s| %s\n", i, span(tc, 0, 0).c_str(),
+                span(tc, 0, 1).c_str(), span(tc, 0, 2).c_str(), span(tc, 0, 5).c_str(),
+                span(tc, 0, 6).c_str(), span(tc, 0, 7).c_str(), span(tc, 0, 3).c_str(),
+                span(tc, 0, 4).c_str(), span(tc, int64_t{1} << 20, 0).c_str(),
+                span(tc, int64_t{1} << 20, 1).c_str(), span(tc, int64_t{1} << 20, 2).c_str());
   }
 }
 

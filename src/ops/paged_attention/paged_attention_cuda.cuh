@@ -94,7 +94,9 @@ struct PagedAttentionCudaOptions {
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
   // (ns) at fixed points, 8 slots a block, at trace[8 * b] for block b of the
   // attention grid (x fastest: entry, early copies issued, dependency wait
-  // returned, tiles done, partials written) and at trace[2^20 + 8 * b] for the
+  // returned, tiles done, partials written; then in slots 5 to 7 the first
+  // tile landed, the first tile computed, the last tile landed; warp 0's view)
+  // and at trace[2^20 + 8 * b] for the
   // reduction's (entry, wait returned, done). Needs 2^21 entries.
   uint64_t* trace = nullptr;
 };

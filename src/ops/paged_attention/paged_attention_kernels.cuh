@@ -348,6 +348,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 
   for (int tile = 0, slot = 0, phase = 0; tile < n_tiles; ++tile) {
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
+    if (tile == 0) stamp(trace, 5);
+    if (tile == n_tiles - 1) stamp(trace, 7);
     const uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
     const uint4* sv = sk + Geo::kStageChunks;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
@@ -414,6 +416,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
       }
     }
     __syncwarp();  // every lane is done reading this stage: refill it
+    if (tile == 0) stamp(trace, 6);
     if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 0, end);
     next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
     if (++slot == stages) slot = 0, phase ^= 1;
