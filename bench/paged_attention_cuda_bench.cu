@@ -123,14 +123,27 @@ std::string shape_name(const Shape& s) {
   return "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.ctx);
 }
 
+// What every call of a shape shares: the step's metadata on the device, the
+// workspace, the scale and the GQA ratio.
+struct CallState {
+  PagedBatchCuda batch;
+  PagedAttentionWorkspaceCuda ws;
+  float scale;
+  int n_rep;
+  explicit CallState(const Setup& su)
+      : batch(su.s.batch, su.s.batch, su.max_blocks),
+        ws(su.s.batch, su.s.n_heads, su.s.head_dim),
+        scale(1.0f / std::sqrt(static_cast<float>(su.s.head_dim))),
+        n_rep(su.s.n_heads / su.s.n_kv) {
+    batch.upload(su.fb);
+  }
+};
+
 // Median time per call of paged_attention_cuda, from graph replays.
 double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
   const Shape& s = su.s;
-  PagedBatchCuda batch(s.batch, s.batch, su.max_blocks);
-  batch.upload(su.fb);
-  PagedAttentionWorkspaceCuda ws(s.batch, s.n_heads, s.head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  const int n_rep = s.n_heads / s.n_kv;
+  CallState cs(su);
+  auto& [batch, ws, scale, n_rep] = cs;
   cudaStream_t stream;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   // The same bytes seen as head-major pools when the variant asks for them.
@@ -186,11 +199,8 @@ double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
 // reduction's blocks start, return from their wait and end.
 void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
   const Shape& s = su.s;
-  PagedBatchCuda batch(s.batch, s.batch, su.max_blocks);
-  batch.upload(su.fb);
-  PagedAttentionWorkspaceCuda ws(s.batch, s.n_heads, s.head_dim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  const int n_rep = s.n_heads / s.n_kv;
+  CallState cs(su);
+  auto& [batch, ws, scale, n_rep] = cs;
   constexpr int64_t kPerCall = int64_t{1} << 21;
   Tensor trace = cuda::empty(DType::kI32, {2 * kPerCall * kCallsPerGraph});  // u64 entries
   cuda::fill_bytes(trace, 0);

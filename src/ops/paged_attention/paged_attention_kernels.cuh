@@ -96,7 +96,7 @@ inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_
 // Diagnostics (PagedAttentionCudaOptions::trace): thread 0 of a block writes
 // %globaltimer at a few points into kTraceSlots slots of its own.
 constexpr int kTraceSlots = 8;
-constexpr int64_t kTraceReduceOffset = int64_t{1} << 20;  // the reduction's blocks after the split kernel's
+constexpr int64_t kTraceReductionBase = int64_t{1} << 20;  // the reduction's blocks after the split kernel's
 __device__ __forceinline__ int64_t block_index() {
   return blockIdx.x +
          static_cast<int64_t>(gridDim.x) * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
@@ -496,7 +496,7 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const AttnParams<T> p) {
   launch_dependents();  // whatever follows may start its prologue now
   uint64_t* trace = p.trace != nullptr && threadIdx.x == 0
-                        ? p.trace + kTraceReduceOffset + kTraceSlots * block_index()
+                        ? p.trace + kTraceReductionBase + kTraceSlots * block_index()
                         : nullptr;
   stamp(trace, 0);
   const int row_local = blockIdx.x;
