@@ -21,9 +21,17 @@ ApiError bad_request(std::string message, std::string param) {
   return ApiError{400, std::move(message), "invalid_request_error", std::move(param), {}};
 }
 
+std::string quote_excerpt(const std::string& s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t end = max_bytes;
+  // Back up over continuation bytes (10xxxxxx) so no character is split.
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end) + "...";
+}
+
 ApiError model_not_found(const std::string& model) {
-  return ApiError{404, "The model '" + model + "' does not exist.", "invalid_request_error", "model",
-                  "model_not_found"};
+  return ApiError{404, "The model '" + quote_excerpt(model) + "' does not exist.", "invalid_request_error",
+                  "model", "model_not_found"};
 }
 
 ApiError unauthorized() {

@@ -20,6 +20,11 @@ struct ApiError {
   std::string body() const;  // to_json() serialised
 };
 
+// A user-supplied string as an error message quotes it: at most `max_bytes`, cut at a
+// UTF-8 character boundary, with "..." when cut. A 4 MiB model name must not make a 4 MiB error.
+inline constexpr size_t kMaxQuotedBytes = 64;
+std::string quote_excerpt(const std::string& s, size_t max_bytes = kMaxQuotedBytes);
+
 // 400: a field has the wrong type or value. `param` names the field.
 ApiError bad_request(std::string message, std::string param = {});
 // 404: the model name is not the one being served.

@@ -98,7 +98,9 @@ class Fields {
     return x;
   }
 
-  // A finite number accepted by `ok`; `range_text` describes the accepted range.
+  // A finite number whose float value is accepted by `ok`; `range_text` describes the accepted range.
+  // The range is checked on the float the engine will use, not on the double JSON gave: 1e-50 is
+  // in (0, 1] but rounds to 0.
   template <typename Pred>
   std::optional<float> number(const char* name, Pred ok, const char* range_text) {
     const json* v = get(name);
@@ -108,15 +110,18 @@ class Fields {
       return std::nullopt;
     }
     double x = v->get<double>();
-    if (!std::isfinite(x) || !std::isfinite(static_cast<float>(x))) {
+    // Beyond float's range the conversion is undefined, so test before converting.
+    if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max())) {
       fail(std::string("'") + name + "' must be a finite number.", name);
       return std::nullopt;
     }
-    if (!ok(x)) {
-      fail(std::string("'") + name + "' must be " + range_text + ", got " + v->dump() + ".", name);
+    float f = static_cast<float>(x);
+    if (!ok(static_cast<double>(f))) {
+      std::string rounded = ok(x) ? " (" + json(f).dump() + " as a 32-bit float)" : "";
+      fail(std::string("'") + name + "' must be " + range_text + ", got " + v->dump() + rounded + ".", name);
       return std::nullopt;
     }
-    return static_cast<float>(x);
+    return f;
   }
 
  private:
@@ -198,7 +203,7 @@ bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool" &&
         msg.role != "developer") {
       f.fail("'" + param + ".role' must be one of system, developer, user, assistant, tool; got '" +
-                 msg.role + "'.",
+                 quote_excerpt(msg.role) + "'.",
              param + ".role");
       return false;
     }

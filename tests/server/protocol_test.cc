@@ -122,6 +122,24 @@ TEST(Protocol, UnknownModelIs404) {
   EXPECT_EQ(chat_error(R"({"model": "gpt-4", "messages": []})").http_status, 400);
 }
 
+TEST(Protocol, ErrorsQuoteAtMostAnExcerptOfTheInput) {
+  // A name as long as the body limit allows must not come back whole in the error.
+  const std::string long_name(100000, 'a');
+  ApiError e = chat_error(R"({"model": ")" + long_name + "\", " + kMsgs + "}");
+  EXPECT_EQ(e.http_status, 404);
+  EXPECT_LT(e.message.size(), 2 * kMaxQuotedBytes);
+  EXPECT_NE(e.message.find("'" + std::string(kMaxQuotedBytes, 'a') + "...'"), std::string::npos) << e.message;
+  e = chat_error(R"({"messages": [{"role": ")" + long_name + R"("}]})");
+  EXPECT_EQ(e.param, "messages[0].role");
+  EXPECT_LT(e.message.size(), 2 * kMaxQuotedBytes + 100);
+  // The cut never splits a character: 63 ASCII bytes, then 2-byte characters.
+  std::string text = std::string(kMaxQuotedBytes - 1, 'a') + "\u00e9\u00e9";
+  e = chat_error(R"({"model": ")" + text + "\", " + kMsgs + "}");
+  EXPECT_NE(e.message.find("'" + std::string(kMaxQuotedBytes - 1, 'a') + "...'"), std::string::npos)
+      << e.message;
+  EXPECT_EQ(quote_excerpt("short"), "short");
+}
+
 TEST(Protocol, EmptyPromptOrMessagesAre400) {
   EXPECT_EQ(chat_error(R"({"messages": []})").http_status, 400);
   EXPECT_EQ(chat_error(R"({"model": "m"})").http_status, 400);
@@ -183,6 +201,21 @@ TEST(Protocol, NonFiniteNumbersAre400) {
   EXPECT_EQ(chat_error("{" + kMsgs + R"(, "temperature": 1e999})").http_status, 400);
   EXPECT_EQ(chat_error("{" + kMsgs + R"(, "top_p": -1e999})").http_status, 400);
   EXPECT_EQ(chat_error("{" + kMsgs + R"(, "temperature": 1e39})").param, "temperature");
+}
+
+TEST(Protocol, RangesHoldForTheFloatTheEngineGets) {
+  // 1e-50 lies in (0, 1] as a double but is 0 as the float the engine samples with:
+  // top_p = 0 keeps no token, repetition_penalty = 0 divides by zero.
+  ApiError e = chat_error("{" + kMsgs + R"(, "top_p": 1e-50})");
+  EXPECT_EQ(e.param, "top_p");
+  EXPECT_NE(e.message.find("got 1e-50 (0.0 as a 32-bit float)"), std::string::npos) << e.message;
+  EXPECT_EQ(chat_error("{" + kMsgs + R"(, "repetition_penalty": 1e-50})").param, "repetition_penalty");
+  EXPECT_EQ(completion_error(R"({"prompt": "a", "top_p": 4.9e-324})").param, "top_p");
+  // Where 0 is allowed, a value that rounds to it is too.
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(, "temperature": 1e-50})").params.temperature, 0.0f);
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(, "min_p": 1e-50})").params.min_p, 0.0f);
+  // Just above the bound as a double, on it as a float: accepted as the bound.
+  EXPECT_EQ(chat_ok("{" + kMsgs + R"(, "top_p": 1.00000000001})").params.top_p, 1.0f);
 }
 
 TEST(Protocol, StopLimits) {
