@@ -91,6 +91,27 @@ TEST_F(Llama, ChunkedPrefillEqualsWhole) {
   EXPECT_EQ(std::memcmp(rest->data_as<const float>(), w.data(), vocab_ * 4), 0);
 }
 
+// Workspace::profile only observes: the same logits, and every phase that
+// ran got time (the decode step's 4 matmul families, attention, lm_head).
+TEST_F(Llama, ProfiledForwardTimesPhasesAndKeepsLogits) {
+  const std::vector<int32_t> p = encode("The quick brown fox");
+  Workspace ws = model_->make_workspace(64, 1, 64);
+  NaiveKVCache c1(model_->config(), 1, 64), c2(model_->config(), 1, 64);
+  auto plain = model_->forward(make_batch({p}, {0}, {0}), c1, ws);
+  ASSERT_TRUE(plain.ok());
+  std::vector<float> want(plain->data_as<const float>(), plain->data_as<const float>() + vocab_);
+  ForwardProfile prof;
+  ws.profile = &prof;
+  auto timed = model_->forward(make_batch({p}, {0}, {0}), c2, ws);
+  ASSERT_TRUE(timed.ok());
+  EXPECT_EQ(std::memcmp(timed->data_as<const float>(), want.data(), vocab_ * 4), 0);
+  EXPECT_EQ(prof.calls, 1);
+  for (ForwardPhase ph : {ForwardPhase::kQkv, ForwardPhase::kAttention, ForwardPhase::kOProj, ForwardPhase::kGateUp,
+                          ForwardPhase::kDown, ForwardPhase::kLmHead}) {
+    EXPECT_GT(prof.ns[static_cast<int>(ph)], 0) << forward_phase_name(ph);
+  }
+}
+
 // The same steps through the naive cache, the paged cache's gather read and
 // its fused read give bitwise-identical logits.
 TEST_F(Llama, NaiveAndPagedCachesAgreeBitwise) {
