@@ -108,6 +108,18 @@ TEST(Protocol, InvalidJsonAndWrongTypesAre400) {
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "wizard", "content": "hi"}]})").param, "messages[0].role");
 }
 
+TEST(Protocol, InvalidJsonSaysWhereAndWhy) {
+  ApiError e = chat_error(R"({"messages": [})");
+  EXPECT_NE(e.message.find("not valid JSON (at byte 15)"), std::string::npos) << e.message;
+  // Valid JSON grammar, but beyond double: say so rather than "not JSON", and quote nothing.
+  const std::string digits(100000, '9');
+  e = chat_error("{" + kMsgs + R"(, "max_tokens": )" + digits + "}");
+  EXPECT_NE(e.message.find("a number beyond the range of a double"), std::string::npos) << e.message;
+  EXPECT_LT(e.message.size(), 200u);
+  EXPECT_NE(chat_error("{" + kMsgs + R"(, "temperature": 1e999})").message.find("beyond the range"),
+            std::string::npos);
+}
+
 TEST(Protocol, DeepNestingIsRefused) {
   std::string deep = "{" + kMsgs + R"(, "x": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
   EXPECT_EQ(chat_error(deep).http_status, 400);
