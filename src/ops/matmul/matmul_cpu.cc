@@ -152,7 +152,7 @@ struct Q8Row {
 
 // The correction only pays for itself over several tokens: single-token
 // tiles (C = 1) use the |w| x sign(x, w) form instead, the same exact integers.
-void decode_q8_row(const BlockQ8_0* w, int64_t nb, bool with_corr, Q8Row& r) {
+void decode_q8_row(const BlockQ8_0* w, int64_t nb, [[maybe_unused]] bool with_corr, Q8Row& r) {
   r.w = w;
   for (int64_t b = 0; b < nb; ++b) {
     r.d[b] = quant::f16_to_f32(w[b].d);
