@@ -1,11 +1,12 @@
 // Fast matmul: blockwise integer dot products against 8-bit activations
 // (AVX-512 VNNI, else AVX2, else scalar), threads over output rows; the
-// quantized kernels work in register tiles of 4 rows x 4 tokens.
+// quantized kernels work in register tiles of 4 rows x 4 tokens, and a single
+// token (T = 1, a decode step) reads the stored blocks directly, 4 rows at a time.
 //
 // Reduction order per output element (fixed, whatever T or the thread split):
 // blocks in order; within a block an exact integer dot; each block's scaled
 // partials added into 8 float lanes, the lanes combined pairwise at the end,
-// then the sum of the Q4_1 min terms added.
+// then the sum of the Q4 min terms (one fma per block, in block order) added.
 
 #include <algorithm>
 #include <cmath>
