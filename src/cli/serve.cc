@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string served_model_name;
   int64_t max_waiting_requests = 256;
   int http_threads = 128;
+  int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
 };
 
@@ -69,7 +70,9 @@ int run_serve(const ServeOptions& opt) {
   if (served_name.empty()) served_name = std::filesystem::path(model_path).stem().string();
 
   server::ServerMetrics metrics(served_name);
-  server::Api api(served_name, api_key, metrics);
+  server::ParseBudget::Options parse_budget;
+  parse_budget.capacity_bytes = static_cast<size_t>(opt.max_parse_bytes);
+  server::Api api(served_name, api_key, metrics, parse_budget);
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;
@@ -144,6 +147,14 @@ CommandRun add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--http-threads", opt->http_threads, "HTTP worker threads (caps concurrent connections)")
       ->check(CLI::Range(4, 4096))
+      ->capture_default_str();
+  // The smallest budget still admits one body of the largest size HTTP accepts, beside the small reserve.
+  const auto min_parse_bytes = static_cast<int64_t>(server::HttpOptions{}.max_body_bytes +
+                                                    server::ParseBudget::Options{}.small_reserve_bytes);
+  cmd->add_option("--max-parse-bytes", opt->max_parse_bytes,
+                  "request-body bytes parsed at once (parsing costs up to 40x the body); "
+                  "a body that finds no room within 1 s gets 503")
+      ->check(CLI::Range(min_parse_bytes, int64_t{1} << 40))
       ->capture_default_str();
   return [opt] { return run_serve(*opt); };
 }

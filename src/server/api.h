@@ -16,6 +16,7 @@
 #include "server/generation.h"
 #include "server/metrics.h"
 #include "server/model_codec.h"
+#include "server/parse_budget.h"
 #include "server/protocol.h"
 
 namespace nanoserve::server {
@@ -28,7 +29,8 @@ struct Reply {
 
 class Api {
  public:
-  Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics);
+  Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
+      ParseBudget::Options parse_budget = {});
 
   // Once the model is loaded: from here on the generation endpoints work and /health says 200.
   void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
@@ -41,8 +43,8 @@ class Api {
   Reply health() const;
   Reply models() const;
   Reply metrics() const;
-  Reply tokenize(std::string_view body) const;
-  Reply detokenize(std::string_view body) const;
+  Reply tokenize(std::string_view body);
+  Reply detokenize(std::string_view body);
 
   // A Reply when the request fails before it reaches the engine, else the job.
   std::variant<Reply, std::unique_ptr<GenerationJob>> generate(Endpoint endpoint, std::string_view body);
@@ -51,6 +53,10 @@ class Api {
 
  private:
   std::string new_id(Endpoint endpoint);
+  // Runs `parse` on the body while holding its bytes of the parse budget; the
+  // 503 error when the budget stayed full.
+  template <typename T>
+  Parsed<T> parse_metered(std::string_view body, Parsed<T> (*parse)(std::string_view, const ProtocolLimits&));
 
   const std::string served_model_name_;
   const std::string api_key_;
@@ -60,6 +66,7 @@ class Api {
   const ModelCodec* codec_ = nullptr;  // set once before ready_
   EngineLoop* loop_ = nullptr;
   ProtocolLimits limits_;
+  ParseBudget parse_budget_;
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;
 };

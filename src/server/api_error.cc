@@ -62,6 +62,17 @@ ApiError not_ready() {
   return ApiError{503, "The model is still loading.", "service_unavailable", {}, "not_ready"};
 }
 
+ApiError parse_budget_full(size_t body_bytes, size_t budget_bytes, long long waited_ms) {
+  return ApiError{503,
+                  "The server is parsing too many large request bodies at once: this body of " +
+                      std::to_string(body_bytes) + " bytes did not fit the parse budget of " +
+                      std::to_string(budget_bytes) + " bytes (--max-parse-bytes) within " +
+                      std::to_string(waited_ms) + " ms. Retry later.",
+                  "service_unavailable",
+                  {},
+                  "parse_budget_full"};
+}
+
 ApiError internal(std::string message) {
   return ApiError{500, std::move(message), "internal_error", {}, "internal_error"};
 }

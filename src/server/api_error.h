@@ -37,6 +37,8 @@ ApiError payload_too_large(size_t limit_bytes);
 ApiError queue_full();
 // 503: the model is still loading.
 ApiError not_ready();
+// 503: the body did not fit the parse budget (parse_budget.h) within `waited_ms`.
+ApiError parse_budget_full(size_t body_bytes, size_t budget_bytes, long long waited_ms);
 // 500: anything the engine reports while running a request.
 ApiError internal(std::string message);
 // The fallback for a status code with no more specific message (unknown route, ...).

@@ -76,6 +76,8 @@ bool peer_closed(int fd) {
 void set_reply(httplib::Response& res, const Reply& reply) {
   res.status = reply.status;
   res.set_content(reply.body, reply.content_type);
+  // A full queue or parse budget, or a model still loading: clients may retry after a second.
+  if (reply.status == 429 || reply.status == 503) res.set_header("Retry-After", "1");
 }
 
 }  // namespace

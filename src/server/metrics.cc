@@ -175,6 +175,10 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
       num_preemptions_total(registry.counter("nanoserve:num_preemptions_total",
                                              "Cumulative number of preemptions by the scheduler.",
                                              {{"model_name", model_name}})),
+      parse_budget_refused_total(registry.counter(
+          "nanoserve:parse_budget_refused_total",
+          "Requests refused with 503 because their body did not fit the parse budget in time.",
+          {{"model_name", model_name}})),
       time_to_first_token_seconds(registry.histogram("nanoserve:time_to_first_token_seconds",
                                                      "Time from arrival to the first generated token.",
                                                      ttft_buckets(), {{"model_name", model_name}})),

@@ -97,6 +97,7 @@ struct ServerMetrics {
   Counter& prompt_tokens_total;
   Counter& generation_tokens_total;
   Counter& num_preemptions_total;
+  Counter& parse_budget_refused_total;  // requests answered 503 because the parse budget stayed full
   Histogram& time_to_first_token_seconds;
   Histogram& inter_token_latency_seconds;
   Histogram& e2e_request_latency_seconds;

@@ -91,7 +91,9 @@ void expect_error_shape(const HttpResult& r, int status) {
 
 TEST_F(HttpServerTest, HealthIs503UntilReady) {
   start({}, 256, /*ready=*/false);
-  expect_error_shape(get("/health"), 503);
+  HttpResult health = get("/health");
+  expect_error_shape(health, 503);
+  EXPECT_EQ(health.headers["retry-after"], "1");
   expect_error_shape(post("/v1/completions", R"({"prompt": "ab"})"), 503);
   make_ready();
   EXPECT_EQ(get("/health").status, 200);
@@ -271,7 +273,9 @@ TEST_F(HttpServerTest, QueueFullIs429) {
   int b = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "b", "max_tokens": 60})");
   for (int i = 0; i < 400 && engine_.num_added() < 2; ++i) std::this_thread::sleep_for(5ms);
   ASSERT_EQ(engine_.num_added(), 2);
-  expect_error_shape(post("/v1/completions", R"({"prompt": "c", "max_tokens": 1})"), 429);
+  HttpResult full = post("/v1/completions", R"({"prompt": "c", "max_tokens": 1})");
+  expect_error_shape(full, 429);
+  EXPECT_EQ(full.headers["retry-after"], "1");
   ::close(a);
   ::close(b);
 }
