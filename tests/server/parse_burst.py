@@ -37,7 +37,7 @@ def vm_hwm_kib(pid):
 
 def burst(server, n_large, n_small, body=None):
     """Sends n_large large bodies and n_small small chat requests at once. Returns
-    ([(status, json) for the large], [(status, json) for the small])."""
+    ([(status, json, Retry-After) for the large], [(status, json, seconds) for the small])."""
     body = body or large_body(server.model)
     headers = dict(server.headers(), **{"Content-Type": "application/json"})
     small = {"model": server.model, "messages": [{"role": "user", "content": "Say hi."}],
@@ -49,8 +49,9 @@ def burst(server, n_large, n_small, body=None):
 
     def post_small(i):
         time.sleep(0.05 * i)  # spread over the burst
+        t0 = time.monotonic()
         r = server.post("/v1/chat/completions", small, timeout=120)
-        return r.status_code, r.json(), None
+        return r.status_code, r.json(), time.monotonic() - t0
 
     with concurrent.futures.ThreadPoolExecutor(n_large + n_small) as pool:
         large_f = [pool.submit(post_large, i) for i in range(n_large)]
@@ -77,7 +78,8 @@ def main():
             statuses[status] = statuses.get(status, 0) + 1
         print(f"flags {' '.join(args.serve_flags) or '(defaults)'}: {args.large} x {len(body)} B bodies, "
               f"{args.small} small; large statuses {statuses}, small statuses "
-              f"{sorted(s for s, _, _ in small)}; {wall:.1f} s")
+              f"{sorted(s for s, _, _ in small)}, slowest {max((t for _, _, t in small), default=0):.2f} s; "
+              f"{wall:.1f} s")
         print(f"VmHWM before burst {before / 1024:.0f} MiB, after {after / 1024:.0f} MiB, "
               f"growth {(after - before) / 1024:.0f} MiB")
         assert server.proc.poll() is None, "server died"
