@@ -9,6 +9,13 @@
 
 namespace nanoserve {
 
+// The output is accumulated in a local array, kAttnAccDims dims at a time (one
+// pass for head_dim <= 256): the compiler cannot prove that `out` does not
+// overlap a V row, so accumulating in `out` itself costs a load and a store per
+// element and position. Each element still sees the same operations in the
+// same position order.
+inline constexpr int64_t kAttnAccDims = 256;
+
 // Dot product with a fixed order: 8 interleaved partial sums over head_dim,
 // combined pairwise. The compiler vectorises it; the order never changes.
 inline float attn_dot(const float* a, const float* b, int64_t n) {
@@ -38,11 +45,16 @@ inline void attend_row(const float* q, int64_t head_dim, int64_t n_ctx, KRow&& k
     sum += scores[p];
   }
   const float inv = 1.0f / sum;
-  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
-  for (int64_t p = 0; p < n_ctx; ++p) {
-    const float w = scores[p] * inv;
-    const float* v = v_row(p);
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += w * v[d];
+  for (int64_t d0 = 0; d0 < head_dim; d0 += kAttnAccDims) {
+    const int64_t nd = head_dim - d0 < kAttnAccDims ? head_dim - d0 : kAttnAccDims;
+    float acc[kAttnAccDims];
+    for (int64_t d = 0; d < nd; ++d) acc[d] = 0.0f;
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      const float w = scores[p] * inv;
+      const float* v = v_row(p) + d0;
+      for (int64_t d = 0; d < nd; ++d) acc[d] += w * v[d];
+    }
+    for (int64_t d = 0; d < nd; ++d) out[d0 + d] = acc[d];
   }
 }
 
@@ -77,15 +89,23 @@ inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t h
         sum += s[p];
       }
       inv[r] = 1.0f / sum;
-      float* o = out + (r0 + r) * out_stride;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
     }
-    for (int64_t p = 0; p < n_ctx; ++p) {
-      const float* v = v_row(p);
+    for (int64_t d0 = 0; d0 < head_dim; d0 += kAttnAccDims) {
+      const int64_t nd = head_dim - d0 < kAttnAccDims ? head_dim - d0 : kAttnAccDims;
+      float acc[kMaxRows][kAttnAccDims];
       for (int64_t r = 0; r < n; ++r) {
-        const float w = scores[r * n_ctx + p] * inv[r];
-        float* o = out + (r0 + r) * out_stride;
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += w * v[d];
+        for (int64_t d = 0; d < nd; ++d) acc[r][d] = 0.0f;
+      }
+      for (int64_t p = 0; p < n_ctx; ++p) {
+        const float* v = v_row(p) + d0;
+        for (int64_t r = 0; r < n; ++r) {
+          const float w = scores[r * n_ctx + p] * inv[r];
+          for (int64_t d = 0; d < nd; ++d) acc[r][d] += w * v[d];
+        }
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        float* o = out + (r0 + r) * out_stride + d0;
+        for (int64_t d = 0; d < nd; ++d) o[d] = acc[r][d];
       }
     }
   }

@@ -1,7 +1,9 @@
-// Fast CPU paged attention. Work items are (token, kv head) pairs, handed out
-// dynamically (a causal prefill chunk has uneven rows); each item attends the
-// n_rep query heads that share one kv head together (attend_rows), so each K/V
-// row is read once per item, not n_rep times. attend_rows is attend_row's
+// Fast CPU paged attention. Work items are (token, kv head, row group)
+// triples, handed out dynamically (a causal prefill chunk has uneven rows);
+// each item attends the query heads of its group, which share one kv head,
+// together (attend_rows), so each K/V row is read once per item. The n_rep
+// query heads are one group unless that leaves fewer than two items a thread
+// (a single decode: n_kv_heads items), when they are cut into more. attend_rows is attend_row's
 // arithmetic row for row, the reduction the gather path uses, so the two reads
 // agree bitwise; which thread runs an item never changes its arithmetic.
 
@@ -20,16 +22,20 @@ namespace {
 // Runs the items handed out by `next`. SlotOf maps (block table, position) to
 // the physical slot; it is the only thing that differs between block sizes.
 template <typename SlotOf>
-void run_items(const PagedAttentionArgs& a, SlotOf slot_of, std::atomic<int64_t>& next, float* sc,
-               int64_t scores_stride) {
+void run_items(const PagedAttentionArgs& a, SlotOf slot_of, int64_t groups, std::atomic<int64_t>& next,
+               float* sc, int64_t scores_stride) {
   const int64_t hd = a.head_dim;
   const int64_t n_rep = a.n_heads / a.n_kv_heads;
+  const int64_t group_rows = (n_rep + groups - 1) / groups;
   const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * hd;  // floats per slot
-  const int64_t n_items = static_cast<int64_t>(a.num_tokens) * a.n_kv_heads;
+  const int64_t n_items = static_cast<int64_t>(a.num_tokens) * a.n_kv_heads * groups;
   for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
        item = next.fetch_add(1, std::memory_order_relaxed)) {
-    const int64_t t = item / a.n_kv_heads;
-    const int64_t kvh = item % a.n_kv_heads;
+    const int64_t t = item / (a.n_kv_heads * groups);
+    const int64_t kvh = item / groups % a.n_kv_heads;
+    const int64_t r0 = item % groups * group_rows;
+    const int64_t rows = std::min(group_rows, n_rep - r0);
+    if (rows <= 0) continue;
     // The sequence that owns token t: the last b with seq_starts[b] <= t.
     const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t) - a.seq_starts - 1;
     const int32_t* table = a.block_tables + b * a.max_blocks_per_seq;
@@ -40,8 +46,8 @@ void run_items(const PagedAttentionArgs& a, SlotOf slot_of, std::atomic<int64_t>
     const float* v_base = a.v_pool + kvh * hd;
     auto k_row = [&](int64_t p) { return k_base + slot_of(table, p) * row_stride; };
     auto v_row = [&](int64_t p) { return v_base + slot_of(table, p) * row_stride; };
-    const int64_t off = (t * a.n_heads + kvh * n_rep) * hd;
-    attend_rows(a.q + off, hd, n_rep, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
+    const int64_t off = (t * a.n_heads + kvh * n_rep + r0) * hd;
+    attend_rows(a.q + off, hd, rows, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
   }
 }
 
@@ -59,6 +65,12 @@ void paged_attention_cpu(const PagedAttentionArgs& a, ThreadPool& pool, float* s
   const bool pow2 = (bs & (bs - 1)) == 0;
   const int shift = __builtin_ctzll(static_cast<uint64_t>(bs));
   const int64_t mask = bs - 1;
+  // Row groups a kv head is cut into: the fewest that give every thread two
+  // items. Which rows go together never changes a row's arithmetic.
+  const int64_t n_rep = a.n_heads / a.n_kv_heads;
+  int64_t groups = 1;
+  while (groups < n_rep && int64_t{a.num_tokens} * a.n_kv_heads * groups < 2 * int64_t{pool.num_threads()})
+    ++groups;
   std::atomic<int64_t> next{0};
   pool.parallel_for(pool.num_threads(), [&](int64_t, int64_t, int thread) {
     float* sc = scores + thread * scores_stride;
@@ -66,12 +78,12 @@ void paged_attention_cpu(const PagedAttentionArgs& a, ThreadPool& pool, float* s
       auto slot_of = [shift, mask](const int32_t* table, int64_t p) {
         return (static_cast<int64_t>(table[p >> shift]) << shift) | (p & mask);
       };
-      run_items(a, slot_of, next, sc, scores_stride);
+      run_items(a, slot_of, groups, next, sc, scores_stride);
     } else {
       auto slot_of = [bs](const int32_t* table, int64_t p) {
         return static_cast<int64_t>(table[p / bs]) * bs + p % bs;
       };
-      run_items(a, slot_of, next, sc, scores_stride);
+      run_items(a, slot_of, groups, next, sc, scores_stride);
     }
   });
 }
