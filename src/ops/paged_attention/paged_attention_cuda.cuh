@@ -87,17 +87,18 @@ struct PagedAttentionCudaOptions {
   // the tail of the kernel before it (the kernel waits before reading q, the
   // partials, or pool positions this step writes).
   bool dependent_launch = true;
-  // With it, a thread block whose first stages lie before its sequence's first
-  // position in this step (written by earlier steps, so stable) starts copying
-  // them before that wait. Changes no sum.
+  // With it, a thread block copies the rows of its first stages whose
+  // positions lie before its sequence's first position in this step (written
+  // by earlier steps, so stable) before that wait, the others after. Changes no
+  // sum.
   bool early_kv = true;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
-  // (ns) at fixed points, 8 slots a block, at trace[8 * b] for block b of the
-  // attention grid (x fastest: entry, early copies issued, dependency wait
-  // returned, tiles done, partials written; then in slots 5 to 7 the first
-  // tile landed, the first tile computed, the last tile landed; warp 0's view)
-  // and at trace[2^20 + 8 * b] for the
-  // reduction's (entry, wait returned, done). Needs 2^21 entries.
+  // (ns) at fixed points, 8 slots a block. Block b of the attention grid (x
+  // fastest) writes trace[8 * b + i]: entry, early copies issued, dependency
+  // wait returned, tiles done, partials written, then (warp 0's view) first
+  // tile landed, first tile computed, last tile landed. Block b of the
+  // reduction writes trace[2^20 + 8 * b + i]: entry, wait returned, done.
+  // Needs 2^21 entries.
   uint64_t* trace = nullptr;
 };
 
