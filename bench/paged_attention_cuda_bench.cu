@@ -451,10 +451,10 @@ int main(int argc, char** argv) {
       if (!only.empty() && std::find(only.begin(), only.end(), static_cast<int>(i)) == only.end()) continue;
       Setup su(shapes[i], 4 * dev.l2_bytes, 100 + static_cast<uint32_t>(i));
       trace_attention(su, {});
-      PagedAttentionCudaOptions late;
-      late.early_kv = false;
-      std::printf("without early K/V:\n");
-      trace_attention(su, late);
+      PagedAttentionCudaOptions unpaced;
+      unpaced.pace_early = false;
+      std::printf("early copies not paced:\n");
+      trace_attention(su, unpaced);
     }
     return 0;
   }
@@ -485,6 +485,10 @@ int main(int argc, char** argv) {
   variants.push_back({"3 stages", opt(SplitReduce::kKernel, 0, 3), true});
   variants.push_back({"4 stages", opt(SplitReduce::kKernel, 0, 4), true});
   variants.push_back({"split>=2 tiles", opt(SplitReduce::kKernel, 2, 0), true});
+  variants.push_back({"split>=3 tiles", opt(SplitReduce::kKernel, 3, 0), true});
+  PagedAttentionCudaOptions unpaced;
+  unpaced.pace_early = false;
+  variants.push_back({"unpaced early", unpaced, true});
   variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
 
   std::vector<Result> results;

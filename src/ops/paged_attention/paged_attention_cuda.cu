@@ -4,20 +4,25 @@
 // This file is the host side (metadata upload, workspace, launch choices); the
 // kernels are in paged_attention_kernels.cuh.
 //
-// Attention kernel (v5), one thread block of 4 warps per (query row, split, kv
+// Attention kernel (v6), one thread block of 4 warps per (query row, split, kv
 // head group):
 //  - the G <= 8 query heads that share a kv head are the M rows of one
 //    mma.m16n8k16 tile (rows G..15 are zero), so each K/V byte of the split is
 //    read from memory once for all of them (GQA), and S = Q K^T and O += P V
 //    each cost one mma per 8 tokens x 16 dims instead of scalar FMA chains;
-//  - each warp streams its own tokens global -> shared with bulk copies (one
-//    K or V row of a head a copy, a lane a row, completing on the warp's
-//    mbarrier for that stage; 2 to 4 stages deep; rows padded by 16 bytes so
-//    ldmatrix is conflict-free) and reads them back with ldmatrix (.trans for
-//    V): warps never wait for each other until the end of the split;
+//  - each warp streams its own tokens global -> shared with tensor copies
+//    (TMA): one copy moves a 128-byte line of every slot of one head in one
+//    pool block (a 5-d tensor map over the pool), so a warp-stage of 16 tokens
+//    at head_dim 128 and block size 16 is 4 copies, not 32 row copies (a copy
+//    costs the issuing warp about 70 cycles whatever its size). They complete
+//    on the warp's mbarrier for that stage, 2 to 4 stages deep, land
+//    128-byte-swizzled so ldmatrix is conflict-free, and are read back with
+//    ldmatrix (.trans for V): warps never wait for each other until the end
+//    of the split;
 //  - launched with programmatic dependent launch, a block copies the rows of
 //    positions written by earlier steps before it waits for the kernel before
-//    it, and only this step's rows (and q) after;
+//    it (one stage at a time: a stage's once the stage before has landed),
+//    and only this step's rows (and q) after;
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
 //    dtype for the P V product (as flash attention does), l stays f32;
 //  - at the end the warps are merged in warp order through shared memory. A
@@ -25,6 +30,9 @@
 //    order by one warp per head (reduce kernel, or the block that finishes last).
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cmath>
@@ -73,6 +81,32 @@ struct PoolDims {
 PoolDims pool_dims(const Tensor& pool, PagedKvLayout layout) {
   if (layout == PagedKvLayout::kHeadMajor) return {pool.dim(2), pool.dim(1), pool.dim(3)};
   return {pool.dim(1), pool.dim(2), pool.dim(3)};
+}
+
+// The 5-d tensor map of AttnParams over `pool` (bf16 or f16, 16-byte aligned),
+// with boxes of one 128-byte line of box_rows slots of one head.
+CUtensorMap pool_tensor_map(void* encode_fn, const Tensor& pool, PagedKvLayout layout, int box_rows) {
+  const auto [block_size, n_kv, hd] = pool_dims(pool, layout);
+  const bool head_major = layout == PagedKvLayout::kHeadMajor;
+  const cuuint64_t row = static_cast<cuuint64_t>(hd) * 2;  // bytes of one head's row
+  // Innermost first: elements of a line, lines of a row, (head, slot) or (slot, head), block.
+  const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kLineElems), static_cast<cuuint64_t>(hd / kLineElems),
+                              static_cast<cuuint64_t>(head_major ? block_size : n_kv),
+                              static_cast<cuuint64_t>(head_major ? n_kv : block_size),
+                              static_cast<cuuint64_t>(pool.dim(0))};
+  const cuuint64_t strides[4] = {kLineBytes, row, row * dims[2], row * dims[2] * dims[3]};  // bytes, dims 1..4
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(kLineElems), 1, head_major ? static_cast<cuuint32_t>(box_rows) : 1,
+                             head_major ? 1 : static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+  NS_CHECK(reinterpret_cast<uintptr_t>(pool.data()) % 16 == 0) << "a pool must be 16-byte aligned";
+  CUtensorMap map;
+  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode_fn)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(pool.data()), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  NS_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for pool "
+                              << pool.shape_string();
+  return map;
 }
 
 int log2_exact(int64_t x) {
@@ -151,6 +185,12 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
   int device = 0;
   NS_CUDA_CHECK(cudaGetDevice(&device));
   NS_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  // The driver's tensor map encoder, through the runtime (no link to the driver library).
+  cudaDriverEntryPointQueryResult found{};
+  NS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &encode_tensor_map_, 12000,
+                                                 cudaEnableDefault, &found));
+  NS_CHECK(found == cudaDriverEntryPointSuccess && encode_tensor_map_ != nullptr)
+      << "the CUDA driver has no cuTensorMapEncodeTiled";
   // Opt every attention kernel into its dynamic shared memory (over the 48 KB
   // default) once, here, outside any step loop or graph capture.
   for (DType dt : {DType::kBF16, DType::kF16}) {
@@ -240,13 +280,11 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
   dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
     AttnParams<T> p{};
+    const int box_rows = static_cast<int>(std::min<int64_t>(block_size, Geometry<HD>::kWarpTokens));
+    p.k_map = pool_tensor_map(ws.encode_tensor_map(), k_pool, options.layout, box_rows);
+    p.v_map = pool_tensor_map(ws.encode_tensor_map(), v_pool, options.layout, box_rows);
+    p.head_major = options.layout == PagedKvLayout::kHeadMajor;
     p.q = q.data_as<const T>();
-    p.k_pool = k_pool.data_as<const T>();
-    p.v_pool = v_pool.data_as<const T>();
-    const PoolStrides st = pool_strides(options.layout, block_size, n_kv, hd);
-    p.block_stride = st.block;
-    p.head_stride = st.head;
-    p.token_stride = st.token;
     p.out = out.data_as<T>();
     p.row_meta = batch.row_meta();
     p.positions = batch.positions();
@@ -277,6 +315,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
+    p.pace_early = options.pace_early;
     p.scale_log2 = scale * kLog2e;
     p.trace = options.trace;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).

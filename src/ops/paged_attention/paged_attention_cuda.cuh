@@ -92,6 +92,11 @@ struct PagedAttentionCudaOptions {
   // by earlier steps, so stable) before that wait, the others after. Changes no
   // sum.
   bool early_kv = true;
+  // The early copies one stage at a time: a warp issues a stage's once the
+  // stage before has landed, so the next call's copies reach memory as a
+  // stream rather than one burst in front of this call's q, refills and
+  // partials. Changes no sum.
+  bool pace_early = true;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
   // (ns) at fixed points, 8 slots a block. Block b of the attention grid (x
   // fastest) writes trace[8 * b + i]: entry, early copies issued, dependency
@@ -122,10 +127,13 @@ class PagedAttentionWorkspaceCuda {
   int32_t* counters() const {
     return counters_.data_as<int32_t>();
   }  // [max_rows, n_heads], zero between calls
+  // The driver's cuTensorMapEncodeTiled (the type lives in a CUDA header).
+  void* encode_tensor_map() const { return encode_tensor_map_; }
 
  private:
   int32_t max_rows_, n_heads_, head_dim_;
   int32_t sm_count_ = 0;
+  void* encode_tensor_map_ = nullptr;
   Tensor partial_out_, partial_lse_, counters_;
 };
 

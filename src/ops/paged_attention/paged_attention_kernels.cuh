@@ -3,6 +3,8 @@
 // paged_attention_cuda.cu, which launches them. See that file for the design
 // summary and docs/kernels.md for its versions and measurements.
 
+#include <cuda.h>  // CUtensorMap (the type only)
+
 #include <cmath>
 #include <cstdint>
 
@@ -11,7 +13,6 @@
 
 namespace nanoserve::paged_attention_kernels {
 
-using cuda::bulk_copy;
 using cuda::Elem;
 using cuda::fence_for_async_proxy;
 using cuda::launch_dependents;
@@ -20,6 +21,7 @@ using cuda::ldmatrix_x4_trans;
 using cuda::mbarrier_arrive_expect_tx;
 using cuda::mbarrier_init;
 using cuda::mbarrier_wait;
+using cuda::tensor_copy_5d;
 using cuda::wait_primary_grid;
 
 constexpr int kWarps = 4;
@@ -31,33 +33,45 @@ constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
 constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
-// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB of them at
-// either head_dim, in rows padded by one 16-byte chunk (8.5 or 9 KB).
-constexpr int kStagePayloadPerWarp = 8192;
+// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either
+// head_dim.
+constexpr int kStageBytesPerWarp = 8192;
+// A K (or V) row of a head is copied as 128-byte lines (head_dim / 64 of them),
+// each line of a box landing in the 128-byte-swizzled order of a tensor copy:
+// 16-byte chunk c of line r sits at chunk c ^ (r % 8), so the 8 rows an
+// ldmatrix reads at one chunk fall in 8 different bank groups.
+constexpr int kLineBytes = 128;
+constexpr int kLineElems = kLineBytes / 2;
+constexpr int kSwizzleAlign = 1024;  // the swizzle repeats every 8 lines
 
 template <int HD>
 struct Geometry {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static constexpr int kChunks = HD / 8;          // 16-byte chunks in a row
-  static constexpr int kRowBytes = HD * 2;        // one head's K (or V) row
-  static constexpr int kRowChunks = kChunks + 1;  // a row in shared memory, padded
-  static constexpr int kWarpTokens = kStagePayloadPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
-  static constexpr int kTileTokens = kWarps * kWarpTokens;                    // a block's tokens per stage
-  static constexpr int kStageChunks = kWarpTokens * kRowChunks;               // K (or V) chunks a warp-stage
-  static constexpr int kCopiesPerLane = 2 * kWarpTokens / 32;                 // rows (K and V) a lane copies
-  static_assert(kWarpTokens % 16 == 0 && (2 * kWarpTokens) % 32 == 0, "whole mma tiles, whole lanes");
+  static constexpr int kHalves = HD / kLineElems;  // lines in a row
+  static constexpr int kRowBytes = HD * 2;         // one head's K (or V) row
+  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;                  // a block's tokens per stage
+  // A warp-stage: K then V, each [kHalves][kWarpTokens lines of 128 bytes].
+  static constexpr int kRegionBytes = kWarpTokens * kLineBytes;
+  static constexpr int kKvBytes = kHalves * kRegionBytes;
+  static_assert(kWarpTokens % 16 == 0 && 2 * kKvBytes == kStageBytesPerWarp, "whole mma tiles");
+  static_assert(kRegionBytes % kSwizzleAlign == 0, "each region starts a swizzle period");
 };
 
 __host__ __device__ inline int tile_tokens(int head_dim) {
-  return kWarps * (kStagePayloadPerWarp / (4 * head_dim));
+  return kWarps * (kStageBytesPerWarp / (4 * head_dim));
 }
-// Shared memory of one pipeline stage (all warps), and the stages' mbarriers.
-inline int smem_bytes_per_stage(int head_dim) {
-  return 2 * tile_tokens(head_dim) * (head_dim / 8 + 1) * 16;
-}
+// Shared memory of the stages (all warps), the stages' mbarriers, and the
+// slack to align the first stage to the swizzle period.
 constexpr int kBarrierBytes = kWarps * kMaxStages * 8;
-inline int smem_bytes(int head_dim, int stages) {
-  return stages * smem_bytes_per_stage(head_dim) + kBarrierBytes;
+inline int smem_bytes(int /*head_dim*/, int stages) {
+  return kSwizzleAlign + stages * kWarps * kStageBytesPerWarp + kBarrierBytes;
+}
+// Address of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a K or V region
+// of a warp-stage.
+template <int HD>
+__device__ __forceinline__ const char* row_chunk(const char* region, int r, int c) {
+  return region + (c >> 3) * Geometry<HD>::kRegionBytes + r * kLineBytes + (((c & 7) ^ (r & 7)) << 4);
 }
 
 // A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
@@ -71,14 +85,6 @@ __host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_spli
   const int tiles = (ctx + tile - 1) / tile;
   const int per = max(min_tiles, (tiles + max_splits - 1) / max_splits);
   return {(tiles + per - 1) / per, per * tile};
-}
-
-// Chunk c of row r of a [rows][kRowChunks] tile of 16-byte chunks: rows are
-// padded by one chunk, so 8 consecutive rows at one chunk fall in 8 different
-// bank groups.
-template <int HD>
-__device__ __forceinline__ int chunk_at(int r, int c) {
-  return r * Geometry<HD>::kRowChunks + c;
 }
 
 // Strides of a pool in some unit (elements or 16-byte chunks): a block, a head,
@@ -110,13 +116,15 @@ __device__ __forceinline__ void stamp(uint64_t* trace, int slot) {
 
 template <typename T>
 struct AttnParams {
-  const T* q;       // [T, n_heads, HD]
-  const T* k_pool;  // [num_blocks, block_size, n_kv_heads, HD] or [num_blocks, n_kv_heads, block_size, HD]
-  const T* v_pool;
-  // Element strides of the pools (PoolStrides): a block, a head, a token within its block.
-  int64_t block_stride;
-  int64_t head_stride;
-  int64_t token_stride;
+  // The pools ([num_blocks, block_size, n_kv_heads, HD] or [num_blocks,
+  // n_kv_heads, block_size, HD]) as 5-d tensor maps, innermost first: 64
+  // elements of a row, the row's line (HD / 64), then (head, slot) slot-major
+  // or (slot, head) head-major, then the block. A box is one line of
+  // box_rows slots of one head.
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  bool head_major;
+  const T* q;  // [T, n_heads, HD]
   T* out;                    // [T, n_heads, HD]
   const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
   const int32_t* positions;  // [T]
@@ -136,6 +144,7 @@ struct AttnParams {
   int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
   bool early_kv;     // PagedAttentionCudaOptions::early_kv, with a dependent launch
+  bool pace_early;
   float scale_log2;  // scale * log2(e)
   uint64_t* trace;   // PagedAttentionCudaOptions::trace
 };
@@ -211,16 +220,19 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
 }
 
 template <typename T, int HD, int G>
-__global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(const AttnParams<T> p) {
+__global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
   constexpr int kNT = kWT / 8;  // n-tiles of S (8 tokens each)
   constexpr int kKS = HD / 16;  // k-steps of S (16 dims each)
   constexpr int kOT = HD / 8;   // n-tiles of O (8 dims each)
   static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
-  // [kWarps][stages][K,V][kWT rows][kRowChunks], then the mbarriers
-  // [kWarps][kMaxStages]; the rows are reused by the merge.
-  extern __shared__ uint4 smem[];
+  // From the first 1024-byte boundary: [kWarps][stages][K,V][kHalves][kWT
+  // lines], then the mbarriers [kWarps][kMaxStages]; the stages are reused by
+  // the merge.
+  extern __shared__ uint4 smem_raw[];
+  char* smem = reinterpret_cast<char*>(smem_raw) +
+               ((kSwizzleAlign - cuda::smem_addr(smem_raw) % kSwizzleAlign) % kSwizzleAlign);
   __shared__ int is_last_block;
 
   launch_dependents();  // the next kernel may be scheduled while this grid runs
@@ -258,50 +270,43 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) entries[i] = i < stages ? table_entries(i) : 0;
   const int bs_mask = (1 << p.block_size_log2) - 1;
-  const T* k_head = p.k_pool + kvh * p.head_stride;
-  const T* v_head = p.v_pool + kvh * p.head_stride;
-  uint4* warp_smem = smem + warp * (stages * 2 * Geo::kStageChunks);
+  constexpr int kStageBytes = kStageBytesPerWarp;
+  char* warp_smem = smem + warp * stages * kStageBytes;
   // One mbarrier a stage of this warp, after every stage's rows.
-  uint64_t* bars =
-      reinterpret_cast<uint64_t*>(smem + kWarps * stages * 2 * Geo::kStageChunks) + warp * kMaxStages;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kWarps * stages * kStageBytes) + warp * kMaxStages;
   if (lane < stages) mbarrier_init(bars + lane, 1);
-  // A row past the end of the split is not copied, so the P V product reads
-  // whatever its stage held; P is 0 there, which keeps the output exact only if
-  // the row is finite. Rows of an earlier tile are; fresh shared memory may not
-  // be, so it is zeroed when a tile of this split is partial.
-  if ((end - begin) % Geo::kTileTokens != 0) {
-    for (int i = lane; i < stages * 2 * Geo::kStageChunks; i += 32) warp_smem[i] = make_uint4(0, 0, 0, 0);
-  }
-  fence_for_async_proxy();  // the inits and the zeros, before the copy engine writes here
+  fence_for_async_proxy();  // the inits, before the copy engine writes here
   __syncwarp();
 
-  // This warp's kWT tokens of `tile` into stage `slot`: lane l copies row l % kWT
-  // of K (l < kWT) or V, and the next kWT rows when there are more (HD 64),
-  // if its position is in [lo, hi). With `expect`, the stage's barrier is first
-  // told the bytes of every row inside the split (a stage may be copied in two
-  // calls, the second without `expect`).
-  auto issue = [&](int tile, int slot, int32_t entry, bool expect, int lo, int hi) {
-    uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
+  // A warp's kWT tokens of a tile are n_box boxes of box_rows slots of one
+  // block each (block_size >= 8 and warp ranges aligned, so at most 4). For
+  // each box, K and V, and each line of the row, one lane issues one tensor
+  // copy. `part` picks the boxes: 0 those wholly before `early_until` (their
+  // rows were written by earlier steps), 1 the others, 2 all. With `expect`,
+  // the stage's barrier is first told the bytes of every box inside the split.
+  // Rows of a box past the split's end are copied too (the block is the
+  // sequence's); they are masked out of S, and their V rows zeroed on arrival.
+  const int box_rows = min(1 << p.block_size_log2, kWT);
+  const int n_box = kWT / box_rows;
+  const int per_kv = n_box * Geo::kHalves;  // copies of K (or V) a warp-stage
+  auto issue = [&](int tile, int slot, int32_t entry, bool expect, int part, int early_until) {
+    char* sk = warp_smem + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
-    const int rows = max(0, min(kWT, end - warp_begin));
+    const int boxes = tile < n_tiles && warp_begin < end ? min(n_box, (end - warp_begin + box_rows - 1) / box_rows) : 0;
     if (expect) {
-      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, 2 * rows * Geo::kRowBytes);
+      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kLineBytes);
       __syncwarp();  // expected before any copy can complete
     }
-    const int first_blk = warp_begin >> p.block_size_log2;
-#pragma unroll
-    for (int i = 0; i < Geo::kCopiesPerLane; ++i) {
-      const int idx = lane + 32 * i;
-      const int r = idx % kWT;
-      const bool is_v = idx >= kWT;
-      const int pos = warp_begin + r;
-      const int32_t blk =
-          __shfl_sync(0xffffffffu, entry, max(0, min(3, (pos >> p.block_size_log2) - first_blk)));
-      if (r < rows && pos >= lo && pos < hi) {
-        const int64_t off = blk * p.block_stride + (pos & bs_mask) * p.token_stride;
-        bulk_copy(sk + (is_v ? Geo::kStageChunks : 0) + r * Geo::kRowChunks, (is_v ? v_head : k_head) + off,
-                  Geo::kRowBytes, bars + slot);
-      }
+    const int r = lane % per_kv, b = r / Geo::kHalves, h = r % Geo::kHalves;
+    const int first = warp_begin + b * box_rows;
+    const int32_t blk = __shfl_sync(0xffffffffu, entry, min(3, (b * box_rows) >> p.block_size_log2));
+    const bool early = first + box_rows <= early_until;
+    if (lane < 2 * per_kv && b < boxes && (part == 2 || (part == 0) == early)) {
+      const bool is_v = lane >= per_kv;
+      const int in_block = first & bs_mask;
+      tensor_copy_5d(sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes,
+                     is_v ? &p.v_map : &p.k_map, 0, h, p.head_major ? in_block : kvh,
+                     p.head_major ? kvh : in_block, blk, bars + slot);
     }
   };
 
@@ -310,16 +315,20 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   // or reading the partials; positions before this step's first were written
   // by earlier steps, so their rows are copied before the wait, the rest after.
   const int early_until = p.early_kv ? ri.stable : 0;
+  const bool pace = p.pace_early && end <= early_until;
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {
-    if (i < stages && i < n_tiles) issue(i, i, entries[i], true, 0, early_until);
+    if (i < stages && i < n_tiles) {
+      if (pace && i > 0) mbarrier_wait(bars + i - 1, 0);
+      issue(i, i, entries[i], true, 0, early_until);
+    }
   }
   stamp(trace, 1);
   wait_primary_grid();
   stamp(trace, 2);
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {
-    if (i < stages && i < n_tiles) issue(i, i, entries[i], false, early_until, end);
+    if (i < stages && i < n_tiles) issue(i, i, entries[i], false, 1, early_until);
   }
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
@@ -350,9 +359,22 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
     if (tile == 0) stamp(trace, 5);
     if (tile == n_tiles - 1) stamp(trace, 7);
-    const uint4* sk = warp_smem + slot * (2 * Geo::kStageChunks);
-    const uint4* sv = sk + Geo::kStageChunks;
+    const char* sk = warp_smem + slot * kStageBytes;
+    const char* sv = sk + Geo::kKvBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
+    if (warp_begin + kWT > end) {
+      // V rows past the end (copied with their box, or never copied): P is 0
+      // there, which keeps O exact only if the rows are finite.
+      const int valid = max(0, end - warp_begin);
+      for (int i = lane; i < Geo::kHalves * kWT * (kLineBytes / 16); i += 32) {
+        const int line = i / (kLineBytes / 16), row = line % kWT;
+        if (row >= valid) {
+          *reinterpret_cast<uint4*>(const_cast<char*>(sv) + line * kLineBytes + i % (kLineBytes / 16) * 16) =
+              make_uint4(0, 0, 0, 0);
+        }
+      }
+      __syncwarp();
+    }
 
     // S = Q K^T for this warp's kWT tokens.
     float s[kNT][4];
@@ -362,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 #pragma unroll
       for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
         uint32_t b[4];  // k-steps 2 ks2 and 2 ks2 + 1 of tokens 8 j .. 8 j + 7
-        ldmatrix_x4(b, sk + chunk_at<HD>(8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+        ldmatrix_x4(b, row_chunk<HD>(sk, 8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
         Elem<T>::mma(s[j], qa[2 * ks2], b[0], b[1]);
         Elem<T>::mma(s[j], qa[2 * ks2 + 1], b[2], b[3]);
       }
@@ -410,14 +432,14 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
       for (int j2 = 0; j2 < kOT / 2; ++j2) {
         uint32_t b[4];  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15
         ldmatrix_x4_trans(
-            b, sv + chunk_at<HD>(16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+            b, row_chunk<HD>(sv, 16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
         Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
         Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
       }
     }
     __syncwarp();  // every lane is done reading this stage: refill it
     if (tile == 0) stamp(trace, 6);
-    if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 0, end);
+    if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 2, 0);
     next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
     if (++slot == stages) slot = 0, phase ^= 1;
   }
@@ -493,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 
 // One warp per (row, query head): 4 heads a block.
 template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const AttnParams<T> p) {
+__global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
   launch_dependents();  // whatever follows may start its prologue now
   uint64_t* trace = p.trace != nullptr && threadIdx.x == 0
                         ? p.trace + kTraceReductionBase + kTraceSlots * block_index()

@@ -481,6 +481,9 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   late_kv.early_kv = false;
   EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base)
       << "K/V copies all after the dependency wait";
+  PagedAttentionCudaOptions unpaced;
+  unpaced.pace_early = false;
+  EXPECT_TRUE(download16(run_on_device(p, unpaced).out) == base) << "early copies not paced";
   for (int stages : {2, 3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
