@@ -144,7 +144,7 @@ struct AttnParams {
   int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
   bool early_kv;     // PagedAttentionCudaOptions::early_kv, with a dependent launch
-  bool pace_early;
+  bool pace_early;   // PagedAttentionCudaOptions::pace_early
   float scale_log2;  // scale * log2(e)
   uint64_t* trace;   // PagedAttentionCudaOptions::trace
 };
@@ -215,8 +215,15 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
     }
   }
   const float inv = 1.0f / w_sum;
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) out[lane * kVec + k] = Elem<T>::from_float(acc[k] * inv);
+  // The lane's kVec dims in one store.
+  if constexpr (kVec == 4) {
+    uint2 packed;
+    packed.x = Elem<T>::pack2(acc[0] * inv, acc[1] * inv);
+    packed.y = Elem<T>::pack2(acc[2] * inv, acc[3] * inv);
+    *reinterpret_cast<uint2*>(out + lane * kVec) = packed;
+  } else {
+    *reinterpret_cast<uint32_t*>(out + lane * kVec) = Elem<T>::pack2(acc[0] * inv, acc[1] * inv);
+  }
 }
 
 template <typename T, int HD, int G>
@@ -465,26 +472,36 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   }
   __syncthreads();
 
-  for (int idx = tid; idx < G * HD; idx += kThreads) {
-    const int g = idx / HD, d = idx % HD;
+  // Four consecutive dims a thread: one 16-byte store of the partial.
+  for (int idx = tid; idx < G * HD / 4; idx += kThreads) {
+    const int g = 4 * idx / HD, d = 4 * idx % HD;
     if (head0 + g >= p.n_rep) continue;
     float m_all = -INFINITY;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * G + g]);
-    float l_all = 0.0f, a_all = 0.0f;
+    float l_all = 0.0f;
+    float a_all[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float mw = sm_m[w * G + g];
       const float f = mw == -INFINITY ? 0.0f : exp2f(mw - m_all);
       l_all = fmaf(sm_l[w * G + g], f, l_all);
-      a_all = fmaf(sm_o[(w * G + g) * HD + d], f, a_all);
+      const float4 ow = *reinterpret_cast<const float4*>(sm_o + (w * G + g) * HD + d);
+      a_all[0] = fmaf(ow.x, f, a_all[0]);
+      a_all[1] = fmaf(ow.y, f, a_all[1]);
+      a_all[2] = fmaf(ow.z, f, a_all[2]);
+      a_all[3] = fmaf(ow.w, f, a_all[3]);
     }
     const int qh = kvh * p.n_rep + head0 + g;
     if (plan.n_splits == 1) {
-      p.out[(static_cast<int64_t>(t) * p.n_heads + qh) * HD + d] = Elem<T>::from_float(a_all / l_all);
+      uint2 packed;
+      packed.x = Elem<T>::pack2(a_all[0] / l_all, a_all[1] / l_all);
+      packed.y = Elem<T>::pack2(a_all[2] / l_all, a_all[3] / l_all);
+      *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + d) = packed;
     } else {
       const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
-      p.partial_out[(ph * kMaxSplits + split) * HD + d] = a_all / l_all;
+      *reinterpret_cast<float4*>(p.partial_out + (ph * kMaxSplits + split) * HD + d) =
+          make_float4(a_all[0] / l_all, a_all[1] / l_all, a_all[2] / l_all, a_all[3] / l_all);
       if (d == 0) p.partial_lse[ph * kMaxSplits + split] = m_all + log2f(l_all);
     }
   }
