@@ -61,7 +61,7 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
 // Makes the barrier inits and earlier ordinary shared-memory stores visible to
-// the bulk-copy engine (the async proxy).
+// the copy engine (the async proxy: bulk and tensor copies).
 __device__ __forceinline__ void fence_for_async_proxy() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
