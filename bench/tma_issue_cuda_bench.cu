@@ -53,8 +53,8 @@ __global__ void issue_kernel(const char* src, int64_t src_pages, int copy_bytes,
     h ^= h >> 12;
     const int64_t page = h % src_pages;
     const int in_page = (c * copy_bytes) % 4096 / copy_bytes * copy_bytes;  // 0 for copies >= 4 KB
-    nanoserve::cuda::bulk_copy(smem + c % (smem_bytes / copy_bytes) * copy_bytes,
-                               src + page * 4096 + in_page, copy_bytes, &bar);
+    nanoserve::cuda::bulk_copy(smem + c % (smem_bytes / copy_bytes) * copy_bytes, src + page * 4096 + in_page,
+                               copy_bytes, &bar);
   }
   __syncwarp();
   const uint64_t t1 = global_ns();
@@ -84,8 +84,9 @@ int main() {
   constexpr int kMaxSmem = 200 * 1024;
   NS_CUDA_CHECK(cudaFuncSetAttribute(issue_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   std::printf("%d SMs; one warp a block\n", sms);
-  std::printf("| blocks/SM | bytes/block | copy bytes | copies | issue us (median) | landed us (median) | "
-              "landed us (worst) | TB/s |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| blocks/SM | bytes/block | copy bytes | copies | issue us (median) | landed us (median) | "
+      "landed us (worst) | TB/s |\n|---|---|---|---|---|---|---|---|\n");
   for (int per_sm : {1, 2}) {
     const int smem = kMaxSmem / per_sm;
     for (int per_block : {32768, 131072}) {
@@ -108,12 +109,13 @@ int main() {
             first = std::min(first, h[3 * b]);
             last = std::max(last, h[3 * b + 2]);
           }
-          if (rep > 0) tbs = std::max(tbs, static_cast<double>(per_block) * blocks / ((last - first) * 1e-9) / 1e12);
+          if (rep > 0)
+            tbs = std::max(tbs, static_cast<double>(per_block) * blocks / ((last - first) * 1e-9) / 1e12);
         }
         std::sort(issued.begin(), issued.end());
         std::sort(landed.begin(), landed.end());
-        std::printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f |\n", per_sm, per_block, copy_bytes, copies,
-                    issued[issued.size() / 2], landed[landed.size() / 2], landed.back(), tbs);
+        std::printf("| %d | %d | %d | %d | %.2f | %.2f | %.2f | %.2f |\n", per_sm, per_block, copy_bytes,
+                    copies, issued[issued.size() / 2], landed[landed.size() / 2], landed.back(), tbs);
       }
     }
   }

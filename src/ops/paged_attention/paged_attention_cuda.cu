@@ -94,16 +94,18 @@ CUtensorMap pool_tensor_map(void* encode_fn, const Tensor& pool, PagedKvLayout l
                               static_cast<cuuint64_t>(head_major ? block_size : n_kv),
                               static_cast<cuuint64_t>(head_major ? n_kv : block_size),
                               static_cast<cuuint64_t>(pool.dim(0))};
-  const cuuint64_t strides[4] = {kLineBytes, row, row * dims[2], row * dims[2] * dims[3]};  // bytes, dims 1..4
-  const cuuint32_t box[5] = {static_cast<cuuint32_t>(kLineElems), 1, head_major ? static_cast<cuuint32_t>(box_rows) : 1,
+  // Bytes, dimensions 1..4.
+  const cuuint64_t strides[4] = {kLineBytes, row, row * dims[2], row * dims[2] * dims[3]};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(kLineElems), 1,
+                             head_major ? static_cast<cuuint32_t>(box_rows) : 1,
                              head_major ? 1 : static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   NS_CHECK(reinterpret_cast<uintptr_t>(pool.data()) % 16 == 0) << "a pool must be 16-byte aligned";
   CUtensorMap map;
   const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode_fn)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(pool.data()), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(pool.data()), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   NS_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for pool "
                               << pool.shape_string();
   return map;

@@ -47,8 +47,8 @@ constexpr int kSwizzleAlign = 1024;  // the swizzle repeats every 8 lines
 template <int HD>
 struct Geometry {
   static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static constexpr int kHalves = HD / kLineElems;  // lines in a row
-  static constexpr int kRowBytes = HD * 2;         // one head's K (or V) row
+  static constexpr int kHalves = HD / kLineElems;                           // lines in a row
+  static constexpr int kRowBytes = HD * 2;                                  // one head's K (or V) row
   static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
   static constexpr int kTileTokens = kWarps * kWarpTokens;                  // a block's tokens per stage
   // A warp-stage: K then V, each [kHalves][kWarpTokens lines of 128 bytes].
@@ -124,7 +124,7 @@ struct AttnParams {
   CUtensorMap k_map;
   CUtensorMap v_map;
   bool head_major;
-  const T* q;  // [T, n_heads, HD]
+  const T* q;                // [T, n_heads, HD]
   T* out;                    // [T, n_heads, HD]
   const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
   const int32_t* positions;  // [T]
@@ -227,7 +227,8 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
 }
 
 template <typename T, int HD, int G>
-__global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
+__global__ void __launch_bounds__(kThreads, 3)
+    paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
   constexpr int kNT = kWT / 8;  // n-tiles of S (8 tokens each)
@@ -299,7 +300,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
   auto issue = [&](int tile, int slot, int32_t entry, bool expect, int part, int early_until) {
     char* sk = warp_smem + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
-    const int boxes = tile < n_tiles && warp_begin < end ? min(n_box, (end - warp_begin + box_rows - 1) / box_rows) : 0;
+    const int boxes =
+        tile < n_tiles && warp_begin < end ? min(n_box, (end - warp_begin + box_rows - 1) / box_rows) : 0;
     if (expect) {
       if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kLineBytes);
       __syncwarp();  // expected before any copy can complete
@@ -532,7 +534,8 @@ __global__ void __launch_bounds__(kThreads, 3) paged_attention_split_kernel(cons
 
 // One warp per (row, query head): 4 heads a block.
 template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads) paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
   launch_dependents();  // whatever follows may start its prologue now
   uint64_t* trace = p.trace != nullptr && threadIdx.x == 0
                         ? p.trace + kTraceReductionBase + kTraceSlots * block_index()
