@@ -452,7 +452,7 @@ int main(int argc, char** argv) {
       Setup su(shapes[i], 4 * dev.l2_bytes, 100 + static_cast<uint32_t>(i));
       trace_attention(su, {});
       PagedAttentionCudaOptions unpaced;
-      unpaced.pace_early = false;
+      unpaced.early_window = 0;
       std::printf("early copies not paced:\n");
       trace_attention(su, unpaced);
     }
@@ -487,8 +487,14 @@ int main(int argc, char** argv) {
   variants.push_back({"split>=2 tiles", opt(SplitReduce::kKernel, 2, 0), true});
   variants.push_back({"split>=3 tiles", opt(SplitReduce::kKernel, 3, 0), true});
   PagedAttentionCudaOptions unpaced;
-  unpaced.pace_early = false;
+  unpaced.early_window = 0;
   variants.push_back({"unpaced early", unpaced, true});
+  PagedAttentionCudaOptions window2;
+  window2.early_window = 2;
+  variants.push_back({"early window 2", window2, true});
+  PagedAttentionCudaOptions no_hint;
+  no_hint.kv_evict_first = false;
+  variants.push_back({"no L2 hint", no_hint, true});
   variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
 
   std::vector<Result> results;

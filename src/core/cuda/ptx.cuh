@@ -101,6 +101,22 @@ __device__ __forceinline__ void tensor_copy_5d(void* smem, const void* map, int 
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_addr(bar))
       : "memory");
 }
+// The same, with an L2 cache policy (l2_evict_first_policy()).
+__device__ __forceinline__ void tensor_copy_5d_hinted(void* smem, const void* map, int c0, int c1, int c2,
+                                                      int c3, int c4, uint64_t* bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n" ::"r"(smem_addr(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+// An L2 policy for data read once: its lines are the first evicted, so a
+// stream does not push out what other kernels are about to read.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 // Four 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   const uint32_t a = smem_addr(row);
@@ -125,6 +141,20 @@ __device__ __forceinline__ void wait_primary_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+}
+
+// *counter += v, returning the old value, as a release and an acquire at GPU
+// scope: the writes this thread has seen (its block's, through a barrier) are
+// visible to whoever acquires the counter after it, and the writes released by
+// earlier adders are visible to this thread: what a __threadfence() (a
+// sequentially consistent fence) around a relaxed atomic gives, with no fence.
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* counter, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
+               : "=r"(old)
+               : "l"(counter), "r"(v)
+               : "memory");
+  return old;
 }
 
 }  // namespace nanoserve::cuda

@@ -22,7 +22,8 @@
 //  - launched with programmatic dependent launch, a block copies the rows of
 //    positions written by earlier steps before it waits for the kernel before
 //    it (one stage at a time: a stage's once the stage before has landed),
-//    and only this step's rows (and q) after;
+//    and only this step's rows (and q) after; the copies ask L2 to evict
+//    their lines first (the history is read once a step);
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
 //    dtype for the P V product (as flash attention does), l stays f32;
 //  - at the end the warps are merged in warp order through shared memory. A
@@ -317,7 +318,9 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
-    p.pace_early = options.pace_early;
+    NS_CHECK(options.early_window >= 0) << "early_window " << options.early_window;
+    p.early_window = options.early_window;
+    p.kv_evict_first = options.kv_evict_first;
     p.scale_log2 = scale * kLog2e;
     p.trace = options.trace;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).

@@ -92,11 +92,14 @@ struct PagedAttentionCudaOptions {
   // by earlier steps, so stable) before that wait, the others after. Changes no
   // sum.
   bool early_kv = true;
-  // The early copies one stage at a time: a warp issues a stage's once the
-  // stage before has landed, so the next call's copies reach memory as a
-  // stream rather than one burst in front of this call's q, refills and
-  // partials. Changes no sum.
-  bool pace_early = true;
+  // The early copies paced: a warp issues stage i's once stage i - early_window
+  // has landed (0: all at once). One at a time, the next call's copies reach
+  // memory as a stream rather than one burst in front of this call's q,
+  // refills and partials. Changes no sum.
+  int early_window = 1;
+  // K/V copies ask L2 to evict their lines first: the history is read once a
+  // step, and q, the partials and the metadata stay cached. Changes no sum.
+  bool kv_evict_first = true;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
   // (ns) at fixed points, 8 slots a block. Block b of the attention grid (x
   // fastest) writes trace[8 * b + i]: entry, early copies issued, dependency

@@ -22,6 +22,7 @@ using cuda::mbarrier_arrive_expect_tx;
 using cuda::mbarrier_init;
 using cuda::mbarrier_wait;
 using cuda::tensor_copy_5d;
+using cuda::tensor_copy_5d_hinted;
 using cuda::wait_primary_grid;
 
 constexpr int kWarps = 4;
@@ -143,10 +144,11 @@ struct AttnParams {
   int min_split_tiles;
   int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
-  bool early_kv;     // PagedAttentionCudaOptions::early_kv, with a dependent launch
-  bool pace_early;   // PagedAttentionCudaOptions::pace_early
-  float scale_log2;  // scale * log2(e)
-  uint64_t* trace;   // PagedAttentionCudaOptions::trace
+  bool early_kv;        // PagedAttentionCudaOptions::early_kv, with a dependent launch
+  int early_window;     // PagedAttentionCudaOptions::early_window
+  bool kv_evict_first;  // PagedAttentionCudaOptions::kv_evict_first
+  float scale_log2;     // scale * log2(e)
+  uint64_t* trace;      // PagedAttentionCudaOptions::trace
 };
 
 struct RowInfo {
@@ -313,9 +315,14 @@ __global__ void __launch_bounds__(kThreads, 3)
     if (lane < 2 * per_kv && b < boxes && (part == 2 || (part == 0) == early)) {
       const bool is_v = lane >= per_kv;
       const int in_block = first & bs_mask;
-      tensor_copy_5d(sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes,
-                     is_v ? &p.v_map : &p.k_map, 0, h, p.head_major ? in_block : kvh,
-                     p.head_major ? kvh : in_block, blk, bars + slot);
+      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes;
+      const CUtensorMap* map = is_v ? &p.v_map : &p.k_map;
+      const int c2 = p.head_major ? in_block : kvh, c3 = p.head_major ? kvh : in_block;
+      if (p.kv_evict_first) {
+        tensor_copy_5d_hinted(dst, map, 0, h, c2, c3, blk, bars + slot, cuda::l2_evict_first_policy());
+      } else {
+        tensor_copy_5d(dst, map, 0, h, c2, c3, blk, bars + slot);
+      }
     }
   };
 
@@ -324,11 +331,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   // or reading the partials; positions before this step's first were written
   // by earlier steps, so their rows are copied before the wait, the rest after.
   const int early_until = p.early_kv ? ri.stable : 0;
-  const bool pace = p.pace_early && end <= early_until;
+  const int window = end <= early_until ? p.early_window : 0;
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {
     if (i < stages && i < n_tiles) {
-      if (pace && i > 0) mbarrier_wait(bars + i - 1, 0);
+      if (window > 0 && i >= window) mbarrier_wait(bars + i - window, 0);
       issue(i, i, entries[i], true, 0, early_until);
     }
   }
@@ -514,15 +521,15 @@ __global__ void __launch_bounds__(kThreads, 3)
   // order of the sum is the split order, whichever block comes last.
   __syncthreads();  // every thread's partials are written ...
   if (tid == 0) {
-    __threadfence();  // ... and, cumulatively through the barrier, visible device-wide before we count
+    // ... and released with the count (cumulatively, through the barrier); the
+    // last block's add acquires every earlier block's partials.
     int32_t* counter = p.counters + static_cast<int64_t>(row_local) * p.n_heads + head_group;
-    const int prev = atomicAdd(counter, 1);
+    const int prev = cuda::atomic_add_acq_rel_gpu(counter, 1);
     is_last_block = prev == plan.n_splits - 1;
     if (is_last_block) *counter = 0;  // every other split has counted: ready for the next call
   }
-  __syncthreads();
+  __syncthreads();  // and the acquire, for the block's other threads
   if (!is_last_block) return;
-  __threadfence();
   for (int g = warp; g < G; g += kWarps) {
     if (head0 + g >= p.n_rep) break;
     const int qh = kvh * p.n_rep + head0 + g;

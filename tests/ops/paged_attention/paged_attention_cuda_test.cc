@@ -466,8 +466,9 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 // The split plan depends on a row's own context only, and both reductions sum
 // the splits in split order with the same arithmetic: a sequence's output is
 // bitwise the same alone, in a batch, over several launches (small workspace),
-// with either reduction, any pipeline depth, and the first K/V copies before or
-// after the dependency wait. Two batches: splits up to 12 and up to 29 a row.
+// with either reduction, any pipeline depth, the first K/V copies before or
+// after the dependency wait, paced or not, and with or without the L2 hint. Two batches: splits up to 12 and
+// up to 29 a row.
 void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs) {
   const Shape s{DType::kBF16, 128, 16, 2, 4};
   const Problem p = make_problem(fresh_seed(), s, seqs);
@@ -482,8 +483,14 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base)
       << "K/V copies all after the dependency wait";
   PagedAttentionCudaOptions unpaced;
-  unpaced.pace_early = false;
+  unpaced.early_window = 0;
   EXPECT_TRUE(download16(run_on_device(p, unpaced).out) == base) << "early copies not paced";
+  PagedAttentionCudaOptions windowed;
+  windowed.early_window = 3;
+  EXPECT_TRUE(download16(run_on_device(p, windowed).out) == base) << "early copies three stages at a time";
+  PagedAttentionCudaOptions cached;
+  cached.kv_evict_first = false;
+  EXPECT_TRUE(download16(run_on_device(p, cached).out) == base) << "K/V copies without the L2 hint";
   for (int stages : {2, 3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
