@@ -467,8 +467,8 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 // the splits in split order with the same arithmetic: a sequence's output is
 // bitwise the same alone, in a batch, over several launches (small workspace),
 // with either reduction, any pipeline depth, the first K/V copies before or
-// after the dependency wait, paced or not, and with or without the L2 hint. Two batches: splits up to 12 and
-// up to 29 a row.
+// after the dependency wait, paced or not, and with or without the L2 hint.
+// Two batches: splits up to 12 and up to 29 a row.
 void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs) {
   const Shape s{DType::kBF16, 128, 16, 2, 4};
   const Problem p = make_problem(fresh_seed(), s, seqs);
