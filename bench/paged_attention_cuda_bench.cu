@@ -5,13 +5,14 @@
 // over enough copies of the pools that they do not stay in L2. Inputs are
 // random (never zeros). Block tables are shuffled over the pool.
 //
-//   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick] [--shape I]...
+//   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]...
 //
 // --csv writes one line per measurement for bench/paged_attention_torch.py,
 // which times torch SDPA over contiguous KV on the same shapes and prints the
 // combined table. --dump writes a small mixed batch (inputs and our output) for
 // that script to check against SDPA. --shape I runs only shape I of the list
-// (repeatable; for a profiler).
+// (repeatable; for a profiler). --custom B:L replaces the list with decode
+// batches of B sequences of L tokens (same heads; repeatable).
 
 #include <cuda_runtime.h>
 
@@ -202,6 +203,8 @@ void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
   CallState cs(su);
   auto& [batch, ws, scale, n_rep] = cs;
   constexpr int64_t kPerCall = int64_t{1} << 21;
+  constexpr int kPoints = 10,
+                kSlots = 2 * kPoints;  // a block's: the %globaltimer stamps, then the cycle counts
   Tensor trace = cuda::empty(DType::kI32, {2 * kPerCall * kCallsPerGraph});  // u64 entries
   cuda::fill_bytes(trace, 0);
   uint64_t* base = trace.data_as<uint64_t>();
@@ -229,13 +232,13 @@ void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
   const int first = kCallsPerGraph / 2 - 2, last = kCallsPerGraph / 2 + 2;
   const uint64_t* t0c = t.data() + kPerCall * first;
   uint64_t origin = ~uint64_t{0};
-  for (int64_t b = 0; b < (int64_t{1} << 20) / 8; ++b) {
-    if (t0c[8 * b] != 0) origin = std::min(origin, t0c[8 * b]);
+  for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
+    if (t0c[kSlots * b] != 0) origin = std::min(origin, t0c[kSlots * b]);
   }
   auto span = [&](const uint64_t* tc, int64_t off, int slot) {
     uint64_t lo = ~uint64_t{0}, hi = 0;
-    for (int64_t b = 0; b < (int64_t{1} << 20) / 8; ++b) {
-      const uint64_t v = tc[off + 8 * b + slot];
+    for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
+      const uint64_t v = tc[off + kSlots * b + slot];
       if (v == 0) continue;
       lo = std::min(lo, v), hi = std::max(hi, v);
     }
@@ -257,6 +260,46 @@ void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
                 span(tc, 0, 6).c_str(), span(tc, 0, 7).c_str(), span(tc, 0, 3).c_str(),
                 span(tc, 0, 4).c_str(), span(tc, int64_t{1} << 20, 0).c_str(),
                 span(tc, int64_t{1} << 20, 1).c_str(), span(tc, int64_t{1} << 20, 2).c_str());
+  }
+  // The same points from each block's own cycle counter (exact within a block,
+  // where the timer ticks coarsely), in us after its wait returned: the median
+  // and the largest over the blocks. Cycles convert at the rate the blocks ran
+  // at (timer over cycles from entry to end, summed over blocks).
+  double ns = 0, cycles = 0;
+  for (int i = first; i <= last; ++i) {
+    const uint64_t* tc = t.data() + kPerCall * i;
+    for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
+      const uint64_t* e = tc + kSlots * b;
+      if (e[0] == 0 || e[4] == 0) continue;
+      ns += static_cast<double>(e[4] - e[0]);
+      cycles += static_cast<double>(e[kPoints + 4] - e[kPoints + 0]);
+    }
+  }
+  const double ghz = ns > 0 ? cycles / ns : 1.0;
+  std::printf("per block from its cycle counter (%.2f GHz), us after its wait: median / max over blocks\n",
+              ghz);
+  std::printf(
+      "call | copies issued | q loaded      | tile 0 landed | tile 0 done   | last landed   | tiles done    "
+      "| end           | red. work\n");
+  for (int i = first; i <= last; ++i) {
+    const uint64_t* tc = t.data() + kPerCall * i;
+    auto phase = [&](int64_t off, int from, int to) {
+      std::vector<double> d;
+      for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
+        const uint64_t* e = tc + off + kSlots * b;
+        if (e[from] == 0 || e[to] == 0) continue;
+        d.push_back(static_cast<double>(static_cast<int64_t>(e[kPoints + to] - e[kPoints + from])) / ghz /
+                    1e3);
+      }
+      char buf[64];
+      if (d.empty()) return std::string("      -       ");
+      std::sort(d.begin(), d.end());
+      std::snprintf(buf, sizeof buf, "%5.2f / %5.2f ", d[d.size() / 2], d.back());
+      return std::string(buf);
+    };
+    std::printf("%4d | %s| %s| %s| %s| %s| %s| %s| %s\n", i, phase(0, 2, 8).c_str(), phase(0, 2, 9).c_str(),
+                phase(0, 2, 5).c_str(), phase(0, 2, 6).c_str(), phase(0, 2, 7).c_str(),
+                phase(0, 2, 3).c_str(), phase(0, 2, 4).c_str(), phase(int64_t{1} << 20, 1, 2).c_str());
   }
 }
 
@@ -406,6 +449,7 @@ int main(int argc, char** argv) {
   std::string csv_path, dump_dir;
   bool quick = false, trace = false;
   std::vector<int> only;
+  std::vector<std::pair<int, int>> custom;  // --custom B:L
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) {
@@ -418,9 +462,18 @@ int main(int argc, char** argv) {
       trace = true;
     } else if (a == "--shape" && i + 1 < argc) {
       only.push_back(std::atoi(argv[++i]));
+    } else if (a == "--custom" && i + 1 < argc) {
+      int b = 0, l = 0;
+      if (std::sscanf(argv[++i], "%d:%d", &b, &l) != 2 || b < 1 || b > 4096 || l < 1 || l > 131072) {
+        std::fprintf(stderr, "--custom wants B:L (1 <= B <= 4096, 1 <= L <= 131072), got %s\n", argv[i]);
+        return 2;
+      }
+      custom.emplace_back(b, l);
     } else {
-      std::fprintf(stderr, "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--trace]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--trace]\n",
+          argv[0]);
       return 2;
     }
   }
@@ -446,15 +499,19 @@ int main(int argc, char** argv) {
                             {1, 16384, 32, 8, 128, 16}, {1, 1024, 32, 8, 128, 16},
                             {64, 4096, 32, 8, 128, 32}, {64, 4096, 32, 8, 128, 16, true}};
   if (quick) shapes.resize(2);
+  if (!custom.empty()) {
+    shapes.clear();
+    for (auto [b, l] : custom) shapes.push_back({b, l, 32, 8, 128, 16});
+  }
   if (trace) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       if (!only.empty() && std::find(only.begin(), only.end(), static_cast<int>(i)) == only.end()) continue;
       Setup su(shapes[i], 4 * dev.l2_bytes, 100 + static_cast<uint32_t>(i));
       trace_attention(su, {});
-      PagedAttentionCudaOptions unpaced;
-      unpaced.early_window = 0;
-      std::printf("early copies not paced:\n");
-      trace_attention(su, unpaced);
+      PagedAttentionCudaOptions unheld;
+      unheld.hold_first_tile = false;
+      std::printf("first tile not held in registers:\n");
+      trace_attention(su, unheld);
     }
     return 0;
   }
@@ -495,6 +552,15 @@ int main(int argc, char** argv) {
   PagedAttentionCudaOptions no_hint;
   no_hint.kv_evict_first = false;
   variants.push_back({"no L2 hint", no_hint, true});
+  PagedAttentionCudaOptions unheld;
+  unheld.hold_first_tile = false;
+  variants.push_back({"no held tile", unheld, true});
+  PagedAttentionCudaOptions reduce4;
+  reduce4.reduce_warps = 4;
+  variants.push_back({"reduce 4 warps", reduce4, true});
+  PagedAttentionCudaOptions hold_before_q;
+  hold_before_q.hold_before_q = true;
+  variants.push_back({"held before q", hold_before_q, true});
   variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
 
   std::vector<Result> results;

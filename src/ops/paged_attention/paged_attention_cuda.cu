@@ -200,9 +200,11 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
     for (int hd : {64, 128}) {
       for (int g : {1, 2, 4, 8}) {
         dispatch(dt, hd, g, [&]<typename T, int HD, int G>() {
-          NS_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_split_kernel<T, HD, G>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             smem_bytes(HD, kMaxStages)));
+          for (auto kernel : {paged_attention_split_kernel<T, HD, G, false>,
+                              paged_attention_split_kernel<T, HD, G, true>}) {
+            NS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes(HD, kMaxStages)));
+          }
         });
       }
     }
@@ -316,11 +318,18 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
             ? options.stages
             : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
+    // Holding a tile in registers costs the third block an SM: only for a
+    // launch that fits at two, and only if a split has a tile to refill.
+    const bool hold =
+        options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} && split_tiles > p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
     NS_CHECK(options.early_window >= 0) << "early_window " << options.early_window;
+    NS_CHECK(options.reduce_warps >= 1 && options.reduce_warps <= kWarps)
+        << "reduce_warps " << options.reduce_warps;
     p.early_window = options.early_window;
     p.kv_evict_first = options.kv_evict_first;
+    p.hold_before_q = options.hold_before_q;
     p.scale_log2 = scale * kLog2e;
     p.trace = options.trace;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).
@@ -338,13 +347,16 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cfg.stream = stream;
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;
-      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, paged_attention_split_kernel<T, HD, G>, p));
+      NS_CUDA_CHECK(cudaLaunchKernelEx(
+          &cfg,
+          hold ? paged_attention_split_kernel<T, HD, G, true> : paged_attention_split_kernel<T, HD, G, false>,
+          p));
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
         cudaLaunchConfig_t rcfg{};
-        rcfg.gridDim =
-            dim3(static_cast<unsigned>(rows), static_cast<unsigned>((n_heads + kWarps - 1) / kWarps));
-        rcfg.blockDim = dim3(kThreads);
+        const int rw = options.reduce_warps;
+        rcfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>((n_heads + rw - 1) / rw));
+        rcfg.blockDim = dim3(32 * rw);
         rcfg.stream = stream;
         rcfg.attrs = pdl;
         rcfg.numAttrs = 1;

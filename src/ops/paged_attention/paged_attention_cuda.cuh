@@ -72,9 +72,15 @@ enum class SplitReduce {
   kLastBlock,  // the last thread block of each (row, head group) to finish combines them
 };
 
+// Points a traced call stamps per thread block (PagedAttentionCudaOptions::trace).
+inline constexpr int kPagedAttentionTracePoints = 10;
+
 struct PagedAttentionCudaOptions {
   PagedKvLayout layout = PagedKvLayout::kSlotMajor;  // of k_pool and v_pool
   SplitReduce reduce = SplitReduce::kKernel;
+  // The reduction kernel's warps a block (one a query head), 1..4: one spreads
+  // a small batch's partials over as many SMs as there are heads.
+  int reduce_warps = 1;
   // The split plan (0: the defaults). It changes the order of the sums, so it is
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
@@ -100,13 +106,22 @@ struct PagedAttentionCudaOptions {
   // K/V copies ask L2 to evict their lines first: the history is read once a
   // step, and q, the partials and the metadata stay cached. Changes no sum.
   bool kv_evict_first = true;
+  // In a launch whose blocks fit at two an SM, a split with more tiles than
+  // stages reads its first tile into registers when the dependency wait
+  // returns and refills that stage at once, instead of once q has arrived and
+  // the tile is computed. Changes no sum.
+  bool hold_first_tile = true;
+  bool hold_before_q = false;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
-  // (ns) at fixed points, 8 slots a block. Block b of the attention grid (x
-  // fastest) writes trace[8 * b + i]: entry, early copies issued, dependency
-  // wait returned, tiles done, partials written, then (warp 0's view) first
-  // tile landed, first tile computed, last tile landed. Block b of the
-  // reduction writes trace[2^20 + 8 * b + i]: entry, wait returned, done.
-  // Needs 2^21 entries.
+  // (ns) at kPagedAttentionTracePoints fixed points i, and its SM's cycle
+  // counter (%clock64) at the same points: block b of the attention grid (x
+  // fastest) writes trace[2 P b + i] and trace[2 P b + P + i], P the points.
+  // Its points: 0 entry, 1 early copies issued, 2 dependency wait returned,
+  // 3 tiles done, 4 partials written, then (warp 0's view) 5 first tile
+  // landed, 6 first tile computed, 7 last tile landed, 8 the first stages'
+  // remaining copies issued, 9 q loaded (waited for here, in a traced call
+  // only). Block b of the reduction writes trace[2^20 + 2 P b + i] (and + P):
+  // 0 entry, 1 wait returned, 2 done. Needs 2^21 entries.
   uint64_t* trace = nullptr;
 };
 

@@ -101,8 +101,10 @@ inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_
 }
 
 // Diagnostics (PagedAttentionCudaOptions::trace): thread 0 of a block writes
-// %globaltimer at a few points into kTraceSlots slots of its own.
-constexpr int kTraceSlots = 8;
+// %globaltimer (slot i) and its SM's cycle counter (slot kTracePoints + i) at
+// a few points i into kTraceSlots slots of its own.
+constexpr int kTracePoints = kPagedAttentionTracePoints;
+constexpr int kTraceSlots = 2 * kTracePoints;
 constexpr int64_t kTraceReductionBase = int64_t{1} << 20;  // the reduction's blocks after the split kernel's
 __device__ __forceinline__ int64_t block_index() {
   return blockIdx.x +
@@ -110,9 +112,11 @@ __device__ __forceinline__ int64_t block_index() {
 }
 __device__ __forceinline__ void stamp(uint64_t* trace, int slot) {
   if (trace == nullptr) return;
-  uint64_t t;
+  uint64_t t, c;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
   trace[slot] = t;
+  trace[kTracePoints + slot] = c;
 }
 
 template <typename T>
@@ -147,8 +151,9 @@ struct AttnParams {
   bool early_kv;        // PagedAttentionCudaOptions::early_kv, with a dependent launch
   int early_window;     // PagedAttentionCudaOptions::early_window
   bool kv_evict_first;  // PagedAttentionCudaOptions::kv_evict_first
-  float scale_log2;     // scale * log2(e)
-  uint64_t* trace;      // PagedAttentionCudaOptions::trace
+  bool hold_before_q;
+  float scale_log2;  // scale * log2(e)
+  uint64_t* trace;   // PagedAttentionCudaOptions::trace
 };
 
 struct RowInfo {
@@ -228,8 +233,12 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   }
 }
 
-template <typename T, int HD, int G>
-__global__ void __launch_bounds__(kThreads, 3)
+// kHold: when the split has more tiles than stages, the first tile is read
+// into registers as soon as the dependency wait returns, so that its stage is
+// refilled before q arrives rather than after the first tile is computed (64
+// more registers: two blocks an SM).
+template <typename T, int HD, int G, bool kHold>
+__global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
@@ -279,6 +288,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   int32_t entries[kMaxStages];
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) entries[i] = i < stages ? table_entries(i) : 0;
+  const bool hold = kHold && n_tiles > stages;
+  const int32_t hold_entry = hold ? table_entries(stages) : 0;  // the first refill's
   const int bs_mask = (1 << p.block_size_log2) - 1;
   constexpr int kStageBytes = kStageBytesPerWarp;
   char* warp_smem = smem + warp * stages * kStageBytes;
@@ -342,15 +353,72 @@ __global__ void __launch_bounds__(kThreads, 3)
   stamp(trace, 1);
   wait_primary_grid();
   stamp(trace, 2);
+  // The rest of the first stages' copies, in the stages whose tokens reach this
+  // step's rows (for a decode row, at most the last split's last tile). The
+  // others skip the issue code: after the wait it is the chain's first piece.
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {
-    if (i < stages && i < n_tiles) issue(i, i, entries[i], false, 1, early_until);
+    if (i < stages && i < n_tiles && min(end, begin + (i + 1) * Geo::kTileTokens) > early_until) {
+      issue(i, i, entries[i], false, 1, early_until);
+    }
   }
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const int head0 = group * G;               // first head of the group within the kv head's n_rep
   const bool row_valid = gid < G && head0 + gid < p.n_rep;
 
+  // The fragments, read from a stage.
+  auto smem_k = [&](const char* sk) {
+    return [sk, lane](int j, int ks2, uint32_t(&b)[4]) {
+      ldmatrix_x4(b, row_chunk<HD>(sk, 8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+    };
+  };
+  auto smem_v = [&](const char* sv) {
+    return [sv, lane](int kc, int j2, uint32_t(&b)[4]) {
+      ldmatrix_x4_trans(
+          b, row_chunk<HD>(sv, 16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+    };
+  };
+
+  // The first tile (whole: the split has more) into registers, then its
+  // stage refilled at once.
+  uint32_t hk[kNT][kKS / 2][4], hv[kNT / 2][kOT / 2][4];
+  auto hold_first_tile = [&]() {
+    mbarrier_wait(bars, 0);
+    stamp(trace, 5);
+    const auto from_k = smem_k(warp_smem);
+    const auto from_v = smem_v(warp_smem + Geo::kKvBytes);
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) from_k(j, ks2, hk[j][ks2]);
+    }
+#pragma unroll
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+#pragma unroll
+      for (int j2 = 0; j2 < kOT / 2; ++j2) from_v(kc, j2, hv[kc][j2]);
+    }
+    // The reads have completed once their registers are used.
+#pragma unroll
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
+        asm volatile("" : "+r"(hk[j][ks2][0]), "+r"(hk[j][ks2][1]), "+r"(hk[j][ks2][2]), "+r"(hk[j][ks2][3]));
+      }
+    }
+#pragma unroll
+    for (int kc = 0; kc < kNT / 2; ++kc) {
+#pragma unroll
+      for (int j2 = 0; j2 < kOT / 2; ++j2) {
+        asm volatile("" : "+r"(hv[kc][j2][0]), "+r"(hv[kc][j2][1]), "+r"(hv[kc][j2][2]), "+r"(hv[kc][j2][3]));
+      }
+    }
+    __syncwarp();
+    issue(stages, 0, hold_entry, true, 2, 0);
+  };
+  if (kHold && hold && p.hold_before_q) hold_first_tile();
+
+  stamp(trace, 8);
   // Q as mma A fragments: row gid = head head0 + gid, rows 8..15 zero.
   uint32_t qa[kKS][4];
   {
@@ -364,46 +432,40 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
   }
 
-  int32_t next_entry = table_entries(stages);
+  if (p.trace != nullptr) {
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][2]));
+    stamp(trace, 9);
+  }
+  if (kHold && hold && !p.hold_before_q) hold_first_tile();
+
   float m = -INFINITY;  // running max of row gid (same in the 4 lanes of a quad)
   float l = 0.0f;       // this lane's share of the row's running sum
   float o[kOT][4];      // O fragments: [0..1] row gid, dims 8 j + 2 tig + {0, 1}; [2..3] padding rows
 #pragma unroll
   for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-  for (int tile = 0, slot = 0, phase = 0; tile < n_tiles; ++tile) {
-    mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
-    if (tile == 0) stamp(trace, 5);
-    if (tile == n_tiles - 1) stamp(trace, 7);
-    const char* sk = warp_smem + slot * kStageBytes;
-    const char* sv = sk + Geo::kKvBytes;
-    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
-    if (warp_begin + kWT > end) {
-      // V rows past the end (copied with their box, or never copied): P is 0
-      // there, which keeps O exact only if the rows are finite.
-      const int valid = max(0, end - warp_begin);
-      for (int i = lane; i < Geo::kHalves * kWT * (kLineBytes / 16); i += 32) {
-        const int line = i / (kLineBytes / 16), row = line % kWT;
-        if (row >= valid) {
-          *reinterpret_cast<uint4*>(const_cast<char*>(sv) + line * kLineBytes + i % (kLineBytes / 16) * 16) =
-              make_uint4(0, 0, 0, 0);
-        }
-      }
-      __syncwarp();
-    }
-
-    // S = Q K^T for this warp's kWT tokens.
-    float s[kNT][4];
+  // One tile of this warp's kWT tokens from warp_begin: S = Q K^T, the online
+  // softmax, O += P V. k_frag(j, ks2, b) gives K's fragments for tokens
+  // 8 j .. 8 j + 7 at k-steps 2 ks2 and 2 ks2 + 1; v_frag(kc, j2, b) V's for
+  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15.
+  auto compute_tile = [&](int warp_begin, auto&& k_frag, auto&& v_frag) {
+    // Even and odd k-steps in two chains of mma, added at the end: half the
+    // dependent latency.
+    float s[kNT][4], s_odd[kNT][4];
 #pragma unroll
     for (int j = 0; j < kNT; ++j) {
       s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
 #pragma unroll
       for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
-        uint32_t b[4];  // k-steps 2 ks2 and 2 ks2 + 1 of tokens 8 j .. 8 j + 7
-        ldmatrix_x4(b, row_chunk<HD>(sk, 8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+        uint32_t b[4];
+        k_frag(j, ks2, b);
         Elem<T>::mma(s[j], qa[2 * ks2], b[0], b[1]);
-        Elem<T>::mma(s[j], qa[2 * ks2 + 1], b[2], b[3]);
+        Elem<T>::mma(s_odd[j], qa[2 * ks2 + 1], b[2], b[3]);
       }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) s[j][e] += s_odd[j][e];
     }
     // Online softmax over row gid (lane holds tokens 8 j + 2 tig + {0, 1}).
     float tile_max = -INFINITY;
@@ -446,13 +508,52 @@ __global__ void __launch_bounds__(kThreads, 3)
       pa[3] = 0u;
 #pragma unroll
       for (int j2 = 0; j2 < kOT / 2; ++j2) {
-        uint32_t b[4];  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15
-        ldmatrix_x4_trans(
-            b, row_chunk<HD>(sv, 16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+        uint32_t b[4];
+        v_frag(kc, j2, b);
         Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
         Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
       }
     }
+  };
+  int tile = 0, slot = 0, phase = 0;
+  if constexpr (kHold) {
+    if (hold) {
+      compute_tile(
+          begin + warp * kWT,
+          [&](int j, int ks2, uint32_t(&b)[4]) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) b[i] = hk[j][ks2][i];
+          },
+          [&](int kc, int j2, uint32_t(&b)[4]) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) b[i] = hv[kc][j2][i];
+          });
+      stamp(trace, 6);
+      tile = 1, slot = 1;
+    }
+  }
+  int32_t next_entry = table_entries(tile + stages);
+  for (; tile < n_tiles; ++tile) {
+    mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
+    if (tile == 0) stamp(trace, 5);
+    if (tile == n_tiles - 1) stamp(trace, 7);
+    const char* sk = warp_smem + slot * kStageBytes;
+    const char* sv = sk + Geo::kKvBytes;
+    const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
+    if (warp_begin + kWT > end) {
+      // V rows past the end (copied with their box, or never copied): P is 0
+      // there, which keeps O exact only if the rows are finite.
+      const int valid = max(0, end - warp_begin);
+      for (int i = lane; i < Geo::kHalves * kWT * (kLineBytes / 16); i += 32) {
+        const int line = i / (kLineBytes / 16), row = line % kWT;
+        if (row >= valid) {
+          *reinterpret_cast<uint4*>(const_cast<char*>(sv) + line * kLineBytes + i % (kLineBytes / 16) * 16) =
+              make_uint4(0, 0, 0, 0);
+        }
+      }
+      __syncwarp();
+    }
+    compute_tile(warp_begin, smem_k(sk), smem_v(sv));
     __syncwarp();  // every lane is done reading this stage: refill it
     if (tile == 0) stamp(trace, 6);
     if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 2, 0);
@@ -539,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// One warp per (row, query head): 4 heads a block.
+// One warp per (row, query head), reduce_warps of them a block.
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
@@ -549,7 +650,7 @@ __global__ void __launch_bounds__(kThreads)
                         : nullptr;
   stamp(trace, 0);
   const int row_local = blockIdx.x;
-  const int qh = blockIdx.y * kWarps + threadIdx.x / 32;
+  const int qh = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
   const int t = p.row_offset + row_local;
   const RowInfo ri = row_info(p, t);
   const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles);

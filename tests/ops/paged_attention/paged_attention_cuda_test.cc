@@ -467,7 +467,8 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 // the splits in split order with the same arithmetic: a sequence's output is
 // bitwise the same alone, in a batch, over several launches (small workspace),
 // with either reduction, any pipeline depth, the first K/V copies before or
-// after the dependency wait, paced or not, and with or without the L2 hint.
+// after the dependency wait, paced or not, with or without the L2 hint, and
+// with or without the first tile held in registers.
 // Two batches: splits up to 12 and up to 29 a row.
 void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs) {
   const Shape s{DType::kBF16, 128, 16, 2, 4};
@@ -491,6 +492,9 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   PagedAttentionCudaOptions cached;
   cached.kv_evict_first = false;
   EXPECT_TRUE(download16(run_on_device(p, cached).out) == base) << "K/V copies without the L2 hint";
+  PagedAttentionCudaOptions unheld;
+  unheld.hold_first_tile = false;
+  EXPECT_TRUE(download16(run_on_device(p, unheld).out) == base) << "first tile not held in registers";
   for (int stages : {2, 3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
@@ -530,8 +534,8 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
 }
 
 // The diagnostic trace: every thread block of the attention grid stamps its
-// five points in order, every block of the reduction its three, and the output
-// is the untraced one.
+// points on the critical path in order, by the timer and by its cycle counter,
+// every block of the reduction its three, and the output is the untraced one.
 TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
   NS_SKIP_WITHOUT_GPU();
   const Shape s{DType::kBF16, 128, 16, 2, 4};
@@ -545,23 +549,30 @@ TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
   std::vector<uint64_t> t(size_t{1} << 21);
   const Tensor host = cuda::to_host(trace);
   std::memcpy(t.data(), host.data(), t.size() * 8);
+  constexpr int kPoints = kPagedAttentionTracePoints, kSlots = 2 * kPoints;
+  // Entry, early copies issued, wait returned, remaining copies issued, q
+  // loaded, first tile landed, tiles done, partials written.
+  const int order[] = {0, 1, 2, 8, 9, 5, 3, 4};
   // Attention grid: (kv heads x groups = 2, splits = 12, rows = 2); row 1 has one split.
   int blocks = 0, idle = 0;
   for (int b = 0; b < 2 * 12 * 2; ++b) {
-    const uint64_t* v = t.data() + 8 * b;
+    const uint64_t* v = t.data() + kSlots * b;
     ASSERT_NE(v[0], 0u) << "block " << b << " did not stamp its entry";
     if (v[4] == 0) {
       ++idle;  // a split beyond its row's plan returns early
       continue;
     }
     ++blocks;
-    for (int k = 1; k < 5; ++k) EXPECT_LE(v[k - 1], v[k]) << "block " << b << " point " << k;
+    for (int k = 1; k < 8; ++k) {
+      EXPECT_LE(v[order[k - 1]], v[order[k]]) << "block " << b << " point " << order[k];
+      EXPECT_LE(v[kPoints + order[k - 1]], v[kPoints + order[k]]) << "block " << b << " cycles " << order[k];
+    }
   }
   EXPECT_EQ(blocks, 2 * 12 + 2 * 1);
   EXPECT_EQ(idle, 2 * 11);
   // Reduction grid: (rows = 2, heads / 4 = 2); row 0's blocks wait and combine.
   for (int b = 0; b < 2 * 2; ++b) {
-    const uint64_t* v = t.data() + (size_t{1} << 20) + 8 * b;
+    const uint64_t* v = t.data() + (size_t{1} << 20) + kSlots * b;
     ASSERT_NE(v[0], 0u) << "reduction block " << b;
     if (b % 2 == 0) {  // row 0
       EXPECT_LE(v[0], v[1]);
