@@ -319,9 +319,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
             : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
     NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
     // Holding a tile in registers costs the third block an SM: only for a
-    // launch that fits at two, and only if a split has a tile to refill.
-    const bool hold =
-        options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} && split_tiles > p.stages;
+    // launch that fits at two (at its depth of three stages), and only if a
+    // split has a tile to refill.
+    const bool hold = options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} &&
+                      p.stages == kHoldStages && split_tiles > p.stages;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
     NS_CHECK(options.early_window >= 0) << "early_window " << options.early_window;

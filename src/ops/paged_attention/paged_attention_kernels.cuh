@@ -31,7 +31,9 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kDefaultStages = 2;
 constexpr int kMaxStages = 4;
 constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
-constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
+constexpr int kMinSplitTiles = 4;
+constexpr int kHoldStages = 3;  // the stages of a kernel that holds its first tile (two blocks an SM)  // a
+                                // block streams at least 4 tiles: its fixed cost needs amortising
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
 // Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   int32_t entries[kMaxStages];
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) entries[i] = i < stages ? table_entries(i) : 0;
-  const bool hold = kHold && n_tiles > stages;
+  const bool hold = kHold && stages == kHoldStages && n_tiles > stages;
   const int32_t hold_entry = hold ? table_entries(stages) : 0;  // the first refill's
   const int bs_mask = (1 << p.block_size_log2) - 1;
   constexpr int kStageBytes = kStageBytesPerWarp;
@@ -445,91 +447,121 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
   for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
-  // One tile of this warp's kWT tokens from warp_begin: S = Q K^T, the online
-  // softmax, O += P V. k_frag(j, ks2, b) gives K's fragments for tokens
-  // 8 j .. 8 j + 7 at k-steps 2 ks2 and 2 ks2 + 1; v_frag(kc, j2, b) V's for
-  // dims 16 j2 .. 16 j2 + 15 of tokens 16 kc .. 16 kc + 15.
-  auto compute_tile = [&](int warp_begin, auto&& k_frag, auto&& v_frag) {
-    // Even and odd k-steps in two chains of mma, added at the end: half the
-    // dependent latency.
-    float s[kNT][4], s_odd[kNT][4];
+  // N tiles of this warp's kWT tokens each, from warp_begin[n]: S = Q K^T,
+  // the online softmax, O += P V. k_frag(n, j, ks2, b) gives tile n's K
+  // fragments for tokens 8 j .. 8 j + 7 at k-steps 2 ks2 and 2 ks2 + 1;
+  // v_frag(n, kc, j2, b) its V fragments for dims 16 j2 .. 16 j2 + 15 of tokens
+  // 16 kc .. 16 kc + 15. The S products of all N tiles are independent and
+  // computed first; the softmax and O then take the tiles in order, with the
+  // same operations as one tile at a time, so the result is bitwise that of
+  // N single-tile calls: only the latency differs.
+  auto compute_tiles = [&]<int N>(const int(&warp_begin)[N], auto&& k_frag, auto&& v_frag) {
+    // Even and odd k-steps in two chains of mma, added at the end.
+    float s[N][kNT][4];
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      s_odd[j][0] = s_odd[j][1] = s_odd[j][2] = s_odd[j][3] = 0.0f;
+    for (int n = 0; n < N; ++n) {
 #pragma unroll
-      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
-        uint32_t b[4];
-        k_frag(j, ks2, b);
-        Elem<T>::mma(s[j], qa[2 * ks2], b[0], b[1]);
-        Elem<T>::mma(s_odd[j], qa[2 * ks2 + 1], b[2], b[3]);
-      }
+      for (int j = 0; j < kNT; ++j) {
+        float s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        s[n][j][0] = s[n][j][1] = s[n][j][2] = s[n][j][3] = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) s[j][e] += s_odd[j][e];
-    }
-    // Online softmax over row gid (lane holds tokens 8 j + 2 tig + {0, 1}).
-    float tile_max = -INFINITY;
+        for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
+          uint32_t b[4];
+          k_frag(n, j, ks2, b);
+          Elem<T>::mma(s[n][j], qa[2 * ks2], b[0], b[1]);
+          Elem<T>::mma(s_odd, qa[2 * ks2 + 1], b[2], b[3]);
+        }
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const bool visible = warp_begin + 8 * j + 2 * tig + e < end;
-        s[j][e] = visible ? s[j][e] * p.scale_log2 : -INFINITY;
-        tile_max = fmaxf(tile_max, s[j][e]);
+        for (int e = 0; e < 2; ++e) s[n][j][e] += s_odd[e];
       }
     }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float m_new = fmaxf(m, tile_max);
-    const float corr =
-        m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
-    m = m_new;
-    l *= corr;
 #pragma unroll
-    for (int j = 0; j < kOT; ++j) {
-      o[j][0] *= corr;
-      o[j][1] *= corr;
-    }
+    for (int n = 0; n < N; ++n) {
+      // Online softmax over row gid (lane holds tokens 8 j + 2 tig + {0, 1}).
+      float tile_max = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
+      for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        s[j][e] = m_new == -INFINITY ? 0.0f : exp2f(s[j][e] - m_new);
-        l += s[j][e];
+        for (int e = 0; e < 2; ++e) {
+          const bool visible = warp_begin[n] + 8 * j + 2 * tig + e < end;
+          s[n][j][e] = visible ? s[n][j][e] * p.scale_log2 : -INFINITY;
+          tile_max = fmaxf(tile_max, s[n][j][e]);
+        }
       }
-    }
-    // O += P V, 16 tokens (two S n-tiles) per k-step.
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m_new = fmaxf(m, tile_max);
+      const float corr =
+          m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
+      m = m_new;
+      l *= corr;
 #pragma unroll
-    for (int kc = 0; kc < kNT / 2; ++kc) {
-      uint32_t pa[4];
-      pa[0] = Elem<T>::pack2(s[2 * kc][0], s[2 * kc][1]);
-      pa[1] = 0u;
-      pa[2] = Elem<T>::pack2(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[3] = 0u;
+      for (int j = 0; j < kOT; ++j) {
+        o[j][0] *= corr;
+        o[j][1] *= corr;
+      }
 #pragma unroll
-      for (int j2 = 0; j2 < kOT / 2; ++j2) {
-        uint32_t b[4];
-        v_frag(kc, j2, b);
-        Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
-        Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
+      for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          s[n][j][e] = m_new == -INFINITY ? 0.0f : exp2f(s[n][j][e] - m_new);
+          l += s[n][j][e];
+        }
+      }
+      // O += P V, 16 tokens (two S n-tiles) per k-step.
+#pragma unroll
+      for (int kc = 0; kc < kNT / 2; ++kc) {
+        uint32_t pa[4];
+        pa[0] = Elem<T>::pack2(s[n][2 * kc][0], s[n][2 * kc][1]);
+        pa[1] = 0u;
+        pa[2] = Elem<T>::pack2(s[n][2 * kc + 1][0], s[n][2 * kc + 1][1]);
+        pa[3] = 0u;
+#pragma unroll
+        for (int j2 = 0; j2 < kOT / 2; ++j2) {
+          uint32_t b[4];
+          v_frag(n, kc, j2, b);
+          Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
+          Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
+        }
       }
     }
   };
   int tile = 0, slot = 0, phase = 0;
   if constexpr (kHold) {
     if (hold) {
-      compute_tile(
-          begin + warp * kWT,
-          [&](int j, int ks2, uint32_t(&b)[4]) {
+      // Every stage's tile at once: the first from registers, the others
+      // from their stages, which are then refilled.
+      const int first = begin + warp * kWT;
+      int warp_begin[kHoldStages];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) b[i] = hk[j][ks2][i];
-          },
-          [&](int kc, int j2, uint32_t(&b)[4]) {
+      for (int n = 0; n < kHoldStages; ++n) {
+        warp_begin[n] = first + n * Geo::kTileTokens;
+        if (n > 0) mbarrier_wait(bars + n, 0);
+      }
+      const auto from_k = [&](int n, int j, int ks2, uint32_t(&b)[4]) {
+        if (n == 0) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) b[i] = hv[kc][j2][i];
-          });
+          for (int i = 0; i < 4; ++i) b[i] = hk[j][ks2][i];
+        } else {
+          smem_k(warp_smem + n * kStageBytes)(j, ks2, b);
+        }
+      };
+      const auto from_v = [&](int n, int kc, int j2, uint32_t(&b)[4]) {
+        if (n == 0) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) b[i] = hv[kc][j2][i];
+        } else {
+          smem_v(warp_smem + n * kStageBytes + Geo::kKvBytes)(kc, j2, b);
+        }
+      };
+      compute_tiles(warp_begin, from_k, from_v);
       stamp(trace, 6);
-      tile = 1, slot = 1;
+      __syncwarp();  // every lane is done reading the stages: refill them
+#pragma unroll
+      for (int n = 1; n < kHoldStages; ++n) {
+        if (n + kHoldStages < n_tiles) issue(n + kHoldStages, n, table_entries(n + kHoldStages), true, 2, 0);
+      }
+      tile = kHoldStages, slot = 0, phase = 1;
     }
   }
   int32_t next_entry = table_entries(tile + stages);
@@ -553,7 +585,10 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       }
       __syncwarp();
     }
-    compute_tile(warp_begin, smem_k(sk), smem_v(sv));
+    const int wb[1] = {warp_begin};
+    compute_tiles(
+        wb, [&](int, int j, int ks2, uint32_t(&b)[4]) { smem_k(sk)(j, ks2, b); },
+        [&](int, int kc, int j2, uint32_t(&b)[4]) { smem_v(sv)(kc, j2, b); });
     __syncwarp();  // every lane is done reading this stage: refill it
     if (tile == 0) stamp(trace, 6);
     if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 2, 0);
@@ -603,15 +638,20 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       a_all[3] = fmaf(ow.w, f, a_all[3]);
     }
     const int qh = kvh * p.n_rep + head0 + g;
+    // One division, then products: four IEEE divisions are four branchy
+    // sequences on the chain, and they split the wide store.
+    const float inv = 1.0f / l_all;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a_all[k] *= inv;
     if (plan.n_splits == 1) {
       uint2 packed;
-      packed.x = Elem<T>::pack2(a_all[0] / l_all, a_all[1] / l_all);
-      packed.y = Elem<T>::pack2(a_all[2] / l_all, a_all[3] / l_all);
+      packed.x = Elem<T>::pack2(a_all[0], a_all[1]);
+      packed.y = Elem<T>::pack2(a_all[2], a_all[3]);
       *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + d) = packed;
     } else {
       const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
       *reinterpret_cast<float4*>(p.partial_out + (ph * kMaxSplits + split) * HD + d) =
-          make_float4(a_all[0] / l_all, a_all[1] / l_all, a_all[2] / l_all, a_all[3] / l_all);
+          make_float4(a_all[0], a_all[1], a_all[2], a_all[3]);
       if (d == 0) p.partial_lse[ph * kMaxSplits + split] = m_all + log2f(l_all);
     }
   }
