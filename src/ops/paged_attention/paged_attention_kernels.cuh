@@ -454,25 +454,25 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // 16 kc .. 16 kc + 15. The S products of all N tiles are independent and
   // computed first; the softmax and O then take the tiles in order, with the
   // same operations as one tile at a time, so the result is bitwise that of
-  // N single-tile calls: only the latency differs.
+  // N single-tile calls: only the latency differs. The softmax arithmetic uses
+  // explicitly rounded operations (__fmul_rn and kin), which the compiler never
+  // contracts into a fused multiply-add: whether it would fuse l * corr + p
+  // depends on the shape of the code around it, and the held and the plain
+  // kernel must agree to the bit.
   auto compute_tiles = [&]<int N>(const int(&warp_begin)[N], auto&& k_frag, auto&& v_frag) {
-    // Even and odd k-steps in two chains of mma, added at the end.
     float s[N][kNT][4];
 #pragma unroll
     for (int n = 0; n < N; ++n) {
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
-        float s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         s[n][j][0] = s[n][j][1] = s[n][j][2] = s[n][j][3] = 0.0f;
 #pragma unroll
         for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
           uint32_t b[4];
           k_frag(n, j, ks2, b);
           Elem<T>::mma(s[n][j], qa[2 * ks2], b[0], b[1]);
-          Elem<T>::mma(s_odd, qa[2 * ks2 + 1], b[2], b[3]);
+          Elem<T>::mma(s[n][j], qa[2 * ks2 + 1], b[2], b[3]);
         }
-#pragma unroll
-        for (int e = 0; e < 2; ++e) s[n][j][e] += s_odd[e];
       }
     }
 #pragma unroll
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const bool visible = warp_begin[n] + 8 * j + 2 * tig + e < end;
-          s[n][j][e] = visible ? s[n][j][e] * p.scale_log2 : -INFINITY;
+          s[n][j][e] = visible ? __fmul_rn(s[n][j][e], p.scale_log2) : -INFINITY;
           tile_max = fmaxf(tile_max, s[n][j][e]);
         }
       }
@@ -492,20 +492,20 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float m_new = fmaxf(m, tile_max);
       const float corr =
-          m_new == -INFINITY ? 1.0f : exp2f(m - m_new);  // exp2(-inf) = 0 on the first visible tile
+          m_new == -INFINITY ? 1.0f : exp2f(__fsub_rn(m, m_new));  // exp2(-inf) = 0 on the first visible tile
       m = m_new;
-      l *= corr;
+      l = __fmul_rn(l, corr);
 #pragma unroll
       for (int j = 0; j < kOT; ++j) {
-        o[j][0] *= corr;
-        o[j][1] *= corr;
+        o[j][0] = __fmul_rn(o[j][0], corr);
+        o[j][1] = __fmul_rn(o[j][1], corr);
       }
 #pragma unroll
       for (int j = 0; j < kNT; ++j) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          s[n][j][e] = m_new == -INFINITY ? 0.0f : exp2f(s[n][j][e] - m_new);
-          l += s[n][j][e];
+          s[n][j][e] = m_new == -INFINITY ? 0.0f : exp2f(__fsub_rn(s[n][j][e], m_new));
+          l = __fadd_rn(l, s[n][j][e]);
         }
       }
       // O += P V, 16 tokens (two S n-tiles) per k-step.
@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const float mw = sm_m[w * G + g];
-      const float f = mw == -INFINITY ? 0.0f : exp2f(mw - m_all);
+      const float f = mw == -INFINITY ? 0.0f : exp2f(__fsub_rn(mw, m_all));
       l_all = fmaf(sm_l[w * G + g], f, l_all);
       const float4 ow = *reinterpret_cast<const float4*>(sm_o + (w * G + g) * HD + d);
       a_all[0] = fmaf(ow.x, f, a_all[0]);
@@ -642,7 +642,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     // sequences on the chain, and they split the wide store.
     const float inv = 1.0f / l_all;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) a_all[k] *= inv;
+    for (int k = 0; k < 4; ++k) a_all[k] = __fmul_rn(a_all[k], inv);
     if (plan.n_splits == 1) {
       uint2 packed;
       packed.x = Elem<T>::pack2(a_all[0], a_all[1]);
