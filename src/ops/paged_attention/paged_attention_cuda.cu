@@ -4,7 +4,7 @@
 // This file is the host side (metadata upload, workspace, launch choices); the
 // kernels are in paged_attention_kernels.cuh.
 //
-// Attention kernel (v6), one thread block of 4 warps per (query row, split, kv
+// Attention kernel (v8), one thread block of 4 warps per (query row, split, kv
 // head group):
 //  - the G <= 8 query heads that share a kv head are the M rows of one
 //    mma.m16n8k16 tile (rows G..15 are zero), so each K/V byte of the split is
@@ -24,11 +24,17 @@
 //    it (one stage at a time: a stage's once the stage before has landed),
 //    and only this step's rows (and q) after; the copies ask L2 to evict
 //    their lines first (the history is read once a step);
+//  - in a launch that fits at two blocks an SM (a small batch, one wave), a
+//    split longer than its three stages holds its first tile in registers
+//    once the wait returns and refills that stage at once, then computes the
+//    three resident tiles as one batch (their S products are independent),
+//    bitwise as one tile at a time;
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
 //    dtype for the P V product (as flash attention does), l stays f32;
 //  - at the end the warps are merged in warp order through shared memory. A
 //    row longer than one split writes (o, lse) partials, combined in split
-//    order by one warp per head (reduce kernel, or the block that finishes last).
+//    order by one warp per head (reduce kernel, one warp a block by default,
+//    or the block that finishes last).
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 
