@@ -521,47 +521,31 @@ int main(int argc, char** argv) {
     bool targets_only;
   };
   std::vector<Variant> variants;
-  // The default, then the other reduction and other split plans (targets only).
-  auto opt = [](SplitReduce reduce, int min_tiles, int stages,
-                PagedKvLayout layout = PagedKvLayout::kSlotMajor) {
+  // The default (every shape), then other options one at a time (the target
+  // shapes only): set(o) changes the default options o.
+  auto add = [&](std::string name, bool targets_only, auto set) {
     PagedAttentionCudaOptions o;
-    o.reduce = reduce;
-    o.min_split_tiles = min_tiles;
-    o.stages = stages;
-    o.layout = layout;
-    return o;
+    set(o);
+    variants.push_back({std::move(name), o, targets_only});
   };
-  const PagedKvLayout head_major = PagedKvLayout::kHeadMajor;
-  variants.push_back({"default", {}, false});
-  variants.push_back({"head-major", opt(SplitReduce::kKernel, 0, 0, head_major), false});
-  variants.push_back({"last-block", opt(SplitReduce::kLastBlock, 0, 0), true});
-  PagedAttentionCudaOptions late_kv;
-  late_kv.early_kv = false;
-  variants.push_back({"no early K/V", late_kv, true});
-  variants.push_back({"2 stages", opt(SplitReduce::kKernel, 0, 2), true});
-  variants.push_back({"3 stages", opt(SplitReduce::kKernel, 0, 3), true});
-  variants.push_back({"4 stages", opt(SplitReduce::kKernel, 0, 4), true});
-  variants.push_back({"split>=2 tiles", opt(SplitReduce::kKernel, 2, 0), true});
-  variants.push_back({"split>=3 tiles", opt(SplitReduce::kKernel, 3, 0), true});
-  PagedAttentionCudaOptions unpaced;
-  unpaced.early_window = 0;
-  variants.push_back({"unpaced early", unpaced, true});
-  PagedAttentionCudaOptions window2;
-  window2.early_window = 2;
-  variants.push_back({"early window 2", window2, true});
-  PagedAttentionCudaOptions no_hint;
-  no_hint.kv_evict_first = false;
-  variants.push_back({"no L2 hint", no_hint, true});
-  PagedAttentionCudaOptions unheld;
-  unheld.hold_first_tile = false;
-  variants.push_back({"no held tile", unheld, true});
-  PagedAttentionCudaOptions reduce4;
-  reduce4.reduce_warps = 4;
-  variants.push_back({"reduce 4 warps", reduce4, true});
-  PagedAttentionCudaOptions hold_before_q;
-  hold_before_q.hold_before_q = true;
-  variants.push_back({"held before q", hold_before_q, true});
-  variants.push_back({"split>=8 tiles", opt(SplitReduce::kKernel, 8, 0), true});
+  add("default", false, [](PagedAttentionCudaOptions&) {});
+  add("head-major", false, [](PagedAttentionCudaOptions& o) { o.layout = PagedKvLayout::kHeadMajor; });
+  add("last-block", true, [](PagedAttentionCudaOptions& o) { o.reduce = SplitReduce::kLastBlock; });
+  add("no early K/V", true, [](PagedAttentionCudaOptions& o) { o.early_kv = false; });
+  for (int stages : {2, 3, 4}) {
+    add(std::to_string(stages) + " stages", true, [=](PagedAttentionCudaOptions& o) { o.stages = stages; });
+  }
+  for (int tiles : {2, 3}) {
+    add("split>=" + std::to_string(tiles) + " tiles", true,
+        [=](PagedAttentionCudaOptions& o) { o.min_split_tiles = tiles; });
+  }
+  add("unpaced early", true, [](PagedAttentionCudaOptions& o) { o.early_window = 0; });
+  add("early window 2", true, [](PagedAttentionCudaOptions& o) { o.early_window = 2; });
+  add("no L2 hint", true, [](PagedAttentionCudaOptions& o) { o.kv_evict_first = false; });
+  add("no held tile", true, [](PagedAttentionCudaOptions& o) { o.hold_first_tile = false; });
+  add("reduce 4 warps", true, [](PagedAttentionCudaOptions& o) { o.reduce_warps = 4; });
+  add("held before q", true, [](PagedAttentionCudaOptions& o) { o.hold_before_q = true; });
+  add("split>=8 tiles", true, [](PagedAttentionCudaOptions& o) { o.min_split_tiles = 8; });
 
   std::vector<Result> results;
   const int64_t min_cycled = 4 * dev.l2_bytes;

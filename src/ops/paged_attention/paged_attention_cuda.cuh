@@ -111,6 +111,9 @@ struct PagedAttentionCudaOptions {
   // returns and refills that stage at once, instead of once q has arrived and
   // the tile is computed. Changes no sum.
   bool hold_first_tile = true;
+  // With it, read the first tile and issue its refill before q's loads
+  // instead of after them (a measured alternative: q's loads then queue
+  // behind the refill). Changes no sum.
   bool hold_before_q = false;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
   // (ns) at kPagedAttentionTracePoints fixed points i, and its SM's cycle
