@@ -31,9 +31,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kDefaultStages = 2;
 constexpr int kMaxStages = 4;
 constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
-constexpr int kMinSplitTiles = 4;
-constexpr int kHoldStages = 3;  // the stages of a kernel that holds its first tile (two blocks an SM)  // a
-                                // block streams at least 4 tiles: its fixed cost needs amortising
+constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
+constexpr int kHoldStages = 3;     // the stages of a kernel that holds its first tile (two blocks an SM)
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
 // Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either
@@ -153,9 +152,9 @@ struct AttnParams {
   bool early_kv;        // PagedAttentionCudaOptions::early_kv, with a dependent launch
   int early_window;     // PagedAttentionCudaOptions::early_window
   bool kv_evict_first;  // PagedAttentionCudaOptions::kv_evict_first
-  bool hold_before_q;
-  float scale_log2;  // scale * log2(e)
-  uint64_t* trace;   // PagedAttentionCudaOptions::trace
+  bool hold_before_q;   // PagedAttentionCudaOptions::hold_before_q
+  float scale_log2;     // scale * log2(e)
+  uint64_t* trace;      // PagedAttentionCudaOptions::trace
 };
 
 struct RowInfo {
@@ -235,10 +234,11 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   }
 }
 
-// kHold: when the split has more tiles than stages, the first tile is read
-// into registers as soon as the dependency wait returns, so that its stage is
-// refilled before q arrives rather than after the first tile is computed (64
-// more registers: two blocks an SM).
+// kHold: at kHoldStages stages, a split with more tiles than stages reads its
+// first tile into registers once q's loads are issued after the dependency
+// wait, so that its stage is refilled before q arrives rather than after the
+// first tile is computed, and then computes its resident tiles as one batch
+// (64 more registers: two blocks an SM).
 template <typename T, int HD, int G, bool kHold>
 __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
