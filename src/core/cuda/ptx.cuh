@@ -130,6 +130,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
 }
+// The 8x8 matrix of 16-bit elements whose fragment the warp holds (thread t:
+// row t / 4, columns 2 (t % 4) and 2 (t % 4) + 1, the lower in the low half),
+// transposed into the same fragment layout.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
 // Programmatic dependent launch (sm_90): let the dependent grid start early / wait
 // for the primary grid's results.
 __device__ __forceinline__ void launch_dependents() {

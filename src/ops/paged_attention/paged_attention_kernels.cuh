@@ -244,10 +244,12 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
-  constexpr int kNT = kWT / 8;  // n-tiles of S (8 tokens each)
-  constexpr int kKS = HD / 16;  // k-steps of S (16 dims each)
-  constexpr int kOT = HD / 8;   // n-tiles of O (8 dims each)
-  static_assert(G <= 8, "a head group fills at most the low 8 rows of the mma tile");
+  // S^T = K Q^T and O^T += V^T P^T: K and V are the mma's A operand (16
+  // tokens, or 16 dims, a tile), the head group its n = 8 columns.
+  constexpr int kMT = kWT / 16;  // token m-tiles of S^T (16 tokens each)
+  constexpr int kKS = HD / 16;   // k-steps of S^T (16 dims each)
+  constexpr int kDT = HD / 16;   // dim m-tiles of O^T (16 dims each)
+  static_assert(G <= 8, "a head group fills at most the 8 columns of the mma tile");
   // From the first 1024-byte boundary: [kWarps][stages][K,V][kHalves][kWT
   // lines], then the mbarriers [kWarps][kMaxStages]; the stages are reused by
   // the merge.
@@ -367,52 +369,49 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const int head0 = group * G;               // first head of the group within the kv head's n_rep
-  const bool row_valid = gid < G && head0 + gid < p.n_rep;
+  const bool head_valid = gid < G && head0 + gid < p.n_rep;
 
-  // The fragments, read from a stage.
+  // The A fragments, read from a stage: K's for tokens 16 mt .. 16 mt + 15
+  // at k-step ks (the four 8x8 matrices: tokens 0-7 and 8-15 of dims 0-7, then
+  // of dims 8-15), and V^T's for dims 16 dt .. 16 dt + 15 of the same tokens
+  // (transposed: dims 0-7 and 8-15 of tokens 0-7, then of tokens 8-15).
   auto smem_k = [&](const char* sk) {
-    return [sk, lane](int j, int ks2, uint32_t(&b)[4]) {
-      ldmatrix_x4(b, row_chunk<HD>(sk, 8 * j + (lane & 7), 4 * ks2 + (lane >> 3)));
+    return [sk, lane](int mt, int ks, uint32_t(&a)[4]) {
+      ldmatrix_x4(a, row_chunk<HD>(sk, 16 * mt + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * ks + (lane >> 4)));
     };
   };
   auto smem_v = [&](const char* sv) {
-    return [sv, lane](int kc, int j2, uint32_t(&b)[4]) {
-      ldmatrix_x4_trans(
-          b, row_chunk<HD>(sv, 16 * kc + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * j2 + (lane >> 4)));
+    return [sv, lane](int mt, int dt, uint32_t(&a)[4]) {
+      ldmatrix_x4_trans(a,
+                        row_chunk<HD>(sv, 16 * mt + (lane & 7) + 8 * (lane >> 4), 2 * dt + ((lane >> 3) & 1)));
     };
   };
 
   // The first tile (whole: the split has more) into registers, then its
   // stage refilled at once.
-  uint32_t hk[kNT][kKS / 2][4], hv[kNT / 2][kOT / 2][4];
+  uint32_t hk[kMT][kKS][4], hv[kMT][kDT][4];
   auto hold_first_tile = [&]() {
     mbarrier_wait(bars, 0);
     stamp(trace, 5);
     const auto from_k = smem_k(warp_smem);
     const auto from_v = smem_v(warp_smem + Geo::kKvBytes);
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) from_k(j, ks2, hk[j][ks2]);
-    }
+      for (int ks = 0; ks < kKS; ++ks) from_k(mt, ks, hk[mt][ks]);
 #pragma unroll
-    for (int kc = 0; kc < kNT / 2; ++kc) {
-#pragma unroll
-      for (int j2 = 0; j2 < kOT / 2; ++j2) from_v(kc, j2, hv[kc][j2]);
+      for (int dt = 0; dt < kDT; ++dt) from_v(mt, dt, hv[mt][dt]);
     }
     // The reads have completed once their registers are used.
 #pragma unroll
-    for (int j = 0; j < kNT; ++j) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-      for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
-        asm volatile("" : "+r"(hk[j][ks2][0]), "+r"(hk[j][ks2][1]), "+r"(hk[j][ks2][2]), "+r"(hk[j][ks2][3]));
+      for (int ks = 0; ks < kKS; ++ks) {
+        asm volatile("" : "+r"(hk[mt][ks][0]), "+r"(hk[mt][ks][1]), "+r"(hk[mt][ks][2]), "+r"(hk[mt][ks][3]));
       }
-    }
 #pragma unroll
-    for (int kc = 0; kc < kNT / 2; ++kc) {
-#pragma unroll
-      for (int j2 = 0; j2 < kOT / 2; ++j2) {
-        asm volatile("" : "+r"(hv[kc][j2][0]), "+r"(hv[kc][j2][1]), "+r"(hv[kc][j2][2]), "+r"(hv[kc][j2][3]));
+      for (int dt = 0; dt < kDT; ++dt) {
+        asm volatile("" : "+r"(hv[mt][dt][0]), "+r"(hv[mt][dt][1]), "+r"(hv[mt][dt][2]), "+r"(hv[mt][dt][3]));
       }
     }
     __syncwarp();
@@ -421,107 +420,110 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   if (kHold && hold && p.hold_before_q) hold_first_tile();
 
   stamp(trace, 8);
-  // Q as mma A fragments: row gid = head head0 + gid, rows 8..15 zero.
-  uint32_t qa[kKS][4];
+  // Q^T as mma B fragments: column gid = head head0 + gid (zero past the group).
+  uint32_t qb[kKS][2];
   {
     const T* q_row = p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD;
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
-      qa[ks][0] = row_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * tig) : 0u;
-      qa[ks][1] = 0u;
-      qa[ks][2] = row_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * tig) : 0u;
-      qa[ks][3] = 0u;
+      qb[ks][0] = head_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * tig) : 0u;
+      qb[ks][1] = head_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * tig) : 0u;
     }
   }
 
   if (p.trace != nullptr) {
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qa[ks][0]), "+r"(qa[ks][2]));
+    for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qb[ks][0]), "+r"(qb[ks][1]));
     stamp(trace, 9);
   }
   if (kHold && hold && !p.hold_before_q) hold_first_tile();
 
-  float m = -INFINITY;  // running max of row gid (same in the 4 lanes of a quad)
-  float l = 0.0f;       // this lane's share of the row's running sum
-  float o[kOT][4];      // O fragments: [0..1] row gid, dims 8 j + 2 tig + {0, 1}; [2..3] padding rows
+  // The lane's two columns: heads head0 + 2 tig + e, e = 0, 1.
+  float m[2] = {-INFINITY, -INFINITY};  // running max (the same in the 8 lanes of a column)
+  float l[2] = {0.0f, 0.0f};            // this lane's share of the running sum (its tokens)
+  float o[kDT][4];  // O^T fragments: [e] dim 16 dt + gid, [2 + e] dim 16 dt + gid + 8; column 2 tig + e
 #pragma unroll
-  for (int j = 0; j < kOT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  for (int dt = 0; dt < kDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
 
-  // N tiles of this warp's kWT tokens each, from warp_begin[n]: S = Q K^T,
-  // the online softmax, O += P V. k_frag(n, j, ks2, b) gives tile n's K
-  // fragments for tokens 8 j .. 8 j + 7 at k-steps 2 ks2 and 2 ks2 + 1;
-  // v_frag(n, kc, j2, b) its V fragments for dims 16 j2 .. 16 j2 + 15 of tokens
-  // 16 kc .. 16 kc + 15. The S products of all N tiles are independent and
-  // computed first; the softmax and O then take the tiles in order, with the
-  // same operations as one tile at a time, so the result is bitwise that of
-  // N single-tile calls: only the latency differs. The softmax arithmetic uses
-  // explicitly rounded operations (__fmul_rn and kin), which the compiler never
-  // contracts into a fused multiply-add: whether it would fuse l * corr + p
-  // depends on the shape of the code around it, and the held and the plain
-  // kernel must agree to the bit.
+  // N tiles of this warp's kWT tokens each, from warp_begin[n]: S^T = K Q^T,
+  // the online softmax down each column, O^T += V^T P^T. k_frag(n, mt, ks, a)
+  // gives tile n's K fragment for tokens 16 mt .. 16 mt + 15 at k-step ks;
+  // v_frag(n, mt, dt, a) its V^T fragment for dims 16 dt .. 16 dt + 15 of the
+  // same tokens. P^T's C fragment becomes the B fragment of the P V product by
+  // transposing its two 8x8 halves in registers (movmatrix). The S products of
+  // all N tiles are independent and computed first; the softmax and O then take
+  // the tiles in order, with the same operations as one tile at a time, so the
+  // result is bitwise that of N single-tile calls: only the latency differs.
+  // The softmax arithmetic uses explicitly rounded operations (__fmul_rn and
+  // kin), which the compiler never contracts into a fused multiply-add: whether
+  // it would fuse l * corr + p depends on the shape of the code around it, and
+  // the held and the plain kernel must agree to the bit.
   auto compute_tiles = [&]<int N>(const int(&warp_begin)[N], auto&& k_frag, auto&& v_frag) {
-    float s[N][kNT][4];
+    float s[N][kMT][4];  // [e] token 16 mt + gid, [2 + e] token 16 mt + gid + 8; column 2 tig + e
 #pragma unroll
     for (int n = 0; n < N; ++n) {
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        s[n][j][0] = s[n][j][1] = s[n][j][2] = s[n][j][3] = 0.0f;
+      for (int mt = 0; mt < kMT; ++mt) {
+        s[n][mt][0] = s[n][mt][1] = s[n][mt][2] = s[n][mt][3] = 0.0f;
 #pragma unroll
-        for (int ks2 = 0; ks2 < kKS / 2; ++ks2) {
-          uint32_t b[4];
-          k_frag(n, j, ks2, b);
-          Elem<T>::mma(s[n][j], qa[2 * ks2], b[0], b[1]);
-          Elem<T>::mma(s[n][j], qa[2 * ks2 + 1], b[2], b[3]);
+        for (int ks = 0; ks < kKS; ++ks) {
+          uint32_t a[4];
+          k_frag(n, mt, ks, a);
+          Elem<T>::mma(s[n][mt], a, qb[ks][0], qb[ks][1]);
         }
       }
     }
 #pragma unroll
     for (int n = 0; n < N; ++n) {
-      // Online softmax over row gid (lane holds tokens 8 j + 2 tig + {0, 1}).
-      float tile_max = -INFINITY;
+      // Online softmax down each column (the 8 lanes of a column hold 2 tokens
+      // of each m-tile).
+      float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const bool visible = warp_begin[n] + 8 * j + 2 * tig + e < end;
-          s[n][j][e] = visible ? __fmul_rn(s[n][j][e], p.scale_log2) : -INFINITY;
-          tile_max = fmaxf(tile_max, s[n][j][e]);
+        for (int r = 0; r < 4; ++r) {
+          const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < end;
+          s[n][mt][r] = visible ? __fmul_rn(s[n][mt][r], p.scale_log2) : -INFINITY;
+          tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][r]);
         }
       }
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m_new = fmaxf(m, tile_max);
-      const float corr =
-          m_new == -INFINITY ? 1.0f : exp2f(__fsub_rn(m, m_new));  // exp2(-inf) = 0 on the first visible tile
-      m = m_new;
-      l = __fmul_rn(l, corr);
+      float corr[2];
 #pragma unroll
-      for (int j = 0; j < kOT; ++j) {
-        o[j][0] = __fmul_rn(o[j][0], corr);
-        o[j][1] = __fmul_rn(o[j][1], corr);
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1) {
+          tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], off));
+        }
+        const float m_new = fmaxf(m[e], tile_max[e]);
+        // exp2(-inf) = 0 on the first visible tile.
+        corr[e] = m_new == -INFINITY ? 1.0f : exp2f(__fsub_rn(m[e], m_new));
+        m[e] = m_new;
+        l[e] = __fmul_rn(l[e], corr[e]);
       }
 #pragma unroll
-      for (int j = 0; j < kNT; ++j) {
+      for (int dt = 0; dt < kDT; ++dt) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[n][j][e] = m_new == -INFINITY ? 0.0f : exp2f(__fsub_rn(s[n][j][e], m_new));
-          l = __fadd_rn(l, s[n][j][e]);
+        for (int r = 0; r < 4; ++r) o[dt][r] = __fmul_rn(o[dt][r], corr[r & 1]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int e = r & 1;
+          s[n][mt][r] = m[e] == -INFINITY ? 0.0f : exp2f(__fsub_rn(s[n][mt][r], m[e]));
+          l[e] = __fadd_rn(l[e], s[n][mt][r]);
         }
       }
-      // O += P V, 16 tokens (two S n-tiles) per k-step.
+      // O^T += V^T P^T, 16 tokens (one S^T m-tile) per k-step.
 #pragma unroll
-      for (int kc = 0; kc < kNT / 2; ++kc) {
-        uint32_t pa[4];
-        pa[0] = Elem<T>::pack2(s[n][2 * kc][0], s[n][2 * kc][1]);
-        pa[1] = 0u;
-        pa[2] = Elem<T>::pack2(s[n][2 * kc + 1][0], s[n][2 * kc + 1][1]);
-        pa[3] = 0u;
+      for (int mt = 0; mt < kMT; ++mt) {
+        const uint32_t pb0 = cuda::movmatrix_trans(Elem<T>::pack2(s[n][mt][0], s[n][mt][1]));
+        const uint32_t pb1 = cuda::movmatrix_trans(Elem<T>::pack2(s[n][mt][2], s[n][mt][3]));
 #pragma unroll
-        for (int j2 = 0; j2 < kOT / 2; ++j2) {
-          uint32_t b[4];
-          v_frag(n, kc, j2, b);
-          Elem<T>::mma(o[2 * j2], pa, b[0], b[1]);
-          Elem<T>::mma(o[2 * j2 + 1], pa, b[2], b[3]);
+        for (int dt = 0; dt < kDT; ++dt) {
+          uint32_t a[4];
+          v_frag(n, mt, dt, a);
+          Elem<T>::mma(o[dt], a, pb0, pb1);
         }
       }
     }
@@ -538,20 +540,20 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
         warp_begin[n] = first + n * Geo::kTileTokens;
         if (n > 0) mbarrier_wait(bars + n, 0);
       }
-      const auto from_k = [&](int n, int j, int ks2, uint32_t(&b)[4]) {
+      const auto from_k = [&](int n, int mt, int ks, uint32_t(&a)[4]) {
         if (n == 0) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) b[i] = hk[j][ks2][i];
+          for (int i = 0; i < 4; ++i) a[i] = hk[mt][ks][i];
         } else {
-          smem_k(warp_smem + n * kStageBytes)(j, ks2, b);
+          smem_k(warp_smem + n * kStageBytes)(mt, ks, a);
         }
       };
-      const auto from_v = [&](int n, int kc, int j2, uint32_t(&b)[4]) {
+      const auto from_v = [&](int n, int mt, int dt, uint32_t(&a)[4]) {
         if (n == 0) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) b[i] = hv[kc][j2][i];
+          for (int i = 0; i < 4; ++i) a[i] = hv[mt][dt][i];
         } else {
-          smem_v(warp_smem + n * kStageBytes + Geo::kKvBytes)(kc, j2, b);
+          smem_v(warp_smem + n * kStageBytes + Geo::kKvBytes)(mt, dt, a);
         }
       };
       compute_tiles(warp_begin, from_k, from_v);
@@ -587,32 +589,42 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     }
     const int wb[1] = {warp_begin};
     compute_tiles(
-        wb, [&](int, int j, int ks2, uint32_t(&b)[4]) { smem_k(sk)(j, ks2, b); },
-        [&](int, int kc, int j2, uint32_t(&b)[4]) { smem_v(sv)(kc, j2, b); });
+        wb, [&](int, int mt, int ks, uint32_t(&a)[4]) { smem_k(sk)(mt, ks, a); },
+        [&](int, int mt, int dt, uint32_t(&a)[4]) { smem_v(sv)(mt, dt, a); });
     __syncwarp();  // every lane is done reading this stage: refill it
     if (tile == 0) stamp(trace, 6);
     if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 2, 0);
     next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
     if (++slot == stages) slot = 0, phase ^= 1;
   }
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) l[e] += __shfl_xor_sync(0xffffffffu, l[e], off);
+  }
   __syncthreads();  // every warp is done with its stages: reuse them for the merge
 
   stamp(trace, 3);
   // Merge the warps, in warp order, through shared memory.
-  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][G][HD]
-  float* sm_m = sm_o + kWarps * G * HD;          // [kWarps][G]
+  // A head's row is padded by 4 floats: the 4 columns a store writes at
+  // once then fall in different banks.
+  constexpr int kOS = HD + 4;
+  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][G][kOS]
+  float* sm_m = sm_o + kWarps * G * kOS;         // [kWarps][G]
   float* sm_l = sm_m + kWarps * G;               // [kWarps][G]
-  if (gid < G) {
 #pragma unroll
-    for (int j = 0; j < kOT; ++j) {
-      sm_o[(warp * G + gid) * HD + 8 * j + 2 * tig] = o[j][0];
-      sm_o[(warp * G + gid) * HD + 8 * j + 2 * tig + 1] = o[j][1];
-    }
-    if (tig == 0) {
-      sm_m[warp * G + gid] = m;
-      sm_l[warp * G + gid] = l;
+  for (int e = 0; e < 2; ++e) {
+    const int g = 2 * tig + e;
+    if (g < G) {
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        sm_o[(warp * G + g) * kOS + 16 * dt + gid] = o[dt][e];
+        sm_o[(warp * G + g) * kOS + 16 * dt + gid + 8] = o[dt][2 + e];
+      }
+      if (gid == 0) {
+        sm_m[warp * G + g] = m[e];
+        sm_l[warp * G + g] = l[e];
+      }
     }
   }
   __syncthreads();
@@ -631,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       const float mw = sm_m[w * G + g];
       const float f = mw == -INFINITY ? 0.0f : exp2f(__fsub_rn(mw, m_all));
       l_all = fmaf(sm_l[w * G + g], f, l_all);
-      const float4 ow = *reinterpret_cast<const float4*>(sm_o + (w * G + g) * HD + d);
+      const float4 ow = *reinterpret_cast<const float4*>(sm_o + (w * G + g) * kOS + d);
       a_all[0] = fmaf(ow.x, f, a_all[0]);
       a_all[1] = fmaf(ow.y, f, a_all[1]);
       a_all[2] = fmaf(ow.z, f, a_all[2]);
