@@ -337,6 +337,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.early_window = options.early_window;
     p.kv_evict_first = options.kv_evict_first;
     p.hold_before_q = options.hold_before_q;
+    p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
     p.trace = options.trace;
     // Rows in launches of at most the workspace's rows (and grid.z's 65535).

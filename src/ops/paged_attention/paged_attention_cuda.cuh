@@ -115,15 +115,20 @@ struct PagedAttentionCudaOptions {
   // instead of after them (a measured alternative: q's loads then queue
   // behind the refill). Changes no sum.
   bool hold_before_q = false;
+  // Where the first tile lies wholly before this step's rows, hold it and
+  // issue the refill of its stage before the dependency wait, paced as one
+  // more stage, so that no refill is on the chain after the wait (the next
+  // call's early copies then move the whole split). Changes no sum.
+  bool hold_before_wait = true;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
   // (ns) at kPagedAttentionTracePoints fixed points i, and its SM's cycle
   // counter (%clock64) at the same points: block b of the attention grid (x
   // fastest) writes trace[2 P b + i] and trace[2 P b + P + i], P the points.
   // Its points: 0 entry, 1 early copies issued, 2 dependency wait returned,
   // 3 tiles done, 4 partials written, then (warp 0's view) 5 first tile
-  // landed, 6 first tile computed, 7 last tile landed, 8 the first stages'
-  // remaining copies issued, 9 q loaded (waited for here, in a traced call
-  // only). Block b of the reduction writes trace[2^20 + 2 P b + i] (and + P):
+  // landed (before 1 where it is held before the wait), 6 first tile (or the
+  // held batch) computed, 7 last tile landed, 8 the first stages' remaining
+  // copies issued, 9 q loaded (waited for here, in a traced call only). Block b of the reduction writes trace[2^20 + 2 P b + i] (and + P):
   // 0 entry, 1 wait returned, 2 done. Needs 2^21 entries.
   uint64_t* trace = nullptr;
 };

@@ -69,11 +69,11 @@ constexpr int kBarrierBytes = kWarps * kMaxStages * 8;
 inline int smem_bytes(int /*head_dim*/, int stages) {
   return kSwizzleAlign + stages * kWarps * kStageBytesPerWarp + kBarrierBytes;
 }
-// Address of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a K or V region
-// of a warp-stage.
+// Byte offset of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a K or V
+// region of a warp-stage.
 template <int HD>
-__device__ __forceinline__ const char* row_chunk(const char* region, int r, int c) {
-  return region + (c >> 3) * Geometry<HD>::kRegionBytes + r * kLineBytes + (((c & 7) ^ (r & 7)) << 4);
+__device__ __forceinline__ int row_chunk_offset(int r, int c) {
+  return (c >> 3) * Geometry<HD>::kRegionBytes + r * kLineBytes + (((c & 7) ^ (r & 7)) << 4);
 }
 
 // A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
@@ -152,7 +152,8 @@ struct AttnParams {
   bool early_kv;        // PagedAttentionCudaOptions::early_kv, with a dependent launch
   int early_window;     // PagedAttentionCudaOptions::early_window
   bool kv_evict_first;  // PagedAttentionCudaOptions::kv_evict_first
-  bool hold_before_q;   // PagedAttentionCudaOptions::hold_before_q
+  bool hold_before_q;     // PagedAttentionCudaOptions::hold_before_q
+  bool hold_before_wait;  // PagedAttentionCudaOptions::hold_before_wait
   float scale_log2;     // scale * log2(e)
   uint64_t* trace;      // PagedAttentionCudaOptions::trace
 };
@@ -341,33 +342,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     }
   };
 
-  // Every stage in flight from the start. Launched with programmatic dependent
-  // launch, the kernel before this one may still be writing q, this step's K/V
-  // or reading the partials; positions before this step's first were written
-  // by earlier steps, so their rows are copied before the wait, the rest after.
-  const int early_until = p.early_kv ? ri.stable : 0;
-  const int window = end <= early_until ? p.early_window : 0;
-#pragma unroll
-  for (int i = 0; i < kMaxStages; ++i) {
-    if (i < stages && i < n_tiles) {
-      if (window > 0 && i >= window) mbarrier_wait(bars + i - window, 0);
-      issue(i, i, entries[i], true, 0, early_until);
-    }
-  }
-  stamp(trace, 1);
-  wait_primary_grid();
-  stamp(trace, 2);
-  // The rest of the first stages' copies, in the stages whose tokens reach this
-  // step's rows (for a decode row, at most the last split's last tile). The
-  // others skip the issue code: after the wait it is the chain's first piece.
-#pragma unroll
-  for (int i = 0; i < kMaxStages; ++i) {
-    if (i < stages && i < n_tiles && min(end, begin + (i + 1) * Geo::kTileTokens) > early_until) {
-      issue(i, i, entries[i], false, 1, early_until);
-    }
-  }
-
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+  const float scale_log2 = p.scale_log2;
   const int head0 = group * G;               // first head of the group within the kv head's n_rep
   const bool head_valid = gid < G && head0 + gid < p.n_rep;
 
@@ -375,26 +351,37 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // at k-step ks (the four 8x8 matrices: tokens 0-7 and 8-15 of dims 0-7, then
   // of dims 8-15), and V^T's for dims 16 dt .. 16 dt + 15 of the same tokens
   // (transposed: dims 0-7 and 8-15 of tokens 0-7, then of tokens 8-15).
-  auto smem_k = [&](const char* sk) {
-    return [sk, lane](int mt, int ks, uint32_t(&a)[4]) {
-      ldmatrix_x4(a, row_chunk<HD>(sk, 16 * mt + (lane & 7) + 8 * ((lane >> 3) & 1), 2 * ks + (lane >> 4)));
+  // A lane's row is at row_chunk_offset(16 mt + r, 2 ks + c) for its r
+  // and c in 0..1. Its swizzle depends on r & 7 and on (2 ks + c) & 7 only, so
+  // it is one of four per-lane offsets (ks & 3), and the rest of the address
+  // is a constant: no swizzle arithmetic per ldmatrix.
+  uint32_t k_off[4], v_off[4];
+#pragma unroll
+  for (int q4 = 0; q4 < 4; ++q4) {
+    k_off[q4] = row_chunk_offset<HD>((lane & 7) + 8 * ((lane >> 3) & 1), 2 * q4 + (lane >> 4));
+    v_off[q4] = Geo::kKvBytes + row_chunk_offset<HD>((lane & 7) + 8 * (lane >> 4), 2 * q4 + ((lane >> 3) & 1));
+  }
+  // stage: the warp-stage's shared address.
+  auto smem_k = [&](uint32_t stage) {
+    return [stage, &k_off](int mt, int ks, uint32_t(&a)[4]) {
+      ldmatrix_x4(a, stage + k_off[ks & 3] + (ks >> 2) * Geo::kRegionBytes + mt * 16 * kLineBytes);
     };
   };
-  auto smem_v = [&](const char* sv) {
-    return [sv, lane](int mt, int dt, uint32_t(&a)[4]) {
-      ldmatrix_x4_trans(a,
-                        row_chunk<HD>(sv, 16 * mt + (lane & 7) + 8 * (lane >> 4), 2 * dt + ((lane >> 3) & 1)));
+  auto smem_v = [&](uint32_t stage) {
+    return [stage, &v_off](int mt, int dt, uint32_t(&a)[4]) {
+      ldmatrix_x4_trans(a, stage + v_off[dt & 3] + (dt >> 2) * Geo::kRegionBytes + mt * 16 * kLineBytes);
     };
   };
+  const uint32_t warp_stages = cuda::smem_addr(warp_smem);
 
   // The first tile (whole: the split has more) into registers, then its
   // stage refilled at once.
   uint32_t hk[kMT][kKS][4], hv[kMT][kDT][4];
-  auto hold_first_tile = [&]() {
+  auto hold_first_tile = [&](int part, int early_until) {
     mbarrier_wait(bars, 0);
     stamp(trace, 5);
-    const auto from_k = smem_k(warp_smem);
-    const auto from_v = smem_v(warp_smem + Geo::kKvBytes);
+    const auto from_k = smem_k(warp_stages);
+    const auto from_v = smem_v(warp_stages);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -415,19 +402,65 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       }
     }
     __syncwarp();
-    issue(stages, 0, hold_entry, true, 2, 0);
+    issue(stages, 0, hold_entry, true, part, early_until);
   };
-  if (kHold && hold && p.hold_before_q) hold_first_tile();
+  // Every stage in flight from the start. Launched with programmatic dependent
+  // launch, the kernel before this one may still be writing q, this step's K/V
+  // or reading the partials; positions before this step's first were written
+  // by earlier steps, so their rows are copied before the wait, the rest after.
+  const int early_until = p.early_kv ? ri.stable : 0;
+  const int window = end <= early_until ? p.early_window : 0;
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) {
+    if (i < stages && i < n_tiles) {
+      if (window > 0 && i >= window) mbarrier_wait(bars + i - window, 0);
+      issue(i, i, entries[i], true, 0, early_until);
+    }
+  }
+  // With the first tile wholly written by earlier steps, it can be held (and
+  // its stage refilled with the history part of the next tile) before the
+  // wait, paced like one more stage: then no refill is on the chain after it.
+  const bool hold_early = hold && p.hold_before_wait && begin + Geo::kTileTokens <= early_until;
+  if (kHold && hold_early) {
+    if (window > 0) mbarrier_wait(bars + stages - window, 0);
+    hold_first_tile(0, early_until);
+  }
+  stamp(trace, 1);
+  wait_primary_grid();
+  stamp(trace, 2);
+  // The rest of the first stages' copies, in the stages whose tokens reach this
+  // step's rows (for a decode row, at most the last split's last tile). The
+  // others skip the issue code: after the wait it is the chain's first piece.
+#pragma unroll
+  for (int i = 0; i < kMaxStages; ++i) {
+    if (i < stages && i < n_tiles && min(end, begin + (i + 1) * Geo::kTileTokens) > early_until) {
+      issue(i, i, entries[i], false, 1, early_until);
+    }
+  }
+  if (kHold && hold_early && min(end, begin + (stages + 1) * Geo::kTileTokens) > early_until) {
+    issue(stages, 0, hold_entry, false, 1, early_until);  // the refilled tile's rows of this step
+  }
+
+
+  if (kHold && hold && !hold_early && p.hold_before_q) hold_first_tile(2, 0);
 
   stamp(trace, 8);
   // Q^T as mma B fragments: column gid = head head0 + gid (zero past the group).
   uint32_t qb[kKS][2];
   {
-    const T* q_row = p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD;
+    // The lane's pairs of q: words 8 ks + tig and 8 ks + 4 + tig of its row,
+    // one base address and immediate offsets.
+    const uint32_t* q_words = reinterpret_cast<const uint32_t*>(
+                                  p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD) +
+                              tig;
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) {
-      qb[ks][0] = head_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 2 * tig) : 0u;
-      qb[ks][1] = head_valid ? *reinterpret_cast<const uint32_t*>(q_row + 16 * ks + 8 + 2 * tig) : 0u;
+    for (int ks = 0; ks < kKS; ++ks) qb[ks][0] = qb[ks][1] = 0u;
+    if (head_valid) {
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) {
+        qb[ks][0] = q_words[8 * ks];
+        qb[ks][1] = q_words[8 * ks + 4];
+      }
     }
   }
 
@@ -436,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qb[ks][0]), "+r"(qb[ks][1]));
     stamp(trace, 9);
   }
-  if (kHold && hold && !p.hold_before_q) hold_first_tile();
+  if (kHold && hold && !hold_early && !p.hold_before_q) hold_first_tile(2, 0);
 
   // The lane's two columns: heads head0 + 2 tig + e, e = 0, 1.
   float m[2] = {-INFINITY, -INFINITY};  // running max (the same in the 8 lanes of a column)
@@ -483,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < end;
-          s[n][mt][r] = visible ? __fmul_rn(s[n][mt][r], p.scale_log2) : -INFINITY;
+          s[n][mt][r] = visible ? __fmul_rn(s[n][mt][r], scale_log2) : -INFINITY;
           tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][r]);
         }
       }
@@ -496,7 +529,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
         }
         const float m_new = fmaxf(m[e], tile_max[e]);
         // exp2(-inf) = 0 on the first visible tile.
-        corr[e] = m_new == -INFINITY ? 1.0f : exp2f(__fsub_rn(m[e], m_new));
+        corr[e] = m_new == -INFINITY ? 1.0f : cuda::exp2_approx(__fsub_rn(m[e], m_new));
         m[e] = m_new;
         l[e] = __fmul_rn(l[e], corr[e]);
       }
@@ -510,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int e = r & 1;
-          s[n][mt][r] = m[e] == -INFINITY ? 0.0f : exp2f(__fsub_rn(s[n][mt][r], m[e]));
+          s[n][mt][r] = m[e] == -INFINITY ? 0.0f : cuda::exp2_approx(__fsub_rn(s[n][mt][r], m[e]));
           l[e] = __fadd_rn(l[e], s[n][mt][r]);
         }
       }
@@ -528,24 +561,33 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       }
     }
   };
+  // V rows past the end (copied with their box, or never copied): P is 0
+  // there, which keeps O exact only if the rows are finite.
+  auto zero_v_past_end = [&](int slot, int warp_begin) {
+    if (warp_begin + kWT <= end) return;
+    char* sv = warp_smem + slot * kStageBytes + Geo::kKvBytes;
+    const int valid = max(0, end - warp_begin);
+    for (int i = lane; i < Geo::kHalves * kWT * (kLineBytes / 16); i += 32) {
+      const int line = i / (kLineBytes / 16), row = line % kWT;
+      if (row >= valid) {
+        *reinterpret_cast<uint4*>(sv + line * kLineBytes + i % (kLineBytes / 16) * 16) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    __syncwarp();
+  };
   int tile = 0, slot = 0, phase = 0;
   if constexpr (kHold) {
     if (hold) {
-      // Every stage's tile at once: the first from registers, the others
-      // from their stages, which are then refilled.
-      const int first = begin + warp * kWT;
-      int warp_begin[kHoldStages];
-#pragma unroll
-      for (int n = 0; n < kHoldStages; ++n) {
-        warp_begin[n] = first + n * Geo::kTileTokens;
-        if (n > 0) mbarrier_wait(bars + n, 0);
-      }
+      // The resident tiles at once: the first from registers, the others
+      // from their stages (tile n in stage n % kHoldStages), which are then
+      // refilled. Held before the wait, the first tile's stage already holds
+      // the fourth tile.
       const auto from_k = [&](int n, int mt, int ks, uint32_t(&a)[4]) {
         if (n == 0) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[i] = hk[mt][ks][i];
         } else {
-          smem_k(warp_smem + n * kStageBytes)(mt, ks, a);
+          smem_k(warp_stages + n % kHoldStages * kStageBytes)(mt, ks, a);
         }
       };
       const auto from_v = [&](int n, int mt, int dt, uint32_t(&a)[4]) {
@@ -553,17 +595,37 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
           for (int i = 0; i < 4; ++i) a[i] = hv[mt][dt][i];
         } else {
-          smem_v(warp_smem + n * kStageBytes + Geo::kKvBytes)(mt, dt, a);
+          smem_v(warp_stages + n % kHoldStages * kStageBytes)(mt, dt, a);
         }
       };
-      compute_tiles(warp_begin, from_k, from_v);
+      auto batch = [&]<int N>() {
+        int warp_begin[N];
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          warp_begin[n] = begin + n * Geo::kTileTokens + warp * kWT;
+          if (n > 0) mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+        }
+        if (N == n_tiles) stamp(trace, 7);
+        if constexpr (N > kHoldStages) zero_v_past_end(0, warp_begin[kHoldStages]);  // a last tile
+        compute_tiles(warp_begin, from_k, from_v);
+      };
+      if (hold_early) {
+        batch.template operator()<kHoldStages + 1>();
+      } else {
+        batch.template operator()<kHoldStages>();
+      }
+      const int done = hold_early ? kHoldStages + 1 : kHoldStages;
       stamp(trace, 6);
       __syncwarp();  // every lane is done reading the stages: refill them
+      // (Held after the wait, the first stage's refill is already in flight.)
 #pragma unroll
-      for (int n = 1; n < kHoldStages; ++n) {
-        if (n + kHoldStages < n_tiles) issue(n + kHoldStages, n, table_entries(n + kHoldStages), true, 2, 0);
+      for (int i = 0; i < kHoldStages; ++i) {
+        const int next = done + i;
+        if ((hold_early || i > 0) && next < n_tiles) {
+          issue(next, next % kHoldStages, table_entries(next), true, 2, 0);
+        }
       }
-      tile = kHoldStages, slot = 0, phase = 1;
+      tile = done, slot = done % kHoldStages, phase = (done / kHoldStages) & 1;
     }
   }
   int32_t next_entry = table_entries(tile + stages);
@@ -571,26 +633,13 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
     if (tile == 0) stamp(trace, 5);
     if (tile == n_tiles - 1) stamp(trace, 7);
-    const char* sk = warp_smem + slot * kStageBytes;
-    const char* sv = sk + Geo::kKvBytes;
+    const uint32_t stage = warp_stages + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
-    if (warp_begin + kWT > end) {
-      // V rows past the end (copied with their box, or never copied): P is 0
-      // there, which keeps O exact only if the rows are finite.
-      const int valid = max(0, end - warp_begin);
-      for (int i = lane; i < Geo::kHalves * kWT * (kLineBytes / 16); i += 32) {
-        const int line = i / (kLineBytes / 16), row = line % kWT;
-        if (row >= valid) {
-          *reinterpret_cast<uint4*>(const_cast<char*>(sv) + line * kLineBytes + i % (kLineBytes / 16) * 16) =
-              make_uint4(0, 0, 0, 0);
-        }
-      }
-      __syncwarp();
-    }
+    zero_v_past_end(slot, warp_begin);
     const int wb[1] = {warp_begin};
     compute_tiles(
-        wb, [&](int, int mt, int ks, uint32_t(&a)[4]) { smem_k(sk)(mt, ks, a); },
-        [&](int, int mt, int dt, uint32_t(&a)[4]) { smem_v(sv)(mt, dt, a); });
+        wb, [&](int, int mt, int ks, uint32_t(&a)[4]) { smem_k(stage)(mt, ks, a); },
+        [&](int, int mt, int dt, uint32_t(&a)[4]) { smem_v(stage)(mt, dt, a); });
     __syncwarp();  // every lane is done reading this stage: refill it
     if (tile == 0) stamp(trace, 6);
     if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 2, 0);

@@ -468,7 +468,8 @@ TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
 // bitwise the same alone, in a batch, over several launches (small workspace),
 // with either reduction, any pipeline depth, the first K/V copies before or
 // after the dependency wait, paced or not, with or without the L2 hint, and
-// with or without the first tile held in registers.
+// with or without the first tile held in registers (before or after the
+// wait).
 // Two batches: splits up to 12 and up to 29 a row.
 void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs) {
   const Shape s{DType::kBF16, 128, 16, 2, 4};
@@ -495,6 +496,9 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   PagedAttentionCudaOptions unheld;
   unheld.hold_first_tile = false;
   EXPECT_TRUE(download16(run_on_device(p, unheld).out) == base) << "first tile not held in registers";
+  PagedAttentionCudaOptions held_late;
+  held_late.hold_before_wait = false;
+  EXPECT_TRUE(download16(run_on_device(p, held_late).out) == base) << "first tile held after the wait";
   for (int stages : {2, 3, 4}) {
     PagedAttentionCudaOptions deeper;
     deeper.stages = stages;
@@ -552,7 +556,11 @@ TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
   constexpr int kPoints = kPagedAttentionTracePoints, kSlots = 2 * kPoints;
   // Entry, early copies issued, wait returned, remaining copies issued, q
   // loaded, first tile landed, tiles done, partials written.
-  const int order[] = {0, 1, 2, 8, 9, 5, 3, 4};
+  const int plain_order[] = {0, 1, 2, 8, 9, 5, 3, 4};
+  // A split of four tiles (row 0's first 11; the 12th has 3) holds its first
+  // tile in registers, and it lies before the step's row, so it is held before
+  // the wait: landed before the early copies are done.
+  const int held_order[] = {0, 5, 1, 2, 8, 9, 3, 4};
   // Attention grid: (kv heads x groups = 2, splits = 12, rows = 2); row 1 has one split.
   int blocks = 0, idle = 0;
   for (int b = 0; b < 2 * 12 * 2; ++b) {
@@ -563,6 +571,8 @@ TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
       continue;
     }
     ++blocks;
+    const int split = b / 2 % 12, row = b / 24;
+    const int* order = row == 0 && split < 11 ? held_order : plain_order;
     for (int k = 1; k < 8; ++k) {
       EXPECT_LE(v[order[k - 1]], v[order[k]]) << "block " << b << " point " << order[k];
       EXPECT_LE(v[kPoints + order[k - 1]], v[kPoints + order[k]]) << "block " << b << " cycles " << order[k];
