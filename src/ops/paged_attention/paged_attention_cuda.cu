@@ -4,12 +4,13 @@
 // This file is the host side (metadata upload, workspace, launch choices); the
 // kernels are in paged_attention_kernels.cuh.
 //
-// Attention kernel (v8), one thread block of 4 warps per (query row, split, kv
+// Attention kernel (v9), one thread block of 4 warps per (query row, split, kv
 // head group):
-//  - the G <= 8 query heads that share a kv head are the M rows of one
-//    mma.m16n8k16 tile (rows G..15 are zero), so each K/V byte of the split is
-//    read from memory once for all of them (GQA), and S = Q K^T and O += P V
-//    each cost one mma per 8 tokens x 16 dims instead of scalar FMA chains;
+//  - the G <= 8 query heads that share a kv head are the n = 8 columns of
+//    mma.m16n8k16 tiles whose A operand is K (or V), so each K/V byte of the
+//    split is read from memory once for all of them (GQA), and S^T = K Q^T and
+//    O^T += V^T P^T each cost one mma per 16 tokens x 16 dims instead of
+//    scalar FMA chains;
 //  - each warp streams its own tokens global -> shared with tensor copies
 //    (TMA): one copy moves a 128-byte line of every slot of one head in one
 //    pool block (a 5-d tensor map over the pool), so a warp-stage of 16 tokens
@@ -26,9 +27,11 @@
 //    their lines first (the history is read once a step);
 //  - in a launch that fits at two blocks an SM (a small batch, one wave), a
 //    split longer than its three stages holds its first tile in registers
-//    once the wait returns and refills that stage at once, then computes the
-//    three resident tiles as one batch (their S products are independent),
-//    bitwise as one tile at a time;
+//    and refills that stage at once: before the wait where the tile lies
+//    before this step's rows (then all four tiles are resident when the wait
+//    returns), else once q's loads are issued after it. The resident tiles
+//    are computed as one batch (their S products are independent), bitwise
+//    as one tile at a time;
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
 //    dtype for the P V product (as flash attention does), l stays f32;
 //  - at the end the warps are merged in warp order through shared memory. A

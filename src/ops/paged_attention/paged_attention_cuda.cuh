@@ -107,9 +107,9 @@ struct PagedAttentionCudaOptions {
   // step, and q, the partials and the metadata stay cached. Changes no sum.
   bool kv_evict_first = true;
   // In a launch whose blocks fit at two an SM, a split with more tiles than
-  // stages reads its first tile into registers when the dependency wait
-  // returns and refills that stage at once, instead of once q has arrived and
-  // the tile is computed. Changes no sum.
+  // stages reads its first tile into registers and refills that stage at
+  // once, instead of once q has arrived and the tile is computed, and
+  // computes its resident tiles as one batch. Changes no sum.
   bool hold_first_tile = true;
   // With it, read the first tile and issue its refill before q's loads
   // instead of after them (a measured alternative: q's loads then queue

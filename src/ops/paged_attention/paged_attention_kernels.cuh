@@ -236,10 +236,11 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
 }
 
 // kHold: at kHoldStages stages, a split with more tiles than stages reads its
-// first tile into registers once q's loads are issued after the dependency
-// wait, so that its stage is refilled before q arrives rather than after the
-// first tile is computed, and then computes its resident tiles as one batch
-// (64 more registers: two blocks an SM).
+// first tile into registers and refills its stage at once, rather than after
+// the tile is computed: before the dependency wait where the tile lies before
+// this step's rows (hold_before_wait), else once q's loads are issued after
+// it; then it computes its resident tiles (four, or three) as one batch (64
+// more registers: two blocks an SM).
 template <typename T, int HD, int G, bool kHold>
 __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // wait, paced like one more stage: then no refill is on the chain after it.
   const bool hold_early = hold && p.hold_before_wait && begin + Geo::kTileTokens <= early_until;
   if (kHold && hold_early) {
-    if (window > 0) mbarrier_wait(bars + stages - window, 0);
+    if (window > 0 && stages >= window) mbarrier_wait(bars + stages - window, 0);
     hold_first_tile(0, early_until);
   }
   stamp(trace, 1);

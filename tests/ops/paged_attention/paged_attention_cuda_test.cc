@@ -487,9 +487,12 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   PagedAttentionCudaOptions unpaced;
   unpaced.early_window = 0;
   EXPECT_TRUE(download16(run_on_device(p, unpaced).out) == base) << "early copies not paced";
-  PagedAttentionCudaOptions windowed;
-  windowed.early_window = 3;
-  EXPECT_TRUE(download16(run_on_device(p, windowed).out) == base) << "early copies three stages at a time";
+  for (int window : {3, 5}) {  // as deep as the held kernel's stages, and deeper
+    PagedAttentionCudaOptions windowed;
+    windowed.early_window = window;
+    EXPECT_TRUE(download16(run_on_device(p, windowed).out) == base)
+        << "early copies " << window << " stages at a time";
+  }
   PagedAttentionCudaOptions cached;
   cached.kv_evict_first = false;
   EXPECT_TRUE(download16(run_on_device(p, cached).out) == base) << "K/V copies without the L2 hint";
