@@ -545,7 +545,8 @@ int main(int argc, char** argv) {
   add("no held tile", true, [](PagedAttentionCudaOptions& o) { o.hold_first_tile = false; });
   add("reduce 4 warps", true, [](PagedAttentionCudaOptions& o) { o.reduce_warps = 4; });
   add("held after wait", true, [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false; });
-  add("held before q", true, [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false, o.hold_before_q = true; });
+  add("held before q", true,
+      [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false, o.hold_before_q = true; });
   add("split>=8 tiles", true, [](PagedAttentionCudaOptions& o) { o.min_split_tiles = 8; });
 
   std::vector<Result> results;

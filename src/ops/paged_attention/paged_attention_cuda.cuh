@@ -128,8 +128,9 @@ struct PagedAttentionCudaOptions {
   // 3 tiles done, 4 partials written, then (warp 0's view) 5 first tile
   // landed (before 1 where it is held before the wait), 6 first tile (or the
   // held batch) computed, 7 last tile landed, 8 the first stages' remaining
-  // copies issued, 9 q loaded (waited for here, in a traced call only). Block b of the reduction writes trace[2^20 + 2 P b + i] (and + P):
-  // 0 entry, 1 wait returned, 2 done. Needs 2^21 entries.
+  // copies issued, 9 q loaded (waited for here, in a traced call only).
+  // Block b of the reduction writes trace[2^20 + 2 P b + i] (and + P): 0
+  // entry, 1 wait returned, 2 done. Needs 2^21 entries.
   uint64_t* trace = nullptr;
 };
 

@@ -149,13 +149,13 @@ struct AttnParams {
   int min_split_tiles;
   int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
-  bool early_kv;        // PagedAttentionCudaOptions::early_kv, with a dependent launch
-  int early_window;     // PagedAttentionCudaOptions::early_window
-  bool kv_evict_first;  // PagedAttentionCudaOptions::kv_evict_first
+  bool early_kv;          // PagedAttentionCudaOptions::early_kv, with a dependent launch
+  int early_window;       // PagedAttentionCudaOptions::early_window
+  bool kv_evict_first;    // PagedAttentionCudaOptions::kv_evict_first
   bool hold_before_q;     // PagedAttentionCudaOptions::hold_before_q
   bool hold_before_wait;  // PagedAttentionCudaOptions::hold_before_wait
-  float scale_log2;     // scale * log2(e)
-  uint64_t* trace;      // PagedAttentionCudaOptions::trace
+  float scale_log2;       // scale * log2(e)
+  uint64_t* trace;        // PagedAttentionCudaOptions::trace
 };
 
 struct RowInfo {
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const float scale_log2 = p.scale_log2;
-  const int head0 = group * G;               // first head of the group within the kv head's n_rep
+  const int head0 = group * G;  // first head of the group within the kv head's n_rep
   const bool head_valid = gid < G && head0 + gid < p.n_rep;
 
   // The A fragments, read from a stage: K's for tokens 16 mt .. 16 mt + 15
@@ -360,7 +360,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
   for (int q4 = 0; q4 < 4; ++q4) {
     k_off[q4] = row_chunk_offset<HD>((lane & 7) + 8 * ((lane >> 3) & 1), 2 * q4 + (lane >> 4));
-    v_off[q4] = Geo::kKvBytes + row_chunk_offset<HD>((lane & 7) + 8 * (lane >> 4), 2 * q4 + ((lane >> 3) & 1));
+    v_off[q4] =
+        Geo::kKvBytes + row_chunk_offset<HD>((lane & 7) + 8 * (lane >> 4), 2 * q4 + ((lane >> 3) & 1));
   }
   // stage: the warp-stage's shared address.
   auto smem_k = [&](uint32_t stage) {
@@ -442,7 +443,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     issue(stages, 0, hold_entry, false, 1, early_until);  // the refilled tile's rows of this step
   }
 
-
   if (kHold && hold && !hold_early && p.hold_before_q) hold_first_tile(2, 0);
 
   stamp(trace, 8);
@@ -451,9 +451,10 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   {
     // The lane's pairs of q: words 8 ks + tig and 8 ks + 4 + tig of its row,
     // one base address and immediate offsets.
-    const uint32_t* q_words = reinterpret_cast<const uint32_t*>(
-                                  p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD) +
-                              tig;
+    const uint32_t* q_words =
+        reinterpret_cast<const uint32_t*>(
+            p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD) +
+        tig;
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) qb[ks][0] = qb[ks][1] = 0u;
     if (head_valid) {
@@ -571,7 +572,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     for (int i = lane; i < Geo::kHalves * kWT * (kLineBytes / 16); i += 32) {
       const int line = i / (kLineBytes / 16), row = line % kWT;
       if (row >= valid) {
-        *reinterpret_cast<uint4*>(sv + line * kLineBytes + i % (kLineBytes / 16) * 16) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(sv + line * kLineBytes + i % (kLineBytes / 16) * 16) =
+            make_uint4(0, 0, 0, 0);
       }
     }
     __syncwarp();
@@ -617,8 +619,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       }
       const int done = hold_early ? kHoldStages + 1 : kHoldStages;
       stamp(trace, 6);
-      __syncwarp();  // every lane is done reading the stages: refill them
-      // (Held after the wait, the first stage's refill is already in flight.)
+      // Every lane is done reading the stages: refill them (held after the
+      // wait, the first stage's refill is already in flight).
+      __syncwarp();
 #pragma unroll
       for (int i = 0; i < kHoldStages; ++i) {
         const int next = done + i;
