@@ -111,9 +111,9 @@ struct PagedAttentionCudaOptions {
   // once, instead of once q has arrived and the tile is computed, and
   // computes its resident tiles as one batch. Changes no sum.
   bool hold_first_tile = true;
-  // With it, read the first tile and issue its refill before q's loads
-  // instead of after them (a measured alternative: q's loads then queue
-  // behind the refill). Changes no sum.
+  // With it, where the first tile is held after the wait, read it and issue
+  // its refill before q's loads instead of after them (a measured
+  // alternative: q's loads then queue behind the refill). Changes no sum.
   bool hold_before_q = false;
   // Where the first tile lies wholly before this step's rows, hold it and
   // issue the refill of its stage before the dependency wait, paced as one
