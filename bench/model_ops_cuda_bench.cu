@@ -1,0 +1,262 @@
+// The model's non-attention ops on the GPU at the Llama-3-8B shapes (dim 4096,
+// 32 q / 8 kv heads of 128, ffn 14336, vocab 128256): time per call and the
+// bandwidth achieved (bytes the op must move / time) against the
+// device-to-device copy ceiling measured in the same run; and the cuBLASLt
+// GEMMs of the linear layers at M = 1, 8 and 64 under both GemmPolicy values,
+// in TB/s (weight + activation bytes / time) and TFLOP/s.
+//
+// Each timed unit is a CUDA graph of kCalls calls (launch gaps as a captured
+// decode step sees them), cycling over enough copies of the inputs that they
+// do not sit in L2 (50 MB); inputs are random (fill_uniform_cuda), never zeros.
+//
+//   model_ops_cuda_bench [--quick]
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_check.cuh"
+#include "core/cuda/device_memory.cuh"
+#include "ops/argmax/argmax_cuda.cuh"
+#include "ops/embedding/embedding_cuda.cuh"
+#include "ops/fill/fill_cuda.cuh"
+#include "ops/matmul/matmul_cuda.cuh"
+#include "ops/rmsnorm/rmsnorm_cuda.cuh"
+#include "ops/rope/rope_cuda.cuh"
+#include "ops/silu_mul/silu_mul_cuda.cuh"
+
+namespace nanoserve {
+namespace {
+
+constexpr int kCalls = 20;               // calls a graph
+constexpr int64_t kColdBytes = 256 << 20;  // the copies of an op's inputs span at least this
+constexpr int kMaxCopies = 32;
+
+constexpr int64_t kDim = 4096, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kFfn = 14336, kVocab = 128256;
+
+int g_reps = 10;  // graph launches timed; the median is reported
+
+// Median time of one call (ms) of `call(i)` (i: the call's index in the graph)
+// captured kCalls times into a graph on `stream`.
+double time_graph(cudaStream_t stream, const std::function<void(int)>& call) {
+  call(0);  // outside the capture: lazy loading, cuBLASLt's heuristic
+  NS_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < kCalls; ++i) call(i);
+  NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  NS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t start, stop;
+  NS_CUDA_CHECK(cudaEventCreate(&start));
+  NS_CUDA_CHECK(cudaEventCreate(&stop));
+  NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));  // warm-up
+  std::vector<float> ms;
+  for (int r = 0; r < g_reps; ++r) {
+    NS_CUDA_CHECK(cudaEventRecord(start, stream));
+    NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    NS_CUDA_CHECK(cudaEventRecord(stop, stream));
+    NS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    ms.push_back(t / kCalls);
+  }
+  NS_CUDA_CHECK(cudaEventDestroy(start));
+  NS_CUDA_CHECK(cudaEventDestroy(stop));
+  NS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  NS_CUDA_CHECK(cudaGraphDestroy(graph));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Device-to-device copy of 1 GiB: bytes read + written over time (TB/s).
+double copy_ceiling_tbs() {
+  const int64_t n = int64_t{1} << 30;
+  const Tensor a = cuda::empty(DType::kF32, {n / 4}), b = cuda::empty(DType::kF32, {n / 4});
+  cudaEvent_t start, stop;
+  NS_CUDA_CHECK(cudaEventCreate(&start));
+  NS_CUDA_CHECK(cudaEventCreate(&stop));
+  float best = 1e30f;
+  for (int r = 0; r < 5; ++r) {
+    NS_CUDA_CHECK(cudaEventRecord(start));
+    NS_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), n, cudaMemcpyDeviceToDevice));
+    NS_CUDA_CHECK(cudaEventRecord(stop));
+    NS_CUDA_CHECK(cudaEventSynchronize(stop));
+    float t = 0;
+    NS_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+    best = std::min(best, t);
+  }
+  NS_CUDA_CHECK(cudaEventDestroy(start));
+  NS_CUDA_CHECK(cudaEventDestroy(stop));
+  return 2.0 * static_cast<double>(n) / (best * 1e-3) / 1e12;
+}
+
+int copies_for(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>(kColdBytes / std::max<int64_t>(bytes, 1), 1, kMaxCopies));
+}
+
+Tensor random_tensor(DType dt, std::vector<int64_t> shape, uint64_t seed, float scale = 1.0f) {
+  Tensor t = cuda::empty(dt, std::move(shape));
+  fill_uniform_cuda(t, seed, scale, nullptr);
+  return t;
+}
+
+Tensor i32_tensor(const std::vector<int32_t>& v) {
+  Tensor t = cuda::empty(DType::kI32, {static_cast<int64_t>(v.size())});
+  cuda::copy_bytes_to_device(t.data(), v.data(), static_cast<int64_t>(v.size()) * 4);
+  return t;
+}
+
+void report(const char* op, const std::string& shape, double ms, double bytes, double ceiling_tbs) {
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  std::printf("%-14s %-28s %9.2f us %9.1f GB/s %6.1f%% of copy\n", op, shape.c_str(), ms * 1e3, gbs,
+              100.0 * gbs / (ceiling_tbs * 1e3));
+}
+
+void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t>& ts) {
+  std::printf("\n%-14s %-28s %12s %14s\n", "op", "shape", "time/call", "achieved");
+  for (int64_t T : ts) {
+    const std::string tshape = "T " + std::to_string(T);
+    {  // embedding: bf16 rows in, f32 rows out
+      const Tensor table = random_tensor(DType::kBF16, {kVocab, kDim}, 1);
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>((t * 7919) % kVocab);
+      const Tensor tok = i32_tensor(ids);
+      const int n = copies_for(T * kDim * 4);
+      std::vector<Tensor> xs;
+      for (int i = 0; i < n; ++i) xs.push_back(cuda::empty(DType::kF32, {T, kDim}));
+      const double ms = time_graph(s, [&](int i) {
+        embedding_cuda(table, tok.data_as<const int32_t>(), static_cast<int32_t>(T), xs[i % n], s);
+      });
+      report("embedding", tshape + " dim 4096", ms, static_cast<double>(T * kDim * 6), ceiling);
+    }
+    {  // rmsnorm and add_rmsnorm
+      const int n = copies_for(T * kDim * 12);
+      std::vector<Tensor> xs, ds, outs;
+      for (int i = 0; i < n; ++i) {
+        xs.push_back(random_tensor(DType::kF32, {T, kDim}, 10 + i));
+        ds.push_back(random_tensor(DType::kBF16, {T, kDim}, 100 + i, 0.01f));
+        outs.push_back(cuda::empty(DType::kBF16, {T, kDim}));
+      }
+      const Tensor w = random_tensor(DType::kF32, {kDim}, 2);
+      double ms = time_graph(s, [&](int i) { rmsnorm_cuda(xs[i % n], w, 1e-5f, outs[i % n], s); });
+      report("rmsnorm", tshape + " dim 4096", ms, static_cast<double>(T * kDim * 6), ceiling);
+      ms = time_graph(s, [&](int i) { add_rmsnorm_cuda(xs[i % n], ds[i % n], w, 1e-5f, outs[i % n], s); });
+      report("add_rmsnorm", tshape + " dim 4096", ms, static_cast<double>(T * kDim * 12), ceiling);
+    }
+    {  // rope + KV write
+      const int64_t width = (kHeads + 2 * kKvHeads) * kHeadDim;
+      const int n = copies_for(T * width * 4);
+      std::vector<Tensor> qkvs, qs;
+      for (int i = 0; i < n; ++i) {
+        qkvs.push_back(random_tensor(DType::kBF16, {T, width}, 200 + i));
+        qs.push_back(cuda::empty(DType::kBF16, {T, kHeads, kHeadDim}));
+      }
+      const int64_t block_size = 16, blocks = (T + block_size - 1) / block_size + 1;
+      const Tensor kp = cuda::empty(DType::kBF16, {blocks, block_size, kKvHeads, kHeadDim});
+      const Tensor vp = cuda::empty(DType::kBF16, {blocks, block_size, kKvHeads, kHeadDim});
+      std::vector<int32_t> pos(static_cast<size_t>(T)), slot(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(4096 + t), slot[t] = static_cast<int32_t>(t);
+      const Tensor pos_d = i32_tensor(pos), slot_d = i32_tensor(slot);
+      const Tensor inv = random_tensor(DType::kF32, {kHeadDim / 2}, 3, 0.5f);
+      const double ms = time_graph(s, [&](int i) {
+        rope_kv_write_cuda(qkvs[i % n], pos_d.data_as<const int32_t>(), slot_d.data_as<const int32_t>(),
+                           inv.data_as<const float>(), kHeadDim, kHeads, kKvHeads, qs[i % n], kp, vp, s);
+      });
+      report("rope_kv_write", tshape + " 32/8 heads of 128", ms, static_cast<double>(T * width * 4), ceiling);
+    }
+    {  // silu_mul
+      const int n = copies_for(T * kFfn * 6);
+      std::vector<Tensor> gus, outs;
+      for (int i = 0; i < n; ++i) {
+        gus.push_back(random_tensor(DType::kBF16, {T, 2 * kFfn}, 300 + i, 4.0f));
+        outs.push_back(cuda::empty(DType::kBF16, {T, kFfn}));
+      }
+      const double ms = time_graph(s, [&](int i) { silu_mul_cuda(gus[i % n], outs[i % n], s); });
+      report("silu_mul", tshape + " F 14336", ms, static_cast<double>(T * kFfn * 6), ceiling);
+    }
+  }
+  for (int64_t R : {1, 8, 64}) {  // argmax over the vocabulary
+    const int n = copies_for(R * kVocab * 4);
+    std::vector<Tensor> ls;
+    for (int i = 0; i < n; ++i) ls.push_back(random_tensor(DType::kF32, {R, kVocab}, 400 + i, 10.0f));
+    const Tensor out = cuda::empty(DType::kI32, {R});
+    const double ms = time_graph(s, [&](int i) { argmax_cuda(ls[i % n], out.data_as<int32_t>(), s); });
+    report("argmax", "R " + std::to_string(R) + " V 128256", ms, static_cast<double>(R * kVocab * 4), ceiling);
+  }
+}
+
+void bench_gemms(cudaStream_t s, double ceiling) {
+  struct Linear {
+    const char* name;
+    int64_t K, N;
+    DType y;
+  };
+  const Linear linears[] = {{"qkv", 4096, 6144, DType::kBF16},
+                            {"o", 4096, 4096, DType::kBF16},
+                            {"gate_up", 4096, 28672, DType::kBF16},
+                            {"down", 14336, 4096, DType::kBF16},
+                            {"lm_head", 4096, 128256, DType::kF32}};
+  std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "policy", "time", "TB/s",
+              "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
+  for (GemmPolicy policy : {GemmPolicy::kPerShape, GemmPolicy::kBatchInvariant}) {
+    GemmCuda gemm(32 << 20, policy);
+    const char* pname = policy == GemmPolicy::kPerShape ? "per-shape" : "invariant";
+    for (const Linear& l : linears) {
+      const int64_t wbytes = l.N * l.K * 2;
+      const int n = copies_for(wbytes);
+      std::vector<Tensor> ws;
+      for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
+      for (int64_t M : {1, 8, 64}) {
+        const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
+        const Tensor y = cuda::empty(l.y, {M, l.N});
+        const double ms = time_graph(s, [&](int i) { gemm.matmul(x, ws[i % n], y, s); });
+        const double bytes = static_cast<double>(wbytes + M * l.K * 2 + M * l.N * dtype_bytes(l.y, 1));
+        const double tbs = bytes / (ms * 1e-3) / 1e12;
+        const double tflops = 2.0 * static_cast<double>(M * l.N * l.K) / (ms * 1e-3) / 1e12;
+        const GemmAlgoInfo a = gemm.algo_info(M, l.N, l.K, l.y);
+        std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f  %d %u %u %d %u %u (%.0f%% of copy)\n", l.name,
+                    (std::to_string(l.K) + " -> " + std::to_string(l.N)).c_str(), static_cast<long long>(M), pname,
+                    ms * 1e3, tbs, tflops, a.algo_id, a.tile_id, a.stages_id, a.splitk, a.reduction_scheme,
+                    static_cast<unsigned>(a.cluster_shape_id), 100.0 * tbs / ceiling);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nanoserve
+
+int main(int argc, char** argv) {
+  using namespace nanoserve;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::string why;
+  if (cuda::device_count(&why) == 0) {
+    std::printf("no CUDA device: %s\n", why.c_str());
+    return 0;
+  }
+  if (quick) g_reps = 3;
+  const cuda::DeviceInfo info = cuda::device_info();
+  const double ceiling = copy_ceiling_tbs();
+  std::printf("%s, %d SMs, L2 %lld MB; device-to-device copy %.2f TB/s (read + write)\n", info.name.c_str(),
+              info.sm_count, static_cast<long long>(info.l2_bytes >> 20), ceiling);
+  cudaStream_t s;
+  NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
+  bench_gemms(s, ceiling);
+  NS_CUDA_CHECK(cudaStreamDestroy(s));
+  return 0;
+}

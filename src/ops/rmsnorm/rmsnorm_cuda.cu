@@ -1,0 +1,157 @@
+// One thread block per row. Each thread owns the same elements in both passes
+// (4 consecutive ones a unit where dim % 4 == 0 and the pointers allow: 16-byte
+// f32 loads, 8-byte bf16 ones; else 1), so the fused add's write of x is read
+// back by the thread that made it and needs no barrier. Pass 1 reads x (and
+// delta), writes x + delta and sums squares; the block reduces the sum; pass 2
+// reads x again (from L1/L2: the row was just touched) and writes out.
+
+#include "ops/rmsnorm/rmsnorm_cuda.cuh"
+
+#include <algorithm>
+
+#include "core/cuda/cuda_check.cuh"
+
+namespace nanoserve {
+
+namespace {
+
+constexpr int kMaxThreads = 512;
+constexpr int kMaxWarps = kMaxThreads / 32;
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
+
+// Round to nearest even, NaN kept NaN (as core/half.h's f32_to_bf16).
+__device__ __forceinline__ uint32_t f32_to_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x0040u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// The block's sum of v, in a fixed order; every thread gets it.
+__device__ __forceinline__ float block_sum(float v, float* warp_sums) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  const int warps = blockDim.x / 32;
+  for (int i = 0; i < warps; ++i) total += warp_sums[i];
+  return total;
+}
+
+// kAdd: x += delta first. kVec: units of 4 elements.
+template <bool kAdd, bool kVec>
+__global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
+                               const float* __restrict__ w, float eps, int32_t dim, uint16_t* __restrict__ out) {
+  __shared__ float warp_sums[kMaxWarps];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float* xr = x + base;
+  uint16_t* outr = out + base;
+  float ss = 0.0f;
+  if constexpr (kVec) {
+    float4* x4 = reinterpret_cast<float4*>(xr);
+    for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
+      float4 v = x4[u];
+      if constexpr (kAdd) {
+        const uint2 d = reinterpret_cast<const uint2*>(delta + base)[u];
+        v.x += bf16_bits_to_f32(d.x & 0xffffu);
+        v.y += bf16_bits_to_f32(d.x >> 16);
+        v.z += bf16_bits_to_f32(d.y & 0xffffu);
+        v.w += bf16_bits_to_f32(d.y >> 16);
+        x4[u] = v;
+      }
+      ss += v.x * v.x;
+      ss += v.y * v.y;
+      ss += v.z * v.z;
+      ss += v.w * v.w;
+    }
+  } else {
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      float v = xr[i];
+      if constexpr (kAdd) {
+        v += bf16_bits_to_f32(delta[base + i]);
+        xr[i] = v;
+      }
+      ss += v * v;
+    }
+  }
+  const float total = block_sum(ss, warp_sums);
+  const float scale = rsqrtf(total / static_cast<float>(dim) + eps);
+  if constexpr (kVec) {
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    uint2* o2 = reinterpret_cast<uint2*>(outr);
+    for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
+      const float4 v = x4[u], g = w4[u];
+      o2[u] = make_uint2(f32_to_bf16_bits(v.x * scale * g.x) | (f32_to_bf16_bits(v.y * scale * g.y) << 16),
+                         f32_to_bf16_bits(v.z * scale * g.z) | (f32_to_bf16_bits(v.w * scale * g.w) << 16));
+    }
+  } else {
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      outr[i] = static_cast<uint16_t>(f32_to_bf16_bits(xr[i] * scale * w[i]));
+    }
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tensor& w, const Tensor& out) {
+  NS_CHECK(x.device() == Device::kCUDA && w.device() == Device::kCUDA && out.device() == Device::kCUDA &&
+           (delta == nullptr || delta->device() == Device::kCUDA))
+      << op << ": device tensors";
+  NS_CHECK(x.dtype() == DType::kF32 && x.ndim() == 2 && x.is_contiguous())
+      << op << ": x must be a contiguous [T, dim] f32 tensor, got " << dtype_name(x.dtype()) << x.shape_string();
+  NS_CHECK(w.dtype() == DType::kF32 && w.numel() == x.dim(1) && w.is_contiguous())
+      << op << ": w must be [" << x.dim(1) << "] f32, got " << dtype_name(w.dtype()) << w.shape_string();
+  NS_CHECK(out.dtype() == DType::kBF16 && out.shape() == x.shape() && out.is_contiguous())
+      << op << ": out must be a contiguous " << x.shape_string() << " bf16 tensor, got "
+      << dtype_name(out.dtype()) << out.shape_string();
+  if (delta != nullptr) {
+    NS_CHECK(delta->dtype() == DType::kBF16 && delta->shape() == x.shape() && delta->is_contiguous())
+        << op << ": delta must be a contiguous " << x.shape_string() << " bf16 tensor, got "
+        << dtype_name(delta->dtype()) << delta->shape_string();
+  }
+  NS_CHECK(x.dim(0) <= INT32_MAX && x.dim(1) > 0 && x.dim(1) <= INT32_MAX) << op << ": shape " << x.shape_string();
+}
+
+template <bool kAdd>
+void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, const Tensor& out,
+            cuda::Stream s) {
+  const int64_t rows = x.dim(0);
+  if (rows == 0) return;
+  const int32_t dim = static_cast<int32_t>(x.dim(1));
+  const bool vec = dim % 4 == 0 && aligned16(x.data()) && aligned16(w.data()) &&
+                   reinterpret_cast<uintptr_t>(out.data()) % 8 == 0 &&
+                   (delta == nullptr || reinterpret_cast<uintptr_t>(delta) % 8 == 0);
+  const int32_t units = vec ? dim / 4 : dim;
+  // A function of dim (and the pointers' alignment) only: never of T.
+  const int threads = std::clamp((units + 31) / 32 * 32, 32, kMaxThreads);
+  float* xp = x.data_as<float>();
+  const float* wp = w.data_as<const float>();
+  uint16_t* op = out.data_as<uint16_t>();
+  if (vec) {
+    rmsnorm_kernel<kAdd, true><<<static_cast<unsigned>(rows), threads, 0, s>>>(xp, delta, wp, eps, dim, op);
+  } else {
+    rmsnorm_kernel<kAdd, false><<<static_cast<unsigned>(rows), threads, 0, s>>>(xp, delta, wp, eps, dim, op);
+  }
+  NS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s) {
+  check_args("rmsnorm_cuda", x, nullptr, w, out);
+  launch<false>(x, nullptr, w, eps, out, s);
+}
+
+void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
+                      cuda::Stream s) {
+  check_args("add_rmsnorm_cuda", x, &delta, w, out);
+  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s);
+}
+
+}  // namespace nanoserve

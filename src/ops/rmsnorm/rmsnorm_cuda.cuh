@@ -1,0 +1,26 @@
+#pragma once
+// CUDA RMSNorm over the f32 residual stream, with an optional fused residual
+// add. Plain C++ declarations (no CUDA header); the kernels are in
+// rmsnorm_cuda.cu. rmsnorm_ref (CPU) is the truth they are tested against.
+//
+// Determinism: one thread block per row, its size a function of dim alone, and
+// the sum of squares reduced in one fixed order (each thread's elements in
+// index order, a butterfly within each warp, the warp totals in warp order), so
+// a row's output is bitwise the same whatever T is.
+
+#include "core/cuda/device_memory.cuh"
+#include "core/tensor.h"
+
+namespace nanoserve {
+
+// out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w), in f32.
+//   x: [T, dim] f32, w: [dim] f32, out: [T, dim] bf16 (all device, contiguous)
+void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s);
+
+// The residual add, then the norm: x[t] += f32(delta[t]) (x is updated in
+// place), then out[t] = rmsnorm(x[t]) as above.
+//   delta: [T, dim] bf16 (the o_proj or down_proj output)
+void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
+                      cuda::Stream s);
+
+}  // namespace nanoserve

@@ -1,0 +1,34 @@
+#pragma once
+// CUDA RoPE fused with the KV write: the fused QKV GEMM's output goes straight
+// to q (rotated) and to the paged K/V pools (k rotated, v as is). Plain C++
+// declarations (no CUDA header); the kernel is in rope_cuda.cu. rope_ref (CPU)
+// is the truth it is tested against, and its pairing is the one used here:
+// ADJACENT pairs (2i, 2i + 1) of each head, rotated by positions[t] * inv_freq[i]
+// (the GGUF llama layout; see rope.h).
+
+#include <cstdint>
+
+#include "core/cuda/device_memory.cuh"
+#include "core/tensor.h"
+
+namespace nanoserve {
+
+// For every token t of the step:
+//   q_out[t, h]              = rope(q head h of qkv[t])
+//   k_pool[slot_mapping[t], kh] = rope(k head kh of qkv[t])
+//   v_pool[slot_mapping[t], kh] = v head kh of qkv[t]   (bitwise)
+// where rope rotates the first rope_dim dims of a head and leaves the rest.
+//   qkv: [T, (n_heads + 2 n_kv_heads) * head_dim] bf16: q heads, then k heads, then v heads
+//   positions, slot_mapping: [T] i32 device pointers; slot = block * block_size + offset
+//   inv_freq: [rope_dim / 2] f32 device pointer (rope_inv_freqs: any scaling already applied)
+//   q_out: [T, n_heads, head_dim] bf16
+//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16 (slot-major)
+// A slot < 0 is not written (a token whose K/V is not kept); neither is a slot
+// >= num_blocks * block_size (it would be out of bounds: the pool is never
+// written outside itself). q is written for every token.
+// PRECOND: head_dim even, 0 < rope_dim <= head_dim, rope_dim even.
+void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
+                        const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
+                        const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s);
+
+}  // namespace nanoserve

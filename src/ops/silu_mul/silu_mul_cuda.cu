@@ -1,0 +1,87 @@
+// One thread per unit of 8 outputs (two 16-byte loads, one 16-byte store) where
+// F % 8 == 0 and the pointers allow (the up half then starts 16-byte aligned),
+// else one thread per output. Flat over T * F units: a unit's math does not
+// depend on where it sits, so neither does the result.
+
+#include "ops/silu_mul/silu_mul_cuda.cuh"
+
+#include "core/cuda/cuda_check.cuh"
+
+namespace nanoserve {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) {
+  return __uint_as_float(bits16 << 16);
+}
+
+__device__ __forceinline__ uint32_t f32_to_bf16_bits(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x0040u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return g / (1.0f + expf(-g)) * u;
+}
+
+// Two packed bf16 outputs from two packed gates and ups.
+__device__ __forceinline__ uint32_t silu_mul2(uint32_t g, uint32_t u) {
+  return f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu))) |
+         (f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16))) << 16);
+}
+
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F, int64_t units, uint16_t* __restrict__ out) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= units) return;
+  if constexpr (kVec) {
+    const int64_t per_row = F / 8;
+    const int64_t t = idx / per_row, c = (idx - t * per_row) * 8;  // row, first column
+    const uint16_t* g = gate_up + t * 2 * F + c;
+    const uint4 gv = *reinterpret_cast<const uint4*>(g);
+    const uint4 uv = *reinterpret_cast<const uint4*>(g + F);
+    *reinterpret_cast<uint4*>(out + t * F + c) = make_uint4(silu_mul2(gv.x, uv.x), silu_mul2(gv.y, uv.y),
+                                                            silu_mul2(gv.z, uv.z), silu_mul2(gv.w, uv.w));
+  } else {
+    const int64_t t = idx / F, f = idx - t * F;
+    const uint16_t* g = gate_up + t * 2 * F + f;
+    out[idx] = static_cast<uint16_t>(f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g[0]), bf16_bits_to_f32(g[F]))));
+  }
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+void silu_mul_cuda(const Tensor& gate_up, const Tensor& out, cuda::Stream s) {
+  NS_CHECK(gate_up.device() == Device::kCUDA && out.device() == Device::kCUDA) << "silu_mul_cuda: device tensors";
+  NS_CHECK(out.dtype() == DType::kBF16 && out.ndim() == 2 && out.is_contiguous())
+      << "silu_mul_cuda: out must be a contiguous [T, F] bf16 tensor, got " << dtype_name(out.dtype())
+      << out.shape_string();
+  const int64_t T = out.dim(0), F = out.dim(1);
+  NS_CHECK(gate_up.dtype() == DType::kBF16 && gate_up.ndim() == 2 && gate_up.is_contiguous() &&
+           gate_up.dim(0) == T && gate_up.dim(1) == 2 * F)
+      << "silu_mul_cuda: gate_up must be a contiguous [" << T << ", " << 2 * F << "] bf16 tensor, got "
+      << dtype_name(gate_up.dtype()) << gate_up.shape_string();
+  if (T == 0 || F == 0) return;
+  const bool vec = F % 8 == 0 && aligned16(gate_up.data()) && aligned16(out.data());
+  const int64_t units = vec ? T * F / 8 : T * F;
+  const int64_t blocks = (units + kThreads - 1) / kThreads;
+  NS_CHECK(blocks <= INT32_MAX) << "silu_mul_cuda: " << T << " x " << F << " is too large";
+  const auto* gu = gate_up.data_as<const uint16_t>();
+  if (vec) {
+    silu_mul_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units, out.data_as<uint16_t>());
+  } else {
+    silu_mul_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units,
+                                                                              out.data_as<uint16_t>());
+  }
+  NS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace nanoserve
