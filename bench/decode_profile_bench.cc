@@ -88,10 +88,13 @@ int run(int argc, char** argv) {
   const PhaseBytes bytes = phase_bytes((*model)->weights());
   EngineConfig ec;
   ec.max_model_len = prompt_tokens + new_tokens + 16;
-  auto runner_owned = std::make_unique<LlamaRunner>(std::move(model).value(), ec.max_num_batched_tokens,
-                                                    ec.max_num_seqs, ec.max_model_len);
+  LlamaRunnerOptions ro;
+  ro.max_tokens = ec.max_num_batched_tokens;
+  ro.max_num_seqs = ec.max_num_seqs;
+  ro.max_context = ec.max_model_len;
+  auto runner_owned = std::make_unique<LlamaRunner>(std::move(model).value(), ro, &pool);
   LlamaRunner* runner = runner_owned.get();
-  StatusOr<std::unique_ptr<Engine>> engine = Engine::create(ec, std::move(runner_owned), nullptr, &pool);
+  StatusOr<std::unique_ptr<Engine>> engine = Engine::create(ec, std::move(runner_owned), nullptr);
   if (!engine.ok()) return fail(engine.status().to_string());
 
   std::mt19937 rng(7);

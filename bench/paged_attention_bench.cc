@@ -23,7 +23,8 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kvcache/paged_kv_cache.h"
+#include "kvcache/block_manager.h"
+#include "kvcache/paged_kv_storage.h"
 #include "ops/attention/attention.h"
 
 namespace nanoserve {
@@ -47,7 +48,8 @@ void fill_random(float* p, int64_t n, uint64_t& state) {
 // decode step (position L-1 of each) begun. Blocks of the sequences interleave.
 struct Setup {
   ModelConfig config;
-  std::unique_ptr<PagedKVCache> cache;
+  std::unique_ptr<BlockManager> blocks;
+  std::unique_ptr<PagedKVStorage> cache;
   ForwardBatch batch;
   Tensor q, k, v, out;
 
@@ -59,32 +61,27 @@ struct Setup {
     config.head_dim = s.head_dim;
     config.dim = s.n_heads * s.head_dim;
     config.context_length = L;
-    PagedKVCacheOptions o;
+    const int32_t num_blocks = static_cast<int32_t>((B * L + 15) / 16 + B);
+    BlockManagerConfig bc;
+    bc.num_blocks = num_blocks;
+    bc.block_size = 16;
+    bc.max_num_seqs = static_cast<int32_t>(B);
+    bc.max_seq_len = L;
+    blocks = std::make_unique<BlockManager>(bc);
+    PagedKVStorageOptions o;
+    o.num_blocks = num_blocks;
     o.block_size = 16;
-    o.max_tokens = B * L;
+    o.max_seq_len = L;
     o.max_num_seqs = static_cast<int32_t>(B);
-    o.max_num_batched_tokens = static_cast<int32_t>(B * L);
     o.fused_read = fused;
-    cache = std::move(PagedKVCache::create(config, o, &pool)).value();
+    cache = std::move(PagedKVStorage::create(config, o, &pool)).value();
     std::vector<int32_t> seqs;
-    for (int64_t b = 0; b < B; ++b) seqs.push_back(*cache->add_sequence());
+    for (int64_t b = 0; b < B; ++b) seqs.push_back(*blocks->add_sequence());
     // Grow the sequences a block at a time, round robin, so tables interleave.
     for (int64_t n = 16; n < L + 16; n += 16) {
-      for (int32_t seq : seqs) NS_CHECK(cache->reserve(seq, std::min(n, L)).ok());
+      for (int32_t seq : seqs) NS_CHECK(blocks->reserve(seq, std::min(n, L)).ok());
     }
-    // Advance every sequence to L-1 written positions (the pools hold random data).
-    ForwardBatch fill;
-    fill.seq_starts.push_back(0);
-    for (int32_t seq : seqs) {
-      for (int64_t p = 0; p < L - 1; ++p) {
-        fill.tokens.push_back(0);
-        fill.positions.push_back(static_cast<int32_t>(p));
-      }
-      fill.seq_starts.push_back(fill.num_tokens());
-      fill.seq_ids.push_back(seq);
-      fill.context_lens.push_back(static_cast<int32_t>(L - 1));
-    }
-    NS_CHECK(cache->begin_step(fill).ok());
+    // The pools hold random data for the L-1 earlier positions of every sequence.
     uint64_t rng = 1;
     fill_random(cache->k_pool(0).data_as<float>(), cache->k_pool(0).numel(), rng);
     fill_random(cache->v_pool(0).data_as<float>(), cache->v_pool(0).numel(), rng);
@@ -97,6 +94,7 @@ struct Setup {
       batch.context_lens.push_back(static_cast<int32_t>(L));
       batch.logits_rows.push_back(batch.num_tokens() - 1);
     }
+    blocks->fill_batch(batch);
     NS_CHECK(cache->begin_step(batch).ok());
     q = Tensor::empty(DType::kF32, {B, s.n_heads, s.head_dim});
     k = Tensor::empty(DType::kF32, {B, s.n_kv_heads, s.head_dim});

@@ -54,6 +54,11 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--num-blocks", c.num_blocks, "KV pool size in blocks (overrides --kv-cache-memory)");
   sub->add_option("--kv-cache-memory", f.kv_cache_memory,
                   "KV pool size in bytes, K+V of all layers (e.g. 512M, 2G; default 1G)");
+  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache element type (auto: f32 on the CPU)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
+      ->capture_default_str();
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
+                "Reuse the cached KV blocks of a shared prompt prefix (default on)");
   sub->add_option("--threads", f.threads, "Worker threads (0: all cores)")->capture_default_str();
 }
 
@@ -61,6 +66,15 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   EngineConfig c = f.config;
   if (!f.kv_cache_memory.empty()) {
     NS_ASSIGN_OR_RETURN(c.kv_cache_bytes, parse_bytes(f.kv_cache_memory));
+  }
+  if (f.kv_cache_dtype == "f32") {
+    c.kv_cache_dtype = DType::kF32;
+  } else if (f.kv_cache_dtype == "f16") {
+    c.kv_cache_dtype = DType::kF16;
+  } else if (f.kv_cache_dtype == "bf16") {
+    c.kv_cache_dtype = DType::kBF16;
+  } else if (f.kv_cache_dtype != "auto") {
+    return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype + "' is not auto, f32, f16 or bf16");
   }
   if (c.num_blocks < 0) return invalid_argument("--num-blocks must be >= 0");
   if (c.block_size < 1) return invalid_argument("--block-size must be >= 1");

@@ -1,6 +1,6 @@
 #pragma once
 // Engine flags shared by generate, bench and serve: scheduler limits, the KV
-// pool size, threads.
+// pool size and dtype, prefix caching, threads.
 
 #include <CLI/CLI.hpp>
 
@@ -14,6 +14,7 @@ namespace nanoserve::cli {
 struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_memory;  // "1073741824", "512M", "2G"
+  std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16
   int threads = 0;              // 0: all cores
 };
 

@@ -6,10 +6,10 @@
 // end token (eos, <|im_end|>), a stop string, or after N tokens. Timings go to
 // stderr: load time, prompt tokens, prefill and decode tok/s.
 //
-// --kv-cache paged (default) runs the request through the Engine: scheduler,
-// chunked prefill, paged KV cache. --kv-cache naive runs the same sampler,
-// stop checker and detokenizer in a plain loop over the naive cache, outside
-// the engine: the two must print the same text (tests/py checks it).
+// The request runs through the Engine (scheduler, chunked prefill, sampler,
+// stop checker, detokenizer). --kv-cache picks the runner's KV storage:
+// paged (default: blocks of a shared pool) or naive (one contiguous slot per
+// sequence, the reference); the two must print the same text (tests/py checks it).
 
 #include <chrono>
 #include <cstdio>
@@ -23,12 +23,7 @@
 #include "cli/engine_flags.h"
 #include "core/thread_pool.h"
 #include "engine/llama_runner.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
-#include "engine/stop_checker.h"
-#include "kvcache/naive_kv_cache.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/incremental_detokenizer.h"
 
 namespace nanoserve::cli {
 
@@ -95,69 +90,6 @@ int run_with_engine(Engine& engine, std::vector<int32_t> prompt, const SamplingP
   return 0;
 }
 
-// The reference path: one sequence in a plain loop over the naive cache.
-int run_naive(const LoadedEngine& le, LlamaModel& model, const std::vector<int32_t>& prompt,
-              const SamplingParams& params, int32_t chunk_tokens, double load_s, int threads) {
-  const ModelConfig& cfg = model.config();
-  const int64_t max_ctx = static_cast<int64_t>(prompt.size()) + params.max_tokens;
-  if (max_ctx > cfg.context_length) {
-    return fail("prompt (" + std::to_string(prompt.size()) + " tokens) + " +
-                std::to_string(params.max_tokens) + " new tokens exceed the model's context of " +
-                std::to_string(cfg.context_length));
-  }
-  NaiveKVCache cache(cfg, 1, max_ctx);
-  const int64_t chunk = std::min<int64_t>(chunk_tokens, static_cast<int64_t>(prompt.size()));
-  Workspace ws = model.make_workspace(chunk, 1, max_ctx);
-  Sampler sampler(static_cast<int32_t>(cfg.vocab_size));
-  Rng rng(*params.seed);
-  StopChecker stops(params, le.tokenizer->eos_ids());
-  IncrementalDetokenizer detok(*le.tokenizer, /*skip_special=*/true);  // as the engine's text
-
-  ForwardBatch batch;
-  batch.seq_ids = {0};
-  const auto t_prefill = Clock::now();
-  StatusOr<Tensor> logits = Status::ok_status();
-  for (int64_t begin = 0; begin < static_cast<int64_t>(prompt.size()); begin += chunk) {
-    const int64_t end = std::min<int64_t>(begin + chunk, static_cast<int64_t>(prompt.size()));
-    batch.tokens.assign(prompt.begin() + begin, prompt.begin() + end);
-    batch.positions.clear();
-    for (int64_t p = begin; p < end; ++p) batch.positions.push_back(static_cast<int32_t>(p));
-    batch.seq_starts = {0, static_cast<int32_t>(end - begin)};
-    batch.context_lens = {static_cast<int32_t>(end)};
-    batch.logits_rows = {static_cast<int32_t>(end - begin - 1)};
-    logits = model.forward(batch, cache, ws);
-    if (!logits.ok()) return fail(logits.status().to_string());
-  }
-  const double prefill_s = seconds(Clock::now() - t_prefill);
-
-  std::vector<int32_t> output;
-  std::string emit;
-  FinishReason finish = FinishReason::kNone;
-  const auto t_decode = Clock::now();
-  while (true) {
-    const std::span<const float> row(logits->data_as<const float>(), static_cast<size_t>(cfg.vocab_size));
-    const int32_t next = sampler.sample(row, params, prompt, output, rng);
-    output.push_back(next);
-    emit.clear();
-    finish = stops.on_token(next, static_cast<int32_t>(output.size()), detok.push(next), emit);
-    if (finish != FinishReason::kNone && stops.matched_stop().empty()) emit += detok.flush();
-    std::fwrite(emit.data(), 1, emit.size(), stdout);
-    std::fflush(stdout);
-    if (finish != FinishReason::kNone) break;
-    const int32_t pos = static_cast<int32_t>(prompt.size() + output.size() - 1);
-    batch.tokens = {next};
-    batch.positions = {pos};
-    batch.seq_starts = {0, 1};
-    batch.context_lens = {pos + 1};
-    batch.logits_rows = {0};
-    logits = model.forward(batch, cache, ws);
-    if (!logits.ok()) return fail(logits.status().to_string());
-  }
-  print_timings(load_s, prompt.size(), prefill_s, static_cast<int32_t>(output.size()), finish,
-                seconds(Clock::now() - t_decode), threads);
-  return 0;
-}
-
 int run_generate(GenerateArgs a) {
   if (a.prompt.empty() == a.chat.empty()) {
     std::fprintf(stderr, "nanoserve generate: give exactly one of -p PROMPT or --chat MESSAGE\n");
@@ -170,6 +102,7 @@ int run_generate(GenerateArgs a) {
   if (a.engine.config.num_blocks == 0 && a.engine.kv_cache_memory.empty()) a.engine.kv_cache_memory = "256M";
   StatusOr<EngineConfig> config = engine_config_from_flags(a.engine);
   if (!config.ok()) return fail(config.status().to_string());
+  config->naive_kv_cache = a.kv_cache == "naive";
 
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   const auto t_load = Clock::now();
@@ -201,11 +134,6 @@ int run_generate(GenerateArgs a) {
   std::vector<int32_t> prompt = tok.encode(text, true, true);
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
 
-  if (a.kv_cache == "naive") {
-    auto model = LlamaModel::load(le->file, pool);
-    if (!model.ok()) return fail(path + ": " + model.status().to_string());
-    return run_naive(*le, **model, prompt, params, a.prefill_chunk, load_s, pool.num_threads());
-  }
   std::fprintf(stderr, "%s\n", le->engine->capacity_line().c_str());
   return run_with_engine(*le->engine, std::move(prompt), params, load_s, pool.num_threads());
 }
@@ -228,7 +156,7 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--stop", args->stop, "Stop string (repeatable); not printed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end tokens (benchmarks)");
   cmd->add_option("--kv-cache", args->kv_cache,
-                  "paged: through the Engine (default); naive: a plain loop over a contiguous cache")
+                  "KV storage: paged (default, blocks of a pool) or naive (contiguous per sequence, a reference)")
       ->check(CLI::IsMember({"paged", "naive"}));
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens per forward step")
       ->check(CLI::Range(1, 1 << 16));

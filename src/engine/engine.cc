@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <unordered_set>
 #include <utility>
 
@@ -20,9 +21,34 @@ uint64_t mix_seed(uint64_t engine_seed, uint64_t id) {
 
 }  // namespace
 
+StatusOr<int32_t> kv_cache_num_blocks(const EngineConfig& config, const ModelRunner& runner) {
+  if (config.num_blocks < 0) return invalid_argument("num_blocks must be >= 0");
+  if (config.kv_cache_bytes < 0) return invalid_argument("kv_cache_bytes must be >= 0");
+  if (config.block_size < 1) return invalid_argument("block_size must be >= 1");
+  if (config.num_blocks > 0) return config.num_blocks;
+  const char* source = "kv_cache_bytes";
+  int64_t bytes = config.kv_cache_bytes;
+  if (bytes == 0) {
+    bytes = runner.kv_cache_budget_bytes();
+    source = "the model runner's KV budget";
+  }
+  if (bytes == 0) {
+    bytes = kDefaultKvCacheBytes;
+    source = "the default KV cache size";
+  }
+  const int64_t per_block = runner.kv_bytes_per_block(config.block_size);
+  NS_CHECK(per_block > 0) << "kv_bytes_per_block " << per_block;
+  const int64_t n = std::min<int64_t>(bytes / per_block, std::numeric_limits<int32_t>::max());
+  if (n < 1) {
+    return invalid_argument(std::string(source) + ": " + std::to_string(bytes) +
+                            " bytes is less than one block (" + std::to_string(per_block) + " bytes)");
+  }
+  return static_cast<int32_t>(n);
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                  std::unique_ptr<ModelRunner> model,
-                                                 const TextStreamFactory* text, ThreadPool* pool) {
+                                                 const TextStreamFactory* text) {
   NS_CHECK(model != nullptr) << "Engine::create without a model";
   SchedulerConfig sc;
   sc.max_num_seqs = config.max_num_seqs;
@@ -30,9 +56,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   NS_RETURN_IF_ERROR(sc.validate());
   const ModelConfig& mc = model->config();
   if (config.max_model_len < 0) return invalid_argument("max_model_len must be >= 0");
-  if (config.num_blocks < 0) return invalid_argument("num_blocks must be >= 0");
-  if (config.num_blocks == 0 && config.kv_cache_bytes <= 0)
-    return invalid_argument("set num_blocks or kv_cache_bytes to size the KV cache");
+  NS_ASSIGN_OR_RETURN(const int32_t num_blocks, kv_cache_num_blocks(config, *model));
 
   auto e = std::unique_ptr<Engine>(new Engine());
   e->config_ = config;
@@ -40,21 +64,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   if (e->max_model_len_ <= 0)
     return invalid_argument("max_model_len: the model has no context length; set one");
 
-  PagedKVCacheOptions ko;
-  ko.block_size = config.block_size;
-  ko.num_blocks = config.num_blocks;
-  ko.max_bytes = config.num_blocks > 0 ? 0 : config.kv_cache_bytes;
-  ko.max_num_seqs = config.max_num_seqs;
-  ko.max_num_batched_tokens = config.max_num_batched_tokens;
-  ko.max_seq_len = e->max_model_len_;
-  ko.fused_read = config.fused_read;
-  NS_ASSIGN_OR_RETURN(e->cache_, PagedKVCache::create(mc, ko, pool));
+  BlockManagerConfig bc;
+  bc.num_blocks = num_blocks;
+  bc.block_size = config.block_size;
+  bc.max_num_seqs = config.max_num_seqs;
+  bc.max_seq_len = e->max_model_len_;
+  bc.enable_prefix_caching = config.enable_prefix_caching && model->kv_blocks_shareable();
+  NS_RETURN_IF_ERROR(bc.validate());
+  NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
+  e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
 
   e->model_ = std::move(model);
   e->text_ = text;
   if (text != nullptr) e->eos_ids_ = text->eos_ids();
   e->vocab_size_ = static_cast<int32_t>(mc.vocab_size);
-  e->scheduler_ = std::make_unique<Scheduler>(sc, *e->cache_);
+  e->scheduler_ = std::make_unique<Scheduler>(sc, bc);
   e->sampler_ = std::make_unique<Sampler>(e->vocab_size_);
 
   // Step buffers sized once: the step loop only clears and refills them.
@@ -64,6 +88,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->batch_.seq_starts.reserve(B + 1);
   e->batch_.seq_ids.reserve(B);
   e->batch_.context_lens.reserve(B);
+  e->batch_.block_tables.reserve(B * e->block_manager().max_blocks_per_seq());
+  e->batch_.slot_mapping.reserve(T);
   e->batch_.logits_rows.reserve(B);
   e->row_owner_.reserve(B);
   e->taken_.reserve(64);
@@ -75,18 +101,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
 Engine::~Engine() = default;
 
 int64_t Engine::kv_capacity_tokens() const {
-  return static_cast<int64_t>(cache_->num_blocks()) * cache_->block_size();
+  return static_cast<int64_t>(block_manager().num_blocks()) * block_manager().block_size();
 }
 
 std::string Engine::capacity_line() const {
-  const double mib = static_cast<double>(cache_->pool_bytes()) / (1024.0 * 1024.0);
+  const double mib = static_cast<double>(kv_pool_bytes_) / (1024.0 * 1024.0);
   const double per_len = static_cast<double>(kv_capacity_tokens()) / static_cast<double>(max_model_len_);
   char buf[256];
   std::snprintf(
       buf, sizeof(buf),
-      "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB); up to %.2f sequences of max_model_len %lld",
-      cache_->num_blocks(), cache_->block_size(), static_cast<long long>(kv_capacity_tokens()), mib, per_len,
-      static_cast<long long>(max_model_len_));
+      "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB); up to %.2f sequences of max_model_len %lld; "
+      "prefix caching %s",
+      block_manager().num_blocks(), block_manager().block_size(),
+      static_cast<long long>(kv_capacity_tokens()), mib, per_len, static_cast<long long>(max_model_len_),
+      block_manager().prefix_caching() ? "on" : "off");
   return buf;
 }
 
@@ -153,10 +181,14 @@ void Engine::publish_stats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.num_running = static_cast<int32_t>(scheduler_->running().size());
   stats_.num_waiting = static_cast<int32_t>(scheduler_->waiting().size() + incoming_.size());
-  stats_.num_blocks = cache_->num_blocks();
-  stats_.num_free_blocks = cache_->num_free_blocks();
-  stats_.kv_usage = static_cast<double>(cache_->num_used_blocks()) / std::max(1, cache_->num_blocks());
+  const BlockManager& bm = block_manager();
+  stats_.num_blocks = bm.num_blocks();
+  stats_.num_free_blocks = bm.num_available_blocks();
+  stats_.num_cached_blocks = bm.num_cached_blocks();
+  stats_.kv_usage = static_cast<double>(bm.num_in_use_blocks()) / std::max(1, bm.num_blocks());
   stats_.num_preemptions = scheduler_->num_preemptions();
+  stats_.prefix_cache_queries = scheduler_->prefix_cache_queries();
+  stats_.prefix_cache_hits = scheduler_->prefix_cache_hits();
 }
 
 RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& outputs) {
@@ -224,12 +256,11 @@ void Engine::build_batch(const SchedulerStep& plan) {
   b.logits_rows.clear();
   b.block_tables.clear();
   b.slot_mapping.clear();
-  b.max_blocks_per_seq = cache_->max_blocks_per_seq();
   row_owner_.clear();
   b.seq_starts.push_back(0);
   for (const ScheduledChunk& c : plan.chunks) {
     Request* r = c.request;
-    const int64_t start = r->num_computed;
+    const int64_t start = scheduler_->num_computed(r);
     for (int64_t p = start; p < start + c.num_tokens; ++p) {
       b.tokens.push_back(r->token_at(p));
       b.positions.push_back(static_cast<int32_t>(p));
@@ -242,6 +273,7 @@ void Engine::build_batch(const SchedulerStep& plan) {
       row_owner_.push_back(r);
     }
   }
+  block_manager().fill_batch(b);
 }
 
 Status Engine::step(std::vector<RequestOutput>& outputs) {
@@ -253,7 +285,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
     return Status();
   }
   build_batch(plan);
-  StatusOr<Tensor> logits = model_->forward(batch_, *cache_);
+  StatusOr<Tensor> logits = model_->forward(batch_);
   if (!logits.ok()) {
     // Nothing of this step can be trusted: end every request in it, loudly.
     for (const ScheduledChunk& c : plan.chunks) {
@@ -272,7 +304,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
       << "logits " << logits->shape_string() << " for " << row_owner_.size() << " rows";
 
   int64_t prompt_tokens = 0, generation_tokens = 0;
-  for (const ScheduledChunk& c : plan.chunks) c.request->num_computed += c.num_tokens;
+  scheduler_->commit(plan);
   for (size_t row = 0; row < row_owner_.size(); ++row) {
     Request* r = row_owner_[row];
     const std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
@@ -314,47 +346,26 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
 }
 
 Status Engine::check_invariants() const {
-  const PagedKVCache& c = *cache_;
-  if (c.num_free_blocks() + c.num_used_blocks() != c.num_blocks()) {
-    return internal_error("free " + std::to_string(c.num_free_blocks()) + " + used " +
-                          std::to_string(c.num_used_blocks()) + " != total " +
-                          std::to_string(c.num_blocks()));
-  }
-  // Every block held by a table is counted once per holder.
-  std::vector<int32_t> holders(c.num_blocks(), 0);
+  const BlockManager& bm = block_manager();
+  NS_RETURN_IF_ERROR(bm.check_invariants());
   std::unordered_set<int32_t> seqs;
   for (const Request* r : scheduler_->running()) {
     if (r->status != RequestStatus::kRunning)
       return internal_error("a running request is not marked running");
-    if (r->seq < 0 || !c.is_live(r->seq))
+    if (r->seq < 0 || !bm.is_live(r->seq))
       return internal_error("running request " + std::to_string(r->id) + " has no sequence");
     if (!seqs.insert(r->seq).second)
       return internal_error("two running requests share sequence " + std::to_string(r->seq));
-    if (c.seq_capacity(r->seq) < r->num_computed)
-      return internal_error("request " + std::to_string(r->id) + " computed past its blocks");
-    if (r->num_computed > r->num_tokens()) return internal_error("num_computed past the known tokens");
-    for (int32_t blk : c.block_table(r->seq)) {
-      if (blk < 0 || blk >= c.num_blocks()) return internal_error("block id out of range");
-      ++holders[blk];
-    }
+    if (bm.seq_len(r->seq) > r->num_tokens())
+      return internal_error("request " + std::to_string(r->id) + " computed past its known tokens");
   }
   for (const Request* r : scheduler_->waiting()) {
-    if (r->status != RequestStatus::kWaiting || r->seq >= 0 || r->num_computed != 0)
+    if (r->status != RequestStatus::kWaiting || r->seq >= 0)
       return internal_error("waiting request " + std::to_string(r->id) + " holds cache state");
   }
-  if (c.num_live_seqs() != static_cast<int32_t>(seqs.size()))
-    return internal_error("the cache has " + std::to_string(c.num_live_seqs()) + " live sequences for " +
-                          std::to_string(seqs.size()) + " running requests");
-  for (int32_t blk = 0; blk < c.num_blocks(); ++blk) {
-    if (holders[blk] != c.allocator().ref_count(blk)) {
-      return internal_error("block " + std::to_string(blk) + " is in " + std::to_string(holders[blk]) +
-                            " tables but has reference count " +
-                            std::to_string(c.allocator().ref_count(blk)));
-    }
-  }
-  int64_t used = 0;
-  for (int32_t blk = 0; blk < c.num_blocks(); ++blk) used += c.allocator().ref_count(blk) > 0 ? 1 : 0;
-  if (used != c.num_used_blocks()) return internal_error("used blocks disagree with reference counts");
+  if (bm.num_live_seqs() != static_cast<int32_t>(seqs.size()))
+    return internal_error("the block manager has " + std::to_string(bm.num_live_seqs()) +
+                          " live sequences for " + std::to_string(seqs.size()) + " running requests");
   for (const auto& [id, r] : requests_) {
     if (r->is_finished()) return internal_error("finished request " + std::to_string(id) + " still tracked");
   }

@@ -3,7 +3,8 @@
 //
 // Each step(): take in new requests and aborts, let the Scheduler plan the
 // step, build one ForwardBatch (decodes and prefill chunks together, logits
-// only for the rows that sample), run the model over the paged KV cache,
+// only for the rows that sample; block tables and slots from the block
+// manager), run the model (which owns the KV storage),
 // sample one token per sampling row with the request's own RNG, detokenize,
 // check stops, and report what each request produced.
 //
@@ -18,33 +19,47 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
-#include "core/thread_pool.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
-#include "kvcache/paged_kv_cache.h"
+#include "kvcache/block_manager.h"
 #include "model/forward_batch.h"
 
 namespace nanoserve {
+
+inline constexpr int64_t kDefaultKvCacheBytes = int64_t{1} << 30;
 
 struct EngineConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 512;
   int32_t block_size = 16;
-  // The KV pool: num_blocks if > 0, else kv_cache_bytes (K+V of all layers).
+  // The KV pool (kv_cache_num_blocks): num_blocks if > 0, else kv_cache_bytes
+  // if > 0 (K+V of all layers), else the runner's budget, else 1 GiB.
   int32_t num_blocks = 0;
-  int64_t kv_cache_bytes = int64_t{1} << 30;
-  int64_t max_model_len = 0;  // prompt + generated; 0 = the model's context length
-  uint64_t seed = 0;          // seeds the requests that bring no seed of their own
-  bool fused_read = true;     // paged attention straight from the blocks (false: gather)
+  int64_t kv_cache_bytes = 0;
+  int64_t max_model_len = 0;          // prompt + generated; 0 = the model's context length
+  uint64_t seed = 0;                  // seeds the requests that bring no seed of their own
+  bool enable_prefix_caching = true;  // reuse cached full blocks of a shared prefix
+  // For the runner (load_engine), not the engine:
+  std::optional<DType> kv_cache_dtype;  // nullopt: auto (the runner's choice; f32 on the CPU)
+  bool naive_kv_cache = false;          // CPU: one contiguous slot per sequence, no sharing (a reference)
+  bool fused_read = true;               // paged attention straight from the blocks (false: gather)
 };
+
+// The one place the KV pool is sized, in blocks: config.num_blocks if set,
+// else config.kv_cache_bytes, else the runner's kv_cache_budget_bytes(), else
+// kDefaultKvCacheBytes; bytes are divided by runner.kv_bytes_per_block and
+// rounded down. INVALID_ARGUMENT naming the setting when that is no block.
+StatusOr<int32_t> kv_cache_num_blocks(const EngineConfig& config, const ModelRunner& runner);
 
 // What one request produced in one step.
 struct RequestOutput {
@@ -72,8 +87,11 @@ struct EngineStats {
   int32_t num_running = 0;
   int32_t num_waiting = 0;  // includes requests not yet taken in by a step
   int32_t num_blocks = 0;
-  int32_t num_free_blocks = 0;
-  double kv_usage = 0.0;  // used / total blocks
+  int32_t num_free_blocks = 0;       // free or evictable: what a reserve can take
+  int32_t num_cached_blocks = 0;     // in the prefix cache, in use or evictable
+  double kv_usage = 0.0;             // in use / total blocks
+  int64_t prefix_cache_queries = 0;  // tokens looked up at admission
+  int64_t prefix_cache_hits = 0;     // of those, tokens found cached
   int64_t num_preemptions = 0;
   int64_t prompt_tokens = 0;      // prompt tokens prefilled (recompute not counted)
   int64_t generation_tokens = 0;  // tokens sampled
@@ -85,11 +103,11 @@ struct EngineStats {
 class Engine {
  public:
   // `text` may be null (token ids only, no stop strings) and must outlive the
-  // engine; its open() is called from add_request's thread. `pool` runs the
-  // cache's threads and may be null.
+  // engine; its open() is called from add_request's thread. Sizes the pool
+  // (kv_cache_num_blocks) and has the runner create its KV storage.
   static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config,
                                                   std::unique_ptr<ModelRunner> model,
-                                                  const TextStreamFactory* text, ThreadPool* pool);
+                                                  const TextStreamFactory* text);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -120,8 +138,9 @@ class Engine {
 
   // Internal consistency of queues, requests and blocks; for tests.
   Status check_invariants() const;
-  const PagedKVCache& cache() const { return *cache_; }
+  const BlockManager& block_manager() const { return scheduler_->block_manager(); }
   const Scheduler& scheduler() const { return *scheduler_; }
+  ModelRunner& runner() { return *model_; }
 
  private:
   Engine() = default;
@@ -135,7 +154,7 @@ class Engine {
   std::unique_ptr<ModelRunner> model_;
   const TextStreamFactory* text_ = nullptr;
   std::vector<int32_t> eos_ids_;
-  std::unique_ptr<PagedKVCache> cache_;
+  int64_t kv_pool_bytes_ = 0;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   int32_t vocab_size_ = 0;

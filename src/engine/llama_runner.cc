@@ -1,6 +1,44 @@
 #include "engine/llama_runner.h"
 
+#include "kvcache/naive_kv_cache.h"
+#include "kvcache/paged_kv_storage.h"
+
 namespace nanoserve {
+
+LlamaRunner::LlamaRunner(std::unique_ptr<LlamaModel> model, const LlamaRunnerOptions& options,
+                         ThreadPool* pool)
+    : model_(std::move(model)),
+      options_(options),
+      pool_(pool),
+      ws_(model_->make_workspace(options.max_tokens, options.max_num_seqs, options.max_context)) {}
+
+int64_t LlamaRunner::kv_bytes_per_block(int32_t block_size) const {
+  return PagedKVStorage::bytes_per_block(model_->config(), block_size, options_.kv_dtype);
+}
+
+Status LlamaRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
+  if (cache_ != nullptr) return failed_precondition("init_kv_cache: the KV storage exists already");
+  if (options_.storage == KVStorageKind::kNaive) {
+    if (options_.kv_dtype != DType::kF32)
+      return invalid_argument("kv cache dtype: the naive cache is f32 only");
+    cache_ = std::make_unique<NaiveKVCache>(model_->config(), options_.max_num_seqs, options_.max_context);
+    return Status();
+  }
+  PagedKVStorageOptions o;
+  o.num_blocks = num_blocks;
+  o.block_size = block_size;
+  o.dtype = options_.kv_dtype;
+  o.max_seq_len = options_.max_context;
+  o.max_num_seqs = options_.max_num_seqs;
+  o.fused_read = options_.fused_read;
+  NS_ASSIGN_OR_RETURN(cache_, PagedKVStorage::create(model_->config(), o, pool_));
+  return Status();
+}
+
+StatusOr<Tensor> LlamaRunner::forward(const ForwardBatch& batch) {
+  if (cache_ == nullptr) return failed_precondition("forward before init_kv_cache");
+  return model_->forward(batch, *cache_, ws_);
+}
 
 StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config,
                                    ThreadPool& pool) {
@@ -15,10 +53,17 @@ StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineCon
                             " tokens but the model's vocabulary is " +
                             std::to_string(model->config().vocab_size));
   }
-  auto runner = std::make_unique<LlamaRunner>(std::move(model), config.max_num_batched_tokens,
-                                              config.max_num_seqs, max_len);
+  LlamaRunnerOptions ro;
+  ro.max_tokens = config.max_num_batched_tokens;
+  ro.max_num_seqs = config.max_num_seqs;
+  ro.max_context = max_len;
+  ro.storage = config.naive_kv_cache ? KVStorageKind::kNaive : KVStorageKind::kPaged;
+  ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);  // auto: f32 on the CPU
+  ro.fused_read = config.fused_read;
+  auto runner = std::make_unique<LlamaRunner>(std::move(model), ro, &pool);
+  le.runner = runner.get();
   le.text = std::make_unique<TokenizerText>(*le.tokenizer);
-  NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get(), &pool));
+  NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
   return le;
 }
 

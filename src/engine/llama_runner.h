@@ -1,39 +1,60 @@
 #pragma once
-// The llama forward pass as the engine's ModelRunner, and the one call that
-// turns a GGUF path into a ready Engine (model, tokenizer, KV cache).
+// The llama forward pass on the CPU as the engine's ModelRunner, with its KV
+// storage (paged f32/f16/bf16, or the naive per-sequence cache), and the one
+// call that turns a GGUF path into a ready Engine (model, tokenizer, KV cache).
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/tokenizer_text.h"
 #include "io/gguf.h"
+#include "kvcache/kv_cache.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
 
+enum class KVStorageKind : uint8_t {
+  kPaged,  // blocks of a shared pool, read through the block tables
+  kNaive,  // one contiguous slot of max_context positions per sequence (gather read only; no sharing)
+};
+
+struct LlamaRunnerOptions {
+  int64_t max_tokens = 512;   // tokens in one step
+  int32_t max_num_seqs = 64;  // sequences in one step, and naive slots
+  int64_t max_context = 0;    // longest sequence; >= 1
+  KVStorageKind storage = KVStorageKind::kPaged;
+  DType kv_dtype = DType::kF32;  // paged: kF32, kF16 or kBF16; naive: kF32
+  bool fused_read = true;        // paged: attention straight from the blocks (false: gather)
+};
+
 class LlamaRunner final : public ModelRunner {
  public:
-  // The workspace holds steps of max_tokens tokens, max_rows logits rows and
-  // histories of max_context positions.
-  LlamaRunner(std::unique_ptr<LlamaModel> model, int64_t max_tokens, int64_t max_rows, int64_t max_context)
-      : model_(std::move(model)), ws_(model_->make_workspace(max_tokens, max_rows, max_context)) {}
+  // `pool` runs the storage's threads and must outlive the runner.
+  LlamaRunner(std::unique_ptr<LlamaModel> model, const LlamaRunnerOptions& options, ThreadPool* pool);
 
   const ModelConfig& config() const override { return model_->config(); }
-  StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache) override {
-    return model_->forward(batch, cache, ws_);
-  }
+  int64_t kv_bytes_per_block(int32_t block_size) const override;
+  bool kv_blocks_shareable() const override { return options_.storage == KVStorageKind::kPaged; }
+  Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
+  StatusOr<Tensor> forward(const ForwardBatch& batch) override;
+
   // Times every later forward's phases into *profile (null: stop timing).
   void set_profile(ForwardProfile* profile) { ws_.profile = profile; }
+  KVCache* kv_cache() { return cache_.get(); }  // null before init_kv_cache
 
  private:
   std::unique_ptr<LlamaModel> model_;
+  LlamaRunnerOptions options_;
+  ThreadPool* pool_;
   Workspace ws_;
+  std::unique_ptr<KVCache> cache_;
 };
 
 // Members in construction order; destroyed engine first, file last.
@@ -42,6 +63,7 @@ struct LoadedEngine {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenizerText> text;
   std::unique_ptr<Engine> engine;
+  LlamaRunner* runner = nullptr;  // owned by the engine
 };
 
 // Opens the GGUF, loads weights and tokenizer, and sizes the KV cache (print

@@ -1,13 +1,17 @@
 #pragma once
-// What the engine needs of a model: one forward over a ForwardBatch through
-// a KV cache, giving logits for the batch's logits_rows. The llama forward is
-// one implementation; tests use a small fake with the same contract.
+// What the engine needs of a model (docs/engine.md): the shape, the size of
+// one KV block, the KV storage created once, and one forward per step.
+//
+// The runner owns its KV storage, since only it knows the layers, heads, dtype
+// and device. The engine's block manager decides which blocks a sequence
+// holds; every ForwardBatch carries that (block_tables, slot_mapping), so a
+// forward needs nothing but the batch. The llama runner (engine/llama_runner.h)
+// is the CPU implementation; tests use a small fake with the same contract.
 
 #include <cstdint>
 
 #include "core/status.h"
 #include "core/tensor.h"
-#include "kvcache/kv_cache.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 
@@ -19,10 +23,31 @@ class ModelRunner {
 
   virtual const ModelConfig& config() const = 0;
 
-  // Runs the step (cache.begin_step included) and returns the logits of
-  // batch.logits_rows: [R, vocab] f32, valid until the next call.
-  // PRECOND: the batch fits the sizes the runner was built for.
-  virtual StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache) = 0;
+  // K+V bytes of one block of block_size tokens over all layers, in the
+  // runner's KV dtype.
+  virtual int64_t kv_bytes_per_block(int32_t block_size) const = 0;
+
+  // Bytes the runner can give its KV storage when the engine is not told a
+  // size (a GPU runner: what --gpu-memory-utilization leaves after the
+  // weights and activations); 0 when it has no such budget. See
+  // kv_cache_num_blocks (engine/engine.h), the one place the pool is sized.
+  virtual int64_t kv_cache_budget_bytes() const { return 0; }
+
+  // False when the storage keeps K/V per sequence rather than per block (the
+  // naive storage): blocks cannot be shared, so the engine turns the prefix
+  // cache off.
+  virtual bool kv_blocks_shareable() const { return true; }
+
+  // Creates the runner's KV storage: num_blocks blocks of block_size tokens.
+  // Called once by the engine, before the first forward.
+  virtual Status init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;
+
+  // One step. Everything it needs is in the batch: tokens, positions,
+  // seq_starts, seq_ids, context_lens, block_tables / max_blocks_per_seq,
+  // slot_mapping and logits_rows. Returns the logits of batch.logits_rows:
+  // [R, vocab] f32 on the host, valid until the next call. An error leaves
+  // no sequence's cached K/V changed that the batch did not own.
+  virtual StatusOr<Tensor> forward(const ForwardBatch& batch) = 0;
 };
 
 }  // namespace nanoserve

@@ -5,9 +5,10 @@
 //      ▲                  │  └──────abort──────► FINISHED (abort)
 //      └─preempt (front)──┘
 //
-// Tokens are prompt ++ output. num_computed counts the leading tokens whose
-// K/V sits in the cache; preemption by recompute drops it to 0 and keeps the
-// output, so re-admission prefills prompt ++ output and carries on.
+// Tokens are prompt ++ output. How many leading tokens have their K/V in the
+// cache is the block manager's to say (Scheduler::num_computed, by `seq`);
+// preemption by recompute frees the sequence and keeps the output, so
+// re-admission prefills prompt ++ output (from its cached prefix) and carries on.
 
 #include <chrono>
 #include <cstdint>
@@ -39,8 +40,7 @@ struct Request {
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
-  int32_t seq = -1;          // cache handle while the request holds blocks, else -1
-  int64_t num_computed = 0;  // tokens of prompt ++ output whose K/V is cached
+  int32_t seq = -1;  // block manager handle while the request holds blocks, else -1
   int32_t num_preemptions = 0;
 
   Rng rng;
@@ -56,9 +56,6 @@ struct Request {
     const int64_t np = static_cast<int64_t>(prompt.size());
     return i < np ? prompt[i] : output[i - np];
   }
-  // Tokens still to run through the model before the next sample.
-  int64_t num_uncomputed() const { return num_tokens() - num_computed; }
-  bool is_prefilling() const { return num_uncomputed() > 1; }
   bool is_finished() const { return status == RequestStatus::kFinished; }
 };
 

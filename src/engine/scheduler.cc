@@ -18,10 +18,11 @@ Status SchedulerConfig::validate() const {
   return Status();
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, PagedKVCache& cache) : config_(config), cache_(cache) {
+Scheduler::Scheduler(const SchedulerConfig& config, const BlockManagerConfig& blocks)
+    : config_(config), blocks_(blocks) {
   NS_CHECK(config_.validate().ok()) << config_.validate().to_string();
-  NS_CHECK(cache_.max_num_seqs() >= config_.max_num_seqs)
-      << "the cache has fewer sequence handles than max_num_seqs";
+  NS_CHECK(blocks_.max_num_seqs() >= config_.max_num_seqs)
+      << "the block manager has fewer sequence handles than max_num_seqs";
   running_.reserve(config_.max_num_seqs);
   step_.chunks.reserve(config_.max_num_seqs);
 }
@@ -33,7 +34,7 @@ void Scheduler::add(Request* r) {
 
 void Scheduler::remove(Request* r) {
   if (r->seq >= 0) {
-    cache_.free_sequence(r->seq);
+    blocks_.free_sequence(r->seq);
     r->seq = -1;
   }
   if (auto it = std::find(running_.begin(), running_.end(), r); it != running_.end()) {
@@ -46,9 +47,8 @@ void Scheduler::remove(Request* r) {
 void Scheduler::preempt_newest() {
   Request* victim = running_.back();
   running_.pop_back();
-  cache_.free_sequence(victim->seq);
-  victim->seq = -1;
-  victim->num_computed = 0;  // recompute prompt ++ output on re-admission
+  blocks_.free_sequence(victim->seq);  // its cached blocks stay cached, for its own re-admission
+  victim->seq = -1;                    // recompute prompt ++ output on re-admission
   victim->status = RequestStatus::kWaiting;
   ++victim->num_preemptions;
   waiting_.push_front(victim);
@@ -57,14 +57,22 @@ void Scheduler::preempt_newest() {
 }
 
 void Scheduler::push_chunk(Request* r, int64_t n) {
-  const Status st = cache_.reserve(r->seq, r->num_computed + n);
+  const int64_t computed = num_computed(r);
+  const Status st = blocks_.reserve(r->seq, computed + n);
   NS_CHECK(st.ok()) << "reserve after a fit check: " << st.to_string();
   ScheduledChunk c;
   c.request = r;
   c.num_tokens = static_cast<int32_t>(n);
-  c.samples = r->num_computed + n == r->num_tokens();
+  c.samples = computed + n == r->num_tokens();
   step_.chunks.push_back(c);
   step_.num_tokens += c.num_tokens;
+}
+
+void Scheduler::commit(const SchedulerStep& step) {
+  for (const ScheduledChunk& c : step.chunks) {
+    Request* r = c.request;
+    blocks_.commit(r->seq, tokens_of(r), blocks_.seq_len(r->seq) + c.num_tokens);
+  }
 }
 
 const SchedulerStep& Scheduler::schedule() {
@@ -72,32 +80,33 @@ const SchedulerStep& Scheduler::schedule() {
   step_.num_tokens = 0;
   step_.num_preempted = 0;
   int64_t budget = config_.max_num_batched_tokens;
-  const int64_t block_size = cache_.block_size();
+  const int64_t block_size = blocks_.block_size();
 
   // 1. Running, oldest first. Decodes behind the current request keep one
   //    token of budget each, so a prefill chunk never starves them.
   int64_t decodes_behind = 0;
-  for (Request* r : running_) decodes_behind += r->is_prefilling() ? 0 : 1;
+  for (Request* r : running_) decodes_behind += prefilling(r) ? 0 : 1;
   for (size_t i = 0; i < running_.size(); ++i) {
     Request* r = running_[i];
-    const bool decode = !r->is_prefilling();
+    const bool decode = !prefilling(r);
     if (decode) --decodes_behind;
-    int64_t want = decode ? 1 : std::min(r->num_uncomputed(), budget - decodes_behind);
+    int64_t want = decode ? 1 : std::min(uncomputed(r), budget - decodes_behind);
     if (want <= 0) continue;
+    const int64_t computed = num_computed(r);
     if (!decode) {
-      // Shrink a prefill chunk to the blocks it holds plus the free ones.
-      const int64_t room = cache_.seq_capacity(r->seq) - r->num_computed +
-                           static_cast<int64_t>(cache_.num_free_blocks()) * block_size;
+      // Shrink a prefill chunk to the blocks it holds plus the available ones.
+      const int64_t room = blocks_.seq_capacity(r->seq) - computed +
+                           static_cast<int64_t>(blocks_.num_available_blocks()) * block_size;
       if (room > 0) want = std::min(want, room);
     }
     bool self_preempted = false;
-    while (!cache_.can_reserve(r->seq, r->num_computed + want)) {
+    while (!blocks_.can_reserve(r->seq, computed + want)) {
       if (running_.back() == r) {
         preempt_newest();
         self_preempted = true;
         break;
       }
-      if (!running_.back()->is_prefilling()) --decodes_behind;
+      if (!prefilling(running_.back())) --decodes_behind;
       preempt_newest();
     }
     if (self_preempted) break;  // r was the newest: nothing runs behind it
@@ -105,19 +114,24 @@ const SchedulerStep& Scheduler::schedule() {
     budget -= want;
   }
 
-  // 2. Admit from the waiting queue, in order.
+  // 2. Admit from the waiting queue, in order, each from its cached prefix on.
   if (step_.num_preempted == 0) {
     while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < config_.max_num_seqs && budget > 0) {
       Request* r = waiting_.front();
-      NS_CHECK_EQ(r->num_computed, 0);
-      const int64_t want = std::min(r->num_uncomputed(), budget);
-      if (!cache_.can_allocate(want)) break;
-      StatusOr<int32_t> seq = cache_.add_sequence();
+      StatusOr<int32_t> seq = blocks_.add_sequence();
       NS_CHECK(seq.ok()) << seq.status().to_string();
+      const int64_t hit = blocks_.attach_cached_prefix(*seq, tokens_of(r));
+      const int64_t want = std::min(r->num_tokens() - hit, budget);
+      if (!blocks_.can_reserve(*seq, hit + want)) {
+        blocks_.free_sequence(*seq);  // the hit blocks go back to the cache
+        break;
+      }
       waiting_.pop_front();
       r->seq = *seq;
       r->status = RequestStatus::kRunning;
       running_.push_back(r);
+      prefix_queries_ += r->num_tokens();
+      prefix_hits_ += hit;
       push_chunk(r, want);
       budget -= want;
     }

@@ -1,7 +1,8 @@
 #pragma once
-// Decides what runs each step (docs/architecture.md). Policy only: the KV cache owns
-// the blocks and the tables; the scheduler asks it what fits, reserves ahead
-// of the step, and frees on preemption, abort and finish.
+// Decides what runs each step (docs/architecture.md). It owns the block manager
+// (kvcache/block_manager.h): asks it what fits, reserves ahead of the step,
+// and frees on preemption, abort and finish. A request's computed length is
+// its sequence's length in the block manager (0 while it holds no sequence).
 //
 // One step, under a token budget (max_num_batched_tokens) and a sequence cap
 // (max_num_seqs):
@@ -15,6 +16,8 @@
 //   2. Waiting requests, first come first served, while the budget, the cap
 //      and the free blocks allow (none after a preemption in this step); the
 //      first one that does not fit stops admission, so none jumps the queue.
+//      An admitted request first takes the cached blocks of its longest
+//      cached prefix (prefix caching), and computes only the rest.
 // Every admitted chunk has its blocks reserved before the step runs, so the
 // forward pass never runs out.
 //
@@ -28,7 +31,7 @@
 
 #include "core/status.h"
 #include "engine/request.h"
-#include "kvcache/paged_kv_cache.h"
+#include "kvcache/block_manager.h"
 
 namespace nanoserve {
 
@@ -39,7 +42,7 @@ struct SchedulerConfig {
   Status validate() const;
 };
 
-// One request's share of a step: tokens [num_computed, num_computed + num_tokens).
+// One request's share of a step: tokens [computed, computed + num_tokens), computed = num_computed(request).
 struct ScheduledChunk {
   Request* request = nullptr;
   int32_t num_tokens = 0;
@@ -55,7 +58,8 @@ struct SchedulerStep {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, PagedKVCache& cache);
+  // PRECOND: both configs validate, blocks.max_num_seqs >= config.max_num_seqs.
+  Scheduler(const SchedulerConfig& config, const BlockManagerConfig& blocks);
 
   // Appends to the waiting queue. PRECOND: status kWaiting, holds no blocks.
   void add(Request* request);
@@ -66,6 +70,18 @@ class Scheduler {
   // Plans the next step and reserves its blocks. Valid until the next call.
   const SchedulerStep& schedule();
 
+  // Tokens of the request's prompt ++ output whose K/V is cached.
+  int64_t num_computed(const Request* r) const { return r->seq >= 0 ? blocks_.seq_len(r->seq) : 0; }
+  // Records that the step's chunks were computed: each sequence's length grows
+  // by its chunk, and newly full blocks enter the prefix cache. After a successful forward.
+  void commit(const SchedulerStep& step);
+
+  // Prefix cache counters, in tokens, over admissions (vLLM's
+  // prefix_cache_queries / prefix_cache_hits).
+  int64_t prefix_cache_queries() const { return prefix_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_hits_; }
+
+  const BlockManager& block_manager() const { return blocks_; }
   const std::deque<Request*>& waiting() const { return waiting_; }
   const std::vector<Request*>& running() const { return running_; }
   int64_t num_preemptions() const { return num_preemptions_; }
@@ -74,13 +90,17 @@ class Scheduler {
  private:
   void preempt_newest();
   void push_chunk(Request* r, int64_t n);
+  int64_t uncomputed(const Request* r) const { return r->num_tokens() - num_computed(r); }
+  bool prefilling(const Request* r) const { return uncomputed(r) > 1; }
+  static TokenSeq tokens_of(const Request* r) { return {r->prompt, r->output}; }
 
   SchedulerConfig config_;
-  PagedKVCache& cache_;
+  BlockManager blocks_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order, oldest first
   SchedulerStep step_;
   int64_t num_preemptions_ = 0;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace nanoserve

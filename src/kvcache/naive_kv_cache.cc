@@ -14,8 +14,8 @@ NaiveKVCache::NaiveKVCache(const ModelConfig& config, int32_t max_seqs, int64_t 
       lens_(static_cast<size_t>(max_seqs), 0) {
   NS_CHECK(max_seqs >= 1 && max_seq_len >= 1) << "naive kv cache of " << max_seqs << " x " << max_seq_len;
   for (int64_t l = 0; l < n_layers_; ++l) {
-    k_.push_back(Tensor::zeros(DType::kF32, {max_seqs_, n_kv_heads_, max_seq_len_, head_dim_}));
-    v_.push_back(Tensor::zeros(DType::kF32, {max_seqs_, n_kv_heads_, max_seq_len_, head_dim_}));
+    k_.push_back(Tensor::empty(DType::kF32, {max_seqs_, n_kv_heads_, max_seq_len_, head_dim_}));
+    v_.push_back(Tensor::empty(DType::kF32, {max_seqs_, n_kv_heads_, max_seq_len_, head_dim_}));
   }
   history_.k.reserve(static_cast<size_t>(max_seqs));
   history_.v.reserve(static_cast<size_t>(max_seqs));
@@ -25,17 +25,21 @@ NaiveKVCache::NaiveKVCache(const ModelConfig& config, int32_t max_seqs, int64_t 
 
 Status NaiveKVCache::begin_step(const ForwardBatch& batch) {
   const int32_t T = batch.num_tokens(), B = batch.num_seqs();
-  if (static_cast<int32_t>(batch.positions.size()) != T || static_cast<int32_t>(batch.seq_starts.size()) != B + 1 ||
-      static_cast<int32_t>(batch.context_lens.size()) != B || batch.seq_starts[0] != 0 || batch.seq_starts[B] != T) {
-    return invalid_argument("naive kv cache: batch arrays disagree (tokens " + std::to_string(T) + ", positions " +
-                            std::to_string(batch.positions.size()) + ", seq_starts " +
+  if (static_cast<int32_t>(batch.positions.size()) != T ||
+      static_cast<int32_t>(batch.seq_starts.size()) != B + 1 ||
+      static_cast<int32_t>(batch.context_lens.size()) != B || batch.seq_starts[0] != 0 ||
+      batch.seq_starts[B] != T) {
+    return invalid_argument("naive kv cache: batch arrays disagree (tokens " + std::to_string(T) +
+                            ", positions " + std::to_string(batch.positions.size()) + ", seq_starts " +
                             std::to_string(batch.seq_starts.size()) + ", seq_ids " + std::to_string(B) +
                             ", context_lens " + std::to_string(batch.context_lens.size()) + ")");
   }
   // Validate everything before changing anything.
   for (int32_t b = 0; b < B; ++b) {
     const int32_t seq = batch.seq_ids[b];
-    auto where = [&] { return "naive kv cache: batch sequence " + std::to_string(b) + " (slot " + std::to_string(seq) + "): "; };
+    auto where = [&] {
+      return "naive kv cache: batch sequence " + std::to_string(b) + " (slot " + std::to_string(seq) + "): ";
+    };
     if (seq < 0 || seq >= max_seqs_) return invalid_argument(where() + "no such slot");
     for (int32_t c = 0; c < b; ++c) {
       if (batch.seq_ids[c] == seq) return invalid_argument(where() + "appears twice in one step");
@@ -48,15 +52,18 @@ Status NaiveKVCache::begin_step(const ForwardBatch& batch) {
                               std::to_string(max_seq_len_));
     }
     const int64_t first = ctx - (end - begin);
-    if (first != lens_[seq]) {
-      return invalid_argument(where() + "context_len " + std::to_string(ctx) + " with " + std::to_string(end - begin) +
-                              " new tokens does not continue the " + std::to_string(lens_[seq]) +
-                              " positions written");
+    // A step continues the sequence, or restarts it from an earlier position
+    // (a new sequence in a reused slot starts at 0): everything before `first` was written.
+    if (first < 0 || first > lens_[seq]) {
+      return invalid_argument(where() + "context_len " + std::to_string(ctx) + " with " +
+                              std::to_string(end - begin) + " new tokens does not continue the " +
+                              std::to_string(lens_[seq]) + " positions written");
     }
     for (int32_t t = begin; t < end; ++t) {
       if (batch.positions[t] != first + (t - begin)) {
         return invalid_argument(where() + "token " + std::to_string(t) + " has position " +
-                                std::to_string(batch.positions[t]) + ", expected " + std::to_string(first + (t - begin)));
+                                std::to_string(batch.positions[t]) + ", expected " +
+                                std::to_string(first + (t - begin)));
       }
     }
   }

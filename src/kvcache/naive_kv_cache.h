@@ -6,8 +6,15 @@
 // ForwardBatch::seq_ids are slot indices in [0, max_seqs). Only the gather read
 // (append) is offered; it returns views straight into the slots, no copy.
 //
-// Positions must continue a sequence: a step's tokens for slot s sit at
-// seq_len(s), seq_len(s)+1, ..., context_len-1. free_sequence(s) empties a slot.
+// It is the reference storage behind the same engine loop (--kv-cache naive):
+// the engine's block manager still counts blocks, but the naive cache ignores
+// the batch's block tables and slots, and keeps each sequence's K/V in slot
+// seq_id, so blocks cannot be shared (no prefix caching).
+//
+// Positions must follow what the slot holds: a step's tokens for slot s sit at
+// first, first+1, ..., context_len-1 with first <= seq_len(s) (first < seq_len
+// restarts the slot, as a new sequence in a reused slot does from 0).
+// free_sequence(s) empties a slot.
 
 #include <cstdint>
 #include <vector>

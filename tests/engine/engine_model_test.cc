@@ -22,6 +22,7 @@ struct ModelSetup {
   int32_t max_num_batched_tokens = 256;
   int32_t block_size = 16;
   int32_t num_blocks = 96;
+  bool prefix_caching = true;
 };
 
 class EngineModel : public ::testing::Test {
@@ -47,6 +48,7 @@ class EngineModel : public ::testing::Test {
     c.max_num_batched_tokens = s.max_num_batched_tokens;
     c.block_size = s.block_size;
     c.num_blocks = s.num_blocks;
+    c.enable_prefix_caching = s.prefix_caching;
     c.max_model_len = 512;
     StatusOr<LoadedEngine> le = load_engine(kModelPath, c, *pool_);
     NS_CHECK(le.ok()) << le.status().to_string();
@@ -110,6 +112,42 @@ TEST_F(EngineModel, GreedyIdenticalWithChunkedPrefillAtAnyChunkSize) {
     LoadedEngine le = load(s);
     EXPECT_EQ(run(*le.engine, 8, 8, greedy(kNew)), slice(solo(), 8, 8)) << "chunk budget " << budget;
   }
+}
+
+// Prompts that share a 40-token prefix: with the prefix cache the later ones
+// start from cached blocks (read through the fused paged read), and every
+// greedy output equals the one an engine without the cache gives.
+TEST_F(EngineModel, GreedyIdenticalWithPrefixCacheHits) {
+  std::vector<int32_t> prefix((*prompts_)[0]);
+  while (prefix.size() < 40)
+    prefix.insert(prefix.end(), (*prompts_)[prefix.size() % 7 + 1].begin(),
+                  (*prompts_)[prefix.size() % 7 + 1].end());
+  prefix.resize(40);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(prefix);
+    prompts.back().insert(prompts.back().end(), (*prompts_)[10 + i].begin(), (*prompts_)[10 + i].end());
+  }
+  prompts.push_back(prefix);  // the prefix alone: a full hit but for its last block
+  const std::vector<SamplingParams> p = {greedy(8)};
+  ModelSetup off;
+  off.prefix_caching = false;
+  LoadedEngine ref_engine = load(off);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& pr : prompts) {
+    auto r = generate(*ref_engine.engine, std::span<const std::vector<int32_t>>(&pr, 1), p);
+    ASSERT_TRUE(r.ok());
+    want.push_back((*r)[0].tokens);
+  }
+  LoadedEngine le = load({});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto r = generate(*le.engine, std::span<const std::vector<int32_t>>(&prompts[i], 1), p);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ((*r)[0].tokens, want[i]) << "prompt " << i;
+  }
+  const EngineStats st = le.engine->stats();
+  EXPECT_EQ(st.prefix_cache_hits, 4 * 32) << "each later prompt hits the prefix's 2 full blocks of 16";
+  EXPECT_EQ(ref_engine.engine->stats().prefix_cache_hits, 0);
 }
 
 TEST_F(EngineModel, GreedyIdenticalAfterPreemptionAndRecompute) {

@@ -24,6 +24,7 @@ struct EngineSetup {
   int32_t max_num_seqs = 8;
   int32_t max_num_batched_tokens = 32;
   int64_t max_model_len = 0;
+  bool prefix_caching = true;
 };
 
 std::unique_ptr<Engine> make_engine(const EngineSetup& s, const TextStreamFactory* text) {
@@ -33,9 +34,9 @@ std::unique_ptr<Engine> make_engine(const EngineSetup& s, const TextStreamFactor
   c.max_num_seqs = s.max_num_seqs;
   c.max_num_batched_tokens = s.max_num_batched_tokens;
   c.max_model_len = s.max_model_len;
-  c.fused_read = false;  // the fake model reads history through the gather path
+  c.enable_prefix_caching = s.prefix_caching;
   auto model = std::make_unique<FakeModel>(kVocab, s.max_num_batched_tokens, s.max_num_seqs);
-  StatusOr<std::unique_ptr<Engine>> e = Engine::create(c, std::move(model), text, nullptr);
+  StatusOr<std::unique_ptr<Engine>> e = Engine::create(c, std::move(model), text);
   NS_CHECK(e.ok()) << e.status().to_string();
   return std::move(e).value();
 }
@@ -89,7 +90,7 @@ TEST(Engine, GreedyMatchesTheOracle) {
   auto got = run_to_end(*e);
   EXPECT_EQ(got[id].tokens, fake_greedy(prompt, kVocab, 20, -1));
   EXPECT_EQ(got[id].reason, FinishReason::kLength);
-  EXPECT_EQ(e->cache().num_used_blocks(), 0);
+  EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
 }
 
 TEST(Engine, StopsOnEosFromTheTokenizer) {
@@ -173,7 +174,7 @@ TEST(Engine, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
   std::vector<RequestOutput> outs;
   ASSERT_TRUE(e->step(outs).ok());
   ASSERT_TRUE(e->step(outs).ok());
-  EXPECT_GT(e->cache().num_used_blocks(), 0);
+  EXPECT_GT(e->block_manager().num_in_use_blocks(), 0);
   e->abort(a);      // running
   e->abort(b);      // waiting
   e->abort(12345);  // unknown: ignored
@@ -185,69 +186,87 @@ TEST(Engine, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
   }
   EXPECT_EQ(outs[0].num_output_tokens, 2);
   EXPECT_FALSE(e->has_unfinished());
-  EXPECT_EQ(e->cache().num_used_blocks(), 0);
+  EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
   EXPECT_TRUE(e->check_invariants().ok());
   EXPECT_EQ(e->stats().num_aborted, 2);
 }
 
-// Many requests of random lengths, random aborts, a pool small enough to
-// force preemption: invariants hold after every step, and every request that
-// was not aborted produces exactly the oracle's tokens.
-TEST(Engine, RandomizedInvariantsUnderPreemptionAndAborts) {
-  for (uint64_t seed : {1u, 2u, 3u}) {
-    EngineSetup s;
-    s.num_blocks = 40;  // 160 tokens for up to 8 sequences of up to 100
-    s.block_size = 4;
-    s.max_num_seqs = 8;
-    s.max_num_batched_tokens = 24;
-    auto e = make_engine(s, nullptr);
-    Rng rng(seed);
-    std::map<RequestId, std::vector<int32_t>> want;
-    std::map<RequestId, Collected> got;
-    std::vector<RequestId> ids;
-    std::vector<RequestOutput> outs;
-    int added = 0;
-    const int total = 60;
-    while (added < total || e->has_unfinished()) {
-      // Arrivals in bursts, between steps.
-      const int burst = added < total ? static_cast<int>(rng.next_u64() % 4) : 0;
-      for (int i = 0; i < burst && added < total; ++i, ++added) {
-        const int32_t len = 1 + static_cast<int32_t>(rng.next_u64() % 70);
-        const int32_t max_tokens = 1 + static_cast<int32_t>(rng.next_u64() % 30);
-        std::vector<int32_t> prompt = random_prompt(rng, len);
-        RequestId id = e->add_request(prompt, greedy(max_tokens)).value();
-        want[id] = fake_greedy(prompt, kVocab, max_tokens, -1);
-        ids.push_back(id);
+// Many requests of random lengths, many sharing a prefix, random aborts, a
+// pool small enough to force preemption and eviction: after every step the
+// invariants hold (free + in use + cached evictable = total, and the
+// recount), and every request that was not aborted produces exactly the
+// oracle's tokens, with and without prefix caching.
+TEST(Engine, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
+  for (uint64_t seed : {1u, 2u, 3u})
+    for (bool caching : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "seed " << seed << (caching ? ", prefix caching" : ", no caching"));
+      EngineSetup s;
+      s.num_blocks = 40;  // 160 tokens for up to 8 sequences of up to 100
+      s.block_size = 4;
+      s.max_num_seqs = 8;
+      s.max_num_batched_tokens = 24;
+      s.prefix_caching = caching;
+      auto e = make_engine(s, nullptr);
+      Rng rng(seed);
+      const std::vector<int32_t> shared[2] = {random_prompt(rng, 23), random_prompt(rng, 9)};
+      std::map<RequestId, std::vector<int32_t>> want;
+      std::map<RequestId, Collected> got;
+      std::vector<RequestId> ids;
+      std::vector<RequestOutput> outs;
+      int added = 0;
+      const int total = 60;
+      while (added < total || e->has_unfinished()) {
+        // Arrivals in bursts, between steps.
+        const int burst = added < total ? static_cast<int>(rng.next_u64() % 4) : 0;
+        for (int i = 0; i < burst && added < total; ++i, ++added) {
+          const int32_t len = 1 + static_cast<int32_t>(rng.next_u64() % 70);
+          const int32_t max_tokens = 1 + static_cast<int32_t>(rng.next_u64() % 30);
+          std::vector<int32_t> prompt = random_prompt(rng, len);
+          if (rng.next_u64() % 3 != 0) {  // two in three start with a shared prefix
+            const std::vector<int32_t>& pre = shared[rng.next_u64() % 2];
+            prompt.insert(prompt.begin(), pre.begin(), pre.end());
+            prompt.resize(std::min<size_t>(prompt.size(), 70));
+          }
+          RequestId id = e->add_request(prompt, greedy(max_tokens)).value();
+          want[id] = fake_greedy(prompt, kVocab, max_tokens, -1);
+          ids.push_back(id);
+        }
+        if (!ids.empty() && rng.next_u64() % 10 == 0) e->abort(ids[rng.next_u64() % ids.size()]);
+        ASSERT_TRUE(e->step(outs).ok());
+        const Status inv = e->check_invariants();
+        ASSERT_TRUE(inv.ok()) << inv.to_string();
+        for (const RequestOutput& o : outs) {
+          Collected& c = got[o.id];
+          EXPECT_EQ(c.reason, FinishReason::kNone) << "output after finish";
+          c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+          c.reason = o.finish_reason;
+        }
       }
-      if (!ids.empty() && rng.next_u64() % 10 == 0) e->abort(ids[rng.next_u64() % ids.size()]);
-      ASSERT_TRUE(e->step(outs).ok());
-      const Status inv = e->check_invariants();
-      ASSERT_TRUE(inv.ok()) << inv.to_string();
-      for (const RequestOutput& o : outs) {
-        Collected& c = got[o.id];
-        EXPECT_EQ(c.reason, FinishReason::kNone) << "output after finish";
-        c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-        c.reason = o.finish_reason;
+      int aborted = 0;
+      for (const auto& [id, tokens] : want) {
+        const Collected& c = got[id];
+        ASSERT_NE(c.reason, FinishReason::kNone) << "request " << id << " never finished";
+        if (c.reason == FinishReason::kAbort) {
+          ++aborted;
+          EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
+              << "prefix before the abort";
+          continue;
+        }
+        EXPECT_EQ(c.reason, FinishReason::kLength);
+        EXPECT_EQ(c.tokens, tokens) << "request " << id;
       }
+      EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
+      EXPECT_GT(e->stats().num_preemptions, 0) << "the pool was meant to force preemption";
+      if (caching) {
+        EXPECT_GT(e->stats().prefix_cache_hits, 0);
+        EXPECT_GT(e->block_manager().num_evictions(), 0) << "the pool was meant to force eviction";
+      } else {
+        EXPECT_EQ(e->stats().prefix_cache_hits, 0);
+      }
+      EXPECT_GT(aborted, 0);
+      EXPECT_LT(aborted, total);
     }
-    int aborted = 0;
-    for (const auto& [id, tokens] : want) {
-      const Collected& c = got[id];
-      ASSERT_NE(c.reason, FinishReason::kNone) << "request " << id << " never finished";
-      if (c.reason == FinishReason::kAbort) {
-        ++aborted;
-        EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), tokens.begin()))
-            << "prefix before the abort";
-        continue;
-      }
-      EXPECT_EQ(c.reason, FinishReason::kLength);
-      EXPECT_EQ(c.tokens, tokens) << "request " << id;
-    }
-    EXPECT_EQ(e->cache().num_used_blocks(), 0);
-    EXPECT_GT(e->stats().num_preemptions, 0) << "the pool was meant to force preemption";
-    EXPECT_GT(aborted, 0);
-    EXPECT_LT(aborted, total);
-  }
 }
 
 TEST(Engine, OutputIndependentOfBudgetAndBatch) {
@@ -383,7 +402,7 @@ TEST(Engine, AddAndAbortFromOtherThreadsWhileStepping) {
   joiner.join();
   EXPECT_EQ(got.size(), 100u) << "every request reports a finish";
   for (const auto& [id, tokens] : want) EXPECT_EQ(got[id].tokens, tokens);
-  EXPECT_EQ(e->cache().num_used_blocks(), 0);
+  EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
 }
 
 }  // namespace

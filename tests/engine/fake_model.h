@@ -2,7 +2,8 @@
 // A fake model for engine tests: fast, and an exact oracle.
 //
 // It stores (token, position) as the K/V of every token in a real
-// PagedKVCache (gather path), reads each sampling sequence's whole history
+// PagedKVStorage (gather path) that it owns, as a runner does, addressed by
+// the batch's slots and block tables; it reads each sampling sequence's whole history
 // back through the block table, checks the positions, and derives the logits
 // from a hash of the history's tokens. So its output depends on exactly what
 // the cache holds: a wrong slot, a shared block or a bad recompute changes
@@ -18,6 +19,7 @@
 #include "engine/model_runner.h"
 #include "engine/rng.h"
 #include "engine/text_stream.h"
+#include "kvcache/paged_kv_storage.h"
 
 namespace nanoserve::testing {
 
@@ -74,11 +76,35 @@ class FakeModel final : public ModelRunner {
   const ModelConfig& config() const override { return config_; }
   int64_t num_forwards() const { return num_forwards_; }
   int64_t max_tokens_seen() const { return max_tokens_seen_; }
+  int64_t tokens_computed() const { return tokens_computed_; }  // over all forwards
+  // The next forward fails (then forwards work again).
+  void fail_next_forward() { fail_next_ = true; }
 
-  StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache) override {
+  int64_t kv_bytes_per_block(int32_t block_size) const override {
+    return PagedKVStorage::bytes_per_block(config_, block_size, DType::kF32);
+  }
+  Status init_kv_cache(int32_t num_blocks, int32_t block_size) override {
+    PagedKVStorageOptions o;
+    o.num_blocks = num_blocks;
+    o.block_size = block_size;
+    o.max_seq_len = config_.context_length;
+    o.max_num_seqs = static_cast<int32_t>(logits_.dim(0));
+    o.fused_read = false;
+    NS_ASSIGN_OR_RETURN(storage_, PagedKVStorage::create(config_, o, nullptr));
+    return Status();
+  }
+
+  StatusOr<Tensor> forward(const ForwardBatch& batch) override {
+    NS_CHECK(storage_ != nullptr) << "forward before init_kv_cache";
+    if (fail_next_) {
+      fail_next_ = false;
+      return internal_error("fake model: failing this forward, as asked");
+    }
+    KVCache& cache = *storage_;
     NS_RETURN_IF_ERROR(cache.begin_step(batch));
     ++num_forwards_;
     const int32_t T = batch.num_tokens();
+    tokens_computed_ += T;
     max_tokens_seen_ = std::max<int64_t>(max_tokens_seen_, T);
     Tensor kv = kv_.slice_rows(0, T);
     float* p = kv.data_as<float>();
@@ -111,8 +137,11 @@ class FakeModel final : public ModelRunner {
   Tensor kv_;      // [max_tokens_per_step, 1, 2] (token, position)
   Tensor logits_;  // [max_seqs, vocab]
   std::vector<int32_t> history_;
+  std::unique_ptr<PagedKVStorage> storage_;
   int64_t num_forwards_ = 0;
   int64_t max_tokens_seen_ = 0;
+  int64_t tokens_computed_ = 0;
+  bool fail_next_ = false;
 };
 
 // Token t reads as one letter, 'a' + t % 26; ids in `eos` end generation.

@@ -17,8 +17,7 @@ std::unique_ptr<Engine> make_engine(const TextStreamFactory* text) {
   c.block_size = 4;
   c.max_num_seqs = 4;
   c.max_num_batched_tokens = 16;
-  c.fused_read = false;
-  return std::move(Engine::create(c, std::make_unique<FakeModel>(32, 16, 4), text, nullptr).value());
+  return std::move(Engine::create(c, std::make_unique<FakeModel>(32, 16, 4), text).value());
 }
 
 TEST(Generate, ReturnsCompletionsInPromptOrder) {
@@ -59,7 +58,7 @@ TEST(Generate, PerPromptParamsAndRejection) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("prompt 1"), std::string::npos) << bad.status().message();
   EXPECT_FALSE(e->has_unfinished()) << "the accepted prompt 0 was aborted";
-  EXPECT_EQ(e->cache().num_used_blocks(), 0);
+  EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
 
   std::vector<SamplingParams> three(3);
   EXPECT_FALSE(generate(*e, prompts, three).ok());

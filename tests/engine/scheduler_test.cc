@@ -10,34 +10,34 @@
 namespace nanoserve {
 namespace {
 
-// A scheduler over a real paged cache of `num_blocks` blocks of 4 tokens.
+// A scheduler over a block manager of `num_blocks` blocks of 4 tokens
+// (prefix caching off unless asked: the prompts here are alike).
 struct Fixture {
-  Fixture(int32_t num_blocks, int32_t max_seqs, int32_t budget) {
-    PagedKVCacheOptions o;
-    o.block_size = 4;
-    o.num_blocks = num_blocks;
-    o.max_num_seqs = max_seqs;
-    o.max_num_batched_tokens = budget;
-    o.fused_read = false;
-    cache = std::move(PagedKVCache::create(testing::fake_config(32), o, nullptr).value());
+  Fixture(int32_t num_blocks, int32_t max_seqs, int32_t budget, bool prefix_caching = false) {
+    BlockManagerConfig bc;
+    bc.block_size = 4;
+    bc.num_blocks = num_blocks;
+    bc.max_num_seqs = max_seqs;
+    bc.max_seq_len = 1 << 20;
+    bc.enable_prefix_caching = prefix_caching;
     SchedulerConfig sc;
     sc.max_num_seqs = max_seqs;
     sc.max_num_batched_tokens = budget;
-    scheduler = std::make_unique<Scheduler>(sc, *cache);
+    scheduler = std::make_unique<Scheduler>(sc, bc);
   }
-  Request* add(int prompt_len, int max_tokens = 100) {
+  Request* add(int prompt_len, int max_tokens = 100, int32_t token = 1) {
     SamplingParams p;
     p.max_tokens = max_tokens;
-    requests.push_back(std::make_unique<Request>(requests.size() + 1, std::vector<int32_t>(prompt_len, 1), p,
-                                                 0, std::span<const int32_t>{}, nullptr));
+    requests.push_back(std::make_unique<Request>(requests.size() + 1, std::vector<int32_t>(prompt_len, token),
+                                                 p, 0, std::span<const int32_t>{}, nullptr));
     scheduler->add(requests.back().get());
     return requests.back().get();
   }
   // What the engine does after a step: advance, and append a token where sampled.
   const SchedulerStep& step() {
     const SchedulerStep& s = scheduler->schedule();
+    scheduler->commit(s);
     for (const ScheduledChunk& c : s.chunks) {
-      c.request->num_computed += c.num_tokens;
       if (c.samples) c.request->output.push_back(3);
     }
     return s;
@@ -47,7 +47,7 @@ struct Fixture {
       if (c.request == r) return c.num_tokens;
     return 0;
   }
-  std::unique_ptr<PagedKVCache> cache;
+  const BlockManager& blocks() const { return scheduler->block_manager(); }
   std::unique_ptr<Scheduler> scheduler;
   std::vector<std::unique_ptr<Request>> requests;
 };
@@ -75,7 +75,7 @@ TEST(Scheduler, LongPromptIsChunkedToTheBudgetAndSamplesOnlyAtTheEnd) {
   EXPECT_EQ(chunks, (std::vector<int32_t>{16, 16, 8, 1}));
   EXPECT_EQ(samples, (std::vector<bool>{false, false, true, true}));
   EXPECT_EQ(r->output.size(), 2u);
-  EXPECT_EQ(f.cache->seq_capacity(r->seq), 44) << "blocks reserved for 41 tokens, 4 per block";
+  EXPECT_EQ(f.blocks().seq_capacity(r->seq), 44) << "blocks reserved for 41 tokens, 4 per block";
 }
 
 TEST(Scheduler, DecodesFirstPrefillsTakeTheRest) {
@@ -112,7 +112,7 @@ TEST(Scheduler, AdmissionNeedsFreeBlocksAndKeepsOrder) {
   EXPECT_EQ(b->status, RequestStatus::kWaiting);
   EXPECT_EQ(c->status, RequestStatus::kWaiting);
   f.scheduler->remove(a);  // a finishes: its blocks come back
-  EXPECT_EQ(f.cache->num_free_blocks(), 4);
+  EXPECT_EQ(f.blocks().num_free_blocks(), 4);
   const SchedulerStep& s2 = f.step();
   EXPECT_EQ(s2.chunks.size(), 2u);
   EXPECT_EQ(b->status, RequestStatus::kRunning);
@@ -124,7 +124,7 @@ TEST(Scheduler, DecodeWithoutABlockPreemptsTheNewest) {
   Request* a = f.add(8);
   Request* b = f.add(8);
   f.step();  // a, b: 2 blocks each, pool full; each sampled one token
-  ASSERT_EQ(f.cache->num_free_blocks(), 0);
+  ASSERT_EQ(f.blocks().num_free_blocks(), 0);
   // Both decode position 8, which needs a third block each.
   const SchedulerStep& s = f.step();
   EXPECT_EQ(s.num_preempted, 1);
@@ -132,7 +132,7 @@ TEST(Scheduler, DecodeWithoutABlockPreemptsTheNewest) {
   EXPECT_EQ(s.chunks[0].request, a);
   EXPECT_EQ(b->status, RequestStatus::kWaiting);
   EXPECT_EQ(b->seq, -1);
-  EXPECT_EQ(b->num_computed, 0);
+  EXPECT_EQ(f.scheduler->num_computed(b), 0);
   EXPECT_EQ(b->output.size(), 1u) << "recompute keeps the generated tokens";
   EXPECT_EQ(b->num_preemptions, 1);
   EXPECT_EQ(f.scheduler->waiting().front(), b);
@@ -168,12 +168,44 @@ TEST(Scheduler, RemoveFromWaitingAndRunningFreesBlocks) {
   Request* a = f.add(10);
   f.step();
   Request* b = f.add(5);
-  EXPECT_GT(f.cache->num_used_blocks(), 0);
+  EXPECT_GT(f.blocks().num_in_use_blocks(), 0);
   f.scheduler->remove(a);
   f.scheduler->remove(b);
-  EXPECT_EQ(f.cache->num_used_blocks(), 0);
+  EXPECT_EQ(f.blocks().num_in_use_blocks(), 0);
   EXPECT_TRUE(f.scheduler->running().empty());
   EXPECT_TRUE(f.scheduler->waiting().empty());
+}
+
+TEST(Scheduler, AdmissionStartsAfterTheCachedPrefixAndCountsIt) {
+  Fixture f(16, 4, 64, /*prefix_caching=*/true);
+  Request* a = f.add(10, 100, 5);
+  f.step();
+  EXPECT_EQ(f.scheduler->prefix_cache_queries(), 10);
+  EXPECT_EQ(f.scheduler->prefix_cache_hits(), 0);
+  Request* b = f.add(10, 100, 5);  // the same prompt: its first two blocks are cached
+  const SchedulerStep& s = f.step();
+  EXPECT_EQ(f.tokens_of(s, b), 2) << "8 of 10 prompt tokens come from the cache";
+  EXPECT_EQ(f.scheduler->prefix_cache_queries(), 20);
+  EXPECT_EQ(f.scheduler->prefix_cache_hits(), 8);
+  EXPECT_EQ(f.blocks().block_table(a->seq)[0], f.blocks().block_table(b->seq)[0]);
+  EXPECT_TRUE(f.blocks().check_invariants().ok());
+}
+
+TEST(Scheduler, PreemptionKeepsCachedBlocksForTheReadmission) {
+  Fixture f(4, 4, 64, /*prefix_caching=*/true);
+  Request* a = f.add(8, 100, 1);
+  Request* b = f.add(8, 100, 2);
+  f.step();  // 2 full blocks each, all cached
+  EXPECT_EQ(f.blocks().num_cached_blocks(), 4);
+  f.step();  // both need a third block: b is preempted, its blocks stay cached
+  EXPECT_EQ(b->status, RequestStatus::kWaiting);
+  EXPECT_EQ(f.blocks().num_evictable_blocks(), 1) << "b's first block; its tail block went to a's growth";
+  f.scheduler->remove(a);
+  const SchedulerStep& s = f.step();
+  ASSERT_EQ(s.chunks.size(), 1u);
+  EXPECT_EQ(s.chunks[0].request, b);
+  EXPECT_EQ(s.chunks[0].num_tokens, 5) << "recompute of 9 tokens starts after the cached block";
+  EXPECT_TRUE(f.blocks().check_invariants().ok());
 }
 
 }  // namespace

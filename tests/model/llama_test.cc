@@ -6,7 +6,6 @@
 #include <string>
 
 #include "kvcache/naive_kv_cache.h"
-#include "kvcache/paged_kv_cache.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -132,31 +131,23 @@ TEST_F(Llama, NaiveAndPagedCachesAgreeBitwise) {
   NaiveKVCache naive(model_->config(), 1, 80);
   const auto ref = greedy(*model_, naive, ws, 0, p, 8);
   for (bool fused : {false, true}) {
-    PagedKVCacheOptions o;
-    o.block_size = 16;
-    o.num_blocks = 8;
-    o.max_num_seqs = 2;
-    o.max_num_batched_tokens = 64;
-    o.max_seq_len = 80;
-    o.fused_read = fused;
-    auto paged = PagedKVCache::create(model_->config(), o, &model_->pool());
-    ASSERT_TRUE(paged.ok()) << paged.status().to_string();
-    auto seq = (*paged)->add_sequence();
-    ASSERT_TRUE(seq.ok());
+    auto paged = testing::make_paged_cache(model_->config(), 16, 8, 2, 80, fused, &model_->pool());
+    ASSERT_NE(paged, nullptr);
+    const int32_t seq = paged->add_sequence();
     // Compare logits at every step, not only tokens.
     NaiveKVCache n2(model_->config(), 1, 80);
-    ForwardBatch bn = make_batch({p}, {0}, {0}), bp = make_batch({p}, {0}, {*seq});
+    ForwardBatch bn = make_batch({p}, {0}, {0}), bp = make_batch({p}, {0}, {seq});
     int32_t pos = static_cast<int32_t>(p.size());
     for (int i = 0; i < 8; ++i) {
       auto ln = model_->forward(bn, n2, ws);
       ASSERT_TRUE(ln.ok());
       std::vector<float> lnv(ln->data_as<const float>(), ln->data_as<const float>() + vocab_);
-      auto lp = model_->forward(bp, **paged, ws);
+      auto lp = model_->forward(bp, *paged, ws);
       ASSERT_TRUE(lp.ok()) << lp.status().to_string();
       ASSERT_EQ(std::memcmp(lp->data_as<const float>(), lnv.data(), vocab_ * 4), 0)
           << (fused ? "fused" : "gather") << " read, step " << i;
       bn = make_batch({{ref[i]}}, {pos}, {0});
-      bp = make_batch({{ref[i]}}, {pos}, {*seq});
+      bp = make_batch({{ref[i]}}, {pos}, {seq});
       ++pos;
     }
   }

@@ -1,6 +1,8 @@
 #pragma once
-// Test helper: the default model loaded once, and plain greedy stepping of
-// whole sequences through any KVCache.
+// Test helper: the default model loaded once, plain greedy stepping of
+// whole sequences through any KVCache, and a paged cache that hands out its
+// own blocks (what the engine's block manager does) for tests that drive the
+// forward directly.
 
 #include <gtest/gtest.h>
 
@@ -9,7 +11,9 @@
 
 #include "core/thread_pool.h"
 #include "io/gguf.h"
+#include "kvcache/block_manager.h"
 #include "kvcache/kv_cache.h"
+#include "kvcache/paged_kv_storage.h"
 #include "model/llama.h"
 
 namespace nanoserve::testing {
@@ -37,10 +41,70 @@ inline const LoadedModel& default_model() {
   return *m;
 }
 
+// A block manager and a paged storage behind the KVCache interface: each
+// begin_step grows the batch's sequences to their context_len, fills the
+// block tables and slots into a copy of the batch, and hands that to the storage.
+class PagedCacheForTests final : public KVCache {
+ public:
+  PagedCacheForTests(const BlockManagerConfig& bc, std::unique_ptr<PagedKVStorage> storage)
+      : blocks_(bc), storage_(std::move(storage)) {}
+
+  Status begin_step(const ForwardBatch& batch) override {
+    step_ = batch;
+    for (int32_t b = 0; b < batch.num_seqs(); ++b) {
+      if (!blocks_.is_live(batch.seq_ids[b])) return invalid_argument("not a live sequence");
+      NS_RETURN_IF_ERROR(blocks_.reserve(batch.seq_ids[b], batch.context_lens[b]));
+    }
+    blocks_.fill_batch(step_);
+    return storage_->begin_step(step_);
+  }
+  const KVHistory& append(int layer, const Tensor& k, const Tensor& v) override {
+    return storage_->append(layer, k, v);
+  }
+  bool has_fused_read() const override { return storage_->has_fused_read(); }
+  void paged_attention(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int n_rep, float scale,
+                       Tensor& out) override {
+    storage_->paged_attention(layer, q, k, v, n_rep, scale, out);
+  }
+
+  BlockManager& blocks() { return blocks_; }
+  PagedKVStorage& storage() { return *storage_; }
+  int32_t add_sequence() { return *blocks_.add_sequence(); }
+
+ private:
+  BlockManager blocks_;
+  std::unique_ptr<PagedKVStorage> storage_;
+  ForwardBatch step_;
+};
+
+// A paged cache for the model's shape: num_blocks blocks of block_size, f32 unless asked.
+inline std::unique_ptr<PagedCacheForTests> make_paged_cache(const ModelConfig& config, int32_t block_size,
+                                                            int32_t num_blocks, int32_t max_num_seqs,
+                                                            int64_t max_seq_len, bool fused_read,
+                                                            ThreadPool* pool, DType dtype = DType::kF32) {
+  BlockManagerConfig bc;
+  bc.num_blocks = num_blocks;
+  bc.block_size = block_size;
+  bc.max_num_seqs = max_num_seqs;
+  bc.max_seq_len = max_seq_len;
+  bc.enable_prefix_caching = false;
+  PagedKVStorageOptions o;
+  o.num_blocks = num_blocks;
+  o.block_size = block_size;
+  o.dtype = dtype;
+  o.max_seq_len = max_seq_len;
+  o.max_num_seqs = max_num_seqs;
+  o.fused_read = fused_read;
+  auto storage = PagedKVStorage::create(config, o, pool);
+  EXPECT_TRUE(storage.ok()) << storage.status().to_string();
+  if (!storage.ok()) return nullptr;
+  return std::make_unique<PagedCacheForTests>(bc, std::move(storage).value());
+}
+
 // A batch of whole new segments: sequence b gets tokens segs[b] at positions
 // starts[b].., and logits for its last token.
-inline ForwardBatch make_batch(const std::vector<std::vector<int32_t>>& segs, const std::vector<int32_t>& starts,
-                               const std::vector<int32_t>& seq_ids) {
+inline ForwardBatch make_batch(const std::vector<std::vector<int32_t>>& segs,
+                               const std::vector<int32_t>& starts, const std::vector<int32_t>& seq_ids) {
   ForwardBatch b;
   b.seq_starts.push_back(0);
   for (size_t i = 0; i < segs.size(); ++i) {

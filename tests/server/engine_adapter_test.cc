@@ -28,7 +28,7 @@ class EngineAdapterTest : public ::testing::Test {
     c.max_num_batched_tokens = 32;
     c.fused_read = false;  // the fake model reads history through the gather path
     auto model = std::make_unique<nanoserve::testing::FakeModel>(kVocab, 32, 8);
-    auto e = Engine::create(c, std::move(model), &text_, nullptr);
+    auto e = Engine::create(c, std::move(model), &text_);
     ASSERT_TRUE(e.ok()) << e.status().to_string();
     engine_ = std::move(e).value();
     adapter_ = std::make_unique<EngineAdapter>(*engine_);

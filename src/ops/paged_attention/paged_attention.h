@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace nanoserve {
@@ -48,6 +49,13 @@ struct PagedAttentionArgs {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+
+  // 16-bit pools, read by paged_attention_cpu only: when kv_dtype is kF16 or
+  // kBF16, k_pool16/v_pool16 (same layout) are read instead of k_pool/v_pool,
+  // each row widened to f32 exactly before the same reduction.
+  DType kv_dtype = DType::kF32;
+  const uint16_t* k_pool16 = nullptr;
+  const uint16_t* v_pool16 = nullptr;
 };
 
 // INVALID_ARGUMENT naming the first inconsistency: dims, seq_starts not

@@ -1,9 +1,9 @@
-// The paged cache under the real forward pass of the default model.
+// The paged storage (blocks from a block manager) under the real forward pass of the default model.
 //   - paged == naive: greedy tokens and every step's logits bitwise equal, for
 //     four prompts of 15, 16, 17 and 33 tokens batched together (their blocks
 //     interleave in the shared pool), 32 generated tokens, block sizes 1, 2,
 //     16 and 32, through the fused read. (The gather read equals the fused one
-//     in paged_kv_cache_test.cc, and the naive cache in model/llama_test.cc;
+//     in paged_kv_storage_test.cc, and the naive cache in model/llama_test.cc;
 //     each run here costs 33 forward steps of the model, so CI time decides.)
 //   - which read runs: a spying cache counts the calls the forward makes.
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kvcache/naive_kv_cache.h"
-#include "kvcache/paged_kv_cache.h"
+#include "kvcache/paged_kv_storage.h"
 #include "model/llama.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -30,7 +30,7 @@ using testing::make_batch;
 constexpr int kNewTokens = 32;
 const std::vector<int32_t> kPromptLens = {15, 16, 17, 33};
 
-class PagedKVCacheModel : public ::testing::Test {
+class PagedKVStorageModel : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_NE(default_model().model, nullptr)
@@ -92,7 +92,7 @@ class PagedKVCacheModel : public ::testing::Test {
   const LlamaModel* model_ = nullptr;
 };
 
-TEST_F(PagedKVCacheModel, GreedyTokensAndLogitsEqualNaiveCache) {
+TEST_F(PagedKVStorageModel, GreedyTokensAndLogitsEqualNaiveCache) {
   NaiveKVCache naive(model_->config(), 4, 80);
   std::vector<std::vector<int32_t>> naive_tokens;
   const std::vector<float> naive_logits = run(naive, {0, 1, 2, 3}, &naive_tokens);
@@ -101,19 +101,15 @@ TEST_F(PagedKVCacheModel, GreedyTokensAndLogitsEqualNaiveCache) {
   for (int32_t block_size : {1, 2, 16, 32}) {
     {
       SCOPED_TRACE(::testing::Message() << "block_size " << block_size);
-      PagedKVCacheOptions o;
-      o.block_size = block_size;
-      o.max_tokens = 4 * 80 + 4 * block_size;  // room for every sequence's last partial block
-      o.max_num_seqs = 4;
-      o.max_num_batched_tokens = 128;
-      o.max_seq_len = 80;
-      o.fused_read = true;
-      auto cache = PagedKVCache::create(model_->config(), o, &model_->pool());
-      ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+      // Room for every sequence's last partial block.
+      const int32_t num_blocks = (4 * 80 + 4 * block_size + block_size - 1) / block_size;
+      auto cache =
+          testing::make_paged_cache(model_->config(), block_size, num_blocks, 4, 80, true, &model_->pool());
+      ASSERT_NE(cache, nullptr);
       std::vector<int32_t> seq_ids;
-      for (int i = 0; i < 4; ++i) seq_ids.push_back(*(*cache)->add_sequence());
+      for (int i = 0; i < 4; ++i) seq_ids.push_back(cache->add_sequence());
       std::vector<std::vector<int32_t>> tokens;
-      const std::vector<float> logits = run(**cache, seq_ids, &tokens);
+      const std::vector<float> logits = run(*cache, seq_ids, &tokens);
       EXPECT_EQ(tokens, naive_tokens);
       ASSERT_EQ(logits.size(), naive_logits.size());
       const int64_t row = model_->config().vocab_size;
@@ -123,7 +119,7 @@ TEST_F(PagedKVCacheModel, GreedyTokensAndLogitsEqualNaiveCache) {
       }
       // Blocks of the four sequences interleave in the pool (they grew together).
       if (block_size <= 2) {
-        const auto t0 = (*cache)->block_table(seq_ids[0]);
+        const auto t0 = cache->blocks().block_table(seq_ids[0]);
         ASSERT_GE(t0.size(), 2u);
         bool scattered = false;
         for (size_t i = 1; i < t0.size(); ++i) scattered |= t0[i] != t0[i - 1] + 1;
@@ -169,7 +165,7 @@ void expect_reads(const SpyKVCache& spy, int appends, int fused, int step) {
   }
 }
 
-TEST_F(PagedKVCacheModel, ForwardUsesTheFusedReadOncePerLayerWhenOffered) {
+TEST_F(PagedKVStorageModel, ForwardUsesTheFusedReadOncePerLayerWhenOffered) {
   const int64_t n_layers = model_->config().n_layers;
   Workspace ws = model_->make_workspace(16, 1, 32);
   const std::vector<int32_t> prompt = {1, 504, 3458, 282, 4649};
@@ -178,16 +174,10 @@ TEST_F(PagedKVCacheModel, ForwardUsesTheFusedReadOncePerLayerWhenOffered) {
     std::unique_ptr<KVCache> inner;
     int32_t seq = 0;
     if (kind < 2) {
-      PagedKVCacheOptions o;
-      o.block_size = 4;
-      o.num_blocks = 8;
-      o.max_num_seqs = 1;
-      o.max_num_batched_tokens = 16;
-      o.fused_read = kind == 0;
-      auto c = PagedKVCache::create(model_->config(), o, &model_->pool());
-      ASSERT_TRUE(c.ok());
-      seq = *(*c)->add_sequence();
-      inner = std::move(c).value();
+      auto c = testing::make_paged_cache(model_->config(), 4, 8, 1, 32, kind == 0, &model_->pool());
+      ASSERT_NE(c, nullptr);
+      seq = c->add_sequence();
+      inner = std::move(c);
     } else {
       inner = std::make_unique<NaiveKVCache>(model_->config(), 1, 32);
     }
