@@ -1,6 +1,6 @@
 #pragma once
-// Engine flags shared by generate, bench and serve: scheduler limits, the KV
-// pool size, threads.
+// Engine flags shared by generate, bench and serve: where the model comes
+// from (--load-format, --model-shape), scheduler limits, the KV pool size, threads.
 
 #include <CLI/CLI.hpp>
 
@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "model/model_source.h"
 
 namespace nanoserve::cli {
 
@@ -15,11 +16,19 @@ struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_memory;  // "1073741824", "512M", "2G"
   int threads = 0;              // 0: all cores
+  std::string load_format = "auto";  // auto | gguf | safetensors | dummy
+  std::string model_shape;           // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m
 };
 
 void add_engine_flags(CLI::App* sub, EngineFlags& flags);
 
 // The EngineConfig the flags describe; INVALID_ARGUMENT naming the flag.
 StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& flags);
+
+// Where the model comes from: `model_arg` (-m; empty: the default model) with
+// --load-format and --model-shape. With a shape the weights are dummy and the
+// tokenizer is -m's (the default model's without -m). INVALID_ARGUMENT naming
+// the flag: an unknown format or shape, a shape without --load-format dummy.
+StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& flags, const std::string& model_arg);
 
 }  // namespace nanoserve::cli

@@ -1,6 +1,7 @@
 #pragma once
 // The llama forward pass as the engine's ModelRunner, and the one call that
-// turns a GGUF path into a ready Engine (model, tokenizer, KV cache).
+// turns a model path (GGUF file, HF folder, or dummy weights: model/model_source.h)
+// into a ready Engine (model, tokenizer, KV cache).
 
 #include <cstdint>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "engine/tokenizer_text.h"
 #include "io/gguf.h"
 #include "model/llama.h"
+#include "model/model_source.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
@@ -38,15 +40,19 @@ class LlamaRunner final : public ModelRunner {
 
 // Members in construction order; destroyed engine first, file last.
 struct LoadedEngine {
-  std::shared_ptr<const GgufFile> file;
+  std::shared_ptr<const GgufFile> file;  // the GGUF file, when the model came from one
+  ModelSource source;                    // config and tensors (its tokenizer moved below)
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenizerText> text;
   std::unique_ptr<Engine> engine;
 };
 
-// Opens the GGUF, loads weights and tokenizer, and sizes the KV cache (print
-// engine->capacity_line() at start-up). `pool` must outlive the result.
-StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config,
+// Opens the model (open_model_source), loads weights and tokenizer, and sizes
+// the KV cache (print engine->capacity_line() at start-up). `pool` must
+// outlive the result.
+StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& config, ThreadPool& pool);
+// The same for a GGUF file or HF folder, detected from the path.
+StatusOr<LoadedEngine> load_engine(const std::string& model_path, const EngineConfig& config,
                                    ThreadPool& pool);
 
 }  // namespace nanoserve
