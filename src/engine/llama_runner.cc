@@ -40,12 +40,20 @@ StatusOr<Tensor> LlamaRunner::forward(const ForwardBatch& batch) {
   return model_->forward(batch, *cache_, ws_);
 }
 
-StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config,
+StatusOr<LoadedEngine> load_engine(const std::string& model_path, const EngineConfig& config,
                                    ThreadPool& pool) {
+  ModelSpec spec;
+  spec.path = model_path;
+  return load_engine(spec, config, pool);
+}
+
+StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& config, ThreadPool& pool) {
   LoadedEngine le;
-  NS_ASSIGN_OR_RETURN(le.file, GgufFile::open(gguf_path));
-  NS_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::from_gguf(*le.file));
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(le.file, pool));
+  NS_ASSIGN_OR_RETURN(le.source, open_model_source(spec));
+  le.file = le.source.gguf;
+  le.tokenizer = std::move(le.source.tokenizer);
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                      LlamaModel::load(le.source.config, le.source.tensors, pool));
   const int64_t max_len = config.max_model_len > 0 ? config.max_model_len : model->config().context_length;
   if (max_len <= 0) return invalid_argument("max_model_len: the model has no context length; set one");
   if (le.tokenizer->n_vocab() > model->config().vocab_size) {

@@ -55,6 +55,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
   std::vector<int32_t>& eos = t->eos_ids_;
   if (vd.eos_id >= 0) eos.push_back(vd.eos_id);
   if (vd.eot_id >= 0) eos.push_back(vd.eot_id);
+  for (int32_t id : vd.extra_eos_ids) {
+    if (id >= 0) eos.push_back(id);
+  }
   if (!vd.chat_template.empty()) {
     auto tmpl = ChatTemplate::parse(vd.chat_template);
     if (tmpl.ok()) {
