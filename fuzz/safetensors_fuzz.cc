@@ -13,10 +13,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // An exact-size heap copy, so any read past the end is an ASan report.
   auto owned = std::make_shared<std::vector<uint8_t>>(data, data + size);
-  auto parsed = nanoserve::SafetensorsFile::parse(owned->empty() ? nullptr : owned->data(), owned->size(), owned,
-                                                  "fuzz.safetensors");
+  auto parsed = nanoserve::SafetensorsFile::parse(owned->empty() ? nullptr : owned->data(), owned->size(),
+                                                  owned, "fuzz.safetensors");
   if (!parsed.ok()) {
-    if (parsed.status().message().rfind("fuzz.safetensors: ", 0) != 0) __builtin_trap();  // errors name the file
+    if (parsed.status().message().rfind("fuzz.safetensors: ", 0) != 0)
+      __builtin_trap();  // errors name the file
     return 0;
   }
   const nanoserve::SafetensorsFile& f = **parsed;

@@ -108,7 +108,8 @@ int run_generate(GenerateArgs a) {
   const auto t_load = Clock::now();
   ThreadPool pool(a.engine.threads);
   StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
-  StatusOr<LoadedEngine> le = spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
+  StatusOr<LoadedEngine> le =
+      spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
   if (!le.ok()) return fail(path + ": " + le.status().to_string());
   const double load_s = seconds(Clock::now() - t_load);
   const Tokenizer& tok = *le->tokenizer;
@@ -145,7 +146,8 @@ CommandRun add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd =
       app.add_subcommand("generate", "Generate text from a prompt on the CPU, streaming to stdout");
-  cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
+  cmd->add_option("-m,--model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   cmd->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
   cmd->add_option("-n,--max-tokens", args->n, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));

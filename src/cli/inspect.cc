@@ -1,9 +1,8 @@
 // nanoserve inspect [MODEL]
 //
-// Prints what a GGUF file holds (a Hugging Face folder: cli/inspect_hf.h): format facts, the model's hyperparameters
-// (ModelConfig), the tokenizer, the chat template, and a table of tensors with
-// per-dtype totals. --metadata lists every metadata key too. A broken file
-// prints its Status and exits 1.
+// Prints what a GGUF file holds (a Hugging Face folder: cli/inspect_hf.h): format facts, the model's
+// hyperparameters (ModelConfig), the tokenizer, the chat template, and a table of tensors with per-dtype
+// totals. --metadata lists every metadata key too. A broken file prints its Status and exits 1.
 
 #include <cinttypes>
 #include <cstdio>
@@ -227,9 +226,9 @@ int run_inspect(const InspectArgs& a) {
 
 CommandRun add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* sub =
-      app.add_subcommand("inspect", "Print a model's hyperparameters, tokenizer and tensors");
-  sub->add_option("model", args->model, "GGUF file or Hugging Face folder (default: the bundled default model)");
+  CLI::App* sub = app.add_subcommand("inspect", "Print a model's hyperparameters, tokenizer and tensors");
+  sub->add_option("model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_flag("--metadata", args->metadata, "Also list every metadata key and value");
   sub->add_flag("--no-tensors", args->no_tensors, "Leave out the tensor table");
   return [args] { return run_inspect(*args); };

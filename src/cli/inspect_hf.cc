@@ -27,16 +27,17 @@ int run_inspect_hf(const std::string& folder, bool no_tensors) {
   std::printf("folder: %s\n  Hugging Face safetensors, %zu shard%s, %zu tensors\n", folder.c_str(),
               (*ckpt)->shards().size(), (*ckpt)->shards().size() == 1 ? "" : "s", (*ckpt)->names().size());
   for (const auto& shard : (*ckpt)->shards()) {
-    std::printf("  shard %s: %" PRIu64 " bytes, header %" PRIu64 " bytes, %zu tensors\n", shard->name().c_str(),
-                shard->file_size(), shard->data_offset() - 8, shard->tensors().size());
+    std::printf("  shard %s: %" PRIu64 " bytes, header %" PRIu64 " bytes, %zu tensors\n",
+                shard->name().c_str(), shard->file_size(), shard->data_offset() - 8, shard->tensors().size());
   }
   std::printf("config: %s\n", src->config.to_string().c_str());
   const Tokenizer& tok = *src->tokenizer;
   std::string eos;
   for (int32_t id : tok.eos_ids()) eos += (eos.empty() ? "" : ", ") + std::to_string(id);
-  std::printf("tokenizer: byte-level BPE, %d tokens, pre-tokenizer %s, bos %d%s, end ids [%s], chat template %s\n",
-              tok.n_vocab(), tok.vocab().pre.c_str(), tok.bos_id(), tok.add_bos() ? " (added)" : "", eos.c_str(),
-              tok.chat_template().empty() ? "none" : "yes");
+  std::printf(
+      "tokenizer: byte-level BPE, %d tokens, pre-tokenizer %s, bos %d%s, end ids [%s], chat template %s\n",
+      tok.n_vocab(), tok.vocab().pre.c_str(), tok.bos_id(), tok.add_bos() ? " (added)" : "", eos.c_str(),
+      tok.chat_template().empty() ? "none" : "yes");
   if (no_tensors) return 0;
   std::map<std::string, std::pair<int64_t, int64_t>> by_dtype;  // count, bytes
   size_t width = 4;

@@ -138,7 +138,8 @@ int run_serve(const ServeOptions& opt) {
 CommandRun add_serve_command(CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, metrics)");
-  cmd->add_option("-m,--model", opt->model, "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
+  cmd->add_option("-m,--model", opt->model,
+                  "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("--host", opt->host, "address to listen on (loopback by default)")->capture_default_str();
   cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")->capture_default_str();
   cmd->add_option("--api-key", opt->api_key,

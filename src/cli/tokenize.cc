@@ -89,7 +89,8 @@ CommandRun add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids and pieces of TEXT");
   sub->add_option("args", args->positional, "[MODEL] TEXT")->expected(1, 2)->required();
-  sub->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder (default: the bundled default model)");
+  sub->add_option("-m,--model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_flag("--ids-only", args->ids_only, "print only the ids, space-separated");
   sub->add_flag("--no-special", args->no_special, "treat special-token text (<|im_start|>) as plain text");
   sub->add_flag("--no-bos", args->no_bos, "never add BOS/EOS, even when the model asks for them");

@@ -20,7 +20,8 @@ StatusOr<nlohmann::json> read_json_file(const std::string& path, uint64_t max_by
   // The callback prunes whatever lies deeper than max_depth, so the value
   // built (and later destroyed) never nests further.
   nlohmann::json j = nlohmann::json::parse(p, p + m->size(), callback, /*allow_exceptions=*/false);
-  if (too_deep) return data_loss(path + ": not valid JSON (nested deeper than " + std::to_string(max_depth) + ")");
+  if (too_deep)
+    return data_loss(path + ": not valid JSON (nested deeper than " + std::to_string(max_depth) + ")");
   if (j.is_discarded()) return data_loss(path + ": not valid JSON");
   return j;
 }

@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kMaxJsonDepth = 8;          // {"t": {"shape": [..]}} is depth 3
+constexpr int kMaxJsonDepth = 8;  // {"t": {"shape": [..]}} is depth 3
 constexpr size_t kMaxNameBytes = 4096;
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -48,8 +48,10 @@ int json_depth(const char* p, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const char c = p[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -68,10 +70,10 @@ StatusOr<DType> safetensors_dtype(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
-  static constexpr const char* kKnown[] = {"BOOL",     "U8",       "I8",      "I16",    "U16",   "I32",
-                                           "U32",      "I64",      "U64",     "F64",    "F8_E4M3",
-                                           "F8_E5M2",  "F8_E8M0",  "F6_E2M3", "F6_E3M2", "F4",
-                                           "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
+  static constexpr const char* kKnown[] = {"BOOL",    "U8",          "I8",          "I16",     "U16",
+                                           "I32",     "U32",         "I64",         "U64",     "F64",
+                                           "F8_E4M3", "F8_E5M2",     "F8_E8M0",     "F6_E2M3", "F6_E3M2",
+                                           "F4",      "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64"};
   for (const char* k : kKnown) {
     if (name == k) {
       return unimplemented("unsupported dtype '" + std::string(name) + "' (F32, F16 and BF16 are read)");
@@ -86,8 +88,8 @@ class SafetensorsParser {
 
   Status parse() {
     const uint64_t size = f_.size_;
-    if (size < 8) return fail("header length at offset 0: the file has " + std::to_string(size) +
-                              " bytes, needs 8");
+    if (size < 8)
+      return fail("header length at offset 0: the file has " + std::to_string(size) + " bytes, needs 8");
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | f_.data_[i];
     if (n > SafetensorsFile::kMaxHeaderBytes) {
@@ -154,7 +156,8 @@ class SafetensorsParser {
   Status parse_tensor(const std::string& name, const json& v) {
     const std::string where = "tensor '" + printable(name) + "'";
     if (name.empty()) return fail("tensor '': empty name");
-    if (name.size() > kMaxNameBytes) return fail(where + ": name longer than " + std::to_string(kMaxNameBytes));
+    if (name.size() > kMaxNameBytes)
+      return fail(where + ": name longer than " + std::to_string(kMaxNameBytes));
     if (!v.is_object()) return fail(where + ": entry is not an object");
     SafetensorsTensorInfo t;
     t.name = name;
@@ -162,7 +165,8 @@ class SafetensorsParser {
     auto dt = v.find("dtype");
     if (dt == v.end() || !dt->is_string()) return fail(where + ": dtype missing or not a string");
     StatusOr<DType> dtype = safetensors_dtype(dt->get_ref<const std::string&>());
-    if (!dtype.ok()) return Status(dtype.status().code(), f_.name_ + ": " + where + ": " + dtype.status().message());
+    if (!dtype.ok())
+      return Status(dtype.status().code(), f_.name_ + ": " + where + ": " + dtype.status().message());
     t.dtype = *dtype;
 
     auto sh = v.find("shape");

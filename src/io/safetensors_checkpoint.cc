@@ -12,7 +12,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // PRECOND: `folder` is canonical. The shard's path inside it, or an error.
-StatusOr<std::string> shard_path(const fs::path& folder, const std::string& index_name, const std::string& shard) {
+StatusOr<std::string> shard_path(const fs::path& folder, const std::string& index_name,
+                                 const std::string& shard) {
   const std::string where = index_name + ": shard '" + shard.substr(0, 200) + "'";
   if (shard.empty()) return invalid_argument(where + ": empty file name");
   const fs::path rel(shard);
@@ -33,7 +34,8 @@ StatusOr<std::string> shard_path(const fs::path& folder, const std::string& inde
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const SafetensorsCheckpoint>> SafetensorsCheckpoint::open(const std::string& folder) {
+StatusOr<std::shared_ptr<const SafetensorsCheckpoint>> SafetensorsCheckpoint::open(
+    const std::string& folder) {
   std::error_code ec;
   const fs::path dir = fs::canonical(folder, ec);
   if (ec) return not_found("model folder '" + folder + "': " + ec.message());
@@ -89,7 +91,8 @@ StatusOr<std::shared_ptr<const SafetensorsCheckpoint>> SafetensorsCheckpoint::op
       if (e.path().extension() == ".safetensors") found.push_back(e.path());
     }
     if (found.size() != 1) {
-      return not_found("model folder '" + folder + "': no model.safetensors.index.json or model.safetensors, and " +
+      return not_found("model folder '" + folder +
+                       "': no model.safetensors.index.json or model.safetensors, and " +
                        std::to_string(found.size()) + " other *.safetensors files (want exactly one)");
     }
     single = found[0];
@@ -114,7 +117,8 @@ const SafetensorsTensorInfo* SafetensorsCheckpoint::find_tensor(std::string_view
 
 StatusOr<Tensor> SafetensorsCheckpoint::tensor(std::string_view name) const {
   auto it = entries_.find(name);
-  if (it == entries_.end()) return not_found(folder_ + ": no tensor '" + std::string(name.substr(0, 200)) + "'");
+  if (it == entries_.end())
+    return not_found(folder_ + ": no tensor '" + std::string(name.substr(0, 200)) + "'");
   return it->second.file->tensor(name);
 }
 

@@ -30,8 +30,10 @@ class Reader {
   Status integer(const std::string& key, bool required, int64_t* out) const {
     const json* v = find(key);
     if (v == nullptr) return required ? error(key, "missing") : Status::ok_status();
-    if (!v->is_number_integer()) return error(key, "expected an integer, found " + std::string(v->type_name()));
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    if (!v->is_number_integer())
+      return error(key, "expected an integer, found " + std::string(v->type_name()));
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return error(key, "too large");
     }
     *out = v->get<int64_t>();
@@ -60,7 +62,8 @@ class Reader {
     const json* v = find(key);
     if (v == nullptr) return Status::ok_status();
     auto one = [&](const json& x) -> Status {
-      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+          x.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
         return error(key, "expected a token id (a non-negative integer)");
       }
       out->push_back(static_cast<int32_t>(x.get<int64_t>()));
@@ -83,7 +86,8 @@ Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
   if (!rs.is_object()) return r.error("rope_scaling", "expected an object or null");
   auto type_it = rs.find("rope_type");
   if (type_it == rs.end()) type_it = rs.find("type");  // the older key
-  if (type_it == rs.end() || !type_it->is_string()) return r.error("rope_scaling.rope_type", "missing or not a string");
+  if (type_it == rs.end() || !type_it->is_string())
+    return r.error("rope_scaling.rope_type", "missing or not a string");
   const std::string type = type_it->get<std::string>();
   if (type == "default") return Status::ok_status();
   if (type == "linear") {
@@ -96,12 +100,15 @@ Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
                          "' is not supported (default, linear, llama3)");
   }
   out->type = RopeScaling::Type::kLlama3;
-  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+  for (const char* key :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
     if (rs.find(key) == rs.end()) return r.error(std::string("rope_scaling.") + key, "missing");
   }
   NS_RETURN_IF_ERROR(r.number_in(rs, "factor", "rope_scaling.factor", &out->factor));
-  NS_RETURN_IF_ERROR(r.number_in(rs, "low_freq_factor", "rope_scaling.low_freq_factor", &out->low_freq_factor));
-  NS_RETURN_IF_ERROR(r.number_in(rs, "high_freq_factor", "rope_scaling.high_freq_factor", &out->high_freq_factor));
+  NS_RETURN_IF_ERROR(
+      r.number_in(rs, "low_freq_factor", "rope_scaling.low_freq_factor", &out->low_freq_factor));
+  NS_RETURN_IF_ERROR(
+      r.number_in(rs, "high_freq_factor", "rope_scaling.high_freq_factor", &out->high_freq_factor));
   const json& orig = rs["original_max_position_embeddings"];
   if (!orig.is_number_integer()) {
     return r.error("rope_scaling.original_max_position_embeddings", "expected an integer");
@@ -126,12 +133,16 @@ Status refuse_unsupported(const Reader& r, const json& j) {
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     bool b = false;
     NS_RETURN_IF_ERROR(r.boolean(key, &b));
-    if (b) return r.unsupported(std::string("'") + key + "' = true is not supported (the llama forward has no biases)");
+    if (b)
+      return r.unsupported(std::string("'") + key +
+                           "' = true is not supported (the llama forward has no biases)");
   }
-  if (const json* v = r.find("hidden_act"); v != nullptr && !(v->is_string() && v->get<std::string>() == "silu")) {
+  if (const json* v = r.find("hidden_act");
+      v != nullptr && !(v->is_string() && v->get<std::string>() == "silu")) {
     return r.unsupported("hidden_act " + v->dump().substr(0, 32) + " is not supported (silu)");
   }
-  if (const json* v = r.find("partial_rotary_factor"); v != nullptr && !(v->is_number() && v->get<double>() == 1.0)) {
+  if (const json* v = r.find("partial_rotary_factor");
+      v != nullptr && !(v->is_number() && v->get<double>() == 1.0)) {
     return r.unsupported("partial_rotary_factor " + v->dump().substr(0, 32) + " is not supported");
   }
   (void)j;
@@ -144,7 +155,8 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   if (!j.is_object()) return invalid_argument(name + ": not a JSON object");
   Reader r(j, name);
   const json* model_type = r.find("model_type");
-  if (model_type == nullptr || !model_type->is_string()) return r.error("model_type", "missing or not a string");
+  if (model_type == nullptr || !model_type->is_string())
+    return r.error("model_type", "missing or not a string");
   std::string arch_name;
   if (const json* archs = r.find("architectures")) {
     if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {

@@ -33,7 +33,8 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   const ModelConfig& c = config_;
   const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
   if (name == "token_embd.weight") return {c.vocab_size, c.dim};
-  if (name == "output.weight") return c.tied_embeddings ? std::vector<int64_t>{} : std::vector<int64_t>{c.vocab_size, c.dim};
+  if (name == "output.weight")
+    return c.tied_embeddings ? std::vector<int64_t>{} : std::vector<int64_t>{c.vocab_size, c.dim};
   if (name == "output_norm.weight") return {c.dim};
   if (name.substr(0, 4) != "blk.") return {};
   name.remove_prefix(4);
@@ -52,7 +53,9 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   return {};
 }
 
-bool DummyTensors::contains(std::string_view name) const { return !shape_of(name).empty(); }
+bool DummyTensors::contains(std::string_view name) const {
+  return !shape_of(name).empty();
+}
 
 StatusOr<Tensor> DummyTensors::tensor(std::string_view name) const {
   std::vector<int64_t> shape = shape_of(name);

@@ -15,14 +15,10 @@ struct LayerName {
   const char* hf;
 };
 constexpr LayerName kLayerNames[] = {
-    {"attn_norm.weight", "input_layernorm.weight"},
-    {"attn_q.weight", "self_attn.q_proj.weight"},
-    {"attn_k.weight", "self_attn.k_proj.weight"},
-    {"attn_v.weight", "self_attn.v_proj.weight"},
-    {"attn_output.weight", "self_attn.o_proj.weight"},
-    {"ffn_norm.weight", "post_attention_layernorm.weight"},
-    {"ffn_gate.weight", "mlp.gate_proj.weight"},
-    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"attn_norm.weight", "input_layernorm.weight"},    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},      {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},       {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 

@@ -113,8 +113,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config
     const int64_t bytes = model_param_count(config) * 4;  // f32
     const int64_t avail = available_memory_bytes();
     if (avail >= 0 && bytes > avail) {
-      return resource_exhausted(tensors->describe() + ": the f32 weights need " + std::to_string(bytes >> 20) +
-                                " MiB but only " + std::to_string(avail >> 20) +
+      return resource_exhausted(tensors->describe() + ": the f32 weights need " +
+                                std::to_string(bytes >> 20) + " MiB but only " + std::to_string(avail >> 20) +
                                 " MiB of memory are available; pick a smaller --model-shape");
     }
   }

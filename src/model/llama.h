@@ -9,8 +9,8 @@
 //
 // Weights come from a TensorSource by their GGUF names (a GGUF file, a Hugging
 // Face checkpoint, dummy weights: model/model_source.h) and stay in their
-// stored dtype, as views into a mapping where the source has one; activations are f32. Nothing is allocated per step
-// but tensor-view metadata: every buffer lives in a Workspace sized up front.
+// stored dtype, as views into a mapping where the source has one; activations are f32. Nothing is allocated
+// per step but tensor-view metadata: every buffer lives in a Workspace sized up front.
 
 #include <cstdint>
 #include <memory>
@@ -87,7 +87,8 @@ class LlamaModel {
   // weights in memory (dummy) is refused with RESOURCE_EXHAUSTED when they
   // would not fit in the memory available.
   static StatusOr<std::unique_ptr<LlamaModel>> load(const ModelConfig& config,
-                                                    std::shared_ptr<const TensorSource> tensors, ThreadPool& pool);
+                                                    std::shared_ptr<const TensorSource> tensors,
+                                                    ThreadPool& pool);
   // A GGUF file: config_from_gguf, then its tensors.
   static StatusOr<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
 

@@ -59,8 +59,8 @@ StatusOr<ModelConfig> model_shape(std::string_view name) {
   if (name == "smollm2-135m") return smollm2_135m();
   std::string known;
   for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
-  return invalid_argument("--model-shape: unknown shape '" + std::string(name.substr(0, 64)) + "' (known: " +
-                          known + ")");
+  return invalid_argument("--model-shape: unknown shape '" + std::string(name.substr(0, 64)) +
+                          "' (known: " + known + ")");
 }
 
 int64_t model_param_count(const ModelConfig& c) {

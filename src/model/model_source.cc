@@ -104,14 +104,16 @@ StatusOr<LoadFormat> detect_load_format(const std::string& path) {
   if (ec || !fs::exists(st)) return not_found("model '" + path + "': no such file or folder");
   if (fs::is_directory(st)) {
     if (!fs::exists(fs::path(path) / "config.json")) {
-      return not_found("model folder '" + path + "': no config.json (a Hugging Face folder needs config.json, "
+      return not_found("model folder '" + path +
+                       "': no config.json (a Hugging Face folder needs config.json, "
                        "*.safetensors and tokenizer.json)");
     }
     return LoadFormat::kSafetensors;
   }
   const std::string ext = fs::path(path).extension().string();
   if (ext == ".safetensors" || ext == ".json") {
-    return invalid_argument("model '" + path + "': give the folder that holds config.json, not one of its files");
+    return invalid_argument("model '" + path +
+                            "': give the folder that holds config.json, not one of its files");
   }
   return LoadFormat::kGguf;
 }

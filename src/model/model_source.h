@@ -35,7 +35,7 @@ const char* load_format_name(LoadFormat f);
 StatusOr<LoadFormat> parse_load_format(std::string_view name);
 
 struct ModelSpec {
-  std::string path;            // a .gguf file or an HF folder
+  std::string path;  // a .gguf file or an HF folder
   LoadFormat format = LoadFormat::kAuto;
   std::string model_shape;     // dummy only: a name of model_shape_names()
   std::string tokenizer_path;  // dummy with a shape: GGUF file or HF folder of the tokenizer

@@ -52,7 +52,8 @@ Status check_byte_level(const Ctx& c, const json& bl, const std::string& field, 
     return c.unsupported(field + ".add_prefix_space", "true is not supported");
   }
   if (flag(bl, "use_regex", true) != want_regex) {
-    return c.unsupported(field + ".use_regex", want_regex ? "must be true here" : "must be false after a Split");
+    return c.unsupported(field + ".use_regex",
+                         want_regex ? "must be true here" : "must be false after a Split");
   }
   return Status::ok_status();
 }
@@ -103,8 +104,8 @@ StatusOr<std::string> pre_tokenizer_name(const Ctx& c, const json& pre) {
     const std::string& r = regex->get_ref<const std::string&>();
     if (r == kLlama3Split) return std::string("llama-bpe");
     if (r == kQwen2Split) return std::string("qwen2");
-    return c.unsupported("pre_tokenizer.pretokenizers[0].pattern", "the regex '" + r.substr(0, 60) +
-                                                                       "...' is not one of the known ones");
+    return c.unsupported("pre_tokenizer.pretokenizers[0].pattern",
+                         "the regex '" + r.substr(0, 60) + "...' is not one of the known ones");
   }
   return c.unsupported("pre_tokenizer", shape);
 }
@@ -148,8 +149,8 @@ Status read_post_processor(const Ctx& c, const json& pp, VocabData* v) {
     if (items == pp.end() || !items->is_array()) return c.bad("post_processor.processors", "not a list");
     for (const json& p : *items) {
       if (!p.is_object() || (type_of(p) != "ByteLevel" && type_of(p) != "TemplateProcessing")) {
-        return c.unsupported("post_processor.processors", "'" + (p.is_object() ? type_of(p) : "?") +
-                                                              "' is not supported");
+        return c.unsupported("post_processor.processors",
+                             "'" + (p.is_object() ? type_of(p) : "?") + "' is not supported");
       }
       if (type_of(p) == "TemplateProcessing") NS_RETURN_IF_ERROR(read_template(c, p, v->tokens, v));
     }
@@ -164,7 +165,8 @@ Status read_model(const Ctx& c, const json& m, VocabData* v, std::string* unk, b
   if (type != "BPE") {
     return c.unsupported("model.type", "'" + type.substr(0, 40) + "' is not supported; only byte-level BPE");
   }
-  if (auto d = m.find("dropout"); d != m.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
+  if (auto d = m.find("dropout");
+      d != m.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
     return c.unsupported("model.dropout", "BPE dropout is not supported");
   }
   if (flag(m, "byte_fallback", false)) return c.unsupported("model.byte_fallback", "true is not supported");
@@ -333,7 +335,8 @@ StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std
   NS_ASSIGN_OR_RETURN(v.pre, pre_tokenizer_name(c, pre == j.end() ? json() : *pre));
   if (ignore_merges != (v.pre == "llama-bpe")) {
     return c.unsupported("model.ignore_merges", std::string(ignore_merges ? "true" : "false") +
-                                                    " with the '" + v.pre + "' pre-tokenizer is not supported");
+                                                    " with the '" + v.pre +
+                                                    "' pre-tokenizer is not supported");
   }
   auto dec = j.find("decoder");
   if (dec == j.end() || !dec->is_object() || type_of(*dec) != "ByteLevel") {

@@ -34,7 +34,8 @@
 namespace nanoserve {
 
 // `tokenizer_config` may be null. `name` starts every message.
-StatusOr<VocabData> vocab_from_hf_json(const nlohmann::json& tokenizer, const nlohmann::json* tokenizer_config,
+StatusOr<VocabData> vocab_from_hf_json(const nlohmann::json& tokenizer,
+                                       const nlohmann::json* tokenizer_config,
                                        const std::string& name = "tokenizer.json");
 // Reads FOLDER/tokenizer.json and, when present, FOLDER/tokenizer_config.json.
 StatusOr<VocabData> vocab_from_hf_folder(const std::string& folder);

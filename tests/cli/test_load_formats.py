@@ -67,7 +67,7 @@ def test_dummy_shape_generates_with_the_default_tokenizer():
 def test_dummy_too_large_for_memory_is_refused():
     r = run("generate", "--load-format", "dummy", "--model-shape", "llama-3-8b", "-p", "Hello", "-n", "1")
     assert r.returncode == 1
-    assert "the f32 weights need 30632 MiB" in r.stderr and "pick a smaller --model-shape" in r.stderr
+    assert "the f32 weights need 30633 MiB" in r.stderr and "pick a smaller --model-shape" in r.stderr
 
 
 @pytest.mark.parametrize("args,needle", [

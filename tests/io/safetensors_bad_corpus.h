@@ -33,7 +33,8 @@ inline SafetensorsBuilder good_safetensors() {
 inline std::vector<BadSafetensors> bad_safetensors_corpus() {
   std::vector<BadSafetensors> c;
   const StatusCode kDL = StatusCode::kDataLoss, kUn = StatusCode::kUnimplemented;
-  auto add = [&c](std::string name, std::vector<uint8_t> bytes, StatusCode code, std::vector<std::string> needles) {
+  auto add = [&c](std::string name, std::vector<uint8_t> bytes, StatusCode code,
+                  std::vector<std::string> needles) {
     c.push_back({std::move(name), std::move(bytes), code, std::move(needles)});
   };
   auto with_header = [](const std::string& h, size_t data_bytes = 64) {
@@ -90,15 +91,15 @@ inline std::vector<BadSafetensors> bad_safetensors_corpus() {
       {"tensor 'w'", "shape[0]", "non-negative integer"});
   add("shape_float", SafetensorsBuilder().tensor("w", "F32", "[1.5]", f32_le({1})).build(), kDL,
       {"tensor 'w'", "shape[0]"});
-  add("shape_rank_9", SafetensorsBuilder().tensor("w", "F32", "[1,1,1,1,1,1,1,1,1]", f32_le({1})).build(), kDL,
-      {"tensor 'w'", "rank 9"});
-  add("shape_dim_past_i64", SafetensorsBuilder().tensor("w", "F32", "[18446744073709551615]", {}).build(), kDL,
-      {"tensor 'w'", "shape[0]", "too large"});
+  add("shape_rank_9", SafetensorsBuilder().tensor("w", "F32", "[1,1,1,1,1,1,1,1,1]", f32_le({1})).build(),
+      kDL, {"tensor 'w'", "rank 9"});
+  add("shape_dim_past_i64", SafetensorsBuilder().tensor("w", "F32", "[18446744073709551615]", {}).build(),
+      kDL, {"tensor 'w'", "shape[0]", "too large"});
   add("shape_product_overflow",
       SafetensorsBuilder().tensor("w", "F32", "[4294967296, 4294967296, 4]", {}).build(), kDL,
       {"tensor 'w'", "too many elements"});
-  add("shape_bytes_overflow", SafetensorsBuilder().tensor("w", "F32", "[2305843009213693952]", {}).build(), kDL,
-      {"tensor 'w'", "too many elements"});
+  add("shape_bytes_overflow", SafetensorsBuilder().tensor("w", "F32", "[2305843009213693952]", {}).build(),
+      kDL, {"tensor 'w'", "too many elements"});
   add("offsets_missing", with_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}"), kDL,
       {"tensor 'w'", "data_offsets"});
   add("offsets_three", with_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}}"), kDL,
@@ -107,23 +108,41 @@ inline std::vector<BadSafetensors> bad_safetensors_corpus() {
       {"tensor 'w'", "data_offsets [8, 4]", "begin is after end"});
   add("offsets_past_data", SafetensorsBuilder().entry("w", "F32", "[4]", 0, 16).bytes(12).build(), kDL,
       {"tensor 'w'", "data_offsets [0, 16]", "run past the data section (12 bytes)"});
-  add("offsets_huge", SafetensorsBuilder().entry("w", "F32", "[1]", 0xFFFFFFFFFFFFFFF0ull, 0xFFFFFFFFFFFFFFF4ull).bytes(16).build(),
+  add("offsets_huge",
+      SafetensorsBuilder()
+          .entry("w", "F32", "[1]", 0xFFFFFFFFFFFFFFF0ull, 0xFFFFFFFFFFFFFFF4ull)
+          .bytes(16)
+          .build(),
       kDL, {"tensor 'w'", "run past the data section"});
   add("size_mismatch", SafetensorsBuilder().entry("w", "F32", "[2, 2]", 0, 12).bytes(16).build(), kDL,
       {"tensor 'w'", "hold 12 bytes", "[2, 2] F32 needs 16"});
   add("size_mismatch_bf16", SafetensorsBuilder().entry("b", "BF16", "[3]", 0, 8).bytes(8).build(), kDL,
       {"tensor 'b'", "hold 8 bytes", "needs 6"});
   add("overlap_partial",
-      SafetensorsBuilder().entry("attn_q", "F32", "[4]", 0, 16).entry("attn_k", "F32", "[4]", 8, 24).bytes(24).build(),
+      SafetensorsBuilder()
+          .entry("attn_q", "F32", "[4]", 0, 16)
+          .entry("attn_k", "F32", "[4]", 8, 24)
+          .bytes(24)
+          .build(),
       kDL, {"tensor 'attn_k'", "overlaps tensor 'attn_q'"});
   add("overlap_same_offset",
-      SafetensorsBuilder().entry("a", "F32", "[2]", 0, 8).entry("b", "F32", "[2]", 0, 8).bytes(8).build(), kDL,
-      {"overlaps", "'a'", "'b'"});
+      SafetensorsBuilder().entry("a", "F32", "[2]", 0, 8).entry("b", "F32", "[2]", 0, 8).bytes(8).build(),
+      kDL, {"overlaps", "'a'", "'b'"});
   add("overlap_inside",
-      SafetensorsBuilder().entry("big", "F32", "[8]", 0, 32).entry("x", "F32", "[1]", 16, 20).entry("y", "F32", "[1]", 32, 36).bytes(36).build(),
+      SafetensorsBuilder()
+          .entry("big", "F32", "[8]", 0, 32)
+          .entry("x", "F32", "[1]", 16, 20)
+          .entry("y", "F32", "[1]", 32, 36)
+          .bytes(36)
+          .build(),
       kDL, {"tensor 'x'", "overlaps tensor 'big'"});
   add("overlap_every_tensor_at_zero",
-      SafetensorsBuilder().entry("t0", "F32", "[1]", 0, 4).entry("t1", "F32", "[1]", 0, 4).entry("t2", "F32", "[1]", 0, 4).bytes(4).build(),
+      SafetensorsBuilder()
+          .entry("t0", "F32", "[1]", 0, 4)
+          .entry("t1", "F32", "[1]", 0, 4)
+          .entry("t2", "F32", "[1]", 0, 4)
+          .bytes(4)
+          .build(),
       kDL, {"overlaps"});
   add("duplicate_name",
       with_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"

@@ -20,16 +20,16 @@ namespace fs = std::filesystem;
 class CheckpointDir : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ns_ckpt_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("ns_ckpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   void write(const fs::path& p, const std::vector<uint8_t>& b) {
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   }
   void write_text(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
   static std::vector<uint8_t> shard(const std::vector<std::string>& names) {
@@ -70,7 +70,8 @@ TEST_F(CheckpointDir, NoWeightsOrTwoLooseFilesAreRefused) {
   write(dir_ / "two.safetensors", shard({"y"}));
   auto two = SafetensorsCheckpoint::open(dir_.string());
   ASSERT_FALSE(two.ok());
-  EXPECT_NE(two.status().message().find("2 other *.safetensors"), std::string::npos) << two.status().message();
+  EXPECT_NE(two.status().message().find("2 other *.safetensors"), std::string::npos)
+      << two.status().message();
 }
 
 TEST_F(CheckpointDir, ShardPathsMustStayInTheFolder) {
@@ -96,7 +97,8 @@ TEST_F(CheckpointDir, ShardPathsMustStayInTheFolder) {
 TEST_F(CheckpointDir, MappedTensorMustBeInItsShard) {
   write(dir_ / "s1.safetensors", shard({"a"}));
   write(dir_ / "s2.safetensors", shard({"b"}));
-  write_text(dir_ / "model.safetensors.index.json", R"({"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})");
+  write_text(dir_ / "model.safetensors.index.json",
+             R"({"weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})");
   auto c = SafetensorsCheckpoint::open(dir_.string());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("tensor 'b' is mapped to"), std::string::npos) << c.status().message();
@@ -106,7 +108,8 @@ TEST_F(CheckpointDir, MappedTensorMustBeInItsShard) {
 TEST_F(CheckpointDir, TensorInTwoShardsIsRefused) {
   write(dir_ / "s1.safetensors", shard({"a", "b"}));
   write(dir_ / "s2.safetensors", shard({"b"}));
-  write_text(dir_ / "model.safetensors.index.json", R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})");
+  write_text(dir_ / "model.safetensors.index.json",
+             R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})");
   auto c = SafetensorsCheckpoint::open(dir_.string());
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("tensor 'b' is in both"), std::string::npos) << c.status().message();
@@ -119,11 +122,13 @@ TEST_F(CheckpointDir, BadIndexAndBadShardNameTheFile) {
   EXPECT_NE(c.status().message().find("weight_map"), std::string::npos);
   write_text(dir_ / "model.safetensors.index.json", R"({"weight_map": {"a": "missing.safetensors"}})");
   EXPECT_EQ(SafetensorsCheckpoint::open(dir_.string()).status().code(), StatusCode::kNotFound);
-  write(dir_ / "bad.safetensors", testing::SafetensorsBuilder().entry("a", "F32", "[4]", 0, 16).bytes(4).build());
+  write(dir_ / "bad.safetensors",
+        testing::SafetensorsBuilder().entry("a", "F32", "[4]", 0, 16).bytes(4).build());
   write_text(dir_ / "model.safetensors.index.json", R"({"weight_map": {"a": "bad.safetensors"}})");
   auto bad = SafetensorsCheckpoint::open(dir_.string());
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("bad.safetensors: tensor 'a'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("bad.safetensors: tensor 'a'"), std::string::npos)
+      << bad.status().message();
   write_text(dir_ / "model.safetensors.index.json", "{\"weight_map\": {");
   EXPECT_EQ(SafetensorsCheckpoint::open(dir_.string()).status().code(), StatusCode::kDataLoss);
 }

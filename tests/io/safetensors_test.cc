@@ -18,7 +18,7 @@ namespace nanoserve {
 namespace {
 
 StatusOr<std::shared_ptr<const SafetensorsFile>> parse_bytes(const std::vector<uint8_t>& bytes,
-                                                            const std::string& name = "t.safetensors") {
+                                                             const std::string& name = "t.safetensors") {
   // A heap copy of exactly the file's size, so ASan sees any overread.
   auto owned = std::make_shared<std::vector<uint8_t>>(bytes);
   return SafetensorsFile::parse(owned->empty() ? nullptr : owned->data(), owned->size(), owned, name);
@@ -129,7 +129,8 @@ TEST(Safetensors, OpenMapsTheFileAndNamesItInErrors) {
   std::filesystem::create_directories(dir);
   const std::string good = (dir / "good.safetensors").string(), bad = (dir / "bad.safetensors").string();
   auto write = [](const std::string& p, const std::vector<uint8_t>& b) {
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   };
   write(good, testing::good_safetensors().build());
   write(bad, testing::SafetensorsBuilder().entry("w", "F32", "[4]", 0, 16).bytes(12).build());

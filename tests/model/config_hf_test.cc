@@ -74,8 +74,8 @@ TEST(ConfigHf, Llama31RopeScalingAndEosList) {
 }
 
 TEST(ConfigHf, DefaultsFollowLlamaConfig) {
-  json j = {{"model_type", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-            {"intermediate_size", 128}, {"vocab_size", 100}};
+  json j = {{"model_type", "llama"},    {"hidden_size", 64},        {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100}};
   auto got = config_from_hf_json(j);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->config.n_kv_heads, 4);
@@ -96,20 +96,30 @@ struct Refusal {
 
 TEST(ConfigHf, RefusesByName) {
   const Refusal cases[] = {
-      {"mistral", [](json& j) { j["architectures"] = {"MistralForCausalLM"}; j["model_type"] = "mistral"; },
-       StatusCode::kUnimplemented, "architecture 'MistralForCausalLM' (model_type 'mistral') is not supported"},
+      {"mistral",
+       [](json& j) {
+         j["architectures"] = {"MistralForCausalLM"};
+         j["model_type"] = "mistral";
+       },
+       StatusCode::kUnimplemented,
+       "architecture 'MistralForCausalLM' (model_type 'mistral') is not supported"},
       {"qwen2", [](json& j) { j["model_type"] = "qwen2"; }, StatusCode::kUnimplemented, "model_type 'qwen2'"},
       {"arch mismatch", [](json& j) { j["architectures"] = {"LlamaForSequenceClassification"}; },
        StatusCode::kUnimplemented, "LlamaForSequenceClassification"},
-      {"sliding window", [](json& j) { j["sliding_window"] = 4096; }, StatusCode::kUnimplemented, "sliding_window"},
+      {"sliding window", [](json& j) { j["sliding_window"] = 4096; }, StatusCode::kUnimplemented,
+       "sliding_window"},
       {"moe", [](json& j) { j["num_local_experts"] = 8; }, StatusCode::kUnimplemented, "num_local_experts"},
-      {"attention bias", [](json& j) { j["attention_bias"] = true; }, StatusCode::kUnimplemented, "'attention_bias' = true"},
+      {"attention bias", [](json& j) { j["attention_bias"] = true; }, StatusCode::kUnimplemented,
+       "'attention_bias' = true"},
       {"mlp bias", [](json& j) { j["mlp_bias"] = true; }, StatusCode::kUnimplemented, "'mlp_bias' = true"},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, StatusCode::kUnimplemented, "hidden_act \"gelu\""},
-      {"yarn", [](json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+      {"yarn",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+       },
        StatusCode::kUnimplemented, "rope_type 'yarn'"},
-      {"llama3 missing key", [](json& j) { j["rope_scaling"].erase("low_freq_factor"); }, StatusCode::kInvalidArgument,
-       "'rope_scaling.low_freq_factor': missing"},
+      {"llama3 missing key", [](json& j) { j["rope_scaling"].erase("low_freq_factor"); },
+       StatusCode::kInvalidArgument, "'rope_scaling.low_freq_factor': missing"},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, StatusCode::kUnimplemented,
        "partial_rotary_factor"},
       {"no model_type", [](json& j) { j.erase("model_type"); }, StatusCode::kInvalidArgument, "'model_type'"},
@@ -117,14 +127,25 @@ TEST(ConfigHf, RefusesByName) {
        "'num_hidden_layers': expected an integer, found string"},
       {"kv heads float", [](json& j) { j["num_key_value_heads"] = 8.5; }, StatusCode::kInvalidArgument,
        "'num_key_value_heads': expected an integer"},
-      {"hidden missing", [](json& j) { j.erase("hidden_size"); }, StatusCode::kInvalidArgument, "'hidden_size': missing"},
-      {"theta string", [](json& j) { j["rope_theta"] = "big"; }, StatusCode::kInvalidArgument, "'rope_theta': expected a number"},
-      {"eps huge", [](json& j) { j["rms_norm_eps"] = 1e300; }, StatusCode::kInvalidArgument, "'rms_norm_eps'"},
-      {"kv not divisor", [](json& j) { j["num_key_value_heads"] = 7; }, StatusCode::kInvalidArgument, "n_kv_heads = 7"},
-      {"layers zero", [](json& j) { j["num_hidden_layers"] = 0; }, StatusCode::kInvalidArgument, "n_layers = 0"},
-      {"tie not bool", [](json& j) { j["tie_word_embeddings"] = 1; }, StatusCode::kInvalidArgument, "'tie_word_embeddings'"},
-      {"eos bad", [](json& j) { j["eos_token_id"] = {1, -2}; }, StatusCode::kInvalidArgument, "'eos_token_id'"},
-      {"dtype f8", [](json& j) { j["torch_dtype"] = "float8_e4m3fn"; }, StatusCode::kUnimplemented, "torch_dtype 'float8_e4m3fn'"},
+      {"hidden missing", [](json& j) { j.erase("hidden_size"); }, StatusCode::kInvalidArgument,
+       "'hidden_size': missing"},
+      {"theta string", [](json& j) { j["rope_theta"] = "big"; }, StatusCode::kInvalidArgument,
+       "'rope_theta': expected a number"},
+      {"eps huge", [](json& j) { j["rms_norm_eps"] = 1e300; }, StatusCode::kInvalidArgument,
+       "'rms_norm_eps'"},
+      {"kv not divisor", [](json& j) { j["num_key_value_heads"] = 7; }, StatusCode::kInvalidArgument,
+       "n_kv_heads = 7"},
+      {"layers zero", [](json& j) { j["num_hidden_layers"] = 0; }, StatusCode::kInvalidArgument,
+       "n_layers = 0"},
+      {"tie not bool", [](json& j) { j["tie_word_embeddings"] = 1; }, StatusCode::kInvalidArgument,
+       "'tie_word_embeddings'"},
+      {"eos bad",
+       [](json& j) {
+         j["eos_token_id"] = {1, -2};
+       },
+       StatusCode::kInvalidArgument, "'eos_token_id'"},
+      {"dtype f8", [](json& j) { j["torch_dtype"] = "float8_e4m3fn"; }, StatusCode::kUnimplemented,
+       "torch_dtype 'float8_e4m3fn'"},
   };
   for (const Refusal& r : cases) {
     json j = llama31_config();
@@ -132,7 +153,8 @@ TEST(ConfigHf, RefusesByName) {
     auto got = config_from_hf_json(j, "m/config.json");
     ASSERT_FALSE(got.ok()) << r.what;
     EXPECT_EQ(got.status().code(), r.code) << r.what << ": " << got.status().to_string();
-    EXPECT_NE(got.status().message().find(r.needle), std::string::npos) << r.what << ": " << got.status().message();
+    EXPECT_NE(got.status().message().find(r.needle), std::string::npos)
+        << r.what << ": " << got.status().message();
     EXPECT_EQ(got.status().message().rfind("m/config.json: ", 0), 0u) << got.status().message();
   }
   EXPECT_FALSE(config_from_hf_json(json::array()).ok());

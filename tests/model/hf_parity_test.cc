@@ -58,7 +58,8 @@ std::vector<float> all_logits(const LlamaModel& model, const std::vector<int32_t
   auto out = model.forward(b, cache, ws);
   EXPECT_TRUE(out.ok()) << out.status().to_string();
   if (!out.ok()) return {};
-  return std::vector<float>(out->data_as<const float>(), out->data_as<const float>() + T * model.config().vocab_size);
+  return std::vector<float>(out->data_as<const float>(),
+                            out->data_as<const float>() + T * model.config().vocab_size);
 }
 
 TEST(HfParity, DefaultModelGgufAndHfFolderGiveTheSameLogits) {
@@ -84,8 +85,9 @@ TEST(HfParity, DefaultModelGgufAndHfFolderGiveTheSameLogits) {
   ASSERT_TRUE(tok.ok());
   const int64_t V = gguf_config->vocab_size;
   double worst = 0;
-  for (const char* text : {"The capital of France is", "<|im_start|>user\nWrite a haiku about rust.<|im_end|>\n",
-                           "def fibonacci(n):\n    if n < 2:\n        return n\n    return"}) {
+  for (const char* text :
+       {"The capital of France is", "<|im_start|>user\nWrite a haiku about rust.<|im_end|>\n",
+        "def fibonacci(n):\n    if n < 2:\n        return n\n    return"}) {
     const auto ids = (*tok)->encode(text, true, true);
     const auto a = all_logits(**from_gguf, ids), b = all_logits(**from_hf, ids);
     ASSERT_EQ(a.size(), b.size());

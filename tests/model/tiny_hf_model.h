@@ -130,23 +130,34 @@ inline nlohmann::json tiny_tokenizer_json(bool pair_merges = true) {
     }
   }
   auto added = [](int id, const char* text, bool special) {
-    return nlohmann::json{{"id", id},         {"content", text}, {"single_word", false}, {"lstrip", false},
-                          {"rstrip", false},  {"normalized", false}, {"special", special}};
+    return nlohmann::json{{"id", id},        {"content", text},     {"single_word", false}, {"lstrip", false},
+                          {"rstrip", false}, {"normalized", false}, {"special", special}};
   };
   return {{"version", "1.0"},
           {"added_tokens", {added(256, "<|begin|>", true), added(257, "<|end|>", true)}},
           {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-          {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
-          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"pre_tokenizer",
+           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"post_processor",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}},
+          {"decoder",
+           {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
           {"model",
-           {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-            {"ignore_merges", false}, {"vocab", vocab}, {"merges", merges}}}};
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", merges}}}};
 }
 
 // Writes config.json, model.safetensors (f32, or `dtype` "BF16") and tokenizer.json into dir.
-inline void write_tiny_hf_folder(const TinyHf& m, const std::filesystem::path& dir, const std::string& dtype = "F32") {
+inline void write_tiny_hf_folder(const TinyHf& m, const std::filesystem::path& dir,
+                                 const std::string& dtype = "F32") {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << tiny_config_json(m).dump(2);
   std::ofstream(dir / "tokenizer.json") << tiny_tokenizer_json().dump();
@@ -154,7 +165,10 @@ inline void write_tiny_hf_folder(const TinyHf& m, const std::filesystem::path& d
   b.metadata = "{\"format\":\"pt\"}";
   for (const auto& [name, v] : m.w) {
     std::string shape = "[";
-    for (size_t i = 0; i < m.shape.at(name).size(); ++i) shape += (i ? "," : "") + std::to_string(m.shape.at(name)[i]);
+    for (size_t i = 0; i < m.shape.at(name).size(); ++i) {
+      if (i > 0) shape += ",";
+      shape += std::to_string(m.shape.at(name)[i]);
+    }
     shape += "]";
     if (dtype == "BF16") {
       std::vector<uint8_t> bytes(v.size() * 2);
@@ -176,7 +190,8 @@ inline void write_tiny_hf_folder(const TinyHf& m, const std::filesystem::path& d
 
 // HF's LlamaForCausalLM forward in plain double-accumulated loops: logits of
 // every position of `tokens` ([T][vocab]).
-inline std::vector<std::vector<float>> hf_reference_logits(const TinyHf& m, const std::vector<int32_t>& tokens) {
+inline std::vector<std::vector<float>> hf_reference_logits(const TinyHf& m,
+                                                           const std::vector<int32_t>& tokens) {
   const ModelConfig& c = m.config;
   const int64_t T = static_cast<int64_t>(tokens.size()), D = c.dim, hd = c.head_dim, H = c.n_heads,
                 KV = c.n_kv_heads, F = c.ffn_dim, half = hd / 2;
@@ -258,7 +273,8 @@ inline std::vector<std::vector<float>> hf_reference_logits(const TinyHf& m, cons
   }
   std::vector<std::vector<float>> logits(static_cast<size_t>(T));
   const auto& head = c.tied_embeddings ? W("model.embed_tokens.weight") : W("lm_head.weight");
-  for (int64_t t = 0; t < T; ++t) logits[t] = linear(head, rmsnorm(x[t], W("model.norm.weight")), c.vocab_size, D);
+  for (int64_t t = 0; t < T; ++t)
+    logits[t] = linear(head, rmsnorm(x[t], W("model.norm.weight")), c.vocab_size, D);
   return logits;
 }
 

@@ -49,7 +49,7 @@ TEST(HfTokenizer, AddedTokensSpecialOrNot) {
   EXPECT_EQ(t->token_type(261), TokenType::kUserDefined);
   EXPECT_EQ(t->encode("a<|end|>", false, true), (std::vector<int32_t>{'a', 257}));
   EXPECT_NE(t->encode("a<|end|>", false, false), (std::vector<int32_t>{'a', 257}));  // plain text
-  EXPECT_EQ(t->encode("a<tool>", false, false), (std::vector<int32_t>{'a', 261}));  // always matched
+  EXPECT_EQ(t->encode("a<tool>", false, false), (std::vector<int32_t>{'a', 261}));   // always matched
 }
 
 TEST(HfTokenizer, TokenizerConfigGivesBosEosAndTemplate) {
@@ -65,7 +65,8 @@ TEST(HfTokenizer, TokenizerConfigGivesBosEosAndTemplate) {
   EXPECT_EQ(t->encode("hello", true, true), (std::vector<int32_t>{256, 260, 'o'}));
   EXPECT_EQ(t->chat_template(), cfg["chat_template"].get<std::string>());
 
-  json listed = {{"chat_template", {{{"name", "tool_use"}, {"template", "x"}}, {{"name", "default"}, {"template", "y"}}}}};
+  json listed = {{"chat_template",
+                  {{{"name", "tool_use"}, {"template", "x"}}, {{"name", "default"}, {"template", "y"}}}}};
   auto t2 = build(testing::tiny_tokenizer_json(), &listed);
   ASSERT_TRUE(t2);
   EXPECT_EQ(t2->chat_template(), "y");
@@ -114,8 +115,16 @@ TEST(HfTokenizer, RefusesOtherKindsByName) {
   const Refusal cases[] = {
       {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, kUn, "'model.type': 'WordPiece'"},
       {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, kUn, "'Unigram' is not supported"},
-      {"nfc", [](json& j) { j["normalizer"] = {{"type", "NFC"}}; }, kUn, "'normalizer': 'NFC'"},
-      {"metaspace", [](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; }, kUn, "'Metaspace' is not supported"},
+      {"nfc",
+       [](json& j) {
+         j["normalizer"] = {{"type", "NFC"}};
+       },
+       kUn, "'normalizer': 'NFC'"},
+      {"metaspace",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       kUn, "'Metaspace' is not supported"},
       {"no pre", [](json& j) { j["pre_tokenizer"] = nullptr; }, kUn, "'pre_tokenizer'"},
       {"prefix space", [](json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }, kUn,
        "'pre_tokenizer.add_prefix_space'"},
@@ -128,19 +137,33 @@ TEST(HfTokenizer, RefusesOtherKindsByName) {
        kUn, "not one of the known ones"},
       {"sequence of three",
        [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Sequence"},
-                               {"pretokenizers", {{{"type", "Whitespace"}}, {{"type", "Digits"}}, {{"type", "ByteLevel"}}}}};
+         j["pre_tokenizer"] = {
+             {"type", "Sequence"},
+             {"pretokenizers", {{{"type", "Whitespace"}}, {{"type", "Digits"}}, {{"type", "ByteLevel"}}}}};
        },
        kUn, "Sequence[Whitespace, Digits, ByteLevel]"},
-      {"decoder", [](json& j) { j["decoder"] = {{"type", "Metaspace"}}; }, kUn, "'decoder': 'Metaspace'"},
-      {"post", [](json& j) { j["post_processor"] = {{"type", "BertProcessing"}}; }, kUn, "'BertProcessing'"},
+      {"decoder",
+       [](json& j) {
+         j["decoder"] = {{"type", "Metaspace"}};
+       },
+       kUn, "'decoder': 'Metaspace'"},
+      {"post",
+       [](json& j) {
+         j["post_processor"] = {{"type", "BertProcessing"}};
+       },
+       kUn, "'BertProcessing'"},
       {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; }, kUn, "'model.byte_fallback'"},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, kUn, "'model.dropout'"},
-      {"suffix", [](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; }, kUn, "'model.end_of_word_suffix'"},
+      {"suffix", [](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; }, kUn,
+       "'model.end_of_word_suffix'"},
       {"ignore merges", [](json& j) { j["model"]["ignore_merges"] = true; }, kUn, "'model.ignore_merges'"},
       {"lstrip", [](json& j) { j["added_tokens"][0]["lstrip"] = true; }, kUn, "'added_tokens[0].lstrip'"},
       {"added conflict", [](json& j) { j["added_tokens"][1]["id"] = 104; }, kDL, "'added_tokens[1]'"},
-      {"merge bad form", [](json& j) { j["model"]["merges"][1] = {1, 2}; }, kDL, "'model.merges[1]'"},
+      {"merge bad form",
+       [](json& j) {
+         j["model"]["merges"][1] = {1, 2};
+       },
+       kDL, "'model.merges[1]'"},
       {"merge unknown token", [](json& j) { j["model"]["merges"][0] = "x yz"; }, kDL, "merge 0"},
       {"vocab hole", [](json& j) { j["model"]["vocab"].erase("ll"); }, kDL, "id 259 has no token"},
       {"vocab dup id", [](json& j) { j["model"]["vocab"]["zz"] = 5; }, kDL, "id 5 is given to both"},
@@ -154,13 +177,15 @@ TEST(HfTokenizer, RefusesOtherKindsByName) {
     auto v = vocab_from_hf_json(j, nullptr, "m/tokenizer.json");
     ASSERT_FALSE(v.ok()) << r.what;
     EXPECT_EQ(v.status().code(), r.code) << r.what << ": " << v.status().to_string();
-    EXPECT_NE(v.status().message().find(r.needle), std::string::npos) << r.what << ": " << v.status().message();
+    EXPECT_NE(v.status().message().find(r.needle), std::string::npos)
+        << r.what << ": " << v.status().message();
     EXPECT_EQ(v.status().message().rfind("m/tokenizer.json: ", 0), 0u) << v.status().message();
   }
   json cfg = {{"eos_token", "<|nope|>"}};
   auto v = vocab_from_hf_json(testing::tiny_tokenizer_json(), &cfg);
   ASSERT_FALSE(v.ok());
-  EXPECT_NE(v.status().message().find("'eos_token': token '<|nope|>' is not in the vocabulary"), std::string::npos);
+  EXPECT_NE(v.status().message().find("'eos_token': token '<|nope|>' is not in the vocabulary"),
+            std::string::npos);
 }
 
 // The default model's HF export: the same vocabulary as its GGUF, and Hugging
@@ -188,7 +213,8 @@ TEST(HfTokenizer, DefaultModelExportMatchesGgufAndHuggingFace) {
   auto cases = json::parse(testing::read_fixture("parity.json"));
   size_t n = 0;
   for (const auto& e : cases) {
-    const std::string text = e.contains("hex") ? testing::from_hex(e["hex"].get<std::string>()) : e["text"].get<std::string>();
+    const std::string text =
+        e.contains("hex") ? testing::from_hex(e["hex"].get<std::string>()) : e["text"].get<std::string>();
     EXPECT_EQ(t.encode(text, false, true), e["ids"].get<std::vector<int32_t>>()) << text;
     EXPECT_EQ(t.encode(text, false, false), e["ids_plain"].get<std::vector<int32_t>>()) << text;
     ++n;
