@@ -12,7 +12,7 @@
 // 1e-6 and 1e-3 relative per element (plus 1e-3 of the RMS): tensor cores add
 // in f32 but need not round like a sequential f32 sum, so only the order of
 // 1e-5 relative is claimed; a 3% (NMSE 9e-4) or a 0.3% (1e-5) scale error still
-// fails.
+// fails. For the same reason the bf16 bias check allows 2e-4 (check_gemm).
 //
 // Batch invariance is reported, and asserted for GemmPolicy::kBatchInvariant.
 
@@ -106,7 +106,9 @@ void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
   }
   const double floor = 1e-3 * rms(ref_v);
   if (y_dtype == DType::kBF16) {
-    expect_close_bf16(got_v, ref_v, floor, what);
+    // Bias allowance 2e-4: tensor cores may truncate their running f32 sum
+    // once per k-step (toward zero), about -0.5 ulp a step: -4e-5 over 14336.
+    expect_close_bf16(got_v, ref_v, floor, what, 2e-4);
   } else {
     expect_close(got_v, ref_v, kNmseGemmF32, 1e-3, floor, what);
   }

@@ -41,10 +41,12 @@ NormRun run_norm(const std::vector<float>& x, const std::vector<uint16_t>& delta
   const Tensor out = poisoned(DType::kBF16, {T, dim});
   if (delta.empty()) {
     rmsnorm_cuda(xd, wd, kEps, out, nullptr);
+    cuda::synchronize();
   } else {
-    add_rmsnorm_cuda(xd, upload(delta, DType::kBF16, {T, dim}), wd, kEps, out, nullptr);
+    const Tensor dd = upload(delta, DType::kBF16, {T, dim});
+    add_rmsnorm_cuda(xd, dd, wd, kEps, out, nullptr);
+    cuda::synchronize();
   }
-  cuda::synchronize();
   return {download_f32(out), download<float>(xd)};
 }
 
