@@ -17,12 +17,12 @@
 
 #include "core/cuda/cuda_check.cuh"
 
-#define NS_CUBLAS_CHECK(expr)                                                                              \
-  do {                                                                                                     \
-    const cublasStatus_t ns_cublas_st_ = (expr);                                                           \
-    NS_CHECK(ns_cublas_st_ == CUBLAS_STATUS_SUCCESS)                                                       \
-        << #expr << ": " << cublasLtGetStatusName(ns_cublas_st_) << " (" << cublasLtGetStatusString(ns_cublas_st_) \
-        << ")";                                                                                            \
+#define NS_CUBLAS_CHECK(expr)                                            \
+  do {                                                                   \
+    const cublasStatus_t ns_cublas_st_ = (expr);                         \
+    NS_CHECK(ns_cublas_st_ == CUBLAS_STATUS_SUCCESS)                     \
+        << #expr << ": " << cublasLtGetStatusName(ns_cublas_st_) << " (" \
+        << cublasLtGetStatusString(ns_cublas_st_) << ")";                \
   } while (0)
 
 namespace nanoserve {
@@ -41,9 +41,9 @@ struct Key {
 
 uint64_t hash_key(const Key& k) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (uint64_t v : {static_cast<uint64_t>(k.m), static_cast<uint64_t>(k.n), static_cast<uint64_t>(k.k),
-                     static_cast<uint64_t>(k.y_dtype), uint64_t{k.align_x}, uint64_t{k.align_w},
-                     uint64_t{k.align_y}}) {
+  for (uint64_t v :
+       {static_cast<uint64_t>(k.m), static_cast<uint64_t>(k.n), static_cast<uint64_t>(k.k),
+        static_cast<uint64_t>(k.y_dtype), uint64_t{k.align_x}, uint64_t{k.align_w}, uint64_t{k.align_y}}) {
     h = (h ^ v) * 0x100000001b3ull;
     h ^= h >> 29;
   }
@@ -97,8 +97,8 @@ struct GemmCuda::Impl {
   static int32_t splitk_of(const cublasLtMatmulAlgo_t& algo) {
     int32_t splitk = 1;
     size_t written = 0;
-    NS_CUBLAS_CHECK(
-        cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &written));
+    NS_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                                         sizeof splitk, &written));
     return splitk;
   }
 
@@ -107,30 +107,31 @@ struct GemmCuda::Impl {
   // skipped as well, in case a kernel splits without a reduction scheme.
   void choose(Entry& e) {
     const uint32_t ax = e.key.align_x, aw = e.key.align_w, ay = e.key.align_y;
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw,
-                                                         sizeof aw));
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax,
-                                                         sizeof ax));
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay,
-                                                         sizeof ay));
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay,
-                                                         sizeof ay));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                         &aw, sizeof aw));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         &ax, sizeof ax));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                         &ay, sizeof ay));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                         &ay, sizeof ay));
     cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
     int returned = 0;
-    NS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, &op, &e.a, &e.b, &e.d, &e.d, &pref, kHeuristicResults,
-                                                   results, &returned));
+    NS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, &op, &e.a, &e.b, &e.d, &e.d, &pref,
+                                                   kHeuristicResults, results, &returned));
     for (int i = 0; i < returned; ++i) {
       const cublasLtMatmulHeuristicResult_t& r = results[i];
-      if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > static_cast<size_t>(workspace_bytes)) continue;
+      if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > static_cast<size_t>(workspace_bytes))
+        continue;
       if (policy == GemmPolicy::kBatchInvariant && splitk_of(r.algo) > 1) continue;
       e.algo = r.algo;
       e.workspace = r.workspaceSize;
       return;
     }
-    NS_CHECK(false) << "cuBLASLt has no kernel for y[" << e.key.m << ", " << e.key.n << "] " << dtype_name(e.key.y_dtype)
-                    << " = x[" << e.key.m << ", " << e.key.k << "] w[" << e.key.n << ", " << e.key.k
-                    << "]^T (bf16; alignments x " << ax << ", w " << aw << ", y " << ay << " bytes; "
-                    << returned << " candidates)";
+    NS_CHECK(false) << "cuBLASLt has no kernel for y[" << e.key.m << ", " << e.key.n << "] "
+                    << dtype_name(e.key.y_dtype) << " = x[" << e.key.m << ", " << e.key.k << "] w[" << e.key.n
+                    << ", " << e.key.k << "]^T (bf16; alignments x " << ax << ", w " << aw << ", y " << ay
+                    << " bytes; " << returned << " candidates)";
   }
 
   // kBatchInvariant: the anchor problem's kernel, if it runs e's problem.
@@ -197,12 +198,12 @@ GemmCuda::GemmCuda(int64_t workspace_bytes, GemmPolicy policy) : impl_(std::make
   NS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&impl_->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   NS_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&impl_->pref));
   const uint64_t ws = static_cast<uint64_t>(workspace_bytes);
-  NS_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(&impl_->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&impl_->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &ws, sizeof ws));
   if (policy == GemmPolicy::kBatchInvariant) {
     const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&impl_->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                         &none, sizeof none));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        &impl_->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none));
   }
 }
 
@@ -249,8 +250,9 @@ void GemmCuda::matmul(const Tensor& x, const Tensor& w, const Tensor& y, cuda::S
   key.align_y = alignment_of(y.data());
   Entry& e = impl_->lookup(key);
   const float alpha = 1.0f, beta = 0.0f;
-  NS_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, &impl_->op, &alpha, w.data(), &e.a, x.data(), &e.b, &beta, y.data(),
-                                 &e.d, y.data(), &e.d, &e.algo, impl_->workspace.data(), e.workspace, s));
+  NS_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, &impl_->op, &alpha, w.data(), &e.a, x.data(), &e.b, &beta,
+                                 y.data(), &e.d, y.data(), &e.d, &e.algo, impl_->workspace.data(),
+                                 e.workspace, s));
 }
 
 GemmAlgoInfo GemmCuda::algo_info(int64_t M, int64_t N, int64_t K, DType y_dtype) {

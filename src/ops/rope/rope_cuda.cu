@@ -80,8 +80,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
   const int32_t heads = a.n_heads + (write_kv ? 2 * a.n_kv : 0);
   const int32_t j = static_cast<int32_t>(blockIdx.y) * kThreads + static_cast<int32_t>(threadIdx.x);
   if (j >= heads * chunks) return;
-  const int32_t head = j / chunks;              // in qkv order: q heads, k heads, v heads
-  const int32_t e0 = (j - head * chunks) * C;   // first element of the item within its head
+  const int32_t head = j / chunks;             // in qkv order: q heads, k heads, v heads
+  const int32_t e0 = (j - head * chunks) * C;  // first element of the item within its head
   const int32_t row_heads = a.n_heads + 2 * a.n_kv;
   Chunk<C> c = load_chunk<C>(a.qkv + (static_cast<int64_t>(t) * row_heads + head) * a.head_dim + e0);
   uint16_t* dst;
@@ -120,11 +120,12 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
                         const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s) {
   const char* op = "rope_kv_write_cuda";
-  NS_CHECK(qkv.device() == Device::kCUDA && q_out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
-           v_pool.device() == Device::kCUDA)
+  NS_CHECK(qkv.device() == Device::kCUDA && q_out.device() == Device::kCUDA &&
+           k_pool.device() == Device::kCUDA && v_pool.device() == Device::kCUDA)
       << op << ": device tensors";
   NS_CHECK(n_heads > 0 && n_kv_heads > 0) << op << ": n_heads " << n_heads << ", n_kv_heads " << n_kv_heads;
-  NS_CHECK(q_out.dtype() == DType::kBF16 && q_out.ndim() == 3 && q_out.is_contiguous() && q_out.dim(1) == n_heads)
+  NS_CHECK(q_out.dtype() == DType::kBF16 && q_out.ndim() == 3 && q_out.is_contiguous() &&
+           q_out.dim(1) == n_heads)
       << op << ": q_out must be a contiguous [T, " << n_heads << ", head_dim] bf16 tensor, got "
       << dtype_name(q_out.dtype()) << q_out.shape_string();
   const int64_t T = q_out.dim(0), hd = q_out.dim(2);
@@ -141,8 +142,8 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
         << op << ": a pool must be a contiguous [num_blocks, block_size, " << n_kv_heads << ", " << hd
         << "] bf16 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
   }
-  NS_CHECK(k_pool.shape() == v_pool.shape()) << op << ": k_pool " << k_pool.shape_string() << " vs v_pool "
-                                             << v_pool.shape_string();
+  NS_CHECK(k_pool.shape() == v_pool.shape())
+      << op << ": k_pool " << k_pool.shape_string() << " vs v_pool " << v_pool.shape_string();
   NS_CHECK(T <= INT32_MAX && (n_heads + 2 * int64_t{n_kv_heads}) * hd <= INT32_MAX) << op << ": too large";
   if (T == 0) return;
   NS_CHECK(positions != nullptr && slot_mapping != nullptr && inv_freq != nullptr) << op << ": null pointer";
@@ -164,8 +165,8 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
                         static_cast<const void*>(a.k_pool), static_cast<const void*>(a.v_pool)}) {
     NS_CHECK(reinterpret_cast<uintptr_t>(p) % 4 == 0) << op << ": tensors must be 4-byte aligned";
   }
-  const bool vec = hd % 8 == 0 && aligned16(a.qkv) && aligned16(a.q_out) && aligned16(a.k_pool) &&
-                   aligned16(a.v_pool);
+  const bool vec =
+      hd % 8 == 0 && aligned16(a.qkv) && aligned16(a.q_out) && aligned16(a.k_pool) && aligned16(a.v_pool);
   const int64_t items = (n_heads + 2 * int64_t{n_kv_heads}) * (hd / (vec ? 8 : 2));
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((items + kThreads - 1) / kThreads));
   if (vec) {

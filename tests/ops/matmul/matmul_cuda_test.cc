@@ -126,8 +126,8 @@ const GemmShape kSmolShapes[] = {
     {"smol lm_head", 49152, 576, DType::kF32},
 };
 const GemmShape kLlamaShapes[] = {
-    {"llama qkv", 6144, 4096, DType::kBF16},       {"llama o", 4096, 4096, DType::kBF16},
-    {"llama gate_up", 28672, 4096, DType::kBF16},  {"llama down", 4096, 14336, DType::kBF16},
+    {"llama qkv", 6144, 4096, DType::kBF16},      {"llama o", 4096, 4096, DType::kBF16},
+    {"llama gate_up", 28672, 4096, DType::kBF16}, {"llama down", 4096, 14336, DType::kBF16},
     {"llama lm_head", 128256, 4096, DType::kF32},
 };
 
@@ -209,11 +209,12 @@ std::vector<int64_t> rows_that_depend_on_m(GemmCuda& gemm, int64_t N, int64_t K)
     const bool same = std::equal(got.begin(), got.end(), all.begin());
     if (!same) differ.push_back(M);
     const GemmAlgoInfo a = gemm.algo_info(M, N, K, DType::kBF16);
-    std::printf("    N %lld K %lld M %3lld: algo %d tile %u stages %u splitK %d reduction %u cluster %u "
-                "workspace %lld: rows %s the M = 300 rows\n",
-                static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M), a.algo_id,
-                a.tile_id, a.stages_id, a.splitk, a.reduction_scheme, static_cast<unsigned>(a.cluster_shape_id),
-                static_cast<long long>(a.workspace_bytes), same ? "bitwise equal to" : "DIFFER from");
+    std::printf(
+        "    N %lld K %lld M %3lld: algo %d tile %u stages %u splitK %d reduction %u cluster %u "
+        "workspace %lld: rows %s the M = 300 rows\n",
+        static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M), a.algo_id, a.tile_id,
+        a.stages_id, a.splitk, a.reduction_scheme, static_cast<unsigned>(a.cluster_shape_id),
+        static_cast<long long>(a.workspace_bytes), same ? "bitwise equal to" : "DIFFER from");
   }
   return differ;
 }

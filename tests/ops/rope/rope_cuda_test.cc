@@ -46,10 +46,11 @@ std::vector<float> inv_freqs(const RopeShape& s) {
 
 void check_rope(const RopeShape& s, int32_t T, bool misaligned_q) {
   const uint64_t seed = fresh_seed();
-  const std::string what = "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv) + " head_dim " +
-                           std::to_string(s.head_dim) + " rope_dim " + std::to_string(s.rope_dim) +
-                           (s.llama3 ? " llama3" : "") + " T " + std::to_string(T) +
-                           (misaligned_q ? " (q_out misaligned)" : "") + ", seed " + std::to_string(seed);
+  const std::string what = "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv) +
+                           " head_dim " + std::to_string(s.head_dim) + " rope_dim " +
+                           std::to_string(s.rope_dim) + (s.llama3 ? " llama3" : "") + " T " +
+                           std::to_string(T) + (misaligned_q ? " (q_out misaligned)" : "") + ", seed " +
+                           std::to_string(seed);
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
   const int64_t hd = s.head_dim, H = s.n_heads, KV = s.n_kv, width = (H + 2 * KV) * hd;
@@ -88,12 +89,13 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q) {
   const Tensor slot_d = upload(slots, DType::kI32, {T});
   const Tensor inv_d = upload(inv, DType::kF32, {static_cast<int64_t>(inv.size())});
   const Tensor q_buf = poisoned(DType::kBF16, {T * H * hd + 2});
-  const Tensor q_out = Tensor::view(q_buf.data_as<uint16_t>() + (misaligned_q ? 2 : 0), DType::kBF16, {T, H, hd},
-                                    q_buf.owner(), Device::kCUDA);
+  const Tensor q_out = Tensor::view(q_buf.data_as<uint16_t>() + (misaligned_q ? 2 : 0), DType::kBF16,
+                                    {T, H, hd}, q_buf.owner(), Device::kCUDA);
   const Tensor k_pool = poisoned(DType::kBF16, {num_blocks, block_size, KV, hd});
   const Tensor v_pool = poisoned(DType::kBF16, {num_blocks, block_size, KV, hd});
   rope_kv_write_cuda(qkv_d, pos_d.data_as<const int32_t>(), slot_d.data_as<const int32_t>(),
-                     inv_d.data_as<const float>(), s.rope_dim, s.n_heads, s.n_kv, q_out, k_pool, v_pool, nullptr);
+                     inv_d.data_as<const float>(), s.rope_dim, s.n_heads, s.n_kv, q_out, k_pool, v_pool,
+                     nullptr);
   cuda::synchronize();
 
   const std::vector<float> q_ref_v(q_ref.data_as<float>(), q_ref.data_as<float>() + T * H * hd);
@@ -125,10 +127,10 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q) {
 }
 
 const RopeShape kShapes[] = {
-    {9, 3, 64, 64, false},     // SmolLM2-135M
-    {32, 8, 128, 128, true},   // Llama-3-8B, Llama-3 scaled frequencies
-    {8, 2, 128, 64, true},     // partial rotation: dims 64..127 untouched
-    {3, 1, 10, 6, false},      // head_dim not a multiple of 8; partial
+    {9, 3, 64, 64, false},    // SmolLM2-135M
+    {32, 8, 128, 128, true},  // Llama-3-8B, Llama-3 scaled frequencies
+    {8, 2, 128, 64, true},    // partial rotation: dims 64..127 untouched
+    {3, 1, 10, 6, false},     // head_dim not a multiple of 8; partial
 };
 
 TEST(RopeKvWriteCuda, MatchesReference) {
