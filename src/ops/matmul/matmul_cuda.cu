@@ -117,8 +117,12 @@ struct GemmCuda::Impl {
                                                          &ay, sizeof ay));
     cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
     int returned = 0;
-    NS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, &op, &e.a, &e.b, &e.d, &e.d, &pref,
-                                                   kHeuristicResults, results, &returned));
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, &op, &e.a, &e.b, &e.d, &e.d, &pref,
+                                                             kHeuristicResults, results, &returned);
+    // NOT_SUPPORTED: no kernel at all, reported below with the problem.
+    NS_CHECK(st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED)
+        << "cublasLtMatmulAlgoGetHeuristic: " << cublasLtGetStatusName(st);
+    if (st != CUBLAS_STATUS_SUCCESS) returned = 0;
     for (int i = 0; i < returned; ++i) {
       const cublasLtMatmulHeuristicResult_t& r = results[i];
       if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > static_cast<size_t>(workspace_bytes))
@@ -144,26 +148,36 @@ struct GemmCuda::Impl {
     return true;
   }
 
+  // The entry holding key, or null.
+  Entry* find(const Key& key, uint64_t h) {
+    for (int p = 0; p < kProbe; ++p) {
+      Entry& e = table[(h + static_cast<uint64_t>(p)) % kCacheCapacity];
+      if (e.used && e.key == key) return &e;
+    }
+    return nullptr;
+  }
+
+  // Where a new key goes: the first free slot of its window, else the
+  // window's least recently used entry.
+  Entry& victim(uint64_t h) {
+    Entry* v = nullptr;
+    for (int p = 0; p < kProbe; ++p) {
+      Entry& e = table[(h + static_cast<uint64_t>(p)) % kCacheCapacity];
+      if (!e.used) return e;
+      if (v == nullptr || e.last_use < v->last_use) v = &e;
+    }
+    return *v;
+  }
+
   Entry& lookup(const Key& key) {
     const uint64_t h = hash_key(key);
-    int victim = -1;
-    for (int p = 0; p < kProbe; ++p) {
-      const int i = static_cast<int>((h + static_cast<uint64_t>(p)) % kCacheCapacity);
-      Entry& e = table[i];
-      if (e.used && e.key == key) {
-        e.last_use = ++clock;
-        return e;
-      }
-      // The victim: the first free slot of the window, else its least recently used entry.
-      if (!e.used) {
-        if (victim < 0 || table[victim].used) victim = i;
-      } else if (victim < 0 || (table[victim].used && e.last_use < table[victim].last_use)) {
-        victim = i;
-      }
+    if (Entry* e = find(key, h)) {
+      e->last_use = ++clock;
+      return *e;
     }
-    // A miss. Under kBatchInvariant the anchor's kernel is found first (that
-    // lookup may replace entries of its own window, so the victim is re-read after).
     ++misses;
+    // Under kBatchInvariant the anchor's kernel first; its own lookup may
+    // replace entries, so this key's slot is chosen after it.
     cublasLtMatmulAlgo_t anchor_algo;
     const bool use_anchor = policy == GemmPolicy::kBatchInvariant && key.m != kInvariantAnchorM;
     if (use_anchor) {
@@ -171,7 +185,7 @@ struct GemmCuda::Impl {
       ak.m = kInvariantAnchorM;
       anchor_algo = lookup(ak).algo;
     }
-    Entry& e = table[victim];
+    Entry& e = victim(h);
     e.used = true;
     e.key = key;
     e.last_use = ++clock;
