@@ -63,6 +63,13 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
                 "Reuse the cached KV blocks of a shared prompt prefix (default on)");
   sub->add_option("--threads", f.threads, "Worker threads (0: all cores)")->capture_default_str();
+  sub->add_option("--device", f.device, "auto (CUDA when built with it and a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                  "CUDA: fraction of GPU memory for weights, KV cache and buffers together; the KV pool gets "
+                  "what is left (unless --num-blocks or --kv-cache-memory sets it)")
+      ->capture_default_str();
   sub->add_option("--load-format", f.load_format,
                   "auto (a folder: Hugging Face safetensors; a file: GGUF), gguf, safetensors, or dummy "
                   "(random weights)")
@@ -87,6 +94,16 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
     c.kv_cache_dtype = DType::kBF16;
   } else if (f.kv_cache_dtype != "auto") {
     return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype + "' is not auto, f32, f16 or bf16");
+  }
+  if (f.device == "cpu") {
+    c.device = Device::kCPU;
+  } else if (f.device == "cuda") {
+    c.device = Device::kCUDA;
+  } else if (f.device != "auto") {
+    return invalid_argument("--device: '" + f.device + "' is not auto, cpu or cuda");
+  }
+  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
   if (c.num_blocks < 0) return invalid_argument("--num-blocks must be >= 0");
   if (c.block_size < 1) return invalid_argument("--block-size must be >= 1");

@@ -18,6 +18,7 @@ struct EngineFlags {
   std::string kv_cache_memory;  // "1073741824", "512M", "2G"
   std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16
   int threads = 0;              // 0: all cores
+  std::string device = "auto";  // auto | cpu | cuda
   std::string load_format = "auto";  // auto | gguf | safetensors | dummy
   std::string model_shape;           // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m
 };

@@ -145,7 +145,7 @@ int run_generate(GenerateArgs a) {
 CommandRun add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd =
-      app.add_subcommand("generate", "Generate text from a prompt on the CPU, streaming to stdout");
+      app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
   cmd->add_option("-m,--model", args->model,
                   "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");

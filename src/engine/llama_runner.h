@@ -66,12 +66,17 @@ struct LoadedEngine {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenizerText> text;
   std::unique_ptr<Engine> engine;
-  LlamaRunner* runner = nullptr;  // owned by the engine
+  LlamaRunner* runner = nullptr;  // the CPU runner, owned by the engine; null on CUDA
+  Device device = Device::kCPU;    // where the model runs
 };
 
 // Opens the model (open_model_source), loads weights and tokenizer, and sizes
 // the KV cache (print engine->capacity_line() at start-up). `pool` must
 // outlive the result.
+// auto (nullopt): CUDA when the build has it and a device is present, else the CPU.
+// FAILED_PRECONDITION for cuda in a build without it.
+StatusOr<Device> resolve_device(std::optional<Device> requested);
+
 StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& config, ThreadPool& pool);
 // The same for a GGUF file or HF folder, detected from the path.
 StatusOr<LoadedEngine> load_engine(const std::string& model_path, const EngineConfig& config,

@@ -94,6 +94,8 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
+  // The rotary frequencies the forward uses, scaling applied: [rope_dim / 2].
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
   ThreadPool& pool() const { return pool_; }
 
   // PRECOND: each >= 1.
