@@ -125,15 +125,17 @@ int run_generate(GenerateArgs a) {
   params.seed = a.seed ? *a.seed : std::random_device{}();
   if (Status st = params.validate(tok.n_vocab()); !st.ok()) return fail(st.to_string());
 
-  std::string text = a.prompt;
+  std::vector<int32_t> prompt;
   if (!a.chat.empty()) {
     auto tmpl = tok.chat_template().empty() ? StatusOr<ChatTemplate>(ChatTemplate::chatml())
                                             : ChatTemplate::parse(tok.chat_template());
     if (!tmpl.ok()) return fail("chat template: " + tmpl.status().to_string());
+    // The message is text: special-token text in it stays text.
     const ChatMessage msg{"user", a.chat};
-    text = tmpl->render(std::span<const ChatMessage>(&msg, 1), true);
+    prompt = encode_prompt(tok, tmpl->render_pieces(std::span<const ChatMessage>(&msg, 1), true), true);
+  } else {
+    prompt = tok.encode(a.prompt, true, true);
   }
-  std::vector<int32_t> prompt = tok.encode(text, true, true);
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
 
   std::fprintf(stderr, "%s\n", le->engine->capacity_line().c_str());

@@ -11,8 +11,9 @@ StatusOr<std::vector<int32_t>> TokenizerCodec::encode_chat(const std::vector<Cha
   std::vector<nanoserve::ChatMessage> converted;
   converted.reserve(messages.size());
   for (const ChatMessage& m : messages) converted.push_back(nanoserve::ChatMessage{m.role, m.content});
-  std::string prompt = template_.render(converted, add_generation_prompt);
-  return tokenizer_.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
+  // Content and roles never become special tokens: only the template's text does.
+  return encode_prompt(tokenizer_, template_.render_pieces(converted, add_generation_prompt),
+                       /*add_special=*/false);
 }
 
 }  // namespace nanoserve::server
