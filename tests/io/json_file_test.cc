@@ -30,7 +30,8 @@ TEST(JsonFile, LimitsAndErrorsNameTheFile) {
   write(std::string(100000, '[') + std::string(100000, ']'));  // would recurse in a naive parser
   auto deep = read_json_file(p, 1 << 20, 64);
   EXPECT_EQ(deep.status().code(), StatusCode::kDataLoss);
-  EXPECT_NE(deep.status().message().find("nested deeper than 64"), std::string::npos) << deep.status().message();
+  EXPECT_NE(deep.status().message().find("nested deeper than 64"), std::string::npos)
+      << deep.status().message();
 
   for (const char* bad : {"", "{", "{\"a\": tru}", "\xff"}) {
     write(bad);
