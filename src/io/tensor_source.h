@@ -28,6 +28,9 @@ class TensorSource {
   // True when tensor() builds every weight in memory rather than viewing a
   // mapping: a CPU model then checks that they fit before it loads.
   virtual bool materializes() const { return false; }
+  // How a message names the tensor: the stored name, with the model's name
+  // beside it where they differ ("model.layers.0.mlp.up_proj.weight (blk.0.ffn_up.weight)").
+  virtual std::string display_name(std::string_view name) const { return std::string(name); }
 };
 
 // The tensors of a GGUF file, by their own names.

@@ -85,6 +85,11 @@ StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
   return std::shared_ptr<const HfLlamaTensors>(new HfLlamaTensors(std::move(ckpt), config));
 }
 
+std::string HfLlamaTensors::display_name(std::string_view name) const {
+  auto hf = hf_llama_tensor_name(name);
+  return hf ? *hf + " (" + std::string(name) + ")" : std::string(name);
+}
+
 bool HfLlamaTensors::contains(std::string_view name) const {
   if (name == "output.weight" && config_.tied_embeddings) return false;
   auto hf = hf_llama_tensor_name(name);

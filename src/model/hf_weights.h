@@ -47,6 +47,7 @@ class HfLlamaTensors final : public TensorSource {
   std::string describe() const override { return "safetensors"; }
   bool contains(std::string_view name) const override;
   StatusOr<Tensor> tensor(std::string_view name) const override;
+  std::string display_name(std::string_view name) const override;
   const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
 
  private:

@@ -32,10 +32,12 @@ std::string shape_str(const std::vector<int64_t>& s) {
 StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std::vector<int64_t> shape) {
   NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
   if (t.shape() != shape) {
-    return invalid_argument("tensor '" + name + "' has shape " + t.shape_string() + ", the config implies " +
-                            shape_str(shape));
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", the config implies " + shape_str(shape));
   }
-  if (t.dtype() == DType::kI32) return invalid_argument("tensor '" + name + "' is I32, not a weight type");
+  if (t.dtype() == DType::kI32) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  }
   return t;
 }
 
@@ -43,11 +45,13 @@ StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std
 StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int64_t n) {
   NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
   if (t.numel() != n || t.ndim() != 1) {
-    return invalid_argument("tensor '" + name + "' has shape " + t.shape_string() + ", expected [" +
-                            std::to_string(n) + "]");
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", expected [" + std::to_string(n) + "]");
   }
   if (t.dtype() == DType::kF32) return t;
-  if (t.dtype() == DType::kI32) return invalid_argument("tensor '" + name + "' is I32, not a weight type");
+  if (t.dtype() == DType::kI32) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  }
   Tensor out = Tensor::empty(DType::kF32, {n});
   dequantize_row(t.dtype(), t.data(), out.data_as<float>(), n);
   return out;
