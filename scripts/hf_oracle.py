@@ -39,6 +39,37 @@ def tiny_config():
         attention_bias=False, mlp_bias=False)
 
 
+def byte_alphabet():
+    """GPT-2's printable stand-ins for the 256 byte values."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + n)
+            n += 1
+    return chars
+
+
+def write_byte_tokenizer(path):
+    """A byte-level BPE tokenizer.json with the 256 byte tokens and no merges:
+    the oracle compares token ids, so any tokenizer of at most vocab_size
+    tokens lets the folder load."""
+    alpha = byte_alphabet()
+    vocab = {alpha[b]: b for b in range(256)}
+    tok = {"version": "1.0", "added_tokens": [], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                             "use_regex": True},
+           "post_processor": None,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                     "ignore_merges": False, "vocab": vocab, "merges": []}}
+    with open(path, "w") as f:
+        json.dump(tok, f)
+
+
 def make(out_dir, tokenizer_json):
     from transformers import LlamaForCausalLM
 
@@ -54,6 +85,8 @@ def make(out_dir, tokenizer_json):
     if tokenizer_json:
         with open(tokenizer_json, "rb") as f, open(os.path.join(out_dir, "tokenizer.json"), "wb") as g:
             g.write(f.read())
+    else:
+        write_byte_tokenizer(os.path.join(out_dir, "tokenizer.json"))
     g = torch.Generator().manual_seed(7)
     lengths = [1, 17, 97, 300]
     prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=g).tolist() for n in lengths]
@@ -72,9 +105,17 @@ def make(out_dir, tokenizer_json):
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
+    # The same model with a planted bug (attention scale 3% off): the test
+    # checks that its tolerance tells this apart from the right answer.
+    for layer in model.model.layers:
+        layer.self_attn.scaling *= 1.03
+    with open(os.path.join(out_dir, "planted_logits.f32"), "wb") as f, torch.no_grad():
+        for ids in prompts:
+            f.write(model(torch.tensor([ids], device="cuda")).logits[0].float().cpu().numpy().tobytes())
     with open(os.path.join(out_dir, "oracle.json"), "w") as f:
         json.dump({"vocab_size": cfg.vocab_size, "prompts": prompts, "greedy": greedy,
-                   "logits_file": "oracle_logits.f32"}, f)
+                   "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
+                   "planted": "attention scale x 1.03"}, f)
     print(f"hf_oracle: wrote {out_dir} ({len(prompts)} prompts, lengths {lengths})")
 
 

@@ -35,6 +35,7 @@ struct BenchArgs {
   double range_ratio = 0.0;
   uint64_t seed = 0;
   bool compare_serial = false;
+  float temperature = 1.0f;  // 0: greedy
 };
 
 int32_t draw_len(Rng& rng, int len, int min_len, double ratio) {
@@ -124,7 +125,7 @@ int run_bench(const BenchArgs& a) {
     for (int32_t& t : prompts[i]) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
     params[i].max_tokens = draw_len(rng, a.output_len, a.min_output_len, a.range_ratio);
     params[i].ignore_eos = true;
-    params[i].temperature = 1.0f;
+    params[i].temperature = a.temperature;
     params[i].seed = a.seed * 1000003 + static_cast<uint64_t>(i);
     prompt_tokens += static_cast<int64_t>(prompts[i].size());
     output_tokens += params[i].max_tokens;
@@ -190,6 +191,9 @@ CommandRun add_bench_command(CLI::App& app) {
   sub->add_option("--min-input-len", args->min_input_len, "Prompt lengths uniform in [this, --input-len]");
   sub->add_option("--min-output-len", args->min_output_len, "Output lengths uniform in [this, --output-len]");
   sub->add_option("--range-ratio", args->range_ratio, "Lengths uniform in [L(1-R), L(1+R)]")
+      ->capture_default_str();
+  sub->add_option("--temperature", args->temperature, "Sampling temperature of every request (0: greedy)")
+      ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();
   sub->add_option("--seed", args->seed, "Seed of the random prompts and of sampling")->capture_default_str();
   sub->add_flag("--compare-serial", args->compare_serial,
