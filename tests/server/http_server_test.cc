@@ -33,7 +33,8 @@ class HttpServerTest : public ::testing::Test {
     api_ = std::make_unique<Api>("fake", std::move(api_key), *metrics_);
     HttpOptions opts;
     opts.port = 0;
-    opts.num_threads = 16;
+    opts.num_threads = 2;
+    opts.shutdown_grace_ms = 2000;
     http_ = std::make_unique<HttpServer>(*api_, opts);
     auto port = http_->bind();
     ASSERT_TRUE(port.ok()) << port.status().to_string();
@@ -243,6 +244,13 @@ TEST_F(HttpServerTest, ApiKey) {
   expect_error_shape(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}), 401);
   expect_error_shape(get("/metrics"), 401);
+  expect_error_shape(get("/no/such/route"), 404);  // unknown paths are 404, key or not
+  expect_error_shape(get("/v1/completions"), 405);  // the method is checked before the key
+  expect_error_shape(
+      post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret%00"}), 401);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})",
+                          {"Authorization: Bearer sekret", "Authorization: Bearer sekret"}),
+                     401);
   EXPECT_EQ(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret"}).status,
       200);
@@ -306,10 +314,104 @@ TEST_F(HttpServerTest, DisconnectWhileWaitingNonStreamingAborts) {
   int fd = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 60})");
   ASSERT_GE(fd, 0);
   for (int i = 0; i < 200 && engine_.num_added() < 1; ++i) std::this_thread::sleep_for(5ms);
-  ::close(fd);
+  // A reset, not an orderly close: end of stream alone is a half-close, which still gets its reply.
+  testing::reset_connection(fd);
   for (int i = 0; i < 400 && engine_.aborted().empty(); ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(engine_.aborted().size(), 1u);
   EXPECT_EQ(engine_.num_unfinished(), 0u);
+}
+
+TEST_F(HttpServerTest, HalfClosedClientStillGetsItsReply) {
+  engine_.step_delay_ms = 2;
+  start();
+  int fd = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 20})");
+  ASSERT_GE(fd, 0);
+  ::shutdown(fd, SHUT_WR);
+  HttpResult r = testing::parse_response(testing::read_all(fd));
+  ::close(fd);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], "abcabcabcabcabcabcab");
+  EXPECT_TRUE(engine_.aborted().empty());
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAnsweredInOrder) {
+  start();
+  int fd = testing::connect_loopback(port_);
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt": "xy", "max_tokens": 3})";
+  const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_TRUE(testing::send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + one +
+                                        "GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string raw = testing::read_all(fd);
+  ::close(fd);
+  size_t a = raw.find("HTTP/1.1 200"), b = raw.find("HTTP/1.1 200", a + 1), c = raw.find("HTTP/1.1 404");
+  ASSERT_NE(a, std::string::npos) << raw;
+  ASSERT_NE(b, std::string::npos) << raw;
+  ASSERT_NE(c, std::string::npos) << raw;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_NE(raw.find("\"text\":\"xyx\""), std::string::npos) << raw;
+}
+
+// Shutdown as serve does it: the engine loop first, then HTTP. Every stream in
+// flight ends with an error event, [DONE] and the last chunk; a waiting
+// non-streaming request gets 503.
+TEST_F(HttpServerTest, ShutdownEndsEveryInFlightRequestCleanly) {
+  engine_.step_delay_ms = 5;
+  start();
+  std::vector<int> streams;
+  for (int i = 0; i < 6; ++i) {
+    streams.push_back(testing::open_request(port_, "POST", "/v1/completions",
+                                            R"({"prompt": "abc", "max_tokens": 60, "stream": true})"));
+  }
+  int plain = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 60})");
+  for (int i = 0; i < 400 && engine_.num_added() < 7; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine_.num_added(), 7);
+  loop_->stop();
+  http_->stop();
+  for (int fd : streams) {
+    std::string raw = testing::read_all(fd);
+    ::close(fd);
+    ASSERT_GE(raw.size(), 5u);
+    EXPECT_EQ(raw.substr(raw.size() - 5), "0\r\n\r\n") << raw;  // the terminating chunk
+    auto events = sse_data(testing::parse_response(raw).body);
+    ASSERT_GE(events.size(), 2u) << raw;
+    EXPECT_EQ(events.back(), "[DONE]");
+    EXPECT_TRUE(json::parse(events[events.size() - 2]).contains("error")) << raw;
+  }
+  HttpResult r = testing::parse_response(testing::read_all(plain));
+  ::close(plain);
+  expect_error_shape(r, 503);
+  thread_.join();  // serve() returns once the replies are out
+}
+
+TEST_F(HttpServerTest, StopBeforeServeReturnsAtOnce) {
+  metrics_ = std::make_unique<ServerMetrics>("fake");
+  api_ = std::make_unique<Api>("fake", "", *metrics_);
+  HttpOptions opts;
+  opts.port = 0;
+  for (int i = 0; i < 20; ++i) {
+    HttpServer http(*api_, opts);
+    ASSERT_TRUE(http.bind().ok());
+    http.stop();
+    auto t0 = std::chrono::steady_clock::now();
+    http.serve();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  }
+}
+
+TEST_F(HttpServerTest, BusyPortIsAnErrorNamingIt) {
+  start();
+  ServerMetrics other_metrics("fake");
+  Api other_api("fake", "", other_metrics);
+  HttpOptions opts;
+  opts.port = port_;
+  HttpServer other(other_api, opts);
+  auto bound = other.bind();
+  ASSERT_FALSE(bound.ok());
+  EXPECT_NE(bound.status().message().find("127.0.0.1:" + std::to_string(port_)), std::string::npos)
+      << bound.status().message();
 }
 
 TEST_F(HttpServerTest, EngineErrorMidStreamSendsErrorEvent) {
