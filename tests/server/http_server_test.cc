@@ -31,11 +31,10 @@ class HttpServerTest : public ::testing::Test {
     metrics_ = std::make_unique<ServerMetrics>("fake");
     loop_ = std::make_unique<EngineLoop>(engine_, *metrics_, EngineLoop::Options{max_waiting});
     api_ = std::make_unique<Api>("fake", std::move(api_key), *metrics_);
-    HttpOptions opts;
-    opts.port = 0;
-    opts.num_threads = 2;
-    opts.shutdown_grace_ms = 2000;
-    http_ = std::make_unique<HttpServer>(*api_, opts);
+    options_.port = 0;
+    options_.num_threads = 2;
+    options_.shutdown_grace_ms = 2000;
+    http_ = std::make_unique<HttpServer>(*api_, options_);
     auto port = http_->bind();
     ASSERT_TRUE(port.ok()) << port.status().to_string();
     port_ = *port;
@@ -69,6 +68,7 @@ class HttpServerTest : public ::testing::Test {
     return std::stod(text.substr(pos + series.size() + 2));
   }
 
+  HttpOptions options_;
   FakeEngine engine_;
   FakeCodec codec_;
   std::unique_ptr<ServerMetrics> metrics_;
@@ -384,6 +384,35 @@ TEST_F(HttpServerTest, ShutdownEndsEveryInFlightRequestCleanly) {
   ::close(plain);
   expect_error_shape(r, 503);
   thread_.join();  // serve() returns once the replies are out
+}
+
+// Slowloris: a head trickled a byte at a time is cut at the header deadline, and an
+// idle keep-alive connection at the keep-alive timeout.
+TEST_F(HttpServerTest, SlowHeadIsCutAtTheHeaderDeadline) {
+  options_.header_timeout_ms = 300;
+  options_.keep_alive_timeout_ms = 200;
+  start();
+  int slow = testing::connect_loopback(port_);
+  ASSERT_TRUE(testing::send_all(slow, "GET /health HTTP/1.1\r\nX-Slow: "));
+  auto t0 = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 40 && !closed; ++i) {
+    std::this_thread::sleep_for(50ms);
+    closed = !testing::send_all(slow, "a");
+    char c;
+    if (!closed && ::recv(slow, &c, 1, MSG_DONTWAIT) == 0) closed = true;
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  ::close(slow);
+
+  int idle = testing::connect_loopback(port_);
+  ASSERT_TRUE(testing::send_all(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  t0 = std::chrono::steady_clock::now();
+  std::string raw = testing::read_all(idle);  // the reply, then the close when idle
+  ::close(idle);
+  EXPECT_EQ(testing::parse_response(raw).status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
 }
 
 TEST_F(HttpServerTest, StopBeforeServeReturnsAtOnce) {
