@@ -56,6 +56,7 @@ using std::chrono::milliseconds;
 constexpr int kLingerMs = 2000;         // after a closing reply: reading what the client still sends
 constexpr size_t kReadChunk = 16384;    // bytes asked for by one read
 constexpr std::string_view kLastChunk = "0\r\n\r\n";
+constexpr uint64_t kLargeBodyBytes = 64 << 10;  // bodies above (or chunked) count against max_large_bodies
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string_view sv(beast::string_view s) {
@@ -132,6 +133,7 @@ struct HttpServer::Impl {
   const HttpOptions options;
   std::atomic<bool> stopping{false};
   std::atomic<int> num_connections{0};
+  std::atomic<int> num_large_bodies{0};
   std::mutex mu;  // guards connections and next_id
   std::unordered_map<uint64_t, std::weak_ptr<Connection>> connections;
   uint64_t next_id = 0;
@@ -152,6 +154,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     server_.num_connections.fetch_add(1);
   }
   ~Connection() {
+    release_large_body();
     server_.num_connections.fetch_sub(1);
     std::lock_guard<std::mutex> lock(server_.mu);
     server_.connections.erase(id_);
@@ -286,6 +289,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     route_ = route->route;
     if (parser_->is_done()) return dispatch();
+    const auto length = parser_->content_length();
+    if (!length || *length > kLargeBodyBytes) {
+      if (server_.num_large_bodies.fetch_add(1) >= opt_.max_large_bodies) {
+        server_.num_large_bodies.fetch_sub(1);
+        return send_error(ApiError{503,
+                                   "The server is receiving too many large request bodies at once. Retry later.",
+                                   "service_unavailable",
+                                   {},
+                                   "too_many_large_bodies"});
+      }
+      holds_large_body_ = true;
+    }
     if (version_ == 11 && beast::iequals(req[http::field::expect], "100-continue")) {
       stream_.expires_after(milliseconds(opt_.write_timeout_ms));
       asio::async_write(stream_, asio::buffer(kContinue.data(), kContinue.size()),
@@ -325,8 +340,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  void release_large_body() {
+    if (holds_large_body_) server_.num_large_bodies.fetch_sub(1);
+    holds_large_body_ = false;
+  }
+
   void on_outcome(Outcome outcome) {
-    if (closed_) return;  // a job dropped here aborts its choices
+    release_large_body();  // the body's bytes are gone (parsed or refused)
+    if (closed_) return;   // a job dropped here aborts its choices
     if (auto* reply = std::get_if<Reply>(&outcome)) return send_reply(*reply);
     job_ = std::move(std::get<std::unique_ptr<GenerationJob>>(outcome));
     if (job_->streaming()) {
@@ -443,6 +464,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close_now() {
     if (closed_) return;
     closed_ = true;
+    if (state_ != State::kHandling) release_large_body();  // else the handler still holds the body
     if (job_) {
       job_->set_on_ready({});
       job_.reset();  // aborts what is unfinished
@@ -467,6 +489,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool chunked_ = true;
   bool stop_requested_ = false;
   bool closed_ = false;
+  bool holds_large_body_ = false;
   std::unique_ptr<GenerationJob> job_;
   std::shared_ptr<std::atomic<bool>> pump_posted_ = std::make_shared<std::atomic<bool>>(false);
   std::string out_;      // bytes queued, not yet handed to a write

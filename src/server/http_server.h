@@ -27,6 +27,9 @@ struct HttpOptions {
   size_t max_target_bytes = size_t{8} << 10;       // the request target: beyond, 414
   int max_headers = 100;                           // header lines: beyond, 431
   int max_connections = 8192;  // open connections; more are closed at once
+  // Bodies over 64 KiB (or chunked) received or handled at once; more get 503 + Retry-After.
+  // Bounds the memory of bodies in flight (about 7 MiB resident per 4 MiB body) to about 450 MiB.
+  int max_large_bodies = 64;
   // A request head must arrive whole within this of its first byte (or of the connect).
   int header_timeout_ms = 10000;
   int keep_alive_timeout_ms = 5000;  // an idle connection between requests is closed after this

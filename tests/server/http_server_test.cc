@@ -415,6 +415,28 @@ TEST_F(HttpServerTest, SlowHeadIsCutAtTheHeaderDeadline) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
 }
 
+// Bodies in flight are bounded: past max_large_bodies a large body gets 503 + Retry-After
+// (it may fit later), small bodies still pass, and the slot comes back.
+TEST_F(HttpServerTest, LargeBodiesInFlightAreCapped) {
+  options_.max_large_bodies = 1;
+  start();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
+  int first = testing::connect_loopback(port_);
+  ASSERT_TRUE(testing::send_all(first, head + "{\"prompt\": \""));  // holds the one slot, body unfinished
+  std::this_thread::sleep_for(100ms);
+  int second = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": ")" +
+                                     std::string(100000, 'a') + "\"}");
+  HttpResult refused = testing::parse_response(testing::read_all(second));
+  ::close(second);
+  expect_error_shape(refused, 503);
+  EXPECT_EQ(refused.headers["retry-after"], "1");
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "ok", "max_tokens": 2})").status, 200);
+  testing::reset_connection(first);
+  std::this_thread::sleep_for(100ms);
+  HttpResult later = post("/v1/completions", R"({"prompt": ")" + std::string(100000, 'a') + "\"}");
+  EXPECT_EQ(later.status, 400) << later.body;  // parsed now (and too long for the context)
+}
+
 TEST_F(HttpServerTest, StopBeforeServeReturnsAtOnce) {
   metrics_ = std::make_unique<ServerMetrics>("fake");
   api_ = std::make_unique<Api>("fake", "", *metrics_);
