@@ -2,15 +2,19 @@
 //
 // The HTTP server comes up first (so /health answers 503 while the model
 // loads), then the model, the engine and its thread. SIGINT / SIGTERM stop
-// the engine loop (in-flight requests end with an error event) and then HTTP.
+// the engine loop (in-flight requests end with an error event) and then HTTP;
+// a start-up error exits non-zero at once.
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -38,7 +42,7 @@ struct ServeOptions {
   std::string api_key;
   std::string served_model_name;
   int64_t max_waiting_requests = 256;
-  int http_threads = 128;
+  int http_threads = server::HttpOptions{}.num_threads;
   int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
 };
@@ -52,14 +56,77 @@ ChatTemplate chat_template_of(const Tokenizer& tokenizer) {
   return ChatTemplate::chatml();
 }
 
+// SIGINT and SIGTERM, blocked in every thread and taken by one of their own.
+// Before the server is ready nothing is in flight, so a signal exits at once;
+// after, the first asks for a graceful stop (wait()) and a second exits at once.
+class StopSignals {
+ public:
+  StopSignals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    // Every thread started from here inherits the mask.
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~StopSignals() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+  void set_ready() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_ = true;
+  }
+  // Blocks until the first stop signal; returns it.
+  int wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return signal_ != 0; });
+    return signal_;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (quit_) return;
+      if (!ready_ || signal_ != 0) {
+        std::fprintf(stderr, "nanoserve serve: signal %d%s: exiting now\n", sig,
+                     ready_ ? " again" : " during start-up");
+        std::_Exit(128 + sig);
+      }
+      signal_ = sig;
+      cv_.notify_all();
+    }
+  }
+
+  sigset_t set_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  bool quit_ = false;
+  int signal_ = 0;
+  std::thread thread_;
+};
+
+// Thousands of connections need as many descriptors: take the hard limit.
+void raise_open_file_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 int run_serve(const ServeOptions& opt) {
-  // Every thread started from here inherits the mask; one thread waits for the signals.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  StopSignals signals;
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+  raise_open_file_limit();
 
   std::string api_key = opt.api_key;
   if (api_key.empty()) {
@@ -124,9 +191,11 @@ int run_serve(const ServeOptions& opt) {
               static_cast<long long>(limits.max_model_len), opt.host.c_str(), *port);
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
+  signals.set_ready();
+  const int sig = signals.wait();
   NS_LOG(INFO) << "signal " << sig << ": shutting down";
+  // The engine first: every request in flight ends with an error event (streams) or a 503,
+  // which HTTP still delivers; then HTTP stops accepting and drains.
   loop.stop();
   http.stop();
   http_thread.join();
@@ -151,8 +220,9 @@ CommandRun add_serve_command(CLI::App& app) {
                   "sequences that may wait before requests get 429")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
-  cmd->add_option("--http-threads", opt->http_threads, "HTTP worker threads (caps concurrent connections)")
-      ->check(CLI::Range(4, 4096))
+  cmd->add_option("--http-threads", opt->http_threads,
+                  "HTTP I/O threads; event-driven, each serves any number of connections")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   // The smallest budget still admits one body of the largest size HTTP accepts, beside the small reserve.
   const auto min_parse_bytes = static_cast<int64_t>(server::HttpOptions{}.max_body_bytes +

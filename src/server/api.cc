@@ -57,9 +57,38 @@ void Api::set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLim
   ready_.store(true, std::memory_order_release);
 }
 
-bool Api::needs_auth(std::string_view path) const {
+const RouteSpec* find_route(std::string_view path) {
+  static constexpr RouteSpec kRoutes[] = {
+      {Route::kHealth, "/health", "GET"},
+      {Route::kModels, "/v1/models", "GET"},
+      {Route::kMetrics, "/metrics", "GET"},
+      {Route::kTokenize, "/tokenize", "POST"},
+      {Route::kDetokenize, "/detokenize", "POST"},
+      {Route::kChat, "/v1/chat/completions", "POST"},
+      {Route::kCompletion, "/v1/completions", "POST"},
+  };
+  for (const RouteSpec& r : kRoutes) {
+    if (r.path == path) return &r;
+  }
+  return nullptr;
+}
+
+bool Api::needs_auth(Route route) const {
   if (api_key_.empty()) return false;
-  return !(path == "/health" || path == "/v1/models" || path.starts_with("/v1/models/"));
+  return !(route == Route::kHealth || route == Route::kModels);
+}
+
+Outcome Api::handle(Route route, std::string_view body) {
+  switch (route) {
+    case Route::kHealth: return health();
+    case Route::kModels: return models();
+    case Route::kMetrics: return metrics();
+    case Route::kTokenize: return tokenize(body);
+    case Route::kDetokenize: return detokenize(body);
+    case Route::kChat: return generate(Endpoint::kChat, body);
+    case Route::kCompletion: return generate(Endpoint::kCompletion, body);
+  }
+  return error_reply(from_http_status(404));
 }
 
 bool Api::authorized(std::string_view authorization_header) const {
@@ -142,8 +171,8 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   std::vector<EngineRequest> choices;
   int64_t prompt_tokens = 0;
   for (std::vector<int32_t>& ids : prompts) {
-    auto max_tokens =
-        check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens, limits_.max_model_len);
+    auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens,
+                                           limits_.max_model_len, endpoint);
     if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
     prompt_tokens += static_cast<int64_t>(ids.size());
     for (int j = 0; j < r.n; ++j) {

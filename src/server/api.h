@@ -27,6 +27,19 @@ struct Reply {
   std::string content_type = "application/json";
 };
 
+// The routes the server answers. The transport finds the route by path first
+// (unknown: 404, before any key check), then checks the method (405 with Allow).
+enum class Route { kHealth, kModels, kMetrics, kTokenize, kDetokenize, kChat, kCompletion };
+struct RouteSpec {
+  Route route;
+  std::string_view path;
+  std::string_view method;  // "GET" (HEAD too) or "POST"
+};
+// The route at `path` (the target without its query), or nullptr.
+const RouteSpec* find_route(std::string_view path);
+
+using Outcome = std::variant<Reply, std::unique_ptr<GenerationJob>>;
+
 class Api {
  public:
   Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
@@ -36,9 +49,13 @@ class Api {
   void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
   bool ready() const { return ready_.load(std::memory_order_acquire); }
 
-  // True when the path needs the bearer key (all but /health and /v1/models).
-  bool needs_auth(std::string_view path) const;
+  // True when the route needs the bearer key (all but /health and /v1/models).
+  bool needs_auth(Route route) const;
   bool authorized(std::string_view authorization_header) const;
+
+  // Runs the route's endpoint on `body`. May block (parse budget, tokenization):
+  // the transport calls it off its I/O threads.
+  Outcome handle(Route route, std::string_view body);
 
   Reply health() const;
   Reply models() const;

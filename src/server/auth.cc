@@ -25,10 +25,7 @@ bool bearer_authorized(std::string_view authorization, std::string_view api_key)
   for (size_t i = 0; i < kScheme.size(); ++i) {
     if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
   }
-  std::string_view key = authorization.substr(kScheme.size());
-  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
-  while (!key.empty() && (key.back() == ' ' || key.back() == '\r')) key.remove_suffix(1);
-  return constant_time_equal(key, api_key);
+  return constant_time_equal(authorization.substr(kScheme.size()), api_key);
 }
 
 }  // namespace nanoserve::server

@@ -10,8 +10,11 @@ namespace nanoserve::server {
 // depends only on the lengths, never on where a mismatch is.
 bool constant_time_equal(std::string_view given, std::string_view expected);
 
-// True when `authorization` is "Bearer <key>" (scheme case-insensitive) with
-// exactly `api_key`. An empty api_key means no key is required.
+// True when `authorization` (the header's value as received, after HTTP's own
+// whitespace trimming) is "Bearer " followed by exactly the bytes of `api_key`:
+// no decoding, no trimming, nothing appended, a NUL compared like any byte.
+// The scheme is case-insensitive (RFC 7235), the key is not. An empty api_key
+// means no key is required.
 bool bearer_authorized(std::string_view authorization, std::string_view api_key);
 
 }  // namespace nanoserve::server

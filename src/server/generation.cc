@@ -17,7 +17,12 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       choices_(handle_.ids.size()) {}
 
 GenerationJob::~GenerationJob() {
+  handle_.stream->set_on_ready({});
   abort();
+}
+
+void GenerationJob::set_on_ready(std::function<void()> on_ready) {
+  handle_.stream->set_on_ready(std::move(on_ready));
 }
 
 void GenerationJob::abort() {
@@ -50,6 +55,7 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
   }
   std::string error_message;
   bool rejected = false;
+  bool aborted = false;
   for (TokenEvent& ev : events_) {
     Choice& c = choices_[ev.choice];
     ChunkPart& part = parts[ev.choice];
@@ -77,13 +83,17 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
         error_message =
             ev.finish == FinishReason::kError ? ev.error : "The request was aborted by the server.";
         rejected = ev.rejected;
+        aborted = ev.finish == FinishReason::kAbort;
       }
     }
   }
 
   if (!error_message.empty()) {
     // One failed choice fails the request: the others are dropped.
-    error_ = rejected ? bad_request(error_message) : internal(error_message);
+    // Aborted by the server (it is shutting down): 503, so the client may retry elsewhere.
+    error_ = rejected  ? bad_request(error_message)
+             : aborted ? ApiError{503, error_message, "service_unavailable", {}, "aborted"}
+                       : internal(error_message);
     loop_.abort(handle_);
     if (stream_) {
       *sse_out += sse_event(error_->to_json());

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,10 @@ class GenerationJob {
   // appends the SSE text to send (the first call also sends the role chunks).
   // Returns true once the request is complete (and, streaming, [DONE] appended).
   bool poll(std::string* sse_out, std::chrono::milliseconds timeout);
+
+  // `on_ready` runs on the engine thread whenever new events may be ready for poll(); it must be
+  // cheap (post a wake-up). Cleared when the job is destroyed.
+  void set_on_ready(std::function<void()> on_ready);
 
   // After poll() returned true, non-streaming: the response body, or the error.
   int final_status() const { return error_ ? error_->http_status : 200; }

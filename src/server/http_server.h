@@ -1,6 +1,8 @@
 #pragma once
-// HTTP transport for the Api, on cpp-httplib. This header keeps httplib out of
-// sight: only http_server.cc includes it.
+// HTTP/1.1 transport for the Api, on Boost.Beast (parsing) and Boost.Asio
+// (sockets). Event-driven: a few I/O threads serve every connection, so an
+// open stream or an idle keep-alive connection costs memory, not a thread.
+// This header keeps the library out of sight: only http_server.cc includes it.
 
 #include <cstddef>
 #include <memory>
@@ -14,11 +16,27 @@ namespace nanoserve::server {
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (bind() returns it)
-  // One thread per open connection (streams hold theirs until done), so this caps concurrent clients.
-  int num_threads = 128;
-  size_t max_body_bytes = size_t{4} << 20;  // larger bodies get 413
-  // How often a waiting request checks that its client is still connected.
-  int liveness_poll_ms = 10;
+  // I/O threads: they read requests and write responses, never block.
+  int num_threads = 4;
+  // Handler threads: the Api's endpoints (JSON parse, tokenization, the parse
+  // budget's wait) run here, so a large body never stalls the I/O threads.
+  int num_handler_threads = 4;
+  size_t max_body_bytes = size_t{4} << 20;   // larger bodies (chunked too) get 413
+  size_t max_header_bytes = size_t{16} << 10;  // request line + header lines: beyond, 431
+  size_t max_header_line_bytes = size_t{8} << 10;  // one header line: beyond, 431
+  size_t max_target_bytes = size_t{8} << 10;       // the request target: beyond, 414
+  int max_headers = 100;                           // header lines: beyond, 431
+  int max_connections = 8192;  // open connections; more are closed at once
+  // Bodies over 64 KiB (or chunked) received or handled at once; more get 503 + Retry-After.
+  // Bounds the memory of bodies in flight (about 7 MiB resident per 4 MiB body) to about 450 MiB.
+  int max_large_bodies = 64;
+  // A request head must arrive whole within this of its first byte (or of the connect).
+  int header_timeout_ms = 10000;
+  int keep_alive_timeout_ms = 5000;  // an idle connection between requests is closed after this
+  int body_timeout_ms = 60000;       // the body must arrive within this of the head
+  int write_timeout_ms = 60000;      // a client that reads nothing for this long is gone
+  // At stop(): how long in-flight responses get to finish before connections are cut.
+  int shutdown_grace_ms = 5000;
 };
 
 class HttpServer {
@@ -28,14 +46,19 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds the listening socket; returns the port.
+  // Binds the listening socket (SO_REUSEADDR, never SO_REUSEPORT: a busy port
+  // is an error naming host:port); returns the port.
   StatusOr<int> bind();
-  // Serves until stop(); returns at once if bind() did not succeed.
+  // Serves until stop() and the drain that follows; returns at once if bind()
+  // did not succeed or stop() came first.
   void serve();
+  // Thread-safe, idempotent, valid before serve(): stops accepting, closes idle
+  // connections and lets in-flight responses finish (shutdown_grace_ms at most).
   void stop();
 
+  struct Impl;  // defined in http_server.cc, with the connections it serves
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -116,14 +116,23 @@ class Fields {
       return std::nullopt;
     }
     bool in_range;
+    bool too_large;
     int64_t x = 0;
     if (v->is_number_unsigned()) {
       uint64_t u = v->get<uint64_t>();
-      in_range = u <= static_cast<uint64_t>(hi) && (lo <= 0 || u >= static_cast<uint64_t>(lo));
+      too_large = u > static_cast<uint64_t>(hi);
+      in_range = !too_large && (lo <= 0 || u >= static_cast<uint64_t>(lo));
       x = in_range ? static_cast<int64_t>(u) : hi;
     } else {
       x = v->get<int64_t>();
-      in_range = x >= lo && x <= hi;
+      too_large = x > hi;
+      in_range = x >= lo && !too_large;
+    }
+    if (too_large) {
+      fail(std::string("'") + name + "' is too large: got " + v->dump() + ", the largest accepted is " +
+               std::to_string(hi) + ".",
+           name);
+      return std::nullopt;
     }
     if (!in_range) {
       fail(std::string("'") + name + "' must be " + range_text + ", got " + v->dump() + ".", name);
@@ -518,16 +527,17 @@ Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body, const 
 }
 
 Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
-                                     int64_t max_model_len) {
+                                     int64_t max_model_len, Endpoint endpoint) {
   if (prompt_tokens < 1) return bad_request("The prompt is empty after tokenization.", "prompt");
   int64_t want = max_tokens.value_or(0);
   if (prompt_tokens + std::max<int64_t>(want, 1) > max_model_len) {
+    const std::string input = endpoint == Endpoint::kChat ? "messages" : "prompt";
     std::string msg = "This model's maximum context length is " + std::to_string(max_model_len) +
                       " tokens. However, you requested " + std::to_string(prompt_tokens + want) +
-                      " tokens (" + std::to_string(prompt_tokens) + " in the messages, " +
-                      std::to_string(want) +
-                      " in the completion). Please reduce the length of the messages or completion.";
-    return ApiError{400, std::move(msg), "invalid_request_error", "messages", "context_length_exceeded"};
+                      " tokens (" + std::to_string(prompt_tokens) + " in the " + input + ", " +
+                      std::to_string(want) + " in the completion). Please reduce the length of the " + input +
+                      " or completion.";
+    return ApiError{400, std::move(msg), "invalid_request_error", input, "context_length_exceeded"};
   }
   return max_tokens ? *max_tokens : max_model_len - prompt_tokens;
 }

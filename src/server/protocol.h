@@ -91,8 +91,9 @@ struct DetokenizeRequest {
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body, const ProtocolLimits& limits);
 
 // The prompt plus the tokens to generate must fit the context. Returns the
-// effective max_tokens (the request's, or what is left of the context).
+// effective max_tokens (the request's, or what is left of the context). The
+// error names the endpoint's input: `messages` for chat, `prompt` for completions.
 Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
-                                     int64_t max_model_len);
+                                     int64_t max_model_len, Endpoint endpoint = Endpoint::kChat);
 
 }  // namespace nanoserve::server

@@ -24,9 +24,15 @@ bool RequestStream::push(TokenEvent event) {
       ++finished_;
     }
     events_.push_back(std::move(event));
+    if (on_ready_) on_ready_();
   }
   cv_.notify_one();
   return true;
+}
+
+void RequestStream::set_on_ready(std::function<void()> on_ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_ready_ = std::move(on_ready);
 }
 
 size_t RequestStream::wait_take(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -50,6 +51,10 @@ class RequestStream {
   // least one event. Returns the number of events taken.
   size_t wait_take(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout);
 
+  // Called on the engine thread after every push, under the stream's lock: it must be cheap
+  // and must not call back into this stream (post a wake-up elsewhere). Empty clears it.
+  void set_on_ready(std::function<void()> on_ready);
+
   // True once every choice has delivered its finish event (and it was taken or not).
   bool all_finished() const;
   int n_choices() const { return n_choices_; }
@@ -60,6 +65,7 @@ class RequestStream {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<TokenEvent> events_;
+  std::function<void()> on_ready_;
   size_t pushed_ = 0;  // token events so far
   int finished_ = 0;
 };

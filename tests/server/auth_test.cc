@@ -25,5 +25,17 @@ TEST(Auth, Bearer) {
   EXPECT_TRUE(bearer_authorized("", ""));  // no key configured
 }
 
+TEST(Auth, BearerKeyIsExactBytes) {
+  using namespace std::string_view_literals;
+  EXPECT_FALSE(bearer_authorized("Bearer k1%00", "k1"));  // no percent-decoding, nothing appended
+  EXPECT_FALSE(bearer_authorized("Bearer k1%00;anything", "k1"));
+  EXPECT_FALSE(bearer_authorized("Bearer %6B%31", "k1"));  // the key percent-encoded
+  EXPECT_FALSE(bearer_authorized("Bearer k1\0"sv, "k1"));  // no cut at NUL
+  EXPECT_FALSE(bearer_authorized("Bearer k1 ", "k1"));
+  EXPECT_FALSE(bearer_authorized("Bearer  k1", "k1"));
+  EXPECT_FALSE(bearer_authorized("Bearer K1", "k1"));  // the key is case-sensitive
+  EXPECT_TRUE(bearer_authorized("Bearer k\0x"sv, "k\0x"sv));  // every byte of the key counts
+}
+
 }  // namespace
 }  // namespace nanoserve::server

@@ -31,10 +31,10 @@ class HttpServerTest : public ::testing::Test {
     metrics_ = std::make_unique<ServerMetrics>("fake");
     loop_ = std::make_unique<EngineLoop>(engine_, *metrics_, EngineLoop::Options{max_waiting});
     api_ = std::make_unique<Api>("fake", std::move(api_key), *metrics_);
-    HttpOptions opts;
-    opts.port = 0;
-    opts.num_threads = 16;
-    http_ = std::make_unique<HttpServer>(*api_, opts);
+    options_.port = 0;
+    options_.num_threads = 2;
+    options_.shutdown_grace_ms = 2000;
+    http_ = std::make_unique<HttpServer>(*api_, options_);
     auto port = http_->bind();
     ASSERT_TRUE(port.ok()) << port.status().to_string();
     port_ = *port;
@@ -68,6 +68,7 @@ class HttpServerTest : public ::testing::Test {
     return std::stod(text.substr(pos + series.size() + 2));
   }
 
+  HttpOptions options_;
   FakeEngine engine_;
   FakeCodec codec_;
   std::unique_ptr<ServerMetrics> metrics_;
@@ -243,6 +244,13 @@ TEST_F(HttpServerTest, ApiKey) {
   expect_error_shape(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}), 401);
   expect_error_shape(get("/metrics"), 401);
+  expect_error_shape(get("/no/such/route"), 404);  // unknown paths are 404, key or not
+  expect_error_shape(get("/v1/completions"), 405);  // the method is checked before the key
+  expect_error_shape(
+      post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret%00"}), 401);
+  expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})",
+                          {"Authorization: Bearer sekret", "Authorization: Bearer sekret"}),
+                     401);
   EXPECT_EQ(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret"}).status,
       200);
@@ -306,10 +314,155 @@ TEST_F(HttpServerTest, DisconnectWhileWaitingNonStreamingAborts) {
   int fd = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 60})");
   ASSERT_GE(fd, 0);
   for (int i = 0; i < 200 && engine_.num_added() < 1; ++i) std::this_thread::sleep_for(5ms);
-  ::close(fd);
+  // A reset, not an orderly close: end of stream alone is a half-close, which still gets its reply.
+  testing::reset_connection(fd);
   for (int i = 0; i < 400 && engine_.aborted().empty(); ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(engine_.aborted().size(), 1u);
   EXPECT_EQ(engine_.num_unfinished(), 0u);
+}
+
+TEST_F(HttpServerTest, HalfClosedClientStillGetsItsReply) {
+  engine_.step_delay_ms = 2;
+  start();
+  int fd = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 20})");
+  ASSERT_GE(fd, 0);
+  ::shutdown(fd, SHUT_WR);
+  HttpResult r = testing::parse_response(testing::read_all(fd));
+  ::close(fd);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["text"], "abcabcabcabcabcabcab");
+  EXPECT_TRUE(engine_.aborted().empty());
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAnsweredInOrder) {
+  start();
+  int fd = testing::connect_loopback(port_);
+  ASSERT_GE(fd, 0);
+  const std::string body = R"({"prompt": "xy", "max_tokens": 3})";
+  const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_TRUE(testing::send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + one +
+                                        "GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  std::string raw = testing::read_all(fd);
+  ::close(fd);
+  size_t a = raw.find("HTTP/1.1 200"), b = raw.find("HTTP/1.1 200", a + 1), c = raw.find("HTTP/1.1 404");
+  ASSERT_NE(a, std::string::npos) << raw;
+  ASSERT_NE(b, std::string::npos) << raw;
+  ASSERT_NE(c, std::string::npos) << raw;
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);
+  EXPECT_NE(raw.find("\"text\":\"xyx\""), std::string::npos) << raw;
+}
+
+// Shutdown as serve does it: the engine loop first, then HTTP. Every stream in
+// flight ends with an error event, [DONE] and the last chunk; a waiting
+// non-streaming request gets 503.
+TEST_F(HttpServerTest, ShutdownEndsEveryInFlightRequestCleanly) {
+  engine_.step_delay_ms = 5;
+  start();
+  std::vector<int> streams;
+  for (int i = 0; i < 6; ++i) {
+    streams.push_back(testing::open_request(port_, "POST", "/v1/completions",
+                                            R"({"prompt": "abc", "max_tokens": 60, "stream": true})"));
+  }
+  int plain = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 60})");
+  for (int i = 0; i < 400 && engine_.num_added() < 7; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine_.num_added(), 7);
+  loop_->stop();
+  http_->stop();
+  for (int fd : streams) {
+    std::string raw = testing::read_all(fd);
+    ::close(fd);
+    ASSERT_GE(raw.size(), 5u);
+    EXPECT_EQ(raw.substr(raw.size() - 5), "0\r\n\r\n") << raw;  // the terminating chunk
+    auto events = sse_data(testing::parse_response(raw).body);
+    ASSERT_GE(events.size(), 2u) << raw;
+    EXPECT_EQ(events.back(), "[DONE]");
+    EXPECT_TRUE(json::parse(events[events.size() - 2]).contains("error")) << raw;
+  }
+  HttpResult r = testing::parse_response(testing::read_all(plain));
+  ::close(plain);
+  expect_error_shape(r, 503);
+  thread_.join();  // serve() returns once the replies are out
+}
+
+// Slowloris: a head trickled a byte at a time is cut at the header deadline, and an
+// idle keep-alive connection at the keep-alive timeout.
+TEST_F(HttpServerTest, SlowHeadIsCutAtTheHeaderDeadline) {
+  options_.header_timeout_ms = 300;
+  options_.keep_alive_timeout_ms = 200;
+  start();
+  int slow = testing::connect_loopback(port_);
+  ASSERT_TRUE(testing::send_all(slow, "GET /health HTTP/1.1\r\nX-Slow: "));
+  auto t0 = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 40 && !closed; ++i) {
+    std::this_thread::sleep_for(50ms);
+    closed = !testing::send_all(slow, "a");
+    char c;
+    if (!closed && ::recv(slow, &c, 1, MSG_DONTWAIT) == 0) closed = true;
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  ::close(slow);
+
+  int idle = testing::connect_loopback(port_);
+  ASSERT_TRUE(testing::send_all(idle, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"));
+  t0 = std::chrono::steady_clock::now();
+  std::string raw = testing::read_all(idle);  // the reply, then the close when idle
+  ::close(idle);
+  EXPECT_EQ(testing::parse_response(raw).status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+}
+
+// Bodies in flight are bounded: past max_large_bodies a large body gets 503 + Retry-After
+// (it may fit later), small bodies still pass, and the slot comes back.
+TEST_F(HttpServerTest, LargeBodiesInFlightAreCapped) {
+  options_.max_large_bodies = 1;
+  start();
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n";
+  int first = testing::connect_loopback(port_);
+  ASSERT_TRUE(testing::send_all(first, head + "{\"prompt\": \""));  // holds the one slot, body unfinished
+  std::this_thread::sleep_for(100ms);
+  int second = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": ")" +
+                                     std::string(100000, 'a') + "\"}");
+  HttpResult refused = testing::parse_response(testing::read_all(second));
+  ::close(second);
+  expect_error_shape(refused, 503);
+  EXPECT_EQ(refused.headers["retry-after"], "1");
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "ok", "max_tokens": 2})").status, 200);
+  testing::reset_connection(first);
+  std::this_thread::sleep_for(100ms);
+  HttpResult later = post("/v1/completions", R"({"prompt": ")" + std::string(100000, 'a') + "\"}");
+  EXPECT_EQ(later.status, 400) << later.body;  // parsed now (and too long for the context)
+}
+
+TEST_F(HttpServerTest, StopBeforeServeReturnsAtOnce) {
+  metrics_ = std::make_unique<ServerMetrics>("fake");
+  api_ = std::make_unique<Api>("fake", "", *metrics_);
+  HttpOptions opts;
+  opts.port = 0;
+  for (int i = 0; i < 20; ++i) {
+    HttpServer http(*api_, opts);
+    ASSERT_TRUE(http.bind().ok());
+    http.stop();
+    auto t0 = std::chrono::steady_clock::now();
+    http.serve();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  }
+}
+
+TEST_F(HttpServerTest, BusyPortIsAnErrorNamingIt) {
+  start();
+  ServerMetrics other_metrics("fake");
+  Api other_api("fake", "", other_metrics);
+  HttpOptions opts;
+  opts.port = port_;
+  HttpServer other(other_api, opts);
+  auto bound = other.bind();
+  ASSERT_FALSE(bound.ok());
+  EXPECT_NE(bound.status().message().find("127.0.0.1:" + std::to_string(port_)), std::string::npos)
+      << bound.status().message();
 }
 
 TEST_F(HttpServerTest, EngineErrorMidStreamSendsErrorEvent) {

@@ -65,6 +65,26 @@ inline int open_request(int port, const std::string& method, const std::string& 
   return fd;
 }
 
+// Closes with a reset (RST) instead of an orderly close: what a crashed client or a
+// dropped network looks like to the server, which tells it from a half-close.
+inline void reset_connection(int fd) {
+  linger l{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  ::close(fd);
+}
+
+// Reads until the peer closes; returns everything received.
+inline std::string read_all(int fd) {
+  std::string raw;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  return raw;
+}
+
 inline std::string dechunk(const std::string& s) {
   std::string out;
   size_t pos = 0;

@@ -1,5 +1,7 @@
 """A `nanoserve serve` process with the default model on a free loopback port
-(the server picks it: --port 0), for the HTTP server suites."""
+(the server picks it: --port 0), for the HTTP server suites. NANOSERVE_BINARY
+picks the binary (default build/nanoserve; CI also runs the suites against the
+sanitized build-asan/nanoserve)."""
 import os
 import re
 import subprocess
@@ -8,16 +10,18 @@ import time
 import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.path.join(ROOT, "build", "nanoserve")
+BINARY = os.environ.get("NANOSERVE_BINARY") or os.path.join(ROOT, "build", "nanoserve")
+LOG_DIR = os.path.dirname(BINARY)
 API_KEY = "test-key"
 MAX_MODEL_LEN = 256
 MAX_NUM_SEQS = 32
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")
 
 
 class Server:
     def __init__(self, *extra_args, api_key=API_KEY):
         assert os.path.exists(BINARY), "build nanoserve first (scripts/build)"
-        self.log_path = os.path.join(ROOT, "build", f"serve-test-{os.getpid()}-{time.monotonic_ns()}.log")
+        self.log_path = os.path.join(LOG_DIR, f"serve-test-{os.getpid()}-{time.monotonic_ns()}.log")
         flags = {"--port": "0", "--max-model-len": str(MAX_MODEL_LEN), "--max-num-seqs": str(MAX_NUM_SEQS),
                  "--kv-cache-memory": str(256 << 20)}
         flags.update(zip(extra_args[::2], extra_args[1::2]))  # extra_args: flag, value, ...
@@ -84,6 +88,8 @@ class Server:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=self.api_key or "none", max_retries=0, timeout=120)
 
     def stop(self):
+        """SIGTERM, then checks the exit: status 0 within 30 s and no sanitizer report in the log
+        (a sanitized binary reports leaks and late errors only as it exits)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -91,6 +97,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.flush()
+        with open(self.log_path) as f:
+            log = f.read()
         self.proc.stdout.close()
         self.log.close()
         os.unlink(self.log_path)
+        reports = [m for m in SANITIZER_MARKS if m in log]
+        assert not reports and self.proc.returncode == 0, \
+            f"server exit {self.proc.returncode}, sanitizer reports {reports}; log: {log[-8000:]}"

@@ -3,6 +3,7 @@ client hides the wire format), on the default model."""
 import concurrent.futures
 import json
 import socket
+import struct
 import subprocess
 import time
 
@@ -217,7 +218,8 @@ def wait_idle(server, timeout=20):
 
 
 def cut_off(server, body, read_bytes):
-    """Sends a request over a raw socket, reads a little of the answer, and hangs up."""
+    """Sends a request over a raw socket, reads a little of the answer, and hangs up (with a reset
+    when it read nothing)."""
     sock = socket.create_connection(("127.0.0.1", server.port))
     payload = json.dumps(body).encode()
     sock.sendall(b"POST " + body.pop("_path").encode() + b" HTTP/1.1\r\nHost: x\r\n"
@@ -230,6 +232,13 @@ def cut_off(server, body, read_bytes):
         if not chunk:
             break
         got += chunk
+    if read_bytes == 0:
+        # Nothing to read yet: wait until the request runs, then reset the connection. An orderly
+        # close would be a half-close, which HTTP allows and the server answers in full.
+        deadline = time.monotonic() + 20
+        while server.metric("nanoserve:num_requests_running") < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     return got
 

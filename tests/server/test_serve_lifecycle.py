@@ -1,0 +1,102 @@
+"""`nanoserve serve` start-up and shutdown: start-up errors exit promptly and
+non-zero, a busy port is an error naming it, and SIGTERM ends every request in
+flight cleanly before the process exits 0."""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from server_process import BINARY, ROOT, Server
+
+RUNS = int(os.environ.get("NANOSERVE_LIFECYCLE_RUNS", "10"))
+
+
+@pytest.mark.parametrize("case", ["missing file", "directory", "block size 0"])
+def test_start_up_errors_exit_promptly(case):
+    """Issue 17 item 1: the error, then a non-zero exit within seconds; never a hang."""
+    with tempfile.TemporaryDirectory() as d:
+        args = {"missing file": ["-m", os.path.join(d, "no-such.gguf")],
+                "directory": ["-m", d],
+                "block size 0": ["--block-size", "0"]}[case]
+        for _ in range(RUNS):
+            t0 = time.monotonic()
+            try:
+                r = subprocess.run([BINARY, "serve", "--port", "0", *args], capture_output=True, text=True,
+                                   timeout=30, cwd=ROOT)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{case}: serve hung for 30 s")
+            assert r.returncode != 0, r.stderr
+            assert "nanoserve serve:" in r.stderr, r.stderr
+            assert time.monotonic() - t0 < 15
+
+
+def test_busy_port_is_an_error_naming_it(server):
+    """Issue 17 item 2: no SO_REUSEPORT; the second server fails before loading anything."""
+    try:
+        r = subprocess.run([BINARY, "serve", "--port", str(server.port)], capture_output=True, text=True,
+                           timeout=30, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a second server on a busy port kept running")
+    assert r.returncode != 0
+    assert f"127.0.0.1:{server.port}" in r.stderr, r.stderr
+    assert "ready" not in r.stdout
+
+
+def open_request(port, body):
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def read_all(s):
+    out = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return out
+        out += chunk
+
+
+def test_sigterm_ends_every_request_in_flight_then_exits_0():
+    """Issue 21 item 8: every stream in flight gets a final error event, then [DONE], then the last
+    chunk; a non-streaming request in flight gets 503; the process exits 0 within seconds."""
+    s = Server(api_key=None)
+    try:
+        body = {"model": s.model, "prompt": "Once upon a time", "max_tokens": 240, "ignore_eos": True,
+                "temperature": 0}
+        streams = [open_request(s.port, dict(body, stream=True)) for _ in range(8)]
+        for st in streams:
+            got = b""
+            while b"data: " not in got:  # admitted and streaming
+                chunk = st.recv(65536)
+                assert chunk, got
+                got += chunk
+        plain = open_request(s.port, body)
+        deadline = time.monotonic() + 20
+        while s.metric("nanoserve:num_requests_running") < 9:
+            assert time.monotonic() < deadline, "the requests did not all start"
+            time.sleep(0.02)
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        for st in streams:
+            raw = read_all(st)
+            st.close()
+            assert raw.endswith(b"0\r\n\r\n"), raw[-300:]
+            events = re.findall(rb"data: (.*?)\n\n", raw)
+            assert events[-1] == b"[DONE]", raw[-300:]
+            assert "error" in json.loads(events[-2]), events[-2]
+        raw = read_all(plain)
+        plain.close()
+        assert raw.startswith(b"HTTP/1.1 503"), raw[:300]
+        s.proc.wait(timeout=15)
+        assert time.monotonic() - t0 < 15
+    finally:
+        s.stop()  # asserts exit status 0 and a log free of sanitizer reports
