@@ -213,7 +213,7 @@ void Engine::finish(Request* r, FinishReason reason, RequestOutput& out) {
   out.stop_string = r->stop.matched_stop();
   num_unfinished_.fetch_sub(1);
   std::lock_guard<std::mutex> lock(mu_);
-  if (reason == FinishReason::kAbort) {
+  if (reason == FinishReason::kAbort || reason == FinishReason::kError) {
     ++stats_.num_aborted;
   } else {
     ++stats_.num_finished;
@@ -293,7 +293,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
       RequestOutput& out = output_for(r, outputs);
       out.error = logits.status().to_string();
       out.num_output_tokens = static_cast<int32_t>(r->output.size());
-      finish(r, FinishReason::kAbort, out);
+      finish(r, FinishReason::kError, out);
       requests_.erase(r->id);
     }
     publish_stats();

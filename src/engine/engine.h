@@ -71,7 +71,7 @@ struct RequestOutput {
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
   std::string stop_string;                           // the stop string that finished it, if any
-  std::string error;                                 // set, with kAbort, if the step failed under it
+  std::string error;                                 // set, with kError, when the step failed under it
   int32_t num_prompt_tokens = 0;
   int32_t num_output_tokens = 0;  // so far, including new_tokens
   int32_t num_preemptions = 0;
@@ -96,7 +96,7 @@ struct EngineStats {
   int64_t prompt_tokens = 0;      // prompt tokens prefilled (recompute not counted)
   int64_t generation_tokens = 0;  // tokens sampled
   int64_t num_finished = 0;       // stop or length
-  int64_t num_aborted = 0;
+  int64_t num_aborted = 0;        // abort or error
   int64_t num_steps = 0;
 };
 

@@ -8,10 +8,7 @@ StatusOr<std::vector<int32_t>> TokenizerCodec::encode(std::string_view text, boo
 
 StatusOr<std::vector<int32_t>> TokenizerCodec::encode_chat(const std::vector<ChatMessage>& messages,
                                                            bool add_generation_prompt) const {
-  std::vector<nanoserve::ChatMessage> converted;
-  converted.reserve(messages.size());
-  for (const ChatMessage& m : messages) converted.push_back(nanoserve::ChatMessage{m.role, m.content});
-  std::string prompt = template_.render(converted, add_generation_prompt);
+  std::string prompt = template_.render(messages, add_generation_prompt);
   return tokenizer_.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
 }
 
