@@ -33,7 +33,7 @@
 namespace nanoserve {
 namespace {
 
-constexpr int kCalls = 20;               // calls a graph
+constexpr int kCalls = 20;                 // calls a graph
 constexpr int64_t kColdBytes = 256 << 20;  // the copies of an op's inputs span at least this
 constexpr int kMaxCopies = 32;
 
@@ -161,7 +161,8 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
       const Tensor kp = cuda::empty(DType::kBF16, {blocks, block_size, kKvHeads, kHeadDim});
       const Tensor vp = cuda::empty(DType::kBF16, {blocks, block_size, kKvHeads, kHeadDim});
       std::vector<int32_t> pos(static_cast<size_t>(T)), slot(static_cast<size_t>(T));
-      for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(4096 + t), slot[t] = static_cast<int32_t>(t);
+      for (int64_t t = 0; t < T; ++t)
+        pos[t] = static_cast<int32_t>(4096 + t), slot[t] = static_cast<int32_t>(t);
       const Tensor pos_d = i32_tensor(pos), slot_d = i32_tensor(slot);
       const Tensor inv = random_tensor(DType::kF32, {kHeadDim / 2}, 3, 0.5f);
       const double ms = time_graph(s, [&](int i) {
@@ -187,7 +188,8 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
     for (int i = 0; i < n; ++i) ls.push_back(random_tensor(DType::kF32, {R, kVocab}, 400 + i, 10.0f));
     const Tensor out = cuda::empty(DType::kI32, {R});
     const double ms = time_graph(s, [&](int i) { argmax_cuda(ls[i % n], out.data_as<int32_t>(), s); });
-    report("argmax", "R " + std::to_string(R) + " V 128256", ms, static_cast<double>(R * kVocab * 4), ceiling);
+    report("argmax", "R " + std::to_string(R) + " V 128256", ms, static_cast<double>(R * kVocab * 4),
+           ceiling);
   }
 }
 
@@ -220,10 +222,11 @@ void bench_gemms(cudaStream_t s, double ceiling) {
         const double tbs = bytes / (ms * 1e-3) / 1e12;
         const double tflops = 2.0 * static_cast<double>(M * l.N * l.K) / (ms * 1e-3) / 1e12;
         const GemmAlgoInfo a = gemm.algo_info(M, l.N, l.K, l.y);
-        std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f  %d %u %u %d %u %u (%.0f%% of copy)\n", l.name,
-                    (std::to_string(l.K) + " -> " + std::to_string(l.N)).c_str(), static_cast<long long>(M), pname,
-                    ms * 1e3, tbs, tflops, a.algo_id, a.tile_id, a.stages_id, a.splitk, a.reduction_scheme,
-                    static_cast<unsigned>(a.cluster_shape_id), 100.0 * tbs / ceiling);
+        std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f  %d %u %u %d %u %u (%.0f%% of copy)\n",
+                    l.name, (std::to_string(l.K) + " -> " + std::to_string(l.N)).c_str(),
+                    static_cast<long long>(M), pname, ms * 1e3, tbs, tflops, a.algo_id, a.tile_id,
+                    a.stages_id, a.splitk, a.reduction_scheme, static_cast<unsigned>(a.cluster_shape_id),
+                    100.0 * tbs / ceiling);
       }
     }
   }

@@ -1,7 +1,9 @@
 // libFuzzer target for the GGUF reader: parses the input, then reads every
-// metadata value, every byte of every tensor view (dequantizing what has a
-// float form), and derives a ModelConfig. Built with ASan + UBSan by scripts/fuzz.
+// metadata value, checks that no two tensors share bytes, reads every byte of
+// every tensor view (dequantizing what has a float form), and derives a
+// ModelConfig. Built with ASan + UBSan by scripts/fuzz.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +50,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)f.get_int(key);
     (void)f.get_float(key);
     (void)f.get_string(key);
+  }
+  // Listed tensors never share a byte (checked pairwise: inputs are at most
+  // max_len bytes, so a few hundred tensors).
+  const auto& ts = f.tensors();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    for (size_t j = i + 1; j < ts.size(); ++j) {
+      const uint64_t lo = std::max(ts[i].offset, ts[j].offset);
+      const uint64_t hi = std::min(ts[i].offset + static_cast<uint64_t>(ts[i].nbytes),
+                                   ts[j].offset + static_cast<uint64_t>(ts[j].nbytes));
+      if (lo < hi) __builtin_trap();
+    }
   }
   std::vector<float> row;
   for (const auto& info : f.tensors()) {

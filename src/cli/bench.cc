@@ -122,7 +122,9 @@ int run_bench(const BenchArgs& a) {
   }
   ThreadPool pool(a.engine.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
-  StatusOr<LoadedEngine> le = load_engine(path, *config, pool);
+  StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
+  StatusOr<LoadedEngine> le =
+      spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
   if (!le.ok()) {
     std::fprintf(stderr, "nanoserve bench: %s: %s\n", path.c_str(), le.status().to_string().c_str());
     return 1;
@@ -224,7 +226,8 @@ int run_bench(const BenchArgs& a) {
 CommandRun add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see docs/benchmarks.md)");
-  sub->add_option("-m,--model", args->model, "GGUF model file (default: the bundled default model)");
+  sub->add_option("-m,--model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
   sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")
       ->capture_default_str();

@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <limits>
 
+#include "cli/commands.h"
+#include "model/model_shapes.h"
+
 namespace nanoserve::cli {
 
 namespace {
@@ -60,6 +63,22 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
                 "Reuse the cached KV blocks of a shared prompt prefix (default on)");
   sub->add_option("--threads", f.threads, "Worker threads (0: all cores)")->capture_default_str();
+  sub->add_option("--device", f.device, "auto (CUDA when built with it and a GPU is present), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                  "CUDA: fraction of GPU memory for weights, KV cache and buffers together; the KV pool gets "
+                  "what is left (unless --num-blocks or --kv-cache-memory sets it)")
+      ->capture_default_str();
+  sub->add_option("--load-format", f.load_format,
+                  "auto (a folder: Hugging Face safetensors; a file: GGUF), gguf, safetensors, or dummy "
+                  "(random weights)")
+      ->capture_default_str();
+  std::string shapes;
+  for (const std::string& n : model_shape_names()) shapes += (shapes.empty() ? "" : ", ") + n;
+  sub->add_option("--model-shape", f.model_shape,
+                  "With --load-format dummy: the shape of the random model (" + shapes +
+                      "); the tokenizer is -m's or the default model's");
 }
 
 StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
@@ -76,10 +95,36 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   } else if (f.kv_cache_dtype != "auto") {
     return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype + "' is not auto, f32, f16 or bf16");
   }
+  if (f.device == "cpu") {
+    c.device = Device::kCPU;
+  } else if (f.device == "cuda") {
+    c.device = Device::kCUDA;
+  } else if (f.device != "auto") {
+    return invalid_argument("--device: '" + f.device + "' is not auto, cpu or cuda");
+  }
+  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  }
   if (c.num_blocks < 0) return invalid_argument("--num-blocks must be >= 0");
   if (c.block_size < 1) return invalid_argument("--block-size must be >= 1");
   if (f.threads < 0) return invalid_argument("--threads must be >= 0");
+  NS_RETURN_IF_ERROR(model_spec_from_flags(f, "").status());
   return c;
+}
+
+StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& f, const std::string& model_arg) {
+  ModelSpec spec;
+  NS_ASSIGN_OR_RETURN(spec.format, parse_load_format(f.load_format));
+  spec.path = model_arg.empty() ? default_model_path() : model_arg;
+  if (!f.model_shape.empty()) {
+    if (spec.format != LoadFormat::kDummy) {
+      return invalid_argument("--model-shape needs --load-format dummy (it gives random weights a shape)");
+    }
+    NS_RETURN_IF_ERROR(model_shape(f.model_shape).status());
+    spec.model_shape = f.model_shape;
+    spec.tokenizer_path = spec.path;
+  }
+  return spec;
 }
 
 }  // namespace nanoserve::cli

@@ -107,7 +107,9 @@ int run_generate(GenerateArgs a) {
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   const auto t_load = Clock::now();
   ThreadPool pool(a.engine.threads);
-  StatusOr<LoadedEngine> le = load_engine(path, *config, pool);
+  StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
+  StatusOr<LoadedEngine> le =
+      spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
   if (!le.ok()) return fail(path + ": " + le.status().to_string());
   const double load_s = seconds(Clock::now() - t_load);
   const Tokenizer& tok = *le->tokenizer;
@@ -123,15 +125,17 @@ int run_generate(GenerateArgs a) {
   params.seed = a.seed ? *a.seed : std::random_device{}();
   if (Status st = params.validate(tok.n_vocab()); !st.ok()) return fail(st.to_string());
 
-  std::string text = a.prompt;
+  std::vector<int32_t> prompt;
   if (!a.chat.empty()) {
     auto tmpl = tok.chat_template().empty() ? StatusOr<ChatTemplate>(ChatTemplate::chatml())
                                             : ChatTemplate::parse(tok.chat_template());
     if (!tmpl.ok()) return fail("chat template: " + tmpl.status().to_string());
+    // The message is text: special-token text in it stays text.
     const ChatMessage msg{"user", a.chat};
-    text = tmpl->render(std::span<const ChatMessage>(&msg, 1), true);
+    prompt = encode_prompt(tok, tmpl->render_pieces(std::span<const ChatMessage>(&msg, 1), true), true);
+  } else {
+    prompt = tok.encode(a.prompt, true, true);
   }
-  std::vector<int32_t> prompt = tok.encode(text, true, true);
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
 
   std::fprintf(stderr, "%s\n", le->engine->capacity_line().c_str());
@@ -143,8 +147,9 @@ int run_generate(GenerateArgs a) {
 CommandRun add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd =
-      app.add_subcommand("generate", "Generate text from a prompt on the CPU, streaming to stdout");
-  cmd->add_option("-m,--model", args->model, "GGUF model file (default: the bundled SmolLM2-135M-Instruct)");
+      app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
+  cmd->add_option("-m,--model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   cmd->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
   cmd->add_option("-n,--max-tokens", args->n, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));

@@ -1,9 +1,8 @@
 // nanoserve inspect [MODEL]
 //
-// Prints what a GGUF file holds: format facts, the model's hyperparameters
-// (ModelConfig), the tokenizer, the chat template, and a table of tensors with
-// per-dtype totals. --metadata lists every metadata key too. A broken file
-// prints its Status and exits 1.
+// Prints what a GGUF file holds (a Hugging Face folder: cli/inspect_hf.h): format facts, the model's
+// hyperparameters (ModelConfig), the tokenizer, the chat template, and a table of tensors with per-dtype
+// totals. --metadata lists every metadata key too. A broken file prints its Status and exits 1.
 
 #include <cinttypes>
 #include <cstdio>
@@ -12,8 +11,10 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/inspect_hf.h"
 #include "io/gguf.h"
 #include "model/config.h"
+#include "model/model_source.h"
 
 namespace nanoserve::cli {
 
@@ -182,6 +183,9 @@ void print_tensors(const GgufFile& f) {
 
 int run_inspect(const InspectArgs& a) {
   const std::string path = a.model.empty() ? default_model_path() : a.model;
+  if (auto format = detect_load_format(path); format.ok() && *format == LoadFormat::kSafetensors) {
+    return run_inspect_hf(path, a.no_tensors);
+  }
   auto opened = GgufFile::open(path);
   if (!opened.ok()) {
     std::fprintf(stderr, "nanoserve inspect: %s\n", opened.status().to_string().c_str());
@@ -222,9 +226,9 @@ int run_inspect(const InspectArgs& a) {
 
 CommandRun add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* sub =
-      app.add_subcommand("inspect", "Print a GGUF model's hyperparameters, tokenizer and tensors");
-  sub->add_option("model", args->model, "GGUF file (default: the bundled default model)");
+  CLI::App* sub = app.add_subcommand("inspect", "Print a model's hyperparameters, tokenizer and tensors");
+  sub->add_option("model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_flag("--metadata", args->metadata, "Also list every metadata key and value");
   sub->add_flag("--no-tensors", args->no_tensors, "Leave out the tensor table");
   return [args] { return run_inspect(*args); };

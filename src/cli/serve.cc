@@ -66,7 +66,11 @@ int run_serve(const ServeOptions& opt) {
   }
   const std::string model_path = opt.model.empty() ? default_model_path() : opt.model;
   std::string served_name = opt.served_model_name;
-  if (served_name.empty()) served_name = std::filesystem::path(model_path).stem().string();
+  if (served_name.empty()) {
+    std::filesystem::path p(model_path);
+    if (p.filename().empty()) p = p.parent_path();  // "models/hf/": the folder's name
+    served_name = std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string();
+  }
 
   server::ServerMetrics metrics(served_name);
   server::ParseBudget::Options parse_budget;
@@ -89,7 +93,8 @@ int run_serve(const ServeOptions& opt) {
   auto config = engine_config_from_flags(opt.engine);
   ThreadPool pool(opt.engine.threads);
   StatusOr<LoadedEngine> loaded =
-      config.ok() ? load_engine(model_path, *config, pool) : StatusOr<LoadedEngine>(config.status());
+      config.ok() ? load_engine(*model_spec_from_flags(opt.engine, opt.model), *config, pool)
+                  : StatusOr<LoadedEngine>(config.status());
   if (!loaded.ok()) {
     std::fprintf(stderr, "nanoserve serve: %s\n", loaded.status().to_string().c_str());
     http.stop();
@@ -131,7 +136,8 @@ int run_serve(const ServeOptions& opt) {
 CommandRun add_serve_command(CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, metrics)");
-  cmd->add_option("-m,--model", opt->model, "GGUF model file (default: the bundled SmolLM2-135M-Instruct)");
+  cmd->add_option("-m,--model", opt->model,
+                  "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("--host", opt->host, "address to listen on (loopback by default)")->capture_default_str();
   cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")->capture_default_str();
   cmd->add_option("--api-key", opt->api_key,

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "io/gguf.h"
+#include "model/model_source.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve::cli {
@@ -67,12 +67,7 @@ int run_tokenize(const TokenizeArgs& a) {
     return 2;
   }
   if (model.empty()) model = default_model_path();
-  auto gguf = GgufFile::open(model);
-  if (!gguf.ok()) {
-    std::fprintf(stderr, "nanoserve tokenize: %s: %s\n", model.c_str(), gguf.status().to_string().c_str());
-    return 1;
-  }
-  auto tok = Tokenizer::from_gguf(**gguf);
+  auto tok = open_model_tokenizer(model);
   if (!tok.ok()) {
     std::fprintf(stderr, "nanoserve tokenize: %s: %s\n", model.c_str(), tok.status().to_string().c_str());
     return 1;
@@ -94,7 +89,8 @@ CommandRun add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* sub = app.add_subcommand("tokenize", "Print the token ids and pieces of TEXT");
   sub->add_option("args", args->positional, "[MODEL] TEXT")->expected(1, 2)->required();
-  sub->add_option("-m,--model", args->model, "GGUF model file (default: the bundled default model)");
+  sub->add_option("-m,--model", args->model,
+                  "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_flag("--ids-only", args->ids_only, "print only the ids, space-separated");
   sub->add_flag("--no-special", args->no_special, "treat special-token text (<|im_start|>) as plain text");
   sub->add_flag("--no-bos", args->no_bos, "never add BOS/EOS, even when the model asks for them");

@@ -287,6 +287,8 @@ void Engine::build_batch(const SchedulerStep& plan) {
       row_owner_.push_back(r);
     }
   }
+  b.need_logits = false;
+  for (const Request* r : row_owner_) b.need_logits |= !r->params.plain_greedy();
   block_manager().fill_batch(b);
 }
 
@@ -325,10 +327,15 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
 
   int64_t prompt_tokens = 0, generation_tokens = 0;
   scheduler_->commit(plan);
+  // Rows that sample plain greedy take the runner's own argmax where it has one.
+  const std::span<const int32_t> greedy = model_->greedy_tokens();
+  const bool use_greedy = greedy.size() == row_owner_.size();
   for (size_t row = 0; row < row_owner_.size(); ++row) {
     Request* r = row_owner_[row];
     const std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
-    const int32_t token = sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
+    const int32_t token = use_greedy && r->params.plain_greedy()
+                              ? greedy[row]
+                              : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
     RequestOutput& out = output_for(r, outputs);
     if (r->params.logprobs) {
       out.top_logprobs.emplace_back();

@@ -53,6 +53,8 @@ struct EngineConfig {
   std::optional<DType> kv_cache_dtype;  // nullopt: auto (the runner's choice; f32 on the CPU)
   bool naive_kv_cache = false;          // CPU: one contiguous slot per sequence, no sharing (a reference)
   bool fused_read = true;               // paged attention straight from the blocks (false: gather)
+  std::optional<Device> device;         // nullopt: auto (CUDA when built with it and a GPU is present)
+  double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for weights, KV and buffers
 };
 
 // The one place the KV pool is sized, in blocks: config.num_blocks if set,

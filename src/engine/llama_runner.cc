@@ -2,6 +2,10 @@
 
 #include "kvcache/naive_kv_cache.h"
 #include "kvcache/paged_kv_storage.h"
+#if NANOSERVE_CUDA
+#include "core/cuda/device_memory.cuh"
+#include "engine/llama_cuda_runner.h"
+#endif
 
 namespace nanoserve {
 
@@ -40,19 +44,47 @@ StatusOr<Tensor> LlamaRunner::forward(const ForwardBatch& batch) {
   return model_->forward(batch, *cache_, ws_);
 }
 
-StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config,
+StatusOr<LoadedEngine> load_engine(const std::string& model_path, const EngineConfig& config,
                                    ThreadPool& pool) {
-  LoadedEngine le;
-  NS_ASSIGN_OR_RETURN(le.file, GgufFile::open(gguf_path));
-  NS_ASSIGN_OR_RETURN(le.tokenizer, Tokenizer::from_gguf(*le.file));
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(le.file, pool));
-  const int64_t max_len = config.max_model_len > 0 ? config.max_model_len : model->config().context_length;
-  if (max_len <= 0) return invalid_argument("max_model_len: the model has no context length; set one");
-  if (le.tokenizer->n_vocab() > model->config().vocab_size) {
-    return invalid_argument("the tokenizer has " + std::to_string(le.tokenizer->n_vocab()) +
-                            " tokens but the model's vocabulary is " +
-                            std::to_string(model->config().vocab_size));
+  ModelSpec spec;
+  spec.path = model_path;
+  return load_engine(spec, config, pool);
+}
+
+StatusOr<Device> resolve_device(std::optional<Device> requested) {
+#if NANOSERVE_CUDA
+  if (!requested.has_value()) return cuda::device_count() > 0 ? Device::kCUDA : Device::kCPU;
+  return *requested;
+#else
+  if (requested == Device::kCUDA) {
+    return failed_precondition("--device cuda: this build has no CUDA backend (configure with -DNANOSERVE_CUDA=ON)");
   }
+  return Device::kCPU;
+#endif
+}
+
+StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& config, ThreadPool& pool) {
+  LoadedEngine le;
+  NS_ASSIGN_OR_RETURN(le.source, open_model_source(spec));
+  le.file = le.source.gguf;
+  le.tokenizer = std::move(le.source.tokenizer);
+  const ModelConfig& mc = le.source.config;
+  const int64_t max_len = config.max_model_len > 0 ? config.max_model_len : mc.context_length;
+  if (max_len <= 0) return invalid_argument("max_model_len: the model has no context length; set one");
+  if (le.tokenizer->n_vocab() > mc.vocab_size) {
+    return invalid_argument("the tokenizer has " + std::to_string(le.tokenizer->n_vocab()) +
+                            " tokens but the model's vocabulary is " + std::to_string(mc.vocab_size));
+  }
+  NS_ASSIGN_OR_RETURN(le.device, resolve_device(config.device));
+  le.text = std::make_unique<TokenizerText>(*le.tokenizer);
+#if NANOSERVE_CUDA
+  if (le.device == Device::kCUDA) {
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaRunner> runner, make_llama_cuda_runner(le.source, config, max_len, pool));
+    NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
+    return le;
+  }
+#endif
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(mc, le.source.tensors, pool));
   LlamaRunnerOptions ro;
   ro.max_tokens = config.max_num_batched_tokens;
   ro.max_num_seqs = config.max_num_seqs;
@@ -62,7 +94,6 @@ StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineCon
   ro.fused_read = config.fused_read;
   auto runner = std::make_unique<LlamaRunner>(std::move(model), ro, &pool);
   le.runner = runner.get();
-  le.text = std::make_unique<TokenizerText>(*le.tokenizer);
   NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
   return le;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // The llama forward pass on the CPU as the engine's ModelRunner, with its KV
 // storage (paged f32/f16/bf16, or the naive per-sequence cache), and the one
-// call that turns a GGUF path into a ready Engine (model, tokenizer, KV cache).
+// call that turns a model path (GGUF file, HF folder, or dummy weights:
+// model/model_source.h) into a ready Engine (model, tokenizer, KV cache).
 
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "io/gguf.h"
 #include "kvcache/kv_cache.h"
 #include "model/llama.h"
+#include "model/model_source.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
@@ -59,16 +61,25 @@ class LlamaRunner final : public ModelRunner {
 
 // Members in construction order; destroyed engine first, file last.
 struct LoadedEngine {
-  std::shared_ptr<const GgufFile> file;
+  std::shared_ptr<const GgufFile> file;  // the GGUF file, when the model came from one
+  ModelSource source;                    // config and tensors (its tokenizer moved below)
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenizerText> text;
   std::unique_ptr<Engine> engine;
-  LlamaRunner* runner = nullptr;  // owned by the engine
+  LlamaRunner* runner = nullptr;  // the CPU runner, owned by the engine; null on CUDA
+  Device device = Device::kCPU;    // where the model runs
 };
 
-// Opens the GGUF, loads weights and tokenizer, and sizes the KV cache (print
-// engine->capacity_line() at start-up). `pool` must outlive the result.
-StatusOr<LoadedEngine> load_engine(const std::string& gguf_path, const EngineConfig& config,
+// Opens the model (open_model_source), loads weights and tokenizer, and sizes
+// the KV cache (print engine->capacity_line() at start-up). `pool` must
+// outlive the result.
+// auto (nullopt): CUDA when the build has it and a device is present, else the CPU.
+// FAILED_PRECONDITION for cuda in a build without it.
+StatusOr<Device> resolve_device(std::optional<Device> requested);
+
+StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& config, ThreadPool& pool);
+// The same for a GGUF file or HF folder, detected from the path.
+StatusOr<LoadedEngine> load_engine(const std::string& model_path, const EngineConfig& config,
                                    ThreadPool& pool);
 
 }  // namespace nanoserve

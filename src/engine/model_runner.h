@@ -9,6 +9,7 @@
 // is the CPU implementation; tests use a small fake with the same contract.
 
 #include <cstdint>
+#include <span>
 
 #include "core/status.h"
 #include "core/tensor.h"
@@ -48,6 +49,12 @@ class ModelRunner {
   // [R, vocab] f32 on the host, valid until the next call. An error leaves
   // no sequence's cached K/V changed that the batch did not own.
   virtual StatusOr<Tensor> forward(const ForwardBatch& batch) = 0;
+
+  // The greedy token of each logits row of the last forward (argmax, ties to
+  // the lowest id), computed where the logits are; empty when the runner has
+  // none. When the batch said need_logits = false, a runner with these may
+  // leave the returned logits unwritten.
+  virtual std::span<const int32_t> greedy_tokens() const { return {}; }
 };
 
 }  // namespace nanoserve

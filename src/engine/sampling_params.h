@@ -47,6 +47,12 @@ struct SamplingParams {
   static constexpr int32_t kMaxN = 16;
 
   bool greedy() const { return temperature == 0.0f; }
+  // Greedy over the raw logits: no penalty changes them and no logprobs are
+  // read, so the argmax may come from wherever the logits are (the device).
+  bool plain_greedy() const {
+    return greedy() && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
+           !logprobs;
+  }
 
   // Checks every field's range; the message names the field.
   Status validate(int32_t vocab_size) const;

@@ -6,6 +6,8 @@
 // against the file size with overflow-safe arithmetic. A malformed file gives
 // a DATA_LOSS Status naming the field and its byte offset, never a crash:
 //   "gguf: metadata 'k': array count at offset 41: 5 string elements cannot fit in the 10 bytes left"
+// Each tensor's data must lie inside the file, and no two tensors may share a
+// byte (io/byte_ranges.h): the error names both tensors.
 // Counts are bounded by the bytes left before anything is allocated from them,
 // arrays nest at most 8 deep, and at most 4M metadata values are parsed (each
 // is widened to a GgufValue). A tensor type that ggml knows but this build

@@ -17,6 +17,9 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;  // [B * max_blocks_per_seq] physical block ids, in order (paged only)
   std::vector<int32_t> slot_mapping;  // [T] block * block_size + offset of each token's K/V (paged only)
   std::vector<int32_t> logits_rows;   // [R] token rows that need logits, ascending
+  // False when every logits row samples plain greedy: a runner that computes
+  // greedy_tokens() where the logits are may then skip copying them back.
+  bool need_logits = true;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_ids.size()); }

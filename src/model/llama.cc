@@ -7,6 +7,9 @@
 #include <string>
 
 #include "io/gguf.h"
+#include "io/tensor_source.h"
+#include "model/dummy_weights.h"
+#include "model/model_shapes.h"
 #include "ops/attention/attention.h"
 #include "ops/dequantize/dequantize.h"
 #include "ops/embedding/embedding.h"
@@ -27,25 +30,29 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 // A weight the matmul can read, of exactly `shape`.
-StatusOr<Tensor> load_matrix(const GgufFile& f, const std::string& name, std::vector<int64_t> shape) {
+StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std::vector<int64_t> shape) {
   NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
   if (t.shape() != shape) {
-    return invalid_argument("tensor '" + name + "' has shape " + t.shape_string() + ", the config implies " +
-                            shape_str(shape));
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", the config implies " + shape_str(shape));
   }
-  if (t.dtype() == DType::kI32) return invalid_argument("tensor '" + name + "' is I32, not a weight type");
+  if (t.dtype() == DType::kI32) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  }
   return t;
 }
 
 // A norm weight as f32 (converted into owned memory if stored otherwise).
-StatusOr<Tensor> load_vector(const GgufFile& f, const std::string& name, int64_t n) {
+StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int64_t n) {
   NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
   if (t.numel() != n || t.ndim() != 1) {
-    return invalid_argument("tensor '" + name + "' has shape " + t.shape_string() + ", expected [" +
-                            std::to_string(n) + "]");
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", expected [" + std::to_string(n) + "]");
   }
   if (t.dtype() == DType::kF32) return t;
-  if (t.dtype() == DType::kI32) return invalid_argument("tensor '" + name + "' is I32, not a weight type");
+  if (t.dtype() == DType::kI32) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  }
   Tensor out = Tensor::empty(DType::kF32, {n});
   dequantize_row(t.dtype(), t.data(), out.data_as<float>(), n);
   return out;
@@ -99,16 +106,31 @@ const char* forward_phase_name(ForwardPhase p) {
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file, ThreadPool& pool) {
   NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
+  return load(config, std::make_shared<GgufTensorSource>(std::move(file)), pool);
+}
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config,
+                                                       std::shared_ptr<const TensorSource> tensors,
+                                                       ThreadPool& pool) {
   NS_RETURN_IF_ERROR(config.validate());
   if (config.arch != "llama") return unimplemented("architecture '" + config.arch + "' (only llama is built)");
-  std::unique_ptr<LlamaModel> m(new LlamaModel(file, config, pool));
-  const GgufFile& f = *file;
+  if (tensors->materializes()) {
+    const int64_t bytes = model_param_count(config) * 4;  // f32
+    const int64_t avail = available_memory_bytes();
+    if (avail >= 0 && bytes > avail) {
+      return resource_exhausted(tensors->describe() + ": the f32 weights need " +
+                                std::to_string(bytes >> 20) + " MiB but only " + std::to_string(avail >> 20) +
+                                " MiB of memory are available; pick a smaller --model-shape");
+    }
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel(tensors, config, pool));
+  const TensorSource& f = *tensors;
   const int64_t dim = config.dim, hd = config.head_dim, ffn = config.ffn_dim;
   const int64_t q_dim = config.n_heads * hd, kv_dim = config.n_kv_heads * hd;
   LlamaWeights& w = m->weights_;
   NS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(f, "token_embd.weight", {config.vocab_size, dim}));
   NS_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", dim));
-  if (f.find_tensor("output.weight") != nullptr) {
+  if (!config.tied_embeddings) {
     NS_ASSIGN_OR_RETURN(w.lm_head, load_matrix(f, "output.weight", {config.vocab_size, dim}));
   } else {
     w.lm_head = w.tok_embd;
@@ -128,7 +150,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Ggu
     w.layers.push_back(std::move(L));
   }
   std::vector<float> freq_factors;
-  if (f.find_tensor("rope_freqs.weight") != nullptr) {
+  if (f.contains("rope_freqs.weight")) {
     NS_ASSIGN_OR_RETURN(Tensor rf, load_vector(f, "rope_freqs.weight", config.rope_dim / 2));
     freq_factors.assign(rf.data_as<const float>(), rf.data_as<const float>() + rf.numel());
   }

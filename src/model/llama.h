@@ -7,9 +7,10 @@
 //              x += down(silu(gate(rmsnorm(x))) * up(...))
 //   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
 //
-// Weights stay in their stored dtype as views into the GGUF mapping (the file
-// must outlive the model); activations are f32. Nothing is allocated per step
-// but tensor-view metadata: every buffer lives in a Workspace sized up front.
+// Weights come from a TensorSource by their GGUF names (a GGUF file, a Hugging
+// Face checkpoint, dummy weights: model/model_source.h) and stay in their
+// stored dtype, as views into a mapping where the source has one; activations are f32. Nothing is allocated
+// per step but tensor-view metadata: every buffer lives in a Workspace sized up front.
 
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,7 @@
 namespace nanoserve {
 
 class GgufFile;
+class TensorSource;
 
 struct LlamaLayer {
   Tensor attn_norm;  // [dim] f32
@@ -81,10 +83,19 @@ class LlamaModel {
  public:
   // Checks the config and every tensor's name, shape and dtype; INVALID_ARGUMENT
   // or NOT_FOUND naming the tensor otherwise. `pool` must outlive the model.
+  // The source's tensors keep their storage alive. A source that builds its
+  // weights in memory (dummy) is refused with RESOURCE_EXHAUSTED when they
+  // would not fit in the memory available.
+  static StatusOr<std::unique_ptr<LlamaModel>> load(const ModelConfig& config,
+                                                    std::shared_ptr<const TensorSource> tensors,
+                                                    ThreadPool& pool);
+  // A GGUF file: config_from_gguf, then its tensors.
   static StatusOr<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
+  // The rotary frequencies the forward uses, scaling applied: [rope_dim / 2].
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
   ThreadPool& pool() const { return pool_; }
 
   // PRECOND: each >= 1.
@@ -97,11 +108,11 @@ class LlamaModel {
   StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache, Workspace& ws) const;
 
  private:
-  LlamaModel(std::shared_ptr<const GgufFile> file, ModelConfig config, ThreadPool& pool)
-      : file_(std::move(file)), config_(std::move(config)), pool_(pool) {}
+  LlamaModel(std::shared_ptr<const TensorSource> tensors, ModelConfig config, ThreadPool& pool)
+      : tensors_(std::move(tensors)), config_(std::move(config)), pool_(pool) {}
   Status validate_batch(const ForwardBatch& batch, const Workspace& ws) const;
 
-  std::shared_ptr<const GgufFile> file_;  // keeps the mapping alive
+  std::shared_ptr<const TensorSource> tensors_;  // keeps the mapping alive
   ModelConfig config_;
   ThreadPool& pool_;
   LlamaWeights weights_;

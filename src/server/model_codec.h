@@ -18,7 +18,8 @@ class ModelCodec {
  public:
   virtual ~ModelCodec() = default;
   virtual StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const = 0;
-  // Renders the chat template, then encodes (special tokens in the template are recognised).
+  // Renders the chat template, then encodes: special tokens come only from the
+  // template's own text, never from message content.
   virtual StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
                                                      bool add_generation_prompt) const = 0;
   virtual std::string decode(std::span<const int32_t> ids) const = 0;

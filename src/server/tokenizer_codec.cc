@@ -8,8 +8,9 @@ StatusOr<std::vector<int32_t>> TokenizerCodec::encode(std::string_view text, boo
 
 StatusOr<std::vector<int32_t>> TokenizerCodec::encode_chat(const std::vector<ChatMessage>& messages,
                                                            bool add_generation_prompt) const {
-  std::string prompt = template_.render(messages, add_generation_prompt);
-  return tokenizer_.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
+  // Content and roles never become special tokens: only the template's text does.
+  return encode_prompt(tokenizer_, template_.render_pieces(messages, add_generation_prompt),
+                       /*add_special=*/false);
 }
 
 }  // namespace nanoserve::server

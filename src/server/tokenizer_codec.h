@@ -13,9 +13,11 @@ class TokenizerCodec final : public ModelCodec {
   TokenizerCodec(const Tokenizer& tokenizer, ChatTemplate chat_template)
       : tokenizer_(tokenizer), template_(std::move(chat_template)) {}
 
-  // Completions prompts: special-token text is recognised, as Hugging Face tokenizers do.
+  // Completions prompts: special-token text is recognised, as Hugging Face tokenizers do
+  // (the raw prompt is the caller's own text, special tokens included).
   StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const override;
-  // The rendered template carries its own special tokens; no BOS/EOS is added.
+  // The template's own text carries the special tokens; message content and
+  // roles are encoded with special-token parsing off. No BOS/EOS is added.
   StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
                                              bool add_generation_prompt) const override;
   std::string decode(std::span<const int32_t> ids) const override { return tokenizer_.decode(ids); }

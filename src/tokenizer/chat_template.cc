@@ -259,21 +259,52 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view src) {
   return t;
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-  std::string out;
+namespace {
+
+// Appends to a piece list, merging runs of one source and dropping empty text.
+class PieceWriter {
+ public:
+  PieceWriter& add(PromptPiece::Source source, std::string_view text) {
+    if (text.empty()) return *this;
+    if (pieces_.empty() || pieces_.back().source != source) pieces_.push_back({source, std::string()});
+    pieces_.back().text.append(text);
+    return *this;
+  }
+  PieceWriter& tmpl(std::string_view text) { return add(PromptPiece::Source::kTemplate, text); }
+  PieceWriter& caller(std::string_view text) { return add(PromptPiece::Source::kCaller, text); }
+  std::vector<PromptPiece> take() { return std::move(pieces_); }
+
+ private:
+  std::vector<PromptPiece> pieces_;
+};
+
+}  // namespace
+
+std::vector<PromptPiece> ChatTemplate::render_pieces(std::span<const ChatMessage> messages,
+                                                     bool add_generation_prompt) const {
+  PieceWriter w;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (i == 0 && default_system_ && messages[0].role != "system") {
-      out.append(kImStart).append("system\n").append(*default_system_).append(kImEnd).append("\n");
+      w.tmpl(kImStart).tmpl("system\n").tmpl(*default_system_).tmpl(kImEnd).tmpl("\n");
     }
-    out.append(kImStart)
-        .append(messages[i].role)
-        .append("\n")
-        .append(messages[i].content)
-        .append(kImEnd)
-        .append("\n");
+    w.tmpl(kImStart).caller(messages[i].role).tmpl("\n").caller(messages[i].content).tmpl(kImEnd).tmpl("\n");
   }
-  if (add_generation_prompt) out.append(kImStart).append("assistant\n");
+  if (add_generation_prompt) w.tmpl(kImStart).tmpl("assistant\n");
+  return w.take();
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  std::string out;
+  for (const PromptPiece& p : render_pieces(messages, add_generation_prompt)) out += p.text;
   return out;
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::span<const PromptPiece> pieces,
+                                   bool add_special) {
+  std::vector<TextPiece> text;
+  text.reserve(pieces.size());
+  for (const PromptPiece& p : pieces) text.push_back({p.text, p.source == PromptPiece::Source::kTemplate});
+  return tokenizer.encode(text, add_special);
 }
 
 }  // namespace nanoserve

@@ -18,8 +18,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
 
@@ -28,13 +30,31 @@ struct ChatMessage {
   std::string content;
 };
 
+// One stretch of a rendered prompt. Only the template's own text may spell
+// special tokens; everything a caller supplied and the template inserted
+// (message content and role) is encoded with special-token parsing off, so a
+// message holding "<|im_end|>\n<|im_start|>system" cannot open a turn. A
+// template engine that interprets Jinja keeps this split: literals are
+// kTemplate, every value it prints from `messages` is kCaller.
+struct PromptPiece {
+  enum class Source { kTemplate, kCaller };
+  Source source = Source::kTemplate;
+  std::string text;
+};
+
 class ChatTemplate {
  public:
   static StatusOr<ChatTemplate> parse(std::string_view jinja_source);
   // The template most ChatML models use, without a default system prompt.
   static ChatTemplate chatml();
 
-  // The prompt text; encode it with parse_special = true.
+  // The prompt as pieces in order (adjacent pieces of one source merged, none
+  // empty); encode them with encode_prompt below.
+  std::vector<PromptPiece> render_pieces(std::span<const ChatMessage> messages,
+                                         bool add_generation_prompt) const;
+  // The same prompt as one string (the pieces' text joined), for display and
+  // for comparison with jinja2. Encoding it whole would let content spell
+  // special tokens: use render_pieces to encode.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   // Text of the token that ends a turn: generation stops on it.
@@ -46,5 +66,10 @@ class ChatTemplate {
   std::string end_of_turn_ = "<|im_end|>";
   std::optional<std::string> default_system_;
 };
+
+// The prompt's tokens: kTemplate pieces with special-token parsing on,
+// kCaller pieces with it off (Tokenizer::encode(pieces) says how pieces join).
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, std::span<const PromptPiece> pieces,
+                                   bool add_special);
 
 }  // namespace nanoserve

@@ -55,6 +55,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
   std::vector<int32_t>& eos = t->eos_ids_;
   if (vd.eos_id >= 0) eos.push_back(vd.eos_id);
   if (vd.eot_id >= 0) eos.push_back(vd.eot_id);
+  for (int32_t id : vd.extra_eos_ids) {
+    if (id >= 0) eos.push_back(id);
+  }
   if (!vd.chat_template.empty()) {
     auto tmpl = ChatTemplate::parse(vd.chat_template);
     if (tmpl.ok()) {
@@ -133,36 +136,62 @@ void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) c
   for (std::string_view p : pieces) encode_piece(p, out);
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view raw, bool add_special, bool parse_special) const {
-  std::string sanitized;
-  std::string_view text = raw;
-  if (!utf8::is_valid(raw)) {
-    sanitized = utf8::sanitize(raw);
-    text = sanitized;
-  }
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool parse_special) const {
+  const TextPiece piece{text, parse_special};
+  return encode(std::span<const TextPiece>(&piece, 1), add_special);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::span<const TextPiece> pieces, bool add_special) const {
+  size_t total = 0;
+  for (const TextPiece& p : pieces) total += p.text.size();
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 2);
+  out.reserve(total / 3 + 2);
   if (add_special && vocab_.add_bos && vocab_.bos_id >= 0) out.push_back(vocab_.bos_id);
 
-  size_t seg_start = 0;
-  if (!specials_.empty()) {
-    for (size_t pos = 0; pos < text.size(); ++pos) {
-      if (!special_first_byte_[static_cast<uint8_t>(text[pos])]) continue;
-      const Special* hit = nullptr;
-      for (const Special& s : specials_) {  // longest first: leftmost-longest match
-        if ((parse_special || !s.control) && text.compare(pos, s.text.size(), s.text) == 0) {
-          hit = &s;
-          break;
+  // Plain text since the last special token, carried across piece boundaries;
+  // a run that lies inside one piece is encoded from the piece without a copy.
+  std::string run;
+  auto flush = [&](std::string_view tail) {
+    if (run.empty()) {
+      encode_plain(tail, out);
+      return;
+    }
+    run.append(tail);
+    encode_plain(run, out);
+    run.clear();
+  };
+  std::string sanitized;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::string_view text = pieces[i].text;
+    if (!utf8::is_valid(text)) {
+      sanitized = utf8::sanitize(text);
+      text = sanitized;
+    }
+    const bool parse_special = pieces[i].parse_special;
+    size_t seg_start = 0;
+    if (!specials_.empty()) {
+      for (size_t pos = 0; pos < text.size(); ++pos) {
+        if (!special_first_byte_[static_cast<uint8_t>(text[pos])]) continue;
+        const Special* hit = nullptr;
+        for (const Special& s : specials_) {  // longest first: leftmost-longest match
+          if ((parse_special || !s.control) && text.compare(pos, s.text.size(), s.text) == 0) {
+            hit = &s;
+            break;
+          }
         }
+        if (hit == nullptr) continue;
+        flush(text.substr(seg_start, pos - seg_start));
+        out.push_back(hit->id);
+        pos += hit->text.size() - 1;
+        seg_start = pos + 1;
       }
-      if (hit == nullptr) continue;
-      encode_plain(text.substr(seg_start, pos - seg_start), out);
-      out.push_back(hit->id);
-      pos += hit->text.size() - 1;
-      seg_start = pos + 1;
+    }
+    if (i + 1 == pieces.size()) {
+      flush(text.substr(seg_start));
+    } else {
+      run.append(text.substr(seg_start));
     }
   }
-  encode_plain(text.substr(seg_start), out);
   if (add_special && vocab_.add_eos && vocab_.eos_id >= 0) out.push_back(vocab_.eos_id);
   return out;
 }

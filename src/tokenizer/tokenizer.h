@@ -13,6 +13,13 @@
 //   3. The rest is pre-tokenized (PreTokenizer) and each piece BPE-merged.
 //   4. add_special adds BOS / EOS where the vocab asks for them
 //      (tokenizer.ggml.add_bos_token / add_eos_token).
+// encode(pieces, add_special) encodes text assembled from pieces (a rendered
+// chat prompt: template text and message content), each with its own
+// parse_special. A special token is matched only inside one piece, CONTROL
+// tokens only in pieces with parse_special; so "<|im_end|>" in a piece without
+// it is ordinary text. The text between two special tokens is pre-tokenized as
+// one run across piece boundaries, so pieces that hold no special text encode
+// exactly as their concatenation would.
 // decode(ids): byte-level back to bytes, CONTROL / USER_DEFINED tokens as
 // their text (or skipped), invalid UTF-8 in the result replaced as in step 1.
 // Thread-safe: all const methods may be called concurrently.
@@ -36,12 +43,20 @@ namespace nanoserve {
 
 class GgufFile;
 
+// One stretch of text for encode(pieces): whether CONTROL-token text in it may
+// become CONTROL tokens.
+struct TextPiece {
+  std::string_view text;
+  bool parse_special = false;
+};
+
 class Tokenizer {
  public:
   static StatusOr<std::unique_ptr<Tokenizer>> from_vocab(VocabData vocab);
   static StatusOr<std::unique_ptr<Tokenizer>> from_gguf(const GgufFile& gguf);
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const;
+  std::vector<int32_t> encode(std::span<const TextPiece> pieces, bool add_special) const;
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
   // The raw bytes of one token (may be a partial UTF-8 sequence); special

@@ -61,6 +61,7 @@ Status validate_vocab(const VocabData& v) {
   NS_RETURN_IF_ERROR(check_id(v.pad_id, n, "padding_token_id"));
   NS_RETURN_IF_ERROR(check_id(v.unk_id, n, "unknown_token_id"));
   NS_RETURN_IF_ERROR(check_id(v.eot_id, n, "eot_token_id"));
+  for (int32_t id : v.extra_eos_ids) NS_RETURN_IF_ERROR(check_id(id, n, "eos_token_id"));
   if (static_cast<int64_t>(v.merges.size()) > kMaxMerges) {
     return data_loss("tokenizer: " + std::to_string(v.merges.size()) + " merges exceed the limit " +
                      std::to_string(kMaxMerges));

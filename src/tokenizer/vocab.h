@@ -1,6 +1,7 @@
 #pragma once
 // The tokenizer's data, independent of where it came from: GGUF metadata
-// (vocab_from_gguf), or anything a test builds by hand.
+// (vocab_from_gguf), a Hugging Face tokenizer.json (tokenizer/hf_tokenizer.h),
+// or anything a test builds by hand.
 
 #include <cstdint>
 #include <string>
@@ -38,6 +39,7 @@ struct VocabData {
   bool add_bos = false;       // tokenizer.ggml.add_bos_token
   bool add_eos = false;       // tokenizer.ggml.add_eos_token
   std::string chat_template;  // tokenizer.chat_template, empty if absent
+  std::vector<int32_t> extra_eos_ids;  // more ids that end generation (config.json's eos_token_id list)
 };
 
 // Bounds every count and length and checks ids and merges; DATA_LOSS naming

@@ -192,6 +192,40 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
     b.resize(56);
     add("truncated_tensor_info", b, kDL, {"tensor 't'", "offset at offset 49", "needs 8 bytes but only 7"});
   }
+  // Overlapping tensor data. attn_k's info is at 24 (name 14 bytes, n_dims at 38,
+  // ne[0] at 42, type at 50, offset at 54), attn_q's at 62 (offset at 92); the
+  // data section starts at 128.
+  const std::vector<uint8_t> f32x8(32, 0), f32x16(64, 0);
+  add("tensor_over_another",
+      GgufBuilder()
+          .tensor("attn_k", {16}, kGgmlF32, f32x16)
+          .placed_tensor("attn_q", {8}, kGgmlF32, f32x8, 32)
+          .build(),
+      kDL,
+      {"tensor 'attn_q': offset at offset 92", "data [160, 192) overlaps tensor 'attn_k' at [128, 192)"});
+  add("two_tensors_at_one_offset",
+      GgufBuilder()
+          .tensor("attn_k", {8}, kGgmlF32, f32x8)
+          .placed_tensor("attn_q", {8}, kGgmlF32, f32x8, 0)
+          .build(),
+      kDL, {"tensor 'attn_q'", "data [128, 160) overlaps tensor 'attn_k' at [128, 160)"});
+  // A later tensor placed over an earlier one in the data, listed first.
+  add("earlier_info_over_later_data",
+      GgufBuilder()
+          .placed_tensor("attn_q", {8}, kGgmlF32, f32x8, 64)
+          .tensor("attn_k", {8}, kGgmlF32, f32x8)
+          .tensor("attn_v", {16}, kGgmlF32, f32x16)
+          .build(),
+      kDL, {"tensor 'attn_v'", "overlaps tensor 'attn_q'"});
+  {
+    GgufBuilder b;
+    for (const char* name : {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight",
+                             "blk.0.attn_v.weight", "output_norm.weight"}) {
+      b.placed_tensor(name, {16}, kGgmlF32, f32x16, 0);
+    }
+    add("every_tensor_at_offset_0", b.build(), kDL,
+        {"tensor 'blk.0.attn_q.weight'", "overlaps tensor 'token_embd.weight'"});
+  }
   {
     // 4M + 1 one-byte values: more metadata values than the reader will widen.
     GgufBuilder big;

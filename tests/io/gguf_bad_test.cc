@@ -44,6 +44,20 @@ TEST(GgufBad, TheRichFileItselfParses) {
   }
 }
 
+// Tensors that touch but share no byte, and an empty tensor at another's
+// offset, are not overlaps.
+TEST(GgufBad, AdjacentAndEmptyTensorsParse) {
+  const std::vector<uint8_t> f32x8(32, 0);
+  auto file = parse_bytes(testing::GgufBuilder()
+                              .tensor("a", {8}, testing::kGgmlF32, f32x8)
+                              .placed_tensor("b", {8}, testing::kGgmlF32, f32x8, 32)
+                              .placed_tensor("empty", {0}, testing::kGgmlF32, {}, 0)
+                              .build());
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  EXPECT_EQ((*file)->find_tensor("b")->offset, 32u);
+  EXPECT_EQ((*file)->find_tensor("empty")->nbytes, 0);
+}
+
 // Cutting a file anywhere before its end is a DATA_LOSS, never a crash.
 TEST(GgufBad, EveryTruncationIsDataLoss) {
   for (uint32_t v : {2u, 3u}) {

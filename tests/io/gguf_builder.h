@@ -169,6 +169,15 @@ class GgufBuilder {
     return *this;
   }
 
+  // A tensor at `offset` whose data is written there even where it lands on
+  // another tensor's bytes: for files whose tensors overlap. The file is
+  // extended to hold it.
+  GgufBuilder& placed_tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t ggml_type,
+                             std::vector<uint8_t> data, uint64_t offset) {
+    tensors_.push_back({name, std::move(ne), ggml_type, std::move(data), offset, /*placed=*/true});
+    return *this;
+  }
+
   std::vector<uint8_t> build() const {
     ByteWriter w;
     w.u32(magic_);
@@ -196,9 +205,16 @@ class GgufBuilder {
     w.pad_to(align_);
     const size_t data_start = w.size();
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      if (tensors_[i].offset) continue;  // explicit offsets are for malformed files: no data written
+      if (tensors_[i].offset) continue;  // explicit offsets are for malformed files: no data written here
       w.bytes.resize(data_start + offsets[i], 0);
       w.raw(tensors_[i].data);
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const TensorEntry& t = tensors_[i];
+      if (!t.placed) continue;
+      const size_t at = data_start + offsets[i];
+      if (w.bytes.size() < at + t.data.size()) w.bytes.resize(at + t.data.size(), 0);
+      if (!t.data.empty()) std::memcpy(w.bytes.data() + at, t.data.data(), t.data.size());
     }
     return w.bytes;
   }
@@ -215,6 +231,7 @@ class GgufBuilder {
     uint32_t type;
     std::vector<uint8_t> data;
     std::optional<uint64_t> offset;
+    bool placed = false;  // explicit offset, data written there anyway
   };
 
   uint32_t magic_ = 0x46554747;  // "GGUF"

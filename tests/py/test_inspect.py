@@ -82,3 +82,29 @@ def test_broken_files_exit_1_with_status(tmp_path):
     empty.write_bytes(b"")
     r = inspect(str(empty))
     assert r.returncode == 1 and "magic at offset 0" in r.stderr
+
+
+def tensor_offset_field(data, name):
+    """Byte position of tensor `name`'s u64 offset field in a GGUF header."""
+    key = len(name).to_bytes(8, "little") + name.encode()
+    at = data.index(key) + len(key)
+    n_dims = int.from_bytes(data[at:at + 4], "little")
+    return at + 4 + 8 * n_dims + 4
+
+
+def test_overlapping_tensors_are_refused_by_inspect_and_generate(tmp_path):
+    with open(MODEL, "rb") as f:
+        data = bytearray(f.read())
+    q = tensor_offset_field(data, "blk.0.attn_q.weight")
+    k = tensor_offset_field(data, "blk.0.attn_k.weight")
+    data[q:q + 8] = data[k:k + 8]  # attn_q placed over attn_k
+    bad = tmp_path / "overlap.gguf"
+    bad.write_bytes(bytes(data))
+    want = "tensor 'blk.0.attn_q.weight': offset at offset %d" % q
+    r = inspect(str(bad))
+    assert r.returncode == 1, r.stdout[-500:]
+    assert "DATA_LOSS" in r.stderr and want in r.stderr and "overlaps tensor 'blk.0.attn_k.weight'" in r.stderr
+    g = subprocess.run([BINARY, "generate", "-m", str(bad), "-p", "x", "-n", "1"], capture_output=True, text=True,
+                       timeout=120)
+    assert g.returncode == 1, g.stdout[-500:]
+    assert want in g.stderr and "overlaps tensor 'blk.0.attn_k.weight'" in g.stderr

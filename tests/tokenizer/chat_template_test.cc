@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include "tokenizer/default_tokenizer.h"
 
 namespace nanoserve {
@@ -54,6 +56,91 @@ TEST(ChatTemplate, DefaultModelHasSmolLmSystemPrompt) {
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), *tok.token_id("<|im_start|>"));
   EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok.token_id("<|im_end|>")), 2);
+}
+
+// Message content and roles are the caller's text: their special-token
+// spellings stay text, and only the template's own text makes special tokens
+// (fixture chat_tokens.json, make_chat_tokens_fixture.py: Hugging Face's
+// tokenizer with special tokens parsed in the template's text only).
+TEST(ChatTemplate, ContentNeverBecomesSpecialTokens) {
+  const Tokenizer& tok = testing::default_tokenizer();
+  const auto j = nlohmann::json::parse(testing::read_fixture("chat_tokens.json"));
+  const int32_t im_start = *tok.token_id("<|im_start|>"), im_end = *tok.token_id("<|im_end|>");
+  size_t n = 0, injecting = 0, separable = 0;
+  for (const auto& c : j["cases"]) {
+    auto tmpl = ChatTemplate::parse(j["templates"][c["template"].get<std::string>()].get<std::string>());
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+    const bool agp = c["add_generation_prompt"].get<bool>();
+    SCOPED_TRACE(c["template"].get<std::string>() + " with " + c["messages"].dump());
+    const std::vector<PromptPiece> pieces = tmpl->render_pieces(messages, agp);
+    ASSERT_EQ(pieces.size(), c["pieces"].size());
+    std::vector<int32_t> joined;  // each piece encoded alone, concatenated
+    int template_specials = 0;
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const auto& want = c["pieces"][k];
+      const bool from_template = pieces[k].source == PromptPiece::Source::kTemplate;
+      EXPECT_EQ(from_template, want["template"].get<bool>()) << "piece " << k;
+      EXPECT_EQ(pieces[k].text, want["text"].get<std::string>()) << "piece " << k;
+      // The content's tokens are the oracle's with special tokens as text.
+      const std::vector<int32_t> alone = tok.encode(pieces[k].text, false, /*parse_special=*/from_template);
+      EXPECT_EQ(alone, c["piece_ids"][k].get<std::vector<int32_t>>()) << "piece " << k;
+      joined.insert(joined.end(), alone.begin(), alone.end());
+      if (from_template) {
+        template_specials += static_cast<int>(std::count_if(
+            alone.begin(), alone.end(), [&](int32_t id) { return id == im_start || id == im_end; }));
+      }
+    }
+    const std::vector<int32_t> ids = encode_prompt(tok, pieces, /*add_special=*/false);
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int32_t>>());
+    // The whole prompt is the template's tokens and the content's, joined.
+    if (c["separable"].get<bool>()) {
+      EXPECT_EQ(ids, joined);
+      ++separable;
+    }
+    // Every <|im_start|> and <|im_end|> is one the template wrote.
+    EXPECT_EQ(
+        std::count_if(ids.begin(), ids.end(), [&](int32_t id) { return id == im_start || id == im_end; }),
+        template_specials);
+    if (c["injects"].get<bool>()) {
+      // Encoding the rendered string whole would have let the content in.
+      EXPECT_NE(ids, c["ids_whole"].get<std::vector<int32_t>>());
+      EXPECT_EQ(tok.encode(tmpl->render(messages, agp), false, true),
+                c["ids_whole"].get<std::vector<int32_t>>());
+      ++injecting;
+    } else {
+      // Without special text in the content nothing changes: the same tokens
+      // as transformers' apply_chat_template(tokenize=True).
+      EXPECT_EQ(ids, c["ids_whole"].get<std::vector<int32_t>>());
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 28u);
+  EXPECT_GE(injecting, 16u);
+  EXPECT_GE(separable, 20u);
+}
+
+TEST(ChatTemplate, PiecesMarkRoleAndContentAsCallerText) {
+  ChatTemplate t = ChatTemplate::chatml();
+  std::vector<ChatMessage> msgs = {{"user", "x"}, {"assistant", ""}};
+  const std::vector<PromptPiece> p = t.render_pieces(msgs, true);
+  using S = PromptPiece::Source;
+  ASSERT_EQ(p.size(), 7u);
+  const std::vector<std::pair<S, std::string>> want = {
+      {S::kTemplate, "<|im_start|>"},
+      {S::kCaller, "user"},
+      {S::kTemplate, "\n"},
+      {S::kCaller, "x"},
+      {S::kTemplate, "<|im_end|>\n<|im_start|>"},
+      {S::kCaller, "assistant"},
+      {S::kTemplate, "\n<|im_end|>\n<|im_start|>assistant\n"}};  // the empty content leaves no piece
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(p[k].source, want[k].first) << k;
+    EXPECT_EQ(p[k].text, want[k].second) << k;
+  }
+  EXPECT_EQ(t.render(msgs, true),
+            "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, BuiltInChatMlHasNoSystemPrompt) {

@@ -46,6 +46,29 @@ TEST(Tokenizer, ControlTokensNeedParseSpecialUserDefinedDoNot) {
   EXPECT_EQ(tok->decode(plain), "<|ctl|>");
 }
 
+// encode(pieces): CONTROL text only in pieces with parse_special, never a match
+// across a boundary, USER_DEFINED everywhere, and the plain text between
+// special tokens encoded as one run (the "a" + "b" across pieces merges to ab).
+TEST(Tokenizer, PiecesParseSpecialOnlyWhereAllowed) {
+  auto tok = tiny_tokenizer();
+  const int32_t ab = 256, ctl = 257, user = 258;
+  const std::vector<TextPiece> p = {{"<|ctl|>a", true}, {"b<|ctl|><user>", false}, {"<|ctl|>", true}};
+  EXPECT_EQ(tok->encode(p, false),
+            (std::vector<int32_t>{ctl, ab, '<', '|', 'c', 't', 'l', '|', '>', user, ctl}));
+  // "<|ct" + "l|>" spells the token only across the boundary: text.
+  const std::vector<TextPiece> split = {{"<|ct", true}, {"l|>", true}};
+  EXPECT_EQ(tok->encode(split, false), tok->encode("<|ctl|>", false, false));
+  // One piece is the string encode.
+  for (bool parse : {false, true}) {
+    const std::vector<TextPiece> one = {{"ab<|ctl|>x<user>", parse}};
+    EXPECT_EQ(tok->encode(one, false), tok->encode("ab<|ctl|>x<user>", false, parse));
+  }
+  EXPECT_TRUE(tok->encode(std::vector<TextPiece>{}, false).empty());
+  // Invalid UTF-8 in a piece is replaced as the string encode replaces it.
+  const std::vector<TextPiece> bad = {{"a\xff", false}, {"b", true}};
+  EXPECT_EQ(tok->encode(bad, false), tok->encode(std::string("a\xff") + "b", false, false));
+}
+
 TEST(Tokenizer, DecodeRendersOrSkipsSpecialTokens) {
   auto tok = tiny_tokenizer();
   std::vector<int32_t> ids = {256, 257, ' ', 258};

@@ -37,8 +37,8 @@ __device__ __forceinline__ void take(Best& b, float v, int32_t i) {
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ logits, int32_t V,
-                                                          int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* __restrict__ logits, int32_t V, int32_t* __restrict__ out) {
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   // -inf with no index: a real -inf at any index beats it (same value, lower index).
   Best b{-INFINITY, INT32_MAX};
@@ -93,15 +93,18 @@ void argmax_cuda(const Tensor& logits, int32_t* out, cuda::Stream s) {
       << "argmax_cuda: logits must be a contiguous [R, V] f32 tensor, got " << dtype_name(logits.dtype())
       << logits.shape_string();
   const int64_t R = logits.dim(0), V = logits.dim(1);
-  NS_CHECK(V > 0 && V <= (int64_t{1} << 30) && R <= INT32_MAX) << "argmax_cuda: shape " << logits.shape_string();
+  NS_CHECK(V > 0 && V <= (int64_t{1} << 30) && R <= INT32_MAX)
+      << "argmax_cuda: shape " << logits.shape_string();
   if (R == 0) return;
   NS_CHECK(out != nullptr) << "argmax_cuda: out is null";
   const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.data()) % 16 == 0;
   const int32_t v32 = static_cast<int32_t>(V);
   if (vec) {
-    argmax_kernel<true><<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits.data_as<const float>(), v32, out);
+    argmax_kernel<true>
+        <<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits.data_as<const float>(), v32, out);
   } else {
-    argmax_kernel<false><<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits.data_as<const float>(), v32, out);
+    argmax_kernel<false>
+        <<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits.data_as<const float>(), v32, out);
   }
   NS_CUDA_CHECK_LAUNCH();
 }

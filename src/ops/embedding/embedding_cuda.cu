@@ -52,10 +52,11 @@ bool aligned16(const void* p) {
 
 void embedding_cuda(const Tensor& table, const int32_t* tokens, int32_t num_tokens, const Tensor& x,
                     cuda::Stream s) {
-  NS_CHECK(table.device() == Device::kCUDA && x.device() == Device::kCUDA) << "embedding_cuda: device tensors";
+  NS_CHECK(table.device() == Device::kCUDA && x.device() == Device::kCUDA)
+      << "embedding_cuda: device tensors";
   NS_CHECK(table.dtype() == DType::kBF16 && table.ndim() == 2 && table.is_contiguous())
-      << "embedding_cuda: table must be a contiguous [vocab, dim] bf16 tensor, got " << dtype_name(table.dtype())
-      << table.shape_string();
+      << "embedding_cuda: table must be a contiguous [vocab, dim] bf16 tensor, got "
+      << dtype_name(table.dtype()) << table.shape_string();
   NS_CHECK(x.dtype() == DType::kF32 && x.ndim() == 2 && x.is_contiguous() && x.dim(1) == table.dim(1))
       << "embedding_cuda: x must be a contiguous [T, " << table.dim(1) << "] f32 tensor, got "
       << dtype_name(x.dtype()) << x.shape_string();

@@ -58,7 +58,8 @@ unsigned blocks_for(int64_t n) {
 }  // namespace
 
 void fill_uniform_cuda(const Tensor& t, uint64_t seed, float scale, cuda::Stream s) {
-  NS_CHECK(t.device() == Device::kCUDA && t.is_contiguous()) << "fill_uniform_cuda: a contiguous device tensor";
+  NS_CHECK(t.device() == Device::kCUDA && t.is_contiguous())
+      << "fill_uniform_cuda: a contiguous device tensor";
   NS_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16)
       << "fill_uniform_cuda: f32 or bf16, got " << dtype_name(t.dtype());
   const int64_t n = t.numel();

@@ -37,10 +37,13 @@ __global__ void gather_rows_kernel(const W* __restrict__ x, const int32_t* __res
 
 }  // namespace
 
-void gather_rows_cuda(const Tensor& x, const int32_t* rows, int32_t num_rows, const Tensor& out, cuda::Stream s) {
-  NS_CHECK(x.device() == Device::kCUDA && out.device() == Device::kCUDA) << "gather_rows_cuda: device tensors";
+void gather_rows_cuda(const Tensor& x, const int32_t* rows, int32_t num_rows, const Tensor& out,
+                      cuda::Stream s) {
+  NS_CHECK(x.device() == Device::kCUDA && out.device() == Device::kCUDA)
+      << "gather_rows_cuda: device tensors";
   NS_CHECK(x.ndim() == 2 && x.is_contiguous() && out.ndim() == 2 && out.is_contiguous())
-      << "gather_rows_cuda: contiguous 2-d tensors, got x" << x.shape_string() << " out" << out.shape_string();
+      << "gather_rows_cuda: contiguous 2-d tensors, got x" << x.shape_string() << " out"
+      << out.shape_string();
   NS_CHECK(x.dtype() == out.dtype() && x.dim(1) == out.dim(1))
       << "gather_rows_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << " vs out "
       << dtype_name(out.dtype()) << out.shape_string();
@@ -59,11 +62,11 @@ void gather_rows_cuda(const Tensor& x, const int32_t* rows, int32_t num_rows, co
   const int64_t words = vec ? row_bytes / 16 : row_bytes / 2;
   const int threads = static_cast<int>(std::clamp<int64_t>((words + 31) / 32 * 32, 32, kMaxThreads));
   if (vec) {
-    gather_rows_kernel<uint4><<<num_rows, threads, 0, s>>>(x.data_as<const uint4>(), rows, num_src, words,
-                                                           out.data_as<uint4>());
+    gather_rows_kernel<uint4>
+        <<<num_rows, threads, 0, s>>>(x.data_as<const uint4>(), rows, num_src, words, out.data_as<uint4>());
   } else {
-    gather_rows_kernel<uint16_t><<<num_rows, threads, 0, s>>>(x.data_as<const uint16_t>(), rows, num_src, words,
-                                                              out.data_as<uint16_t>());
+    gather_rows_kernel<uint16_t><<<num_rows, threads, 0, s>>>(x.data_as<const uint16_t>(), rows, num_src,
+                                                              words, out.data_as<uint16_t>());
   }
   NS_CUDA_CHECK_LAUNCH();
 }

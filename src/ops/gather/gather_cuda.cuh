@@ -15,6 +15,7 @@ namespace nanoserve {
 //   out: [>= num_rows, dim], same dtype as x (device); rows past num_rows are left alone
 // A row index outside [0, T) fills that output row with 0xFF bytes (NaN in
 // f32, f16 and bf16) and reads nothing.
-void gather_rows_cuda(const Tensor& x, const int32_t* rows, int32_t num_rows, const Tensor& out, cuda::Stream s);
+void gather_rows_cuda(const Tensor& x, const int32_t* rows, int32_t num_rows, const Tensor& out,
+                      cuda::Stream s);
 
 }  // namespace nanoserve

@@ -17,12 +17,12 @@
 
 #include "core/cuda/cuda_check.cuh"
 
-#define NS_CUBLAS_CHECK(expr)                                                                              \
-  do {                                                                                                     \
-    const cublasStatus_t ns_cublas_st_ = (expr);                                                           \
-    NS_CHECK(ns_cublas_st_ == CUBLAS_STATUS_SUCCESS)                                                       \
-        << #expr << ": " << cublasLtGetStatusName(ns_cublas_st_) << " (" << cublasLtGetStatusString(ns_cublas_st_) \
-        << ")";                                                                                            \
+#define NS_CUBLAS_CHECK(expr)                                            \
+  do {                                                                   \
+    const cublasStatus_t ns_cublas_st_ = (expr);                         \
+    NS_CHECK(ns_cublas_st_ == CUBLAS_STATUS_SUCCESS)                     \
+        << #expr << ": " << cublasLtGetStatusName(ns_cublas_st_) << " (" \
+        << cublasLtGetStatusString(ns_cublas_st_) << ")";                \
   } while (0)
 
 namespace nanoserve {
@@ -41,9 +41,9 @@ struct Key {
 
 uint64_t hash_key(const Key& k) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (uint64_t v : {static_cast<uint64_t>(k.m), static_cast<uint64_t>(k.n), static_cast<uint64_t>(k.k),
-                     static_cast<uint64_t>(k.y_dtype), uint64_t{k.align_x}, uint64_t{k.align_w},
-                     uint64_t{k.align_y}}) {
+  for (uint64_t v :
+       {static_cast<uint64_t>(k.m), static_cast<uint64_t>(k.n), static_cast<uint64_t>(k.k),
+        static_cast<uint64_t>(k.y_dtype), uint64_t{k.align_x}, uint64_t{k.align_w}, uint64_t{k.align_y}}) {
     h = (h ^ v) * 0x100000001b3ull;
     h ^= h >> 29;
   }
@@ -97,8 +97,8 @@ struct GemmCuda::Impl {
   static int32_t splitk_of(const cublasLtMatmulAlgo_t& algo) {
     int32_t splitk = 1;
     size_t written = 0;
-    NS_CUBLAS_CHECK(
-        cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk, &written));
+    NS_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                                         sizeof splitk, &written));
     return splitk;
   }
 
@@ -107,30 +107,35 @@ struct GemmCuda::Impl {
   // skipped as well, in case a kernel splits without a reduction scheme.
   void choose(Entry& e) {
     const uint32_t ax = e.key.align_x, aw = e.key.align_w, ay = e.key.align_y;
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw,
-                                                         sizeof aw));
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax,
-                                                         sizeof ax));
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ay,
-                                                         sizeof ay));
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay,
-                                                         sizeof ay));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                         &aw, sizeof aw));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                         &ax, sizeof ax));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                         &ay, sizeof ay));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                         &ay, sizeof ay));
     cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
     int returned = 0;
-    NS_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, &op, &e.a, &e.b, &e.d, &e.d, &pref, kHeuristicResults,
-                                                   results, &returned));
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, &op, &e.a, &e.b, &e.d, &e.d, &pref,
+                                                             kHeuristicResults, results, &returned);
+    // NOT_SUPPORTED: no kernel at all, reported below with the problem.
+    NS_CHECK(st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED)
+        << "cublasLtMatmulAlgoGetHeuristic: " << cublasLtGetStatusName(st);
+    if (st != CUBLAS_STATUS_SUCCESS) returned = 0;
     for (int i = 0; i < returned; ++i) {
       const cublasLtMatmulHeuristicResult_t& r = results[i];
-      if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > static_cast<size_t>(workspace_bytes)) continue;
+      if (r.state != CUBLAS_STATUS_SUCCESS || r.workspaceSize > static_cast<size_t>(workspace_bytes))
+        continue;
       if (policy == GemmPolicy::kBatchInvariant && splitk_of(r.algo) > 1) continue;
       e.algo = r.algo;
       e.workspace = r.workspaceSize;
       return;
     }
-    NS_CHECK(false) << "cuBLASLt has no kernel for y[" << e.key.m << ", " << e.key.n << "] " << dtype_name(e.key.y_dtype)
-                    << " = x[" << e.key.m << ", " << e.key.k << "] w[" << e.key.n << ", " << e.key.k
-                    << "]^T (bf16; alignments x " << ax << ", w " << aw << ", y " << ay << " bytes; "
-                    << returned << " candidates)";
+    NS_CHECK(false) << "cuBLASLt has no kernel for y[" << e.key.m << ", " << e.key.n << "] "
+                    << dtype_name(e.key.y_dtype) << " = x[" << e.key.m << ", " << e.key.k << "] w[" << e.key.n
+                    << ", " << e.key.k << "]^T (bf16; alignments x " << ax << ", w " << aw << ", y " << ay
+                    << " bytes; " << returned << " candidates)";
   }
 
   // kBatchInvariant: the anchor problem's kernel, if it runs e's problem.
@@ -143,26 +148,36 @@ struct GemmCuda::Impl {
     return true;
   }
 
+  // The entry holding key, or null.
+  Entry* find(const Key& key, uint64_t h) {
+    for (int p = 0; p < kProbe; ++p) {
+      Entry& e = table[(h + static_cast<uint64_t>(p)) % kCacheCapacity];
+      if (e.used && e.key == key) return &e;
+    }
+    return nullptr;
+  }
+
+  // Where a new key goes: the first free slot of its window, else the
+  // window's least recently used entry.
+  Entry& victim(uint64_t h) {
+    Entry* v = nullptr;
+    for (int p = 0; p < kProbe; ++p) {
+      Entry& e = table[(h + static_cast<uint64_t>(p)) % kCacheCapacity];
+      if (!e.used) return e;
+      if (v == nullptr || e.last_use < v->last_use) v = &e;
+    }
+    return *v;
+  }
+
   Entry& lookup(const Key& key) {
     const uint64_t h = hash_key(key);
-    int victim = -1;
-    for (int p = 0; p < kProbe; ++p) {
-      const int i = static_cast<int>((h + static_cast<uint64_t>(p)) % kCacheCapacity);
-      Entry& e = table[i];
-      if (e.used && e.key == key) {
-        e.last_use = ++clock;
-        return e;
-      }
-      // The victim: the first free slot of the window, else its least recently used entry.
-      if (!e.used) {
-        if (victim < 0 || table[victim].used) victim = i;
-      } else if (victim < 0 || (table[victim].used && e.last_use < table[victim].last_use)) {
-        victim = i;
-      }
+    if (Entry* e = find(key, h)) {
+      e->last_use = ++clock;
+      return *e;
     }
-    // A miss. Under kBatchInvariant the anchor's kernel is found first (that
-    // lookup may replace entries of its own window, so the victim is re-read after).
     ++misses;
+    // Under kBatchInvariant the anchor's kernel first; its own lookup may
+    // replace entries, so this key's slot is chosen after it.
     cublasLtMatmulAlgo_t anchor_algo;
     const bool use_anchor = policy == GemmPolicy::kBatchInvariant && key.m != kInvariantAnchorM;
     if (use_anchor) {
@@ -170,7 +185,7 @@ struct GemmCuda::Impl {
       ak.m = kInvariantAnchorM;
       anchor_algo = lookup(ak).algo;
     }
-    Entry& e = table[victim];
+    Entry& e = victim(h);
     e.used = true;
     e.key = key;
     e.last_use = ++clock;
@@ -197,12 +212,12 @@ GemmCuda::GemmCuda(int64_t workspace_bytes, GemmPolicy policy) : impl_(std::make
   NS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&impl_->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
   NS_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&impl_->pref));
   const uint64_t ws = static_cast<uint64_t>(workspace_bytes);
-  NS_CUBLAS_CHECK(
-      cublasLtMatmulPreferenceSetAttribute(&impl_->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&impl_->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &ws, sizeof ws));
   if (policy == GemmPolicy::kBatchInvariant) {
     const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
-    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&impl_->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                         &none, sizeof none));
+    NS_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        &impl_->pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none));
   }
 }
 
@@ -249,8 +264,9 @@ void GemmCuda::matmul(const Tensor& x, const Tensor& w, const Tensor& y, cuda::S
   key.align_y = alignment_of(y.data());
   Entry& e = impl_->lookup(key);
   const float alpha = 1.0f, beta = 0.0f;
-  NS_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, &impl_->op, &alpha, w.data(), &e.a, x.data(), &e.b, &beta, y.data(),
-                                 &e.d, y.data(), &e.d, &e.algo, impl_->workspace.data(), e.workspace, s));
+  NS_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, &impl_->op, &alpha, w.data(), &e.a, x.data(), &e.b, &beta,
+                                 y.data(), &e.d, y.data(), &e.d, &e.algo, impl_->workspace.data(),
+                                 e.workspace, s));
 }
 
 GemmAlgoInfo GemmCuda::algo_info(int64_t M, int64_t N, int64_t K, DType y_dtype) {

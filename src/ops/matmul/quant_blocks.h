@@ -94,6 +94,9 @@ bool row_dtype_supported(DType dtype);
 
 // x[K] -> K/32 activation blocks: d = max|x| / 127, q = nearbyint(x / d)
 // (q = x * (1 / d), 0 when d = 0), s = d * sum(q). PRECOND: K % 32 == 0.
+// Defined for every input: a block holding a NaN or an infinity gets
+// d = s = NaN and q = 0 (so the matmul output it feeds is NaN, never a finite
+// number); a block with d below FLT_MIN gets d = s = 0 and q = 0.
 // quantize_row_q8 is the SIMD version where the CPU has one; it equals the
 // plain loop quantize_row_q8_scalar bit for bit, NaN and infinities included.
 void quantize_row_q8(const float* x, int64_t K, BlockQ8Act* out);

@@ -134,18 +134,34 @@ int log2_exact(int64_t x) {
 PagedBatchCuda::PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq)
     : cap_tokens_(max_tokens), cap_seqs_(max_seqs), cap_blocks_(max_blocks_per_seq) {
   NS_CHECK(max_tokens > 0 && max_seqs > 0 && max_blocks_per_seq > 0) << "PagedBatchCuda capacity";
-  row_meta_ = cuda::empty(DType::kI32, {max_tokens, 2});
-  row_meta_host_.resize(2 * static_cast<size_t>(max_tokens));
-  positions_ = cuda::empty(DType::kI32, {max_tokens});
-  block_tables_ = cuda::empty(DType::kI32, {static_cast<int64_t>(max_seqs) * max_blocks_per_seq});
-  slot_mapping_ = cuda::empty(DType::kI32, {max_tokens});
+  // Each array starts on a 16-byte boundary (4 elements).
+  auto take = [&](int64_t n) {
+    const int64_t at = total_;
+    total_ += (n + 3) / 4 * 4;
+    return at;
+  };
+  off_row_meta_ = take(2 * int64_t{max_tokens});
+  off_positions_ = take(max_tokens);
+  off_block_tables_ = take(int64_t{max_seqs} * max_blocks_per_seq);
+  off_slot_mapping_ = take(max_tokens);
+  off_tokens_ = take(max_tokens);
+  off_logits_rows_ = take(max_tokens);
+  dev_buf_ = cuda::empty(DType::kI32, {total_});
+  dev_ = dev_buf_.data_as<int32_t>();
+  NS_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), static_cast<size_t>(total_) * sizeof(int32_t)));
+}
+
+PagedBatchCuda::~PagedBatchCuda() {
+  if (host_ != nullptr) cudaFreeHost(host_);
 }
 
 void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   const int32_t b = static_cast<int32_t>(batch.seq_starts.size()) - 1;
   const int32_t t = b >= 0 ? batch.seq_starts[b] : 0;
+  const int32_t r = static_cast<int32_t>(batch.logits_rows.size());
   NS_CHECK(b >= 1 && b <= cap_seqs_) << "batch of " << b << " sequences, capacity " << cap_seqs_;
   NS_CHECK(t <= cap_tokens_) << t << " tokens, capacity " << cap_tokens_;
+  NS_CHECK(r <= t) << r << " logits rows for " << t << " tokens";
   NS_CHECK(batch.max_blocks_per_seq > 0 && batch.max_blocks_per_seq <= cap_blocks_)
       << "max_blocks_per_seq " << batch.max_blocks_per_seq << ", capacity " << cap_blocks_;
   NS_CHECK_EQ(static_cast<int64_t>(batch.context_lens.size()), b);
@@ -153,7 +169,9 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
               static_cast<int64_t>(b) * batch.max_blocks_per_seq);
   NS_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), t);
   NS_CHECK_EQ(static_cast<int64_t>(batch.positions.size()), t);
+  NS_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), t);
   NS_CHECK(batch.seq_starts[0] == 0) << "seq_starts[0] must be 0";
+  int32_t* row_meta = host_ + off_row_meta_;
   int32_t max_ctx = 0;
   for (int32_t i = 0; i < b; ++i) {
     const int32_t n = batch.seq_starts[i + 1] - batch.seq_starts[i];
@@ -168,20 +186,33 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
       first = std::min(first, batch.positions[j]);
     }
     for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
-      row_meta_host_[2 * j] = i;
-      row_meta_host_[2 * j + 1] = first;
+      row_meta[2 * j] = i;
+      row_meta[2 * j + 1] = first;
     }
     max_ctx = std::max(max_ctx, batch.context_lens[i]);
   }
+  for (int32_t i = 0; i < r; ++i) {
+    NS_CHECK(batch.logits_rows[i] >= 0 && batch.logits_rows[i] < t) << "logits row " << batch.logits_rows[i];
+  }
   num_seqs_ = b;
   num_tokens_ = t;
+  num_logits_rows_ = r;
   max_blocks_per_seq_ = batch.max_blocks_per_seq;
   max_context_len_ = max_ctx;
-  cuda::copy_bytes_to_device(row_meta_.data(), row_meta_host_.data(), 8 * int64_t{t}, stream);
-  cuda::copy_bytes_to_device(positions_.data(), batch.positions.data(), 4 * int64_t{t}, stream);
-  cuda::copy_bytes_to_device(block_tables_.data(), batch.block_tables.data(),
-                             4 * int64_t{b} * max_blocks_per_seq_, stream);
-  cuda::copy_bytes_to_device(slot_mapping_.data(), batch.slot_mapping.data(), 4 * int64_t{t}, stream);
+  auto put = [&](int64_t off, const std::vector<int32_t>& v) {
+    std::copy(v.begin(), v.end(), host_ + off);
+  };
+  put(off_positions_, batch.positions);
+  put(off_block_tables_, batch.block_tables);
+  put(off_slot_mapping_, batch.slot_mapping);
+  put(off_tokens_, batch.tokens);
+  put(off_logits_rows_, batch.logits_rows);
+  // One copy: everything up to the end of the last array in use. The block
+  // tables sit at a fixed offset, so the copy spans the unused tail of earlier
+  // arrays too; at these sizes one transfer costs less than several.
+  const int64_t end = off_logits_rows_ + r;
+  NS_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, static_cast<size_t>(end) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                stream));
 }
 
 // ---- workspace -----------------------------------------------------------------

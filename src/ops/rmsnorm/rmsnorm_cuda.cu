@@ -44,7 +44,8 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
 // kAdd: x += delta first. kVec: units of 4 elements.
 template <bool kAdd, bool kVec>
 __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
-                               const float* __restrict__ w, float eps, int32_t dim, uint16_t* __restrict__ out) {
+                               const float* __restrict__ w, float eps, int32_t dim,
+                               uint16_t* __restrict__ out) {
   __shared__ float warp_sums[kMaxWarps];
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float* xr = x + base;
@@ -104,7 +105,8 @@ void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tens
            (delta == nullptr || delta->device() == Device::kCUDA))
       << op << ": device tensors";
   NS_CHECK(x.dtype() == DType::kF32 && x.ndim() == 2 && x.is_contiguous())
-      << op << ": x must be a contiguous [T, dim] f32 tensor, got " << dtype_name(x.dtype()) << x.shape_string();
+      << op << ": x must be a contiguous [T, dim] f32 tensor, got " << dtype_name(x.dtype())
+      << x.shape_string();
   NS_CHECK(w.dtype() == DType::kF32 && w.numel() == x.dim(1) && w.is_contiguous())
       << op << ": w must be [" << x.dim(1) << "] f32, got " << dtype_name(w.dtype()) << w.shape_string();
   NS_CHECK(out.dtype() == DType::kBF16 && out.shape() == x.shape() && out.is_contiguous())
@@ -115,7 +117,8 @@ void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tens
         << op << ": delta must be a contiguous " << x.shape_string() << " bf16 tensor, got "
         << dtype_name(delta->dtype()) << delta->shape_string();
   }
-  NS_CHECK(x.dim(0) <= INT32_MAX && x.dim(1) > 0 && x.dim(1) <= INT32_MAX) << op << ": shape " << x.shape_string();
+  NS_CHECK(x.dim(0) <= INT32_MAX && x.dim(1) > 0 && x.dim(1) <= INT32_MAX)
+      << op << ": shape " << x.shape_string();
 }
 
 template <bool kAdd>

@@ -13,6 +13,7 @@
 #include "ops/rope/rope_cuda.cuh"
 
 #include <algorithm>
+#include <string>
 
 #include "core/cuda/cuda_check.cuh"
 
@@ -38,9 +39,11 @@ struct RopeArgs {
   const int32_t* slot_mapping;
   const float* inv_freq;  // [rope_half]
   uint16_t* q_out;        // [T, n_heads, head_dim]
-  uint16_t* k_pool;       // [num_slots, n_kv, head_dim]
-  uint16_t* v_pool;
-  int64_t num_slots;
+  uint16_t* k_pool;       // slot-major [num_blocks, block_size, n_kv, head_dim], or head-major
+  uint16_t* v_pool;       // [num_blocks, n_kv, block_size, head_dim]
+  int64_t num_slots;      // num_blocks * block_size
+  int32_t block_size;
+  bool head_major;
   int32_t rope_half, n_heads, n_kv, head_dim;
 };
 
@@ -71,6 +74,15 @@ __device__ __forceinline__ void store_chunk(uint16_t* p, const Chunk<C>& c) {
   }
 }
 
+// The first element of kv head kh's row of `slot` in a pool.
+__device__ __forceinline__ int64_t pool_row(const RopeArgs& a, int64_t slot, int32_t kh) {
+  if (a.head_major) {
+    const int64_t block = slot / a.block_size, offset = slot - block * a.block_size;
+    return ((block * a.n_kv + kh) * a.block_size + offset) * a.head_dim;
+  }
+  return (slot * a.n_kv + kh) * a.head_dim;
+}
+
 template <int C>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
   const int32_t t = static_cast<int32_t>(blockIdx.x);
@@ -80,17 +92,17 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
   const int32_t heads = a.n_heads + (write_kv ? 2 * a.n_kv : 0);
   const int32_t j = static_cast<int32_t>(blockIdx.y) * kThreads + static_cast<int32_t>(threadIdx.x);
   if (j >= heads * chunks) return;
-  const int32_t head = j / chunks;              // in qkv order: q heads, k heads, v heads
-  const int32_t e0 = (j - head * chunks) * C;   // first element of the item within its head
+  const int32_t head = j / chunks;             // in qkv order: q heads, k heads, v heads
+  const int32_t e0 = (j - head * chunks) * C;  // first element of the item within its head
   const int32_t row_heads = a.n_heads + 2 * a.n_kv;
   Chunk<C> c = load_chunk<C>(a.qkv + (static_cast<int64_t>(t) * row_heads + head) * a.head_dim + e0);
   uint16_t* dst;
   if (head < a.n_heads) {
     dst = a.q_out + (static_cast<int64_t>(t) * a.n_heads + head) * a.head_dim + e0;
   } else if (head < a.n_heads + a.n_kv) {
-    dst = a.k_pool + (slot * a.n_kv + (head - a.n_heads)) * a.head_dim + e0;
+    dst = a.k_pool + pool_row(a, slot, head - a.n_heads) + e0;
   } else {
-    dst = a.v_pool + (slot * a.n_kv + (head - a.n_heads - a.n_kv)) * a.head_dim + e0;
+    dst = a.v_pool + pool_row(a, slot, head - a.n_heads - a.n_kv) + e0;
   }
   if (head < a.n_heads + a.n_kv) {  // q or k: rotate the pairs below rope_dim
     const float pos = static_cast<float>(a.positions[t]);
@@ -118,13 +130,15 @@ bool aligned16(const void* p) {
 
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
-                        const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s) {
+                        const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
+                        PagedKvLayout layout) {
   const char* op = "rope_kv_write_cuda";
-  NS_CHECK(qkv.device() == Device::kCUDA && q_out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
-           v_pool.device() == Device::kCUDA)
+  NS_CHECK(qkv.device() == Device::kCUDA && q_out.device() == Device::kCUDA &&
+           k_pool.device() == Device::kCUDA && v_pool.device() == Device::kCUDA)
       << op << ": device tensors";
   NS_CHECK(n_heads > 0 && n_kv_heads > 0) << op << ": n_heads " << n_heads << ", n_kv_heads " << n_kv_heads;
-  NS_CHECK(q_out.dtype() == DType::kBF16 && q_out.ndim() == 3 && q_out.is_contiguous() && q_out.dim(1) == n_heads)
+  NS_CHECK(q_out.dtype() == DType::kBF16 && q_out.ndim() == 3 && q_out.is_contiguous() &&
+           q_out.dim(1) == n_heads)
       << op << ": q_out must be a contiguous [T, " << n_heads << ", head_dim] bf16 tensor, got "
       << dtype_name(q_out.dtype()) << q_out.shape_string();
   const int64_t T = q_out.dim(0), hd = q_out.dim(2);
@@ -135,14 +149,17 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
            qkv.dim(1) == (n_heads + 2 * int64_t{n_kv_heads}) * hd)
       << op << ": qkv must be a contiguous [" << T << ", " << (n_heads + 2 * int64_t{n_kv_heads}) * hd
       << "] bf16 tensor, got " << dtype_name(qkv.dtype()) << qkv.shape_string();
+  const bool head_major = layout == PagedKvLayout::kHeadMajor;
   for (const Tensor* pool : {&k_pool, &v_pool}) {
     NS_CHECK(pool->dtype() == DType::kBF16 && pool->ndim() == 4 && pool->is_contiguous() &&
-             pool->dim(2) == n_kv_heads && pool->dim(3) == hd)
-        << op << ": a pool must be a contiguous [num_blocks, block_size, " << n_kv_heads << ", " << hd
-        << "] bf16 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
+             pool->dim(head_major ? 1 : 2) == n_kv_heads && pool->dim(3) == hd)
+        << op << ": a pool must be a contiguous "
+        << (head_major ? "[num_blocks, " + std::to_string(n_kv_heads) + ", block_size, "
+                       : "[num_blocks, block_size, " + std::to_string(n_kv_heads) + ", ")
+        << hd << "] bf16 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
   }
-  NS_CHECK(k_pool.shape() == v_pool.shape()) << op << ": k_pool " << k_pool.shape_string() << " vs v_pool "
-                                             << v_pool.shape_string();
+  NS_CHECK(k_pool.shape() == v_pool.shape())
+      << op << ": k_pool " << k_pool.shape_string() << " vs v_pool " << v_pool.shape_string();
   NS_CHECK(T <= INT32_MAX && (n_heads + 2 * int64_t{n_kv_heads}) * hd <= INT32_MAX) << op << ": too large";
   if (T == 0) return;
   NS_CHECK(positions != nullptr && slot_mapping != nullptr && inv_freq != nullptr) << op << ": null pointer";
@@ -155,7 +172,9 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
   a.q_out = q_out.data_as<uint16_t>();
   a.k_pool = k_pool.data_as<uint16_t>();
   a.v_pool = v_pool.data_as<uint16_t>();
-  a.num_slots = k_pool.dim(0) * k_pool.dim(1);
+  a.block_size = static_cast<int32_t>(k_pool.dim(head_major ? 2 : 1));
+  a.num_slots = k_pool.dim(0) * a.block_size;
+  a.head_major = head_major;
   a.rope_half = rope_dim / 2;
   a.n_heads = n_heads;
   a.n_kv = n_kv_heads;
@@ -164,8 +183,8 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
                         static_cast<const void*>(a.k_pool), static_cast<const void*>(a.v_pool)}) {
     NS_CHECK(reinterpret_cast<uintptr_t>(p) % 4 == 0) << op << ": tensors must be 4-byte aligned";
   }
-  const bool vec = hd % 8 == 0 && aligned16(a.qkv) && aligned16(a.q_out) && aligned16(a.k_pool) &&
-                   aligned16(a.v_pool);
+  const bool vec =
+      hd % 8 == 0 && aligned16(a.qkv) && aligned16(a.q_out) && aligned16(a.k_pool) && aligned16(a.v_pool);
   const int64_t items = (n_heads + 2 * int64_t{n_kv_heads}) * (hd / (vec ? 8 : 2));
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((items + kThreads - 1) / kThreads));
   if (vec) {

@@ -10,6 +10,7 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/tensor.h"
+#include "ops/paged_attention/paged_attention_cuda.cuh"  // PagedKvLayout
 
 namespace nanoserve {
 
@@ -22,13 +23,16 @@ namespace nanoserve {
 //   positions, slot_mapping: [T] i32 device pointers; slot = block * block_size + offset
 //   inv_freq: [rope_dim / 2] f32 device pointer (rope_inv_freqs: any scaling already applied)
 //   q_out: [T, n_heads, head_dim] bf16
-//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16 (slot-major)
+//   k_pool, v_pool: bf16, in `layout` (PagedKvLayout, as paged_attention_cuda reads them):
+//     slot-major [num_blocks, block_size, n_kv_heads, head_dim] (the default) or
+//     head-major [num_blocks, n_kv_heads, block_size, head_dim]
 // A slot < 0 is not written (a token whose K/V is not kept); neither is a slot
 // >= num_blocks * block_size (it would be out of bounds: the pool is never
 // written outside itself). q is written for every token.
 // PRECOND: head_dim even, 0 < rope_dim <= head_dim, rope_dim even.
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
-                        const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s);
+                        const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
+                        PagedKvLayout layout = PagedKvLayout::kSlotMajor);
 
 }  // namespace nanoserve

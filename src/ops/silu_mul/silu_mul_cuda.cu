@@ -34,8 +34,8 @@ __device__ __forceinline__ uint32_t silu_mul2(uint32_t g, uint32_t u) {
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F, int64_t units, uint16_t* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads) silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F,
+                                                            int64_t units, uint16_t* __restrict__ out) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= units) return;
   if constexpr (kVec) {
@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     const int64_t t = idx / F, f = idx - t * F;
     const uint16_t* g = gate_up + t * 2 * F + f;
-    out[idx] = static_cast<uint16_t>(f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g[0]), bf16_bits_to_f32(g[F]))));
+    out[idx] =
+        static_cast<uint16_t>(f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g[0]), bf16_bits_to_f32(g[F]))));
   }
 }
 
@@ -60,7 +61,8 @@ bool aligned16(const void* p) {
 }  // namespace
 
 void silu_mul_cuda(const Tensor& gate_up, const Tensor& out, cuda::Stream s) {
-  NS_CHECK(gate_up.device() == Device::kCUDA && out.device() == Device::kCUDA) << "silu_mul_cuda: device tensors";
+  NS_CHECK(gate_up.device() == Device::kCUDA && out.device() == Device::kCUDA)
+      << "silu_mul_cuda: device tensors";
   NS_CHECK(out.dtype() == DType::kBF16 && out.ndim() == 2 && out.is_contiguous())
       << "silu_mul_cuda: out must be a contiguous [T, F] bf16 tensor, got " << dtype_name(out.dtype())
       << out.shape_string();
@@ -76,10 +78,11 @@ void silu_mul_cuda(const Tensor& gate_up, const Tensor& out, cuda::Stream s) {
   NS_CHECK(blocks <= INT32_MAX) << "silu_mul_cuda: " << T << " x " << F << " is too large";
   const auto* gu = gate_up.data_as<const uint16_t>();
   if (vec) {
-    silu_mul_kernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units, out.data_as<uint16_t>());
+    silu_mul_kernel<true>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units, out.data_as<uint16_t>());
   } else {
-    silu_mul_kernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units,
-                                                                              out.data_as<uint16_t>());
+    silu_mul_kernel<false>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units, out.data_as<uint16_t>());
   }
   NS_CUDA_CHECK_LAUNCH();
 }

@@ -18,7 +18,8 @@ namespace {
 
 int32_t argmax_of(std::vector<float> row) {
   int32_t out = -2;
-  argmax_ref(Tensor::view(row.data(), DType::kF32, {1, static_cast<int64_t>(row.size())}, nullptr), {&out, 1});
+  argmax_ref(Tensor::view(row.data(), DType::kF32, {1, static_cast<int64_t>(row.size())}, nullptr),
+             {&out, 1});
   return out;
 }
 
@@ -53,7 +54,8 @@ TEST(ArgmaxRef, AgreesWithSamplerGreedy) {
   std::uniform_int_distribution<int> small(-3, 3);  // few distinct values: many ties
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<float> row(V);
-    for (float& v : row) v = trial % 2 ? static_cast<float>(small(gen)) : std::ldexp(static_cast<float>(gen()), -20);
+    for (float& v : row)
+      v = trial % 2 ? static_cast<float>(small(gen)) : std::ldexp(static_cast<float>(gen()), -20);
     if (trial % 5 == 0) row[V - 1] = std::numeric_limits<float>::infinity();
     EXPECT_EQ(argmax_of(row), sampler.sample(row, greedy, {}, {}, rng)) << "trial " << trial;
   }

@@ -45,7 +45,8 @@ void check_embedding(int64_t vocab, int64_t dim, int32_t T, bool misaligned_x, b
   }
 
   // Reference over the valid ids (embedding_ref checks its ids), NaN rows for the rest.
-  const Tensor table_host = Tensor::view(const_cast<uint16_t*>(table16.data()), DType::kBF16, {vocab, dim}, nullptr);
+  const Tensor table_host =
+      Tensor::view(const_cast<uint16_t*>(table16.data()), DType::kBF16, {vocab, dim}, nullptr);
   std::vector<int32_t> valid_ids;
   for (int32_t t = 0; t < T; ++t) valid_ids.push_back(invalid[t] ? 0 : tokens[t]);
   Tensor ref = Tensor::empty(DType::kF32, {T, dim});
@@ -68,15 +69,16 @@ void check_embedding(int64_t vocab, int64_t dim, int32_t T, bool misaligned_x, b
   for (int64_t i = 0; i < T * dim; ++i) {
     const float e = expect[static_cast<size_t>(i)], g = got[static_cast<size_t>(i)];
     if (std::isnan(e)) {
-      ASSERT_TRUE(std::isnan(g)) << "token " << i / dim << " (id " << tokens[i / dim] << ") element " << i % dim
-                                 << " should be NaN, is " << g;
+      ASSERT_TRUE(std::isnan(g)) << "token " << i / dim << " (id " << tokens[i / dim] << ") element "
+                                 << i % dim << " should be NaN, is " << g;
     } else {
-      ASSERT_EQ(std::memcmp(&e, &g, 4), 0) << "token " << i / dim << " (id " << tokens[i / dim] << ") element "
-                                           << i % dim << ": " << g << " vs " << e;
+      ASSERT_EQ(std::memcmp(&e, &g, 4), 0) << "token " << i / dim << " (id " << tokens[i / dim]
+                                           << ") element " << i % dim << ": " << g << " vs " << e;
     }
   }
   for (int64_t i = T * dim; i < (T + 2) * dim; ++i) {
-    ASSERT_TRUE(std::isnan(got[static_cast<size_t>(i)])) << "row " << i / dim << " past the tokens was written";
+    ASSERT_TRUE(std::isnan(got[static_cast<size_t>(i)]))
+        << "row " << i / dim << " past the tokens was written";
   }
 }
 

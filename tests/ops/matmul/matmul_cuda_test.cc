@@ -12,7 +12,7 @@
 // 1e-6 and 1e-3 relative per element (plus 1e-3 of the RMS): tensor cores add
 // in f32 but need not round like a sequential f32 sum, so only the order of
 // 1e-5 relative is claimed; a 3% (NMSE 9e-4) or a 0.3% (1e-5) scale error still
-// fails.
+// fails. For the same reason the bf16 bias check allows 2e-4 (check_gemm).
 //
 // Batch invariance is reported, and asserted for GemmPolicy::kBatchInvariant.
 
@@ -106,7 +106,9 @@ void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
   }
   const double floor = 1e-3 * rms(ref_v);
   if (y_dtype == DType::kBF16) {
-    expect_close_bf16(got_v, ref_v, floor, what);
+    // Bias allowance 2e-4: tensor cores may truncate their running f32 sum
+    // once per k-step (toward zero), about -0.5 ulp a step: -4e-5 over 14336.
+    expect_close_bf16(got_v, ref_v, floor, what, 2e-4);
   } else {
     expect_close(got_v, ref_v, kNmseGemmF32, 1e-3, floor, what);
   }
@@ -124,8 +126,8 @@ const GemmShape kSmolShapes[] = {
     {"smol lm_head", 49152, 576, DType::kF32},
 };
 const GemmShape kLlamaShapes[] = {
-    {"llama qkv", 6144, 4096, DType::kBF16},       {"llama o", 4096, 4096, DType::kBF16},
-    {"llama gate_up", 28672, 4096, DType::kBF16},  {"llama down", 4096, 14336, DType::kBF16},
+    {"llama qkv", 6144, 4096, DType::kBF16},      {"llama o", 4096, 4096, DType::kBF16},
+    {"llama gate_up", 28672, 4096, DType::kBF16}, {"llama down", 4096, 14336, DType::kBF16},
     {"llama lm_head", 128256, 4096, DType::kF32},
 };
 
@@ -207,11 +209,12 @@ std::vector<int64_t> rows_that_depend_on_m(GemmCuda& gemm, int64_t N, int64_t K)
     const bool same = std::equal(got.begin(), got.end(), all.begin());
     if (!same) differ.push_back(M);
     const GemmAlgoInfo a = gemm.algo_info(M, N, K, DType::kBF16);
-    std::printf("    N %lld K %lld M %3lld: algo %d tile %u stages %u splitK %d reduction %u cluster %u "
-                "workspace %lld: rows %s the M = 300 rows\n",
-                static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M), a.algo_id,
-                a.tile_id, a.stages_id, a.splitk, a.reduction_scheme, static_cast<unsigned>(a.cluster_shape_id),
-                static_cast<long long>(a.workspace_bytes), same ? "bitwise equal to" : "DIFFER from");
+    std::printf(
+        "    N %lld K %lld M %3lld: algo %d tile %u stages %u splitK %d reduction %u cluster %u "
+        "workspace %lld: rows %s the M = 300 rows\n",
+        static_cast<long long>(N), static_cast<long long>(K), static_cast<long long>(M), a.algo_id, a.tile_id,
+        a.stages_id, a.splitk, a.reduction_scheme, static_cast<unsigned>(a.cluster_shape_id),
+        static_cast<long long>(a.workspace_bytes), same ? "bitwise equal to" : "DIFFER from");
   }
   return differ;
 }

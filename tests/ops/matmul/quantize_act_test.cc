@@ -6,7 +6,10 @@
 #include <random>
 #include <vector>
 
+#include "core/thread_pool.h"
+#include "ops/matmul/matmul.h"
 #include "ops/matmul/quant_blocks.h"
+#include "ops/random_weights.h"
 
 namespace nanoserve::quant {
 namespace {
@@ -64,6 +67,106 @@ TEST(QuantizeAct, ScalarMatchesDefinition) {
   EXPECT_EQ(out.qs[1], -50);
   EXPECT_EQ(out.qs[3], 0);
   EXPECT_FLOAT_EQ(out.s, out.d * static_cast<float>(127 - 50 + out.qs[2]));
+}
+
+// The contract for non-finite input (quant_blocks.h), on the scalar definition
+// itself: the block holding a NaN or an infinity gets d = s = NaN and q = 0;
+// the other blocks of the row are quantized as if it were not there.
+TEST(QuantizeAct, ScalarNonFiniteBlockIsNaN) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {nan, -nan, inf, -inf}) {
+    for (int at : {0, 13, kBlock - 1}) {
+      std::vector<float> x(3 * kBlock);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7) - 3.0f;
+      x[kBlock + at] = bad;
+      BlockQ8Act out[3], alone;
+      std::memset(out, 0x5a, sizeof out);
+      quantize_row_q8_scalar(x.data(), 3 * kBlock, out);
+      SCOPED_TRACE(::testing::Message() << "value " << bad << " at " << at);
+      EXPECT_TRUE(std::isnan(out[1].d));
+      EXPECT_TRUE(std::isnan(out[1].s));
+      for (int j = 0; j < kBlock; ++j) ASSERT_EQ(out[1].qs[j], 0) << j;
+      for (int b : {0, 2}) {
+        quantize_row_q8_scalar(x.data() + b * kBlock, kBlock, &alone);
+        EXPECT_EQ(std::memcmp(&out[b], &alone, sizeof alone), 0) << "block " << b;
+        EXPECT_TRUE(std::isfinite(out[b].d));
+      }
+    }
+  }
+  // Every value NaN: the same.
+  std::vector<float> all_nan(kBlock, nan);
+  BlockQ8Act out;
+  quantize_row_q8_scalar(all_nan.data(), kBlock, &out);
+  EXPECT_TRUE(std::isnan(out.d));
+}
+
+// A scale below FLT_MIN has a reciprocal that can overflow to infinity (and
+// infinity * 0 is NaN): such a block is all zeros. Just above, the values are
+// quantized normally.
+TEST(QuantizeAct, ScalarTinyScaleBlockIsZero) {
+  for (float amax : {1e-37f, 3e-39f, 1e-44f, std::numeric_limits<float>::denorm_min()}) {
+    std::vector<float> x(kBlock, 0.0f);
+    x[3] = amax;
+    x[4] = -amax / 2;
+    BlockQ8Act out;
+    std::memset(&out, 0x5a, sizeof out);
+    quantize_row_q8_scalar(x.data(), kBlock, &out);
+    EXPECT_EQ(out.d, 0.0f) << amax;
+    EXPECT_EQ(out.s, 0.0f) << amax;
+    for (int j = 0; j < kBlock; ++j) ASSERT_EQ(out.qs[j], 0) << amax << " at " << j;
+  }
+  std::vector<float> x(kBlock, 0.0f);
+  x[3] = 2e-36f;  // d = 1.6e-38, a normal float
+  BlockQ8Act out;
+  quantize_row_q8_scalar(x.data(), kBlock, &out);
+  EXPECT_EQ(out.d, 2e-36f / 127.0f);
+  EXPECT_EQ(out.qs[3], 127);
+  expect_same(x, "smallest normal scale");
+}
+
+// The contract where it matters: a token whose activations hold a NaN or an
+// infinity gets a NaN in every output of a quantized matmul (the fast path
+// quantizes x to 8 bits), never a finite number; the other tokens of the
+// batch get what they get alone, bit for bit. T = 1 takes the gemv path,
+// T = 5 the tiles. Float weights see x itself, so IEEE arithmetic decides.
+TEST(QuantizeAct, NonFiniteActivationMakesMatmulRowNaN) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  ThreadPool pool(2);
+  const int64_t N = 9, K = 96;
+  const auto wv = testing::random_floats(N * K, 3, 0.5f);
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kF32, DType::kF16, DType::kBF16}) {
+    const Tensor w = testing::encode(wv, N, K, dt);
+    for (int64_t T : {1, 5}) {
+      for (float bad : {nan, inf, -inf}) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " T=" << T << " value " << bad);
+        auto xv = testing::random_floats(T * K, 17);
+        const int64_t bad_t = T - 1;
+        xv[bad_t * K + 40] = bad;  // token T-1, block 1
+        const Tensor x = testing::f32_tensor(xv, {T, K});
+        Tensor y = testing::f32_tensor(std::vector<float>(static_cast<size_t>(T * N), 12345.0f), {T, N});
+        std::vector<std::byte> scratch(static_cast<size_t>(matmul_scratch_bytes(T, K)));
+        matmul(w, x, y, pool, scratch);
+        for (int64_t o = 0; o < N; ++o) {
+          const float v = y.data_as<float>()[bad_t * N + o];
+          if (dt == DType::kQ8_0 || dt == DType::kQ4_0 || dt == DType::kQ4_1) {
+            ASSERT_TRUE(std::isnan(v)) << "y[" << bad_t << "][" << o << "] = " << v;
+          } else {
+            ASSERT_FALSE(std::isfinite(v)) << "y[" << bad_t << "][" << o << "] = " << v;
+          }
+        }
+        for (int64_t t = 0; t < bad_t; ++t) {
+          const Tensor xt =
+              testing::f32_tensor(std::vector<float>(xv.begin() + t * K, xv.begin() + (t + 1) * K), {1, K});
+          Tensor yt = testing::f32_tensor(std::vector<float>(static_cast<size_t>(N), 0.0f), {1, N});
+          matmul(w, xt, yt, pool, scratch);
+          for (int64_t o = 0; o < N; ++o) {
+            ASSERT_TRUE(std::isfinite(y.data_as<float>()[t * N + o]));
+            ASSERT_EQ(y.data_as<float>()[t * N + o], yt.data_as<float>()[o]) << "y[" << t << "][" << o << "]";
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -34,24 +34,26 @@ struct NormRun {
 NormRun run_norm(const std::vector<float>& x, const std::vector<uint16_t>& delta, const std::vector<float>& w,
                  int64_t T, int64_t dim, bool misaligned) {
   const Tensor buf = poisoned(DType::kF32, {T * dim + 1});
-  const Tensor xd = Tensor::view(buf.data_as<float>() + (misaligned ? 1 : 0), DType::kF32, {T, dim}, buf.owner(),
-                                 Device::kCUDA);
+  const Tensor xd = Tensor::view(buf.data_as<float>() + (misaligned ? 1 : 0), DType::kF32, {T, dim},
+                                 buf.owner(), Device::kCUDA);
   cuda::copy_to_device(Tensor::view(const_cast<float*>(x.data()), DType::kF32, {T, dim}, nullptr), xd);
   const Tensor wd = upload(w, DType::kF32, {dim});
   const Tensor out = poisoned(DType::kBF16, {T, dim});
   if (delta.empty()) {
     rmsnorm_cuda(xd, wd, kEps, out, nullptr);
+    cuda::synchronize();
   } else {
-    add_rmsnorm_cuda(xd, upload(delta, DType::kBF16, {T, dim}), wd, kEps, out, nullptr);
+    const Tensor dd = upload(delta, DType::kBF16, {T, dim});
+    add_rmsnorm_cuda(xd, dd, wd, kEps, out, nullptr);
+    cuda::synchronize();
   }
-  cuda::synchronize();
   return {download_f32(out), download<float>(xd)};
 }
 
 void check_norm(int64_t T, int64_t dim, bool add, bool misaligned) {
   const uint64_t seed = fresh_seed();
-  const std::string what = std::string(add ? "add_rmsnorm" : "rmsnorm") + " T " + std::to_string(T) + " dim " +
-                           std::to_string(dim) + (misaligned ? " (x misaligned)" : "") + ", seed " +
+  const std::string what = std::string(add ? "add_rmsnorm" : "rmsnorm") + " T " + std::to_string(T) +
+                           " dim " + std::to_string(dim) + (misaligned ? " (x misaligned)" : "") + ", seed " +
                            std::to_string(seed);
   SCOPED_TRACE(what);
   // Rows of different scales (the residual stream grows over the layers).
@@ -79,7 +81,8 @@ void check_norm(int64_t T, int64_t dim, bool add, bool misaligned) {
   if (add) {
     for (size_t i = 0; i < x_after.size(); ++i) {
       ASSERT_EQ(std::memcmp(&r.x[i], &x_after[i], 4), 0)
-          << "x[" << i / dim << ", " << i % dim << "] = " << r.x[i] << " after the add, expected " << x_after[i];
+          << "x[" << i / dim << ", " << i % dim << "] = " << r.x[i] << " after the add, expected "
+          << x_after[i];
     }
   } else {
     EXPECT_TRUE(std::memcmp(r.x.data(), x.data(), x.size() * 4) == 0) << "rmsnorm_cuda changed x";
@@ -89,8 +92,8 @@ void check_norm(int64_t T, int64_t dim, bool add, bool misaligned) {
   if (T > 1) {
     const int64_t last = T - 1;
     const std::vector<float> x1(x.begin() + last * dim, x.end());
-    const std::vector<uint16_t> d1 = add ? std::vector<uint16_t>(delta.begin() + last * dim, delta.end())
-                                         : std::vector<uint16_t>{};
+    const std::vector<uint16_t> d1 =
+        add ? std::vector<uint16_t>(delta.begin() + last * dim, delta.end()) : std::vector<uint16_t>{};
     const NormRun one = run_norm(x1, d1, w, 1, dim, misaligned);
     EXPECT_TRUE(std::memcmp(one.out.data(), r.out.data() + last * dim, dim * 4) == 0)
         << "row " << last << " differs alone and in a batch of " << T;

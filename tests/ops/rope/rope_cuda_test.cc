@@ -7,7 +7,7 @@
 // bf16 tolerance (cuda_op_check.h); the pools are NaN-filled first, and after
 // the call exactly the slots of the step's tokens hold k (bf16 tolerance) and
 // v (bitwise), while every other slot, those of tokens with slot -1 or a slot
-// past the pool included, is still NaN, byte for byte.
+// past the pool included, is still NaN, byte for byte. Both pool layouts.
 
 #include <gtest/gtest.h>
 
@@ -44,12 +44,15 @@ std::vector<float> inv_freqs(const RopeShape& s) {
   return rope_inv_freqs(s.rope_dim, s.llama3 ? 500000.0f : 10000.0f, sc);
 }
 
-void check_rope(const RopeShape& s, int32_t T, bool misaligned_q) {
+void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
+                PagedKvLayout layout = PagedKvLayout::kSlotMajor) {
+  const bool head_major = layout == PagedKvLayout::kHeadMajor;
   const uint64_t seed = fresh_seed();
-  const std::string what = "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv) + " head_dim " +
-                           std::to_string(s.head_dim) + " rope_dim " + std::to_string(s.rope_dim) +
-                           (s.llama3 ? " llama3" : "") + " T " + std::to_string(T) +
-                           (misaligned_q ? " (q_out misaligned)" : "") + ", seed " + std::to_string(seed);
+  const std::string what = "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv) +
+                           " head_dim " + std::to_string(s.head_dim) + " rope_dim " +
+                           std::to_string(s.rope_dim) + (s.llama3 ? " llama3" : "") + " T " +
+                           std::to_string(T) + (misaligned_q ? " (q_out misaligned)" : "") + ", seed " +
+                           std::to_string(seed);
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
   const int64_t hd = s.head_dim, H = s.n_heads, KV = s.n_kv, width = (H + 2 * KV) * hd;
@@ -88,53 +91,71 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q) {
   const Tensor slot_d = upload(slots, DType::kI32, {T});
   const Tensor inv_d = upload(inv, DType::kF32, {static_cast<int64_t>(inv.size())});
   const Tensor q_buf = poisoned(DType::kBF16, {T * H * hd + 2});
-  const Tensor q_out = Tensor::view(q_buf.data_as<uint16_t>() + (misaligned_q ? 2 : 0), DType::kBF16, {T, H, hd},
-                                    q_buf.owner(), Device::kCUDA);
-  const Tensor k_pool = poisoned(DType::kBF16, {num_blocks, block_size, KV, hd});
-  const Tensor v_pool = poisoned(DType::kBF16, {num_blocks, block_size, KV, hd});
+  const Tensor q_out = Tensor::view(q_buf.data_as<uint16_t>() + (misaligned_q ? 2 : 0), DType::kBF16,
+                                    {T, H, hd}, q_buf.owner(), Device::kCUDA);
+  const std::vector<int64_t> pool_shape = head_major ? std::vector<int64_t>{num_blocks, KV, block_size, hd}
+                                                     : std::vector<int64_t>{num_blocks, block_size, KV, hd};
+  const Tensor k_pool = poisoned(DType::kBF16, pool_shape);
+  const Tensor v_pool = poisoned(DType::kBF16, pool_shape);
   rope_kv_write_cuda(qkv_d, pos_d.data_as<const int32_t>(), slot_d.data_as<const int32_t>(),
-                     inv_d.data_as<const float>(), s.rope_dim, s.n_heads, s.n_kv, q_out, k_pool, v_pool, nullptr);
+                     inv_d.data_as<const float>(), s.rope_dim, s.n_heads, s.n_kv, q_out, k_pool, v_pool,
+                     nullptr);
   cuda::synchronize();
 
   const std::vector<float> q_ref_v(q_ref.data_as<float>(), q_ref.data_as<float>() + T * H * hd);
   expect_close_bf16(download_f32(q_out), q_ref_v, 1e-5 * rms(q_ref_v), what + ": q");
 
   const std::vector<uint16_t> kp = download<uint16_t>(k_pool), vp = download<uint16_t>(v_pool);
-  const int64_t row = KV * hd;  // one slot
+  // Element e of kv head kh's row of `slot` in a pool of this layout.
+  auto at = [&](int64_t slot, int64_t kh, int64_t e) {
+    const int64_t block = slot / block_size, offset = slot % block_size;
+    return (head_major ? (block * KV + kh) * block_size + offset : slot * KV + kh) * hd + e;
+  };
   std::vector<float> k_got, k_want;
   std::vector<bool> slot_written(static_cast<size_t>(num_slots), false);
   for (int32_t t = 0; t < T; ++t) {
     if (!kept(t)) continue;
     const int64_t slot = slots[t];
     slot_written[slot] = true;
-    for (int64_t e = 0; e < row; ++e) {
-      k_got.push_back(bf16_to_f32(kp[slot * row + e]));
-      k_want.push_back(k_ref.data_as<float>()[t * row + e]);
-      ASSERT_EQ(vp[slot * row + e], qkv16[t * width + (H + KV) * hd + e])
-          << "v of token " << t << " in slot " << slot << ", element " << e;
+    for (int64_t kh = 0; kh < KV; ++kh) {
+      for (int64_t e = 0; e < hd; ++e) {
+        k_got.push_back(bf16_to_f32(kp[at(slot, kh, e)]));
+        k_want.push_back(k_ref.data_as<float>()[(t * KV + kh) * hd + e]);
+        ASSERT_EQ(vp[at(slot, kh, e)], qkv16[t * width + (H + KV + kh) * hd + e])
+            << "v of token " << t << " in slot " << slot << ", kv head " << kh << ", element " << e;
+      }
     }
   }
   if (!k_want.empty()) expect_close_bf16(k_got, k_want, 1e-5 * rms(k_want), what + ": k in the pool");
   for (int64_t slot = 0; slot < num_slots; ++slot) {
     if (slot_written[slot]) continue;
-    for (int64_t e = 0; e < row; ++e) {
-      ASSERT_EQ(kp[slot * row + e], 0xFFFF) << "k_pool slot " << slot << " was written (no token has it)";
-      ASSERT_EQ(vp[slot * row + e], 0xFFFF) << "v_pool slot " << slot << " was written (no token has it)";
+    for (int64_t kh = 0; kh < KV; ++kh) {
+      for (int64_t e = 0; e < hd; ++e) {
+        ASSERT_EQ(kp[at(slot, kh, e)], 0xFFFF) << "k_pool slot " << slot << " was written (no token has it)";
+        ASSERT_EQ(vp[at(slot, kh, e)], 0xFFFF) << "v_pool slot " << slot << " was written (no token has it)";
+      }
     }
   }
 }
 
 const RopeShape kShapes[] = {
-    {9, 3, 64, 64, false},     // SmolLM2-135M
-    {32, 8, 128, 128, true},   // Llama-3-8B, Llama-3 scaled frequencies
-    {8, 2, 128, 64, true},     // partial rotation: dims 64..127 untouched
-    {3, 1, 10, 6, false},      // head_dim not a multiple of 8; partial
+    {9, 3, 64, 64, false},    // SmolLM2-135M
+    {32, 8, 128, 128, true},  // Llama-3-8B, Llama-3 scaled frequencies
+    {8, 2, 128, 64, true},    // partial rotation: dims 64..127 untouched
+    {3, 1, 10, 6, false},     // head_dim not a multiple of 8; partial
 };
 
 TEST(RopeKvWriteCuda, MatchesReference) {
   NS_SKIP_WITHOUT_GPU();
   for (const RopeShape& s : kShapes) {
     for (int32_t T : {1, 3, 17, 97, 300}) check_rope(s, T, false);
+  }
+}
+
+TEST(RopeKvWriteCuda, HeadMajorPoolsMatchReference) {
+  NS_SKIP_WITHOUT_GPU();
+  for (const RopeShape& s : kShapes) {
+    for (int32_t T : {1, 17, 300}) check_rope(s, T, false, PagedKvLayout::kHeadMajor);
   }
 }
 

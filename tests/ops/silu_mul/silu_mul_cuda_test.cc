@@ -44,8 +44,8 @@ void check_silu_mul(int64_t T, int64_t F, bool misaligned) {
   const std::vector<float> ref_v(ref.data_as<float>(), ref.data_as<float>() + T * F);
 
   const Tensor buf = cuda::empty(DType::kBF16, {T * 2 * F + 2});
-  const Tensor gate_up = Tensor::view(buf.data_as<uint16_t>() + (misaligned ? 2 : 0), DType::kBF16, {T, 2 * F},
-                                      buf.owner(), Device::kCUDA);
+  const Tensor gate_up = Tensor::view(buf.data_as<uint16_t>() + (misaligned ? 2 : 0), DType::kBF16,
+                                      {T, 2 * F}, buf.owner(), Device::kCUDA);
   cuda::copy_to_device(Tensor::view(const_cast<uint16_t*>(gu16.data()), DType::kBF16, {T, 2 * F}, nullptr),
                        gate_up);
   const Tensor out = poisoned(DType::kBF16, {T, F});

@@ -1,0 +1,228 @@
+#include "model/config_hf.h"
+
+#include <cmath>
+#include <limits>
+
+#include "io/json_file.h"
+
+namespace nanoserve {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+
+class Reader {
+ public:
+  Reader(const json& j, const std::string& name) : j_(j), name_(name) {}
+
+  Status error(const std::string& key, const std::string& what) const {
+    return invalid_argument(name_ + ": '" + key + "': " + what);
+  }
+  Status unsupported(const std::string& what) const { return unimplemented(name_ + ": " + what); }
+
+  const json* find(const std::string& key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  // Integer `key` into *out; absent keeps *out unless required.
+  Status integer(const std::string& key, bool required, int64_t* out) const {
+    const json* v = find(key);
+    if (v == nullptr) return required ? error(key, "missing") : Status::ok_status();
+    if (!v->is_number_integer())
+      return error(key, "expected an integer, found " + std::string(v->type_name()));
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return error(key, "too large");
+    }
+    *out = v->get<int64_t>();
+    return Status::ok_status();
+  }
+  Status number(const std::string& key, float* out) const { return number_in(j_, key, key, out); }
+  Status number_in(const json& obj, const std::string& key, const std::string& shown, float* out) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return Status::ok_status();
+    if (!it->is_number()) return error(shown, "expected a number, found " + std::string(it->type_name()));
+    const double d = it->get<double>();
+    if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max())) {
+      return error(shown, std::to_string(d) + " is outside the f32 range");
+    }
+    *out = static_cast<float>(d);
+    return Status::ok_status();
+  }
+  Status boolean(const std::string& key, bool* out) const {
+    const json* v = find(key);
+    if (v == nullptr) return Status::ok_status();
+    if (!v->is_boolean()) return error(key, "expected true or false, found " + std::string(v->type_name()));
+    *out = v->get<bool>();
+    return Status::ok_status();
+  }
+  Status token_ids(const std::string& key, std::vector<int32_t>* out) const {
+    const json* v = find(key);
+    if (v == nullptr) return Status::ok_status();
+    auto one = [&](const json& x) -> Status {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
+          x.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return error(key, "expected a token id (a non-negative integer)");
+      }
+      out->push_back(static_cast<int32_t>(x.get<int64_t>()));
+      return Status::ok_status();
+    };
+    if (v->is_array()) {
+      if (v->size() > 1024) return error(key, "more than 1024 ids");
+      for (const json& x : *v) NS_RETURN_IF_ERROR(one(x));
+      return Status::ok_status();
+    }
+    return one(*v);
+  }
+
+ private:
+  const json& j_;
+  const std::string& name_;
+};
+
+Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
+  if (!rs.is_object()) return r.error("rope_scaling", "expected an object or null");
+  auto type_it = rs.find("rope_type");
+  if (type_it == rs.end()) type_it = rs.find("type");  // the older key
+  if (type_it == rs.end() || !type_it->is_string())
+    return r.error("rope_scaling.rope_type", "missing or not a string");
+  const std::string type = type_it->get<std::string>();
+  if (type == "default") return Status::ok_status();
+  if (type == "linear") {
+    out->type = RopeScaling::Type::kLinear;
+    if (rs.find("factor") == rs.end()) return r.error("rope_scaling.factor", "missing");
+    return r.number_in(rs, "factor", "rope_scaling.factor", &out->factor);
+  }
+  if (type != "llama3") {
+    return r.unsupported("rope_scaling.rope_type '" + type.substr(0, 32) +
+                         "' is not supported (default, linear, llama3)");
+  }
+  out->type = RopeScaling::Type::kLlama3;
+  for (const char* key :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    if (rs.find(key) == rs.end()) return r.error(std::string("rope_scaling.") + key, "missing");
+  }
+  NS_RETURN_IF_ERROR(r.number_in(rs, "factor", "rope_scaling.factor", &out->factor));
+  NS_RETURN_IF_ERROR(
+      r.number_in(rs, "low_freq_factor", "rope_scaling.low_freq_factor", &out->low_freq_factor));
+  NS_RETURN_IF_ERROR(
+      r.number_in(rs, "high_freq_factor", "rope_scaling.high_freq_factor", &out->high_freq_factor));
+  const json& orig = rs["original_max_position_embeddings"];
+  if (!orig.is_number_integer()) {
+    return r.error("rope_scaling.original_max_position_embeddings", "expected an integer");
+  }
+  out->original_context_length = orig.get<int64_t>();
+  return Status::ok_status();
+}
+
+// Features of other architectures that a llama config.json may still carry.
+Status refuse_unsupported(const Reader& r, const json& j) {
+  if (const json* v = r.find("sliding_window"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return r.unsupported("sliding_window attention is not supported");
+  }
+  if (const json* v = r.find("use_sliding_window"); v != nullptr && v->is_boolean() && v->get<bool>()) {
+    return r.unsupported("sliding_window attention is not supported");
+  }
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"}) {
+    if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
+      return r.unsupported(std::string("mixture of experts ('") + key + "') is not supported");
+    }
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    bool b = false;
+    NS_RETURN_IF_ERROR(r.boolean(key, &b));
+    if (b)
+      return r.unsupported(std::string("'") + key +
+                           "' = true is not supported (the llama forward has no biases)");
+  }
+  if (const json* v = r.find("hidden_act");
+      v != nullptr && !(v->is_string() && v->get<std::string>() == "silu")) {
+    return r.unsupported("hidden_act " + v->dump().substr(0, 32) + " is not supported (silu)");
+  }
+  if (const json* v = r.find("partial_rotary_factor");
+      v != nullptr && !(v->is_number() && v->get<double>() == 1.0)) {
+    return r.unsupported("partial_rotary_factor " + v->dump().substr(0, 32) + " is not supported");
+  }
+  (void)j;
+  return Status::ok_status();
+}
+
+}  // namespace
+
+StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& name) {
+  if (!j.is_object()) return invalid_argument(name + ": not a JSON object");
+  Reader r(j, name);
+  const json* model_type = r.find("model_type");
+  if (model_type == nullptr || !model_type->is_string())
+    return r.error("model_type", "missing or not a string");
+  std::string arch_name;
+  if (const json* archs = r.find("architectures")) {
+    if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+      return r.error("architectures", "expected a list of names");
+    }
+    arch_name = (*archs)[0].get<std::string>();
+  }
+  const std::string type = model_type->get<std::string>();
+  if (type != "llama" || (!arch_name.empty() && arch_name != "LlamaForCausalLM")) {
+    return r.unsupported("architecture '" + (arch_name.empty() ? std::string("?") : arch_name.substr(0, 64)) +
+                         "' (model_type '" + type.substr(0, 64) +
+                         "') is not supported; only LlamaForCausalLM (model_type 'llama') is built");
+  }
+  NS_RETURN_IF_ERROR(refuse_unsupported(r, j));
+
+  HfModelConfig out;
+  ModelConfig& c = out.config;
+  c.arch = "llama";
+  NS_RETURN_IF_ERROR(r.integer("hidden_size", true, &c.dim));
+  NS_RETURN_IF_ERROR(r.integer("num_hidden_layers", true, &c.n_layers));
+  NS_RETURN_IF_ERROR(r.integer("num_attention_heads", true, &c.n_heads));
+  c.n_kv_heads = c.n_heads;
+  NS_RETURN_IF_ERROR(r.integer("num_key_value_heads", false, &c.n_kv_heads));
+  NS_RETURN_IF_ERROR(r.integer("intermediate_size", true, &c.ffn_dim));
+  NS_RETURN_IF_ERROR(r.integer("vocab_size", true, &c.vocab_size));
+  if (r.find("head_dim") != nullptr) {
+    NS_RETURN_IF_ERROR(r.integer("head_dim", true, &c.head_dim));
+  } else {
+    if (c.n_heads <= 0 || c.dim % c.n_heads != 0) {
+      return r.error("hidden_size", std::to_string(c.dim) + " is not a multiple of num_attention_heads = " +
+                                        std::to_string(c.n_heads) + " (and head_dim is not given)");
+    }
+    c.head_dim = c.dim / c.n_heads;
+  }
+  c.rope_dim = c.head_dim;
+  c.context_length = 2048;  // LlamaConfig's defaults
+  c.rope_theta = 10000.0f;
+  c.norm_eps = 1e-6f;
+  NS_RETURN_IF_ERROR(r.integer("max_position_embeddings", false, &c.context_length));
+  NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
+  NS_RETURN_IF_ERROR(r.number("rms_norm_eps", &c.norm_eps));
+  if (const json* rs = r.find("rope_scaling")) NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));
+  c.tied_embeddings = false;
+  NS_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", &c.tied_embeddings));
+
+  std::vector<int32_t> bos;
+  NS_RETURN_IF_ERROR(r.token_ids("bos_token_id", &bos));
+  if (bos.size() > 1) return r.error("bos_token_id", "expected one id");
+  if (!bos.empty()) out.bos_id = bos[0];
+  NS_RETURN_IF_ERROR(r.token_ids("eos_token_id", &out.eos_ids));
+  if (const json* d = r.find("torch_dtype")) {
+    if (!d->is_string()) return r.error("torch_dtype", "expected a string");
+    out.torch_dtype = d->get<std::string>();
+    if (out.torch_dtype != "float32" && out.torch_dtype != "float16" && out.torch_dtype != "bfloat16") {
+      return r.unsupported("torch_dtype '" + out.torch_dtype.substr(0, 32) +
+                           "' is not supported (float32, float16, bfloat16)");
+    }
+  }
+  Status st = c.validate();
+  if (!st.ok()) return Status(st.code(), name + ": " + st.message());
+  return out;
+}
+
+StatusOr<HfModelConfig> config_from_hf_file(const std::string& path) {
+  NS_ASSIGN_OR_RETURN(json j, read_json_file(path, kMaxConfigBytes));
+  return config_from_hf_json(j, path);
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,30 @@
+#pragma once
+// A Hugging Face config.json into ModelConfig. Only LlamaForCausalLM
+// (model_type "llama") is built; any other architecture, and features the
+// llama forward does not have (sliding window, experts, attention or MLP
+// biases, partial rotary, activations other than silu, rope types other than
+// default / linear / llama3), are refused by name. A wrong type or a value
+// out of range names the key: "config.json: 'num_key_value_heads': expected an integer".
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace nanoserve {
+
+struct HfModelConfig {
+  ModelConfig config;
+  int32_t bos_id = -1;           // bos_token_id; -1: absent
+  std::vector<int32_t> eos_ids;  // eos_token_id, an id or a list of them
+  std::string torch_dtype;       // "bfloat16", ...; empty if absent (informational)
+};
+
+// `name` starts every message (the file's path).
+StatusOr<HfModelConfig> config_from_hf_json(const nlohmann::json& j, const std::string& name = "config.json");
+StatusOr<HfModelConfig> config_from_hf_file(const std::string& path);
+
+}  // namespace nanoserve

@@ -1,0 +1,389 @@
+#include "model/llama_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/cuda/cuda_check.cuh"
+#include "core/cuda/device_memory.cuh"
+#include "core/half.h"
+#include "model/llama.h"
+#include "ops/argmax/argmax_cuda.cuh"
+#include "ops/dequantize/dequantize.h"
+#include "ops/embedding/embedding_cuda.cuh"
+#include "ops/fill/fill_cuda.cuh"
+#include "ops/gather/gather_cuda.cuh"
+#include "ops/matmul/matmul_cuda.cuh"
+#include "ops/paged_attention/paged_attention_cuda.cuh"
+#include "ops/rmsnorm/rmsnorm_cuda.cuh"
+#include "ops/rope/rope_cuda.cuh"
+#include "ops/silu_mul/silu_mul_cuda.cuh"
+
+namespace nanoserve {
+
+namespace {
+
+// Pinned host memory, freed with the owner.
+std::shared_ptr<void> pinned(int64_t bytes) {
+  void* p = nullptr;
+  NS_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
+// Rows [row0, row0 + src.dim(0)) of the bf16 device matrix `dst` from a host
+// weight of any stored dtype: dequantized to f32 a row at a time, rounded to
+// bf16, and copied through a pinned staging buffer.
+void upload_rows(const Tensor& src, const Tensor& dst, int64_t row0) {
+  const int64_t rows = src.dim(0), cols = src.dim(1);
+  NS_CHECK(dst.dim(1) == cols && row0 + rows <= dst.dim(0)) << "upload " << src.shape_string() << " into "
+                                                            << dst.shape_string() << " at row " << row0;
+  const int64_t row_bytes = dtype_bytes(src.dtype(), cols);
+  constexpr int64_t kChunkRows = 1024;
+  std::vector<float> f32(static_cast<size_t>(cols));
+  std::shared_ptr<void> stage = pinned(kChunkRows * cols * 2);
+  auto* out = static_cast<uint16_t*>(stage.get());
+  for (int64_t r = 0; r < rows; r += kChunkRows) {
+    const int64_t n = std::min(kChunkRows, rows - r);
+    for (int64_t i = 0; i < n; ++i) {
+      const auto* row = static_cast<const uint8_t*>(src.data()) + (r + i) * row_bytes;
+      dequantize_row(src.dtype(), row, f32.data(), cols);
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = f32_to_bf16(f32[static_cast<size_t>(j)]);
+    }
+    cuda::copy_bytes_to_device(dst.data_as<uint16_t>() + (row0 + r) * cols, out, n * cols * 2);
+  }
+}
+
+Tensor upload_matrix(const Tensor& src) {
+  Tensor dst = cuda::empty(DType::kBF16, {src.dim(0), src.dim(1)});
+  upload_rows(src, dst, 0);
+  return dst;
+}
+
+// A norm weight (or any vector) as f32 on the device.
+Tensor upload_vector(const Tensor& src) {
+  Tensor f32 = Tensor::empty(DType::kF32, {src.numel()});
+  dequantize_row(src.dtype(), src.data(), f32.data_as<float>(), src.numel());
+  return cuda::to_device(f32);
+}
+
+Tensor device_floats(std::span<const float> v) {
+  Tensor h = Tensor::empty(DType::kF32, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), h.data_as<float>());
+  return cuda::to_device(h);
+}
+
+Tensor device_ones(int64_t n) {
+  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  return device_floats(ones);
+}
+
+int64_t bytes_of(const Tensor& t) { return t.defined() ? t.nbytes() : 0; }
+
+}  // namespace
+
+// ---- the step's device state -------------------------------------------------------
+
+struct LlamaCudaModel::Step {
+  LlamaCudaLimits limits;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<GemmCuda> gemm;
+  std::unique_ptr<PagedBatchCuda> batch;
+  std::unique_ptr<PagedAttentionWorkspaceCuda> attn_ws;
+  Tensor x;        // [max_tokens, dim] f32 residual stream
+  Tensor xn;       // [max_tokens, dim] bf16 normed input of a sublayer
+  Tensor qkv;      // [max_tokens, (n_heads + 2 n_kv_heads) * head_dim] bf16
+  Tensor q;        // [max_tokens, n_heads, head_dim] bf16, rotated
+  Tensor attn;     // [max_tokens, n_heads, head_dim] bf16 attention output
+  Tensor proj;     // [max_tokens, dim] bf16 o_proj / down output, added to x by the next norm
+  Tensor gate_up;  // [max_tokens, 2 ffn_dim] bf16
+  Tensor act;      // [max_tokens, ffn_dim] bf16 silu(gate) * up
+  Tensor last;     // [max_logits_rows, dim] bf16 normed rows that need logits
+  Tensor logits;   // [max_logits_rows, vocab] f32
+  Tensor argmax;   // [max_logits_rows] i32
+  Tensor kv;       // one allocation: [n_layers][2][num_blocks, block_size, n_kv_heads, head_dim] bf16
+  std::shared_ptr<void> logits_host;  // pinned [max_logits_rows, vocab] f32
+  std::shared_ptr<void> argmax_host;  // pinned [max_logits_rows] i32
+  int32_t last_rows = 0;
+
+  ~Step() {
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+LlamaCudaModel::LlamaCudaModel(ModelConfig config) : config_(std::move(config)) {}
+LlamaCudaModel::~LlamaCudaModel() = default;
+
+// ---- weights -----------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::upload(const ModelConfig& config,
+                                                                 const LlamaWeights& host,
+                                                                 std::span<const float> inv_freq) {
+  NS_RETURN_IF_ERROR(config.validate());
+  if (static_cast<int64_t>(host.layers.size()) != config.n_layers) {
+    return invalid_argument("upload: " + std::to_string(host.layers.size()) + " layers, the config has " +
+                            std::to_string(config.n_layers));
+  }
+  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel(config));
+  LlamaCudaWeights& w = m->weights_;
+  const int64_t dim = config.dim, hd = config.head_dim;
+  const int64_t q_rows = config.n_heads * hd, kv_rows = config.n_kv_heads * hd;
+  w.tok_embd = upload_matrix(host.tok_embd);
+  w.output_norm = upload_vector(host.output_norm);
+  // Tied embeddings share one device copy, as they share one host tensor.
+  w.lm_head = host.lm_head.data() == host.tok_embd.data() ? w.tok_embd : upload_matrix(host.lm_head);
+  for (const LlamaLayer& hl : host.layers) {
+    LlamaCudaLayer L;
+    L.attn_norm = upload_vector(hl.attn_norm);
+    L.wqkv = cuda::empty(DType::kBF16, {q_rows + 2 * kv_rows, dim});
+    upload_rows(hl.wq, L.wqkv, 0);
+    upload_rows(hl.wk, L.wqkv, q_rows);
+    upload_rows(hl.wv, L.wqkv, q_rows + kv_rows);
+    L.wo = upload_matrix(hl.wo);
+    L.ffn_norm = upload_vector(hl.ffn_norm);
+    L.w_gate_up = cuda::empty(DType::kBF16, {2 * config.ffn_dim, dim});
+    upload_rows(hl.w_gate, L.w_gate_up, 0);
+    upload_rows(hl.w_up, L.w_gate_up, config.ffn_dim);
+    L.w_down = upload_matrix(hl.w_down);
+    w.layers.push_back(std::move(L));
+  }
+  w.inv_freq = device_floats(inv_freq);
+  cuda::synchronize();
+  int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm);
+  if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
+  for (const LlamaCudaLayer& L : w.layers) {
+    bytes += bytes_of(L.attn_norm) + bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.ffn_norm) +
+             bytes_of(L.w_gate_up) + bytes_of(L.w_down);
+  }
+  m->weight_bytes_ = bytes;
+  return StatusOr<std::unique_ptr<LlamaCudaModel>>(std::move(m));
+}
+
+StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfig& config,
+                                                                std::span<const float> inv_freq, uint64_t seed) {
+  NS_RETURN_IF_ERROR(config.validate());
+  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel(config));
+  LlamaCudaWeights& w = m->weights_;
+  const int64_t dim = config.dim, hd = config.head_dim, ffn = config.ffn_dim;
+  const int64_t qkv_rows = (config.n_heads + 2 * config.n_kv_heads) * hd;
+  // Uniform in [-a, a] with a = sqrt(3 / fan_in) keeps each product's variance
+  // near its input's, so activations stay finite through the layers.
+  uint64_t stream_id = 0;
+  auto random = [&](std::vector<int64_t> shape) {
+    Tensor t = cuda::empty(DType::kBF16, shape);
+    fill_uniform_cuda(t, seed + 0x9e3779b97f4a7c15ull * ++stream_id, std::sqrt(3.0f / shape[1]), nullptr);
+    return t;
+  };
+  w.tok_embd = random({config.vocab_size, dim});
+  w.output_norm = device_ones(dim);
+  w.lm_head = config.tied_embeddings ? w.tok_embd : random({config.vocab_size, dim});
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    LlamaCudaLayer L;
+    L.attn_norm = device_ones(dim);
+    L.wqkv = random({qkv_rows, dim});
+    L.wo = random({dim, config.n_heads * hd});
+    L.ffn_norm = device_ones(dim);
+    L.w_gate_up = random({2 * ffn, dim});
+    L.w_down = random({dim, ffn});
+    w.layers.push_back(std::move(L));
+  }
+  w.inv_freq = device_floats(inv_freq);
+  cuda::synchronize();
+  int64_t bytes = bytes_of(w.tok_embd) + (config.tied_embeddings ? 0 : bytes_of(w.lm_head));
+  for (const LlamaCudaLayer& L : w.layers) bytes += bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.w_gate_up) + bytes_of(L.w_down);
+  m->weight_bytes_ = bytes;
+  return StatusOr<std::unique_ptr<LlamaCudaModel>>(std::move(m));
+}
+
+// ---- memory ------------------------------------------------------------------------
+
+int64_t LlamaCudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
+  return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
+}
+
+int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLimits& lim) {
+  const int64_t T = lim.max_tokens, R = lim.max_logits_rows;
+  const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
+  int64_t b = T * c.dim * 4 + T * c.dim * 2 + T * qkv_dim * 2 + 2 * T * q_dim * 2 + T * c.dim * 2 +
+              T * 3 * c.ffn_dim * 2 + R * c.dim * 2 + R * c.vocab_size * 4 + R * 4;
+  // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters.
+  b += T * c.n_heads * (PagedAttentionWorkspaceCuda::kMaxSplits * (c.head_dim + 1) + 1) * 4;
+  return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
+}
+
+Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_blocks, int32_t block_size) {
+  const ModelConfig& c = config_;
+  if (step_) return failed_precondition("LlamaCudaModel::allocate called twice");
+  if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logits_rows < 1 || limits.max_blocks_per_seq < 1) {
+    return invalid_argument("CUDA workspace limits must all be >= 1");
+  }
+  if (num_blocks < 1) return invalid_argument("num_blocks must be >= 1");
+  if (block_size < 8 || (block_size & (block_size - 1)) != 0) {
+    return invalid_argument("--block-size " + std::to_string(block_size) +
+                            ": the CUDA attention needs a power of two >= 8");
+  }
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return unimplemented("head_dim " + std::to_string(c.head_dim) + " on CUDA (64 or 128)");
+  }
+  if (c.n_rep() > 8) return unimplemented("more than 8 query heads per kv head on CUDA");
+  if (c.rope_dim != c.head_dim) return unimplemented("partial rotary dims on CUDA");
+  auto s = std::make_unique<Step>();
+  s->limits = limits;
+  NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  const int64_t T = limits.max_tokens, R = limits.max_logits_rows;
+  const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
+  s->gemm = std::make_unique<GemmCuda>();
+  s->batch = std::make_unique<PagedBatchCuda>(limits.max_tokens, limits.max_seqs, limits.max_blocks_per_seq);
+  s->attn_ws = std::make_unique<PagedAttentionWorkspaceCuda>(limits.max_tokens, static_cast<int32_t>(c.n_heads),
+                                                             static_cast<int32_t>(c.head_dim));
+  s->x = cuda::empty(DType::kF32, {T, c.dim});
+  s->xn = cuda::empty(DType::kBF16, {T, c.dim});
+  s->qkv = cuda::empty(DType::kBF16, {T, qkv_dim});
+  s->q = cuda::empty(DType::kBF16, {T, c.n_heads, c.head_dim});
+  s->attn = cuda::empty(DType::kBF16, {T, c.n_heads, c.head_dim});
+  s->proj = cuda::empty(DType::kBF16, {T, c.dim});
+  s->gate_up = cuda::empty(DType::kBF16, {T, 2 * c.ffn_dim});
+  s->act = cuda::empty(DType::kBF16, {T, c.ffn_dim});
+  s->last = cuda::empty(DType::kBF16, {R, c.dim});
+  s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
+  s->argmax = cuda::empty(DType::kI32, {R});
+  s->logits_host = pinned(R * c.vocab_size * 4);
+  s->argmax_host = pinned(R * 4);
+  (void)q_dim;
+  // The pools: one allocation, a K and a V view per layer.
+  const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
+  s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});
+  k_pools_.clear();
+  v_pools_.clear();
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    auto* base = s->kv.data_as<uint16_t>() + l * 2 * pool_elems;
+    const std::vector<int64_t> shape = {num_blocks, block_size, c.n_kv_heads, c.head_dim};
+    k_pools_.push_back(Tensor::view(base, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
+    v_pools_.push_back(Tensor::view(base + pool_elems, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
+  }
+  num_blocks_ = num_blocks;
+  block_size_ = block_size;
+  step_ = std::move(s);
+  return Status::ok_status();
+}
+
+const Tensor& LlamaCudaModel::k_pool(int layer) const { return k_pools_.at(static_cast<size_t>(layer)); }
+const Tensor& LlamaCudaModel::v_pool(int layer) const { return v_pools_.at(static_cast<size_t>(layer)); }
+
+std::span<const int32_t> LlamaCudaModel::argmax() const {
+  if (!step_) return {};
+  return {static_cast<const int32_t*>(step_->argmax_host.get()), static_cast<size_t>(step_->last_rows)};
+}
+
+// ---- the step ----------------------------------------------------------------------
+
+Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
+  if (!step_) return failed_precondition("forward before allocate");
+  const LlamaCudaLimits& lim = step_->limits;
+  const int64_t T = batch.num_tokens(), B = static_cast<int64_t>(batch.seq_starts.size()) - 1;
+  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
+  auto bad = [](const std::string& what) { return invalid_argument("forward: " + what); };
+  if (T < 1 || B < 1) return bad("empty batch");
+  if (T > lim.max_tokens) return bad(std::to_string(T) + " tokens exceed the workspace's " + std::to_string(lim.max_tokens));
+  if (B > lim.max_seqs) return bad(std::to_string(B) + " sequences exceed the workspace's " + std::to_string(lim.max_seqs));
+  if (R > lim.max_logits_rows) {
+    return bad(std::to_string(R) + " logits rows exceed the workspace's " + std::to_string(lim.max_logits_rows));
+  }
+  if (batch.max_blocks_per_seq < 1 || batch.max_blocks_per_seq > lim.max_blocks_per_seq) {
+    return bad("max_blocks_per_seq " + std::to_string(batch.max_blocks_per_seq) + " outside [1, " +
+               std::to_string(lim.max_blocks_per_seq) + "]");
+  }
+  if (static_cast<int64_t>(batch.positions.size()) != T || static_cast<int64_t>(batch.slot_mapping.size()) != T ||
+      static_cast<int64_t>(batch.context_lens.size()) != B ||
+      static_cast<int64_t>(batch.block_tables.size()) != B * batch.max_blocks_per_seq) {
+    return bad("positions, slot_mapping, context_lens or block_tables have the wrong length");
+  }
+  if (batch.seq_starts[0] != 0 || batch.seq_starts[B] != T) return bad("seq_starts must run from 0 to T");
+  const int64_t slots = int64_t{num_blocks_} * block_size_;
+  for (int64_t t = 0; t < T; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
+      return bad("token " + std::to_string(t) + " has id " + std::to_string(batch.tokens[t]) +
+                 " outside the vocabulary of " + std::to_string(config_.vocab_size));
+    }
+    if (batch.slot_mapping[t] >= slots) return bad("slot " + std::to_string(batch.slot_mapping[t]) + " outside the pool");
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t n = batch.seq_starts[b + 1] - batch.seq_starts[b], ctx = batch.context_lens[b];
+    if (n < 0 || ctx < n) return bad("sequence " + std::to_string(b) + ": context shorter than its tokens");
+    if (ctx > int64_t{batch.max_blocks_per_seq} * block_size_) {
+      return bad("sequence " + std::to_string(b) + ": context " + std::to_string(ctx) + " longer than its block table");
+    }
+    const int32_t used = (ctx + block_size_ - 1) / block_size_;
+    for (int32_t i = 0; i < used; ++i) {
+      const int32_t id = batch.block_tables[b * batch.max_blocks_per_seq + i];
+      if (id < 0 || id >= num_blocks_) return bad("block id " + std::to_string(id) + " outside the pool");
+    }
+    for (int32_t j = batch.seq_starts[b]; j < batch.seq_starts[b + 1]; ++j) {
+      if (batch.positions[j] < 0 || batch.positions[j] >= ctx) {
+        return bad("token " + std::to_string(j) + ": position outside its context");
+      }
+    }
+  }
+  for (int32_t r : batch.logits_rows) {
+    if (r < 0 || r >= T) return bad("logits row " + std::to_string(r) + " outside the " + std::to_string(T) + " tokens");
+  }
+  return Status::ok_status();
+}
+
+StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_logits) {
+  NS_RETURN_IF_ERROR(validate_batch(batch));
+  const ModelConfig& c = config_;
+  Step& s = *step_;
+  cudaStream_t st = s.stream;
+  const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
+  const float eps = c.norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int n_rep = static_cast<int>(c.n_rep());
+  s.batch->upload(batch, st);
+  const PagedBatchCuda& db = *s.batch;
+
+  Tensor x = s.x.slice_rows(0, T), xn = s.xn.slice_rows(0, T), qkv = s.qkv.slice_rows(0, T);
+  Tensor q = s.q.slice_rows(0, T), attn = s.attn.slice_rows(0, T), proj = s.proj.slice_rows(0, T);
+  Tensor gate_up = s.gate_up.slice_rows(0, T), act = s.act.slice_rows(0, T);
+  Tensor attn2 = attn.reshape({T, c.n_heads * c.head_dim});
+
+  embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const LlamaCudaLayer& L = weights_.layers[static_cast<size_t>(l)];
+    // The previous layer's down output joins the residual inside the norm.
+    if (l == 0) {
+      rmsnorm_cuda(x, L.attn_norm, eps, xn, st);
+    } else {
+      add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st);
+    }
+    s.gemm->matmul(xn, L.wqkv, qkv, st);
+    rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
+                       static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
+                       static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
+                       v_pools_[static_cast<size_t>(l)], st);
+    paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep, scale,
+                         *s.attn_ws, attn, st);
+    s.gemm->matmul(attn2, L.wo, proj, st);
+    add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
+    s.gemm->matmul(xn, L.w_gate_up, gate_up, st);
+    silu_mul_cuda(gate_up, act, st);
+    s.gemm->matmul(act, L.w_down, proj, st);
+  }
+  add_rmsnorm_cuda(x, proj, weights_.output_norm, eps, xn, st);
+  Tensor last = s.last.slice_rows(0, R), logits = s.logits.slice_rows(0, R);
+  Tensor result;
+  if (R > 0) {
+    gather_rows_cuda(xn, db.logits_rows(), static_cast<int32_t>(R), last, st);
+    s.gemm->matmul(last, weights_.lm_head, logits, st);
+    argmax_cuda(logits, s.argmax.data_as<int32_t>(), st);
+    NS_CUDA_CHECK(cudaMemcpyAsync(s.argmax_host.get(), s.argmax.data(), static_cast<size_t>(R) * 4,
+                                  cudaMemcpyDeviceToHost, st));
+    if (want_logits) {
+      NS_CUDA_CHECK(cudaMemcpyAsync(s.logits_host.get(), logits.data(),
+                                    static_cast<size_t>(R * c.vocab_size) * 4, cudaMemcpyDeviceToHost, st));
+    }
+  }
+  NS_CUDA_CHECK(cudaStreamSynchronize(st));
+  s.last_rows = static_cast<int32_t>(R);
+  return Tensor::view(s.logits_host.get(), DType::kF32, {R, c.vocab_size}, s.logits_host);
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,113 @@
+#pragma once
+// The Llama-family forward pass on a CUDA device (docs/model_cuda.md).
+//
+//   x = embed(tokens)                                           [T, dim] f32 residual stream
+//   per layer: xn = rmsnorm(x)                                  bf16 (the add of the previous
+//                                                               sublayer's output fused in)
+//              qkv = xn wqkv^T; rope(q, k) + KV write            one GEMM, one fused kernel
+//              x += o_proj(paged_attention(q))
+//              x += down(silu(gate) * up), gate_up = xn wgu^T   one GEMM for gate and up
+//   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, greedy argmax too
+//
+// Weights live on the device in bf16 (norms in f32), uploaded once: F32, F16
+// and BF16 tensors are converted, GGUF block formats dequantized. q/k/v are
+// one matrix, gate/up one matrix. The KV pools are bf16, one pair per layer,
+// [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
+// allocated before the first step; a step allocates nothing.
+//
+// Plain C++ (no CUDA header): the engine's .cc code built with NANOSERVE_CUDA
+// includes it; the definitions live in llama_cuda.cu.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/forward_batch.h"
+
+namespace nanoserve {
+
+struct LlamaWeights;
+
+struct LlamaCudaLayer {
+  Tensor attn_norm;  // [dim] f32
+  Tensor wqkv;       // [(n_heads + 2 n_kv_heads) * head_dim, dim] bf16: q rows, then k, then v
+  Tensor wo;         // [dim, n_heads * head_dim] bf16
+  Tensor ffn_norm;   // [dim] f32
+  Tensor w_gate_up;  // [2 ffn_dim, dim] bf16: gate rows, then up
+  Tensor w_down;     // [dim, ffn_dim] bf16
+};
+
+struct LlamaCudaWeights {
+  Tensor tok_embd;  // [vocab, dim] bf16
+  std::vector<LlamaCudaLayer> layers;
+  Tensor output_norm;  // [dim] f32
+  Tensor lm_head;      // [vocab, dim] bf16; tok_embd itself when the embeddings are tied
+  Tensor inv_freq;     // [rope_dim / 2] f32, the scaled rotary frequencies
+};
+
+// Sizes the step buffers are allocated for.
+struct LlamaCudaLimits {
+  int32_t max_tokens = 512;           // tokens in one step
+  int32_t max_seqs = 64;              // sequences in one step
+  int32_t max_logits_rows = 64;       // rows that need logits
+  int32_t max_blocks_per_seq = 0;     // block-table row stride capacity
+};
+
+class LlamaCudaModel {
+ public:
+  // Uploads the host model's weights (views into a GGUF mapping or host
+  // tensors, any stored dtype) to the current device in bf16.
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> upload(const ModelConfig& config, const LlamaWeights& host,
+                                                          std::span<const float> inv_freq);
+  // Random weights of the config's shape (uniform, fixed seed), made on the device.
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> dummy(const ModelConfig& config, std::span<const float> inv_freq,
+                                                         uint64_t seed);
+  ~LlamaCudaModel();
+  LlamaCudaModel(const LlamaCudaModel&) = delete;
+  LlamaCudaModel& operator=(const LlamaCudaModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaCudaWeights& weights() const { return weights_; }
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+  // K+V bytes of one block over all layers (bf16).
+  static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);
+  // Device bytes the step buffers of `limits` take (for memory planning before allocate()).
+  static int64_t workspace_bytes(const ModelConfig& config, const LlamaCudaLimits& limits);
+
+  // Allocates the step buffers and the KV pools. Once, before the first forward.
+  Status allocate(const LlamaCudaLimits& limits, int32_t num_blocks, int32_t block_size);
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t block_size() const { return block_size_; }
+
+  // One step. Writes the batch's K/V into the pools, and returns the logits of
+  // batch.logits_rows, in order: [R, vocab] f32 in pinned host memory, valid
+  // until the next call. With want_logits false only the device argmax is
+  // copied back (greedy rows); argmax() is valid after either.
+  // INVALID_ARGUMENT for a batch that does not fit the limits or the pools.
+  StatusOr<Tensor> forward(const ForwardBatch& batch, bool want_logits = true);
+  // [R] greedy token of each logits row (ties to the lowest id), from the last forward.
+  std::span<const int32_t> argmax() const;
+
+  // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16.
+  const Tensor& k_pool(int layer) const;
+  const Tensor& v_pool(int layer) const;
+
+ private:
+  struct Step;  // device workspace, stream, GEMM handle, batch buffers
+  explicit LlamaCudaModel(ModelConfig config);
+  Status validate_batch(const ForwardBatch& batch) const;
+
+  ModelConfig config_;
+  LlamaCudaWeights weights_;
+  int64_t weight_bytes_ = 0;
+  int32_t num_blocks_ = 0, block_size_ = 0;
+  std::vector<Tensor> k_pools_, v_pools_;  // [n_layers] views into one allocation each
+  std::unique_ptr<Step> step_;
+};
+
+}  // namespace nanoserve

@@ -1,0 +1,72 @@
+#include "model/model_shapes.h"
+
+namespace nanoserve {
+
+namespace {
+
+ModelConfig llama3(int64_t layers, int64_t dim, int64_t ffn, int64_t head_dim, float factor, bool tied,
+                   int64_t context) {
+  ModelConfig c;
+  c.arch = "llama";
+  c.n_layers = layers;
+  c.dim = dim;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.head_dim = head_dim;
+  c.rope_dim = head_dim;
+  c.ffn_dim = ffn;
+  c.vocab_size = 128256;
+  c.context_length = context;
+  c.rope_theta = 500000.0f;
+  c.norm_eps = 1e-5f;
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = factor;
+  c.rope_scaling.low_freq_factor = 1.0f;
+  c.rope_scaling.high_freq_factor = 4.0f;
+  c.rope_scaling.original_context_length = 8192;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+ModelConfig smollm2_135m() {
+  ModelConfig c;
+  c.arch = "llama";
+  c.n_layers = 30;
+  c.dim = 576;
+  c.n_heads = 9;
+  c.n_kv_heads = 3;
+  c.head_dim = 64;
+  c.rope_dim = 64;
+  c.ffn_dim = 1536;
+  c.vocab_size = 49152;
+  c.context_length = 8192;
+  c.rope_theta = 100000.0f;
+  c.norm_eps = 1e-5f;
+  c.tied_embeddings = true;
+  return c;
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_shape_names() {
+  static const std::vector<std::string> kNames = {"llama-3-8b", "llama-3.2-1b", "smollm2-135m"};
+  return kNames;
+}
+
+StatusOr<ModelConfig> model_shape(std::string_view name) {
+  if (name == "llama-3-8b") return llama3(32, 4096, 14336, 128, 8.0f, false, 8192);
+  if (name == "llama-3.2-1b") return llama3(16, 2048, 8192, 64, 32.0f, true, 131072);
+  if (name == "smollm2-135m") return smollm2_135m();
+  std::string known;
+  for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
+  return invalid_argument("--model-shape: unknown shape '" + std::string(name.substr(0, 64)) +
+                          "' (known: " + known + ")");
+}
+
+int64_t model_param_count(const ModelConfig& c) {
+  const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
+  const int64_t per_layer = 2 * c.dim + c.dim * q + 2 * c.dim * kv + q * c.dim + 3 * c.dim * c.ffn_dim;
+  return c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2) + c.n_layers * per_layer + c.dim;
+}
+
+}  // namespace nanoserve

@@ -1,0 +1,29 @@
+#pragma once
+// Named model shapes: the ModelConfig of a well-known model, for dummy
+// (random) weights in benchmarks (--load-format dummy --model-shape NAME).
+//   llama-3-8b     32 layers, dim 4096, 32 heads / 8 kv, head_dim 128, ffn 14336,
+//                  vocab 128256, theta 500000, llama3 scaling x8 (low 1, high 4,
+//                  original 8192), eps 1e-5, separate lm_head, context 8192
+//   llama-3.2-1b   16 layers, dim 2048, 32 heads / 8 kv, head_dim 64, ffn 8192,
+//                  vocab 128256, theta 500000, llama3 scaling x32 (low 1, high 4,
+//                  original 8192), eps 1e-5, tied, context 131072
+//   smollm2-135m   the default model: 30 layers, dim 576, 9 heads / 3 kv, head_dim
+//                  64, ffn 1536, vocab 49152, theta 100000, eps 1e-5, tied, context 8192
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace nanoserve {
+
+// INVALID_ARGUMENT listing the known names for any other.
+StatusOr<ModelConfig> model_shape(std::string_view name);
+const std::vector<std::string>& model_shape_names();
+// Parameters of a config's weights (embedding, layers, final norm, lm_head
+// unless tied).
+int64_t model_param_count(const ModelConfig& c);
+
+}  // namespace nanoserve

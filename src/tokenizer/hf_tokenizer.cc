@@ -1,0 +1,369 @@
+#include "tokenizer/hf_tokenizer.h"
+
+#include <filesystem>
+#include <limits>
+
+#include "io/json_file.h"
+
+namespace nanoserve {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxTokenizerBytes = uint64_t{256} << 20;
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+
+// The Split regexes of the Llama-3 and Qwen2 tokenizer.json files.
+constexpr const char* kLlama3Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Split =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+class Ctx {
+ public:
+  explicit Ctx(const std::string& name) : name_(name) {}
+  Status bad(const std::string& field, const std::string& what) const {
+    return data_loss(name_ + ": '" + field + "': " + what);
+  }
+  Status unsupported(const std::string& field, const std::string& what) const {
+    return unimplemented(name_ + ": '" + field + "': " + what);
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string& name_;
+};
+
+std::string type_of(const json& j) {
+  auto t = j.find("type");
+  return t != j.end() && t->is_string() ? t->get<std::string>() : std::string("?");
+}
+
+bool flag(const json& j, const char* key, bool dflt) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : dflt;
+}
+
+Status check_byte_level(const Ctx& c, const json& bl, const std::string& field, bool want_regex) {
+  if (flag(bl, "add_prefix_space", false)) {
+    return c.unsupported(field + ".add_prefix_space", "true is not supported");
+  }
+  if (flag(bl, "use_regex", true) != want_regex) {
+    return c.unsupported(field + ".use_regex",
+                         want_regex ? "must be true here" : "must be false after a Split");
+  }
+  return Status::ok_status();
+}
+
+// The PreTokenizer name for a pre_tokenizer object.
+StatusOr<std::string> pre_tokenizer_name(const Ctx& c, const json& pre) {
+  if (pre.is_null()) return c.unsupported("pre_tokenizer", "null (no byte-level split) is not supported");
+  if (!pre.is_object()) return c.bad("pre_tokenizer", "not an object");
+  const std::string type = type_of(pre);
+  if (type == "ByteLevel") {
+    NS_RETURN_IF_ERROR(check_byte_level(c, pre, "pre_tokenizer", true));
+    return std::string("gpt2");
+  }
+  if (type != "Sequence") {
+    return c.unsupported("pre_tokenizer.type", "'" + type.substr(0, 40) + "' is not supported");
+  }
+  auto items = pre.find("pretokenizers");
+  if (items == pre.end() || !items->is_array()) return c.bad("pre_tokenizer.pretokenizers", "not a list");
+  std::string types;
+  for (const json& p : *items) types += (types.empty() ? "" : ", ") + (p.is_object() ? type_of(p) : "?");
+  const std::string shape = "Sequence[" + types.substr(0, 80) + "] is not a supported pre-tokenizer";
+  if (items->size() != 2 || !(*items)[0].is_object() || !(*items)[1].is_object()) {
+    return c.unsupported("pre_tokenizer", shape);
+  }
+  const json& first = (*items)[0];
+  const json& second = (*items)[1];
+  if (type_of(second) != "ByteLevel") return c.unsupported("pre_tokenizer", shape);
+  if (type_of(first) == "Digits") {
+    if (!flag(first, "individual_digits", false)) {
+      return c.unsupported("pre_tokenizer.pretokenizers[0].individual_digits", "false is not supported");
+    }
+    NS_RETURN_IF_ERROR(check_byte_level(c, second, "pre_tokenizer.pretokenizers[1]", true));
+    return std::string("smollm");
+  }
+  if (type_of(first) == "Split") {
+    auto pat = first.find("pattern");
+    const json* regex = nullptr;
+    if (pat != first.end() && pat->is_object() && pat->contains("Regex") && (*pat)["Regex"].is_string()) {
+      regex = &(*pat)["Regex"];
+    }
+    if (regex == nullptr) return c.unsupported("pre_tokenizer.pretokenizers[0].pattern", "not a Regex");
+    auto behavior = first.find("behavior");
+    if (behavior == first.end() || !behavior->is_string() || behavior->get<std::string>() != "Isolated" ||
+        flag(first, "invert", false)) {
+      return c.unsupported("pre_tokenizer.pretokenizers[0].behavior", "only Isolated, not inverted");
+    }
+    NS_RETURN_IF_ERROR(check_byte_level(c, second, "pre_tokenizer.pretokenizers[1]", false));
+    const std::string& r = regex->get_ref<const std::string&>();
+    if (r == kLlama3Split) return std::string("llama-bpe");
+    if (r == kQwen2Split) return std::string("qwen2");
+    return c.unsupported("pre_tokenizer.pretokenizers[0].pattern",
+                         "the regex '" + r.substr(0, 60) + "...' is not one of the known ones");
+  }
+  return c.unsupported("pre_tokenizer", shape);
+}
+
+// BOS/EOS from a TemplateProcessing's single template.
+Status read_template(const Ctx& c, const json& tp, const std::vector<std::string>& tokens, VocabData* v) {
+  auto single = tp.find("single");
+  if (single == tp.end() || !single->is_array() || single->empty()) {
+    return c.bad("post_processor.single", "missing or empty");
+  }
+  auto special_id = [&](const json& piece) -> int32_t {
+    if (!piece.is_object() || !piece.contains("SpecialToken")) return -1;
+    const json& st = piece["SpecialToken"];
+    if (!st.is_object() || !st.contains("id") || !st["id"].is_string()) return -1;
+    const std::string& text = st["id"].get_ref<const std::string&>();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (tokens[i] == text) return static_cast<int32_t>(i);
+    }
+    return -1;
+  };
+  const int32_t first = special_id(single->front()), last = special_id(single->back());
+  if (first >= 0) {
+    v->add_bos = true;
+    v->bos_id = first;
+  }
+  if (last >= 0 && single->size() > 1) {
+    v->add_eos = true;
+    v->eos_id = last;
+  }
+  return Status::ok_status();
+}
+
+Status read_post_processor(const Ctx& c, const json& pp, VocabData* v) {
+  if (pp.is_null()) return Status::ok_status();
+  if (!pp.is_object()) return c.bad("post_processor", "not an object");
+  const std::string type = type_of(pp);
+  if (type == "ByteLevel") return Status::ok_status();  // offsets only; the ids are unchanged
+  if (type == "TemplateProcessing") return read_template(c, pp, v->tokens, v);
+  if (type == "Sequence") {
+    auto items = pp.find("processors");
+    if (items == pp.end() || !items->is_array()) return c.bad("post_processor.processors", "not a list");
+    for (const json& p : *items) {
+      if (!p.is_object() || (type_of(p) != "ByteLevel" && type_of(p) != "TemplateProcessing")) {
+        return c.unsupported("post_processor.processors",
+                             "'" + (p.is_object() ? type_of(p) : "?") + "' is not supported");
+      }
+      if (type_of(p) == "TemplateProcessing") NS_RETURN_IF_ERROR(read_template(c, p, v->tokens, v));
+    }
+    return Status::ok_status();
+  }
+  return c.unsupported("post_processor.type", "'" + type.substr(0, 40) + "' is not supported");
+}
+
+Status read_model(const Ctx& c, const json& m, VocabData* v, std::string* unk, bool* ignore_merges) {
+  if (!m.is_object()) return c.bad("model", "not an object");
+  const std::string type = type_of(m);
+  if (type != "BPE") {
+    return c.unsupported("model.type", "'" + type.substr(0, 40) + "' is not supported; only byte-level BPE");
+  }
+  if (auto d = m.find("dropout");
+      d != m.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
+    return c.unsupported("model.dropout", "BPE dropout is not supported");
+  }
+  if (flag(m, "byte_fallback", false)) return c.unsupported("model.byte_fallback", "true is not supported");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    auto it = m.find(key);
+    if (it != m.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
+      return c.unsupported(std::string("model.") + key, "is not supported");
+    }
+  }
+  *ignore_merges = flag(m, "ignore_merges", false);
+  if (auto u = m.find("unk_token"); u != m.end() && !u->is_null()) {
+    if (!u->is_string()) return c.bad("model.unk_token", "not a string");
+    *unk = u->get<std::string>();
+  }
+
+  auto vocab = m.find("vocab");
+  if (vocab == m.end() || !vocab->is_object()) return c.bad("model.vocab", "missing or not an object");
+  if (static_cast<int64_t>(vocab->size()) > kMaxVocabSize) {
+    return c.bad("model.vocab", std::to_string(vocab->size()) + " tokens exceed the limit");
+  }
+  for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+        it.value().get<int64_t>() >= kMaxVocabSize) {
+      return c.bad("model.vocab", "token '" + it.key().substr(0, 40) + "': id is not in [0, " +
+                                      std::to_string(kMaxVocabSize) + ")");
+    }
+    const auto id = static_cast<size_t>(it.value().get<int64_t>());
+    if (id >= v->tokens.size()) v->tokens.resize(id + 1);
+    if (!v->tokens[id].empty()) {
+      return c.bad("model.vocab", "id " + std::to_string(id) + " is given to both '" +
+                                      v->tokens[id].substr(0, 40) + "' and '" + it.key().substr(0, 40) + "'");
+    }
+    v->tokens[id] = it.key();
+  }
+
+  auto merges = m.find("merges");
+  if (merges == m.end() || !merges->is_array()) return c.bad("model.merges", "missing or not a list");
+  if (static_cast<int64_t>(merges->size()) > kMaxMerges) return c.bad("model.merges", "too many merges");
+  v->merges.reserve(merges->size());
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const json& mg = (*merges)[i];
+    const std::string field = "model.merges[" + std::to_string(i) + "]";
+    if (mg.is_string()) {
+      v->merges.push_back(mg.get<std::string>());  // "a b"; validate_vocab checks the form
+    } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      const std::string& a = mg[0].get_ref<const std::string&>();
+      const std::string& b = mg[1].get_ref<const std::string&>();
+      if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos) {
+        return c.unsupported(field, "a merge of tokens that contain a space is not supported");
+      }
+      v->merges.push_back(a + " " + b);
+    } else {
+      return c.bad(field, "expected \"a b\" or [\"a\", \"b\"]");
+    }
+  }
+  return Status::ok_status();
+}
+
+Status read_added_tokens(const Ctx& c, const json& j, VocabData* v) {
+  auto added = j.find("added_tokens");
+  if (added == j.end() || added->is_null()) return Status::ok_status();
+  if (!added->is_array()) return c.bad("added_tokens", "not a list");
+  std::vector<TokenType> types(v->tokens.size(), TokenType::kNormal);
+  for (size_t i = 0; i < added->size(); ++i) {
+    const json& t = (*added)[i];
+    const std::string field = "added_tokens[" + std::to_string(i) + "]";
+    if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || !t.contains("content") ||
+        !t["content"].is_string()) {
+      return c.bad(field, "expected {id, content, ...}");
+    }
+    const int64_t id = t["id"].get<int64_t>();
+    if (id < 0 || id >= kMaxVocabSize) return c.bad(field + ".id", std::to_string(id) + " is out of range");
+    const std::string& content = t["content"].get_ref<const std::string&>();
+    if (content.empty()) return c.bad(field + ".content", "empty");
+    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+      if (flag(t, key, false)) return c.unsupported(field + "." + key, "true is not supported");
+    }
+    const auto uid = static_cast<size_t>(id);
+    if (uid >= v->tokens.size()) {
+      v->tokens.resize(uid + 1);
+      types.resize(uid + 1, TokenType::kNormal);
+    }
+    if (!v->tokens[uid].empty() && v->tokens[uid] != content) {
+      return c.bad(field, "id " + std::to_string(id) + " is '" + v->tokens[uid].substr(0, 40) +
+                              "' in model.vocab but '" + content.substr(0, 40) + "' here");
+    }
+    v->tokens[uid] = content;
+    types[uid] = flag(t, "special", false) ? TokenType::kControl : TokenType::kUserDefined;
+  }
+  v->token_types = std::move(types);
+  return Status::ok_status();
+}
+
+// A token given as "text" or as {"content": "text", ...}; empty if absent.
+StatusOr<std::string> token_text(const Ctx& c, const json& cfg, const char* key) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
+    return (*it)["content"].get<std::string>();
+  }
+  return c.bad(key, "expected a token string or {\"content\": ...}");
+}
+
+Status read_tokenizer_config(const Ctx& c, const json& cfg, VocabData* v) {
+  if (!cfg.is_object()) return c.bad("tokenizer_config", "not an object");
+  auto id_of = [&](const char* key, int32_t* out) -> Status {
+    NS_ASSIGN_OR_RETURN(std::string text, token_text(c, cfg, key));
+    if (text.empty()) return Status::ok_status();
+    for (size_t i = 0; i < v->tokens.size(); ++i) {
+      if (v->tokens[i] == text) {
+        *out = static_cast<int32_t>(i);
+        return Status::ok_status();
+      }
+    }
+    return c.bad(key, "token '" + text.substr(0, 40) + "' is not in the vocabulary");
+  };
+  NS_RETURN_IF_ERROR(id_of("bos_token", &v->bos_id));
+  NS_RETURN_IF_ERROR(id_of("eos_token", &v->eos_id));
+  NS_RETURN_IF_ERROR(id_of("pad_token", &v->pad_id));
+  NS_RETURN_IF_ERROR(id_of("unk_token", &v->unk_id));
+  for (auto [key, out] : {std::pair{"add_bos_token", &v->add_bos}, std::pair{"add_eos_token", &v->add_eos}}) {
+    auto it = cfg.find(key);
+    if (it == cfg.end() || it->is_null()) continue;
+    if (!it->is_boolean()) return c.bad(key, "expected true or false");
+    *out = it->get<bool>();
+  }
+  auto tmpl = cfg.find("chat_template");
+  if (tmpl != cfg.end() && !tmpl->is_null()) {
+    if (tmpl->is_string()) {
+      v->chat_template = tmpl->get<std::string>();
+    } else if (tmpl->is_array()) {  // [{"name": "default", "template": "..."}, ...]
+      for (const json& t : *tmpl) {
+        if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
+            t["template"].is_string()) {
+          v->chat_template = t["template"].get<std::string>();
+        }
+      }
+    } else {
+      return c.bad("chat_template", "expected a string or a list of named templates");
+    }
+  }
+  return Status::ok_status();
+}
+
+}  // namespace
+
+StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std::string& name) {
+  Ctx c(name);
+  if (!j.is_object()) return c.bad("(top level)", "not an object");
+  VocabData v;
+  v.model = "gpt2";
+  if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
+    return c.unsupported("normalizer", "'" + (n->is_object() ? type_of(*n) : "?") + "' is not supported");
+  }
+  auto model = j.find("model");
+  if (model == j.end()) return c.bad("model", "missing");
+  std::string unk;
+  bool ignore_merges = false;
+  NS_RETURN_IF_ERROR(read_model(c, *model, &v, &unk, &ignore_merges));
+  NS_RETURN_IF_ERROR(read_added_tokens(c, j, &v));
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (v.tokens[i].empty()) return c.bad("model.vocab", "id " + std::to_string(i) + " has no token");
+  }
+  auto pre = j.find("pre_tokenizer");
+  NS_ASSIGN_OR_RETURN(v.pre, pre_tokenizer_name(c, pre == j.end() ? json() : *pre));
+  if (ignore_merges != (v.pre == "llama-bpe")) {
+    return c.unsupported("model.ignore_merges", std::string(ignore_merges ? "true" : "false") +
+                                                    " with the '" + v.pre +
+                                                    "' pre-tokenizer is not supported");
+  }
+  auto dec = j.find("decoder");
+  if (dec == j.end() || !dec->is_object() || type_of(*dec) != "ByteLevel") {
+    return c.unsupported("decoder", "'" + (dec != j.end() && dec->is_object() ? type_of(*dec) : "null") +
+                                        "' is not supported; only ByteLevel");
+  }
+  if (auto pp = j.find("post_processor"); pp != j.end()) NS_RETURN_IF_ERROR(read_post_processor(c, *pp, &v));
+  if (!unk.empty()) {
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+      if (v.tokens[i] == unk) v.unk_id = static_cast<int32_t>(i);
+    }
+    if (v.unk_id < 0) return c.bad("model.unk_token", "'" + unk.substr(0, 40) + "' is not in the vocabulary");
+  }
+  if (cfg != nullptr) NS_RETURN_IF_ERROR(read_tokenizer_config(c, *cfg, &v));
+  Status st = validate_vocab(v);
+  if (!st.ok()) return Status(st.code(), name + ": " + st.message());
+  return v;
+}
+
+StatusOr<VocabData> vocab_from_hf_folder(const std::string& folder) {
+  namespace fs = std::filesystem;
+  const std::string tok_path = (fs::path(folder) / "tokenizer.json").string();
+  NS_ASSIGN_OR_RETURN(json tok, read_json_file(tok_path, kMaxTokenizerBytes));
+  const std::string cfg_path = (fs::path(folder) / "tokenizer_config.json").string();
+  if (!fs::exists(cfg_path)) return vocab_from_hf_json(tok, nullptr, tok_path);
+  NS_ASSIGN_OR_RETURN(json cfg, read_json_file(cfg_path, kMaxConfigBytes));
+  return vocab_from_hf_json(tok, &cfg, tok_path);
+}
+
+}  // namespace nanoserve
