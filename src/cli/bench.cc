@@ -6,6 +6,10 @@
 // uniform in [L(1-R), L(1+R)] (vLLM's random dataset); with --min-input-len M
 // uniform in [M, L] (nano-vllm's bench). The same for output.
 // --compare-serial runs the same requests one at a time in the same process.
+// --shared-prefix-len P puts one random prefix of P tokens (a system prompt)
+// before every prompt; --compare-prefix-cache then runs the same requests on a
+// second engine with the prefix cache off, in the same process, and reports
+// the prefill tokens each computed and whether the outputs are identical.
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +40,8 @@ struct BenchArgs {
   uint64_t seed = 0;
   bool compare_serial = false;
   float temperature = 1.0f;  // 0: greedy
+  int shared_prefix_len = 0;
+  bool compare_prefix_cache = false;
 };
 
 int32_t draw_len(Rng& rng, int len, int min_len, double ratio) {
@@ -65,7 +71,7 @@ struct RunFigures {
 };
 
 RunFigures report(const char* label, const std::vector<Completion>& done, double wall_s,
-                  int64_t prompt_tokens) {
+                  int64_t prompt_tokens, const Engine* engine = nullptr, const EngineStats* before = nullptr) {
   int64_t out = 0;
   std::vector<double> ttft, tpot;
   int64_t preemptions = 0;
@@ -84,6 +90,18 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
       "TPOT median %.2f ms p99 %.2f ms | preemptions %lld\n",
       label, wall_s, f.output_tps, f.total_tps, percentile(ttft, 50), percentile(ttft, 99),
       percentile(tpot, 50), percentile(tpot, 99), static_cast<long long>(preemptions));
+  if (engine != nullptr) {
+    // Every request's first token comes from its prefill; the rest from decode steps of one token each.
+    const EngineStats st = engine->stats();
+    const int64_t computed = st.num_computed_tokens - (before ? before->num_computed_tokens : 0);
+    const int64_t decodes = out - static_cast<int64_t>(done.size());
+    const int64_t hits = st.prefix_cache_hits - (before ? before->prefix_cache_hits : 0);
+    const int64_t queries = st.prefix_cache_queries - (before ? before->prefix_cache_queries : 0);
+    std::printf("%-8s prefill tokens computed %lld of %lld prompt tokens | prefix cache hits %lld of %lld (%.1f%%)\n",
+                label, static_cast<long long>(computed - decodes), static_cast<long long>(prompt_tokens),
+                static_cast<long long>(hits), static_cast<long long>(queries),
+                queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
+  }
   std::fflush(stdout);
   return f;
 }
@@ -117,12 +135,15 @@ int run_bench(const BenchArgs& a) {
 
   Rng rng(a.seed);
   const int32_t vocab = static_cast<int32_t>(engine.model_config().vocab_size);
+  std::vector<int32_t> prefix(static_cast<size_t>(std::max(0, a.shared_prefix_len)));
+  for (int32_t& t : prefix) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
   std::vector<std::vector<int32_t>> prompts(a.num_prompts);
   std::vector<SamplingParams> params(a.num_prompts);
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (int i = 0; i < a.num_prompts; ++i) {
     prompts[i].resize(draw_len(rng, a.input_len, a.min_input_len, a.range_ratio));
     for (int32_t& t : prompts[i]) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
+    prompts[i].insert(prompts[i].begin(), prefix.begin(), prefix.end());
     params[i].max_tokens = draw_len(rng, a.output_len, a.min_output_len, a.range_ratio);
     params[i].ignore_eos = true;
     params[i].temperature = a.temperature;
@@ -139,6 +160,7 @@ int run_bench(const BenchArgs& a) {
 
   GenerateOptions opts;
   opts.progress = true;
+  const EngineStats before = engine.stats();
   Clock::time_point t0 = Clock::now();
   StatusOr<std::vector<Completion>> batched = generate(engine, prompts, params, opts);
   const double batched_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -146,7 +168,31 @@ int run_bench(const BenchArgs& a) {
     std::fprintf(stderr, "nanoserve bench: %s\n", batched.status().to_string().c_str());
     return 1;
   }
-  const RunFigures fb = report("batched", *batched, batched_s, prompt_tokens);
+  const RunFigures fb = report(config->enable_prefix_caching ? "cache" : "batched", *batched, batched_s,
+                               prompt_tokens, &engine, &before);
+
+  if (a.compare_prefix_cache) {
+    EngineConfig off = *config;
+    off.enable_prefix_caching = !config->enable_prefix_caching;
+    StatusOr<LoadedEngine> le2 = load_engine(path, off, pool);
+    if (!le2.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", le2.status().to_string().c_str());
+      return 1;
+    }
+    Clock::time_point t1 = Clock::now();
+    StatusOr<std::vector<Completion>> other = generate(*le2->engine, prompts, params, opts);
+    const double other_s = std::chrono::duration<double>(Clock::now() - t1).count();
+    if (!other.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", other.status().to_string().c_str());
+      return 1;
+    }
+    report(off.enable_prefix_caching ? "cache" : "no-cache", *other, other_s, prompt_tokens, le2->engine.get());
+    int same = 0;
+    for (int i = 0; i < a.num_prompts; ++i) same += (*other)[i].tokens == (*batched)[i].tokens ? 1 : 0;
+    std::printf("outputs identical with and without the prefix cache: %s (%d of %d requests)\n",
+                same == a.num_prompts ? "yes" : "NO", same, a.num_prompts);
+    if (same != a.num_prompts) return 1;
+  }
 
   if (a.compare_serial) {
     std::vector<Completion> serial;
@@ -198,6 +244,11 @@ CommandRun add_bench_command(CLI::App& app) {
   sub->add_option("--seed", args->seed, "Seed of the random prompts and of sampling")->capture_default_str();
   sub->add_flag("--compare-serial", args->compare_serial,
                 "Also run the same requests one at a time and print the speed-up");
+  sub->add_option("--shared-prefix-len", args->shared_prefix_len,
+                  "A random prefix of this many tokens shared by every prompt (a system prompt)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_flag("--compare-prefix-cache", args->compare_prefix_cache,
+                "Also run the same requests with the prefix cache flipped, in the same process");
   add_engine_flags(sub, args->engine);
   return [args] { return run_bench(*args); };
 }

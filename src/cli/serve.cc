@@ -24,7 +24,6 @@
 #include "core/thread_pool.h"
 #include "engine/llama_runner.h"
 #include "server/api.h"
-#include "server/engine_adapter.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -172,8 +171,7 @@ int run_serve(const ServeOptions& opt) {
   LoadedEngine& m = *loaded;
 
   server::TokenizerCodec codec(*m.tokenizer, chat_template_of(*m.tokenizer));
-  server::EngineAdapter adapter(*m.engine);
-  server::EngineLoop loop(adapter, metrics, server::EngineLoop::Options{opt.max_waiting_requests});
+  server::EngineLoop loop(*m.engine, metrics, server::EngineLoop::Options{opt.max_waiting_requests});
   loop.start();
   server::ProtocolLimits limits;
   limits.max_model_len = m.engine->max_model_len();

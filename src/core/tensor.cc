@@ -8,9 +8,15 @@
 
 namespace nanoserve {
 
+void Dims::assign(const int64_t* p, size_t n) {
+  NS_CHECK(n <= static_cast<size_t>(kMaxDims)) << n << " dimensions, at most " << kMaxDims;
+  for (size_t i = 0; i < n; ++i) d_[i] = p[i];
+  n_ = static_cast<int8_t>(n);
+}
+
 namespace {
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> strides(shape.size());
+Dims contiguous_strides(const Dims& shape) {
+  Dims strides = shape;
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
@@ -20,15 +26,14 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 }
 }  // namespace
 
-Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> shape,
-                    std::shared_ptr<void> owner, Device device) {
+Tensor Tensor::view(void* data, DType dtype, const Dims& shape, std::shared_ptr<void> owner, Device device) {
   Tensor t;
   t.data_ = data;
   t.dtype_ = dtype;
   t.device_ = device;
   for (int64_t d : shape) NS_CHECK(d >= 0) << "negative dimension";
   t.strides_ = contiguous_strides(shape);
-  t.shape_ = std::move(shape);
+  t.shape_ = shape;
   t.owner_ = std::move(owner);
   if (!t.shape_.empty()) {
     NS_CHECK(t.shape_.back() % dtype_info(dtype).block_elems == 0)
@@ -37,18 +42,18 @@ Tensor Tensor::view(void* data, DType dtype, std::vector<int64_t> shape,
   return t;
 }
 
-Tensor Tensor::empty(DType dtype, std::vector<int64_t> shape) {
+Tensor Tensor::empty(DType dtype, const Dims& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   const int64_t bytes = std::max<int64_t>(64, (dtype_bytes(dtype, n) + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, static_cast<size_t>(bytes));
   NS_CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
   std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
-  return view(p, dtype, std::move(shape), std::move(owner), Device::kCPU);
+  return view(p, dtype, shape, std::move(owner), Device::kCPU);
 }
 
-Tensor Tensor::zeros(DType dtype, std::vector<int64_t> shape) {
-  Tensor t = empty(dtype, std::move(shape));
+Tensor Tensor::zeros(DType dtype, const Dims& shape) {
+  Tensor t = empty(dtype, shape);
   std::memset(t.data(), 0, static_cast<size_t>(t.nbytes()));
   return t;
 }
@@ -69,7 +74,14 @@ int64_t Tensor::numel() const {
 
 int64_t Tensor::nbytes() const { return dtype_bytes(dtype_, numel()); }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+bool Tensor::is_contiguous() const {
+  int64_t s = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (strides_[i] != s) return false;
+    s *= shape_[i];
+  }
+  return true;
+}
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   NS_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0])
@@ -81,9 +93,9 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   return t;
 }
 
-Tensor Tensor::reshape(std::vector<int64_t> shape) const {
+Tensor Tensor::reshape(const Dims& shape) const {
   NS_CHECK(is_contiguous()) << "reshape of a strided tensor";
-  Tensor t = view(data_, dtype_, std::move(shape), owner_, device_);
+  Tensor t = view(data_, dtype_, shape, owner_, device_);
   NS_CHECK(t.numel() == numel()) << "reshape " << shape_string() << " to " << t.shape_string();
   return t;
 }

@@ -50,19 +50,20 @@ void ThreadPool::run_chunks(uint64_t generation, int thread) {
     const int64_t c = static_cast<int64_t>(next);
     const int64_t begin = c * per + std::min(c, rem);
     const int64_t end = begin + per + (c < rem ? 1 : 0);
-    (*fn_)(begin, end, thread);
+    call_(fn_, begin, end, thread);
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
+void ThreadPool::run(int64_t n, void* fn, RangeCall call) {
   if (n <= 0) return;
   const int64_t n_chunks = std::min<int64_t>(n, n_threads_);
   if (n_chunks == 1) {
-    fn(0, n, 0);
+    call(fn, 0, n, 0);
     return;
   }
-  fn_ = &fn;
+  fn_ = fn;
+  call_ = call;
   n_ = n;
   done_.store(0, std::memory_order_relaxed);
   const uint64_t generation = ++generation_ & 0xffffffffu;
@@ -80,6 +81,7 @@ void ThreadPool::parallel_for(int64_t n, const RangeFn& fn) {
     }
   }
   fn_ = nullptr;
+  call_ = nullptr;
 }
 
 void ThreadPool::worker_loop(int index) {

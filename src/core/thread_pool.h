@@ -12,7 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -33,12 +33,20 @@ class ThreadPool {
   // `thread` < num_threads() is unique among concurrently running calls
   // (use it to index per-thread scratch); a thread may run several chunks.
   // Not reentrant: fn must not call parallel_for on the same pool.
-  using RangeFn = std::function<void(int64_t begin, int64_t end, int thread)>;
-  void parallel_for(int64_t n, const RangeFn& fn);
+  // fn is called through a plain reference (no std::function), so a call
+  // never allocates, whatever the callable captures.
+  template <typename Fn>
+  void parallel_for(int64_t n, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(n, const_cast<void*>(static_cast<const void*>(&fn)),
+        [](void* f, int64_t begin, int64_t end, int thread) { (*static_cast<F*>(f))(begin, end, thread); });
+  }
 
  private:
   // work_ packs the job: generation (high 32 bits), chunk count (16), next chunk (16).
   static constexpr uint64_t kChunkMask = 0xffff;
+  using RangeCall = void (*)(void* fn, int64_t begin, int64_t end, int thread);
+  void run(int64_t n, void* fn, RangeCall call);
   void worker_loop(int index);
   // Claims and runs chunks of job `generation` until none are left.
   void run_chunks(uint64_t generation, int thread);
@@ -47,7 +55,8 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   // The job's fields: written by the caller before it publishes work_, read
   // by a thread only after it claimed a chunk of that job.
-  const RangeFn* fn_ = nullptr;
+  void* fn_ = nullptr;
+  RangeCall call_ = nullptr;
   int64_t n_ = 0;
   std::atomic<uint64_t> work_{0};
   std::atomic<int64_t> done_{0};

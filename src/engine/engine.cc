@@ -193,10 +193,24 @@ void Engine::publish_stats() {
 
 RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& outputs) {
   // A request appears at most once per step, and usually last.
-  for (auto it = outputs.rbegin(); it != outputs.rend(); ++it) {
-    if (it->id == r->id) return *it;
+  for (size_t i = n_outputs_; i-- > 0;) {
+    if (outputs[i].id == r->id) return outputs[i];
   }
-  RequestOutput& o = outputs.emplace_back();
+  // Entries left from the last step are reused: their vectors and strings
+  // keep their capacity, so a steady step allocates nothing here.
+  if (n_outputs_ == outputs.size()) outputs.emplace_back();
+  RequestOutput& o = outputs[n_outputs_++];
+  o.new_tokens.clear();
+  o.text.clear();
+  o.logprobs.clear();
+  o.top_logprobs.clear();
+  o.finish_reason = FinishReason::kNone;
+  o.stop_string.clear();
+  o.error.clear();
+  o.num_output_tokens = 0;
+  o.num_preemptions = 0;
+  o.first_token_time = {};
+  o.finish_time = {};
   o.id = r->id;
   o.num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
   o.arrival_time = r->arrival_time;
@@ -213,7 +227,7 @@ void Engine::finish(Request* r, FinishReason reason, RequestOutput& out) {
   out.stop_string = r->stop.matched_stop();
   num_unfinished_.fetch_sub(1);
   std::lock_guard<std::mutex> lock(mu_);
-  if (reason == FinishReason::kAbort) {
+  if (reason == FinishReason::kAbort || reason == FinishReason::kError) {
     ++stats_.num_aborted;
   } else {
     ++stats_.num_finished;
@@ -279,7 +293,13 @@ void Engine::build_batch(const SchedulerStep& plan) {
 }
 
 Status Engine::step(std::vector<RequestOutput>& outputs) {
-  outputs.clear();
+  n_outputs_ = 0;
+  const Status st = run_step(outputs);
+  outputs.resize(n_outputs_);  // shrinks only: the step's entries are the first n_outputs_
+  return st;
+}
+
+Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   take_in(outputs);
   const SchedulerStep& plan = scheduler_->schedule();
   if (plan.empty()) {
@@ -295,7 +315,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
       RequestOutput& out = output_for(r, outputs);
       out.error = logits.status().to_string();
       out.num_output_tokens = static_cast<int32_t>(r->output.size());
-      finish(r, FinishReason::kAbort, out);
+      finish(r, FinishReason::kError, out);
       requests_.erase(r->id);
     }
     publish_stats();
@@ -346,6 +366,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.prompt_tokens += prompt_tokens;
     stats_.generation_tokens += generation_tokens;
+    stats_.num_computed_tokens += batch_.num_tokens();
     ++stats_.num_steps;
   }
   publish_stats();

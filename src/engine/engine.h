@@ -73,7 +73,7 @@ struct RequestOutput {
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
   std::string stop_string;                           // the stop string that finished it, if any
-  std::string error;                                 // set, with kAbort, if the step failed under it
+  std::string error;                                 // set, with kError, when the step failed under it
   int32_t num_prompt_tokens = 0;
   int32_t num_output_tokens = 0;  // so far, including new_tokens
   int32_t num_preemptions = 0;
@@ -97,8 +97,9 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t prompt_tokens = 0;      // prompt tokens prefilled (recompute not counted)
   int64_t generation_tokens = 0;  // tokens sampled
+  int64_t num_computed_tokens = 0;  // tokens run through the model (prefill chunks and decodes)
   int64_t num_finished = 0;       // stop or length
-  int64_t num_aborted = 0;
+  int64_t num_aborted = 0;        // abort or error
   int64_t num_steps = 0;
 };
 
@@ -122,8 +123,9 @@ class Engine {
   // which reports it finished with kAbort. Unknown or finished ids are ignored.
   void abort(RequestId id);
 
-  // Runs one step; `outputs` is cleared, then gets one entry per request that
-  // produced a token, finished or was aborted.
+  // Runs one step; `outputs` then holds one entry per request that produced
+  // a token, finished or was aborted (its old entries are reused, so pass
+  // the same vector every step and a steady step allocates nothing).
   Status step(std::vector<RequestOutput>& outputs);
 
   bool has_unfinished() const { return num_unfinished_.load() > 0; }
@@ -146,6 +148,7 @@ class Engine {
 
  private:
   Engine() = default;
+  Status run_step(std::vector<RequestOutput>& outputs);
   void take_in(std::vector<RequestOutput>& outputs);
   void finish(Request* r, FinishReason reason, RequestOutput& out);
   RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
@@ -166,6 +169,7 @@ class Engine {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   ForwardBatch batch_;               // reused every step
   std::vector<Request*> row_owner_;  // [R] the request each logits row samples for
+  size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
   std::string new_text_;             // scratch
   std::vector<std::unique_ptr<Request>> taken_;
   std::vector<RequestId> taken_aborts_;

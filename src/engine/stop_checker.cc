@@ -10,6 +10,7 @@ const char* finish_reason_name(FinishReason reason) {
     case FinishReason::kStop: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
   }
   return "";
 }

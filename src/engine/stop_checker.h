@@ -24,9 +24,11 @@
 
 namespace nanoserve {
 
-enum class FinishReason : uint8_t { kNone, kStop, kLength, kAbort };
+// kAbort: the client or the server ended it; kError: a step failed under it
+// (RequestOutput::error says why).
+enum class FinishReason : uint8_t { kNone, kStop, kLength, kAbort, kError };
 
-// "stop", "length", "abort" (OpenAI finish_reason strings); "" for kNone.
+// "stop", "length", "abort", "error" (OpenAI finish_reason strings where they exist); "" for kNone.
 const char* finish_reason_name(FinishReason reason);
 
 class StopChecker {

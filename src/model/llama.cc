@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>

@@ -1,5 +1,7 @@
 #include "server/engine_loop.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "core/check.h"
@@ -15,7 +17,27 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 }  // namespace
 
-EngineLoop::EngineLoop(ServingEngine& engine, ServerMetrics& metrics, Options options)
+SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<std::string>& stop) {
+  SamplingParams s;
+  s.temperature = p.temperature;
+  s.top_k = p.top_k == 0 ? -1 : p.top_k;
+  s.top_p = p.top_p;
+  s.min_p = p.min_p;
+  s.repetition_penalty = p.repetition_penalty;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.seed = p.seed;
+  s.max_tokens =
+      static_cast<int32_t>(std::min<int64_t>(p.max_tokens.value_or(1), std::numeric_limits<int32_t>::max()));
+  s.stop = stop;
+  s.ignore_eos = p.ignore_eos;
+  s.logprobs = p.top_logprobs >= 0;
+  s.top_logprobs = std::max(0, p.top_logprobs);
+  s.n = 1;
+  return s;
+}
+
+EngineLoop::EngineLoop(Engine& engine, ServerMetrics& metrics, Options options)
     : engine_(engine), metrics_(metrics), options_(options) {}
 
 EngineLoop::~EngineLoop() {
@@ -32,8 +54,20 @@ void EngineLoop::stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  stop_flag_.store(true);
   if (thread_.joinable()) thread_.join();
+  // Nothing more will run: end what is still held.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = tracked_.begin(); it != tracked_.end();) {
+    engine_.abort(it->first);
+    Tracked t = std::move(it->second);
+    it = tracked_.erase(it);
+    metrics_.request_finished(FinishReason::kAbort);
+    TokenEvent ev;
+    ev.choice = t.choice;
+    ev.finish = FinishReason::kAbort;
+    t.stream->push(std::move(ev));
+  }
 }
 
 StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choices) {
@@ -42,171 +76,124 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
   size_t capacity = 0;
   for (const EngineRequest& r : choices) capacity += static_cast<size_t>(r.params.max_tokens.value_or(0)) + 1;
   handle.stream = std::make_shared<RequestStream>(static_cast<int>(choices.size()), capacity);
-  Clock::time_point now = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return failed_precondition("the server is shutting down");
-    int64_t waiting = static_cast<int64_t>(inbox_adds_.size()) + engine_waiting_.load();
-    if (waiting + static_cast<int64_t>(choices.size()) > options_.max_waiting) {
-      return resource_exhausted("waiting queue is full");
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return failed_precondition("the server is shutting down");
+  if (engine_.stats().num_waiting + static_cast<int64_t>(choices.size()) > options_.max_waiting)
+    return resource_exhausted("waiting queue is full");
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const int64_t prompt_len = static_cast<int64_t>(choices[i].prompt.size());
+    StatusOr<RequestId> id = engine_.add_request(std::move(choices[i].prompt),
+                                                 to_sampling_params(choices[i].params, choices[i].stop));
+    if (!id.ok()) {
+      handle.ids.push_back(0);
+      metrics_.request_finished(FinishReason::kError);
+      TokenEvent ev;
+      ev.choice = static_cast<int>(i);
+      ev.finish = FinishReason::kError;
+      ev.error = id.status().message();
+      ev.rejected = true;
+      handle.stream->push(std::move(ev));
+      continue;
     }
-    for (size_t i = 0; i < choices.size(); ++i) {
-      choices[i].id = next_id_++;
-      handle.ids.push_back(choices[i].id);
-      Tracked t{handle.stream, static_cast<int>(i), now, now, false};
-      inbox_adds_.push_back(Pending{std::move(choices[i]), std::move(t)});
-    }
+    handle.ids.push_back(*id);
+    tracked_.emplace(*id, Tracked{handle.stream, static_cast<int>(i), now});
+    metrics_.prompt_tokens_total.inc(static_cast<double>(prompt_len));
   }
-  cv_.notify_all();
   return handle;
 }
 
 void EngineLoop::abort(const Handle& handle) {
   if (handle.stream == nullptr || handle.stream->all_finished()) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inbox_aborts_.insert(inbox_aborts_.end(), handle.ids.begin(), handle.ids.end());
+  for (RequestId id : handle.ids) {
+    if (id != 0) engine_.abort(id);  // finished ids are ignored by the Engine
   }
-  cv_.notify_all();
 }
 
 void EngineLoop::run() {
   outputs_.reserve(1024);
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stopping_ || !inbox_adds_.empty() || !inbox_aborts_.empty() || engine_.has_unfinished();
-      });
-      if (stopping_) break;
-    }
-    drain_inbox();
-    if (engine_.has_unfinished()) {
-      outputs_.clear();
-      Status s = engine_.step(&outputs_);
-      num_steps_.fetch_add(1);
-      // Gauges first: a client that reacts to its token must already see this step's queue.
-      update_gauges();
-      if (!s.ok()) {
-        NS_LOG(ERROR) << "engine step failed: " << s.to_string();
-        fail_all(s.message());
-      } else {
-        handle_outputs(outputs_);
-      }
-    }
+  while (!stop_flag_.load()) {
+    if (!engine_.wait_for_work(std::chrono::milliseconds(50))) continue;
+    const Status s = engine_.step(outputs_);
+    num_steps_.fetch_add(1);
+    // Gauges first: a client that reacts to its token must already see this step's queue.
     update_gauges();
-  }
-  // Shutting down: nothing more will run.
-  drain_inbox();
-  std::vector<uint64_t> ids;
-  for (const auto& [id, t] : tracked_) ids.push_back(id);
-  for (uint64_t id : ids) {
-    engine_.abort(id);
-    finish(id, FinishReason::kAbort);
-  }
-  update_gauges();
-}
-
-void EngineLoop::drain_inbox() {
-  std::vector<Pending> adds;
-  std::vector<uint64_t> aborts;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Count the new requests as waiting until the next step says otherwise,
-    // so submit() never sees them in neither place.
-    engine_waiting_.fetch_add(static_cast<int64_t>(inbox_adds_.size()));
-    adds.swap(inbox_adds_);
-    aborts.swap(inbox_aborts_);
-  }
-  for (Pending& p : adds) {
-    uint64_t id = p.request.id;
-    int64_t prompt_len = static_cast<int64_t>(p.request.prompt.size());
-    tracked_.emplace(id, std::move(p.tracked));
-    Status s = engine_.add_request(std::move(p.request));
+    // A failed step finished its own requests with kError (in outputs_); the rest carry on.
     if (!s.ok()) {
-      finish(id, FinishReason::kError, s.message(), /*rejected=*/true);
-      continue;
+      NS_LOG(ERROR) << "engine step failed: " << s.to_string();
     }
-    metrics_.prompt_tokens_total.inc(static_cast<double>(prompt_len));
-  }
-  for (uint64_t id : aborts) {
-    if (tracked_.count(id) == 0) continue;  // finished meanwhile
-    engine_.abort(id);
-    finish(id, FinishReason::kAbort);
+    handle_outputs(outputs_);
   }
 }
 
-void EngineLoop::handle_outputs(const std::vector<EngineOutput>& outputs) {
-  Clock::time_point now = Clock::now();
-  for (const EngineOutput& out : outputs) {
-    auto it = tracked_.find(out.id);
+void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const RequestOutput& o : outputs) {
+    auto it = tracked_.find(o.id);
     if (it == tracked_.end()) continue;
     Tracked& t = it->second;
-    if (out.token >= 0) {
+    const bool with_logprobs = o.logprobs.size() == o.new_tokens.size();
+    for (size_t i = 0; i < o.new_tokens.size(); ++i) {
       metrics_.generation_tokens_total.inc();
-      if (!t.has_token) {
-        metrics_.time_to_first_token_seconds.observe(seconds_between(t.arrival, now));
+      if (o.num_output_tokens - static_cast<int32_t>(o.new_tokens.size() - i) == 0) {
+        metrics_.time_to_first_token_seconds.observe(seconds_between(o.arrival_time, now));
       } else {
         metrics_.inter_token_latency_seconds.observe(seconds_between(t.last_token, now));
       }
-      t.has_token = true;
       t.last_token = now;
       TokenEvent ev;
       ev.choice = t.choice;
-      ev.token = out.token;
-      ev.text = out.text;
-      ev.logprob = out.logprob;
-      ev.top_logprobs = out.top_logprobs;
-      bool fits = t.stream->push(std::move(ev));
-      NS_CHECK(fits) << "request " << out.id << " produced more tokens than its max_tokens";
-    } else if (!out.text.empty()) {
+      ev.token = o.new_tokens[i];
+      if (with_logprobs) {
+        ev.logprob = o.logprobs[i];
+        if (i < o.top_logprobs.size()) ev.top_logprobs = o.top_logprobs[i];
+      }
+      if (i + 1 == o.new_tokens.size()) ev.text = o.text;  // the step's text rides on its last token
+      const bool fits = t.stream->push(std::move(ev));
+      NS_CHECK(fits) << "request " << o.id << " produced more tokens than its max_tokens";
+    }
+    if (o.new_tokens.empty() && !o.text.empty()) {
       // Held-back text released at the finish, with no new token.
       TokenEvent ev;
       ev.choice = t.choice;
-      ev.text = out.text;
+      ev.text = o.text;
       t.stream->push(std::move(ev));
     }
-    if (out.finish != FinishReason::kNone) finish(out.id, out.finish, out.error);
+    if (o.finished()) {
+      finish_locked(o.id, t, o.finish_reason, o.arrival_time,
+                    o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string());
+      tracked_.erase(it);
+    }
   }
 }
 
-void EngineLoop::finish(uint64_t id, FinishReason reason, const std::string& error, bool rejected) {
-  auto it = tracked_.find(id);
-  if (it == tracked_.end()) return;
-  Tracked& t = it->second;
-  metrics_.e2e_request_latency_seconds.observe(seconds_between(t.arrival, Clock::now()));
+void EngineLoop::finish_locked(RequestId, Tracked& t, FinishReason reason, Clock::time_point arrival,
+                               const std::string& error) {
+  metrics_.e2e_request_latency_seconds.observe(seconds_between(arrival, Clock::now()));
   metrics_.request_finished(reason);
   TokenEvent ev;
   ev.choice = t.choice;
   ev.finish = reason;
   ev.error = error;
-  ev.rejected = rejected;
   t.stream->push(std::move(ev));
-  tracked_.erase(it);
-}
-
-void EngineLoop::fail_all(const std::string& message) {
-  std::vector<uint64_t> ids;
-  for (const auto& [id, t] : tracked_) ids.push_back(id);
-  for (uint64_t id : ids) {
-    engine_.abort(id);
-    finish(id, FinishReason::kError, "engine error: " + message);
-  }
 }
 
 void EngineLoop::update_gauges() {
-  EngineStats s = engine_.stats();
-  int64_t inbox;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inbox = static_cast<int64_t>(inbox_adds_.size());
-  }
-  engine_waiting_.store(s.num_waiting);
+  const EngineStats s = engine_.stats();
   metrics_.num_requests_running.set(static_cast<double>(s.num_running));
-  metrics_.num_requests_waiting.set(static_cast<double>(s.num_waiting + inbox));
-  metrics_.kv_cache_usage_perc.set(s.kv_cache_usage);
-  double delta = static_cast<double>(s.num_preemptions) - metrics_.num_preemptions_total.value();
-  if (delta > 0) metrics_.num_preemptions_total.inc(delta);
+  metrics_.num_requests_waiting.set(static_cast<double>(s.num_waiting));
+  metrics_.kv_cache_usage_perc.set(s.kv_usage);
+  // The Engine's counters are cumulative; the metrics advance by what is new.
+  auto advance = [](Counter& c, int64_t now, int64_t& last) {
+    if (now > last) c.inc(static_cast<double>(now - last));
+    last = now;
+  };
+  advance(metrics_.num_preemptions_total, s.num_preemptions, last_preemptions_);
+  advance(metrics_.prefix_cache_queries_total, s.prefix_cache_queries, last_prefix_queries_);
+  advance(metrics_.prefix_cache_hits_total, s.prefix_cache_hits, last_prefix_hits_);
+  metrics_.prefix_cache_hit_rate.set(
+      s.prefix_cache_queries > 0 ? static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries : 0.0);
 }
 
 }  // namespace nanoserve::server

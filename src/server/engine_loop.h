@@ -1,11 +1,11 @@
 #pragma once
-// The engine thread. HTTP threads never touch the engine: they submit through
-// a mutex-guarded inbox and read their RequestStream. The loop drains the
-// inbox (adds, then aborts) before every step, so an abort frees its blocks
-// before the next step runs.
+// The engine thread. It runs the Engine's steps and streams each request's
+// outputs into its RequestStream. HTTP threads hand requests straight to the
+// Engine (add_request and abort are thread-safe; the Engine's own queue is
+// the only one) and read their RequestStream.
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,38 +15,53 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/engine.h"
 #include "server/metrics.h"
+#include "server/protocol.h"
 #include "server/request_stream.h"
-#include "server/serving_engine.h"
 
 namespace nanoserve::server {
+
+// One choice of an HTTP request, before it becomes the Engine's request.
+struct EngineRequest {
+  std::vector<int32_t> prompt;  // token ids, non-empty
+  GenerationParams params;      // params.max_tokens is set (resolved against the context)
+  std::vector<std::string> stop;
+};
+
+// The Engine's sampling parameters for one choice (n is fanned out by the server).
+SamplingParams to_sampling_params(const GenerationParams& params, const std::vector<std::string>& stop);
 
 class EngineLoop {
  public:
   struct Options {
-    // Sequences that may wait (queued here or in the engine) before submit refuses with RESOURCE_EXHAUSTED.
+    // Sequences that may wait in the Engine before submit refuses with RESOURCE_EXHAUSTED.
     int64_t max_waiting = 256;
   };
 
-  // A submitted request: its stream and the engine ids of its choices.
+  // A submitted request: its stream and the Engine's ids of its choices (0
+  // for a choice the Engine refused; its stream got a rejected finish event).
   struct Handle {
     std::shared_ptr<RequestStream> stream;
-    std::vector<uint64_t> ids;
+    std::vector<RequestId> ids;
   };
 
-  EngineLoop(ServingEngine& engine, ServerMetrics& metrics, Options options);
+  // `engine` must outlive the loop; only the loop's thread steps it.
+  EngineLoop(Engine& engine, ServerMetrics& metrics, Options options);
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 
   void start();
-  // Finishes every request still held with kAbort, then joins the thread.
+  // Finishes every request still held with kAbort (and aborts it in the Engine), then joins the thread.
   void stop();
 
-  // HTTP threads. `choices` share one stream (choice i is choices[i]); ids are
-  // assigned here. RESOURCE_EXHAUSTED when the waiting queue is full.
+  // HTTP threads. `choices` share one stream (choice i is choices[i]).
+  // RESOURCE_EXHAUSTED when the Engine's waiting queue is full; a choice the
+  // Engine refuses (INVALID_ARGUMENT) is finished at once as rejected.
   StatusOr<Handle> submit(std::vector<EngineRequest> choices);
-  // HTTP threads: aborts whatever of the handle's choices is unfinished (no-op otherwise).
+  // HTTP threads: aborts whatever of the handle's choices is unfinished (no-op
+  // otherwise); the Engine frees their blocks and reports them at its next step.
   void abort(const Handle& handle);
 
   // Steps run so far (for tests that wait for the loop to catch up).
@@ -56,37 +71,28 @@ class EngineLoop {
   struct Tracked {
     std::shared_ptr<RequestStream> stream;
     int choice = 0;
-    std::chrono::steady_clock::time_point arrival;
     std::chrono::steady_clock::time_point last_token;
-    bool has_token = false;
-  };
-  struct Pending {
-    EngineRequest request;
-    Tracked tracked;
   };
 
   void run();
-  void drain_inbox();
-  void handle_outputs(const std::vector<EngineOutput>& outputs);
-  void fail_all(const std::string& message);
-  void finish(uint64_t id, FinishReason reason, const std::string& error = {}, bool rejected = false);
+  void handle_outputs(const std::vector<RequestOutput>& outputs);
+  // Under mu_: the choice's last event and its metrics; the caller untracks it.
+  void finish_locked(RequestId id, Tracked& t, FinishReason reason,
+                     std::chrono::steady_clock::time_point arrival, const std::string& error);
   void update_gauges();
 
-  ServingEngine& engine_;
+  Engine& engine_;
   ServerMetrics& metrics_;
   const Options options_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Pending> inbox_adds_;
-  std::vector<uint64_t> inbox_aborts_;
+  std::mutex mu_;  // tracked_ and stopping_: a request is tracked before its first step can run
+  std::unordered_map<RequestId, Tracked> tracked_;
   bool stopping_ = false;
-  uint64_t next_id_ = 1;
-  std::atomic<int64_t> engine_waiting_{0};  // engine's waiting count after the last step
+  std::atomic<bool> stop_flag_{false};
 
   // Engine thread only.
-  std::unordered_map<uint64_t, Tracked> tracked_;
-  std::vector<EngineOutput> outputs_;
+  std::vector<RequestOutput> outputs_;
+  int64_t last_preemptions_ = 0, last_prefix_queries_ = 0, last_prefix_hits_ = 0;
   std::atomic<uint64_t> num_steps_{0};
 
   std::thread thread_;

@@ -97,6 +97,9 @@ struct ServerMetrics {
   Counter& prompt_tokens_total;
   Counter& generation_tokens_total;
   Counter& num_preemptions_total;
+  Counter& prefix_cache_queries_total;  // tokens looked up in the prefix cache at admission
+  Counter& prefix_cache_hits_total;     // of those, tokens found cached
+  Gauge& prefix_cache_hit_rate;         // hits / queries so far, [0, 1]
   Counter& parse_budget_refused_total;  // requests answered 503 because the parse budget stayed full
   Histogram& time_to_first_token_seconds;
   Histogram& inter_token_latency_seconds;

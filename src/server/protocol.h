@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "server/api_error.h"
+#include "tokenizer/chat_template.h"
 
 namespace nanoserve::server {
 
@@ -31,10 +32,8 @@ struct ProtocolLimits {
   int64_t vocab_size = 0;  // token-id prompts must lie in [0, vocab_size)
 };
 
-struct ChatMessage {
-  std::string role;  // system | user | assistant | tool
-  std::string content;
-};
+// The chat template's message (role: system | user | assistant | tool), not a copy.
+using ChatMessage = nanoserve::ChatMessage;
 
 // One completions prompt: text to encode, or token ids given directly.
 using Prompt = std::variant<std::string, std::vector<int32_t>>;

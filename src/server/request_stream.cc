@@ -2,17 +2,6 @@
 
 namespace nanoserve::server {
 
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kAbort: return "abort";
-    case FinishReason::kError: return "error";
-  }
-  return "none";
-}
-
 bool RequestStream::push(TokenEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);

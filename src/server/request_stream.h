@@ -16,15 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "engine/sampler.h"
+#include "engine/stop_checker.h"
+
 namespace nanoserve::server {
 
-enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
-const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
-
-struct TopLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-};
+// The engine's types, not copies: FinishReason (with finish_reason_name) and
+// TokenLogprob.
+using nanoserve::FinishReason;
+using TopLogprob = nanoserve::TokenLogprob;
 
 struct TokenEvent {
   int choice = 0;        // which of the request's sequences

@@ -8,11 +8,8 @@ StatusOr<std::vector<int32_t>> TokenizerCodec::encode(std::string_view text, boo
 
 StatusOr<std::vector<int32_t>> TokenizerCodec::encode_chat(const std::vector<ChatMessage>& messages,
                                                            bool add_generation_prompt) const {
-  std::vector<nanoserve::ChatMessage> converted;
-  converted.reserve(messages.size());
-  for (const ChatMessage& m : messages) converted.push_back(nanoserve::ChatMessage{m.role, m.content});
   // Content and roles never become special tokens: only the template's text does.
-  return encode_prompt(tokenizer_, template_.render_pieces(converted, add_generation_prompt),
+  return encode_prompt(tokenizer_, template_.render_pieces(messages, add_generation_prompt),
                        /*add_special=*/false);
 }
 

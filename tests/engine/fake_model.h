@@ -9,10 +9,13 @@
 // the cache holds: a wrong slot, a shared block or a bad recompute changes
 // the tokens, and fake_greedy() predicts the right ones without any engine.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/check.h"
@@ -77,8 +80,10 @@ class FakeModel final : public ModelRunner {
   int64_t num_forwards() const { return num_forwards_; }
   int64_t max_tokens_seen() const { return max_tokens_seen_; }
   int64_t tokens_computed() const { return tokens_computed_; }  // over all forwards
-  // The next forward fails (then forwards work again).
+  // The next forward fails (then forwards work again). Any thread.
   void fail_next_forward() { fail_next_ = true; }
+  // Every forward first sleeps this long (tests of a server under load). Any thread.
+  std::atomic<int> step_delay_ms{0};
 
   int64_t kv_bytes_per_block(int32_t block_size) const override {
     return PagedKVStorage::bytes_per_block(config_, block_size, DType::kF32);
@@ -96,10 +101,8 @@ class FakeModel final : public ModelRunner {
 
   StatusOr<Tensor> forward(const ForwardBatch& batch) override {
     NS_CHECK(storage_ != nullptr) << "forward before init_kv_cache";
-    if (fail_next_) {
-      fail_next_ = false;
-      return internal_error("fake model: failing this forward, as asked");
-    }
+    if (const int d = step_delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
+    if (fail_next_.exchange(false)) return internal_error("fake model: failing this forward, as asked");
     KVCache& cache = *storage_;
     NS_RETURN_IF_ERROR(cache.begin_step(batch));
     ++num_forwards_;
@@ -141,7 +144,7 @@ class FakeModel final : public ModelRunner {
   int64_t num_forwards_ = 0;
   int64_t max_tokens_seen_ = 0;
   int64_t tokens_computed_ = 0;
-  bool fail_next_ = false;
+  std::atomic<bool> fail_next_{false};
 };
 
 // Token t reads as one letter, 'a' + t % 26; ids in `eos` end generation.

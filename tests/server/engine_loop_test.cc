@@ -5,19 +5,29 @@
 #include <chrono>
 #include <thread>
 
-#include "server/fake_backend.h"
+#include "server/engine_rig.h"
 
 namespace nanoserve::server {
 namespace {
 
-using testing::FakeEngine;
+using testing::EngineRig;
+using testing::EngineRigOptions;
 using namespace std::chrono_literals;
 
 EngineRequest make_request(std::vector<int32_t> prompt, int64_t max_tokens) {
   EngineRequest r;
   r.prompt = std::move(prompt);
   r.params.max_tokens = max_tokens;
+  r.params.temperature = 0.0f;
+  r.params.ignore_eos = true;
   return r;
+}
+
+std::string oracle(const std::vector<int32_t>& prompt, int32_t n) {
+  std::string s;
+  for (int32_t t : nanoserve::testing::fake_greedy(prompt, static_cast<int32_t>(testing::kFakeVocab), n, -1))
+    s += testing::fake_token_text(t);
+  return s;
 }
 
 // Takes events until every choice finished or `deadline` passes.
@@ -30,9 +40,9 @@ std::vector<TokenEvent> collect(RequestStream& s, std::chrono::milliseconds dead
 }
 
 TEST(EngineLoop, DeliversTokensAndFinish) {
-  FakeEngine engine;
+  EngineRig rig;
   ServerMetrics metrics("m");
-  EngineLoop loop(engine, metrics, {});
+  EngineLoop loop(*rig.engine, metrics, {});
   loop.start();
   auto h = loop.submit({make_request({'a', 'b', 'c'}, 4), make_request({'x'}, 2)});
   ASSERT_TRUE(h.ok());
@@ -45,8 +55,8 @@ TEST(EngineLoop, DeliversTokensAndFinish) {
     tokens += e.token >= 0;
     if (e.finish != FinishReason::kNone) finish[e.choice] = e.finish;
   }
-  EXPECT_EQ(text[0], "abca");
-  EXPECT_EQ(text[1], "xx");
+  EXPECT_EQ(text[0], oracle({'a', 'b', 'c'}, 4));
+  EXPECT_EQ(text[1], oracle({'x'}, 2));
   EXPECT_EQ(tokens, 6);
   EXPECT_EQ(finish[0], FinishReason::kLength);
   EXPECT_EQ(finish[1], FinishReason::kLength);
@@ -59,12 +69,12 @@ TEST(EngineLoop, DeliversTokensAndFinish) {
 }
 
 TEST(EngineLoop, AbortFreesWithinAStep) {
-  FakeEngine engine;
-  engine.step_delay_ms = 2;
+  EngineRig rig;
+  rig.model->step_delay_ms = 2;
   ServerMetrics metrics("m");
-  EngineLoop loop(engine, metrics, {});
+  EngineLoop loop(*rig.engine, metrics, {});
   loop.start();
-  auto h = loop.submit({make_request({'a'}, 100000)});
+  auto h = loop.submit({make_request({'a'}, 3000)});
   ASSERT_TRUE(h.ok());
   std::vector<TokenEvent> events;
   while (events.empty()) h->stream->wait_take(&events, 100ms);
@@ -77,8 +87,9 @@ TEST(EngineLoop, AbortFreesWithinAStep) {
   ASSERT_FALSE(rest.empty());
   EXPECT_EQ(rest.back().finish, FinishReason::kAbort);
   EXPECT_LE(loop.num_steps(), steps_before + 2);  // the step in flight, at most one more
-  EXPECT_EQ(engine.aborted(), h->ids);
-  EXPECT_EQ(engine.num_unfinished(), 0u);
+  EXPECT_EQ(rig.engine->stats().num_aborted, 1);
+  EXPECT_FALSE(rig.engine->has_unfinished());
+  EXPECT_EQ(rig.engine->block_manager().num_in_use_blocks(), 0);
   // The gauges are refreshed after the abort is processed.
   for (int i = 0; i < 100 && metrics.kv_cache_usage_perc.value() > 0.0; ++i) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(metrics.kv_cache_usage_perc.value(), 0.0);
@@ -87,18 +98,19 @@ TEST(EngineLoop, AbortFreesWithinAStep) {
 }
 
 TEST(EngineLoop, QueueFullIsResourceExhausted) {
-  FakeEngine engine;
-  engine.max_running = 1;
-  engine.step_delay_ms = 5;
+  EngineRigOptions o;
+  o.max_num_seqs = 1;
+  EngineRig rig(o);
+  rig.model->step_delay_ms = 5;
   ServerMetrics metrics("m");
-  EngineLoop loop(engine, metrics, EngineLoop::Options{2});
+  EngineLoop loop(*rig.engine, metrics, EngineLoop::Options{2});
   loop.start();
-  auto a = loop.submit({make_request({'a'}, 100000)});
-  auto b = loop.submit({make_request({'b'}, 100000)});
-  auto c = loop.submit({make_request({'c'}, 100000)});
+  auto a = loop.submit({make_request({'a'}, 3000)});
+  auto b = loop.submit({make_request({'b'}, 3000)});
+  auto c = loop.submit({make_request({'c'}, 3000)});
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(b.ok());
-  // Two queued (inbox or engine-waiting) already: one more does not fit.
+  // Two waiting in the Engine already (one runs at a time): one more does not fit.
   auto d = loop.submit({make_request({'d'}, 1), make_request({'e'}, 1)});
   EXPECT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kResourceExhausted);
@@ -107,26 +119,67 @@ TEST(EngineLoop, QueueFullIsResourceExhausted) {
 }
 
 TEST(EngineLoop, EngineErrorFailsRequests) {
-  FakeEngine engine;
-  engine.step_delay_ms = 1;
+  EngineRig rig;
+  rig.model->step_delay_ms = 1;
   ServerMetrics metrics("m");
-  EngineLoop loop(engine, metrics, {});
+  EngineLoop loop(*rig.engine, metrics, {});
   loop.start();
-  auto h = loop.submit({make_request({'a'}, 100000)});
+  auto h = loop.submit({make_request({'a'}, 3000)});
   ASSERT_TRUE(h.ok());
   std::vector<TokenEvent> events;
   while (events.empty()) h->stream->wait_take(&events, 100ms);
-  engine.fail_next_step = true;
+  rig.model->fail_next_forward();
   auto rest = collect(*h->stream);
   ASSERT_FALSE(rest.empty());
   EXPECT_EQ(rest.back().finish, FinishReason::kError);
-  EXPECT_NE(rest.back().error.find("injected device failure"), std::string::npos);
-  EXPECT_EQ(engine.num_unfinished(), 0u);
+  EXPECT_NE(rest.back().error.find("failing this forward"), std::string::npos) << rest.back().error;
+  EXPECT_FALSE(rig.engine->has_unfinished());
   // The loop keeps serving after the failure.
   auto next = loop.submit({make_request({'z'}, 3)});
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(collect(*next->stream).back().finish, FinishReason::kLength);
   loop.stop();
+}
+
+TEST(EngineLoop, RejectedChoiceIsFinishedAsRejected) {
+  EngineRig rig;
+  ServerMetrics metrics("m");
+  EngineLoop loop(*rig.engine, metrics, {});
+  loop.start();
+  auto h = loop.submit({make_request({'a'}, 2), make_request({'a', 999}, 2)});  // 999: outside the vocabulary
+  ASSERT_TRUE(h.ok());
+  auto events = collect(*h->stream);
+  bool rejected = false;
+  for (const TokenEvent& e : events) {
+    if (e.choice == 1 && e.finish == FinishReason::kError) {
+      rejected = e.rejected;
+      EXPECT_NE(e.error.find("vocabulary"), std::string::npos) << e.error;
+    }
+  }
+  EXPECT_TRUE(rejected);
+  EXPECT_EQ(h->ids[1], 0u);
+  loop.stop();
+}
+
+TEST(EngineLoop, PrefixCacheMetricsFollowTheEngine) {
+  EngineRig rig;
+  ServerMetrics metrics("m");
+  EngineLoop loop(*rig.engine, metrics, {});
+  loop.start();
+  const std::vector<int32_t> prompt = EngineRig::bytes("a shared system prompt, then a question");
+  for (int i = 0; i < 2; ++i) {
+    auto h = loop.submit({make_request(prompt, 2)});
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(collect(*h->stream).back().finish, FinishReason::kLength);
+  }
+  loop.stop();
+  const double queries = metrics.prefix_cache_queries_total.value(),
+               hits = metrics.prefix_cache_hits_total.value();
+  EXPECT_EQ(queries, 2.0 * static_cast<double>(prompt.size()));
+  EXPECT_EQ(hits, static_cast<double>((prompt.size() - 1) / 4 * 4))
+      << "the second request hits every full block";
+  EXPECT_DOUBLE_EQ(metrics.prefix_cache_hit_rate.value(), hits / queries);
+  EXPECT_NE(metrics.registry.render().find("nanoserve:prefix_cache_hits_total"), std::string::npos);
 }
 
 TEST(RequestStream, TokenCapacityIsBoundedButFinishAlwaysFits) {
