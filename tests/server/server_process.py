@@ -1,7 +1,8 @@
 """A `nanoserve serve` process with the default model on a free loopback port
 (the server picks it: --port 0), for the HTTP server suites. NANOSERVE_BINARY
 picks the binary (default build/nanoserve; CI also runs the suites against the
-sanitized build-asan/nanoserve)."""
+sanitized build-asan/nanoserve); NANOSERVE_SERVE_ARGS adds flags to every
+server (scripts/gpu-check runs the suite with "--device cuda")."""
 import os
 import re
 import subprocess
@@ -24,6 +25,8 @@ class Server:
         self.log_path = os.path.join(LOG_DIR, f"serve-test-{os.getpid()}-{time.monotonic_ns()}.log")
         flags = {"--port": "0", "--max-model-len": str(MAX_MODEL_LEN), "--max-num-seqs": str(MAX_NUM_SEQS),
                  "--kv-cache-memory": str(256 << 20)}
+        env_args = os.environ.get("NANOSERVE_SERVE_ARGS", "").split()
+        flags.update(zip(env_args[::2], env_args[1::2]))
         flags.update(zip(extra_args[::2], extra_args[1::2]))  # extra_args: flag, value, ...
         args = [BINARY, "serve"] + [x for kv in flags.items() for x in kv]
         if api_key:
