@@ -18,6 +18,7 @@ in f32 over those same weights, so the reference differs from nanoserve only
 by nanoserve's bf16 activations and accumulation order.
 """
 import argparse
+import copy
 import json
 import os
 import sys
@@ -80,8 +81,10 @@ def make(out_dir, tokenizer_json):
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
-    model.to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    model = model.to(torch.float32).cuda().eval()
+    # Saved from a copy: a round trip of the model itself through bf16 would
+    # also round its rotary frequencies (a buffer), and the reference with them.
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
+    model = model.cuda().eval()
     if tokenizer_json:
         with open(tokenizer_json, "rb") as f, open(os.path.join(out_dir, "tokenizer.json"), "wb") as g:
             g.write(f.read())
@@ -113,7 +116,10 @@ def make(out_dir, tokenizer_json):
         for ids in prompts:
             f.write(model(torch.tensor([ids], device="cuda")).logits[0].float().cpu().numpy().tobytes())
     with open(os.path.join(out_dir, "oracle.json"), "w") as f:
+        rot = model.model.rotary_emb
         json.dump({"vocab_size": cfg.vocab_size, "prompts": prompts, "greedy": greedy,
+                   "inv_freq": rot.inv_freq.float().cpu().tolist(),
+                   "attention_scaling": float(getattr(rot, "attention_scaling", 1.0)),
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
                    "planted": "attention scale x 1.03"}, f)
     print(f"hf_oracle: wrote {out_dir} ({len(prompts)} prompts, lengths {lengths})")

@@ -199,6 +199,16 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
   NS_RETURN_IF_ERROR(r.number("rms_norm_eps", &c.norm_eps));
   if (const json* rs = r.find("rope_scaling")) NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));
+  // transformers >= 5 writes both as one object, rope_parameters, with the
+  // theta inside it; it takes precedence where both are present.
+  if (const json* rp = r.find("rope_parameters"); rp != nullptr && !rp->is_null()) {
+    if (!rp->is_object()) return r.error("rope_parameters", "expected an object or null");
+    if (rp->find("rope_theta") != rp->end()) {
+      NS_RETURN_IF_ERROR(r.number_in(*rp, "rope_theta", "rope_parameters.rope_theta", &c.rope_theta));
+    }
+    c.rope_scaling = RopeScaling{};
+    NS_RETURN_IF_ERROR(read_rope_scaling(r, *rp, &c.rope_scaling));
+  }
   c.tied_embeddings = false;
   NS_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", &c.tied_embeddings));
 

@@ -73,6 +73,26 @@ TEST(ConfigHf, Llama31RopeScalingAndEosList) {
   EXPECT_EQ(got->torch_dtype, "bfloat16");
 }
 
+// transformers >= 5 writes the theta and the scaling as one object,
+// rope_parameters; the same model must give the same config either way.
+TEST(ConfigHf, RopeParametersOfTransformers5) {
+  json j = llama31_config();
+  j["rope_parameters"] = j["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 500000.0;
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  auto got = config_from_hf_json(j);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  auto want = config_from_hf_json(llama31_config());
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(got->config.to_string(), want->config.to_string());
+  j["rope_parameters"] = json{{"rope_type", "default"}, {"rope_theta", 250000.0}};
+  got = config_from_hf_json(j);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->config.rope_theta, 250000.0f);
+  EXPECT_EQ(got->config.rope_scaling.type, RopeScaling::Type::kNone);
+}
+
 TEST(ConfigHf, DefaultsFollowLlamaConfig) {
   json j = {{"model_type", "llama"},    {"hidden_size", 64},        {"num_hidden_layers", 2},
             {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100}};

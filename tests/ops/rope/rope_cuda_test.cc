@@ -99,7 +99,7 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
   const Tensor v_pool = poisoned(DType::kBF16, pool_shape);
   rope_kv_write_cuda(qkv_d, pos_d.data_as<const int32_t>(), slot_d.data_as<const int32_t>(),
                      inv_d.data_as<const float>(), s.rope_dim, s.n_heads, s.n_kv, q_out, k_pool, v_pool,
-                     nullptr);
+                     nullptr, layout);
   cuda::synchronize();
 
   const std::vector<float> q_ref_v(q_ref.data_as<float>(), q_ref.data_as<float>() + T * H * hd);

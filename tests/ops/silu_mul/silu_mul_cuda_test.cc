@@ -51,7 +51,11 @@ void check_silu_mul(int64_t T, int64_t F, bool misaligned) {
   const Tensor out = poisoned(DType::kBF16, {T, F});
   silu_mul_cuda(gate_up, out, nullptr);
   cuda::synchronize();
-  expect_close_bf16(download_f32(out), ref_v, 1e-6 * rms(ref_v), what);
+  // The kernel's f32 expf and division are a little biased against the
+  // double reference: 4.8e-5 (relative) was measured on the H200 at T 300,
+  // F 14336, just past the pure-rounding allowance. 2e-4 allows that and still
+  // fails a 0.1% scale error.
+  expect_close_bf16(download_f32(out), ref_v, 1e-6 * rms(ref_v), what, 2e-4);
 }
 
 TEST(SiluMulCuda, MatchesReference) {
