@@ -38,16 +38,18 @@ StatusOr<Tensor> LlamaCudaRunner::forward(const ForwardBatch& batch) {
 }
 
 StatusOr<std::unique_ptr<LlamaCudaRunner>> make_llama_cuda_runner(const ModelSource& source,
-                                                                   const EngineConfig& config,
-                                                                   int64_t max_model_len, ThreadPool& pool) {
+                                                                  const EngineConfig& config,
+                                                                  int64_t max_model_len, ThreadPool& pool) {
   std::string why;
-  if (cuda::device_count(&why) == 0) return failed_precondition("--device cuda: no CUDA device (" + why + ")");
+  if (cuda::device_count(&why) == 0)
+    return failed_precondition("--device cuda: no CUDA device (" + why + ")");
   const ModelConfig& c = source.config;
   if (config.kv_cache_dtype.has_value() && *config.kv_cache_dtype != DType::kBF16) {
     return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(*config.kv_cache_dtype) +
                             ": the CUDA KV cache is bf16 (auto or bf16)");
   }
-  if (config.naive_kv_cache) return invalid_argument("--kv-cache naive: the CUDA runner has only the paged cache");
+  if (config.naive_kv_cache)
+    return invalid_argument("--kv-cache naive: the CUDA runner has only the paged cache");
   std::unique_ptr<LlamaCudaModel> model;
   if (source.format == LoadFormat::kDummy) {
     const auto inv_freq = rope_inv_freqs(c.rope_dim, c.rope_theta, c.rope_scaling);

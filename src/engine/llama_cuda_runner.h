@@ -25,7 +25,8 @@ class LlamaCudaRunner final : public ModelRunner {
  public:
   // kv_budget_bytes: what --gpu-memory-utilization leaves for the pools once
   // the weights are resident and the step buffers of `limits` are counted.
-  LlamaCudaRunner(std::unique_ptr<LlamaCudaModel> model, const LlamaCudaLimits& limits, int64_t kv_budget_bytes);
+  LlamaCudaRunner(std::unique_ptr<LlamaCudaModel> model, const LlamaCudaLimits& limits,
+                  int64_t kv_budget_bytes);
 
   const ModelConfig& config() const override { return model_->config(); }
   int64_t kv_bytes_per_block(int32_t block_size) const override {
@@ -50,7 +51,7 @@ class LlamaCudaRunner final : public ModelRunner {
 // (vLLM's meaning: weights, KV and workspace together) less what is in use.
 // `pool` serves the host model that views the weights while they upload.
 StatusOr<std::unique_ptr<LlamaCudaRunner>> make_llama_cuda_runner(const ModelSource& source,
-                                                                   const EngineConfig& config,
-                                                                   int64_t max_model_len, ThreadPool& pool);
+                                                                  const EngineConfig& config,
+                                                                  int64_t max_model_len, ThreadPool& pool);
 
 }  // namespace nanoserve

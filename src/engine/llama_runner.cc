@@ -57,7 +57,8 @@ StatusOr<Device> resolve_device(std::optional<Device> requested) {
   return *requested;
 #else
   if (requested == Device::kCUDA) {
-    return failed_precondition("--device cuda: this build has no CUDA backend (configure with -DNANOSERVE_CUDA=ON)");
+    return failed_precondition(
+        "--device cuda: this build has no CUDA backend (configure with -DNANOSERVE_CUDA=ON)");
   }
   return Device::kCPU;
 #endif
@@ -79,7 +80,8 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
   le.text = std::make_unique<TokenizerText>(*le.tokenizer);
 #if NANOSERVE_CUDA
   if (le.device == Device::kCUDA) {
-    NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaRunner> runner, make_llama_cuda_runner(le.source, config, max_len, pool));
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaRunner> runner,
+                        make_llama_cuda_runner(le.source, config, max_len, pool));
     NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
     return le;
   }

@@ -35,8 +35,8 @@ std::shared_ptr<void> pinned(int64_t bytes) {
 // bf16, and copied through a pinned staging buffer.
 void upload_rows(const Tensor& src, const Tensor& dst, int64_t row0) {
   const int64_t rows = src.dim(0), cols = src.dim(1);
-  NS_CHECK(dst.dim(1) == cols && row0 + rows <= dst.dim(0)) << "upload " << src.shape_string() << " into "
-                                                            << dst.shape_string() << " at row " << row0;
+  NS_CHECK(dst.dim(1) == cols && row0 + rows <= dst.dim(0))
+      << "upload " << src.shape_string() << " into " << dst.shape_string() << " at row " << row0;
   const int64_t row_bytes = dtype_bytes(src.dtype(), cols);
   constexpr int64_t kChunkRows = 1024;
   std::vector<float> f32(static_cast<size_t>(cols));
@@ -77,7 +77,9 @@ Tensor device_ones(int64_t n) {
   return device_floats(ones);
 }
 
-int64_t bytes_of(const Tensor& t) { return t.defined() ? t.nbytes() : 0; }
+int64_t bytes_of(const Tensor& t) {
+  return t.defined() ? t.nbytes() : 0;
+}
 
 }  // namespace
 
@@ -159,7 +161,8 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::upload(const ModelConf
 }
 
 StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfig& config,
-                                                                std::span<const float> inv_freq, uint64_t seed) {
+                                                                std::span<const float> inv_freq,
+                                                                uint64_t seed) {
   NS_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel(config));
   LlamaCudaWeights& w = m->weights_;
@@ -189,7 +192,8 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfi
   w.inv_freq = device_floats(inv_freq);
   cuda::synchronize();
   int64_t bytes = bytes_of(w.tok_embd) + (config.tied_embeddings ? 0 : bytes_of(w.lm_head));
-  for (const LlamaCudaLayer& L : w.layers) bytes += bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.w_gate_up) + bytes_of(L.w_down);
+  for (const LlamaCudaLayer& L : w.layers)
+    bytes += bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.w_gate_up) + bytes_of(L.w_down);
   m->weight_bytes_ = bytes;
   return StatusOr<std::unique_ptr<LlamaCudaModel>>(std::move(m));
 }
@@ -213,7 +217,8 @@ int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLim
 Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_blocks, int32_t block_size) {
   const ModelConfig& c = config_;
   if (step_) return failed_precondition("LlamaCudaModel::allocate called twice");
-  if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logits_rows < 1 || limits.max_blocks_per_seq < 1) {
+  if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logits_rows < 1 ||
+      limits.max_blocks_per_seq < 1) {
     return invalid_argument("CUDA workspace limits must all be >= 1");
   }
   if (num_blocks < 1) return invalid_argument("num_blocks must be >= 1");
@@ -230,11 +235,11 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   s->limits = limits;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   const int64_t T = limits.max_tokens, R = limits.max_logits_rows;
-  const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
+  const int64_t qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   s->gemm = std::make_unique<GemmCuda>();
   s->batch = std::make_unique<PagedBatchCuda>(limits.max_tokens, limits.max_seqs, limits.max_blocks_per_seq);
-  s->attn_ws = std::make_unique<PagedAttentionWorkspaceCuda>(limits.max_tokens, static_cast<int32_t>(c.n_heads),
-                                                             static_cast<int32_t>(c.head_dim));
+  s->attn_ws = std::make_unique<PagedAttentionWorkspaceCuda>(
+      limits.max_tokens, static_cast<int32_t>(c.n_heads), static_cast<int32_t>(c.head_dim));
   s->x = cuda::empty(DType::kF32, {T, c.dim});
   s->xn = cuda::empty(DType::kBF16, {T, c.dim});
   s->qkv = cuda::empty(DType::kBF16, {T, qkv_dim});
@@ -248,7 +253,6 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   s->argmax = cuda::empty(DType::kI32, {R});
   s->logits_host = pinned(R * c.vocab_size * 4);
   s->argmax_host = pinned(R * 4);
-  (void)q_dim;
   // The pools: one allocation, a K and a V view per layer.
   const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
   s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});
@@ -266,8 +270,12 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   return Status::ok_status();
 }
 
-const Tensor& LlamaCudaModel::k_pool(int layer) const { return k_pools_.at(static_cast<size_t>(layer)); }
-const Tensor& LlamaCudaModel::v_pool(int layer) const { return v_pools_.at(static_cast<size_t>(layer)); }
+const Tensor& LlamaCudaModel::k_pool(int layer) const {
+  return k_pools_.at(static_cast<size_t>(layer));
+}
+const Tensor& LlamaCudaModel::v_pool(int layer) const {
+  return v_pools_.at(static_cast<size_t>(layer));
+}
 
 std::span<const int32_t> LlamaCudaModel::argmax() const {
   if (!step_) return {};
@@ -283,16 +291,20 @@ Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
   const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
   auto bad = [](const std::string& what) { return invalid_argument("forward: " + what); };
   if (T < 1 || B < 1) return bad("empty batch");
-  if (T > lim.max_tokens) return bad(std::to_string(T) + " tokens exceed the workspace's " + std::to_string(lim.max_tokens));
-  if (B > lim.max_seqs) return bad(std::to_string(B) + " sequences exceed the workspace's " + std::to_string(lim.max_seqs));
+  if (T > lim.max_tokens)
+    return bad(std::to_string(T) + " tokens exceed the workspace's " + std::to_string(lim.max_tokens));
+  if (B > lim.max_seqs)
+    return bad(std::to_string(B) + " sequences exceed the workspace's " + std::to_string(lim.max_seqs));
   if (R > lim.max_logits_rows) {
-    return bad(std::to_string(R) + " logits rows exceed the workspace's " + std::to_string(lim.max_logits_rows));
+    return bad(std::to_string(R) + " logits rows exceed the workspace's " +
+               std::to_string(lim.max_logits_rows));
   }
   if (batch.max_blocks_per_seq < 1 || batch.max_blocks_per_seq > lim.max_blocks_per_seq) {
     return bad("max_blocks_per_seq " + std::to_string(batch.max_blocks_per_seq) + " outside [1, " +
                std::to_string(lim.max_blocks_per_seq) + "]");
   }
-  if (static_cast<int64_t>(batch.positions.size()) != T || static_cast<int64_t>(batch.slot_mapping.size()) != T ||
+  if (static_cast<int64_t>(batch.positions.size()) != T ||
+      static_cast<int64_t>(batch.slot_mapping.size()) != T ||
       static_cast<int64_t>(batch.context_lens.size()) != B ||
       static_cast<int64_t>(batch.block_tables.size()) != B * batch.max_blocks_per_seq) {
     return bad("positions, slot_mapping, context_lens or block_tables have the wrong length");
@@ -304,13 +316,15 @@ Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
       return bad("token " + std::to_string(t) + " has id " + std::to_string(batch.tokens[t]) +
                  " outside the vocabulary of " + std::to_string(config_.vocab_size));
     }
-    if (batch.slot_mapping[t] >= slots) return bad("slot " + std::to_string(batch.slot_mapping[t]) + " outside the pool");
+    if (batch.slot_mapping[t] >= slots)
+      return bad("slot " + std::to_string(batch.slot_mapping[t]) + " outside the pool");
   }
   for (int64_t b = 0; b < B; ++b) {
     const int32_t n = batch.seq_starts[b + 1] - batch.seq_starts[b], ctx = batch.context_lens[b];
     if (n < 0 || ctx < n) return bad("sequence " + std::to_string(b) + ": context shorter than its tokens");
     if (ctx > int64_t{batch.max_blocks_per_seq} * block_size_) {
-      return bad("sequence " + std::to_string(b) + ": context " + std::to_string(ctx) + " longer than its block table");
+      return bad("sequence " + std::to_string(b) + ": context " + std::to_string(ctx) +
+                 " longer than its block table");
     }
     const int32_t used = (ctx + block_size_ - 1) / block_size_;
     for (int32_t i = 0; i < used; ++i) {
@@ -324,7 +338,8 @@ Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
     }
   }
   for (int32_t r : batch.logits_rows) {
-    if (r < 0 || r >= T) return bad("logits row " + std::to_string(r) + " outside the " + std::to_string(T) + " tokens");
+    if (r < 0 || r >= T)
+      return bad("logits row " + std::to_string(r) + " outside the " + std::to_string(T) + " tokens");
   }
   return Status::ok_status();
 }
@@ -359,8 +374,8 @@ StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_lo
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
                        v_pools_[static_cast<size_t>(l)], st);
-    paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep, scale,
-                         *s.attn_ws, attn, st);
+    paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
+                         scale, *s.attn_ws, attn, st);
     s.gemm->matmul(attn2, L.wo, proj, st);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
     s.gemm->matmul(xn, L.w_gate_up, gate_up, st);

@@ -51,10 +51,10 @@ struct LlamaCudaWeights {
 
 // Sizes the step buffers are allocated for.
 struct LlamaCudaLimits {
-  int32_t max_tokens = 512;           // tokens in one step
-  int32_t max_seqs = 64;              // sequences in one step
-  int32_t max_logits_rows = 64;       // rows that need logits
-  int32_t max_blocks_per_seq = 0;     // block-table row stride capacity
+  int32_t max_tokens = 512;        // tokens in one step
+  int32_t max_seqs = 64;           // sequences in one step
+  int32_t max_logits_rows = 64;    // rows that need logits
+  int32_t max_blocks_per_seq = 0;  // block-table row stride capacity
 };
 
 class LlamaCudaModel {
@@ -64,8 +64,8 @@ class LlamaCudaModel {
   static StatusOr<std::unique_ptr<LlamaCudaModel>> upload(const ModelConfig& config, const LlamaWeights& host,
                                                           std::span<const float> inv_freq);
   // Random weights of the config's shape (uniform, fixed seed), made on the device.
-  static StatusOr<std::unique_ptr<LlamaCudaModel>> dummy(const ModelConfig& config, std::span<const float> inv_freq,
-                                                         uint64_t seed);
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> dummy(const ModelConfig& config,
+                                                         std::span<const float> inv_freq, uint64_t seed);
   ~LlamaCudaModel();
   LlamaCudaModel(const LlamaCudaModel&) = delete;
   LlamaCudaModel& operator=(const LlamaCudaModel&) = delete;

@@ -182,7 +182,8 @@ TEST_F(LlamaCuda, GreedyAgreesWithCpu) {
     std::printf("prompt %d: %2d/%d greedy tokens agree%s", p, same, kSteps, diverged_at < 0 ? "\n" : "");
     if (diverged_at >= 0) {
       std::printf(", then parts where the CPU's top-2 margin is %.3f\n", div_margin);
-      EXPECT_LT(div_margin, 0.5f) << "prompt " << p << " parts at step " << diverged_at << " with a clear margin";
+      EXPECT_LT(div_margin, 0.5f) << "prompt " << p << " parts at step " << diverged_at
+                                  << " with a clear margin";
     }
   }
   std::printf("greedy agreement GPU vs CPU: %d/%d tokens\n", agree, total);
@@ -208,7 +209,8 @@ TEST_F(LlamaCuda, ChunkedAndBatchedPrefillMatchWhole) {
   std::vector<float> chunked;
   for (int32_t s = 0; s < n; s += 7) {
     const int32_t e = std::min(n, s + 7);
-    ForwardBatch b = testing::make_batch({std::vector<int32_t>(prompt.begin() + s, prompt.begin() + e)}, {s}, {1});
+    ForwardBatch b =
+        testing::make_batch({std::vector<int32_t>(prompt.begin() + s, prompt.begin() + e)}, {s}, {1});
     add_tables(b);
     auto out = gpu->forward(b);
     ASSERT_TRUE(out.ok());

@@ -78,11 +78,13 @@ TEST(LlamaCudaHfOracle, LogitsAndGreedyMatchTransformers) {
   std::string why;
   if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
   const char* dir = std::getenv("NS_HF_ORACLE_DIR");
-  if (dir == nullptr) GTEST_SKIP() << "NS_HF_ORACLE_DIR is not set (scripts/gpu-check makes it with scripts/hf_oracle.py)";
+  if (dir == nullptr)
+    GTEST_SKIP() << "NS_HF_ORACLE_DIR is not set (scripts/gpu-check makes it with scripts/hf_oracle.py)";
   std::ifstream jf(std::string(dir) + "/oracle.json");
   ASSERT_TRUE(jf.good()) << dir << "/oracle.json";
   const json oracle = json::parse(jf);
-  const std::vector<float> ref = read_floats(std::string(dir) + "/" + oracle["logits_file"].get<std::string>());
+  const std::vector<float> ref =
+      read_floats(std::string(dir) + "/" + oracle["logits_file"].get<std::string>());
   const std::vector<float> planted =
       read_floats(std::string(dir) + "/" + oracle["planted_logits_file"].get<std::string>());
 
@@ -106,8 +108,9 @@ TEST(LlamaCudaHfOracle, LogitsAndGreedyMatchTransformers) {
   for (size_t i = 0; i < ours.size(); ++i) {
     worst_freq = std::max(worst_freq, std::fabs(double(ours[i]) - hf_freq[i]) / hf_freq[i]);
   }
-  std::printf("rotary frequencies: worst relative difference from transformers' %.2e (attention scaling %.3f)\n",
-              worst_freq, oracle["attention_scaling"].get<double>());
+  std::printf(
+      "rotary frequencies: worst relative difference from transformers' %.2e (attention scaling %.3f)\n",
+      worst_freq, oracle["attention_scaling"].get<double>());
   EXPECT_LT(worst_freq, 1e-6);
   EXPECT_EQ(oracle["attention_scaling"].get<double>(), 1.0);
 
@@ -133,10 +136,11 @@ TEST(LlamaCudaHfOracle, LogitsAndGreedyMatchTransformers) {
       pl += nmse(g, planted.data() + offset + t * V, V) / static_cast<double>(n);
       argmax_same += argmax(g, V) == argmax(ref.data() + offset + t * V, V);
     }
-    std::printf("prompt %zu (%lld positions): worst NMSE vs transformers %.2e (CPU forward %.2e), mean NMSE vs "
-                "the planted bug (%s) %.2e, argmax equal at %d/%lld\n",
-                p, static_cast<long long>(n), w, wc, oracle["planted"].get<std::string>().c_str(), pl, argmax_same,
-                static_cast<long long>(n));
+    std::printf(
+        "prompt %zu (%lld positions): worst NMSE vs transformers %.2e (CPU forward %.2e), mean NMSE vs "
+        "the planted bug (%s) %.2e, argmax equal at %d/%lld\n",
+        p, static_cast<long long>(n), w, wc, oracle["planted"].get<std::string>().c_str(), pl, argmax_same,
+        static_cast<long long>(n));
     worst = std::max(worst, w);
     // One position attends only to itself: an attention-scale error cannot show there.
     if (n > 1) planted_best = std::min(planted_best, pl / w);
@@ -153,8 +157,8 @@ TEST(LlamaCudaHfOracle, LogitsAndGreedyMatchTransformers) {
     for (size_t i = 0; i < hf_tokens.size(); ++i) {
       const int32_t ours = (*gpu)->argmax()[static_cast<size_t>(i == 0 ? n - 1 : 0)];
       if (margins[i] < 0.05f) break;
-      ASSERT_EQ(ours, hf_tokens[i]) << "prompt " << p << ", generated token " << i << " (margin " << margins[i]
-                                    << ")";
+      ASSERT_EQ(ours, hf_tokens[i]) << "prompt " << p << ", generated token " << i << " (margin "
+                                    << margins[i] << ")";
       ++checked;
       auto step = (*gpu)->forward(one_sequence({hf_tokens[i]}, pos++, false));
       ASSERT_TRUE(step.ok()) << step.status().to_string();
