@@ -1,9 +1,9 @@
 // The model's non-attention ops on the GPU at the Llama-3-8B shapes (dim 4096,
 // 32 q / 8 kv heads of 128, ffn 14336, vocab 128256): time per call and the
 // bandwidth achieved (bytes the op must move / time) against the
-// device-to-device copy ceiling measured in the same run; and the cuBLASLt
-// GEMMs of the linear layers at M = 1, 8 and 64 under both GemmPolicy values,
-// in TB/s (weight + activation bytes / time) and TFLOP/s.
+// device-to-device copy ceiling measured in the same run; and the linear layers
+// at M = 1, 8, 64 and 1,024 through our linear_cuda and through cuBLASLt under
+// both GemmPolicy values, in TB/s (weight + activation bytes / time) and TFLOP/s.
 //
 // Each timed unit is a CUDA graph of kCalls calls (launch gaps as a captured
 // decode step sees them), cycling over enough copies of the inputs that they
@@ -25,6 +25,7 @@
 #include "ops/argmax/argmax_cuda.cuh"
 #include "ops/embedding/embedding_cuda.cuh"
 #include "ops/fill/fill_cuda.cuh"
+#include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/rope/rope_cuda.cuh"
@@ -204,29 +205,39 @@ void bench_gemms(cudaStream_t s, double ceiling) {
                             {"gate_up", 4096, 28672, DType::kBF16},
                             {"down", 14336, 4096, DType::kBF16},
                             {"lm_head", 4096, 128256, DType::kF32}};
-  std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "policy", "time", "TB/s",
+  std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "kernel", "time", "TB/s",
               "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
-  for (GemmPolicy policy : {GemmPolicy::kPerShape, GemmPolicy::kBatchInvariant}) {
-    GemmCuda gemm(32 << 20, policy);
-    const char* pname = policy == GemmPolicy::kPerShape ? "per-shape" : "invariant";
-    for (const Linear& l : linears) {
-      const int64_t wbytes = l.N * l.K * 2;
-      const int n = copies_for(wbytes);
-      std::vector<Tensor> ws;
-      for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
-      for (int64_t M : {1, 8, 64}) {
-        const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
-        const Tensor y = cuda::empty(l.y, {M, l.N});
-        const double ms = time_graph(s, [&](int i) { gemm.matmul(x, ws[i % n], y, s); });
+  GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape), invariant(32 << 20, GemmPolicy::kBatchInvariant);
+  for (const Linear& l : linears) {
+    const int64_t wbytes = l.N * l.K * 2;
+    const int n = copies_for(wbytes);
+    std::vector<Tensor> ws;
+    for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
+    for (int64_t M : {1, 8, 64, 1024}) {
+      const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
+      const Tensor y = cuda::empty(l.y, {M, l.N});
+      for (int kernel = 0; kernel < 3; ++kernel) {
+        GemmCuda* gemm = kernel == 1 ? &per_shape : kernel == 2 ? &invariant : nullptr;
+        const char* kname = kernel == 0 ? "ours" : kernel == 1 ? "per-shape" : "invariant";
+        const double ms = time_graph(s, [&](int i) {
+          if (gemm == nullptr) {
+            linear_cuda(x, ws[i % n], y, s);
+          } else {
+            gemm->matmul(x, ws[i % n], y, s);
+          }
+        });
         const double bytes = static_cast<double>(wbytes + M * l.K * 2 + M * l.N * dtype_bytes(l.y, 1));
         const double tbs = bytes / (ms * 1e-3) / 1e12;
         const double tflops = 2.0 * static_cast<double>(M * l.N * l.K) / (ms * 1e-3) / 1e12;
-        const GemmAlgoInfo a = gemm.algo_info(M, l.N, l.K, l.y);
-        std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f  %d %u %u %d %u %u (%.0f%% of copy)\n",
-                    l.name, (std::to_string(l.K) + " -> " + std::to_string(l.N)).c_str(),
-                    static_cast<long long>(M), pname, ms * 1e3, tbs, tflops, a.algo_id, a.tile_id,
-                    a.stages_id, a.splitk, a.reduction_scheme, static_cast<unsigned>(a.cluster_shape_id),
-                    100.0 * tbs / ceiling);
+        std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f", l.name,
+                    (std::to_string(l.K) + " -> " + std::to_string(l.N)).c_str(), static_cast<long long>(M),
+                    kname, ms * 1e3, tbs, tflops);
+        if (gemm != nullptr) {
+          const GemmAlgoInfo a = gemm->algo_info(M, l.N, l.K, l.y);
+          std::printf("  %d %u %u %d %u %u", a.algo_id, a.tile_id, a.stages_id, a.splitk, a.reduction_scheme,
+                      static_cast<unsigned>(a.cluster_shape_id));
+        }
+        std::printf(" (%.0f%% of copy)\n", 100.0 * tbs / ceiling);
       }
     }
   }

@@ -55,6 +55,8 @@ struct EngineConfig {
   bool fused_read = true;               // paged attention straight from the blocks (false: gather)
   std::optional<Device> device;         // nullopt: auto (CUDA when built with it and a GPU is present)
   double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for weights, KV and buffers
+  bool cublas_prefill = false;          // CUDA: steps of > 64 tokens through cuBLASLt (not batch-invariant)
+  bool enforce_eager = false;           // CUDA: launch every step (no CUDA graphs)
 };
 
 // The one place the KV pool is sized, in blocks: config.num_blocks if set,

@@ -65,6 +65,8 @@ StatusOr<std::unique_ptr<LlamaCudaRunner>> make_llama_cuda_runner(const ModelSou
   lim.max_seqs = config.max_num_seqs;
   lim.max_logits_rows = config.max_num_seqs;
   lim.max_blocks_per_seq = static_cast<int32_t>((max_model_len + config.block_size - 1) / config.block_size);
+  lim.cublas_prefill = config.cublas_prefill;
+  lim.cuda_graphs = !config.enforce_eager;
   const int64_t workspace = LlamaCudaModel::workspace_bytes(model->config(), lim);
   size_t free_b = 0, total_b = 0;
   NS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

@@ -1,6 +1,7 @@
 #include "model/llama_cuda.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "ops/embedding/embedding_cuda.cuh"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/gather/gather_cuda.cuh"
+#include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul_cuda.cuh"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
@@ -81,6 +83,78 @@ int64_t bytes_of(const Tensor& t) {
   return t.defined() ? t.nbytes() : 0;
 }
 
+// What a captured step depends on besides the device buffers it reads.
+struct GraphKey {
+  int32_t tokens = 0, rows = 0, table_stride = 0;
+  bool logits = false;
+  uint32_t attention = 0;  // paged_attention_cuda_launch_key
+  bool operator==(const GraphKey&) const = default;
+};
+
+// Captured steps, a fixed number, the least recently used replaced. A key is
+// launched eagerly the first time (kernel loading, GEMM choices happen outside
+// any capture) and captured the second.
+class StepGraphs {
+ public:
+  static constexpr int kCapacity = 64;
+  StepGraphs() = default;
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  ~StepGraphs() {
+    for (Entry& e : entries_) {
+      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+    }
+  }
+
+  template <typename Record>
+  void launch(const GraphKey& key, cudaStream_t st, Record&& record) {
+    Entry* e = find(key);
+    if (e == nullptr) {  // first sight: run it, remember it
+      e = victim();
+      if (e->exec != nullptr) cudaGraphExecDestroy(e->exec);
+      *e = Entry{key, nullptr, ++clock_};
+      record();
+      return;
+    }
+    e->used = ++clock_;
+    if (e->exec == nullptr) {
+      cudaGraph_t graph = nullptr;
+      NS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      record();
+      NS_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      const cudaError_t made = cudaGraphInstantiate(&e->exec, graph, 0);
+      cudaGraphDestroy(graph);
+      NS_CUDA_CHECK(made);
+      ++captures_;
+    }
+    NS_CUDA_CHECK(cudaGraphLaunch(e->exec, st));
+  }
+  int64_t captures() const { return captures_; }
+
+ private:
+  struct Entry {
+    GraphKey key;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t used = 0;  // 0: free
+  };
+  Entry* find(const GraphKey& key) {
+    for (Entry& e : entries_) {
+      if (e.used != 0 && e.key == key) return &e;
+    }
+    return nullptr;
+  }
+  Entry* victim() {
+    Entry* v = &entries_[0];
+    for (Entry& e : entries_) {
+      if (e.used < v->used) v = &e;
+    }
+    return v;
+  }
+  std::array<Entry, kCapacity> entries_{};
+  uint64_t clock_ = 0;
+  int64_t captures_ = 0;
+};
+
 }  // namespace
 
 // ---- the step's device state -------------------------------------------------------
@@ -106,6 +180,7 @@ struct LlamaCudaModel::Step {
   std::shared_ptr<void> logits_host;  // pinned [max_logits_rows, vocab] f32
   std::shared_ptr<void> argmax_host;  // pinned [max_logits_rows] i32
   int32_t last_rows = 0;
+  StepGraphs graphs;
 
   ~Step() {
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -236,7 +311,10 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
   const int64_t T = limits.max_tokens, R = limits.max_logits_rows;
   const int64_t qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
-  s->gemm = std::make_unique<GemmCuda>();
+  // cuBLASLt serves the shapes linear_cuda does not (and, opted in, large
+  // steps); without the opt-in it keeps one kernel per shape for every M.
+  s->gemm = std::make_unique<GemmCuda>(32 << 20, limits.cublas_prefill ? GemmPolicy::kPerShape
+                                                                       : GemmPolicy::kBatchInvariant);
   s->batch = std::make_unique<PagedBatchCuda>(limits.max_tokens, limits.max_seqs, limits.max_blocks_per_seq);
   s->attn_ws = std::make_unique<PagedAttentionWorkspaceCuda>(
       limits.max_tokens, static_cast<int32_t>(c.n_heads), static_cast<int32_t>(c.head_dim));
@@ -275,6 +353,10 @@ const Tensor& LlamaCudaModel::k_pool(int layer) const {
 }
 const Tensor& LlamaCudaModel::v_pool(int layer) const {
   return v_pools_.at(static_cast<size_t>(layer));
+}
+
+int64_t LlamaCudaModel::graph_captures() const {
+  return step_ ? step_->graphs.captures() : 0;
 }
 
 std::span<const int32_t> LlamaCudaModel::argmax() const {
@@ -344,21 +426,30 @@ Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
   return Status::ok_status();
 }
 
-StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_logits) {
-  NS_RETURN_IF_ERROR(validate_batch(batch));
+// The step's kernels and copies, all on the step's stream, reading the batch
+// from the device buffers (db) only: nothing here depends on the host batch
+// beyond T, R, want_logits and the attention launch plan, so a captured graph
+// of it replays for any batch that agrees on those.
+void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, bool want_logits) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
-  const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
   const float eps = c.norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int n_rep = static_cast<int>(c.n_rep());
-  s.batch->upload(batch, st);
   const PagedBatchCuda& db = *s.batch;
 
   Tensor x = s.x.slice_rows(0, T), xn = s.xn.slice_rows(0, T), qkv = s.qkv.slice_rows(0, T);
   Tensor q = s.q.slice_rows(0, T), attn = s.attn.slice_rows(0, T), proj = s.proj.slice_rows(0, T);
   Tensor gate_up = s.gate_up.slice_rows(0, T), act = s.act.slice_rows(0, T);
   Tensor attn2 = attn.reshape({T, c.n_heads * c.head_dim});
+  const bool small_step = T <= 64 || !s.limits.cublas_prefill;
+  auto linear = [&](const Tensor& in, const Tensor& w, const Tensor& out) {
+    if (small_step && linear_cuda_supports(in, w, out)) {
+      linear_cuda(in, w, out, st);
+    } else {
+      s.gemm->matmul(in, w, out, st);
+    }
+  };
 
   embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
   for (int64_t l = 0; l < c.n_layers; ++l) {
@@ -369,25 +460,24 @@ StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_lo
     } else {
       add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st);
     }
-    s.gemm->matmul(xn, L.wqkv, qkv, st);
+    linear(xn, L.wqkv, qkv);
     rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
                        v_pools_[static_cast<size_t>(l)], st);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
                          scale, *s.attn_ws, attn, st);
-    s.gemm->matmul(attn2, L.wo, proj, st);
+    linear(attn2, L.wo, proj);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
-    s.gemm->matmul(xn, L.w_gate_up, gate_up, st);
+    linear(xn, L.w_gate_up, gate_up);
     silu_mul_cuda(gate_up, act, st);
-    s.gemm->matmul(act, L.w_down, proj, st);
+    linear(act, L.w_down, proj);
   }
   add_rmsnorm_cuda(x, proj, weights_.output_norm, eps, xn, st);
-  Tensor last = s.last.slice_rows(0, R), logits = s.logits.slice_rows(0, R);
-  Tensor result;
   if (R > 0) {
+    Tensor last = s.last.slice_rows(0, R), logits = s.logits.slice_rows(0, R);
     gather_rows_cuda(xn, db.logits_rows(), static_cast<int32_t>(R), last, st);
-    s.gemm->matmul(last, weights_.lm_head, logits, st);
+    linear(last, weights_.lm_head, logits);
     argmax_cuda(logits, s.argmax.data_as<int32_t>(), st);
     NS_CUDA_CHECK(cudaMemcpyAsync(s.argmax_host.get(), s.argmax.data(), static_cast<size_t>(R) * 4,
                                   cudaMemcpyDeviceToHost, st));
@@ -395,6 +485,23 @@ StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_lo
       NS_CUDA_CHECK(cudaMemcpyAsync(s.logits_host.get(), logits.data(),
                                     static_cast<size_t>(R * c.vocab_size) * 4, cudaMemcpyDeviceToHost, st));
     }
+  }
+}
+
+StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_logits) {
+  NS_RETURN_IF_ERROR(validate_batch(batch));
+  const ModelConfig& c = config_;
+  Step& s = *step_;
+  cudaStream_t st = s.stream;
+  const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
+  s.batch->upload(batch, st);
+  if (s.limits.cuda_graphs && T <= LlamaCudaLimits::kGraphMaxTokens) {
+    const GraphKey key{static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq, want_logits,
+                       paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()),
+                                                       *s.attn_ws)};
+    s.graphs.launch(key, st, [&] { enqueue_step(T, R, want_logits); });
+  } else {
+    enqueue_step(T, R, want_logits);
   }
   NS_CUDA_CHECK(cudaStreamSynchronize(st));
   s.last_rows = static_cast<int32_t>(R);

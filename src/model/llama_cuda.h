@@ -2,6 +2,7 @@
 // The Llama-family forward pass on a CUDA device (docs/model_cuda.md).
 //
 //   x = embed(tokens)                                           [T, dim] f32 residual stream
+// (every linear y = x w^T through linear_cuda, batch-invariant at any T; see LlamaCudaLimits)
 //   per layer: xn = rmsnorm(x)                                  bf16 (the add of the previous
 //                                                               sublayer's output fused in)
 //              qkv = xn wqkv^T; rope(q, k) + KV write            one GEMM, one fused kernel
@@ -55,6 +56,15 @@ struct LlamaCudaLimits {
   int32_t max_seqs = 64;           // sequences in one step
   int32_t max_logits_rows = 64;    // rows that need logits
   int32_t max_blocks_per_seq = 0;  // block-table row stride capacity
+  // Steps of more than 64 tokens through cuBLASLt's per-shape choice: faster
+  // prefill, but a row's bits then depend on the step it ran in. Off: every
+  // linear whose shape linear_cuda runs goes through it, at any step size.
+  bool cublas_prefill = false;
+  // Steps of at most kGraphMaxTokens tokens replay a CUDA graph of the whole
+  // forward, captured the second time a (tokens, logits rows, attention plan)
+  // combination is seen; off (--enforce-eager) every step is launched.
+  bool cuda_graphs = true;
+  static constexpr int32_t kGraphMaxTokens = 64;
 };
 
 class LlamaCudaModel {
@@ -96,11 +106,14 @@ class LlamaCudaModel {
   // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16.
   const Tensor& k_pool(int layer) const;
   const Tensor& v_pool(int layer) const;
+  // Graphs captured so far (for tests and reports).
+  int64_t graph_captures() const;
 
  private:
   struct Step;  // device workspace, stream, GEMM handle, batch buffers
   explicit LlamaCudaModel(ModelConfig config);
   Status validate_batch(const ForwardBatch& batch) const;
+  void enqueue_step(int64_t T, int64_t R, bool want_logits);
 
   ModelConfig config_;
   LlamaCudaWeights weights_;

@@ -251,6 +251,60 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
   }
 }
 
+// ---- the launch plan ---------------------------------------------------------------
+
+namespace {
+
+// What a call launches, from the host's view of the batch: every value here
+// is baked into a launch (and so into a captured graph).
+struct LaunchPlan {
+  int n_groups = 0, grid_splits = 0, stages = 0;
+  bool hold = false;
+};
+
+LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int64_t hd,
+                       const PagedAttentionWorkspaceCuda& ws, const PagedAttentionCudaOptions& options) {
+  const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
+  const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
+  LaunchPlan lp;
+  const int g = head_group_size(n_rep);
+  lp.n_groups = (n_rep + g - 1) / g;
+  // n_splits is not monotonic in ctx (2048 tokens may split 32 ways, 2100 only
+  // 17), so the grid covers the most any row up to the longest context can have.
+  const int tile = tile_tokens(static_cast<int>(hd));
+  lp.grid_splits = std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
+  // Deeper pipelines cost occupancy; they pay when the grid is one short wave
+  // (a small batch), where each block's latency chain is the whole call. Three
+  // stages (two blocks an SM) rather than four (one) let the next call's blocks
+  // start their early copies beside this call's.
+  const int64_t blocks =
+      std::min<int64_t>({ws.max_rows(), batch.num_tokens(), 65535}) * lp.grid_splits * n_kv * lp.n_groups;
+  // A stage beyond the longest split's tiles would only cost shared memory.
+  const int split_tiles = plan_splits(batch.max_context_len(), tile, max_splits, min_tiles).split_len / tile;
+  lp.stages = options.stages > 0
+                  ? options.stages
+                  : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
+  NS_CHECK(lp.stages >= 2 && lp.stages <= kMaxStages) << "stages " << lp.stages;
+  // Holding a tile in registers costs the third block an SM: only for a
+  // launch that fits at two (at its depth of three stages), and only if a
+  // split has a tile to refill.
+  lp.hold = options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} && lp.stages == kHoldStages &&
+            split_tiles > lp.stages;
+  return lp;
+}
+
+}  // namespace
+
+uint32_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
+                                         const PagedAttentionWorkspaceCuda& ws,
+                                         const PagedAttentionCudaOptions& options) {
+  const auto [block_size, n_kv, hd] = pool_dims(k_pool, options.layout);
+  (void)block_size;
+  const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options);
+  return static_cast<uint32_t>(lp.grid_splits) | static_cast<uint32_t>(lp.stages) << 8 |
+         static_cast<uint32_t>(lp.hold) << 16;
+}
+
 // ---- entry points --------------------------------------------------------------
 
 int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options) {
@@ -316,13 +370,9 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   if (t_all == 0) return;
 
+  const LaunchPlan plan = plan_launch(batch, n_kv, n_rep, hd, ws, options);
   const int g = head_group_size(n_rep);
-  const int n_groups = (n_rep + g - 1) / g;
-  // n_splits is not monotonic in ctx (2048 tokens may split 32 ways, 2100 only
-  // 17), so the grid covers the most any row up to the longest context can have.
-  const int tile = tile_tokens(static_cast<int>(hd));
-  const int grid_splits =
-      std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
+  const int n_groups = plan.n_groups, grid_splits = plan.grid_splits;
   dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
     AttnParams<T> p{};
     const int box_rows = static_cast<int>(std::min<int64_t>(block_size, Geometry<HD>::kWarpTokens));
@@ -345,24 +395,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.max_blocks_per_seq = batch.max_blocks_per_seq();
     p.max_splits = max_splits;
     p.min_split_tiles = min_tiles;
-    // Deeper pipelines cost occupancy; they pay when the grid is one short wave
-    // (a small batch), where each block's latency chain is the whole call. Three
-    // stages (two blocks an SM) rather than four (one) let the next call's blocks
-    // start their early copies beside this call's.
-    const int64_t blocks = std::min<int64_t>({ws.max_rows(), t_all, 65535}) * grid_splits * n_kv * n_groups;
-    // A stage beyond the longest split's tiles would only cost shared memory.
-    const int split_tiles =
-        plan_splits(batch.max_context_len(), tile, max_splits, min_tiles).split_len / tile;
-    p.stages =
-        options.stages > 0
-            ? options.stages
-            : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
-    NS_CHECK(p.stages >= 2 && p.stages <= kMaxStages) << "stages " << p.stages;
-    // Holding a tile in registers costs the third block an SM: only for a
-    // launch that fits at two (at its depth of three stages), and only if a
-    // split has a tile to refill.
-    const bool hold = options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} &&
-                      p.stages == kHoldStages && split_tiles > p.stages;
+    p.stages = plan.stages;
+    const bool hold = plan.hold;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
     NS_CHECK(options.early_window >= 0) << "early_window " << options.early_window;

@@ -192,6 +192,14 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream = nullptr,
                           const PagedAttentionCudaOptions& options = {});
 
+// What paged_attention_cuda would bake into its launches for this batch (grid,
+// pipeline depth, kernel variant), packed: equal keys launch alike, so a CUDA
+// graph captured for one batch replays for another with the same key (and the
+// same token count), its metadata being read from the device.
+uint32_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
+                                         const PagedAttentionWorkspaceCuda& ws,
+                                         const PagedAttentionCudaOptions& options = {});
+
 // How many thread blocks a row of context ctx is split over (1: no partials). For tests and benchmarks.
 int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options = {});
 

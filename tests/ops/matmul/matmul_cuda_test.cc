@@ -27,6 +27,7 @@
 #include "ops/fill/fill.h"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/matmul/matmul.h"
+#include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul_cuda.cuh"
 
 namespace nanoserve {
@@ -71,7 +72,9 @@ std::vector<int64_t> sample_columns(int64_t N, std::mt19937_64& rng) {
   return cols;
 }
 
-void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
+// y = x . w^T by `mm` (a GemmCuda or linear_cuda) against the reference.
+template <typename Matmul>
+void check_matmul(Matmul&& mm, const Weight& w, int64_t M, DType y_dtype) {
   const int64_t N = w.N, K = w.K;
   const uint64_t seed = fresh_seed();
   const std::string what = "y[" + std::to_string(M) + ", " + std::to_string(N) + "] " + dtype_name(y_dtype) +
@@ -82,7 +85,7 @@ void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
   const std::vector<uint16_t> x16 = to_bf16(uniform_floats(M * K, seed, 1.0f));
   const Tensor x = upload(x16, DType::kBF16, {M, K});
   const Tensor y = poisoned(y_dtype, {M, N});
-  gemm.matmul(x, w.dev, y, nullptr);
+  mm(x, w.dev, y);
   cuda::synchronize();
   const std::vector<float> got = download_f32(y);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -112,6 +115,16 @@ void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
   } else {
     expect_close(got_v, ref_v, kNmseGemmF32, 1e-3, floor, what);
   }
+}
+
+void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
+  check_matmul([&](const Tensor& x, const Tensor& wt, const Tensor& y) { gemm.matmul(x, wt, y, nullptr); }, w, M,
+               y_dtype);
+}
+
+void check_linear(const Weight& w, int64_t M, DType y_dtype) {
+  check_matmul([](const Tensor& x, const Tensor& wt, const Tensor& y) { linear_cuda(x, wt, y, nullptr); }, w, M,
+               y_dtype);
 }
 
 struct GemmShape {
@@ -258,6 +271,68 @@ TEST(GemmCuda, BatchInvariantPolicyRowsDoNotDependOnBatchSize) {
   // And it is still right.
   const Weight w = make_weight(4096, 4096);
   for (int64_t M : {1, 17, 300}) check_gemm(gemm, w, M, DType::kBF16);
+}
+
+// ---- linear_cuda: our own kernel ---------------------------------------------------
+
+TEST(LinearCuda, SmolLm2ShapesMatchReference) {
+  NS_SKIP_WITHOUT_GPU();
+  for (const GemmShape& s : kSmolShapes) {
+    SCOPED_TRACE(s.name);
+    const Weight w = make_weight(s.N, s.K);
+    for (int64_t M : {1, 3, 8, 9, 17, 33, 64, 65, 97, 300}) {
+      check_linear(w, M, s.y_dtype);
+      check_linear(w, M, s.y_dtype == DType::kF32 ? DType::kBF16 : DType::kF32);
+    }
+  }
+}
+
+TEST(LinearCuda, Llama3ShapesMatchReference) {
+  NS_SKIP_WITHOUT_GPU();
+  for (const GemmShape& s : kLlamaShapes) {
+    SCOPED_TRACE(s.name);
+    const Weight w = make_weight(s.N, s.K);
+    for (int64_t M : {1, 8, 17, 64, 300}) check_linear(w, M, s.y_dtype);
+  }
+}
+
+// Rows 0..M-1 of a batch of M against the same rows of a batch of 1,030,
+// bitwise, for M on both sides of every tile and group boundary, both y dtypes
+// and both row tilings (N % 32 == 0 and N % 32 == 16).
+TEST(LinearCuda, RowsDoNotDependOnBatchSize) {
+  NS_SKIP_WITHOUT_GPU();
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{4096, 4096}, {4096, 14336}, {976, 576}}) {
+    const Weight w = make_weight(N, K);
+    const int64_t max_m = 1030;
+    const Tensor x = upload(to_bf16(uniform_floats(max_m * K, fresh_seed())), DType::kBF16, {max_m, K});
+    for (DType yd : {DType::kBF16, DType::kF32}) {
+      const Tensor y_all = poisoned(yd, {max_m, N});
+      linear_cuda(x, w.dev, y_all, nullptr);
+      cuda::synchronize();
+      const std::vector<float> all = download_f32(y_all);  // bf16 widens exactly
+      for (int64_t M : {1, 2, 7, 8, 9, 16, 17, 32, 33, 63, 64, 65, 128, 300, 1029}) {
+        const Tensor y = poisoned(yd, {M, N});
+        linear_cuda(x.slice_rows(0, M), w.dev, y, nullptr);
+        cuda::synchronize();
+        const std::vector<float> got = download_f32(y);
+        EXPECT_EQ(std::memcmp(got.data(), all.data(), got.size() * sizeof(float)), 0)
+            << "N " << N << " K " << K << " " << dtype_name(yd) << ": rows of M = " << M
+            << " differ from the same rows of M = " << max_m;
+      }
+    }
+  }
+}
+
+TEST(LinearCuda, RefusesWhatItCannotRun) {
+  NS_SKIP_WITHOUT_GPU();
+  const Tensor w = cuda::empty(DType::kBF16, {64, 128});
+  EXPECT_TRUE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w, cuda::empty(DType::kF32, {3, 64})));
+  EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 100}), cuda::empty(DType::kBF16, {64, 100}),
+                                    cuda::empty(DType::kF32, {3, 64})));  // K % 64
+  EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), cuda::empty(DType::kBF16, {40, 128}),
+                                    cuda::empty(DType::kF32, {3, 40})));  // N % 16
+  EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kF32, {3, 128}), w, cuda::empty(DType::kF32, {3, 64})));
+  EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w, cuda::empty(DType::kF32, {3, 32})));
 }
 
 }  // namespace
