@@ -1,4 +1,6 @@
 // bench serve's figures, with vLLM's definitions (vllm bench serve):
+//   input tokens of a request   the prompt as built (the server's usage.prompt_tokens, which
+//                               counts a chat template's tokens too, goes in the JSON beside it)
 //   output tokens of a request  usage.completion_tokens; without usage, its chunks with text
 //   TTFT      send -> first chunk with text
 //   TPOT      (E2E - TTFT) / (output tokens - 1), per request with more than one token
@@ -118,7 +120,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
   std::string first_error;
   std::map<std::string, std::vector<double>> ms;  // metric -> samples in ms
   json input_lens = json::array(), output_lens = json::array(), ttfts = json::array(), itls = json::array(),
-       errors = json::array(), texts = json::array(), starts = json::array();
+       errors = json::array(), texts = json::array(), starts = json::array(), usage_prompt = json::array();
   for (size_t i = 0; i < r.outcomes.size(); ++i) {
     const RequestOutcome& out = r.outcomes[i];
     errors.push_back(out.ok ? "" : out.error);
@@ -126,6 +128,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
       ++failed;
       if (first_error.empty()) first_error = out.error;
       input_lens.push_back(requests[i].input_len);
+      usage_prompt.push_back(nullptr);
       output_lens.push_back(0);
       ttfts.push_back(0.0);
       itls.push_back(json::array());
@@ -134,7 +137,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
       continue;
     }
     ++completed;
-    const int64_t in = out.prompt_tokens.value_or(requests[i].input_len);
+    const int64_t in = requests[i].input_len;
     int64_t gen = out.completion_tokens.value_or(out.content_chunks);
     if (!out.completion_tokens) usage_missing = true;
     input_tokens += in;
@@ -148,6 +151,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
       itl.push_back(gap);
     }
     input_lens.push_back(in);
+    usage_prompt.push_back(out.prompt_tokens ? json(*out.prompt_tokens) : json(nullptr));
     output_lens.push_back(gen);
     ttfts.push_back(out.ttft_s);
     itls.push_back(std::move(itl));
@@ -210,6 +214,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
   std::fflush(stdout);
 
   result["input_lens"] = std::move(input_lens);
+  result["usage_prompt_tokens"] = std::move(usage_prompt);
   result["output_lens"] = std::move(output_lens);
   result["ttfts"] = std::move(ttfts);
   result["itls"] = std::move(itls);
