@@ -45,21 +45,24 @@ constexpr double kSetupTimeoutS = 30;
 // Common words; most are one token, with a leading space, in any BPE vocabulary
 // of 32k or more. Whatever is not is dropped by the pool check.
 constexpr const char* kWords[] = {
-    "the",   "of",    "and",   "to",    "in",    "is",    "that",  "for",   "it",     "as",    "was",
-    "with",  "be",    "by",    "on",    "not",   "he",    "this",  "are",   "or",     "his",   "from",
-    "at",    "which", "but",   "have",  "an",    "had",   "they",  "you",   "were",   "their", "one",
-    "all",   "we",    "can",   "her",   "has",   "there", "been",  "if",    "more",   "when",  "will",
-    "would", "who",   "so",    "no",    "time",  "people", "year", "way",   "day",    "man",   "thing",
-    "woman", "life",  "child", "world", "school", "state", "family", "student", "group", "country",
-    "problem", "hand", "part", "place", "case",  "week",  "company", "system", "program", "question",
-    "work",  "number", "night", "point", "home", "water", "room",  "mother", "area",  "money", "story",
-    "fact",  "month", "lot",   "right", "study", "book",  "eye",   "job",   "word",   "business",
-    "issue", "side",  "kind",  "head",  "house", "service", "friend", "father", "power", "hour",
-    "game",  "line",  "end",   "member", "law",  "car",   "city",  "name",  "team",   "minute",
-    "idea",  "kid",   "body",  "back",  "parent", "face", "others", "level", "office", "door",
-    "health", "person", "art", "war",   "history", "party", "result", "change", "morning", "reason",
-    "research", "girl", "guy", "moment", "air", "teacher", "force", "education", "good", "new",
-    "first", "last",  "long",  "great", "little", "own",  "other", "old",   "big",    "high",
+    "the",    "of",       "and",      "to",     "in",      "is",       "that",    "for",    "it",
+    "as",     "was",      "with",     "be",     "by",      "on",       "not",     "he",     "this",
+    "are",    "or",       "his",      "from",   "at",      "which",    "but",     "have",   "an",
+    "had",    "they",     "you",      "were",   "their",   "one",      "all",     "we",     "can",
+    "her",    "has",      "there",    "been",   "if",      "more",     "when",    "will",   "would",
+    "who",    "so",       "no",       "time",   "people",  "year",     "way",     "day",    "man",
+    "thing",  "woman",    "life",     "child",  "world",   "school",   "state",   "family", "student",
+    "group",  "country",  "problem",  "hand",   "part",    "place",    "case",    "week",   "company",
+    "system", "program",  "question", "work",   "number",  "night",    "point",   "home",   "water",
+    "room",   "mother",   "area",     "money",  "story",   "fact",     "month",   "lot",    "right",
+    "study",  "book",     "eye",      "job",    "word",    "business", "issue",   "side",   "kind",
+    "head",   "house",    "service",  "friend", "father",  "power",    "hour",    "game",   "line",
+    "end",    "member",   "law",      "car",    "city",    "name",     "team",    "minute", "idea",
+    "kid",    "body",     "back",     "parent", "face",    "others",   "level",   "office", "door",
+    "health", "person",   "art",      "war",    "history", "party",    "result",  "change", "morning",
+    "reason", "research", "girl",     "guy",    "moment",  "air",      "teacher", "force",  "education",
+    "good",   "new",      "first",    "last",   "long",    "great",    "little",  "own",    "other",
+    "old",    "big",      "high",
 };
 
 struct BenchServeArgs {
@@ -114,7 +117,8 @@ StatusOr<std::string> first_model(const ServerUrl& url, const std::string& key) 
   StatusOr<HttpReply> r = http_fetch(url, "GET", "/v1/models", "", key, kSetupTimeoutS);
   if (!r.ok()) return r.status();
   if (r->status != 200) {
-    return failed_precondition("GET /v1/models: HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 300));
+    return failed_precondition("GET /v1/models: HTTP " + std::to_string(r->status) + ": " +
+                               r->body.substr(0, 300));
   }
   json j = json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
@@ -140,7 +144,8 @@ class Tokenizer {
       StatusOr<HttpReply> r = http_fetch(url_, "POST", "/tokenize", body.dump(), key_, kSetupTimeoutS);
       if (!r.ok()) return r.status();
       json j = json::parse(r->body, nullptr, false);
-      if (r->status == 200 && !j.is_discarded() && j.is_object() && j.contains("tokens") && j["tokens"].is_array()) {
+      if (r->status == 200 && !j.is_discarded() && j.is_object() && j.contains("tokens") &&
+          j["tokens"].is_array()) {
         std::vector<int64_t> ids;
         for (const json& t : j["tokens"]) {
           if (!t.is_number_integer()) return failed_precondition("/tokenize: a token that is not an id");
@@ -234,7 +239,8 @@ StatusOr<Dataset> make_dataset(const BenchServeArgs& a, const std::string& model
           if (actual == target) break;
           if (round == 0) ++adjusted;
           if (actual > target) {
-            picks.resize(picks.size() - std::min<size_t>(picks.size() - 1, static_cast<size_t>(actual - target)));
+            picks.resize(picks.size() -
+                         std::min<size_t>(picks.size() - 1, static_cast<size_t>(actual - target)));
           } else {
             for (int64_t k = actual; k < target; ++k) picks.push_back(word(rng));
           }
@@ -244,7 +250,9 @@ StatusOr<Dataset> make_dataset(const BenchServeArgs& a, const std::string& model
       }
       prompt = text;
     }
-    json body = {{"model", model}, {"temperature", a.temperature}, {"stream", true},
+    json body = {{"model", model},
+                 {"temperature", a.temperature},
+                 {"stream", true},
                  {"stream_options", {{"include_usage", true}}}};
     if (chat) {
       body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
@@ -284,13 +292,15 @@ int run_bench_serve(BenchServeArgs a) {
     std::fprintf(stderr, "nanoserve bench serve: %s\n", m.c_str());
     return 2;
   };
-  if (a.dataset_name != "random") return bad("--dataset-name: only 'random' is supported, got '" + a.dataset_name + "'");
+  if (a.dataset_name != "random")
+    return bad("--dataset-name: only 'random' is supported, got '" + a.dataset_name + "'");
   if (a.endpoint != "/v1/completions" && a.endpoint != "/v1/chat/completions") {
     return bad("--endpoint must be /v1/completions or /v1/chat/completions, got '" + a.endpoint + "'");
   }
   const bool chat = a.endpoint == "/v1/chat/completions";
   if (a.prompt_kind == "auto") a.prompt_kind = chat ? "text" : "ids";
-  if (a.prompt_kind != "ids" && a.prompt_kind != "text") return bad("--prompt-kind must be auto, ids or text");
+  if (a.prompt_kind != "ids" && a.prompt_kind != "text")
+    return bad("--prompt-kind must be auto, ids or text");
   if (chat && a.prompt_kind == "ids") return bad("--prompt-kind ids needs --endpoint /v1/completions");
   double rate = 0;
   {
@@ -315,13 +325,15 @@ int run_bench_serve(BenchServeArgs a) {
   for (const std::string& p : split_commas(a.metric_percentiles)) {
     char* end = nullptr;
     const double v = std::strtod(p.c_str(), &end);
-    if (*end != '\0' || !(v > 0 && v < 100)) return bad("--metric-percentiles: '" + p + "' is not in (0, 100)");
+    if (*end != '\0' || !(v > 0 && v < 100))
+      return bad("--metric-percentiles: '" + p + "' is not in (0, 100)");
     ro.percentiles.push_back(v);
   }
   if (a.api_key.empty()) {
     if (const char* env = std::getenv("OPENAI_API_KEY"); env != nullptr) a.api_key = env;
   }
-  const std::string base = a.base_url.empty() ? "http://" + a.host + ":" + std::to_string(a.port) : a.base_url;
+  const std::string base =
+      a.base_url.empty() ? "http://" + a.host + ":" + std::to_string(a.port) : a.base_url;
   StatusOr<ServerUrl> url = parse_base_url(base);
   if (!url.ok()) return bad(url.status().message());
 
@@ -351,7 +363,8 @@ int run_bench_serve(BenchServeArgs a) {
     pool = std::vector<PoolWord>();
     for (const char* w : kWords) pool->push_back({std::string(" ") + w, -1});
   }
-  StatusOr<Dataset> d = make_dataset(a, model, chat, a.prompt_kind == "ids", &tok, *pool, tokenizer_ok, extra);
+  StatusOr<Dataset> d =
+      make_dataset(a, model, chat, a.prompt_kind == "ids", &tok, *pool, tokenizer_ok, extra);
   if (!d.ok()) return fail_setup(d.status().message());
 
   LoadOptions o;
@@ -365,11 +378,12 @@ int run_bench_serve(BenchServeArgs a) {
   o.keep_text = a.save_detailed;
   o.progress_bar = isatty(STDERR_FILENO);
   o.quiet = a.no_progress;
-  std::printf("bench serve: %d requests to %s%s, model %s; input %d tokens (range ratio %.2f, prefix %d), "
-              "output %d; rate %s, burstiness %.2f, max concurrency %s; prompts: %s\n",
-              a.num_prompts, base.c_str(), a.endpoint.c_str(), model.c_str(), a.input_len, a.range_ratio,
-              a.prefix_len, a.output_len, a.request_rate.c_str(), a.burstiness,
-              a.max_concurrency > 0 ? std::to_string(a.max_concurrency).c_str() : "none", d->how.c_str());
+  std::printf(
+      "bench serve: %d requests to %s%s, model %s; input %d tokens (range ratio %.2f, prefix %d), "
+      "output %d; rate %s, burstiness %.2f, max concurrency %s; prompts: %s\n",
+      a.num_prompts, base.c_str(), a.endpoint.c_str(), model.c_str(), a.input_len, a.range_ratio,
+      a.prefix_len, a.output_len, a.request_rate.c_str(), a.burstiness,
+      a.max_concurrency > 0 ? std::to_string(a.max_concurrency).c_str() : "none", d->how.c_str());
   std::fflush(stdout);
 
   const LoadResult r = run_load(*url, d->requests, o);
@@ -414,15 +428,20 @@ CommandRun add_bench_serve_command(CLI::App& bench) {
   auto a = std::make_shared<BenchServeArgs>();
   CLI::App* sub = bench.add_subcommand(
       "serve", "Load a running OpenAI-compatible server over HTTP (vLLM's bench serve; docs/bench_serve.md)");
-  sub->add_option("--base-url", a->base_url, "Server URL, http://HOST:PORT[/prefix] (default: from --host, --port)");
+  sub->add_option("--base-url", a->base_url,
+                  "Server URL, http://HOST:PORT[/prefix] (default: from --host, --port)");
   sub->add_option("--host", a->host, "Server host")->capture_default_str();
   sub->add_option("--port", a->port, "Server port")->check(CLI::Range(1, 65535))->capture_default_str();
-  sub->add_option("--endpoint", a->endpoint, "/v1/completions or /v1/chat/completions")->capture_default_str();
+  sub->add_option("--endpoint", a->endpoint, "/v1/completions or /v1/chat/completions")
+      ->capture_default_str();
   sub->add_option("--model", a->model, "Model name sent in requests (default: the first of /v1/models)");
   sub->add_option("--api-key", a->api_key, "Bearer key (default: $OPENAI_API_KEY)");
   sub->add_option("--dataset-name", a->dataset_name, "Dataset: random")->capture_default_str();
-  sub->add_option("--num-prompts", a->num_prompts, "Requests")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-  sub->add_option("--random-input-len", a->input_len, "Prompt tokens")->check(CLI::Range(1, 1 << 24))
+  sub->add_option("--num-prompts", a->num_prompts, "Requests")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--random-input-len", a->input_len, "Prompt tokens")
+      ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   sub->add_option("--random-output-len", a->output_len, "max_tokens of each request")
       ->check(CLI::Range(1, 1 << 24))
@@ -434,10 +453,12 @@ CommandRun add_bench_serve_command(CLI::App& bench) {
   sub->add_option("--random-prefix-len", a->prefix_len, "Tokens of one random prefix shared by every prompt")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  sub->add_option("--prompt-kind", a->prompt_kind,
-                  "ids (token-id prompts, completions only) or text; auto: ids for completions, text for chat")
+  sub->add_option(
+         "--prompt-kind", a->prompt_kind,
+         "ids (token-id prompts, completions only) or text; auto: ids for completions, text for chat")
       ->capture_default_str();
-  sub->add_option("--request-rate", a->request_rate, "Requests per second (Poisson arrivals), or inf: all at once")
+  sub->add_option("--request-rate", a->request_rate,
+                  "Requests per second (Poisson arrivals), or inf: all at once")
       ->capture_default_str();
   sub->add_option("--burstiness", a->burstiness, "Gamma shape of the arrival gaps: 1 Poisson, <1 burstier")
       ->check(CLI::Range(1e-3, 1e3))
@@ -446,14 +467,16 @@ CommandRun add_bench_serve_command(CLI::App& bench) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_option("--seed", a->seed, "Seed of the prompts and of the arrivals")->capture_default_str();
   sub->add_flag("--ignore-eos", a->ignore_eos, "Send ignore_eos, so every request makes its max_tokens");
-  sub->add_option("--temperature", a->temperature, "Sampling temperature")->check(CLI::Range(0.0, 100.0))
+  sub->add_option("--temperature", a->temperature, "Sampling temperature")
+      ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   sub->add_option("--extra-body", a->extra_body, "JSON object merged into every request body");
   sub->add_option("--percentile-metrics", a->percentile_metrics, "Metrics to print: of ttft,tpot,itl,e2el")
       ->capture_default_str();
   sub->add_option("--metric-percentiles", a->metric_percentiles, "Percentiles to print, e.g. 50,90,99")
       ->capture_default_str();
-  sub->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed as timed out")
+  sub->add_option("--request-timeout", a->request_timeout_s,
+                  "Seconds before a request is failed as timed out")
       ->check(CLI::Range(0.001, 1e6))
       ->capture_default_str();
   sub->add_flag("--save-result", a->save_result, "Write the figures as JSON (vLLM's keys)");

@@ -47,35 +47,35 @@ struct BenchRequest {
 // was handed to the socket (connect included, as vLLM's client does).
 struct RequestOutcome {
   bool ok = false;
-  std::string error;               // the first error, when !ok
-  double start_s = 0;              // send time, from the start of the run
-  double ttft_s = 0;               // first chunk with content
-  double latency_s = 0;            // end to end, to the end of the stream
-  std::vector<double> itl_s;       // gaps between successive content chunks
+  std::string error;                         // the first error, when !ok
+  double start_s = 0;                        // send time, from the start of the run
+  double ttft_s = 0;                         // first chunk with content
+  double latency_s = 0;                      // end to end, to the end of the stream
+  std::vector<double> itl_s;                 // gaps between successive content chunks
   std::optional<int64_t> prompt_tokens;      // usage.prompt_tokens, when the server sent usage
   std::optional<int64_t> completion_tokens;  // usage.completion_tokens
-  int64_t content_chunks = 0;      // chunks with non-empty text
-  std::string text;                // the generated text (kept only with --save-detailed)
+  int64_t content_chunks = 0;                // chunks with non-empty text
+  std::string text;                          // the generated text (kept only with --save-detailed)
 };
 
 struct LoadOptions {
-  std::string endpoint;        // "/v1/completions" or "/v1/chat/completions"
+  std::string endpoint;  // "/v1/completions" or "/v1/chat/completions"
   std::string api_key;
-  double request_rate = 0;     // requests/s; <= 0 or inf: all at once
-  double burstiness = 1.0;     // gamma shape of the arrival gaps (1: Poisson)
-  int max_concurrency = 0;     // 0: unbounded
+  double request_rate = 0;  // requests/s; <= 0 or inf: all at once
+  double burstiness = 1.0;  // gamma shape of the arrival gaps (1: Poisson)
+  int max_concurrency = 0;  // 0: unbounded
   double request_timeout_s = 600;
   uint64_t seed = 0;
   bool keep_text = false;
-  bool progress_bar = false;   // true: one updating line on a terminal; false: plain lines
-  bool quiet = false;          // neither
+  bool progress_bar = false;  // true: one updating line on a terminal; false: plain lines
+  bool quiet = false;         // neither
 };
 
 struct LoadResult {
   std::vector<RequestOutcome> outcomes;  // in request order
   double duration_s = 0;                 // first send to last completion
   int peak_concurrency = 0;
-  int max_concurrency = 0;               // the limit it ran under (0: none)
+  int max_concurrency = 0;  // the limit it ran under (0: none)
 };
 
 // Send time of each request, from the start (vLLM's schedule: request 0 at 0,

@@ -190,8 +190,8 @@ class LoadRunner {
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0_).count();
     while (next_ < arrivals_.size() && arrivals_[next_] <= elapsed) admit(next_++);
     if (next_ == arrivals_.size()) return;
-    timer_.expires_at(t0_ + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(arrivals_[next_])));
+    timer_.expires_at(
+        t0_ + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrivals_[next_])));
     timer_.async_wait([this](const error_code& ec) {
       if (!ec) schedule_arrivals();
     });
@@ -233,7 +233,8 @@ class LoadRunner {
     }
     const size_t step = std::max<size_t>(n / 10, 1);
     if (done_ % step == 0 || done_ == n) {
-      std::fprintf(stderr, "bench serve: %zu/%zu requests done, %zu failed, %.1f s\n", done_, n, failed_, elapsed);
+      std::fprintf(stderr, "bench serve: %zu/%zu requests done, %zu failed, %.1f s\n", done_, n, failed_,
+                   elapsed);
     }
   }
 
@@ -275,17 +276,17 @@ void StreamSession::start() {
   req_ = make_request(runner_.url(), "POST", o.endpoint, runner_.request(index_).body, o.api_key);
   req_.set(http::field::accept, "text/event-stream");
   out_.start_s = now();
-  stream_.expires_after(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(o.request_timeout_s)));
-  stream_.async_connect(runner_.endpoints(),
-                        [self = shared_from_this()](const error_code& ec, const tcp::endpoint&) {
-                          self->on_connect(ec);
-                        });
+  stream_.expires_after(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.request_timeout_s)));
+  stream_.async_connect(
+      runner_.endpoints(),
+      [self = shared_from_this()](const error_code& ec, const tcp::endpoint&) { self->on_connect(ec); });
 }
 
 void StreamSession::on_connect(const error_code& ec) {
   if (ec) return fail("connect: " + describe(ec));
-  http::async_write(stream_, req_, [self = shared_from_this()](const error_code& e, size_t) { self->on_write(e); });
+  http::async_write(stream_, req_,
+                    [self = shared_from_this()](const error_code& e, size_t) { self->on_write(e); });
 }
 
 void StreamSession::on_write(const error_code& ec) {
@@ -317,7 +318,8 @@ void StreamSession::on_read(error_code ec) {
   const double t = now();
   const size_t n = sizeof body_buf_ - parser_.get().body().size;
   if (status_ != 200) {
-    error_body_.append(body_buf_, std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, error_body_.size())));
+    error_body_.append(body_buf_,
+                       std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, error_body_.size())));
     if (ec || parser_.is_done()) {
       std::string body = error_body_;
       for (char& c : body) c = (c == '\n' || c == '\r') ? ' ' : c;
@@ -433,7 +435,8 @@ LoadResult run_load(const ServerUrl& url, const std::vector<BenchRequest>& reque
 StatusOr<ServerUrl> parse_base_url(const std::string& url) {
   std::string_view s = url;
   if (s.starts_with("https://")) return invalid_argument("--base-url: https is not supported (use http://)");
-  if (!s.starts_with("http://")) return invalid_argument("--base-url must start with http://, got '" + url + "'");
+  if (!s.starts_with("http://"))
+    return invalid_argument("--base-url must start with http://, got '" + url + "'");
   s.remove_prefix(7);
   const size_t slash = s.find('/');
   std::string_view authority = s.substr(0, slash);

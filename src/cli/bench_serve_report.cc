@@ -49,7 +49,9 @@ std::string percentile_word(double p) {
   return buf;
 }
 
-void line(const char* name, const std::string& value) { std::printf("%-40s %-10s\n", name, value.c_str()); }
+void line(const char* name, const std::string& value) {
+  std::printf("%-40s %-10s\n", name, value.c_str());
+}
 
 // A printf-built string (GCC 12 warns falsely, -Wrestrict, on chains of std::string +).
 template <typename... Args>
@@ -188,7 +190,8 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
   line("Output token throughput (tok/s):", fixed2(static_cast<double>(output_tokens) / duration));
   line("Peak output token throughput (tok/s):", fixed2(result["max_output_tokens_per_s"].get<double>()));
   line("Peak concurrent requests:", std::to_string(r.peak_concurrency));
-  line("Total Token throughput (tok/s):", fixed2(static_cast<double>(input_tokens + output_tokens) / duration));
+  line("Total Token throughput (tok/s):",
+       fixed2(static_cast<double>(input_tokens + output_tokens) / duration));
 
   for (const MetricInfo& m : kMetrics) {
     const std::vector<double>& v = ms[m.key];
@@ -199,7 +202,8 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     for (double p : o.percentiles) {
       result[format("p%s_%s_ms", percentile_word(p).c_str(), m.key)] = percentile_of(v, p);
     }
-    if (std::find(o.percentile_metrics.begin(), o.percentile_metrics.end(), key) == o.percentile_metrics.end()) {
+    if (std::find(o.percentile_metrics.begin(), o.percentile_metrics.end(), key) ==
+        o.percentile_metrics.end()) {
       continue;
     }
     section(m.title);
