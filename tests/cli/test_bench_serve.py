@@ -3,6 +3,7 @@ injected faults (mock_openai_server.py), and against `nanoserve serve` on the
 default model. Figures are read from --result-filename (vLLM's JSON keys)."""
 import json
 import os
+import pty
 import re
 import socket
 import subprocess
@@ -143,6 +144,32 @@ def test_max_concurrency_and_request_rate(mock, tmp_path):
     # All at once: every request is in flight before the first answer.
     r, res = bench(tmp_path, m.url, "--num-prompts", "6", "--random-input-len", "4", "--random-output-len", "2")
     assert res["max_concurrent_requests"] == 6 and res["request_rate"] == "inf"
+
+
+def test_a_terminal_gets_one_redrawn_progress_line(mock):
+    m = mock("--ttft-ms", "20", "--itl-ms", "50")
+    master, slave = pty.openpty()  # stderr a terminal, stdout a pipe
+    r = subprocess.run([BINARY, "bench", "serve", "--base-url", m.url, "--num-prompts", "6", "--max-concurrency", "2",
+                        "--random-input-len", "4", "--random-output-len", "3"],
+                       stdout=subprocess.PIPE, stderr=slave, text=True, timeout=60)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    assert r.returncode == 0
+    err = err.decode()
+    assert "\r6/6 [" + "=" * 30 + "] 100%" in err and "0 in flight, 0 failed" in err
+    assert "requests done" not in err  # no plain lines on a terminal
+    # Each frame counts the requests in flight after a finished one was replaced.
+    frames = [(int(d), int(f)) for d, f in re.findall(r"\r(\d)/6 \[.*?(\d+) in flight", err)]
+    assert frames and all(f == 2 for d, f in frames if d <= 4), frames
 
 
 def test_bad_flags_and_an_unreachable_server(tmp_path):
