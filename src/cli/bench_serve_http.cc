@@ -177,12 +177,12 @@ class LoadRunner {
     outcomes_[i] = std::move(out);
     --in_flight_;
     ++done_;
-    progress(false);
     if (!waiting_.empty()) {
       const size_t next = waiting_.front();
       waiting_.pop_front();
       launch(next);
     }
+    progress();
   }
 
  private:
@@ -213,13 +213,13 @@ class LoadRunner {
 
   // A terminal gets one line redrawn at most 10 times a second; a log gets a
   // plain line at each tenth of the requests.
-  void progress(bool force) {
+  void progress() {
     if (o_.quiet) return;
     const size_t n = requests_.size();
     const Clock::time_point now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - t0_).count();
     if (o_.progress_bar) {
-      if (!force && done_ != n && now - last_progress_ < std::chrono::milliseconds(100)) return;
+      if (done_ != n && now - last_progress_ < std::chrono::milliseconds(100)) return;
       last_progress_ = now;
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(kWidth * done_ / std::max<size_t>(n, 1));

@@ -141,9 +141,12 @@ def test_max_concurrency_and_request_rate(mock, tmp_path):
     starts = res["start_times"]
     assert starts == sorted(starts) and starts[0] < 0.05 and 0.1 < starts[-1] < 2.0
     assert res["request_rate"] == 20
-    # All at once: every request is in flight before the first answer.
-    r, res = bench(tmp_path, m.url, "--num-prompts", "6", "--random-input-len", "4", "--random-output-len", "2")
+    # All at once: every request is in flight before the first answer. A shared
+    # prefix of 3 tokens counts in each prompt's length.
+    r, res = bench(tmp_path, m.url, "--num-prompts", "6", "--random-input-len", "4", "--random-output-len", "2",
+                   "--random-prefix-len", "3")
     assert res["max_concurrent_requests"] == 6 and res["request_rate"] == "inf"
+    assert res["input_lens"] == [7] * 6 and [s["prompt_len"] for s in m.stats()[-6:]] == [7] * 6
 
 
 def test_a_terminal_gets_one_redrawn_progress_line(mock):
