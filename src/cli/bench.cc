@@ -1,4 +1,5 @@
 // nanoserve bench: offline throughput (docs/benchmarks.md, "Offline throughput").
+// `nanoserve bench serve` (bench_serve.cc) loads a running server instead.
 //
 // N requests of random token ids from a fixed seed, EOS ignored, all handed
 // to the engine at once; throughput = tokens / wall time, prefill included.
@@ -275,7 +276,9 @@ CommandRun add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   add_engine_flags(sub, args->engine);
-  return [args] { return run_bench(*args); };
+  CommandRun serve = add_bench_serve_command(*sub);
+  CLI::App* serve_sub = sub->get_subcommand("serve");
+  return [args, serve, serve_sub] { return serve_sub->parsed() ? serve() : run_bench(*args); };
 }
 
 }  // namespace nanoserve::cli

@@ -16,6 +16,8 @@ CommandRun add_tokenize_command(CLI::App& app);
 CommandRun add_generate_command(CLI::App& app);
 CommandRun add_serve_command(CLI::App& app);
 CommandRun add_bench_command(CLI::App& app);
+// `bench serve`, a subcommand of `bench` (bench_serve.cc).
+CommandRun add_bench_serve_command(CLI::App& bench);
 
 // The default model: $NANOSERVE_MODEL, else models/<default> beside the
 // source tree or the working directory.

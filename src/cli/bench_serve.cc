@@ -1,0 +1,497 @@
+// nanoserve bench serve: load on a running OpenAI-compatible server
+// (docs/bench_serve.md). The flags are vLLM's `vllm bench serve` ones.
+//
+// The random dataset gives every prompt a known token count. A pool of common
+// English words is tokenized once by the server's /tokenize (vLLM's and
+// nanoserve's shape, else llama.cpp's), and only the words that are one token
+// each (with their leading space) are kept. Then:
+//   --prompt-kind ids  (default for /v1/completions): the prompt is a list of
+//       pool token ids, which the server takes as they are: the length is exact
+//       by construction.
+//   --prompt-kind text (default for chat): the prompt is pool words, each with
+//       its leading space; every prompt is tokenized again and trimmed or grown
+//       until its count is the target, so it is exact too (the chat template's
+//       own tokens come on top, as they do in vLLM's count).
+// Without /tokenize, text prompts count one token per word (approximate; the
+// table's input tokens come from the server's usage either way).
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/bench_serve.h"
+#include "cli/commands.h"
+
+namespace nanoserve::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr double kSetupTimeoutS = 30;
+
+// Common words; most are one token, with a leading space, in any BPE vocabulary
+// of 32k or more. Whatever is not is dropped by the pool check.
+constexpr const char* kWords[] = {
+    "the",    "of",       "and",      "to",     "in",      "is",       "that",    "for",    "it",
+    "as",     "was",      "with",     "be",     "by",      "on",       "not",     "he",     "this",
+    "are",    "or",       "his",      "from",   "at",      "which",    "but",     "have",   "an",
+    "had",    "they",     "you",      "were",   "their",   "one",      "all",     "we",     "can",
+    "her",    "has",      "there",    "been",   "if",      "more",     "when",    "will",   "would",
+    "who",    "so",       "no",       "time",   "people",  "year",     "way",     "day",    "man",
+    "thing",  "woman",    "life",     "child",  "world",   "school",   "state",   "family", "student",
+    "group",  "country",  "problem",  "hand",   "part",    "place",    "case",    "week",   "company",
+    "system", "program",  "question", "work",   "number",  "night",    "point",   "home",   "water",
+    "room",   "mother",   "area",     "money",  "story",   "fact",     "month",   "lot",    "right",
+    "study",  "book",     "eye",      "job",    "word",    "business", "issue",   "side",   "kind",
+    "head",   "house",    "service",  "friend", "father",  "power",    "hour",    "game",   "line",
+    "end",    "member",   "law",      "car",    "city",    "name",     "team",    "minute", "idea",
+    "kid",    "body",     "back",     "parent", "face",    "others",   "level",   "office", "door",
+    "health", "person",   "art",      "war",    "history", "party",    "result",  "change", "morning",
+    "reason", "research", "girl",     "guy",    "moment",  "air",      "teacher", "force",  "education",
+    "good",   "new",      "first",    "last",   "long",    "great",    "little",  "own",    "other",
+    "old",    "big",      "high",
+};
+
+struct BenchServeArgs {
+  std::string base_url;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string endpoint = "/v1/completions";
+  std::string model;
+  std::string api_key;
+  std::string dataset_name = "random";
+  int num_prompts = 1000;
+  int input_len = 1024;
+  int output_len = 128;
+  double range_ratio = 0.0;
+  int prefix_len = 0;
+  std::string prompt_kind = "auto";
+  std::string request_rate = "inf";
+  double burstiness = 1.0;
+  int max_concurrency = 0;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  double temperature = 0.0;
+  std::string extra_body;
+  std::string percentile_metrics = "ttft,tpot,itl,e2el";
+  std::string metric_percentiles = "99";
+  double request_timeout_s = 600;
+  bool save_result = false;
+  bool save_detailed = false;
+  std::string result_dir;
+  std::string result_filename;
+  bool no_progress = false;
+};
+
+int fail_setup(const std::string& msg) {
+  std::fprintf(stderr, "nanoserve bench serve: %s\n", msg.c_str());
+  return 1;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// The served model: the first of GET /v1/models.
+StatusOr<std::string> first_model(const ServerUrl& url, const std::string& key) {
+  StatusOr<HttpReply> r = http_fetch(url, "GET", "/v1/models", "", key, kSetupTimeoutS);
+  if (!r.ok()) return r.status();
+  if (r->status != 200) {
+    return failed_precondition("GET /v1/models: HTTP " + std::to_string(r->status) + ": " +
+                               r->body.substr(0, 300));
+  }
+  json j = json::parse(r->body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+      !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
+    return failed_precondition("GET /v1/models: no data[0].id in " + r->body.substr(0, 300) +
+                               " (give --model)");
+  }
+  return j["data"][0]["id"].get<std::string>();
+}
+
+// Token ids of `text` by the server's /tokenize, without special tokens:
+// {"prompt"} -> {"tokens"} (vLLM, nanoserve), else {"content"} -> {"tokens"} (llama.cpp).
+class Tokenizer {
+ public:
+  Tokenizer(const ServerUrl& url, std::string model, std::string key)
+      : url_(url), model_(std::move(model)), key_(std::move(key)) {}
+
+  StatusOr<std::vector<int64_t>> tokenize(const std::string& text) {
+    std::string last;
+    for (int shape = llama_shape_ ? 1 : 0; shape < 2; ++shape) {
+      const json body = shape == 0 ? json{{"model", model_}, {"prompt", text}, {"add_special_tokens", false}}
+                                   : json{{"content", text}, {"add_special", false}};
+      StatusOr<HttpReply> r = http_fetch(url_, "POST", "/tokenize", body.dump(), key_, kSetupTimeoutS);
+      if (!r.ok()) return r.status();
+      json j = json::parse(r->body, nullptr, false);
+      if (r->status == 200 && !j.is_discarded() && j.is_object() && j.contains("tokens") &&
+          j["tokens"].is_array()) {
+        std::vector<int64_t> ids;
+        for (const json& t : j["tokens"]) {
+          if (!t.is_number_integer()) return failed_precondition("/tokenize: a token that is not an id");
+          ids.push_back(t.get<int64_t>());
+        }
+        llama_shape_ = shape == 1;
+        return ids;
+      }
+      last = "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200);
+    }
+    return unimplemented("POST /tokenize: " + last);
+  }
+
+ private:
+  const ServerUrl& url_;
+  std::string model_, key_;
+  bool llama_shape_ = false;
+};
+
+struct PoolWord {
+  std::string text;  // with its leading space
+  int64_t id = -1;   // -1: not known (no /tokenize)
+};
+
+// The words that are exactly one token each.
+StatusOr<std::vector<PoolWord>> word_pool(Tokenizer* tok) {
+  std::vector<PoolWord> pool;
+  std::string joined;
+  for (const char* w : kWords) joined += std::string(" ") + w;
+  StatusOr<std::vector<int64_t>> all = tok->tokenize(joined);
+  if (!all.ok()) return all.status();
+  constexpr size_t n = std::size(kWords);
+  if (all->size() == n) {  // every word is at least one token, so each is exactly one
+    for (size_t i = 0; i < n; ++i) pool.push_back({std::string(" ") + kWords[i], (*all)[i]});
+    return pool;
+  }
+  for (const char* w : kWords) {
+    StatusOr<std::vector<int64_t>> one = tok->tokenize(std::string(" ") + w);
+    if (!one.ok()) return one.status();
+    if (one->size() == 1) pool.push_back({std::string(" ") + w, (*one)[0]});
+  }
+  if (pool.size() < 8) return failed_precondition("fewer than 8 one-token words in this vocabulary");
+  return pool;
+}
+
+int32_t draw_len(std::mt19937_64& rng, int len, double ratio) {
+  const int lo = std::max(1, static_cast<int>(std::floor(len * (1.0 - ratio))));
+  const int hi = std::max(lo, static_cast<int>(std::ceil(len * (1.0 + ratio))));
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+std::string words_text(const std::vector<size_t>& picks, const std::vector<PoolWord>& pool) {
+  std::string s;
+  for (size_t p : picks) s += pool[p].text;
+  return s;
+}
+
+struct Dataset {
+  std::vector<BenchRequest> requests;
+  std::string how;  // how the input lengths were made, for the header line
+};
+
+StatusOr<Dataset> make_dataset(const BenchServeArgs& a, const std::string& model, bool chat, bool ids,
+                               Tokenizer* tok, const std::vector<PoolWord>& pool, bool tokenizer_ok,
+                               const json& extra) {
+  std::mt19937_64 rng(a.seed);
+  std::uniform_int_distribution<size_t> word(0, pool.size() - 1);
+  std::vector<size_t> prefix(static_cast<size_t>(a.prefix_len));
+  for (size_t& p : prefix) p = word(rng);
+  Dataset d;
+  int adjusted = 0, off = 0;
+  for (int i = 0; i < a.num_prompts; ++i) {
+    const int32_t in = draw_len(rng, a.input_len, a.range_ratio);
+    const int32_t out = draw_len(rng, a.output_len, a.range_ratio);
+    std::vector<size_t> picks = prefix;
+    for (int32_t k = 0; k < in; ++k) picks.push_back(word(rng));
+    const int64_t target = static_cast<int64_t>(picks.size());
+    int64_t actual = target;
+    json prompt;
+    if (ids) {
+      prompt = json::array();
+      for (size_t p : picks) prompt.push_back(pool[p].id);
+    } else {
+      std::string text = words_text(picks, pool);
+      if (tokenizer_ok) {
+        // A pair of words may merge into other tokens; trim or grow until the count is right.
+        for (int round = 0; round < 6; ++round) {
+          StatusOr<std::vector<int64_t>> t = tok->tokenize(text);
+          if (!t.ok()) return t.status();
+          actual = static_cast<int64_t>(t->size());
+          if (actual == target) break;
+          if (round == 0) ++adjusted;
+          if (actual > target) {
+            picks.resize(picks.size() -
+                         std::min<size_t>(picks.size() - 1, static_cast<size_t>(actual - target)));
+          } else {
+            for (int64_t k = actual; k < target; ++k) picks.push_back(word(rng));
+          }
+          text = words_text(picks, pool);
+        }
+        if (actual != target) ++off;
+      }
+      prompt = text;
+    }
+    json body = {{"model", model},
+                 {"temperature", a.temperature},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}};
+    if (chat) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+      body["max_completion_tokens"] = out;
+    } else {
+      body["prompt"] = prompt;
+      body["max_tokens"] = out;
+    }
+    if (a.ignore_eos) body["ignore_eos"] = true;
+    for (const auto& [k, v] : extra.items()) body[k] = v;
+    d.requests.push_back({body.dump(), actual, out});
+  }
+  if (ids) {
+    d.how = "token ids (exact by construction)";
+  } else if (tokenizer_ok) {
+    d.how = "text, checked by /tokenize (" + std::to_string(adjusted) + " adjusted, " + std::to_string(off) +
+            " still off)";
+  } else {
+    d.how = "text, about one token per word (no /tokenize: approximate)";
+  }
+  return d;
+}
+
+std::string default_result_name(const BenchServeArgs& a, const std::string& model) {
+  std::string base = model.substr(model.find_last_of('/') + 1);
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm);
+  std::string conc = a.max_concurrency > 0 ? "-concurrency" + std::to_string(a.max_concurrency) : "";
+  return "bench-serve-" + a.request_rate + "qps" + conc + "-" + base + "-" + date + ".json";
+}
+
+int run_bench_serve(BenchServeArgs a) {
+  auto bad = [](const std::string& m) {
+    std::fprintf(stderr, "nanoserve bench serve: %s\n", m.c_str());
+    return 2;
+  };
+  if (a.dataset_name != "random")
+    return bad("--dataset-name: only 'random' is supported, got '" + a.dataset_name + "'");
+  if (a.endpoint != "/v1/completions" && a.endpoint != "/v1/chat/completions") {
+    return bad("--endpoint must be /v1/completions or /v1/chat/completions, got '" + a.endpoint + "'");
+  }
+  const bool chat = a.endpoint == "/v1/chat/completions";
+  if (a.prompt_kind == "auto") a.prompt_kind = chat ? "text" : "ids";
+  if (a.prompt_kind != "ids" && a.prompt_kind != "text")
+    return bad("--prompt-kind must be auto, ids or text");
+  if (chat && a.prompt_kind == "ids") return bad("--prompt-kind ids needs --endpoint /v1/completions");
+  double rate = 0;
+  {
+    char* end = nullptr;
+    rate = std::strtod(a.request_rate.c_str(), &end);
+    if (a.request_rate.empty() || *end != '\0' || !(rate > 0)) {
+      return bad("--request-rate must be a positive number or inf, got '" + a.request_rate + "'");
+    }
+  }
+  json extra = json::object();
+  if (!a.extra_body.empty()) {
+    extra = json::parse(a.extra_body, nullptr, false);
+    if (extra.is_discarded() || !extra.is_object()) return bad("--extra-body must be a JSON object");
+  }
+  ReportOptions ro;
+  ro.percentile_metrics = split_commas(a.percentile_metrics);
+  for (const std::string& m : ro.percentile_metrics) {
+    if (m != "ttft" && m != "tpot" && m != "itl" && m != "e2el") {
+      return bad("--percentile-metrics: unknown metric '" + m + "' (ttft, tpot, itl, e2el)");
+    }
+  }
+  for (const std::string& p : split_commas(a.metric_percentiles)) {
+    char* end = nullptr;
+    const double v = std::strtod(p.c_str(), &end);
+    if (*end != '\0' || !(v > 0 && v < 100))
+      return bad("--metric-percentiles: '" + p + "' is not in (0, 100)");
+    ro.percentiles.push_back(v);
+  }
+  if (a.api_key.empty()) {
+    if (const char* env = std::getenv("OPENAI_API_KEY"); env != nullptr) a.api_key = env;
+  }
+  const std::string base =
+      a.base_url.empty() ? "http://" + a.host + ":" + std::to_string(a.port) : a.base_url;
+  StatusOr<ServerUrl> url = parse_base_url(base);
+  if (!url.ok()) return bad(url.status().message());
+
+  // Many streams at once need descriptors: the soft limit goes up to the hard one.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+
+  std::string model = a.model;
+  if (model.empty()) {
+    StatusOr<std::string> m = first_model(*url, a.api_key);
+    if (!m.ok()) return fail_setup(m.status().message());
+    model = *m;
+  }
+  Tokenizer tok(*url, model, a.api_key);
+  StatusOr<std::vector<PoolWord>> pool = word_pool(&tok);
+  bool tokenizer_ok = pool.ok();
+  if (!pool.ok()) {
+    if (a.prompt_kind == "ids") {
+      return fail_setup("token-id prompts need the server's /tokenize (" + pool.status().message() +
+                        "); use --prompt-kind text");
+    }
+    std::fprintf(stderr, "nanoserve bench serve: no /tokenize (%s): prompt lengths are approximate\n",
+                 pool.status().message().c_str());
+    pool = std::vector<PoolWord>();
+    for (const char* w : kWords) pool->push_back({std::string(" ") + w, -1});
+  }
+  StatusOr<Dataset> d =
+      make_dataset(a, model, chat, a.prompt_kind == "ids", &tok, *pool, tokenizer_ok, extra);
+  if (!d.ok()) return fail_setup(d.status().message());
+
+  LoadOptions o;
+  o.endpoint = a.endpoint;
+  o.api_key = a.api_key;
+  o.request_rate = rate;
+  o.burstiness = a.burstiness;
+  o.max_concurrency = a.max_concurrency;
+  o.request_timeout_s = a.request_timeout_s;
+  o.seed = a.seed;
+  o.keep_text = a.save_detailed;
+  o.progress_bar = isatty(STDERR_FILENO);
+  o.quiet = a.no_progress;
+  std::printf(
+      "bench serve: %d requests to %s%s, model %s; input %d tokens (range ratio %.2f, prefix %d), "
+      "output %d; rate %s, burstiness %.2f, max concurrency %s; prompts: %s\n",
+      a.num_prompts, base.c_str(), a.endpoint.c_str(), model.c_str(), a.input_len, a.range_ratio,
+      a.prefix_len, a.output_len, a.request_rate.c_str(), a.burstiness,
+      a.max_concurrency > 0 ? std::to_string(a.max_concurrency).c_str() : "none", d->how.c_str());
+  std::fflush(stdout);
+
+  const LoadResult r = run_load(*url, d->requests, o);
+
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm);
+  json info = {{"date", date},
+               {"backend", "openai"},
+               {"endpoint", a.endpoint},
+               {"base_url", base},
+               {"model_id", model},
+               {"num_prompts", a.num_prompts},
+               {"random_input_len", a.input_len},
+               {"random_output_len", a.output_len},
+               {"random_range_ratio", a.range_ratio},
+               {"random_prefix_len", a.prefix_len},
+               {"prompt_kind", a.prompt_kind},
+               {"input_lengths", d->how},
+               {"request_rate", std::isinf(rate) ? json("inf") : json(rate)},
+               {"burstiness", a.burstiness},
+               {"max_concurrency", a.max_concurrency},
+               {"ignore_eos", a.ignore_eos},
+               {"seed", a.seed}};
+  json result = report_load(r, d->requests, ro, info, a.save_detailed);
+  if (a.save_result || !a.result_filename.empty()) {
+    std::string name = a.result_filename.empty() ? default_result_name(a, model) : a.result_filename;
+    if (!a.result_dir.empty()) name = a.result_dir + "/" + name;
+    std::ofstream f(name);
+    f << result.dump(2) << "\n";
+    if (!f) return fail_setup("--save-result: could not write " + name);
+    std::printf("Result saved to %s\n", name.c_str());
+  }
+  return result["completed"].get<int64_t>() > 0 ? 0 : 1;
+}
+
+}  // namespace
+
+CommandRun add_bench_serve_command(CLI::App& bench) {
+  auto a = std::make_shared<BenchServeArgs>();
+  CLI::App* sub = bench.add_subcommand(
+      "serve", "Load a running OpenAI-compatible server over HTTP (vLLM's bench serve; docs/bench_serve.md)");
+  sub->add_option("--base-url", a->base_url,
+                  "Server URL, http://HOST:PORT[/prefix] (default: from --host, --port)");
+  sub->add_option("--host", a->host, "Server host")->capture_default_str();
+  sub->add_option("--port", a->port, "Server port")->check(CLI::Range(1, 65535))->capture_default_str();
+  sub->add_option("--endpoint", a->endpoint, "/v1/completions or /v1/chat/completions")
+      ->capture_default_str();
+  sub->add_option("--model", a->model, "Model name sent in requests (default: the first of /v1/models)");
+  sub->add_option("--api-key", a->api_key, "Bearer key (default: $OPENAI_API_KEY)");
+  sub->add_option("--dataset-name", a->dataset_name, "Dataset: random")->capture_default_str();
+  sub->add_option("--num-prompts", a->num_prompts, "Requests")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--random-input-len", a->input_len, "Prompt tokens")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--random-output-len", a->output_len, "max_tokens of each request")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  sub->add_option("--random-range-ratio", a->range_ratio,
+                  "Lengths uniform in [L(1-R), L(1+R)]; 0: every prompt has the same length")
+      ->check(CLI::Range(0.0, 0.999))
+      ->capture_default_str();
+  sub->add_option("--random-prefix-len", a->prefix_len, "Tokens of one random prefix shared by every prompt")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  sub->add_option(
+         "--prompt-kind", a->prompt_kind,
+         "ids (token-id prompts, completions only) or text; auto: ids for completions, text for chat")
+      ->capture_default_str();
+  sub->add_option("--request-rate", a->request_rate,
+                  "Requests per second (Poisson arrivals), or inf: all at once")
+      ->capture_default_str();
+  sub->add_option("--burstiness", a->burstiness, "Gamma shape of the arrival gaps: 1 Poisson, <1 burstier")
+      ->check(CLI::Range(1e-3, 1e3))
+      ->capture_default_str();
+  sub->add_option("--max-concurrency", a->max_concurrency, "Requests in flight at most (0: no limit)")
+      ->check(CLI::Range(0, 1 << 20));
+  sub->add_option("--seed", a->seed, "Seed of the prompts and of the arrivals")->capture_default_str();
+  sub->add_flag("--ignore-eos", a->ignore_eos, "Send ignore_eos, so every request makes its max_tokens");
+  sub->add_option("--temperature", a->temperature, "Sampling temperature")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  sub->add_option("--extra-body", a->extra_body, "JSON object merged into every request body");
+  sub->add_option("--percentile-metrics", a->percentile_metrics, "Metrics to print: of ttft,tpot,itl,e2el")
+      ->capture_default_str();
+  sub->add_option("--metric-percentiles", a->metric_percentiles, "Percentiles to print, e.g. 50,90,99")
+      ->capture_default_str();
+  sub->add_option("--request-timeout", a->request_timeout_s,
+                  "Seconds before a request is failed as timed out")
+      ->check(CLI::Range(0.001, 1e6))
+      ->capture_default_str();
+  sub->add_flag("--save-result", a->save_result, "Write the figures as JSON (vLLM's keys)");
+  sub->add_flag("--save-detailed", a->save_detailed, "Also keep every generated text in the JSON");
+  sub->add_option("--result-dir", a->result_dir, "Folder of the JSON file");
+  sub->add_option("--result-filename", a->result_filename, "Name of the JSON file (implies --save-result)");
+  sub->add_flag("--no-progress", a->no_progress, "No progress bar or lines");
+  return [a] {
+    try {
+      return run_bench_serve(*a);
+    } catch (const std::exception& e) {  // a reply of an unexpected shape, a full disk
+      std::fprintf(stderr, "nanoserve bench serve: %s\n", e.what());
+      return 1;
+    }
+  };
+}
+
+}  // namespace nanoserve::cli
