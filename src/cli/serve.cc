@@ -213,7 +213,7 @@ CommandRun add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", opt->api_key,
                   "require 'Authorization: Bearer KEY' (or env NANOSERVE_API_KEY)");
   cmd->add_flag("--metrics-require-key", opt->metrics_require_key,
-               "/metrics needs the API key too (public by default, as in vLLM)");
+                "/metrics needs the API key too (public by default, as in vLLM)");
   cmd->add_option("--served-model-name", opt->served_model_name,
                   "model name in the API (default: file stem)");
   add_engine_flags(cmd, opt->engine);

@@ -48,8 +48,8 @@ Status SamplingParams::validate(int32_t vocab_size) const {
                               std::to_string(vocab_size) + ")");
   }
   if (min_tokens < 0 || min_tokens > max_tokens)
-    return invalid_argument("min_tokens must be in [0, max_tokens (" + std::to_string(max_tokens) + ")], got " +
-                            std::to_string(min_tokens));
+    return invalid_argument("min_tokens must be in [0, max_tokens (" + std::to_string(max_tokens) +
+                            ")], got " + std::to_string(min_tokens));
   if (static_cast<int32_t>(logit_bias.size()) > kMaxLogitBias)
     return invalid_argument("logit_bias: at most " + std::to_string(kMaxLogitBias) + " entries, got " +
                             std::to_string(logit_bias.size()));

@@ -190,10 +190,10 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
                                            limits_.max_model_len, endpoint);
     if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
     if (r.params.min_tokens > std::get<int64_t>(max_tokens)) {
-      return error_reply(bad_request("'min_tokens' (" + std::to_string(r.params.min_tokens) +
-                                         ") is more than the " + std::to_string(std::get<int64_t>(max_tokens)) +
-                                         " tokens left in the context after the prompt.",
-                                     "min_tokens"));
+      return error_reply(bad_request(
+          "'min_tokens' (" + std::to_string(r.params.min_tokens) + ") is more than the " +
+              std::to_string(std::get<int64_t>(max_tokens)) + " tokens left in the context after the prompt.",
+          "min_tokens"));
     }
     prompt_tokens += static_cast<int64_t>(ids.size());
     for (int j = 0; j < candidates; ++j) {

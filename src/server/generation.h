@@ -51,7 +51,7 @@ class GenerationJob {
     std::string text;
     std::vector<LogprobItem> logprobs;
     FinishReason finish = FinishReason::kNone;
-    int64_t text_offset = 0;  // bytes of text streamed so far
+    int64_t text_offset = 0;          // bytes of text streamed so far
     double cumulative_logprob = 0.0;  // of its tokens, under the model's raw distribution (best_of)
   };
 

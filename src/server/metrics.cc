@@ -241,7 +241,8 @@ bool ServerMetrics::unknown_field(const std::string& name) {
     return true;
   }
   const bool first = unknown_other_ == nullptr;
-  if (first) unknown_other_ = &registry.counter(kName, kHelp, {{"model_name", model_name_}, {"field", kOtherField}});
+  if (first)
+    unknown_other_ = &registry.counter(kName, kHelp, {{"model_name", model_name_}, {"field", kOtherField}});
   unknown_other_->inc();
   return first;
 }

@@ -257,7 +257,8 @@ bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
     // the assistant's too: OpenAI allows it without content only beside tool_calls.
     for (const char* calls : {"tool_calls", "function_call"}) {
       if (auto c = m.find(calls); c != m.end() && !c->is_null()) {
-        f.fail("'" + param + "." + calls + "' is not supported: this server does not do tool or function calling.",
+        f.fail("'" + param + "." + calls +
+                   "' is not supported: this server does not do tool or function calling.",
                param + "." + calls);
         return false;
       }

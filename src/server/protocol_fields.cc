@@ -36,7 +36,8 @@ std::string vocab_range(const ProtocolLimits& limits) {
   return "[0, " + std::to_string(limits.vocab_size) + ")";
 }
 
-std::optional<ApiError> read_stop_token_ids(const json& body, GenerationParams& p, const ProtocolLimits& limits) {
+std::optional<ApiError> read_stop_token_ids(const json& body, GenerationParams& p,
+                                            const ProtocolLimits& limits) {
   const json* v = field(body, "stop_token_ids");
   if (v == nullptr) return std::nullopt;
   if (!v->is_array()) return bad_request("'stop_token_ids' must be a list of token ids.", "stop_token_ids");
@@ -125,13 +126,13 @@ std::optional<ApiError> read_best_of(const json& body, GenerateRequest* r, const
   auto x = integer_in(*v, 1, limits.max_num_seqs);
   if (!x) return bad_request("'best_of' must be an integer in " + range + ".", "best_of");
   if (*x < r->n) {
-    return bad_request("'best_of' (" + std::to_string(*x) + ") must be at least 'n' (" + std::to_string(r->n) +
-                           ").",
-                       "best_of");
+    return bad_request(
+        "'best_of' (" + std::to_string(*x) + ") must be at least 'n' (" + std::to_string(r->n) + ").",
+        "best_of");
   }
   if (r->stream && *x > 1) {
-    return bad_request("'best_of' cannot be used with 'stream': the best candidates are known only at the end.",
-                       "best_of");
+    return bad_request(
+        "'best_of' cannot be used with 'stream': the best candidates are known only at the end.", "best_of");
   }
   r->best_of = static_cast<int>(*x);
   return std::nullopt;
@@ -147,29 +148,32 @@ std::optional<ApiError> refuse_tools(const json& body) {
   static constexpr NoOp kFields[] = {
       {"tools", [](const json& v) { return v.is_array() && v.empty(); }},
       {"functions", [](const json& v) { return v.is_array() && v.empty(); }},
-      {"tool_choice", [](const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }},
-      {"function_call", [](const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }},
+      {"tool_choice",
+       [](const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }},
+      {"function_call",
+       [](const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }},
       {"parallel_tool_calls", [](const json& v) { return v.is_boolean() && !v.get<bool>(); }},
   };
   for (const NoOp& f : kFields) {
     const json* v = field(body, f.name);
     if (v == nullptr || f.is_no_op(*v)) continue;
-    return bad_request(std::string("'") + f.name +
-                           "' is not supported: this server does not do tool or function calling.",
-                       f.name);
+    return bad_request(
+        std::string("'") + f.name + "' is not supported: this server does not do tool or function calling.",
+        f.name);
   }
   return std::nullopt;
 }
 
 // What each endpoint reads or refuses. response_format and chat_template(_kwargs) have their own
 // readers; `user` is accepted and has no effect, as in OpenAI's API.
+// clang-format off
 constexpr std::array<std::string_view, 28> kSharedFields = {
-    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p",
-    "n", "best_of", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty",
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "n",
+    "best_of", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "ignore_eos", "min_tokens", "logit_bias", "logprobs", "stream",
     "stream_options", "response_format", "user", "tools", "tool_choice", "parallel_tool_calls",
-    "functions", "function_call",
-};
+    "functions", "function_call"};
+// clang-format on
 constexpr std::array<std::string_view, 4> kChatFields = {"messages", "top_logprobs", "chat_template",
                                                          "chat_template_kwargs"};
 constexpr std::array<std::string_view, 3> kCompletionFields = {"prompt", "echo", "suffix"};
@@ -181,7 +185,8 @@ bool contains(const std::array<std::string_view, N>& names, const std::string& k
 
 }  // namespace
 
-std::optional<ApiError> read_extra_fields(const json& body, GenerateRequest* r, const ProtocolLimits& limits) {
+std::optional<ApiError> read_extra_fields(const json& body, GenerateRequest* r,
+                                          const ProtocolLimits& limits) {
   if (auto e = read_stop_token_ids(body, r->params, limits)) return e;
   if (auto e = read_min_tokens(body, r->params)) return e;
   if (auto e = read_logit_bias(body, r->params, limits)) return e;

@@ -41,11 +41,26 @@ TEST(SamplingParams, EachBadFieldIsNamed) {
       {[](SamplingParams& p) { p.n = 0; }, "n must"},
       {[](SamplingParams& p) { p.min_tokens = -1; }, "min_tokens"},
       {[](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }, "min_tokens"},
-      {[](SamplingParams& p) { p.logit_bias = {{100, 1.0f}}; }, "logit_bias"},
-      {[](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias"},
-      {[](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }, "logit_bias"},
-      {[](SamplingParams& p) { p.logit_bias = {{3, NAN}}; }, "logit_bias"},
-      {[](SamplingParams& p) { p.logit_bias = {{3, 1.0f}, {4, 1.0f}, {3, 2.0f}}; }, "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{100, 1.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, 100.5f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, NAN}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, 1.0f}, {4, 1.0f}, {3, 2.0f}};
+       },
+       "logit_bias"},
       {[](SamplingParams& p) {
          for (int32_t i = 0; i < 301; ++i) p.logit_bias.emplace_back(i % 100, 0.0f);
        },

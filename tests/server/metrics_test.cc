@@ -32,7 +32,7 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_TRUE(has_line(text, "ns:usage 0.25")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE ns:lat_seconds histogram")) << text;
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"0.1\"} 1")) << text;  // shortest round trip
-  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"1\"} 2")) << text;  // cumulative
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"1\"} 2")) << text;    // cumulative
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"+Inf\"} 3")) << text;
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_count 3")) << text;
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_sum 7.55")) << text;
@@ -54,12 +54,16 @@ TEST(Metrics, UnknownFieldsAreCountedWithBoundedCardinality) {
   ServerMetrics m("smol");
   EXPECT_TRUE(m.unknown_field("foo"));
   EXPECT_FALSE(m.unknown_field("foo")) << "logged once";
-  for (size_t i = 1; i < ServerMetrics::kMaxUnknownFieldNames; ++i) EXPECT_TRUE(m.unknown_field("f" + std::to_string(i)));
+  for (size_t i = 1; i < ServerMetrics::kMaxUnknownFieldNames; ++i)
+    EXPECT_TRUE(m.unknown_field("f" + std::to_string(i)));
   EXPECT_TRUE(m.unknown_field("one_too_many")) << "the first overflow is logged";
   EXPECT_FALSE(m.unknown_field("two_too_many"));
   const std::string text = m.registry.render();
-  EXPECT_TRUE(has_line(text, "nanoserve:request_unknown_fields_total{model_name=\"smol\",field=\"foo\"} 2")) << text;
-  EXPECT_TRUE(has_line(text, "nanoserve:request_unknown_fields_total{model_name=\"smol\",field=\"(other)\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "nanoserve:request_unknown_fields_total{model_name=\"smol\",field=\"foo\"} 2"))
+      << text;
+  EXPECT_TRUE(
+      has_line(text, "nanoserve:request_unknown_fields_total{model_name=\"smol\",field=\"(other)\"} 2"))
+      << text;
   EXPECT_EQ(text.find("one_too_many"), std::string::npos);
   size_t series = 0;
   for (size_t at = text.find("\nnanoserve:request_unknown_fields_total{"); at != std::string::npos;

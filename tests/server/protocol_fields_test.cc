@@ -43,9 +43,10 @@ ApiError error(const Parsed<GenerateRequest>& r) {
 TEST(ProtocolFields, StopTokenIdsAreRead) {
   EXPECT_EQ(ok(chat(R"("stop_token_ids": [5, 999])")).params.stop_token_ids, (std::vector<int32_t>{5, 999}));
   EXPECT_TRUE(ok(completion(R"("stop_token_ids": [])")).params.stop_token_ids.empty());
-  for (const char* bad : {R"("stop_token_ids": 5)", R"("stop_token_ids": [1000])", R"("stop_token_ids": [-1])",
-                          R"("stop_token_ids": ["5"])", R"("stop_token_ids": [1.5])",
-                          R"("stop_token_ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17])"}) {
+  for (const char* bad :
+       {R"("stop_token_ids": 5)", R"("stop_token_ids": [1000])", R"("stop_token_ids": [-1])",
+        R"("stop_token_ids": ["5"])", R"("stop_token_ids": [1.5])",
+        R"("stop_token_ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17])"}) {
     ApiError e = error(chat(bad));
     EXPECT_EQ(e.http_status, 400) << bad;
     EXPECT_EQ(e.param, "stop_token_ids") << bad;
@@ -55,8 +56,8 @@ TEST(ProtocolFields, StopTokenIdsAreRead) {
 TEST(ProtocolFields, MinTokensIsReadAndBoundedByMaxTokens) {
   EXPECT_EQ(ok(chat(R"("min_tokens": 4, "max_tokens": 4)")).params.min_tokens, 4);
   EXPECT_EQ(ok(completion(R"("min_tokens": 9)")).params.min_tokens, 9) << "no max_tokens: checked later";
-  for (const char* bad : {R"("min_tokens": 5, "max_tokens": 4)", R"("min_tokens": -1)", R"("min_tokens": 2.5)",
-                          R"("min_tokens": "3")", R"("min_tokens": 4294967296)"}) {
+  for (const char* bad : {R"("min_tokens": 5, "max_tokens": 4)", R"("min_tokens": -1)",
+                          R"("min_tokens": 2.5)", R"("min_tokens": "3")", R"("min_tokens": 4294967296)"}) {
     ApiError e = error(chat(bad));
     EXPECT_EQ(e.http_status, 400) << bad;
     EXPECT_EQ(e.param, "min_tokens") << bad;
@@ -81,12 +82,11 @@ TEST(ProtocolFields, LogitBiasIsReadCheckedAndClamped) {
     three_hundred_one += entry;
   }
   EXPECT_EQ(ok(completion(R"("logit_bias": {)" + three_hundred + "}")).params.logit_bias.size(), 300u);
-  for (const std::string& bad : std::vector<std::string>{R"("logit_bias": [1])", R"("logit_bias": {"1000": 1})",
-                                R"("logit_bias": {"-1": 1})", R"("logit_bias": {"a": 1})",
-                                R"("logit_bias": {"": 1})", R"("logit_bias": {"1.0": 1})",
-                                R"("logit_bias": {"5": "1"})", R"("logit_bias": {"5": 1, "05": 2})",
-                                R"("logit_bias": {"99999999999": 1})",
-                                R"("logit_bias": {)" + three_hundred_one + "}"}) {
+  for (const std::string& bad : std::vector<std::string>{
+           R"("logit_bias": [1])", R"("logit_bias": {"1000": 1})", R"("logit_bias": {"-1": 1})",
+           R"("logit_bias": {"a": 1})", R"("logit_bias": {"": 1})", R"("logit_bias": {"1.0": 1})",
+           R"("logit_bias": {"5": "1"})", R"("logit_bias": {"5": 1, "05": 2})",
+           R"("logit_bias": {"99999999999": 1})", R"("logit_bias": {)" + three_hundred_one + "}"}) {
     ApiError e = error(chat(bad));
     EXPECT_EQ(e.http_status, 400) << bad;
     EXPECT_EQ(e.param, "logit_bias") << bad;
@@ -99,8 +99,8 @@ TEST(ProtocolFields, BestOfIsAtLeastNWithinMaxNumSeqsAndNotStreamed) {
   EXPECT_EQ(r.n, 2);
   EXPECT_EQ(ok(chat("")).best_of, 0) << "not given";
   EXPECT_EQ(ok(chat(R"("best_of": 1, "stream": true)")).best_of, 1) << "best_of 1 streams: nothing to pick";
-  for (const char* bad : {R"("best_of": 1, "n": 2)", R"("best_of": 0)", R"("best_of": 9)", R"("best_of": "2")",
-                          R"("best_of": 2, "stream": true)"}) {
+  for (const char* bad : {R"("best_of": 1, "n": 2)", R"("best_of": 0)", R"("best_of": 9)",
+                          R"("best_of": "2")", R"("best_of": 2, "stream": true)"}) {
     ApiError e = error(completion(bad));
     EXPECT_EQ(e.http_status, 400) << bad;
     EXPECT_EQ(e.param, "best_of") << bad;
@@ -137,7 +137,8 @@ TEST(ProtocolFields, UnknownTopLevelFieldsAreIgnoredAndNamed) {
   // Each endpoint's own fields are known to it only: echo belongs to completions.
   EXPECT_EQ(ok(chat(R"("echo": false)")).unknown_fields, (std::vector<std::string>{"echo"}));
   EXPECT_TRUE(ok(completion(R"("echo": false, "suffix": null, "best_of": 1)")).unknown_fields.empty());
-  EXPECT_EQ(ok(completion(R"("top_logprobs": 2)")).unknown_fields, (std::vector<std::string>{"top_logprobs"}));
+  EXPECT_EQ(ok(completion(R"("top_logprobs": 2)")).unknown_fields,
+            (std::vector<std::string>{"top_logprobs"}));
   // Fields read elsewhere are not counted as unknown.
   EXPECT_TRUE(ok(chat(R"("max_completion_tokens": 3, "stream_options": null, "min_p": 0.1, "seed": 1)"))
                   .unknown_fields.empty());
