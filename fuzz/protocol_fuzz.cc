@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "server/protocol.h"
+#include "server/protocol_fields.h"
 #include "server/responses.h"
 
 // An invariant of an accepted request; the fuzzer reports the input that broke it.
@@ -75,6 +76,17 @@ void check_generate(const GenerateRequest& r, const ProtocolLimits& limits) {
   FUZZ_REQUIRE(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0 &&
                p.repetition_penalty <= 100);
   FUZZ_REQUIRE(p.top_logprobs >= -1 && p.top_logprobs <= kMaxTopLogprobs);
+  FUZZ_REQUIRE(r.best_of == 0 || (r.best_of >= r.n && r.best_of <= limits.max_num_seqs));
+  FUZZ_REQUIRE(r.best_of <= 1 || !r.stream);
+  FUZZ_REQUIRE(p.min_tokens >= 0 && (!p.max_tokens || p.min_tokens <= *p.max_tokens));
+  FUZZ_REQUIRE(p.stop_token_ids.size() <= kMaxStopTokenIds);
+  for (int32_t id : p.stop_token_ids) FUZZ_REQUIRE(id >= 0 && id < limits.vocab_size);
+  FUZZ_REQUIRE(p.logit_bias.size() <= kMaxLogitBias);
+  for (const auto& [id, bias] : p.logit_bias) {
+    FUZZ_REQUIRE(id >= 0 && id < limits.vocab_size);
+    FUZZ_REQUIRE(std::isfinite(bias) && std::fabs(bias) <= kMaxLogitBiasValue);
+  }
+  for (const ChatMessage& m : r.messages) FUZZ_REQUIRE(!m.role.empty());
   if (r.endpoint == Endpoint::kChat) {
     FUZZ_REQUIRE(!r.messages.empty() && r.messages.size() <= kMaxMessages);
     FUZZ_REQUIRE(r.prompts.empty());

@@ -1,7 +1,9 @@
-// nanoserve: generate | serve | bench | inspect | tokenize
+// nanoserve: generate | serve | bench | inspect | tokenize | version
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -11,6 +13,10 @@ int main(int argc, char** argv) {
   using namespace nanoserve::cli;
   CLI::App app{"nanoserve: an LLM inference engine"};
   app.require_subcommand(1);
+  // `nanoserve --version` and `nanoserve version`: the same line, exit 0.
+  const std::string version_line = std::string("nanoserve ") + NANOSERVE_VERSION;
+  app.set_version_flag("--version", version_line, "print the version and exit");
+  CLI::App* version = app.add_subcommand("version", "print the version and exit");
   std::vector<std::pair<CLI::App*, CommandRun>> commands;
   auto add = [&](CommandRun run) { commands.emplace_back(app.get_subcommands({}).back(), std::move(run)); };
   add(add_inspect_command(app));
@@ -19,6 +25,10 @@ int main(int argc, char** argv) {
   add(add_serve_command(app));
   add(add_bench_command(app));
   CLI11_PARSE(app, argc, argv);
+  if (version->parsed()) {
+    std::printf("%s\n", version_line.c_str());
+    return 0;
+  }
   for (auto& [sub, run] : commands) {
     if (sub->parsed()) return run();
   }

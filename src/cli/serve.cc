@@ -39,6 +39,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  bool metrics_require_key = false;
   std::string served_model_name;
   int64_t max_waiting_requests = 256;
   int http_threads = server::HttpOptions{}.num_threads;
@@ -142,7 +143,7 @@ int run_serve(const ServeOptions& opt) {
   server::ServerMetrics metrics(served_name);
   server::ParseBudget::Options parse_budget;
   parse_budget.capacity_bytes = static_cast<size_t>(opt.max_parse_bytes);
-  server::Api api(served_name, api_key, metrics, parse_budget);
+  server::Api api(served_name, api_key, metrics, parse_budget, opt.metrics_require_key);
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;
@@ -211,6 +212,8 @@ CommandRun add_serve_command(CLI::App& app) {
   cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")->capture_default_str();
   cmd->add_option("--api-key", opt->api_key,
                   "require 'Authorization: Bearer KEY' (or env NANOSERVE_API_KEY)");
+  cmd->add_flag("--metrics-require-key", opt->metrics_require_key,
+                "/metrics needs the API key too (public by default, as in vLLM)");
   cmd->add_option("--served-model-name", opt->served_model_name,
                   "model name in the API (default: file stem)");
   add_engine_flags(cmd, opt->engine);

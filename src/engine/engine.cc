@@ -79,7 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   if (text != nullptr) e->eos_ids_ = text->eos_ids();
   e->vocab_size_ = static_cast<int32_t>(mc.vocab_size);
   e->scheduler_ = std::make_unique<Scheduler>(sc, bc);
-  e->sampler_ = std::make_unique<Sampler>(e->vocab_size_);
+  e->sampler_ = std::make_unique<Sampler>(e->vocab_size_, e->eos_ids_);
 
   // Step buffers sized once: the step loop only clears and refills them.
   const size_t T = config.max_num_batched_tokens, B = config.max_num_seqs;
@@ -128,6 +128,13 @@ StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingPar
     }
   }
   NS_RETURN_IF_ERROR(params.validate(vocab_size_));
+  if (params.min_tokens > 0) {
+    // The mask must leave something to draw.
+    std::unordered_set<int32_t> masked(params.stop_token_ids.begin(), params.stop_token_ids.end());
+    if (!params.ignore_eos) masked.insert(eos_ids_.begin(), eos_ids_.end());
+    if (static_cast<int64_t>(masked.size()) >= vocab_size_)
+      return invalid_argument("min_tokens: the end tokens it masks cover the whole vocabulary");
+  }
   if (!params.stop.empty() && text_ == nullptr)
     return invalid_argument("stop: stop strings need a tokenizer, and this engine runs on token ids only");
   const int64_t total = static_cast<int64_t>(prompt.size()) + params.max_tokens;

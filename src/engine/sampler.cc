@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <utility>
 
 #include "core/check.h"
 
@@ -21,9 +22,10 @@ constexpr int32_t kHeapTopK = 1024;
 // e^x for x <= 0 (x - max of a logit row), to ~1e-7 relative: Cody-Waite
 // reduction to r in [-ln2/2, ln2/2], a degree-7 Taylor polynomial, and the
 // power of two put in the exponent bits. Plain arithmetic, so the loops that
-// call it vectorise; below -87 it returns 2^-126 (never 0, never a denormal).
-inline float exp_nonpos(float x) {
-  x = x < -87.0f ? -87.0f : x;
+// call it vectorise; below -87 it returns 2^-126 (never a denormal), except
+// -inf (a masked token), which is exactly 0.
+inline float exp_nonpos(float x_in) {
+  const float x = x_in < -87.0f ? -87.0f : x_in;
   // Round to nearest by the 1.5 * 2^23 trick (|x * log2(e)| < 2^22 here).
   const float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
@@ -38,7 +40,7 @@ inline float exp_nonpos(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  return q * scale;
+  return x_in == -std::numeric_limits<float>::infinity() ? 0.0f : q * scale;
 }
 
 void exp_shifted(const float* __restrict l, float m, int32_t n, float* __restrict out) {
@@ -74,8 +76,9 @@ double lane_sum(const float* w, int32_t n) {
 
 }  // namespace
 
-Sampler::Sampler(int32_t vocab_size)
+Sampler::Sampler(int32_t vocab_size, std::vector<int32_t> eos_ids)
     : vocab_size_(vocab_size),
+      eos_ids_(std::move(eos_ids)),
       work_(vocab_size),
       weight_(vocab_size),
       probs_(vocab_size),
@@ -85,6 +88,13 @@ Sampler::Sampler(int32_t vocab_size)
       counts_(vocab_size, 0),
       seen_(vocab_size, 0) {
   NS_CHECK(vocab_size > 0) << "vocab_size " << vocab_size;
+  for (int32_t id : eos_ids_) NS_CHECK(id >= 0 && id < vocab_size) << "eos id " << id;
+}
+
+bool Sampler::modifies(const SamplingParams& p, size_t num_generated) {
+  return !p.greedy() || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f || !p.logit_bias.empty() ||
+         num_generated < static_cast<size_t>(std::max(0, p.min_tokens));
 }
 
 void Sampler::apply_penalties(const SamplingParams& p, std::span<const int32_t> prompt,
@@ -123,7 +133,22 @@ void Sampler::process_logits(std::span<const float> logits, const SamplingParams
   NS_CHECK_EQ(static_cast<int64_t>(logits.size()), vocab_size_);
   NS_CHECK_EQ(static_cast<int64_t>(out.size()), vocab_size_);
   std::copy(logits.begin(), logits.end(), out.begin());
+  for (const auto& [id, bias] : p.logit_bias) {
+    NS_CHECK(id >= 0 && id < vocab_size_) << "logit_bias token " << id;
+    out[id] += bias;
+  }
   apply_penalties(p, prompt, output, out.data());
+  if (output.size() < static_cast<size_t>(std::max(0, p.min_tokens))) {
+    // vLLM's min_tokens: no end token may be drawn yet.
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    if (!p.ignore_eos) {
+      for (int32_t id : eos_ids_) out[id] = kMasked;
+    }
+    for (int32_t id : p.stop_token_ids) {
+      NS_CHECK(id >= 0 && id < vocab_size_) << "stop token " << id;
+      out[id] = kMasked;
+    }
+  }
   if (!p.greedy() && p.temperature != 1.0f) {
     for (float& v : out) v /= p.temperature;
   }
@@ -138,14 +163,12 @@ void Sampler::rank(int32_t begin, int32_t mid, int32_t end) {
 int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
                         std::span<const int32_t> prompt, std::span<const int32_t> output, Rng& rng) {
   const int32_t V = vocab_size_;
-  const bool penalties =
-      p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const float* l = logits.data();
-  if (!p.greedy() || penalties) {
+  if (modifies(p, output.size())) {
     process_logits(logits, p, prompt, output, work_);
     l = work_.data();
   } else {
-    // Greedy without penalties reads the row as it is: no 196 KB copy per step.
+    // Greedy with nothing to apply reads the row as it is: no 196 KB copy per step.
     NS_CHECK_EQ(static_cast<int64_t>(logits.size()), vocab_size_);
   }
   probs_valid_ = false;
@@ -193,6 +216,7 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
       }
     }
     if (chosen < 0) {  // rounding left u past the block's last step: its last token with weight
+      // (a block of masked tokens has sum 0 and is never the one u lands in)
       chosen = end - 1;
       while (chosen > b * kBlock && weight_[chosen] == 0.0f) --chosen;
     }
@@ -266,13 +290,18 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
   for (int32_t j = 0; j < n_keep; ++j) total_ += weight_[order_[j]];
   const double u = rng.next_double() * total_;
   double acc = 0.0;
-  int32_t chosen = order_[n_keep - 1];
+  int32_t chosen = -1;
   for (int32_t j = 0; j < n_keep; ++j) {
     acc += weight_[order_[j]];
     if (u < acc) {
       chosen = order_[j];
       break;
     }
+  }
+  if (chosen < 0) {  // rounding left u past the end: the last kept token with weight (never a masked one)
+    int32_t j = n_keep - 1;
+    while (j > 0 && weight_[order_[j]] == 0.0f) --j;
+    chosen = order_[j];
   }
   num_candidates_ = n_keep;
   return chosen;

@@ -1,10 +1,13 @@
 #pragma once
 // Turns one row of logits into one token, per request (docs/architecture.md).
 //
-// Order: penalties (repetition over prompt + generated, presence/frequency
-// over generated, as vLLM defines them), temperature, top-k, top-p, min-p,
-// then one draw from the request's own Rng. Greedy (temperature 0) is the
-// argmax after penalties, ties to the lowest token id, and draws nothing.
+// Order: logit_bias, penalties (repetition over prompt + generated,
+// presence/frequency over generated, as vLLM defines them), the min_tokens
+// mask (end tokens to -inf while fewer than min_tokens are generated),
+// temperature, top-k, top-p, min-p, then one draw from the request's own Rng.
+// Greedy (temperature 0) is the argmax after bias, penalties and mask, ties
+// to the lowest token id, and draws nothing. A token at -inf has weight 0 and
+// is never drawn.
 //
 // Candidates are ranked by (processed logit descending, token id ascending),
 // so every filter keeps a prefix of one fixed order and the result is a pure
@@ -29,7 +32,8 @@ struct TokenLogprob {
 
 class Sampler {
  public:
-  explicit Sampler(int32_t vocab_size);
+  // eos_ids: the model's end tokens, which min_tokens masks (with the request's stop_token_ids).
+  explicit Sampler(int32_t vocab_size, std::vector<int32_t> eos_ids = {});
 
   int32_t vocab_size() const { return vocab_size_; }
 
@@ -45,8 +49,8 @@ class Sampler {
   std::span<const int32_t> candidates() const;
   std::span<const float> candidate_probs() const;
 
-  // Penalties then temperature, written into out ([vocab]); the first half of
-  // sample(), exposed so each step can be tested on its own.
+  // Bias, penalties, the min_tokens mask, then temperature, written into out
+  // ([vocab]); the first half of sample(), exposed so each step can be tested on its own.
   void process_logits(std::span<const float> logits, const SamplingParams& params,
                       std::span<const int32_t> prompt, std::span<const int32_t> output, std::span<float> out);
 
@@ -57,12 +61,15 @@ class Sampler {
  private:
   void apply_penalties(const SamplingParams& params, std::span<const int32_t> prompt,
                        std::span<const int32_t> output, float* l);
+  // True when this call changes the row before the draw (bias, penalties, mask, temperature).
+  static bool modifies(const SamplingParams& params, size_t num_generated);
   // Ranks order_[begin, end) by the work_ logits; ids ascending on ties.
   void rank(int32_t begin, int32_t mid, int32_t end);
 
   static constexpr int32_t kBlock = 1024;  // weights per block sum (no-filter draw)
 
   int32_t vocab_size_;
+  std::vector<int32_t> eos_ids_;
   std::vector<float> work_;             // [vocab] processed logits
   std::vector<float> weight_;           // [vocab] by token id: exp(processed logit - max)
   mutable std::vector<float> probs_;    // [vocab] by rank: candidate probabilities, built on request

@@ -47,6 +47,25 @@ Status SamplingParams::validate(int32_t vocab_size) const {
       return invalid_argument("stop_token_ids: id " + std::to_string(id) + " outside the vocabulary [0, " +
                               std::to_string(vocab_size) + ")");
   }
+  if (min_tokens < 0 || min_tokens > max_tokens)
+    return invalid_argument("min_tokens must be in [0, max_tokens (" + std::to_string(max_tokens) +
+                            ")], got " + std::to_string(min_tokens));
+  if (static_cast<int32_t>(logit_bias.size()) > kMaxLogitBias)
+    return invalid_argument("logit_bias: at most " + std::to_string(kMaxLogitBias) + " entries, got " +
+                            std::to_string(logit_bias.size()));
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
+    if (id < 0 || id >= vocab_size)
+      return invalid_argument("logit_bias: token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                              std::to_string(vocab_size) + ")");
+    if (!std::isfinite(bias) || bias < -kMaxBias || bias > kMaxBias)
+      return invalid_argument("logit_bias: the bias of token " + std::to_string(id) +
+                              " must be in [-100, 100], got " + num(bias));
+    for (size_t j = 0; j < i; ++j) {
+      if (logit_bias[j].first == id)
+        return invalid_argument("logit_bias: token id " + std::to_string(id) + " appears twice");
+    }
+  }
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs)
     return invalid_argument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
                             std::to_string(top_logprobs));

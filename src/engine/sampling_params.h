@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -33,6 +34,14 @@ struct SamplingParams {
   std::vector<std::string> stop;        // stop strings, matched on detokenized text, not emitted
   std::vector<int32_t> stop_token_ids;  // extra end tokens besides the model's eos ids
   bool ignore_eos = false;              // keep going past eos (benchmarks)
+  // vLLM's min_tokens: until this many tokens are generated, the end tokens
+  // (eos unless ignore_eos, and stop_token_ids) are masked out of sampling
+  // and stop strings are not applied. In [0, max_tokens].
+  int32_t min_tokens = 0;
+
+  // OpenAI's logit_bias: (token id, bias) pairs added to the raw logits before
+  // the penalties. Ids unique and in the vocabulary, biases in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Log-probabilities of the model's own (unprocessed) distribution, as vLLM
   // returns by default: the chosen token's, plus the top_logprobs most likely.
@@ -45,13 +54,15 @@ struct SamplingParams {
   static constexpr int32_t kMaxStops = 16;
   static constexpr int32_t kMaxStopLength = 256;
   static constexpr int32_t kMaxN = 16;
+  static constexpr int32_t kMaxLogitBias = 300;
+  static constexpr float kMaxBias = 100.0f;
 
   bool greedy() const { return temperature == 0.0f; }
-  // Greedy over the raw logits: no penalty changes them and no logprobs are
-  // read, so the argmax may come from wherever the logits are (the device).
+  // Greedy over the raw logits: no penalty, bias or mask changes them and no
+  // logprobs are read, so the argmax may come from wherever the logits are (the device).
   bool plain_greedy() const {
     return greedy() && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
-           !logprobs;
+           !logprobs && logit_bias.empty() && min_tokens == 0;
   }
 
   // Checks every field's range; the message names the field.

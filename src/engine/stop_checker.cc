@@ -16,7 +16,7 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 StopChecker::StopChecker(const SamplingParams& params, std::span<const int32_t> eos_ids)
-    : stops_(params.stop), max_tokens_(params.max_tokens) {
+    : stops_(params.stop), max_tokens_(params.max_tokens), min_tokens_(params.min_tokens) {
   if (!params.ignore_eos) end_ids_.assign(eos_ids.begin(), eos_ids.end());
   end_ids_.insert(end_ids_.end(), params.stop_token_ids.begin(), params.stop_token_ids.end());
 }
@@ -42,18 +42,22 @@ size_t StopChecker::hold_length() const {
 
 FinishReason StopChecker::on_token(int32_t token, int32_t num_generated, std::string_view new_text,
                                    std::string& emit) {
-  if (is_end_token(token)) {
+  const bool stops_apply = num_generated >= min_tokens_;
+  if (stops_apply && is_end_token(token)) {
     matched_token_ = token;
     emit += held_;
     held_.clear();
     return FinishReason::kStop;
   }
+  // A match must end in the new text. Without min_tokens that is every match: held text that
+  // held a whole stop string would have finished the request already.
+  const size_t fresh_from = held_.size();
   held_ += new_text;
-  if (!stops_.empty()) {
+  if (stops_apply && !stops_.empty()) {
     // Earliest occurrence of any stop string; the longest on a tie.
     size_t cut = std::string::npos;
     for (const std::string& s : stops_) {
-      const size_t pos = held_.find(s);
+      const size_t pos = held_.find(s, fresh_from + 1 > s.size() ? fresh_from + 1 - s.size() : 0);
       if (pos == std::string::npos) continue;
       if (cut == std::string::npos || pos < cut || (pos == cut && s.size() > matched_stop_.size())) {
         cut = pos;

@@ -1,11 +1,14 @@
 #pragma once
 // Decides when a request is done, and which of its text is safe to emit.
 //
-// After each generated token, in this order:
+// After each generated token, in this order (steps 1 and 2 only once
+// min_tokens tokens are generated, counting this one; the sampler keeps end
+// tokens from being drawn before that):
 //   1. an end token (the model's eos ids unless ignore_eos, or one of the
 //      request's stop_token_ids) finishes with kStop; its own text is dropped;
-//   2. a stop string found in the not-yet-emitted text finishes with kStop;
-//      the text before it is emitted, the stop string and the rest are not;
+//   2. a stop string that ends in this token's text finishes with kStop;
+//      the text before it is emitted, the stop string and the rest are not
+//      (one that ended before min_tokens was reached does not count, as in vLLM);
 //   3. max_tokens generated finishes with kLength;
 // otherwise the text is emitted except its longest suffix that could still
 // grow into a stop string, which is held back until it cannot. On a finish,
@@ -55,6 +58,7 @@ class StopChecker {
   std::vector<int32_t> end_ids_;
   std::vector<std::string> stops_;
   int32_t max_tokens_;
+  int32_t min_tokens_;
   std::string held_;
   std::string matched_stop_;
   int32_t matched_token_ = -1;

@@ -4,11 +4,13 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <utility>
 
+#include "core/logging.h"
 #include "server/auth.h"
 
 namespace nanoserve::server {
@@ -16,9 +18,10 @@ namespace nanoserve::server {
 using nlohmann::json;
 
 Api::Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
-         ParseBudget::Options parse_budget)
+         ParseBudget::Options parse_budget, bool metrics_require_key)
     : served_model_name_(std::move(served_model_name)),
       api_key_(std::move(api_key)),
+      metrics_require_key_(metrics_require_key),
       created_(static_cast<int64_t>(std::time(nullptr))),
       metrics_(metrics),
       parse_budget_(parse_budget),
@@ -75,6 +78,7 @@ const RouteSpec* find_route(std::string_view path) {
 
 bool Api::needs_auth(Route route) const {
   if (api_key_.empty()) return false;
+  if (route == Route::kMetrics) return metrics_require_key_;
   return !(route == Route::kHealth || route == Route::kModels);
 }
 
@@ -150,6 +154,13 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
       parse_metered(body, endpoint == Endpoint::kChat ? &parse_chat_request : &parse_completion_request);
   if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
   GenerateRequest& r = std::get<GenerateRequest>(parsed);
+  for (const std::string& name : r.unknown_fields) {
+    const std::string label = quote_excerpt(name);  // a label, not a 4 MiB key
+    if (metrics_.unknown_field(label)) {
+      NS_LOG(WARNING) << "request field '" << label << "' is not known and is ignored; counted in "
+                      << "nanoserve:request_unknown_fields_total, logged once";
+    }
+  }
 
   // Encode every prompt and resolve max_tokens against the context.
   std::vector<std::vector<int32_t>> prompts;
@@ -170,15 +181,25 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   }
   std::vector<EngineRequest> choices;
   int64_t prompt_tokens = 0;
+  // best_of > n: that many candidates per prompt, ranked by their cumulative logprob at the end.
+  const int candidates = std::max(r.n, r.best_of);
+  GenerationParams params = r.params;
+  if (candidates > r.n) params.top_logprobs = std::max(params.top_logprobs, 0);
   for (std::vector<int32_t>& ids : prompts) {
     auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens,
                                            limits_.max_model_len, endpoint);
     if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
+    if (r.params.min_tokens > std::get<int64_t>(max_tokens)) {
+      return error_reply(bad_request(
+          "'min_tokens' (" + std::to_string(r.params.min_tokens) + ") is more than the " +
+              std::to_string(std::get<int64_t>(max_tokens)) + " tokens left in the context after the prompt.",
+          "min_tokens"));
+    }
     prompt_tokens += static_cast<int64_t>(ids.size());
-    for (int j = 0; j < r.n; ++j) {
+    for (int j = 0; j < candidates; ++j) {
       EngineRequest er;
       er.prompt = ids;
-      er.params = r.params;
+      er.params = params;
       er.params.max_tokens = std::get<int64_t>(max_tokens);
       // Choice i of a seeded request samples with seed + i: reproducible, yet the choices differ.
       if (r.params.seed) er.params.seed = *r.params.seed + choices.size();
@@ -190,6 +211,10 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   auto handle = loop_->submit(std::move(choices));
   if (!handle.ok()) {
     if (handle.status().code() == StatusCode::kResourceExhausted) return error_reply(queue_full());
+    if (handle.status().code() == StatusCode::kInvalidArgument) {
+      // Can never be admitted: a 400 with the reason, not a 429 that invites a retry.
+      return error_reply(bad_request(handle.status().message() + ".", candidates > r.n ? "best_of" : "n"));
+    }
     return error_reply(ApiError{503, handle.status().message(), "service_unavailable", {}, {}});
   }
   ResponseMeta meta{endpoint, new_id(endpoint), static_cast<int64_t>(std::time(nullptr)), served_model_name_};

@@ -42,14 +42,16 @@ using Outcome = std::variant<Reply, std::unique_ptr<GenerationJob>>;
 
 class Api {
  public:
+  // metrics_require_key: /metrics needs the key too (it is public by default, as in vLLM).
   Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
-      ParseBudget::Options parse_budget = {});
+      ParseBudget::Options parse_budget = {}, bool metrics_require_key = false);
 
   // Once the model is loaded: from here on the generation endpoints work and /health says 200.
   void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
   bool ready() const { return ready_.load(std::memory_order_acquire); }
 
-  // True when the route needs the bearer key (all but /health and /v1/models).
+  // True when the route needs the bearer key: with a key, every route but /health, /v1/models
+  // and (unless metrics_require_key) /metrics.
   bool needs_auth(Route route) const;
   bool authorized(std::string_view authorization_header) const;
 
@@ -77,6 +79,7 @@ class Api {
 
   const std::string served_model_name_;
   const std::string api_key_;
+  const bool metrics_require_key_;
   const int64_t created_;
   ServerMetrics& metrics_;
   std::atomic<bool> ready_{false};

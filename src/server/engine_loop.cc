@@ -31,6 +31,9 @@ SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<s
       static_cast<int32_t>(std::min<int64_t>(p.max_tokens.value_or(1), std::numeric_limits<int32_t>::max()));
   s.stop = stop;
   s.ignore_eos = p.ignore_eos;
+  s.stop_token_ids = p.stop_token_ids;
+  s.min_tokens = static_cast<int32_t>(p.min_tokens);  // protocol: [0, int32 max]; the Api: <= max_tokens
+  s.logit_bias = p.logit_bias;
   s.logprobs = p.top_logprobs >= 0;
   s.top_logprobs = std::max(0, p.top_logprobs);
   s.n = 1;
@@ -79,6 +82,12 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return failed_precondition("the server is shutting down");
+  if (static_cast<int64_t>(choices.size()) > options_.max_waiting) {
+    // Never admissible, however long the client waits: not a 429.
+    return invalid_argument("the request needs " + std::to_string(choices.size()) +
+                            " sequences, more than the " + std::to_string(options_.max_waiting) +
+                            " the waiting queue can ever hold (--max-waiting-requests)");
+  }
   if (engine_.stats().num_waiting + static_cast<int64_t>(choices.size()) > options_.max_waiting)
     return resource_exhausted("waiting queue is full");
   for (size_t i = 0; i < choices.size(); ++i) {

@@ -57,7 +57,8 @@ class EngineLoop {
   void stop();
 
   // HTTP threads. `choices` share one stream (choice i is choices[i]).
-  // RESOURCE_EXHAUSTED when the Engine's waiting queue is full; a choice the
+  // RESOURCE_EXHAUSTED when the Engine's waiting queue is full, INVALID_ARGUMENT when it could
+  // never hold this many choices at once (more than max_waiting); a choice the
   // Engine refuses (INVALID_ARGUMENT) is finished at once as rejected.
   StatusOr<Handle> submit(std::vector<EngineRequest> choices);
   // HTTP threads: aborts whatever of the handle's choices is unfinished (no-op

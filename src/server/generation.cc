@@ -1,5 +1,6 @@
 #include "server/generation.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace nanoserve::server {
@@ -12,6 +13,8 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       stream_(request.stream),
       include_usage_(request.include_usage),
       with_logprobs_(request.params.top_logprobs >= 0),
+      n_(request.n),
+      candidates_(std::max(request.n, request.best_of)),
       prompt_tokens_(prompt_tokens),
       token_text_(std::move(token_text)),
       choices_(handle_.ids.size()) {}
@@ -62,6 +65,7 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
     touched[ev.choice] = true;
     if (ev.token >= 0) {
       ++completion_tokens_;
+      c.cumulative_logprob += ev.logprob;
       if (with_logprobs_) {
         LogprobItem item{ev.token, ev.logprob, std::move(ev.top_logprobs)};
         if (stream_)
@@ -125,9 +129,22 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
 std::string GenerationJob::final_body() const {
   if (error_) return error_->body();
   std::vector<ChoiceResult> results;
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
-    results.push_back(ChoiceResult{static_cast<int>(i), c.text, c.finish, with_logprobs_, c.logprobs});
+  // Per prompt, its candidates in order; best_of keeps the n most likely (ties: the earlier one).
+  // Usage counts every candidate's tokens: they were all generated.
+  std::vector<size_t> order;
+  for (size_t first = 0; first < choices_.size(); first += candidates_) {
+    order.clear();
+    for (size_t i = first; i < first + candidates_; ++i) order.push_back(i);
+    if (candidates_ > n_) {
+      std::stable_sort(order.begin(), order.end(), [this](size_t a, size_t b) {
+        return choices_[a].cumulative_logprob > choices_[b].cumulative_logprob;
+      });
+    }
+    for (int j = 0; j < n_; ++j) {
+      const Choice& c = choices_[order[j]];
+      results.push_back(
+          ChoiceResult{static_cast<int>(results.size()), c.text, c.finish, with_logprobs_, c.logprobs});
+    }
   }
   return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
 }

@@ -19,7 +19,9 @@ namespace nanoserve::server {
 
 class GenerationJob {
  public:
-  // `prompt_tokens` is summed over the request's prompts, for usage.
+  // `prompt_tokens` is summed over the request's prompts, for usage. The handle holds
+  // max(n, best_of) choices per prompt, prompt by prompt; with best_of > n the n with the highest
+  // cumulative logprob of each prompt are returned (the handle's choices must carry logprobs).
   GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
                 const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text);
   ~GenerationJob();  // aborts what is unfinished
@@ -49,7 +51,8 @@ class GenerationJob {
     std::string text;
     std::vector<LogprobItem> logprobs;
     FinishReason finish = FinishReason::kNone;
-    int64_t text_offset = 0;  // bytes of text streamed so far
+    int64_t text_offset = 0;          // bytes of text streamed so far
+    double cumulative_logprob = 0.0;  // of its tokens, under the model's raw distribution (best_of)
   };
 
   EngineLoop& loop_;
@@ -57,7 +60,9 @@ class GenerationJob {
   ResponseMeta meta_;
   bool stream_;
   bool include_usage_;
-  bool with_logprobs_;
+  bool with_logprobs_;  // the client asked for logprobs
+  int n_;               // choices returned per prompt
+  int candidates_;      // choices generated per prompt: best_of when it is more than n
   int64_t prompt_tokens_;
   int64_t completion_tokens_ = 0;
   TokenTextFn token_text_;

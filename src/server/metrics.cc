@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/check.h"
 
@@ -16,8 +17,12 @@ std::string format_value(double v) {
   char buf[64];
   if (v == std::floor(v) && std::fabs(v) < 1e15) {
     std::snprintf(buf, sizeof(buf), "%.0f", v);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%.17g", v);
+    return buf;
+  }
+  // The shortest form that reads back as the same double: le="0.005", not "0.0050000000000000001".
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
   }
   return buf;
 }
@@ -197,6 +202,7 @@ ServerMetrics::ServerMetrics(const std::string& model_name)
       e2e_request_latency_seconds(registry.histogram("nanoserve:e2e_request_latency_seconds",
                                                      "Time from arrival to the last token.", e2e_buckets(),
                                                      {{"model_name", model_name}})) {
+  model_name_ = model_name;
   const char* help = "Count of finished requests by finish reason.";
   auto success = [&](const char* reason) {
     return &registry.counter("nanoserve:request_success_total", help,
@@ -216,6 +222,29 @@ void ServerMetrics::request_finished(FinishReason reason) {
     case FinishReason::kError: success_error_->inc(); break;
     case FinishReason::kNone: break;
   }
+}
+
+bool ServerMetrics::unknown_field(const std::string& name) {
+  constexpr const char* kName = "nanoserve:request_unknown_fields_total";
+  constexpr const char* kHelp = "Top-level request fields that were not known and were ignored, by name.";
+  std::lock_guard<std::mutex> lock(unknown_mu_);
+  for (auto& [seen, counter] : unknown_fields_) {
+    if (seen == name) {
+      counter->inc();
+      return false;
+    }
+  }
+  if (unknown_fields_.size() < kMaxUnknownFieldNames) {
+    Counter& c = registry.counter(kName, kHelp, {{"model_name", model_name_}, {"field", name}});
+    unknown_fields_.emplace_back(name, &c);
+    c.inc();
+    return true;
+  }
+  const bool first = unknown_other_ == nullptr;
+  if (first)
+    unknown_other_ = &registry.counter(kName, kHelp, {{"model_name", model_name_}, {"field", kOtherField}});
+  unknown_other_->inc();
+  return first;
 }
 
 }  // namespace nanoserve::server

@@ -107,7 +107,19 @@ struct ServerMetrics {
 
   void request_finished(FinishReason reason);  // request_success_total{finished_reason=...}
 
+  // A top-level request field that no endpoint knows (it is ignored): counts it in
+  // request_unknown_fields_total{field=NAME}. The first kMaxUnknownFieldNames names get a series
+  // each, later ones share field="(other)", so a client cannot grow /metrics without bound.
+  // Returns true the first time a series is counted (the caller logs it once).
+  bool unknown_field(const std::string& name);
+  static constexpr size_t kMaxUnknownFieldNames = 32;
+  static constexpr const char* kOtherField = "(other)";
+
  private:
+  std::string model_name_;
+  std::mutex unknown_mu_;
+  std::vector<std::pair<std::string, Counter*>> unknown_fields_;  // names with their own series
+  Counter* unknown_other_ = nullptr;
   Counter* success_stop_;
   Counter* success_length_;
   Counter* success_abort_;

@@ -1,10 +1,13 @@
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "server/protocol_fields.h"
 
 namespace nanoserve::server {
 
@@ -250,8 +253,22 @@ bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
              param + ".role");
       return false;
     }
+    // Tool calls are not supported (protocol_fields.cc), so every message needs its content,
+    // the assistant's too: OpenAI allows it without content only beside tool_calls.
+    for (const char* calls : {"tool_calls", "function_call"}) {
+      if (auto c = m.find(calls); c != m.end() && !c->is_null()) {
+        f.fail("'" + param + "." + calls +
+                   "' is not supported: this server does not do tool or function calling.",
+               param + "." + calls);
+        return false;
+      }
+    }
     auto content = m.find("content");
-    if (content != m.end() && !read_content(*content, &msg.content, f, param + ".content")) return false;
+    if (content == m.end() || content->is_null()) {
+      f.fail("'" + param + ".content' is required.", param + ".content");
+      return false;
+    }
+    if (!read_content(*content, &msg.content, f, param + ".content")) return false;
     out->push_back(std::move(msg));
   }
   return true;
@@ -426,9 +443,14 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
       if (sf.failed()) f.fail("'stream_options.include_usage' must be a boolean.", "stream_options");
     }
   }
-  if (const json* lb = f.get("logit_bias"); lb != nullptr && !(lb->is_object() && lb->empty())) {
-    f.fail("'logit_bias' is not supported.", "logit_bias");
-  }
+}
+
+// stop_token_ids, min_tokens, logit_bias, best_of, the refused tool fields, and the unknown
+// fields (protocol_fields.cc); after every other field, so the first error is reported.
+void read_extras(Fields& f, const json& j, GenerateRequest* r, const ProtocolLimits& limits) {
+  if (f.failed()) return;
+  if (auto e = read_extra_fields(j, r, limits)) return f.fail(e->message, e->param);
+  r->unknown_fields = unknown_fields(j, r->endpoint);
 }
 
 template <typename T>
@@ -456,6 +478,7 @@ Parsed<GenerateRequest> parse_chat_request(std::string_view body, const Protocol
   auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs, "in [0, 20]");
   if (top && !logprobs) f.fail("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs");
   if (logprobs) r.params.top_logprobs = static_cast<int>(top.value_or(0));
+  read_extras(f, j, &r, limits);
   return finish(f, model_error, std::move(r));
 }
 
@@ -475,9 +498,11 @@ Parsed<GenerateRequest> parse_completion_request(std::string_view body, const Pr
     r.params.top_logprobs = static_cast<int>(*v);
   if (auto echo = f.boolean("echo"); echo && *echo) f.fail("'echo' is not supported.", "echo");
   if (const json* s = f.get("suffix"); s != nullptr) f.fail("'suffix' is not supported.", "suffix");
+  read_extras(f, j, &r, limits);
   if (!f.failed() && !model_error &&
-      r.prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(limits.max_num_seqs) * kMaxPrompts) {
-    f.fail("Too many sequences requested (prompts x n).", "n");
+      r.prompts.size() * static_cast<size_t>(std::max(r.n, r.best_of)) >
+          static_cast<size_t>(limits.max_num_seqs) * kMaxPrompts) {
+    f.fail("Too many sequences requested (prompts x n).", r.best_of > r.n ? "best_of" : "n");
   }
   return finish(f, model_error, std::move(r));
 }

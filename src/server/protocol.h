@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct GenerationParams {
   float repetition_penalty = 1.0f;
   bool ignore_eos = false;
   int top_logprobs = -1;  // -1: no logprobs; 0..kMaxTopLogprobs: sampled token + that many alternatives
+  std::vector<int32_t> stop_token_ids;                // end tokens besides the model's eos
+  int64_t min_tokens = 0;                             // vLLM's meaning (SamplingParams::min_tokens)
+  std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked, biases clamped to [-100, 100]
 };
 
 enum class Endpoint { kChat, kCompletion };
@@ -62,9 +66,11 @@ struct GenerateRequest {
   std::vector<Prompt> prompts;        // completions
   GenerationParams params;
   int n = 1;
+  int best_of = 0;  // 0: not given (n); else >= n candidates, the n most likely returned
   std::vector<std::string> stop;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
+  bool include_usage = false;               // stream_options.include_usage
+  std::vector<std::string> unknown_fields;  // top-level fields no endpoint reads: ignored, counted
 };
 
 // A parse result: the request, or the error to return.

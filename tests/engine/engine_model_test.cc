@@ -177,6 +177,24 @@ TEST_F(EngineModel, SeededSamplingIdenticalAloneAndBatched) {
   EXPECT_EQ(run(*le.engine, 0, 8, per[0], per), alone);
 }
 
+// logit_bias and min_tokens send greedy rows through the host sampler, beside rows that take the
+// runner's argmax: each output is the same alone and in a batch of both kinds.
+TEST_F(EngineModel, GreedyWithBiasAndMinTokensIdenticalAloneAndBatched) {
+  LoadedEngine le = load({});
+  const std::vector<int32_t> plain = solo()[0];
+  std::vector<SamplingParams> per(8, greedy(kNew));
+  for (int i = 0; i < 8; i += 2) {
+    per[i].logit_bias = {{plain[0], -100.0f}, {static_cast<int32_t>(1000 + i), 5.0f}};
+    per[i + 1].min_tokens = kNew;
+    per[i + 1].ignore_eos = false;
+  }
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 8; ++i) alone.push_back(run(*le.engine, i, 1, per[i])[0]);
+  EXPECT_EQ(run(*le.engine, 0, 8, per[0], per), alone);
+  EXPECT_NE(alone[0][0], plain[0]) << "a -100 bias moves the argmax off the token";
+  for (int i = 1; i < 8; i += 2) EXPECT_EQ(alone[i].size(), static_cast<size_t>(kNew)) << "min_tokens";
+}
+
 TEST_F(EngineModel, ChatPromptProducesTextAndStopsOnImEnd) {
   LoadedEngine le = load({});
   const std::vector<int32_t> prompt = le.tokenizer->encode(

@@ -113,6 +113,32 @@ TEST(Engine, StopsOnEosFromTheTokenizer) {
   FAIL() << "no prompt reached eos";
 }
 
+TEST(Engine, MinTokensKeepsEosAwayUntilReached) {
+  FakeText text({kEos});
+  auto e = make_engine({}, &text);
+  // A prompt whose greedy continuation hits eos early; with min_tokens past that point the
+  // request must go on, and no token before min_tokens may be eos.
+  Rng rng(5);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    std::vector<int32_t> prompt = random_prompt(rng, 3);
+    const std::vector<int32_t> free_run = fake_greedy(prompt, kVocab, 40, kEos);
+    if (free_run.back() != kEos || free_run.size() > 20) continue;
+    SamplingParams p = greedy(40);
+    p.min_tokens = static_cast<int32_t>(free_run.size()) + 5;
+    RequestId id = e->add_request(prompt, p).value();
+    auto got = run_to_end(*e);
+    const std::vector<int32_t>& out = got[id].tokens;
+    ASSERT_GE(out.size(), static_cast<size_t>(p.min_tokens));
+    for (int32_t i = 0; i < p.min_tokens; ++i) EXPECT_NE(out[i], kEos) << "token " << i;
+    EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + free_run.size() - 1),
+              std::vector<int32_t>(free_run.begin(), free_run.end() - 1))
+        << "before the first eos the run is the free run";
+    EXPECT_NE(out[free_run.size() - 1], kEos) << "where eos was, the next best token";
+    return;
+  }
+  FAIL() << "no prompt reached eos";
+}
+
 TEST(Engine, StopStringEndsTheRequestAndIsNotEmitted) {
   FakeText text({});
   auto e = make_engine({}, &text);

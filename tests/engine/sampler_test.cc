@@ -265,6 +265,79 @@ TEST(Sampler, SameSeedSameTokensDifferentSeedDiffers) {
   EXPECT_NE(run(5), run(6));
 }
 
+TEST(Sampler, LogitBiasIsAddedBeforeTheArgmax) {
+  Sampler s(5);
+  Rng rng(0);
+  const std::vector<float> l{0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+  SamplingParams p = greedy();
+  p.logit_bias = {{3, 0.2f}};
+  EXPECT_EQ(s.sample(l, p, {}, {}, rng), 3);
+  p.logit_bias = {{1, -100.0f}, {3, -100.0f}};
+  EXPECT_EQ(s.sample(l, p, {}, {}, rng), 0);
+  std::vector<float> out(5);
+  p.logit_bias = {{2, 3.0f}};
+  s.process_logits(l, p, {}, {}, out);
+  EXPECT_FLOAT_EQ(out[2], 2.0f);
+  EXPECT_FLOAT_EQ(out[1], 2.0f);
+  EXPECT_EQ(l[2], -1.0f) << "the raw row is left unchanged";
+}
+
+TEST(Sampler, LogitBiasComesBeforeTheRepetitionPenalty) {
+  // vLLM's order: the bias turns logit 1 into -1, which the penalty then multiplies (not divides).
+  Sampler s(3);
+  SamplingParams p = greedy();
+  p.logit_bias = {{0, -2.0f}};
+  p.repetition_penalty = 2.0f;
+  const std::vector<int32_t> prompt{0};
+  std::vector<float> out(3);
+  s.process_logits(std::vector<float>{1.0f, 0.0f, 0.0f}, p, prompt, {}, out);
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+}
+
+TEST(Sampler, MinTokensMasksEosAndStopTokenIdsUntilReached) {
+  const std::vector<int32_t> eos{2};
+  Sampler s(6, eos);
+  const std::vector<float> l{0.0f, 1.0f, 9.0f, 2.0f, 8.0f, 0.5f};  // eos (2) is the argmax, then 4
+  SamplingParams p = greedy();
+  p.min_tokens = 2;
+  p.stop_token_ids = {4};
+  Rng rng(0);
+  std::vector<int32_t> out;
+  EXPECT_EQ(s.sample(l, p, {}, out, rng), 3) << "eos and the stop token id are masked";
+  out.push_back(3);
+  EXPECT_EQ(s.sample(l, p, {}, out, rng), 3);
+  out.push_back(3);
+  EXPECT_EQ(s.sample(l, p, {}, out, rng), 2) << "two generated: the mask is off";
+  out = {};
+  p.ignore_eos = true;
+  EXPECT_EQ(s.sample(l, p, {}, out, rng), 2) << "ignore_eos: eos is an ordinary token, not masked";
+}
+
+TEST(Sampler, MaskedTokensAreNeverDrawn) {
+  // Eos holds almost all the mass; under min_tokens it has weight exactly 0, so no draw picks it,
+  // whichever walk the filters choose.
+  const std::vector<int32_t> eos{0, 5};
+  Sampler s(8, eos);
+  const std::vector<float> l{30.0f, -60.0f, -60.0f, -60.0f, -60.0f, 30.0f, -60.0f, -60.0f};
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams p;
+    p.min_tokens = 1;
+    if (variant == 1) p.top_k = 7;  // the heap walk keeps one masked token
+    if (variant == 2) p.top_p = 0.999999f;
+    Rng rng(7);
+    std::vector<int> hits(8, 0);
+    for (int i = 0; i < 4000; ++i) ++hits[s.sample(l, p, {}, {}, rng)];
+    EXPECT_EQ(hits[0] + hits[5], 0) << "variant " << variant;
+    for (int32_t c : s.candidates()) {
+      if (c == 0 || c == 5) {
+        const auto probs = s.candidate_probs();
+        const size_t j = std::find(s.candidates().begin(), s.candidates().end(), c) - s.candidates().begin();
+        EXPECT_EQ(probs[j], 0.0f) << "variant " << variant;
+      }
+    }
+  }
+}
+
 TEST(Sampler, LogprobsAreLogSoftmaxOfRawLogits) {
   Sampler s(5);
   const std::vector<float> l{1.0f, 3.0f, 3.0f, -2.0f, 0.5f};

@@ -39,6 +39,32 @@ TEST(SamplingParams, EachBadFieldIsNamed) {
        "top_logprobs"},
       {[](SamplingParams& p) { p.top_logprobs = 2; }, "top_logprobs"},
       {[](SamplingParams& p) { p.n = 0; }, "n must"},
+      {[](SamplingParams& p) { p.min_tokens = -1; }, "min_tokens"},
+      {[](SamplingParams& p) { p.min_tokens = p.max_tokens + 1; }, "min_tokens"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{100, 1.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{-1, 1.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, 100.5f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, NAN}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         p.logit_bias = {{3, 1.0f}, {4, 1.0f}, {3, 2.0f}};
+       },
+       "logit_bias"},
+      {[](SamplingParams& p) {
+         for (int32_t i = 0; i < 301; ++i) p.logit_bias.emplace_back(i % 100, 0.0f);
+       },
+       "logit_bias"},
   };
   for (const Case& c : cases) {
     SamplingParams p;
@@ -48,6 +74,19 @@ TEST(SamplingParams, EachBadFieldIsNamed) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(s.message().find(c.field), std::string::npos) << s.message();
   }
+}
+
+TEST(SamplingParams, BiasAndMinTokensNeedTheLogits) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  EXPECT_TRUE(p.plain_greedy());
+  p.logit_bias = {{1, -100.0f}};
+  EXPECT_FALSE(p.plain_greedy()) << "logit_bias changes the argmax";
+  p.logit_bias.clear();
+  p.min_tokens = 2;
+  EXPECT_FALSE(p.plain_greedy()) << "min_tokens masks the end tokens";
+  p.max_tokens = 2;
+  EXPECT_TRUE(p.validate(100).ok()) << "min_tokens == max_tokens is allowed";
 }
 
 TEST(SamplingParams, GreedyMeansTemperatureZero) {

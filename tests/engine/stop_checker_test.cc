@@ -48,6 +48,36 @@ TEST(StopChecker, EndTokensStopAndDropTheirText) {
   }
 }
 
+TEST(StopChecker, MinTokensDefersEndTokensAndStopStrings) {
+  SamplingParams p = with_stops({"xy"});
+  p.min_tokens = 3;
+  p.stop_token_ids = {9};
+  StopChecker c(p, kEosIds);
+  std::string out;
+  EXPECT_EQ(c.on_token(kEos, 1, "", out), FinishReason::kNone) << "an end token before min_tokens";
+  EXPECT_EQ(c.on_token(101, 2, "axyb", out), FinishReason::kNone) << "a stop string before min_tokens";
+  EXPECT_EQ(c.on_token(9, 3, "c", out), FinishReason::kStop) << "the third token may end it";
+  EXPECT_EQ(out, "axyb") << "the end token's own text is dropped";
+}
+
+TEST(StopChecker, StopStringEndedBeforeMinTokensDoesNotCountLater) {
+  // "ab" is held whole inside the held prefix "xab" of "xabz" before min_tokens; it must not
+  // finish the request once min_tokens is reached, but "xabz" ending in new text does.
+  SamplingParams p = with_stops({"ab", "xabz"});
+  p.min_tokens = 2;
+  StopChecker c(p, kEosIds);
+  std::string out;
+  EXPECT_EQ(c.on_token(101, 1, "xab", out), FinishReason::kNone);
+  EXPECT_EQ(c.on_token(102, 2, "q", out), FinishReason::kNone);
+  EXPECT_EQ(out, "xabq");
+  StopChecker d(p, kEosIds);
+  out.clear();
+  EXPECT_EQ(d.on_token(101, 1, "xab", out), FinishReason::kNone);
+  EXPECT_EQ(d.on_token(102, 2, "z!", out), FinishReason::kStop);
+  EXPECT_EQ(d.matched_stop(), "xabz");
+  EXPECT_EQ(out, "");
+}
+
 TEST(StopChecker, IgnoreEosKeepsGoingButStopTokenIdsStillStop) {
   SamplingParams p;
   p.ignore_eos = true;

@@ -118,6 +118,20 @@ TEST(EngineLoop, QueueFullIsResourceExhausted) {
   EXPECT_EQ(collect(*a->stream).back().finish, FinishReason::kAbort);  // stop() finishes what is left
 }
 
+TEST(EngineLoop, MoreChoicesThanTheWaitingCapIsInvalidNotExhausted) {
+  // Issue 17 item 6: three choices never fit a queue of two, however empty it is; a retry cannot help.
+  EngineRig rig;
+  ServerMetrics metrics("m");
+  EngineLoop loop(*rig.engine, metrics, EngineLoop::Options{2});
+  loop.start();
+  auto r = loop.submit({make_request({'a'}, 1), make_request({'b'}, 1), make_request({'c'}, 1)});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("waiting queue"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(loop.submit({make_request({'a'}, 1), make_request({'b'}, 1)}).ok()) << "two fit";
+  loop.stop();
+}
+
 TEST(EngineLoop, EngineErrorFailsRequests) {
   EngineRig rig;
   rig.model->step_delay_ms = 1;

@@ -29,11 +29,13 @@ using namespace std::chrono_literals;
 
 class HttpServerTest : public ::testing::Test {
  protected:
-  void start(std::string api_key = {}, int64_t max_waiting = 256, bool ready = true) {
+  void start(std::string api_key = {}, int64_t max_waiting = 256, bool ready = true,
+             bool metrics_require_key = false) {
     metrics_ = std::make_unique<ServerMetrics>("fake");
     rig_ = std::make_unique<EngineRig>(rig_options_);
     loop_ = std::make_unique<EngineLoop>(*rig_->engine, *metrics_, EngineLoop::Options{max_waiting});
-    api_ = std::make_unique<Api>("fake", std::move(api_key), *metrics_);
+    api_ = std::make_unique<Api>("fake", std::move(api_key), *metrics_, ParseBudget::Options{},
+                                 metrics_require_key);
     options_.port = 0;
     options_.num_threads = 2;
     options_.shutdown_grace_ms = 2000;
@@ -274,7 +276,7 @@ TEST_F(HttpServerTest, ApiKey) {
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})"), 401);
   expect_error_shape(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}), 401);
-  expect_error_shape(get("/metrics"), 401);
+  EXPECT_EQ(get("/metrics").status, 200);  // public unless --metrics-require-key, as in vLLM
   expect_error_shape(get("/no/such/route"), 404);  // unknown paths are 404, key or not
   expect_error_shape(get("/v1/completions"), 405);  // the method is checked before the key
   expect_error_shape(
@@ -287,6 +289,17 @@ TEST_F(HttpServerTest, ApiKey) {
       200);
   EXPECT_EQ(get("/health").status, 200);     // public
   EXPECT_EQ(get("/v1/models").status, 200);  // public
+}
+
+TEST_F(HttpServerTest, MetricsRequireKeyWhenAsked) {
+  start("sekret", 256, true, /*metrics_require_key=*/true);
+  expect_error_shape(get("/metrics"), 401);
+  expect_error_shape(get("/metrics", {"Authorization: Bearer sekretx"}), 401);
+  const HttpResult r = get("/metrics", {"Authorization: Bearer sekret"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("nanoserve:num_requests_running"), std::string::npos);
+  EXPECT_EQ(get("/health").status, 200);
+  EXPECT_EQ(get("/v1/models").status, 200);
 }
 
 TEST_F(HttpServerTest, ModelsTokenizeDetokenize) {
@@ -319,6 +332,18 @@ TEST_F(HttpServerTest, QueueFullIs429) {
   EXPECT_EQ(full.headers["retry-after"], "1");
   ::close(a);
   ::close(b);
+}
+
+TEST_F(HttpServerTest, RequestThatCanNeverBeAdmittedIs400) {
+  start({}, /*max_waiting=*/2);
+  HttpResult r = post("/v1/completions", R"({"prompt": "a", "n": 3, "max_tokens": 1})");
+  expect_error_shape(r, 400);
+  EXPECT_NE(r.body.find("\"param\":\"n\""), std::string::npos) << r.body;
+  EXPECT_EQ(r.headers.count("retry-after"), 0u);
+  r = post("/v1/completions", R"({"prompt": "a", "best_of": 3, "max_tokens": 1})");
+  expect_error_shape(r, 400);
+  EXPECT_NE(r.body.find("\"param\":\"best_of\""), std::string::npos) << r.body;
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "a", "n": 2, "max_tokens": 1})").status, 200);
 }
 
 TEST_F(HttpServerTest, DisconnectMidStreamAborts) {

@@ -4,6 +4,9 @@
 
 #include <string>
 
+// GCC 12 reports a false -Wrestrict inside std::string operator+ (GCC bug 105329).
+#pragma GCC diagnostic ignored "-Wrestrict"
+
 namespace nanoserve::server {
 namespace {
 
@@ -28,15 +31,45 @@ TEST(Metrics, PrometheusTextFormat) {
   EXPECT_TRUE(has_line(text, "# TYPE ns:usage gauge")) << text;
   EXPECT_TRUE(has_line(text, "ns:usage 0.25")) << text;
   EXPECT_TRUE(has_line(text, "# TYPE ns:lat_seconds histogram")) << text;
-  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"0.10000000000000001\"} 1") ||
-              has_line(text, "ns:lat_seconds_bucket{le=\"0.1\"} 1"))
-      << text;
-  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"1\"} 2")) << text;  // cumulative
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"0.1\"} 1")) << text;  // shortest round trip
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"1\"} 2")) << text;    // cumulative
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_bucket{le=\"+Inf\"} 3")) << text;
   EXPECT_TRUE(has_line(text, "ns:lat_seconds_count 3")) << text;
-  EXPECT_TRUE(has_line(text, "ns:lat_seconds_sum 7.5499999999999998") ||
-              has_line(text, "ns:lat_seconds_sum 7.55"))
+  EXPECT_TRUE(has_line(text, "ns:lat_seconds_sum 7.55")) << text;
+}
+
+TEST(Metrics, HistogramBoundsPrintTheirShortestForm) {
+  // Issue 17 item 6: vLLM's 0.005 bucket printed as le="0.0050000000000000001".
+  ServerMetrics m("smol");
+  const std::string text = m.registry.render();
+  EXPECT_NE(text.find("le=\"0.005\""), std::string::npos) << text;
+  EXPECT_NE(text.find("le=\"0.075\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("00000000"), std::string::npos) << text;
+  MetricsRegistry reg;
+  reg.gauge("g", "G.").set(0.1 + 0.2);  // 0.30000000000000004: 17 digits are needed, and kept
+  EXPECT_NE(reg.render().find("g 0.30000000000000004\n"), std::string::npos) << reg.render();
+}
+
+TEST(Metrics, UnknownFieldsAreCountedWithBoundedCardinality) {
+  ServerMetrics m("smol");
+  EXPECT_TRUE(m.unknown_field("foo"));
+  EXPECT_FALSE(m.unknown_field("foo")) << "logged once";
+  for (size_t i = 1; i < ServerMetrics::kMaxUnknownFieldNames; ++i)
+    EXPECT_TRUE(m.unknown_field("f" + std::to_string(i)));
+  EXPECT_TRUE(m.unknown_field("one_too_many")) << "the first overflow is logged";
+  EXPECT_FALSE(m.unknown_field("two_too_many"));
+  const std::string text = m.registry.render();
+  EXPECT_TRUE(has_line(text, "nanoserve:request_unknown_fields_total{model_name=\"smol\",field=\"foo\"} 2"))
       << text;
+  EXPECT_TRUE(
+      has_line(text, "nanoserve:request_unknown_fields_total{model_name=\"smol\",field=\"(other)\"} 2"))
+      << text;
+  EXPECT_EQ(text.find("one_too_many"), std::string::npos);
+  size_t series = 0;
+  for (size_t at = text.find("\nnanoserve:request_unknown_fields_total{"); at != std::string::npos;
+       at = text.find("\nnanoserve:request_unknown_fields_total{", at + 1))
+    ++series;
+  EXPECT_EQ(series, ServerMetrics::kMaxUnknownFieldNames + 1);
 }
 
 TEST(Metrics, LabelValuesAreEscaped) {

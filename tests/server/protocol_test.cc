@@ -108,6 +108,36 @@ TEST(Protocol, InvalidJsonAndWrongTypesAre400) {
   EXPECT_EQ(chat_error(R"({"messages": [{"role": "wizard", "content": "hi"}]})").param, "messages[0].role");
 }
 
+TEST(Protocol, EveryMessageNeedsContentAndAKnownRole) {
+  // Issue 17 item 5: these were answered 200.
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+      {R"({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": null}]})",
+       "messages[1].content"},
+      {R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]})", "messages[1].content"},
+      {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c"}]}]})",
+       "messages[0].tool_calls"},
+      {R"({"messages": [{"role": "assistant", "content": "x", "function_call": {"name": "f"}}]})",
+       "messages[0].function_call"},
+      {R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role"},
+      {R"({"messages": [{"role": 7, "content": "x"}]})", "messages[0].role"},
+  };
+  for (const auto& [body, param] : cases) {
+    ApiError e = chat_error(body);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(e.message.find(param), std::string::npos) << e.message;
+  }
+  // Empty content is content; so is an assistant turn that has it.
+  EXPECT_EQ(chat_ok(R"({"messages": [{"role": "user", "content": ""}, {"role": "assistant", "content": "b"},
+      {"role": "user", "content": "c"}]})")
+                .messages.size(),
+            3u);
+  auto t = parse_tokenize_request(R"({"messages": [{"role": "user"}]})", limits());
+  ASSERT_TRUE(std::holds_alternative<ApiError>(t)) << "/tokenize reads messages the same way";
+  EXPECT_EQ(std::get<ApiError>(t).param, "messages[0].content");
+}
+
 TEST(Protocol, InvalidJsonSaysWhereAndWhy) {
   ApiError e = chat_error(R"({"messages": [})");
   EXPECT_NE(e.message.find("not valid JSON (at byte 15)"), std::string::npos) << e.message;

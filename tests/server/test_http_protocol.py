@@ -275,7 +275,9 @@ def test_methods_and_routes(server):
     assert status == 501 and error_of(body)["code"] == "method_not_implemented"
     assert parse(exchange(server, request("GET", "/v2/whatever", key=None)))[0] == 404
     assert parse(exchange(server, request("POST", "/v1/nothing", b"{}", key=None)))[0] == 404
-    assert parse(exchange(server, request("GET", "/metrics", key=None)))[0] == 401
+    assert parse(exchange(server, request("GET", "/tokenize", key=None)))[0] == 405  # the method first
+    assert parse(exchange(server, request("POST", "/tokenize", b"{}", key=None)))[0] == 401
+    assert parse(exchange(server, request("GET", "/metrics", key=None)))[0] == 200  # public, as in vLLM
     status, headers, body = parse(exchange(server, request("HEAD", "/health")))
     assert status == 200 and headers["content-length"] == "15" and body == b""
 

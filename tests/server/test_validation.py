@@ -111,11 +111,12 @@ def test_api_key(server):
     assert_error(server.post("/v1/chat/completions", {"messages": MSGS},
                              headers={"Authorization": "Bearer wrong-key"}), 401)
     assert_error(server.post("/v1/completions", {"prompt": "a"}, headers={"Authorization": "test-key"}), 401)
-    assert_error(server.get("/metrics", headers={}), 401)
     assert_error(server.post("/tokenize", {"prompt": "a"}, headers={}), 401)
-    # Public.
+    assert_error(server.post("/detokenize", {"tokens": [1]}, headers={}), 401)
+    # Public: /metrics too, unless --metrics-require-key (as in vLLM).
     assert server.get("/health", headers={}).status_code == 200
     assert server.get("/v1/models", headers={}).status_code == 200
+    assert server.get("/metrics", headers={}).status_code == 200
 
 
 def test_unknown_route_is_404(server):
