@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "core/logging.h"
 #include "engine/generate.h"
 #include "engine/llama_runner.h"
@@ -29,7 +30,8 @@ namespace nanoserve::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model;
+  ModelArg model_arg;
+  std::string model;  // resolved from model_arg
   EngineFlags engine;
   int num_prompts = 64;
   int input_len = 256;
@@ -227,8 +229,7 @@ int run_bench(const BenchArgs& a) {
 CommandRun add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see docs/benchmarks.md)");
-  sub->add_option("-m,--model", args->model,
-                  "GGUF file or Hugging Face folder (default: the bundled default model)");
+  add_model_arg(sub, args->model_arg, "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
   sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")
       ->capture_default_str();
@@ -250,7 +251,15 @@ CommandRun add_bench_command(CLI::App& app) {
   sub->add_flag("--compare-prefix-cache", args->compare_prefix_cache,
                 "Also run the same requests with the prefix cache flipped, in the same process");
   add_engine_flags(sub, args->engine);
-  return [args] { return run_bench(*args); };
+  return [args] {
+    StatusOr<std::string> model = resolve_model_arg(args->model_arg);
+    if (!model.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", model.status().message().c_str());
+      return 2;
+    }
+    args->model = *model;
+    return run_bench(*args);
+  };
 }
 
 }  // namespace nanoserve::cli

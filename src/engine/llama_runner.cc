@@ -78,6 +78,10 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
   }
   NS_ASSIGN_OR_RETURN(le.device, resolve_device(config.device));
   le.text = std::make_unique<TokenizerText>(*le.tokenizer);
+  if (le.device == Device::kCUDA && mc.arch != "llama") {
+    return unimplemented("--device cuda: architecture '" + mc.arch +
+                         "' is not built on the CUDA path (llama only); run it with --device cpu");
+  }
 #if NANOSERVE_CUDA
   if (le.device == Device::kCUDA) {
     NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaRunner> runner,
