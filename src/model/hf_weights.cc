@@ -1,5 +1,6 @@
 #include "model/hf_weights.h"
 
+#include <algorithm>
 #include <charconv>
 #include <unordered_set>
 
@@ -60,7 +61,9 @@ std::optional<std::string> hf_tensor_name(const ModelConfig& c, std::string_view
   int64_t layer = 0;
   std::string_view rest;
   if (!split_layer(g, &layer, &rest)) return std::nullopt;
-  if (c.n_layers > 0 && !arch_uses_tensor(c, g)) return std::nullopt;
+  if (c.n_layers > 0 && layer >= c.n_layers) return std::nullopt;
+  const std::vector<std::string> names = arch_layer_tensors(c);  // only the architecture's own
+  if (std::find(names.begin(), names.end(), rest) == names.end()) return std::nullopt;
   auto hf = hf_layer_name(c, rest);
   if (!hf) return std::nullopt;
   return "model.layers." + std::to_string(layer) + "." + std::string(*hf);

@@ -88,7 +88,8 @@ StatusOr<Tensor> rope_rows_to_pairs(const ModelConfig& c, std::string_view name,
   }
   const int64_t hd = c.head_dim;
   const int64_t rows = fused ? (c.n_heads + 2 * c.n_kv_heads) * hd : heads * hd;
-  if (t.ndim() < 1 || t.dim(0) != rows || !t.is_contiguous()) {
+  if (t.ndim() < 1 || t.dim(0) != rows || !t.is_contiguous() ||
+      (dtype_info(t.dtype()).quantized && t.ndim() < 2)) {
     return invalid_argument("tensor '" + shown + "' has shape " + t.shape_string() + ", the config implies " +
                             std::to_string(rows) + " rows");
   }

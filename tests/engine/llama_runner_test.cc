@@ -26,8 +26,9 @@ TEST(LoadEngine, ArchitectureOutsideTheCudaPathIsRefusedThereByName) {
   auto refused = load_engine(kQwen2, cuda, pool);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented) << refused.status().to_string();
-  EXPECT_NE(refused.status().message().find("--device cuda: architecture 'qwen2' is not built on the CUDA path"),
-            std::string::npos)
+  EXPECT_NE(
+      refused.status().message().find("--device cuda: architecture 'qwen2' is not built on the CUDA path"),
+      std::string::npos)
       << refused.status().to_string();
 
   auto cpu = load_engine(kQwen2, small_config(), pool);

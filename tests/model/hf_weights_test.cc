@@ -35,7 +35,8 @@ TEST(HfWeights, NameMap) {
   EXPECT_EQ(*hf_llama_tensor_name("blk.0.ffn_norm.weight"), "model.layers.0.post_attention_layernorm.weight");
   EXPECT_EQ(*hf_llama_tensor_name("blk.7.ffn_down.weight"), "model.layers.7.mlp.down_proj.weight");
   for (const char* bad : {"blk.01.attn_q.weight", "blk.-1.attn_q.weight", "blk..attn_q.weight",
-                          "blk.3.attn_qq.weight", "rope_freqs.weight", "blk.3", ""}) {
+                          "blk.3.attn_qq.weight", "rope_freqs.weight", "blk.3", "",
+                          "blk.0.attn_q.bias", "blk.0.attn_qkv.weight", "blk.0.attn_q_norm.weight"}) {
     EXPECT_FALSE(hf_llama_tensor_name(bad).has_value()) << bad;
   }
 }
