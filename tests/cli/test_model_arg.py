@@ -38,6 +38,7 @@ def test_inspect_takes_a_positional_model_and_m():
         r = run("inspect", "--no-tensors", *args)
         assert r.returncode == 0, r.stderr
         assert "architecture: qwen2" in r.stdout
+        assert "beyond llama: q/k/v biases" in r.stdout
 
 
 def test_bench_takes_a_positional_model():
