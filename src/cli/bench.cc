@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "core/logging.h"
 #include "engine/generate.h"
 #include "engine/llama_runner.h"
@@ -30,7 +31,8 @@ namespace nanoserve::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model;
+  ModelArg model_arg;
+  std::string model;  // resolved from model_arg
   EngineFlags engine;
   int num_prompts = 64;
   int input_len = 256;
@@ -249,8 +251,7 @@ int run_bench(const BenchArgs& a) {
 CommandRun add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see docs/benchmarks.md)");
-  sub->add_option("-m,--model", args->model,
-                  "GGUF file or Hugging Face folder (default: the bundled default model)");
+  add_model_arg(sub, args->model_arg, "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
   sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")
       ->capture_default_str();
@@ -278,7 +279,16 @@ CommandRun add_bench_command(CLI::App& app) {
   add_engine_flags(sub, args->engine);
   CommandRun serve = add_bench_serve_command(*sub);
   CLI::App* serve_sub = sub->get_subcommand("serve");
-  return [args, serve, serve_sub] { return serve_sub->parsed() ? serve() : run_bench(*args); };
+  return [args, serve, serve_sub] {
+    if (serve_sub->parsed()) return serve();
+    StatusOr<std::string> model = resolve_model_arg(args->model_arg);
+    if (!model.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", model.status().message().c_str());
+      return 2;
+    }
+    args->model = *model;
+    return run_bench(*args);
+  };
 }
 
 }  // namespace nanoserve::cli

@@ -21,6 +21,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "core/thread_pool.h"
 #include "engine/llama_runner.h"
 #include "tokenizer/chat_template.h"
@@ -30,7 +31,8 @@ namespace nanoserve::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model;
+  ModelArg model_arg;
+  std::string model;  // resolved from model_arg
   std::string prompt;
   std::string chat;
   int32_t n = 128;
@@ -148,8 +150,8 @@ CommandRun add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd =
       app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
-  cmd->add_option("-m,--model", args->model,
-                  "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
+  add_model_arg(cmd, args->model_arg,
+                "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   cmd->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
   cmd->add_option("-n,--max-tokens", args->n, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));
@@ -166,7 +168,15 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens per forward step")
       ->check(CLI::Range(1, 1 << 16));
   add_engine_flags(cmd, args->engine);
-  return [args] { return run_generate(*args); };
+  return [args] {
+    StatusOr<std::string> model = resolve_model_arg(args->model_arg);
+    if (!model.ok()) {
+      std::fprintf(stderr, "nanoserve generate: %s\n", model.status().message().c_str());
+      return 2;
+    }
+    args->model = *model;
+    return run_generate(*args);
+  };
 }
 
 }  // namespace nanoserve::cli

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/inspect_hf.h"
+#include "cli/model_arg.h"
 #include "io/gguf.h"
 #include "model/config.h"
 #include "model/model_source.h"
@@ -21,7 +22,8 @@ namespace nanoserve::cli {
 namespace {
 
 struct InspectArgs {
-  std::string model;
+  ModelArg model_arg;
+  std::string model;  // resolved from model_arg
   bool metadata = false;
   bool no_tensors = false;
 };
@@ -108,6 +110,10 @@ void print_config(const ModelConfig& c) {
   if (c.rope_scaling.freq_factors_tensor) std::printf(" (rope_freqs.weight)");
   std::printf("\n  rms norm eps %g, embeddings %s\n", c.norm_eps,
               c.tied_embeddings ? "tied (no output.weight)" : "separate");
+  if (c.qkv_bias || c.qk_norm || c.fused_qkv_gate_up) {
+    std::printf("  beyond llama:%s%s%s\n", c.qkv_bias ? " q/k/v biases" : "", c.qk_norm ? " q/k head norms" : "",
+                c.fused_qkv_gate_up ? " fused qkv and gate_up" : "");
+  }
 }
 
 void print_tokenizer(const GgufFile& f) {
@@ -227,11 +233,18 @@ int run_inspect(const InspectArgs& a) {
 CommandRun add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* sub = app.add_subcommand("inspect", "Print a model's hyperparameters, tokenizer and tensors");
-  sub->add_option("model", args->model,
-                  "GGUF file or Hugging Face folder (default: the bundled default model)");
+  add_model_arg(sub, args->model_arg, "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_flag("--metadata", args->metadata, "Also list every metadata key and value");
   sub->add_flag("--no-tensors", args->no_tensors, "Leave out the tensor table");
-  return [args] { return run_inspect(*args); };
+  return [args] {
+    StatusOr<std::string> model = resolve_model_arg(args->model_arg);
+    if (!model.ok()) {
+      std::fprintf(stderr, "nanoserve inspect: %s\n", model.status().message().c_str());
+      return 2;
+    }
+    args->model = *model;
+    return run_inspect(*args);
+  };
 }
 
 }  // namespace nanoserve::cli

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/model_arg.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/llama_runner.h"
@@ -35,7 +36,8 @@ namespace nanoserve::cli {
 namespace {
 
 struct ServeOptions {
-  std::string model;
+  ModelArg model_arg;
+  std::string model;  // resolved from model_arg
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -206,8 +208,8 @@ int run_serve(const ServeOptions& opt) {
 CommandRun add_serve_command(CLI::App& app) {
   auto opt = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, completions, metrics)");
-  cmd->add_option("-m,--model", opt->model,
-                  "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
+  add_model_arg(cmd, opt->model_arg,
+                "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("--host", opt->host, "address to listen on (loopback by default)")->capture_default_str();
   cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")->capture_default_str();
   cmd->add_option("--api-key", opt->api_key,
@@ -233,7 +235,15 @@ CommandRun add_serve_command(CLI::App& app) {
                   "a body that finds no room within 1 s gets 503")
       ->check(CLI::Range(min_parse_bytes, int64_t{1} << 40))
       ->capture_default_str();
-  return [opt] { return run_serve(*opt); };
+  return [opt] {
+    StatusOr<std::string> model = resolve_model_arg(opt->model_arg);
+    if (!model.ok()) {
+      std::fprintf(stderr, "nanoserve serve: %s\n", model.status().message().c_str());
+      return 2;
+    }
+    opt->model = *model;
+    return run_serve(*opt);
+  };
 }
 
 }  // namespace nanoserve::cli

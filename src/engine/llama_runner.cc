@@ -1,5 +1,7 @@
 #include "engine/llama_runner.h"
 
+#include <optional>
+
 #include "kvcache/naive_kv_cache.h"
 #include "kvcache/paged_kv_storage.h"
 #if NANOSERVE_CUDA
@@ -76,7 +78,18 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
     return invalid_argument("the tokenizer has " + std::to_string(le.tokenizer->n_vocab()) +
                             " tokens but the model's vocabulary is " + std::to_string(mc.vocab_size));
   }
-  NS_ASSIGN_OR_RETURN(le.device, resolve_device(config.device));
+  // The CUDA runner builds llama (and Mistral, which loads as llama) only:
+  // other architectures are refused on an explicit --device cuda, and run on
+  // the CPU when the device is auto.
+  std::optional<Device> device = config.device;
+  if (mc.arch != "llama") {
+    if (device == Device::kCUDA) {
+      return unimplemented("--device cuda: architecture '" + mc.arch +
+                           "' is not built on the CUDA path (llama only); run it with --device cpu");
+    }
+    device = Device::kCPU;
+  }
+  NS_ASSIGN_OR_RETURN(le.device, resolve_device(device));
   le.text = std::make_unique<TokenizerText>(*le.tokenizer);
 #if NANOSERVE_CUDA
   if (le.device == Device::kCUDA) {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "io/gguf.h"
+#include "model/arch.h"
 
 namespace nanoserve {
 
@@ -118,6 +119,9 @@ std::string ModelConfig::to_string() const {
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
   s << (tied_embeddings ? ", tied embeddings" : ", separate output");
+  if (qkv_bias) s << ", qkv bias";
+  if (qk_norm) s << ", q/k norm";
+  if (fused_qkv_gate_up) s << ", fused qkv and gate_up";
   return s.str();
 }
 
@@ -197,6 +201,7 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   }
 
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  if (find_arch(c.arch) != nullptr) NS_RETURN_IF_ERROR(apply_arch(c));  // others: refused at load
   NS_RETURN_IF_ERROR(c.validate());
 
   // The embedding table must match the hyperparameters: GGUF ne = [dim, vocab].
@@ -210,6 +215,51 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
     }
   }
   return c;
+}
+
+Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {
+  ModelConfig arch_checked = c;
+  NS_RETURN_IF_ERROR(apply_arch(arch_checked));
+  const std::string p = c.arch + ".";
+  // Keys of features this forward does not have; present and not 0, they would change the output.
+  if (f.find(p + "attention.sliding_window") != nullptr) {
+    auto w = f.get_int(p + "attention.sliding_window");
+    if (!w.ok()) return w.status();
+    if (*w > 0 && *w < c.context_length) {
+      return unimplemented("metadata '" + p + "attention.sliding_window' = " + std::to_string(*w) +
+                           ": sliding-window attention (a window below the context of " +
+                           std::to_string(c.context_length) + ") is not supported");
+    }
+  }
+  for (const char* key : {"expert_count", "expert_used_count"}) {
+    auto n = f.get_int(p + key);
+    if (n.ok() && *n > 0) {
+      return unimplemented("metadata '" + p + key + "' = " + std::to_string(*n) +
+                           ": mixture of experts is not supported");
+    }
+  }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    auto v = f.get_float(p + key);
+    if (v.ok() && *v != 0.0) {
+      return unimplemented("metadata '" + p + key + "': logit soft-capping is not supported");
+    }
+  }
+  if (c.arch != "llama" && c.rope_dim != c.head_dim) {
+    return unimplemented("metadata '" + p + "rope.dimension_count' = " + std::to_string(c.rope_dim) +
+                         ": partial rotary embeddings (rope_dim below head_dim " +
+                         std::to_string(c.head_dim) + ") are not supported for " + c.arch);
+  }
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (arch_uses_tensor(c, t.name)) continue;
+    if (t.name == "rope_factors_long.weight" || t.name == "rope_factors_short.weight") {
+      return unimplemented("tensor '" + t.name +
+                           "': long-context rope scaling (longrope / su) is not supported");
+    }
+    return unimplemented("tensor '" + t.name.substr(0, 128) + "' is not used by the " + c.arch +
+                         " forward (" + std::to_string(c.n_layers) +
+                         " layers); a model that needs it is not supported");
+  }
+  return Status::ok_status();
 }
 
 }  // namespace nanoserve

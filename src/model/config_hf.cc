@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "io/json_file.h"
+#include "model/arch.h"
 
 namespace nanoserve {
 
@@ -89,6 +90,10 @@ Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
   if (type_it == rs.end() || !type_it->is_string())
     return r.error("rope_scaling.rope_type", "missing or not a string");
   const std::string type = type_it->get<std::string>();
+  if (auto prf = rs.find("partial_rotary_factor");
+      prf != rs.end() && !(prf->is_number() && prf->get<double>() == 1.0)) {
+    return r.unsupported("rope partial_rotary_factor " + prf->dump().substr(0, 32) + " is not supported");
+  }
   if (type == "default") return Status::ok_status();
   if (type == "linear") {
     out->type = RopeScaling::Type::kLinear;
@@ -117,25 +122,67 @@ Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
   return Status::ok_status();
 }
 
-// Features of other architectures that a llama config.json may still carry.
-Status refuse_unsupported(const Reader& r, const json& j) {
-  if (const json* v = r.find("sliding_window"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    return r.unsupported("sliding_window attention is not supported");
-  }
-  if (const json* v = r.find("use_sliding_window"); v != nullptr && v->is_boolean() && v->get<bool>()) {
-    return r.unsupported("sliding_window attention is not supported");
+// The HF model types that are built, their class, their architecture here
+// (model/arch.h) and their config class's defaults for keys a config.json
+// may leave out.
+struct HfArch {
+  const char* model_type;
+  const char* class_name;
+  const char* arch;
+  int64_t max_position_embeddings;
+  float rms_norm_eps;
+  int64_t head_dim;  // 0: hidden_size / num_attention_heads
+};
+constexpr HfArch kHfArchs[] = {
+    {"llama", "LlamaForCausalLM", "llama", 2048, 1e-6f, 0},
+    {"mistral", "MistralForCausalLM", "llama", 4096 * 32, 1e-6f, 0},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, 1e-6f, 0},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, 1e-6f, 128},
+    {"phi3", "Phi3ForCausalLM", "phi3", 4096, 1e-5f, 0},
+};
+
+std::string built_hf_names() {
+  std::string s;
+  for (const HfArch& a : kHfArchs) s += (s.empty() ? "" : ", ") + std::string(a.class_name);
+  return s;
+}
+
+// Features the forward does not have, refused by name wherever they would
+// change the output.
+Status refuse_unsupported(const Reader& r, const HfArch& arch, int64_t context_length) {
+  const std::string type = arch.model_type;
+  if (type == "qwen2" || type == "qwen3") {
+    // Qwen applies its window only with use_sliding_window.
+    bool use = false;
+    NS_RETURN_IF_ERROR(r.boolean("use_sliding_window", &use));
+    if (use) return r.unsupported("use_sliding_window = true: sliding-window attention is not supported");
+  } else if (const json* v = r.find("sliding_window");
+             v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    if (!v->is_number_integer()) return r.error("sliding_window", "expected an integer or null");
+    if (v->get<int64_t>() < context_length) {
+      return r.unsupported("sliding_window = " + std::to_string(v->get<int64_t>()) +
+                           " is below max_position_embeddings = " + std::to_string(context_length) +
+                           ": sliding-window attention is not supported");
+    }
   }
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"}) {
     if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
       return r.unsupported(std::string("mixture of experts ('") + key + "') is not supported");
     }
   }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (r.find(key) != nullptr)
+      return r.unsupported(std::string("'") + key + "': logit soft-capping is not supported");
+  }
+  // qwen2's q, k, v biases are part of its architecture; any other bias is not built.
   for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (type == "qwen2" && std::string(key) == "attention_bias") continue;
     bool b = false;
     NS_RETURN_IF_ERROR(r.boolean(key, &b));
-    if (b)
-      return r.unsupported(std::string("'") + key +
-                           "' = true is not supported (the llama forward has no biases)");
+    if (b) {
+      return r.unsupported(std::string("'") + key + "' = true is not supported (the " + arch.arch +
+                           " forward has no such biases)");
+    }
   }
   if (const json* v = r.find("hidden_act");
       v != nullptr && !(v->is_string() && v->get<std::string>() == "silu")) {
@@ -145,7 +192,6 @@ Status refuse_unsupported(const Reader& r, const json& j) {
       v != nullptr && !(v->is_number() && v->get<double>() == 1.0)) {
     return r.unsupported("partial_rotary_factor " + v->dump().substr(0, 32) + " is not supported");
   }
-  (void)j;
   return Status::ok_status();
 }
 
@@ -165,16 +211,20 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
     arch_name = (*archs)[0].get<std::string>();
   }
   const std::string type = model_type->get<std::string>();
-  if (type != "llama" || (!arch_name.empty() && arch_name != "LlamaForCausalLM")) {
+  const HfArch* arch = nullptr;
+  for (const HfArch& a : kHfArchs) {
+    if (type == a.model_type && (arch_name.empty() || arch_name == a.class_name)) arch = &a;
+  }
+  if (arch == nullptr) {
     return r.unsupported("architecture '" + (arch_name.empty() ? std::string("?") : arch_name.substr(0, 64)) +
                          "' (model_type '" + type.substr(0, 64) +
-                         "') is not supported; only LlamaForCausalLM (model_type 'llama') is built");
+                         "') is not supported; built: " + built_hf_names());
   }
-  NS_RETURN_IF_ERROR(refuse_unsupported(r, j));
 
   HfModelConfig out;
   ModelConfig& c = out.config;
-  c.arch = "llama";
+  c.arch = arch->arch;
+  NS_RETURN_IF_ERROR(apply_arch(c));
   NS_RETURN_IF_ERROR(r.integer("hidden_size", true, &c.dim));
   NS_RETURN_IF_ERROR(r.integer("num_hidden_layers", true, &c.n_layers));
   NS_RETURN_IF_ERROR(r.integer("num_attention_heads", true, &c.n_heads));
@@ -184,6 +234,8 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   NS_RETURN_IF_ERROR(r.integer("vocab_size", true, &c.vocab_size));
   if (r.find("head_dim") != nullptr) {
     NS_RETURN_IF_ERROR(r.integer("head_dim", true, &c.head_dim));
+  } else if (arch->head_dim > 0) {
+    c.head_dim = arch->head_dim;
   } else {
     if (c.n_heads <= 0 || c.dim % c.n_heads != 0) {
       return r.error("hidden_size", std::to_string(c.dim) + " is not a multiple of num_attention_heads = " +
@@ -192,10 +244,11 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
     c.head_dim = c.dim / c.n_heads;
   }
   c.rope_dim = c.head_dim;
-  c.context_length = 2048;  // LlamaConfig's defaults
+  c.context_length = arch->max_position_embeddings;  // the config class's defaults
   c.rope_theta = 10000.0f;
-  c.norm_eps = 1e-6f;
+  c.norm_eps = arch->rms_norm_eps;
   NS_RETURN_IF_ERROR(r.integer("max_position_embeddings", false, &c.context_length));
+  NS_RETURN_IF_ERROR(refuse_unsupported(r, *arch, c.context_length));
   NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
   NS_RETURN_IF_ERROR(r.number("rms_norm_eps", &c.norm_eps));
   if (const json* rs = r.find("rope_scaling")) NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));

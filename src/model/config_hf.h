@@ -1,9 +1,11 @@
 #pragma once
-// A Hugging Face config.json into ModelConfig. Only LlamaForCausalLM
-// (model_type "llama") is built; any other architecture, and features the
-// llama forward does not have (sliding window, experts, attention or MLP
-// biases, partial rotary, activations other than silu, rope types other than
-// default / linear / llama3), are refused by name. A wrong type or a value
+// A Hugging Face config.json into ModelConfig. Built: LlamaForCausalLM and
+// MistralForCausalLM (arch llama), Qwen2ForCausalLM, Qwen3ForCausalLM and
+// Phi3ForCausalLM (model/arch.h). Any other architecture, and features the
+// forward does not have (a sliding window where it applies, experts, logit
+// soft-capping, attention or MLP biases beyond qwen2's, partial rotary,
+// activations other than silu, rope types other than default / linear /
+// llama3: longrope, su, yarn, dynamic ...), are refused by name. A wrong type or a value
 // out of range names the key: "config.json: 'num_key_value_heads': expected an integer".
 
 #include <cstdint>

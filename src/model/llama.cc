@@ -6,60 +6,26 @@
 #include <cstring>
 #include <string>
 
-#include "io/gguf.h"
-#include "io/tensor_source.h"
-#include "model/dummy_weights.h"
-#include "model/model_shapes.h"
 #include "ops/attention/attention.h"
-#include "ops/dequantize/dequantize.h"
 #include "ops/embedding/embedding.h"
 #include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
-#include "ops/rope/rope_freqs.h"
 #include "ops/silu_mul/silu_mul.h"
 
 namespace nanoserve {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// A weight the matmul can read, of exactly `shape`.
-StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std::vector<int64_t> shape) {
-  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
-  if (t.shape() != shape) {
-    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
-                            ", the config implies " + shape_str(shape));
-  }
-  if (t.dtype() == DType::kI32) {
-    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
-  }
-  return t;
-}
-
-// A norm weight as f32 (converted into owned memory if stored otherwise).
-StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int64_t n) {
-  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
-  if (t.numel() != n || t.ndim() != 1) {
-    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
-                            ", expected [" + std::to_string(n) + "]");
-  }
-  if (t.dtype() == DType::kF32) return t;
-  if (t.dtype() == DType::kI32) {
-    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
-  }
-  Tensor out = Tensor::empty(DType::kF32, {n});
-  dequantize_row(t.dtype(), t.data(), out.data_as<float>(), n);
-  return out;
-}
-
 void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+// y[t] += b for every row t of y [T, N]; b [N] f32.
+void add_bias(Tensor& y, const Tensor& b) {
+  const int64_t T = y.dim(0), N = y.dim(1);
+  const float* bias = b.data_as<const float>();
+  for (int64_t t = 0; t < T; ++t) add_into(y.data_as<float>() + t * N, bias, N);
 }
 
 // Charges the time since the previous mark to a phase; free when off.
@@ -74,7 +40,8 @@ class PhaseClock {
   void mark(ForwardPhase phase) {
     if (p_ == nullptr) return;
     const auto now = std::chrono::steady_clock::now();
-    p_->ns[static_cast<int>(phase)] += std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
+    p_->ns[static_cast<int>(phase)] +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_).count();
     last_ = now;
   }
 
@@ -102,60 +69,6 @@ const char* forward_phase_name(ForwardPhase p) {
     case ForwardPhase::kCount: break;
   }
   return "?";
-}
-
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file, ThreadPool& pool) {
-  NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
-  return load(config, std::make_shared<GgufTensorSource>(std::move(file)), pool);
-}
-
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& config,
-                                                       std::shared_ptr<const TensorSource> tensors,
-                                                       ThreadPool& pool) {
-  NS_RETURN_IF_ERROR(config.validate());
-  if (config.arch != "llama") return unimplemented("architecture '" + config.arch + "' (only llama is built)");
-  if (tensors->materializes()) {
-    const int64_t bytes = model_param_count(config) * 4;  // f32
-    const int64_t avail = available_memory_bytes();
-    if (avail >= 0 && bytes > avail) {
-      return resource_exhausted(tensors->describe() + ": the f32 weights need " +
-                                std::to_string(bytes >> 20) + " MiB but only " + std::to_string(avail >> 20) +
-                                " MiB of memory are available; pick a smaller --model-shape");
-    }
-  }
-  std::unique_ptr<LlamaModel> m(new LlamaModel(tensors, config, pool));
-  const TensorSource& f = *tensors;
-  const int64_t dim = config.dim, hd = config.head_dim, ffn = config.ffn_dim;
-  const int64_t q_dim = config.n_heads * hd, kv_dim = config.n_kv_heads * hd;
-  LlamaWeights& w = m->weights_;
-  NS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(f, "token_embd.weight", {config.vocab_size, dim}));
-  NS_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", dim));
-  if (!config.tied_embeddings) {
-    NS_ASSIGN_OR_RETURN(w.lm_head, load_matrix(f, "output.weight", {config.vocab_size, dim}));
-  } else {
-    w.lm_head = w.tok_embd;
-  }
-  for (int64_t l = 0; l < config.n_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    LlamaLayer L;
-    NS_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", dim));
-    NS_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", {q_dim, dim}));
-    NS_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", {kv_dim, dim}));
-    NS_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", {kv_dim, dim}));
-    NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
-    NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
-    NS_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", {ffn, dim}));
-    NS_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", {ffn, dim}));
-    NS_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", {dim, ffn}));
-    w.layers.push_back(std::move(L));
-  }
-  std::vector<float> freq_factors;
-  if (f.contains("rope_freqs.weight")) {
-    NS_ASSIGN_OR_RETURN(Tensor rf, load_vector(f, "rope_freqs.weight", config.rope_dim / 2));
-    freq_factors.assign(rf.data_as<const float>(), rf.data_as<const float>() + rf.numel());
-  }
-  m->inv_freq_ = rope_inv_freqs(config.rope_dim, config.rope_theta, config.rope_scaling, freq_factors);
-  return m;
 }
 
 Workspace LlamaModel::make_workspace(int64_t max_tokens, int64_t max_logits_rows, int64_t max_context) const {
@@ -196,14 +109,15 @@ Status LlamaModel::validate_batch(const ForwardBatch& batch, const Workspace& ws
   }
   for (int64_t t = 0; t < T; ++t) {
     if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
-      return invalid_argument("forward: token " + std::to_string(t) + " has id " + std::to_string(batch.tokens[t]) +
-                              " outside the vocabulary of " + std::to_string(config_.vocab_size));
+      return invalid_argument("forward: token " + std::to_string(t) + " has id " +
+                              std::to_string(batch.tokens[t]) + " outside the vocabulary of " +
+                              std::to_string(config_.vocab_size));
     }
   }
   for (int64_t r = 0; r < R; ++r) {
     if (batch.logits_rows[r] < 0 || batch.logits_rows[r] >= T) {
-      return invalid_argument("forward: logits row " + std::to_string(batch.logits_rows[r]) + " outside the " +
-                              std::to_string(T) + " tokens");
+      return invalid_argument("forward: logits row " + std::to_string(batch.logits_rows[r]) +
+                              " outside the " + std::to_string(T) + " tokens");
     }
   }
   for (int32_t c : batch.context_lens) {
@@ -234,6 +148,7 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
   // Per-head views of the same memory: [T, heads, head_dim].
   Tensor q3 = q.reshape({T, c.n_heads, hd}), k3 = k.reshape({T, c.n_kv_heads, hd});
   Tensor v3 = v.reshape({T, c.n_kv_heads, hd}), attn3 = attn.reshape({T, c.n_heads, hd});
+  Tensor q_heads = q.reshape({T * c.n_heads, hd}), k_heads = k.reshape({T * c.n_kv_heads, hd});
   const std::span<const int32_t> positions(batch.positions);
 
   PhaseClock clock(ws.profile);
@@ -245,7 +160,17 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
     clock.mark(ForwardPhase::kAttnNorm);
     const MatmulPair qkv[] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
     matmul(qkv, xn, pool, mm_scratch);
+    if (c.qkv_bias) {
+      add_bias(q, L.bq);
+      add_bias(k, L.bk);
+      add_bias(v, L.bv);
+    }
     clock.mark(ForwardPhase::kQkv);
+    if (c.qk_norm) {  // each head normed over head_dim: [T * heads, head_dim]
+      rmsnorm(q_heads, L.q_norm, eps, q_heads, pool);
+      rmsnorm(k_heads, L.k_norm, eps, k_heads, pool);
+      clock.mark(ForwardPhase::kAttnNorm);
+    }
     rope(q3, positions, inv_freq_, pool);
     rope(k3, positions, inv_freq_, pool);
     clock.mark(ForwardPhase::kRope);

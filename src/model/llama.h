@@ -1,11 +1,16 @@
 #pragma once
-// The Llama-family forward pass on the CPU (SmolLM2, Llama 2/3, and any GGUF
-// with general.architecture = "llama").
+// The Llama-family forward pass on the CPU: llama (SmolLM2, Llama 2/3,
+// Mistral), qwen2, qwen3 and phi3 (model/arch.h).
 //
 //   x = embed(tokens)                                        [T, dim]
-//   per layer: x += o_proj(attention(rope(q), rope(k), v))   over the KV cache
+//   per layer: q, k, v = qkv(rmsnorm(x)) (+ bias: qwen2)
+//              q, k = rmsnorm per head (qwen3)
+//              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache
 //              x += down(silu(gate(rmsnorm(x))) * up(...))
 //   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
+//
+// phi3's fused attn_qkv and ffn_up ([gate; up]) are split at load into row
+// views of the same memory, so the step is the same for every architecture.
 //
 // Weights come from a TensorSource by their GGUF names (a GGUF file, a Hugging
 // Face checkpoint, dummy weights: model/model_source.h) and stay in their
@@ -30,30 +35,35 @@ class GgufFile;
 class TensorSource;
 
 struct LlamaLayer {
-  Tensor attn_norm;  // [dim] f32
-  Tensor wq;         // [n_heads * head_dim, dim]
-  Tensor wk;         // [n_kv_heads * head_dim, dim]
-  Tensor wv;         // [n_kv_heads * head_dim, dim]
-  Tensor wo;         // [dim, n_heads * head_dim]
-  Tensor ffn_norm;   // [dim] f32
-  Tensor w_gate;     // [ffn_dim, dim]
-  Tensor w_up;       // [ffn_dim, dim]
-  Tensor w_down;     // [dim, ffn_dim]
+  Tensor attn_norm;   // [dim] f32
+  Tensor wq;          // [n_heads * head_dim, dim]
+  Tensor wk;          // [n_kv_heads * head_dim, dim]
+  Tensor wv;          // [n_kv_heads * head_dim, dim]
+  Tensor bq, bk, bv;  // [n_heads * head_dim], [n_kv_heads * head_dim] x2 f32; qwen2 only
+  Tensor q_norm;      // [head_dim] f32, qwen3 only
+  Tensor k_norm;      // [head_dim] f32, qwen3 only
+  Tensor wo;          // [dim, n_heads * head_dim]
+  Tensor ffn_norm;    // [dim] f32
+  Tensor w_gate;      // [ffn_dim, dim]
+  Tensor w_up;        // [ffn_dim, dim]
+  Tensor w_down;      // [dim, ffn_dim]
 };
 
 struct LlamaWeights {
-  Tensor tok_embd;    // [vocab, dim]
+  Tensor tok_embd;  // [vocab, dim]
   std::vector<LlamaLayer> layers;
-  Tensor output_norm; // [dim] f32
-  Tensor lm_head;     // [vocab, dim]; tok_embd itself when the embeddings are tied
+  Tensor output_norm;  // [dim] f32
+  Tensor lm_head;      // [vocab, dim]; tok_embd itself when the embeddings are tied
 };
 
 // Wall time of each phase of forward(), summed over layers and calls, taken
 // only when Workspace::profile points at one (bench/decode_profile_bench.cc).
+// clang-format off
 enum class ForwardPhase : int {
   kEmbed, kAttnNorm, kQkv, kRope, kAttention, kOProj, kFfnNorm, kGateUp, kSiluMul, kDown, kResidual, kLmHead,
   kCount
 };
+// clang-format on
 const char* forward_phase_name(ForwardPhase p);
 struct ForwardProfile {
   int64_t ns[static_cast<int>(ForwardPhase::kCount)] = {};
@@ -64,16 +74,16 @@ struct ForwardProfile {
 // logits rows and histories of max_context positions.
 struct Workspace {
   int64_t max_tokens = 0, max_logits_rows = 0, max_context = 0;
-  Tensor x;       // [max_tokens, dim] residual stream
-  Tensor xn;      // [max_tokens, dim] normed input of a block
-  Tensor q;       // [max_tokens, n_heads * head_dim]
-  Tensor k, v;    // [max_tokens, n_kv_heads * head_dim]
-  Tensor attn;    // [max_tokens, n_heads * head_dim] attention output
-  Tensor proj;    // [max_tokens, dim] o_proj / down output, added to x
-  Tensor gate;    // [max_tokens, ffn_dim]
-  Tensor up;      // [max_tokens, ffn_dim]
-  Tensor last;    // [max_logits_rows, dim] the rows that need logits
-  Tensor logits;  // [max_logits_rows, vocab]
+  Tensor x;                               // [max_tokens, dim] residual stream
+  Tensor xn;                              // [max_tokens, dim] normed input of a block
+  Tensor q;                               // [max_tokens, n_heads * head_dim]
+  Tensor k, v;                            // [max_tokens, n_kv_heads * head_dim]
+  Tensor attn;                            // [max_tokens, n_heads * head_dim] attention output
+  Tensor proj;                            // [max_tokens, dim] o_proj / down output, added to x
+  Tensor gate;                            // [max_tokens, ffn_dim]
+  Tensor up;                              // [max_tokens, ffn_dim]
+  Tensor last;                            // [max_logits_rows, dim] the rows that need logits
+  Tensor logits;                          // [max_logits_rows, vocab]
   std::vector<std::byte> matmul_scratch;  // activation blocks of the widest matmul input
   std::vector<float> attn_scratch;        // per-thread score rows
   ForwardProfile* profile = nullptr;      // not owned; null: no timing

@@ -9,6 +9,7 @@
 #include "model/dummy_weights.h"
 #include "model/hf_weights.h"
 #include "model/model_shapes.h"
+#include "model/rope_layout.h"
 #include "tokenizer/hf_tokenizer.h"
 
 namespace nanoserve {
@@ -154,6 +155,10 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
       src.tokenizer = std::move(t.tokenizer);
       shape_name = "of " + spec.path;
     }
+    if (src.config.arch != "llama") {
+      return unimplemented("--load-format dummy: weights are built for llama only, not '" +
+                           src.config.arch.substr(0, 64) + "'");
+    }
     src.config.rope_scaling.freq_factors_tensor = false;  // no rope_freqs.weight among dummy tensors
     src.tensors = std::make_shared<DummyTensors>(src.config, shape_name, spec.seed);
     return src;
@@ -161,10 +166,11 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
 
   if (format == LoadFormat::kGguf) {
     NS_ASSIGN_OR_RETURN(Tokenized t, open_gguf(spec.path));
+    NS_RETURN_IF_ERROR(check_gguf_supported(*t.gguf, t.config));
     src.config = t.config;
     src.tokenizer = std::move(t.tokenizer);
     src.gguf = t.gguf;
-    src.tensors = std::make_shared<GgufTensorSource>(t.gguf);
+    src.tensors = gguf_model_tensors(t.gguf, t.config);
     return src;
   }
 

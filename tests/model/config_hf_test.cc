@@ -116,18 +116,67 @@ struct Refusal {
 
 TEST(ConfigHf, RefusesByName) {
   const Refusal cases[] = {
-      {"mistral",
+      {"mixtral",
+       [](json& j) {
+         j["architectures"] = {"MixtralForCausalLM"};
+         j["model_type"] = "mixtral";
+       },
+       StatusCode::kUnimplemented,
+       "architecture 'MixtralForCausalLM' (model_type 'mixtral') is not supported"},
+      {"qwen2 class for llama type", [](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; },
+       StatusCode::kUnimplemented, "model_type 'llama'"},
+      {"qwen2 window",
+       [](json& j) {
+         j["architectures"] = {"Qwen2ForCausalLM"};
+         j["model_type"] = "qwen2";
+         j["use_sliding_window"] = true;
+       },
+       StatusCode::kUnimplemented, "use_sliding_window = true"},
+      {"mistral window",
        [](json& j) {
          j["architectures"] = {"MistralForCausalLM"};
          j["model_type"] = "mistral";
+         j["max_position_embeddings"] = 32768;
+         j["sliding_window"] = 4096;
        },
-       StatusCode::kUnimplemented,
-       "architecture 'MistralForCausalLM' (model_type 'mistral') is not supported"},
-      {"qwen2", [](json& j) { j["model_type"] = "qwen2"; }, StatusCode::kUnimplemented, "model_type 'qwen2'"},
+       StatusCode::kUnimplemented, "sliding_window = 4096 is below max_position_embeddings = 32768"},
+      {"phi3 longrope",
+       [](json& j) {
+         j["architectures"] = {"Phi3ForCausalLM"};
+         j["model_type"] = "phi3";
+         j["rope_scaling"] = {{"type", "longrope"}, {"long_factor", {1.0}}, {"short_factor", {1.0}}};
+       },
+       StatusCode::kUnimplemented, "rope_type 'longrope'"},
+      {"phi3 su",
+       [](json& j) {
+         j["architectures"] = {"Phi3ForCausalLM"};
+         j["model_type"] = "phi3";
+         j["rope_scaling"] = {{"type", "su"}};
+       },
+       StatusCode::kUnimplemented, "rope_type 'su'"},
+      {"qwen3 attention bias",
+       [](json& j) {
+         j["architectures"] = {"Qwen3ForCausalLM"};
+         j["model_type"] = "qwen3";
+         j["attention_bias"] = true;
+       },
+       StatusCode::kUnimplemented, "'attention_bias' = true"},
+      {"soft-capping", [](json& j) { j["final_logit_softcapping"] = 30.0; }, StatusCode::kUnimplemented,
+       "final_logit_softcapping"},
+      {"partial rotary in rope_parameters",
+       [](json& j) {
+         j["rope_parameters"] = {
+             {"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.75}};
+       },
+       StatusCode::kUnimplemented, "partial_rotary_factor 0.75"},
       {"arch mismatch", [](json& j) { j["architectures"] = {"LlamaForSequenceClassification"}; },
        StatusCode::kUnimplemented, "LlamaForSequenceClassification"},
-      {"sliding window", [](json& j) { j["sliding_window"] = 4096; }, StatusCode::kUnimplemented,
-       "sliding_window"},
+      {"sliding window",
+       [](json& j) {
+         j["max_position_embeddings"] = 8192;
+         j["sliding_window"] = 4096;
+       },
+       StatusCode::kUnimplemented, "sliding_window = 4096"},
       {"moe", [](json& j) { j["num_local_experts"] = 8; }, StatusCode::kUnimplemented, "num_local_experts"},
       {"attention bias", [](json& j) { j["attention_bias"] = true; }, StatusCode::kUnimplemented,
        "'attention_bias' = true"},

@@ -1,0 +1,90 @@
+#include "model/arch.h"
+
+#include <charconv>
+
+#include "model/config.h"
+
+namespace nanoserve {
+
+namespace {
+
+constexpr ArchInfo kArchs[] = {
+    {.name = "llama"},
+    {.name = "qwen2", .qkv_bias = true, .gguf_rope_halves = true},
+    {.name = "qwen3", .qk_norm = true, .gguf_rope_halves = true},
+    {.name = "phi3", .fused_qkv_gate_up = true, .gguf_rope_halves = true},
+};
+
+}  // namespace
+
+const ArchInfo* find_arch(std::string_view name) {
+  for (const ArchInfo& a : kArchs) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+std::string built_arch_names() {
+  std::string s;
+  for (const ArchInfo& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+Status apply_arch(ModelConfig& c) {
+  const ArchInfo* a = find_arch(c.arch);
+  if (a == nullptr) {
+    return unimplemented("architecture '" + c.arch.substr(0, 64) +
+                         "' is not supported (built: " + built_arch_names() + ")");
+  }
+  c.qkv_bias = a->qkv_bias;
+  c.qk_norm = a->qk_norm;
+  c.fused_qkv_gate_up = a->fused_qkv_gate_up;
+  return Status::ok_status();
+}
+
+std::vector<std::string> arch_layer_tensors(const ModelConfig& c) {
+  std::vector<std::string> names = {"attn_norm.weight"};
+  if (c.fused_qkv_gate_up) {
+    names.push_back("attn_qkv.weight");
+  } else {
+    for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) names.push_back(n);
+  }
+  if (c.qkv_bias) {
+    for (const char* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) names.push_back(n);
+  }
+  if (c.qk_norm) {
+    names.push_back("attn_q_norm.weight");
+    names.push_back("attn_k_norm.weight");
+  }
+  names.push_back("attn_output.weight");
+  names.push_back("ffn_norm.weight");
+  if (c.fused_qkv_gate_up) {
+    names.push_back("ffn_up.weight");  // [gate; up]
+  } else {
+    names.push_back("ffn_gate.weight");
+    names.push_back("ffn_up.weight");
+  }
+  names.push_back("ffn_down.weight");
+  return names;
+}
+
+bool arch_uses_tensor(const ModelConfig& c, std::string_view name) {
+  if (name == "token_embd.weight" || name == "output_norm.weight" || name == "output.weight" ||
+      name == "rope_freqs.weight") {
+    return true;
+  }
+  if (!name.starts_with("blk.")) return false;
+  name.remove_prefix(4);
+  const size_t dot = name.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot > 6) return false;
+  int64_t layer = -1;
+  auto [p, ec] = std::from_chars(name.data(), name.data() + dot, layer);
+  if (ec != std::errc() || p != name.data() + dot || layer < 0 || layer >= c.n_layers) return false;
+  const std::string_view rest = name.substr(dot + 1);
+  for (const std::string& n : arch_layer_tensors(c)) {
+    if (rest == n) return true;
+  }
+  return false;
+}
+
+}  // namespace nanoserve

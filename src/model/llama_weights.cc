@@ -1,0 +1,143 @@
+// LlamaModel::load: the weights of every architecture (model/arch.h) by their
+// GGUF names, checked against the config, into LlamaWeights.
+
+#include <string>
+
+#include "io/gguf.h"
+#include "io/tensor_source.h"
+#include "model/arch.h"
+#include "model/dummy_weights.h"
+#include "model/llama.h"
+#include "model/model_shapes.h"
+#include "model/rope_layout.h"
+#include "ops/dequantize/dequantize.h"
+#include "ops/rope/rope_freqs.h"
+
+namespace nanoserve {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// A weight the matmul can read, of exactly `shape`.
+StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std::vector<int64_t> shape) {
+  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
+  if (t.shape() != shape) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", the config implies " + shape_str(shape));
+  }
+  if (t.dtype() == DType::kI32) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  }
+  return t;
+}
+
+// A norm weight as f32 (converted into owned memory if stored otherwise).
+StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int64_t n) {
+  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
+  if (t.numel() != n || t.ndim() != 1) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", expected [" + std::to_string(n) + "]");
+  }
+  if (t.dtype() == DType::kF32) return t;
+  if (t.dtype() == DType::kI32) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  }
+  Tensor out = Tensor::empty(DType::kF32, {n});
+  dequantize_row(t.dtype(), t.data(), out.data_as<float>(), n);
+  return out;
+}
+
+// The tensors of layer `l`. phi3's fused tensors become row views of one load.
+StatusOr<LlamaLayer> load_layer(const TensorSource& f, const ModelConfig& c, int64_t l) {
+  const std::string p = "blk." + std::to_string(l) + ".";
+  const int64_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
+  const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  LlamaLayer L;
+  NS_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", dim));
+  if (c.fused_qkv_gate_up) {
+    NS_ASSIGN_OR_RETURN(Tensor qkv, load_matrix(f, p + "attn_qkv.weight", {q_dim + 2 * kv_dim, dim}));
+    L.wq = qkv.slice_rows(0, q_dim);
+    L.wk = qkv.slice_rows(q_dim, q_dim + kv_dim);
+    L.wv = qkv.slice_rows(q_dim + kv_dim, q_dim + 2 * kv_dim);
+  } else {
+    NS_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", {q_dim, dim}));
+    NS_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", {kv_dim, dim}));
+    NS_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", {kv_dim, dim}));
+  }
+  if (c.qkv_bias) {
+    NS_ASSIGN_OR_RETURN(L.bq, load_vector(f, p + "attn_q.bias", q_dim));
+    NS_ASSIGN_OR_RETURN(L.bk, load_vector(f, p + "attn_k.bias", kv_dim));
+    NS_ASSIGN_OR_RETURN(L.bv, load_vector(f, p + "attn_v.bias", kv_dim));
+  }
+  if (c.qk_norm) {
+    NS_ASSIGN_OR_RETURN(L.q_norm, load_vector(f, p + "attn_q_norm.weight", hd));
+    NS_ASSIGN_OR_RETURN(L.k_norm, load_vector(f, p + "attn_k_norm.weight", hd));
+  }
+  NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
+  NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
+  if (c.fused_qkv_gate_up) {
+    NS_ASSIGN_OR_RETURN(Tensor gate_up, load_matrix(f, p + "ffn_up.weight", {2 * ffn, dim}));
+    L.w_gate = gate_up.slice_rows(0, ffn);
+    L.w_up = gate_up.slice_rows(ffn, 2 * ffn);
+  } else {
+    NS_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", {ffn, dim}));
+    NS_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", {ffn, dim}));
+  }
+  NS_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", {dim, ffn}));
+  return L;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file,
+                                                       ThreadPool& pool) {
+  NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
+  NS_RETURN_IF_ERROR(check_gguf_supported(*file, config));
+  auto tensors = gguf_model_tensors(std::move(file), config);
+  return load(config, std::move(tensors), pool);
+}
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& given,
+                                                       std::shared_ptr<const TensorSource> tensors,
+                                                       ThreadPool& pool) {
+  NS_RETURN_IF_ERROR(given.validate());
+  ModelConfig config = given;
+  NS_RETURN_IF_ERROR(apply_arch(config));
+  if (tensors->materializes()) {
+    const int64_t bytes = model_param_count(config) * 4;  // f32
+    const int64_t avail = available_memory_bytes();
+    if (avail >= 0 && bytes > avail) {
+      return resource_exhausted(tensors->describe() + ": the f32 weights need " +
+                                std::to_string(bytes >> 20) + " MiB but only " + std::to_string(avail >> 20) +
+                                " MiB of memory are available; pick a smaller --model-shape");
+    }
+  }
+  std::unique_ptr<LlamaModel> m(new LlamaModel(tensors, config, pool));
+  const TensorSource& f = *tensors;
+  LlamaWeights& w = m->weights_;
+  NS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(f, "token_embd.weight", {config.vocab_size, config.dim}));
+  NS_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", config.dim));
+  if (!config.tied_embeddings) {
+    NS_ASSIGN_OR_RETURN(w.lm_head, load_matrix(f, "output.weight", {config.vocab_size, config.dim}));
+  } else {
+    w.lm_head = w.tok_embd;
+  }
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    NS_ASSIGN_OR_RETURN(LlamaLayer L, load_layer(f, config, l));
+    w.layers.push_back(std::move(L));
+  }
+  std::vector<float> freq_factors;
+  if (f.contains("rope_freqs.weight")) {
+    NS_ASSIGN_OR_RETURN(Tensor rf, load_vector(f, "rope_freqs.weight", config.rope_dim / 2));
+    freq_factors.assign(rf.data_as<const float>(), rf.data_as<const float>() + rf.numel());
+  }
+  m->inv_freq_ = rope_inv_freqs(config.rope_dim, config.rope_theta, config.rope_scaling, freq_factors);
+  return m;
+}
+
+}  // namespace nanoserve
