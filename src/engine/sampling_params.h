@@ -3,11 +3,13 @@
 // follow the OpenAI / vLLM definitions so the server maps JSON one to one.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/token_constraint.h"
 
 namespace nanoserve {
 
@@ -41,6 +43,9 @@ struct SamplingParams {
 
   int32_t n = 1;  // completions per prompt; the server fans out n requests
 
+  // Structured output: which tokens may come next (each request starts its own state). Null: any.
+  std::shared_ptr<const TokenConstraintFactory> constraint;
+
   static constexpr int32_t kMaxTopLogprobs = 20;
   static constexpr int32_t kMaxStops = 16;
   static constexpr int32_t kMaxStopLength = 256;
@@ -51,7 +56,7 @@ struct SamplingParams {
   // read, so the argmax may come from wherever the logits are (the device).
   bool plain_greedy() const {
     return greedy() && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
-           !logprobs;
+           !logprobs && constraint == nullptr;
   }
 
   // Checks every field's range; the message names the field.

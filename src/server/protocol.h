@@ -7,13 +7,16 @@
 // once the prompt is encoded.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
+#include "engine/token_constraint.h"
 #include "server/api_error.h"
+#include "server/structured/response_format.h"
 #include "tokenizer/chat_template.h"
 
 namespace nanoserve::server {
@@ -51,6 +54,7 @@ struct GenerationParams {
   float repetition_penalty = 1.0f;
   bool ignore_eos = false;
   int top_logprobs = -1;  // -1: no logprobs; 0..kMaxTopLogprobs: sampled token + that many alternatives
+  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format; null: free text
 };
 
 enum class Endpoint { kChat, kCompletion };
@@ -65,6 +69,7 @@ struct GenerateRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  ResponseFormat response_format;
 };
 
 // A parse result: the request, or the error to return.
