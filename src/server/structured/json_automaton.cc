@@ -93,7 +93,7 @@ bool number(const Grammar& g, Frame& f, uint8_t b) {
   switch (f.phase) {
     case kNumStart:
       if (b == '-') {
-        if (n.int_min > -1) return false;
+        if (n.int_min > 0) return false;  // "-0" is still possible at 0
         f.esc = 1;
         f.phase = kNumMinus;
         return true;
@@ -101,8 +101,7 @@ bool number(const Grammar& g, Frame& f, uint8_t b) {
       [[fallthrough]];
     case kNumMinus: {
       if (!is_digit(b)) return false;
-      if (b == '0') {
-        if (f.esc) return false;  // no -0
+      if (b == '0') {  // "-0" is 0, as JSON parsers read it
         if (!(n.int_min <= 0 && 0 <= n.int_max)) return false;
         f.phase = kNumZero;
         f.count = 1;
