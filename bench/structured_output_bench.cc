@@ -106,6 +106,7 @@ RunResult run(Engine& engine, const std::vector<int32_t>& prompt, int n, int max
 int main_impl(int argc, char** argv) {
   const std::string path = argc > 1 ? argv[1] : NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   const int max_tokens = argc > 2 ? std::atoi(argv[2]) : 48;
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   constexpr int kBatch = 16;
   ThreadPool pool(0);
   EngineConfig c;
@@ -161,7 +162,7 @@ int main_impl(int argc, char** argv) {
 
   // A miss in the costliest state: inside a free string, where almost every token is allowed.
   server::structured::JsonState s(&factory->grammar());
-  NS_CHECK(s.feed(R"([{"name": "Tom)"));
+  NS_CHECK(s.feed(R"([{"age": 3, "color": "grey", "name": "Tom)"));
   std::vector<server::structured::JsonState> scratch;
   server::structured::TokenMask m;
   const auto t0 = Clock::now();

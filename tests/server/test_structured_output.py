@@ -4,6 +4,7 @@ output must parse and validate against its schema (jsonschema is the oracle);
 sampled at temperature 1 with several seeds, so the model tries many paths,
 and greedy. Bad formats and unsupported keywords are 400s that name them."""
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
@@ -89,11 +90,14 @@ SCHEMAS = {
 }
 
 PROMPT = "Reply with JSON only. Describe a small pet shop in JSON."
+# CI runs one choice per schema; NANOSERVE_STRUCTURED_SEEDS=4 (say) runs greedy plus 4 seeds of each.
+SEEDS = int(os.environ.get("NANOSERVE_STRUCTURED_SEEDS", "1"))
+MAX_TOKENS = 80 if SEEDS == 1 else 160
 
 
 def chat_body(server, fmt, **fields):
     body = {"model": server.model, "messages": [{"role": "user", "content": PROMPT}],
-            "response_format": fmt, "max_tokens": 160}
+            "response_format": fmt, "max_tokens": MAX_TOKENS}
     body.update(fields)
     return body
 
@@ -128,11 +132,15 @@ def check_choices(resp, schema, text_of):
 
 def test_json_schema_outputs_validate(server):
     jobs, expect = [], []
-    for name, schema in SCHEMAS.items():
+    for i, (name, schema) in enumerate(SCHEMAS.items()):
         fmt = schema_format(schema, name)
-        jobs.append(("/v1/chat/completions", chat_body(server, fmt, temperature=0)))
-        jobs.append(("/v1/chat/completions", chat_body(server, fmt, temperature=1, seed=11, n=3)))
-        expect += [schema, schema]
+        # CI: one choice per schema, greedy and sampled in turn; with more seeds, greedy plus SEEDS sampled.
+        if SEEDS > 1 or i % 2 == 0:
+            jobs.append(("/v1/chat/completions", chat_body(server, fmt, temperature=0)))
+            expect.append(schema)
+        if SEEDS > 1 or i % 2 == 1:
+            jobs.append(("/v1/chat/completions", chat_body(server, fmt, temperature=1, seed=11 + i, n=SEEDS)))
+            expect.append(schema)
     resps = run_all(server, jobs)
     finished = sum(check_choices(r, s, lambda c: c["message"]["content"]) for r, s in zip(resps, expect))
     total = sum(len(r.json()["choices"]) for r in resps)
@@ -141,25 +149,25 @@ def test_json_schema_outputs_validate(server):
 
 def test_json_object_and_completions(server):
     jobs = [("/v1/chat/completions", chat_body(server, {"type": "json_object"}, temperature=0)),
-            ("/v1/chat/completions", chat_body(server, {"type": "json_object"}, temperature=1, seed=3, n=3)),
-            ("/v1/completions", {"model": server.model, "prompt": "A JSON record of a book:", "max_tokens": 160,
-                                 "temperature": 1, "seed": 5, "n": 2,
+            ("/v1/chat/completions", chat_body(server, {"type": "json_object"}, temperature=1, seed=3, n=SEEDS)),
+            ("/v1/completions", {"model": server.model, "prompt": "A JSON record of a person:",
+                                 "max_tokens": MAX_TOKENS, "temperature": 1, "seed": 5, "n": SEEDS,
                                  "response_format": schema_format(SCHEMAS["person"])}),
-            ("/v1/completions", {"model": server.model, "prompt": "Some JSON:", "max_tokens": 160,
+            ("/v1/completions", {"model": server.model, "prompt": "Some JSON:", "max_tokens": MAX_TOKENS,
                                  "temperature": 0, "response_format": {"type": "json_object"}})]
     r = run_all(server, jobs)
     done = check_choices(r[0], None, lambda c: c["message"]["content"])
     done += check_choices(r[1], None, lambda c: c["message"]["content"])
     done += check_choices(r[2], SCHEMAS["person"], lambda c: c["text"])
     done += check_choices(r[3], None, lambda c: c["text"])
-    assert done >= 4
+    assert done >= 2
 
 
 def test_streaming_output_validates(server):
     schema = SCHEMAS["enum_const"]
     client = server.client()
     stream = client.chat.completions.create(model=server.model, messages=[{"role": "user", "content": PROMPT}],
-                                            response_format=schema_format(schema), stream=True, max_tokens=100,
+                                            response_format=schema_format(schema), stream=True, max_tokens=60,
                                             temperature=1, seed=9)
     text, finish = "", None
     for chunk in stream:
@@ -180,10 +188,10 @@ def test_max_tokens_cut_is_length(server):
 def test_greedy_alone_equals_greedy_in_a_batch(server):
     fmt = schema_format(SCHEMAS["person"])
     alone = server.post("/v1/chat/completions", chat_body(server, fmt, temperature=0)).json()
-    batch = run_all(server, [("/v1/chat/completions", chat_body(server, fmt, temperature=0))] * 4 +
-                    [("/v1/chat/completions", chat_body(server, {"type": "json_object"}, temperature=1, seed=s))
-                     for s in range(4)])
-    for r in batch[:4]:
+    batch = run_all(server, [("/v1/chat/completions", chat_body(server, fmt, temperature=0))] * 3 +
+                    [("/v1/chat/completions", chat_body(server, {"type": "json_object"}, temperature=1, seed=s,
+                                                        max_tokens=24)) for s in range(3)])
+    for r in batch[:3]:
         assert r.json()["choices"][0]["message"]["content"] == alone["choices"][0]["message"]["content"]
 
 
