@@ -198,8 +198,9 @@ class ThreadStepper {
           if (is_ws(b)) return whitespace(st, ws);
           const Node& n = g_.nodes[f.node];
           if (n.kind == Kind::kAnyOf) {
-            // anyOf nested in itself through $ref would fork forever: bounded.
-            if (forks_ >= kMaxForkDepth) return;
+            // anyOf nested in itself through $ref would fork forever, and nested
+            // anyOfs multiply: both the depth and the count of forks per byte are bounded.
+            if (forks_ >= kMaxForkDepth || ++fork_calls_ > kMaxForkCalls) return;
             const int32_t depth = containers(st);
             ++forks_;
             for (int32_t alt : n.alts) {
@@ -543,10 +544,12 @@ class ThreadStepper {
 
 
   static constexpr int kMaxForkDepth = 8;
+  static constexpr int kMaxForkCalls = 256;
 
   const Grammar& g_;
   JsonState& out_;
   int forks_ = 0;
+  int fork_calls_ = 0;
 };
 
 JsonState::JsonState(const Grammar* grammar) : g_(grammar) {

@@ -177,6 +177,14 @@ TEST(JsonAutomaton, RecursiveRefsStopAtTheDepthLimit) {
   EXPECT_TRUE(accepts(g, close));
 }
 
+TEST(JsonAutomaton, SelfNestedAnyOfStaysBounded) {
+  // Each alternative is the whole anyOf again: forking must stop, not hang.
+  const Grammar g = schema(R"({"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"$ref":"#/$defs/a"},
+                               {"type":"integer"}]}},"$ref":"#/$defs/a"})");
+  EXPECT_TRUE(accepts(g, "12"));
+  EXPECT_FALSE(viable(g, "x"));
+}
+
 // Random walks through the automaton: every finished output is valid JSON.
 TEST(JsonAutomaton, RandomWalksParse) {
   const Grammar g = json_object_grammar();
