@@ -55,7 +55,8 @@ class TimedConstraint final : public TokenConstraint {
 
 class TimedFactory final : public TokenConstraintFactory {
  public:
-  TimedFactory(std::shared_ptr<const TokenConstraintFactory> inner, Timing* t) : inner_(std::move(inner)), t_(t) {}
+  TimedFactory(std::shared_ptr<const TokenConstraintFactory> inner, Timing* t)
+      : inner_(std::move(inner)), t_(t) {}
   std::unique_ptr<TokenConstraint> start() const override {
     return std::make_unique<TimedConstraint>(inner_->start(), t_);
   }
@@ -127,7 +128,8 @@ int main_impl(int argc, char** argv) {
   }
   const auto t_vocab = Clock::now();
   auto vocab = std::make_shared<server::structured::TokenVocab>(std::move(pieces), special, tok.eos_ids());
-  std::printf("vocabulary trie: %d tokens, %zu nodes, built in %.1f ms\n", vocab->size(), vocab->trie().size(),
+  std::printf("vocabulary trie: %d tokens, %zu nodes, built in %.1f ms\n", vocab->size(),
+              vocab->trie().size(),
               std::chrono::duration<double, std::milli>(Clock::now() - t_vocab).count());
 
   const nlohmann::json schema = nlohmann::json::parse(R"({"type":"array","maxItems":3,"items":{
@@ -142,7 +144,8 @@ int main_impl(int argc, char** argv) {
   Engine& engine = *le->engine;
   run(engine, prompt, kBatch, 4, nullptr);  // warm up
   const RunResult plain = run(engine, prompt, kBatch, max_tokens, nullptr);
-  std::printf("batch %d, unconstrained: %.2f ms per decode step (%d steps)\n", kBatch, plain.step_ms, plain.steps);
+  std::printf("batch %d, unconstrained: %.2f ms per decode step (%d steps)\n", kBatch, plain.step_ms,
+              plain.steps);
 
   for (const char* phase : {"cold cache", "warm cache"}) {
     Timing t;
@@ -151,8 +154,10 @@ int main_impl(int argc, char** argv) {
     const double per_token_us = t.tokens > 0 ? t.ns / 1e3 / static_cast<double>(t.tokens) : 0;
     const int64_t misses = factory->mask_misses() - misses0, hits = factory->mask_hits() - hits0;
     std::printf(
-        "batch %d, json_schema, %s: %.2f ms per decode step (%d steps with all %d decoding), %lld tokens; mask "
-        "%.1f us per token (%lld misses, %lld hits) = %.2f ms per step of %d = %.1f%% of the unconstrained step\n",
+        "batch %d, json_schema, %s: %.2f ms per decode step (%d steps with all %d decoding), %lld tokens; "
+        "mask "
+        "%.1f us per token (%lld misses, %lld hits) = %.2f ms per step of %d = %.1f%% of the unconstrained "
+        "step\n",
         kBatch, phase, cr.step_ms, cr.steps, kBatch, static_cast<long long>(cr.tokens), per_token_us,
         static_cast<long long>(misses), static_cast<long long>(hits), per_token_us * kBatch / 1e3, kBatch,
         100.0 * per_token_us * kBatch / 1e3 / plain.step_ms);
@@ -179,4 +184,6 @@ int main_impl(int argc, char** argv) {
 }  // namespace
 }  // namespace nanoserve
 
-int main(int argc, char** argv) { return nanoserve::main_impl(argc, argv); }
+int main(int argc, char** argv) {
+  return nanoserve::main_impl(argc, argv);
+}

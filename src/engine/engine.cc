@@ -334,10 +334,10 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   for (size_t row = 0; row < row_owner_.size(); ++row) {
     Request* r = row_owner_[row];
     const std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
-    const int32_t token = r->constraint != nullptr           ? sample_constrained(*r, row_logits)
-                          : use_greedy && r->params.plain_greedy() ? greedy[row]
-                                                                   : sampler_->sample(row_logits, r->params,
-                                                                                      r->prompt, r->output, r->rng);
+    const int32_t token = r->constraint != nullptr ? sample_constrained(*r, row_logits)
+                          : use_greedy && r->params.plain_greedy()
+                              ? greedy[row]
+                              : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
     RequestOutput& out = output_for(r, outputs);
     if (r->params.logprobs) {
       out.top_logprobs.emplace_back();

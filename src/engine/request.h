@@ -46,7 +46,7 @@ struct Request {
 
   Rng rng;
   StopChecker stop;
-  std::unique_ptr<TextStream> text;  // null: no detokenizer, no text
+  std::unique_ptr<TextStream> text;             // null: no detokenizer, no text
   std::unique_ptr<TokenConstraint> constraint;  // from params.constraint; null: unconstrained
 
   Clock::time_point arrival_time;

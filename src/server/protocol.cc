@@ -426,7 +426,8 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
       if (sf.failed()) f.fail("'stream_options.include_usage' must be a boolean.", "stream_options");
     }
   }
-  if (auto e = read_response_format(f.get("response_format"), &r->response_format)) f.fail(e->message, e->param);
+  if (auto e = read_response_format(f.get("response_format"), &r->response_format))
+    f.fail(e->message, e->param);
   if (const json* lb = f.get("logit_bias"); lb != nullptr && !(lb->is_object() && lb->empty())) {
     f.fail("'logit_bias' is not supported.", "logit_bias");
   }

@@ -39,14 +39,14 @@ inline constexpr int32_t kNoNode = -1;
 inline constexpr int32_t kUnsatisfiable = std::numeric_limits<int32_t>::max();
 
 // Limits that keep the automaton's state small and every number exact.
-inline constexpr int32_t kMaxDepth = 16;                      // nested arrays / objects
-inline constexpr int64_t kIntLimit = 999'999'999'999'999;     // 15 digits: exact in a double
-inline constexpr int32_t kMaxFracDigits = 15;                 // digits after the point
-inline constexpr int32_t kMaxExpDigits = 2;                   // exponent digits (unbounded numbers)
-inline constexpr int32_t kMaxWhitespace = 16;                 // whitespace run between tokens
-inline constexpr size_t kMaxProperties = 64;                  // per object (a 64-bit set)
-inline constexpr size_t kMaxLiterals = 64;                    // per enum (a 64-bit set)
-inline constexpr int32_t kMaxCount = 1 << 20;                 // string length / item count bounds
+inline constexpr int32_t kMaxDepth = 16;                   // nested arrays / objects
+inline constexpr int64_t kIntLimit = 999'999'999'999'999;  // 15 digits: exact in a double
+inline constexpr int32_t kMaxFracDigits = 15;              // digits after the point
+inline constexpr int32_t kMaxExpDigits = 2;                // exponent digits (unbounded numbers)
+inline constexpr int32_t kMaxWhitespace = 16;              // whitespace run between tokens
+inline constexpr size_t kMaxProperties = 64;               // per object (a 64-bit set)
+inline constexpr size_t kMaxLiterals = 64;                 // per enum (a 64-bit set)
+inline constexpr int32_t kMaxCount = 1 << 20;              // string length / item count bounds
 
 struct Property {
   std::string key;  // the name as JSON text, quotes included: "\"name\""

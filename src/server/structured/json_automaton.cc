@@ -20,9 +20,15 @@ enum : uint8_t { kNumStart, kNumMinus, kNumZero, kNumInt, kNumDot, kNumFrac, kNu
 // kString / kKey utf8: low 2 bits = continuation bytes left; bits 2.. = range of the next one.
 enum : uint8_t { kRangeFull, kRangeA0, kRange9F, kRange90, kRange8F };
 
-bool is_ws(uint8_t b) { return b == ' ' || b == '\n' || b == '\t' || b == '\r'; }
-bool is_digit(uint8_t b) { return b >= '0' && b <= '9'; }
-bool is_hex(uint8_t b) { return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F'); }
+bool is_ws(uint8_t b) {
+  return b == ' ' || b == '\n' || b == '\t' || b == '\r';
+}
+bool is_digit(uint8_t b) {
+  return b >= '0' && b <= '9';
+}
+bool is_hex(uint8_t b) {
+  return is_digit(b) || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F');
+}
 
 // The UTF-8 state after a lead byte, or 0xff when b cannot start a character.
 // 0 for ASCII.
@@ -163,8 +169,7 @@ bool number(const Grammar& g, Frame& f, uint8_t b) {
       if (!is_digit(b) || f.aux >= kMaxExpDigits) return false;
       ++f.aux;
       return true;
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -218,8 +223,7 @@ class ThreadStepper {
           if (st.back().kind == FrameKind::kNumber || st.back().kind == FrameKind::kLiteral) continue;
           return emit(st, 0);  // the opening byte was consumed
         }
-        case FrameKind::kObject:
-          return object(st, ws, b);
+        case FrameKind::kObject: return object(st, ws, b);
         case FrameKind::kArray: {
           if (is_ws(b)) return whitespace(st, ws);
           const Node& n = g_.nodes[f.node];
@@ -249,10 +253,8 @@ class ThreadStepper {
           ws = 0;
           continue;  // the element's first byte
         }
-        case FrameKind::kString:
-          return string(st, b);
-        case FrameKind::kKey:
-          return key(st, b);
+        case FrameKind::kString: return string(st, b);
+        case FrameKind::kKey: return key(st, b);
         case FrameKind::kLiteral: {
           const Node& n = g_.nodes[f.node];
           uint64_t live = 0;
@@ -282,8 +284,6 @@ class ThreadStepper {
       }
     }
   }
-
-
 
  private:
   static int32_t containers(const std::vector<Frame>& st) {
@@ -350,8 +350,7 @@ class ThreadStepper {
         if (b != '{' || !g_.fits(node, depth)) return false;
         f.kind = FrameKind::kObject;
         break;
-      case Kind::kAnyOf:
-        NS_CHECK(false) << "anyOf is expanded before its value starts";
+      case Kind::kAnyOf: NS_CHECK(false) << "anyOf is expanded before its value starts";
     }
     st.push_back(f);
     return true;
@@ -425,8 +424,7 @@ class ThreadStepper {
         }
         return;
       }
-      default:
-        return;
+      default: return;
     }
   }
 
@@ -468,8 +466,7 @@ class ThreadStepper {
           if (!is_hex(b)) return false;
           f.esc = 0;
           return true;
-        default:
-          return false;
+        default: return false;
       }
     }
     if (b < 0x20 || b == '"') return false;
@@ -537,11 +534,6 @@ class ThreadStepper {
     f.count = live != 0 ? f.count + 1 : 0;
     emit(st, 0);
   }
-
-
-
-
-
 
   static constexpr int kMaxForkDepth = 8;
   static constexpr int kMaxForkCalls = 256;

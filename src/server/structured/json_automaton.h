@@ -58,9 +58,9 @@ class JsonState {
  private:
   friend class ThreadStepper;
   const Grammar* g_;
-  std::vector<Frame> frames_;   // every thread's stack, bottom first, thread after thread
-  std::vector<int32_t> ends_;   // [threads] end of each thread's frames in frames_
-  std::vector<int32_t> ws_;     // [threads] length of the current whitespace run
+  std::vector<Frame> frames_;  // every thread's stack, bottom first, thread after thread
+  std::vector<int32_t> ends_;  // [threads] end of each thread's frames in frames_
+  std::vector<int32_t> ws_;    // [threads] length of the current whitespace run
 };
 
 }  // namespace nanoserve::server::structured

@@ -6,7 +6,9 @@ using nlohmann::json;
 
 namespace {
 
-ApiError bad(std::string message) { return bad_request(std::move(message), "response_format"); }
+ApiError bad(std::string message) {
+  return bad_request(std::move(message), "response_format");
+}
 
 }  // namespace
 
@@ -41,7 +43,8 @@ std::optional<ApiError> read_response_format(const json* value, ResponseFormat* 
       if (!v.is_string()) return bad("'response_format.json_schema.name' must be a string.");
       out->name = v.get<std::string>();
     } else if (k == "strict") {
-      if (!v.is_null() && !v.is_boolean()) return bad("'response_format.json_schema.strict' must be a boolean.");
+      if (!v.is_null() && !v.is_boolean())
+        return bad("'response_format.json_schema.strict' must be a boolean.");
       out->strict = v.is_boolean() && v.get<bool>();
     } else if (k == "schema") {
       if (!v.is_object() && !v.is_boolean())

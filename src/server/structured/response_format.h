@@ -4,7 +4,8 @@
 //
 //   absent, null, {"type": "text"}        free text
 //   {"type": "json_object"}               any JSON object
-//   {"type": "json_schema", "json_schema": {"name": str, "schema": {...}, "strict": bool, "description": str}}
+//   {"type": "json_schema", "json_schema": {"name": str, "schema": {...}, "strict": bool, "description":
+//   str}}
 
 #include <optional>
 #include <string>

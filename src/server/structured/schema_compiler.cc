@@ -16,17 +16,30 @@ namespace {
 
 // Keywords that only describe (they never constrain a value).
 const std::set<std::string>& annotations() {
-  static const std::set<std::string> k = {"title",   "description", "$schema",    "$id",       "$comment",
-                                          "examples", "default",    "deprecated", "readOnly",  "writeOnly",
-                                          "$defs",    "definitions"};
+  static const std::set<std::string> k = {"title",    "description", "$schema", "$id",
+                                          "$comment", "examples",    "default", "deprecated",
+                                          "readOnly", "writeOnly",   "$defs",   "definitions"};
   return k;
 }
 
 const std::set<std::string>& supported() {
-  static const std::set<std::string> k = {
-      "type",      "properties", "required",  "additionalProperties", "items",           "minItems",
-      "maxItems",  "enum",       "const",     "anyOf",                "$ref",            "minimum",
-      "maximum",   "exclusiveMinimum",        "exclusiveMaximum",     "minLength",       "maxLength"};
+  static const std::set<std::string> k = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "minItems",
+                                          "maxItems",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "$ref",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "minLength",
+                                          "maxLength"};
   return k;
 }
 
@@ -47,7 +60,8 @@ std::string pointer_token(const std::string& key) {
 bool type_matches(const json& v, const std::string& type) {
   if (type == "null") return v.is_null();
   if (type == "boolean") return v.is_boolean();
-  if (type == "integer") return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+  if (type == "integer")
+    return v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
   if (type == "number") return v.is_number();
   if (type == "string") return v.is_string();
   if (type == "array") return v.is_array();
@@ -174,7 +188,8 @@ class Compiler {
           implied.insert("number");
       }
       if (implied.empty()) return kAnyNode;
-      if (implied.size() > 1) return fail("the schema at " + path + " needs a 'type' (its keywords suit several)");
+      if (implied.size() > 1)
+        return fail("the schema at " + path + " needs a 'type' (its keywords suit several)");
       types.push_back(*implied.begin());
     }
     if (types.size() == 1) return compile_typed(s, types[0], path, depth);
@@ -238,7 +253,8 @@ class Compiler {
       for (const std::string& t : types) typed |= type_matches(v, t);
       if (!typed) continue;
       std::string text = v.dump();
-      if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end()) n.literals.push_back(text);
+      if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
+        n.literals.push_back(text);
     }
     if (n.literals.empty()) return fail("no value of 'enum' / 'const' at " + path + " matches its 'type'");
     return add(std::move(n));
@@ -258,8 +274,8 @@ class Compiler {
     auto it = s.find(key);
     if (it == s.end()) return std::nullopt;
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxCount) {
-      fail(std::string("'") + key + "' at " + path + " must be an integer in [0, " + std::to_string(kMaxCount) +
-           "]");
+      fail(std::string("'") + key + "' at " + path + " must be an integer in [0, " +
+           std::to_string(kMaxCount) + "]");
       return std::nullopt;
     }
     return static_cast<int32_t>(it->get<int64_t>());
@@ -278,8 +294,9 @@ class Compiler {
     if (mx) ihi = std::min(ihi, std::floor(*mx)), n.hi = std::min(n.hi, *mx);
     if (xmx) ihi = std::min(ihi, std::ceil(*xmx) - 1), n.hi = std::min(n.hi, *xmx);
     if (ilo > ihi)
-      return fail("minimum / maximum at " + path +
-                  ": no integer lies in the range (number ranges narrower than one integer are not supported)");
+      return fail(
+          "minimum / maximum at " + path +
+          ": no integer lies in the range (number ranges narrower than one integer are not supported)");
     n.int_min = static_cast<int64_t>(ilo);
     n.int_max = static_cast<int64_t>(ihi);
     return add(std::move(n));
@@ -305,7 +322,8 @@ class Compiler {
       if (n.max_len >= 0 && n.min_len > n.max_len) return fail("minItems > maxItems at " + path);
       n.items = kAnyNode;
       if (auto it = s.find("items"); it != s.end()) {
-        if (it->is_array()) return fail("'items' at " + path + " must be one schema (tuples are not supported)");
+        if (it->is_array())
+          return fail("'items' at " + path + " must be one schema (tuples are not supported)");
         n.items = compile(*it, path + "/items", depth + 1);
       }
       return error_.ok() ? add(std::move(n)) : kAnyNode;
@@ -332,7 +350,8 @@ class Compiler {
       for (const json& r : *it) {
         if (!r.is_string()) return fail("'required' at " + path + " must be a list of strings");
         const std::string key = json(r.get<std::string>()).dump();
-        auto p = std::find_if(n.props.begin(), n.props.end(), [&](const Property& q) { return q.key == key; });
+        auto p =
+            std::find_if(n.props.begin(), n.props.end(), [&](const Property& q) { return q.key == key; });
         if (p == n.props.end())
           return fail("required property " + key + " at " + path + " is not among its 'properties'");
         p->required = true;
@@ -386,19 +405,11 @@ void compute_min_depth(Grammar& g) {
     for (Node& n : g.nodes) {
       int32_t d = kUnsatisfiable;
       switch (n.kind) {
-        case Kind::kAny:
-          d = 0;
-          break;
+        case Kind::kAny: d = 0; break;
         case Kind::kInteger:
-        case Kind::kNumber:
-          d = n.int_min <= n.int_max ? 0 : kUnsatisfiable;
-          break;
-        case Kind::kString:
-          d = (n.max_len < 0 || n.min_len <= n.max_len) ? 0 : kUnsatisfiable;
-          break;
-        case Kind::kLiterals:
-          d = n.literals.empty() ? kUnsatisfiable : 0;
-          break;
+        case Kind::kNumber: d = n.int_min <= n.int_max ? 0 : kUnsatisfiable; break;
+        case Kind::kString: d = (n.max_len < 0 || n.min_len <= n.max_len) ? 0 : kUnsatisfiable; break;
+        case Kind::kLiterals: d = n.literals.empty() ? kUnsatisfiable : 0; break;
         case Kind::kArray:
           if (n.min_len == 0)
             d = 1;

@@ -22,11 +22,12 @@ StructuredOutput::Result StructuredOutput::constraint_for(const GenerateRequest&
   const ResponseFormat& f = r.response_format;
   if (f.type == ResponseFormat::Type::kText) return std::shared_ptr<const TokenConstraintFactory>();
   if (r.params.ignore_eos)
-    return bad_request("'ignore_eos' cannot be combined with 'response_format': the output must end when the "
-                       "value is complete.",
-                       "ignore_eos");
+    return bad_request(
+        "'ignore_eos' cannot be combined with 'response_format': the output must end when the "
+        "value is complete.",
+        "ignore_eos");
   std::string key = f.type == ResponseFormat::Type::kJsonObject ? std::string("json_object")
-                                                                 : "json_schema\n" + f.schema.dump();
+                                                                : "json_schema\n" + f.schema.dump();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = cache_.find(key); it != cache_.end()) {
@@ -40,7 +41,8 @@ StructuredOutput::Result StructuredOutput::constraint_for(const GenerateRequest&
   } else {
     StatusOr<structured::Grammar> g = structured::compile_schema(f.schema);
     if (!g.ok())
-      return bad_request("'response_format.json_schema.schema': " + g.status().message() + ".", "response_format");
+      return bad_request("'response_format.json_schema.schema': " + g.status().message() + ".",
+                         "response_format");
     grammar = std::move(*g);
   }
   std::call_once(vocab_once_, [&] { vocab_ = vocab_of(codec); });

@@ -13,8 +13,12 @@ namespace nanoserve::server::structured {
 // One bit per token id: set = allowed. [ceil(vocab / 64)] words.
 using TokenMask = std::vector<uint64_t>;
 
-inline bool mask_has(const TokenMask& m, int32_t id) { return (m[id >> 6] >> (id & 63)) & 1; }
-inline void mask_set(TokenMask& m, int32_t id) { m[id >> 6] |= uint64_t{1} << (id & 63); }
+inline bool mask_has(const TokenMask& m, int32_t id) {
+  return (m[id >> 6] >> (id & 63)) & 1;
+}
+inline void mask_set(TokenMask& m, int32_t id) {
+  m[id >> 6] |= uint64_t{1} << (id & 63);
+}
 
 class TokenVocab {
  public:

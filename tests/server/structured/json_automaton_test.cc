@@ -45,17 +45,35 @@ TEST(JsonAutomaton, JsonObjectAcceptsObjects) {
 
 TEST(JsonAutomaton, JsonObjectRefusesInvalidPrefixes) {
   const Grammar g = json_object_grammar();
-  for (const char* bad : {R"({"a":1,})", R"({"a":1,,)", R"({,)", R"({"a" 1)", R"({"a":01)", R"({"a":1.})",
-                          R"({"a":.5)", R"({"a":[1,])", R"({"a":tru })", R"({"a":nul,)", R"({'a')", "[", "1",
-                          "\"s\"", R"({"a":"x)"
-                                   "\n",
-                          R"({"a":"\x"})", R"({"a":"\ud800"})", R"({"a":1}})", R"({"a":1} )", "{a",
-                          R"({"a":+1})", R"({"a":-01})", R"({"a":1e})"}) {
+  for (const char* bad : {R"({"a":1,})",
+                          R"({"a":1,,)",
+                          R"({,)",
+                          R"({"a" 1)",
+                          R"({"a":01)",
+                          R"({"a":1.})",
+                          R"({"a":.5)",
+                          R"({"a":[1,])",
+                          R"({"a":tru })",
+                          R"({"a":nul,)",
+                          R"({'a')",
+                          "[",
+                          "1",
+                          "\"s\"",
+                          R"({"a":"x)"
+                          "\n",
+                          R"({"a":"\x"})",
+                          R"({"a":"\ud800"})",
+                          R"({"a":1}})",
+                          R"({"a":1} )",
+                          "{a",
+                          R"({"a":+1})",
+                          R"({"a":-01})",
+                          R"({"a":1e})"}) {
     EXPECT_FALSE(accepts(g, bad)) << bad;
   }
   EXPECT_FALSE(viable(g, R"({"a":1,})"));
   EXPECT_FALSE(viable(g, R"({"a":[1,])"));
-  EXPECT_FALSE(viable(g, "{\"a\":\"\xC0\x80\"}"));  // overlong UTF-8
+  EXPECT_FALSE(viable(g, "{\"a\":\"\xC0\x80\"}"));   // overlong UTF-8
   EXPECT_FALSE(viable(g, "{\"a\":\"\xED\xA0\x80"));  // a surrogate in UTF-8
   EXPECT_TRUE(viable(g, "{\"a\":\"\xE2\x82"));       // half a character is a fine prefix
 }
@@ -90,7 +108,8 @@ TEST(JsonAutomaton, AdditionalPropertiesSchema) {
 
 TEST(JsonAutomaton, EnumAndConst) {
   const Grammar g = schema(R"({"enum":["red","green",1,12,null,{"k":[1]}]})");
-  for (const char* ok : {R"("red")", R"("green")", "1", "12", "null", R"({"k":[1]})"}) EXPECT_TRUE(accepts(g, ok)) << ok;
+  for (const char* ok : {R"("red")", R"("green")", "1", "12", "null", R"({"k":[1]})"})
+    EXPECT_TRUE(accepts(g, ok)) << ok;
   for (const char* bad : {R"("blue")", "2", "123", R"("re")", "true"}) EXPECT_FALSE(accepts(g, bad)) << bad;
   const Grammar c = schema(R"({"type":"object","properties":{"v":{"const":"fixed"}},"required":["v"]})");
   EXPECT_TRUE(accepts(c, R"({"v":"fixed"})"));
@@ -100,7 +119,8 @@ TEST(JsonAutomaton, EnumAndConst) {
 TEST(JsonAutomaton, IntegerBounds) {
   const Grammar g = schema(R"({"type":"integer","minimum":-5,"maximum":120})");
   for (const char* ok : {"0", "-0", "-5", "-1", "7", "99", "120", "100"}) EXPECT_TRUE(accepts(g, ok)) << ok;
-  for (const char* bad : {"-6", "121", "1000", "1.5", "1e2", "007", "-01"}) EXPECT_FALSE(accepts(g, bad)) << bad;
+  for (const char* bad : {"-6", "121", "1000", "1.5", "1e2", "007", "-01"})
+    EXPECT_FALSE(accepts(g, bad)) << bad;
   EXPECT_TRUE(accepts(g, "13"));  // 13x is above 120 for every digit x: 13 can only end here
   EXPECT_FALSE(viable(g, "130"));
   const Grammar pos = schema(R"({"type":"integer","minimum":1})");
@@ -143,7 +163,8 @@ TEST(JsonAutomaton, ArraysCountItems) {
 }
 
 TEST(JsonAutomaton, AnyOfForksThreads) {
-  const Grammar g = schema(R"({"anyOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
+  const Grammar g =
+      schema(R"({"anyOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},
                                         {"type":"object","properties":{"a":{"type":"string"},"b":{"type":"null"}},
                                          "required":["a","b"]}, {"type":["integer","null"]}]})");
   EXPECT_TRUE(accepts(g, R"({"a":1})"));
@@ -169,7 +190,8 @@ TEST(JsonAutomaton, RecursiveRefsStopAtTheDepthLimit) {
     deep += "{\"kids\":[";
     ++levels;
   }
-  // Each level is an object and an array: at the limit the array can only close, then each object takes its v.
+  // Each level is an object and an array: at the limit the array can only close, then each object takes its
+  // v.
   EXPECT_EQ(levels, kMaxDepth / 2);
   EXPECT_FALSE(viable(g, deep + "{"));
   std::string close = deep;

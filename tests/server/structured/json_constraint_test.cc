@@ -28,9 +28,9 @@ const char* kModelPath = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 std::shared_ptr<const TokenVocab> small_vocab() {
   std::vector<std::string> pieces;
   for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* p : {"{\"", "\":", "\",", "\"}", "true", "false", "null", "12", "0.", " \"", "\n  ", "name",
-                        "na", "age\":", "},{", "[]", "\\u00", "é", "\xE2\x82", "\xAC\"", "1e", "-1", "<|end|>",
-                        "<|im_start|>", "\"\n}"})
+  for (const char* p : {"{\"",      "\":",    "\",",  "\"}", "true",    "false",        "null", "12",    "0.",
+                        " \"",      "\n  ",   "name", "na",  "age\":",  "},{",          "[]",   "\\u00", "é",
+                        "\xE2\x82", "\xAC\"", "1e",   "-1",  "<|end|>", "<|im_start|>", "\"\n}"})
     pieces.push_back(p);
   std::vector<bool> special(pieces.size(), false);
   special[pieces.size() - 2] = true;  // <|im_start|>
@@ -86,7 +86,7 @@ TEST(TokenMask, EndTokensOnlyWhenComplete) {
   ASSERT_TRUE(s.feed("4"));
   compute_mask(*vocab, s, scratch, m);
   EXPECT_TRUE(mask_has(m, eos));
-  EXPECT_TRUE(mask_has(m, '9'));   // 49 is still in range
+  EXPECT_TRUE(mask_has(m, '9'));  // 49 is still in range
   EXPECT_FALSE(mask_has(m, '-'));
   ASSERT_TRUE(s.feed("9"));
   compute_mask(*vocab, s, scratch, m);
