@@ -365,8 +365,8 @@ class Compiler {
         n.additional = compile(*it, path + "/additionalProperties", depth + 1);
       }
     }
-    // The declared order is the generated order; sort_keys dumps keep the schema's own order stable.
-    // nlohmann's json object iterates keys sorted, which is the order used here.
+    // props are in the order the parsed object iterates them (sorted names), and that is the
+    // order the automaton generates them in.
     return error_.ok() ? add(std::move(n)) : kAnyNode;
   }
 
