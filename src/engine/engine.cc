@@ -80,6 +80,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->vocab_size_ = static_cast<int32_t>(mc.vocab_size);
   e->scheduler_ = std::make_unique<Scheduler>(sc, bc);
   e->sampler_ = std::make_unique<Sampler>(e->vocab_size_, e->eos_ids_);
+  e->masked_row_.resize(e->vocab_size_);
 
   // Step buffers sized once: the step loop only clears and refills them.
   const size_t T = config.max_num_batched_tokens, B = config.max_num_seqs;
@@ -340,7 +341,8 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   for (size_t row = 0; row < row_owner_.size(); ++row) {
     Request* r = row_owner_[row];
     const std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
-    const int32_t token = use_greedy && r->params.plain_greedy()
+    const int32_t token = r->constraint != nullptr ? sample_constrained(*r, row_logits)
+                          : use_greedy && r->params.plain_greedy()
                               ? greedy[row]
                               : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
     RequestOutput& out = output_for(r, outputs);
@@ -354,6 +356,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
       prompt_tokens += static_cast<int64_t>(r->prompt.size());
     }
     r->output.push_back(token);
+    if (r->constraint != nullptr) r->constraint->accept(token);
     ++generation_tokens;
     out.new_tokens.push_back(token);
     out.num_output_tokens = static_cast<int32_t>(r->output.size());
@@ -378,6 +381,23 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   }
   publish_stats();
   return Status();
+}
+
+int32_t Engine::sample_constrained(Request& r, std::span<const float> logits) {
+  std::copy(logits.begin(), logits.end(), masked_row_.begin());
+  r.constraint->apply(masked_row_);
+  int32_t token = sampler_->sample(masked_row_, r.params, r.prompt, r.output, r.rng);
+  if (!r.constraint->allows(token)) {
+    // The draw gives a masked (-inf) token a weight of 2^-126, not 0: in the
+    // rare case that rounding lands on one, take the most likely allowed token.
+    int32_t best = -1;
+    for (int32_t i = 0; i < vocab_size_; ++i) {
+      if (r.constraint->allows(i) && (best < 0 || masked_row_[i] > masked_row_[best])) best = i;
+    }
+    NS_CHECK(best >= 0) << "a token constraint allowed no token";
+    token = best;
+  }
+  return token;
 }
 
 Status Engine::check_invariants() const {

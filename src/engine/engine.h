@@ -155,6 +155,8 @@ class Engine {
   void finish(Request* r, FinishReason reason, RequestOutput& out);
   RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
   void build_batch(const SchedulerStep& plan);
+  // A constrained request's token: the row masked by its constraint, then sampled as usual.
+  int32_t sample_constrained(Request& r, std::span<const float> logits);
   void publish_stats();
 
   EngineConfig config_;
@@ -173,6 +175,7 @@ class Engine {
   std::vector<Request*> row_owner_;  // [R] the request each logits row samples for
   size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
   std::string new_text_;             // scratch
+  std::vector<float> masked_row_;    // [vocab] a constrained request's logits
   std::vector<std::unique_ptr<Request>> taken_;
   std::vector<RequestId> taken_aborts_;
 

@@ -14,6 +14,7 @@ Request::Request(RequestId id_, std::vector<int32_t> prompt_, SamplingParams par
       text(std::move(text_)),
       arrival_time(Clock::now()) {
   output.reserve(params.max_tokens);
+  if (params.constraint != nullptr) constraint = params.constraint->start();
 }
 
 }  // namespace nanoserve

@@ -21,6 +21,7 @@
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 #include "engine/text_stream.h"
+#include "engine/token_constraint.h"
 
 namespace nanoserve {
 
@@ -45,7 +46,8 @@ struct Request {
 
   Rng rng;
   StopChecker stop;
-  std::unique_ptr<TextStream> text;  // null: no detokenizer, no text
+  std::unique_ptr<TextStream> text;             // null: no detokenizer, no text
+  std::unique_ptr<TokenConstraint> constraint;  // from params.constraint; null: unconstrained
 
   Clock::time_point arrival_time;
   Clock::time_point first_token_time;  // valid once output is non-empty

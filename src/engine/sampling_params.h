@@ -3,12 +3,14 @@
 // follow the OpenAI / vLLM definitions so the server maps JSON one to one.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "engine/token_constraint.h"
 
 namespace nanoserve {
 
@@ -50,6 +52,9 @@ struct SamplingParams {
 
   int32_t n = 1;  // completions per prompt; the server fans out n requests
 
+  // Structured output: which tokens may come next (each request starts its own state). Null: any.
+  std::shared_ptr<const TokenConstraintFactory> constraint;
+
   static constexpr int32_t kMaxTopLogprobs = 20;
   static constexpr int32_t kMaxStops = 16;
   static constexpr int32_t kMaxStopLength = 256;
@@ -62,7 +67,8 @@ struct SamplingParams {
   // logprobs are read, so the argmax may come from wherever the logits are (the device).
   bool plain_greedy() const {
     return greedy() && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
-           !logprobs && logit_bias.empty() && min_tokens == 0;
+           !logprobs && logit_bias.empty() && min_tokens == 0 &&
+           constraint == nullptr;
   }
 
   // Checks every field's range; the message names the field.

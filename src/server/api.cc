@@ -161,6 +161,9 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
                       << "nanoserve:request_unknown_fields_total, logged once";
     }
   }
+  auto constraint = structured_.constraint_for(r, *codec_);
+  if (auto* e = std::get_if<ApiError>(&constraint)) return error_reply(*e);
+  r.params.constraint = std::get<std::shared_ptr<const TokenConstraintFactory>>(std::move(constraint));
 
   // Encode every prompt and resolve max_tokens against the context.
   std::vector<std::vector<int32_t>> prompts;

@@ -18,6 +18,7 @@
 #include "server/model_codec.h"
 #include "server/parse_budget.h"
 #include "server/protocol.h"
+#include "server/structured/structured_output.h"
 
 namespace nanoserve::server {
 
@@ -87,6 +88,7 @@ class Api {
   EngineLoop* loop_ = nullptr;
   ProtocolLimits limits_;
   ParseBudget parse_budget_;
+  StructuredOutput structured_;
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;
 };

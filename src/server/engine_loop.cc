@@ -37,6 +37,7 @@ SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<s
   s.logprobs = p.top_logprobs >= 0;
   s.top_logprobs = std::max(0, p.top_logprobs);
   s.n = 1;
+  s.constraint = p.constraint;
   return s;
 }
 

@@ -26,6 +26,9 @@ class ModelCodec {
   // The bytes of one token as text (may be a partial UTF-8 sequence).
   virtual std::string token_text(int32_t id) const = 0;
   virtual int64_t vocab_size() const = 0;
+  // Structured output: control tokens are never allowed as text; end tokens close the output.
+  virtual bool is_special(int32_t) const { return false; }
+  virtual std::vector<int32_t> eos_ids() const { return {}; }
 };
 
 }  // namespace nanoserve::server

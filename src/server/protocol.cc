@@ -443,6 +443,8 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
       if (sf.failed()) f.fail("'stream_options.include_usage' must be a boolean.", "stream_options");
     }
   }
+  if (auto e = read_response_format(f.get("response_format"), &r->response_format))
+    f.fail(e->message, e->param);
 }
 
 // stop_token_ids, min_tokens, logit_bias, best_of, the refused tool fields, and the unknown

@@ -7,6 +7,7 @@
 // once the prompt is encoded.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,7 +15,9 @@
 #include <variant>
 #include <vector>
 
+#include "engine/token_constraint.h"
 #include "server/api_error.h"
+#include "server/structured/response_format.h"
 #include "tokenizer/chat_template.h"
 
 namespace nanoserve::server {
@@ -55,6 +58,7 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;                // end tokens besides the model's eos
   int64_t min_tokens = 0;                             // vLLM's meaning (SamplingParams::min_tokens)
   std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked, biases clamped to [-100, 100]
+  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format; null: free text
 };
 
 enum class Endpoint { kChat, kCompletion };
@@ -71,6 +75,7 @@ struct GenerateRequest {
   bool stream = false;
   bool include_usage = false;               // stream_options.include_usage
   std::vector<std::string> unknown_fields;  // top-level fields no endpoint reads: ignored, counted
+  ResponseFormat response_format;
 };
 
 // A parse result: the request, or the error to return.

@@ -23,6 +23,8 @@ class TokenizerCodec final : public ModelCodec {
   std::string decode(std::span<const int32_t> ids) const override { return tokenizer_.decode(ids); }
   std::string token_text(int32_t id) const override { return tokenizer_.token_to_piece(id); }
   int64_t vocab_size() const override { return tokenizer_.n_vocab(); }
+  bool is_special(int32_t id) const override { return tokenizer_.is_special(id); }
+  std::vector<int32_t> eos_ids() const override { return tokenizer_.eos_ids(); }
 
  private:
   const Tokenizer& tokenizer_;

@@ -1,0 +1,19 @@
+#pragma once
+// JSON schema -> Grammar. The supported subset is listed in
+// docs/structured_output.md; any other keyword is refused by name, with its
+// place in the schema as a JSON pointer ("unsupported keyword 'pattern' at
+// #/properties/name").
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "server/structured/grammar.h"
+
+namespace nanoserve::server::structured {
+
+// response_format json_schema: the value the schema describes.
+StatusOr<Grammar> compile_schema(const nlohmann::json& schema);
+// response_format json_object: any JSON object.
+Grammar json_object_grammar();
+
+}  // namespace nanoserve::server::structured
