@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "io/json_file.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/spm.h"
 
 namespace nanoserve {
@@ -453,7 +454,12 @@ StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std
   auto dec = j.find("decoder");
   if (dec != j.end() && dec->is_object() && type_of(*dec) == "ByteLevel") {
     if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
-      return c.unsupported("normalizer", "'" + (n->is_object() ? type_of(*n) : "?") + "' is not supported");
+      const std::string t = n->is_object() ? type_of(*n) : "?";
+      if (t != "NFC") return c.unsupported("normalizer", "'" + t.substr(0, 40) + "' is not supported; NFC is");
+      if (!normalizer::nfc_available()) {
+        return c.unsupported("normalizer", "'NFC' needs a build with ICU (libicu-dev)");
+      }
+      v.normalize_nfc = true;
     }
     if (v.byte_fallback) return c.unsupported("model.byte_fallback", "true with a ByteLevel decoder");
     auto pre = j.find("pre_tokenizer");

@@ -6,6 +6,7 @@
 #include "io/gguf.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
 
 namespace nanoserve {
@@ -201,6 +202,13 @@ void Tokenizer::encode_spm_run(std::string_view text, bool at_start, std::vector
 }
 
 void Tokenizer::encode_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (vocab_.normalize_nfc && !normalizer::trivially_nfc(text)) {
+    const std::string normalized = normalizer::nfc(text);
+    if (normalized != text) {
+      encode_run(std::string_view(normalized), at_start, out);
+      return;
+    }
+  }
   if (is_spm()) {
     encode_spm_run(text, at_start, out);
   } else {

@@ -47,6 +47,7 @@ struct VocabData {
   std::vector<std::string> merges;     // "left right", rank = index
   std::vector<float> scores;           // [n_vocab] tokenizer.ggml.scores (llama without merges): higher
                                        // merges first
+  bool normalize_nfc = false;  // HF normalizer NFC (Qwen2): each run of text is NFC'd before splitting
   // llama only.
   SpacePrefix space_prefix = SpacePrefix::kAlways;  // tokenizer.ggml.add_space_prefix (default true)
   bool split_on_space = false;                      // HF Metaspace split: each "▁" starts a new word

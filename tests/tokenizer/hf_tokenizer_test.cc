@@ -115,11 +115,11 @@ TEST(HfTokenizer, RefusesOtherKindsByName) {
   const Refusal cases[] = {
       {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, kUn, "'model.type': 'WordPiece'"},
       {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, kUn, "'Unigram' is not supported"},
-      {"nfc",
+      {"nfkc",
        [](json& j) {
-         j["normalizer"] = {{"type", "NFC"}};
+         j["normalizer"] = {{"type", "NFKC"}};
        },
-       kUn, "'normalizer': 'NFC'"},
+       kUn, "'normalizer': 'NFKC'"},
       {"metaspace",
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Metaspace"}};
