@@ -455,7 +455,8 @@ StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std
   if (dec != j.end() && dec->is_object() && type_of(*dec) == "ByteLevel") {
     if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
       const std::string t = n->is_object() ? type_of(*n) : "?";
-      if (t != "NFC") return c.unsupported("normalizer", "'" + t.substr(0, 40) + "' is not supported; NFC is");
+      if (t != "NFC")
+        return c.unsupported("normalizer", "'" + t.substr(0, 40) + "' is not supported; NFC is");
       if (!normalizer::nfc_available()) {
         return c.unsupported("normalizer", "'NFC' needs a build with ICU (libicu-dev)");
       }

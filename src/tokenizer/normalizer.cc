@@ -20,7 +20,9 @@ bool trivially_nfc(std::string_view text) {
 
 #ifdef NANOSERVE_ICU
 
-bool nfc_available() { return true; }
+bool nfc_available() {
+  return true;
+}
 
 std::string nfc(std::string_view text) {
   if (trivially_nfc(text)) return std::string(text);
@@ -53,9 +55,13 @@ std::string nfc(std::string_view text) {
 
 #else
 
-bool nfc_available() { return false; }
+bool nfc_available() {
+  return false;
+}
 
-std::string nfc(std::string_view text) { return std::string(text); }
+std::string nfc(std::string_view text) {
+  return std::string(text);
+}
 
 #endif
 
