@@ -363,9 +363,9 @@ Status read_added_tokens(const Ctx& c, const json& j, VocabData* v) {
     if (id < 0 || id >= kMaxVocabSize) return c.bad(field + ".id", std::to_string(id) + " is out of range");
     const std::string& content = t["content"].get_ref<const std::string&>();
     if (content.empty()) return c.bad(field + ".content", "empty");
-    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-      if (flag(t, key, false)) return c.unsupported(field + "." + key, "true is not supported");
-    }
+    if (flag(t, "single_word", false)) return c.unsupported(field + ".single_word", "true is not supported");
+    if (flag(t, "lstrip", false)) v->lstrip_ids.push_back(static_cast<int32_t>(id));
+    if (flag(t, "rstrip", false)) v->rstrip_ids.push_back(static_cast<int32_t>(id));
     const auto uid = static_cast<size_t>(id);
     if (uid >= v->tokens.size()) {
       v->tokens.resize(uid + 1);

@@ -16,7 +16,7 @@
 //                  [a, b] pairs; unk_token; ignore_merges (must agree with the
 //                  pre-tokenizer); no dropout, byte_fallback, subword prefix
 //                  or word suffix
-//   added_tokens   {id, content, special, lstrip/rstrip/single_word false}:
+//   added_tokens   {id, content, special, lstrip, rstrip, single_word false}:
 //                  special -> CONTROL (parsed only with parse_special), else
 //                  USER_DEFINED (always matched whole)
 //   normalizer     null, or NFC (Qwen2; needs a build with ICU)

@@ -16,6 +16,30 @@ const std::string kEmpty;
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
+// Bytes of the Unicode White_Space character at s[pos] (Rust's char::is_whitespace, which HF's
+// lstrip/rstrip use), or 0.
+size_t white_space_at(std::string_view s, size_t pos) {
+  const size_t n = utf8::sequence_length(s, pos);
+  if (n == 0) return 0;
+  const char32_t c = utf8::decode_at(s, pos, n);
+  const bool ws = (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+                  (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+                  c == 0x3000;
+  return ws ? n : 0;
+}
+
+// Length of `s` without its trailing White_Space.
+size_t trim_white_space_end(std::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+    if (white_space_at(s, start) != end - start) break;
+    end = start;
+  }
+  return end;
+}
+
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
     s.replace(pos, from.size(), to);
@@ -75,6 +99,10 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
     if (type == TokenType::kControl || type == TokenType::kUserDefined || type == TokenType::kUnknown) {
       t->specials_.push_back({vd.tokens[i], id, type != TokenType::kUserDefined});
     }
+  }
+  for (Special& sp : t->specials_) {
+    sp.lstrip = std::find(vd.lstrip_ids.begin(), vd.lstrip_ids.end(), sp.id) != vd.lstrip_ids.end();
+    sp.rstrip = std::find(vd.rstrip_ids.begin(), vd.rstrip_ids.end(), sp.id) != vd.rstrip_ids.end();
   }
   std::stable_sort(t->specials_.begin(), t->specials_.end(),
                    [](const Special& a, const Special& b) { return a.text.size() > b.text.size(); });
@@ -273,11 +301,24 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPiece> pieces, bool a
           }
         }
         if (hit == nullptr) continue;
-        flush(text.substr(seg_start, pos - seg_start));
+        std::string_view before = text.substr(seg_start, pos - seg_start);
+        if (hit->lstrip) {
+          before = before.substr(0, trim_white_space_end(before));
+          if (before.empty()) run.resize(trim_white_space_end(run));
+        }
+        flush(before);
         run_at_start = false;
         out.push_back(hit->id);
-        pos += hit->text.size() - 1;
-        seg_start = pos + 1;
+        pos += hit->text.size();
+        if (hit->rstrip) {
+          while (pos < text.size()) {
+            const size_t n = white_space_at(text, pos);
+            if (n == 0) break;
+            pos += n;
+          }
+        }
+        seg_start = pos;
+        --pos;  // the loop steps to seg_start
       }
     }
     if (i + 1 == pieces.size()) {

@@ -117,7 +117,8 @@ class Tokenizer {
   struct Special {
     std::string text;
     int32_t id;
-    bool control;  // false: USER_DEFINED, matched even without parse_special
+    bool control;                         // false: USER_DEFINED, matched even without parse_special
+    bool lstrip = false, rstrip = false;  // takes the whitespace before / after it
   };
   std::vector<Special> specials_;  // longest first
   bool special_first_byte_[256] = {};

@@ -47,6 +47,9 @@ struct VocabData {
   std::vector<std::string> merges;     // "left right", rank = index
   std::vector<float> scores;           // [n_vocab] tokenizer.ggml.scores (llama without merges): higher
                                        // merges first
+  // Added tokens that take the whitespace before (lstrip) or after (rstrip) them with them, as HF's
+  // AddedToken does (Phi-3's chat tokens have rstrip).
+  std::vector<int32_t> lstrip_ids, rstrip_ids;
   bool normalize_nfc = false;  // HF normalizer NFC (Qwen2): each run of text is NFC'd before splitting
   // llama only.
   SpacePrefix space_prefix = SpacePrefix::kAlways;  // tokenizer.ggml.add_space_prefix (default true)
