@@ -1,6 +1,7 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <queue>
 
 #include "tokenizer/byte_level.h"
@@ -30,7 +31,13 @@ StatusOr<BpeModel> BpeModel::create(const std::vector<std::string>& tokens,
       m.missing_[b] = true;
     }
   }
-  m.merges_.reserve(merges.size());
+  NS_RETURN_IF_ERROR(m.add_merges(token_ids, merges));
+  return m;
+}
+
+Status BpeModel::add_merges(const std::unordered_map<std::string, int32_t>& token_ids,
+                            const std::vector<std::string>& merges) {
+  merges_.reserve(merges.size());
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& line = merges[rank];
@@ -46,12 +53,72 @@ StatusOr<BpeModel> BpeModel::create(const std::vector<std::string>& tokens,
       return data_loss("tokenizer: merge " + std::to_string(rank) + " names a token not in the vocab");
     }
     // A repeated pair keeps its first (lowest) rank, as in Hugging Face.
-    m.merges_.try_emplace(key(l->second, r->second), Merge{static_cast<int32_t>(rank), j->second});
+    merges_.try_emplace(key(l->second, r->second), Merge{static_cast<int32_t>(rank), j->second});
   }
+  return Status::ok_status();
+}
+
+StatusOr<BpeModel> BpeModel::create_chars(const std::vector<std::string>& tokens,
+                                          const std::unordered_map<std::string, int32_t>& token_ids,
+                                          const std::vector<std::string>& merges, int32_t unk_id,
+                                          bool byte_fallback, bool fuse_unk) {
+  BpeModel m;
+  m.chars_ = true;
+  m.byte_fallback_ = byte_fallback;
+  m.fuse_unk_ = fuse_unk;
+  m.unk_id_ = unk_id;
+  m.fallback_ids_.fill(-1);
+  char name[8];
+  for (int b = 0; b < 256; ++b) {
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    auto it = token_ids.find(name);
+    if (it != token_ids.end()) m.fallback_ids_[b] = it->second;
+  }
+  for (const std::string& t : tokens) {
+    if (!t.empty() && utf8::sequence_length(t, 0) == t.size()) m.char_ids_.try_emplace(t, token_ids.at(t));
+  }
+  NS_RETURN_IF_ERROR(m.add_merges(token_ids, merges));
   return m;
 }
 
+void BpeModel::initial_char_symbols(std::string_view word, std::vector<int32_t>& ids) const {
+  ids.reserve(word.size());
+  bool pending_unk = false;  // an unknown run not yet pushed (fuse_unk)
+  std::string ch;
+  for (size_t pos = 0; pos < word.size();) {
+    size_t n = utf8::sequence_length(word, pos);
+    if (n == 0) n = 1;  // not reached: the input is valid UTF-8
+    ch.assign(word.substr(pos, n));
+    pos += n;
+    auto it = char_ids_.find(ch);
+    if (it != char_ids_.end()) {
+      if (pending_unk) ids.push_back(unk_id_);
+      pending_unk = false;
+      ids.push_back(it->second);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (char c : ch) all = all && fallback_ids_[static_cast<uint8_t>(c)] >= 0;
+      if (all) {
+        if (pending_unk) ids.push_back(unk_id_);
+        pending_unk = false;
+        for (char c : ch) ids.push_back(fallback_ids_[static_cast<uint8_t>(c)]);
+        continue;
+      }
+    }
+    if (unk_id_ < 0) continue;  // no unknown token: the character is dropped, as in HF
+    if (pending_unk && !fuse_unk_) ids.push_back(unk_id_);
+    pending_unk = true;
+  }
+  if (pending_unk) ids.push_back(unk_id_);
+}
+
 void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& ids) const {
+  if (chars_) {
+    initial_char_symbols(word, ids);
+    return;
+  }
   ids.reserve(word.size());
   bool prev_missing = false;
   for (char c : word) {
@@ -68,7 +135,7 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& ids)
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
-  if (word.size() == 1) {
+  if (word.size() == 1 && !chars_) {
     if (byte_ids_[static_cast<uint8_t>(word[0])] >= 0)
       out.push_back(byte_ids_[static_cast<uint8_t>(word[0])]);
     return;

@@ -4,6 +4,8 @@
 #include <limits>
 
 #include "io/json_file.h"
+#include "tokenizer/normalizer.h"
+#include "tokenizer/spm.h"
 
 namespace nanoserve {
 
@@ -110,6 +112,125 @@ StatusOr<std::string> pre_tokenizer_name(const Ctx& c, const json& pre) {
   return c.unsupported("pre_tokenizer", shape);
 }
 
+bool is_string_pattern(const json& j, const char* key, std::string_view want) {
+  auto p = j.find(key);
+  return p != j.end() && p->is_object() && p->contains("String") && (*p)["String"].is_string() &&
+         (*p)["String"].get_ref<const std::string&>() == want;
+}
+
+bool string_is(const json& j, const char* key, std::string_view want) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() && it->get_ref<const std::string&>() == want;
+}
+
+constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581
+
+// The SentencePiece-style pipeline (Llama-2, Mistral, TinyLlama, Phi-3):
+//   normalizer     Sequence[Prepend("▁"), Replace(" ", "▁")] or Sequence[Replace(" ", "▁")], with
+//                  pre_tokenizer null; or null, with pre_tokenizer Metaspace("▁", prepend_scheme, split)
+//   decoder        Sequence[Replace("▁", " "), ByteFallback, Fuse] and optionally Strip(" ", 1, 0)
+Status read_spm_pipeline(const Ctx& c, const json& j, VocabData* v) {
+  v->model = "llama";
+  v->pre = "spm";
+  auto dec = j.find("decoder");
+  const std::string want = "Sequence[Replace(\"\u2581\", \" \"), ByteFallback, Fuse, Strip(\" \", 1, 0)]";
+  if (dec == j.end() || !dec->is_object() || type_of(*dec) != "Sequence") {
+    return c.unsupported("decoder", "'" + (dec != j.end() && dec->is_object() ? type_of(*dec) : "null") +
+                                        "' is not supported; " + want + " is");
+  }
+  auto list = dec->find("decoders");
+  if (list == dec->end() || !list->is_array()) return c.bad("decoder.decoders", "not a list");
+  v->decode_strip_space = false;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const json& x = (*list)[i];
+    const std::string field = "decoder.decoders[" + std::to_string(i) + "]";
+    const std::string t = x.is_object() ? type_of(x) : "?";
+    bool ok = false;
+    if (i == 0) ok = t == "Replace" && is_string_pattern(x, "pattern", kMeta) && string_is(x, "content", " ");
+    if (i == 1) ok = t == "ByteFallback";
+    if (i == 2) ok = t == "Fuse";
+    if (i == 3 && t == "Strip" && string_is(x, "content", " ")) {
+      auto start = x.find("start"), stop = x.find("stop");
+      ok = start != x.end() && start->is_number_integer() && start->get<int64_t>() <= 1 && stop != x.end() &&
+           stop->is_number_integer() && stop->get<int64_t>() == 0;
+      v->decode_strip_space = ok && start->get<int64_t>() == 1;
+    }
+    if (!ok) return c.unsupported(field, "'" + t.substr(0, 40) + "' is not supported here; " + want + " is");
+  }
+  if (list->size() < 3) return c.unsupported("decoder.decoders", "expected " + want);
+  v->space_prefix = SpacePrefix::kNone;
+  v->split_on_space = false;
+  const json* norm = nullptr;
+  if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) norm = &*n;
+  const json* pre = nullptr;
+  if (auto p = j.find("pre_tokenizer"); p != j.end() && !p->is_null()) pre = &*p;
+  if (norm != nullptr) {
+    if (!norm->is_object()) return c.bad("normalizer", "not an object");
+    std::vector<const json*> items;
+    if (type_of(*norm) == "Sequence") {
+      auto list = norm->find("normalizers");
+      if (list == norm->end() || !list->is_array()) return c.bad("normalizer.normalizers", "not a list");
+      for (const json& x : *list) items.push_back(&x);
+    } else {
+      items.push_back(norm);
+    }
+    bool replaced = false;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const json& x = *items[i];
+      const std::string field = type_of(*norm) == "Sequence"
+                                    ? "normalizer.normalizers[" + std::to_string(i) + "]"
+                                    : std::string("normalizer");
+      const std::string t = x.is_object() ? type_of(x) : "?";
+      if (t == "Prepend" && i == 0 && string_is(x, "prepend", kMeta)) {
+        v->space_prefix = SpacePrefix::kAlways;
+      } else if (t == "Replace" && !replaced && is_string_pattern(x, "pattern", " ") &&
+                 string_is(x, "content", kMeta)) {
+        replaced = true;
+      } else {
+        return c.unsupported(field, "'" + t.substr(0, 40) +
+                                        "' is not supported here (Prepend(\"\u2581\") then " +
+                                        "Replace(\" \", \"\u2581\") are)");
+      }
+    }
+    if (!replaced)
+      return c.unsupported("normalizer", "a SentencePiece-style vocab needs Replace(\" \", \"\u2581\")");
+    if (pre != nullptr) {
+      return c.unsupported("pre_tokenizer", "'" + (pre->is_object() ? type_of(*pre) : "?").substr(0, 40) +
+                                                "' after a normalizer is not supported");
+    }
+  } else {
+    if (pre == nullptr || !pre->is_object() || type_of(*pre) != "Metaspace") {
+      return c.unsupported("pre_tokenizer", "'" + (pre && pre->is_object() ? type_of(*pre) : "null") +
+                                                "' is not supported with this decoder (Metaspace is)");
+    }
+    if (!string_is(*pre, "replacement", kMeta)) {
+      return c.unsupported("pre_tokenizer.replacement", "only \"\u2581\" is supported");
+    }
+    std::string scheme = flag(*pre, "add_prefix_space", true) ? "always" : "never";  // the older form
+    if (auto ps = pre->find("prepend_scheme"); ps != pre->end() && !ps->is_null()) {
+      if (!ps->is_string()) return c.bad("pre_tokenizer.prepend_scheme", "not a string");
+      scheme = ps->get<std::string>();
+    }
+    if (scheme == "always") {
+      v->space_prefix = SpacePrefix::kMetaspaceAlways;
+    } else if (scheme == "first") {
+      v->space_prefix = SpacePrefix::kMetaspaceFirst;
+    } else if (scheme != "never") {
+      return c.unsupported("pre_tokenizer.prepend_scheme", "'" + scheme.substr(0, 40) + "' is not known");
+    }
+    v->split_on_space = flag(*pre, "split", true);
+  }
+
+  // <0xXX> tokens are bytes (HF's ByteFallback decoder reads any token of that form).
+  if (v->token_types.empty()) v->token_types.assign(v->tokens.size(), TokenType::kNormal);
+  for (size_t i = 0; i < v->tokens.size(); ++i) {
+    if (v->token_types[i] == TokenType::kNormal && SpmModel::parse_byte_token(v->tokens[i]) >= 0) {
+      v->token_types[i] = TokenType::kByte;
+    }
+  }
+  return Status::ok_status();
+}
+
 // BOS/EOS from a TemplateProcessing's single template.
 Status read_template(const Ctx& c, const json& tp, const std::vector<std::string>& tokens, VocabData* v) {
   auto single = tp.find("single");
@@ -169,7 +290,8 @@ Status read_model(const Ctx& c, const json& m, VocabData* v, std::string* unk, b
       d != m.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
     return c.unsupported("model.dropout", "BPE dropout is not supported");
   }
-  if (flag(m, "byte_fallback", false)) return c.unsupported("model.byte_fallback", "true is not supported");
+  v->byte_fallback = flag(m, "byte_fallback", false);
+  v->fuse_unk = flag(m, "fuse_unk", false);
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto it = m.find(key);
     if (it != m.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
@@ -241,9 +363,9 @@ Status read_added_tokens(const Ctx& c, const json& j, VocabData* v) {
     if (id < 0 || id >= kMaxVocabSize) return c.bad(field + ".id", std::to_string(id) + " is out of range");
     const std::string& content = t["content"].get_ref<const std::string&>();
     if (content.empty()) return c.bad(field + ".content", "empty");
-    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
-      if (flag(t, key, false)) return c.unsupported(field + "." + key, "true is not supported");
-    }
+    if (flag(t, "single_word", false)) return c.unsupported(field + ".single_word", "true is not supported");
+    if (flag(t, "lstrip", false)) v->lstrip_ids.push_back(static_cast<int32_t>(id));
+    if (flag(t, "rstrip", false)) v->rstrip_ids.push_back(static_cast<int32_t>(id));
     const auto uid = static_cast<size_t>(id);
     if (uid >= v->tokens.size()) {
       v->tokens.resize(uid + 1);
@@ -319,9 +441,6 @@ StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std
   if (!j.is_object()) return c.bad("(top level)", "not an object");
   VocabData v;
   v.model = "gpt2";
-  if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
-    return c.unsupported("normalizer", "'" + (n->is_object() ? type_of(*n) : "?") + "' is not supported");
-  }
   auto model = j.find("model");
   if (model == j.end()) return c.bad("model", "missing");
   std::string unk;
@@ -331,17 +450,29 @@ StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     if (v.tokens[i].empty()) return c.bad("model.vocab", "id " + std::to_string(i) + " has no token");
   }
-  auto pre = j.find("pre_tokenizer");
-  NS_ASSIGN_OR_RETURN(v.pre, pre_tokenizer_name(c, pre == j.end() ? json() : *pre));
-  if (ignore_merges != (v.pre == "llama-bpe")) {
-    return c.unsupported("model.ignore_merges", std::string(ignore_merges ? "true" : "false") +
-                                                    " with the '" + v.pre +
-                                                    "' pre-tokenizer is not supported");
-  }
+  // The decoder tells the two kinds apart: ByteLevel (GPT-2 style) or the SentencePiece-style Sequence.
   auto dec = j.find("decoder");
-  if (dec == j.end() || !dec->is_object() || type_of(*dec) != "ByteLevel") {
-    return c.unsupported("decoder", "'" + (dec != j.end() && dec->is_object() ? type_of(*dec) : "null") +
-                                        "' is not supported; only ByteLevel");
+  if (dec != j.end() && dec->is_object() && type_of(*dec) == "ByteLevel") {
+    if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
+      const std::string t = n->is_object() ? type_of(*n) : "?";
+      if (t != "NFC")
+        return c.unsupported("normalizer", "'" + t.substr(0, 40) + "' is not supported; NFC is");
+      if (!normalizer::nfc_available()) {
+        return c.unsupported("normalizer", "'NFC' needs a build with ICU (libicu-dev)");
+      }
+      v.normalize_nfc = true;
+    }
+    if (v.byte_fallback) return c.unsupported("model.byte_fallback", "true with a ByteLevel decoder");
+    auto pre = j.find("pre_tokenizer");
+    NS_ASSIGN_OR_RETURN(v.pre, pre_tokenizer_name(c, pre == j.end() ? json() : *pre));
+    if (ignore_merges != (v.pre == "llama-bpe")) {
+      return c.unsupported("model.ignore_merges", std::string(ignore_merges ? "true" : "false") +
+                                                      " with the '" + v.pre +
+                                                      "' pre-tokenizer is not supported");
+    }
+  } else {
+    if (ignore_merges) return c.unsupported("model.ignore_merges", "true is not supported here");
+    NS_RETURN_IF_ERROR(read_spm_pipeline(c, j, &v));
   }
   if (auto pp = j.find("post_processor"); pp != j.end()) NS_RETURN_IF_ERROR(read_post_processor(c, *pp, &v));
   if (!unk.empty()) {

@@ -4,7 +4,9 @@
 // back until the token that completes them arrives; flush() ends the stream,
 // turning a still-incomplete tail into U+FFFD. Bytes that can never become
 // valid are replaced at once, exactly as Tokenizer::decode does, so the
-// concatenation of all chunks equals decode() of all ids.
+// concatenation of all chunks equals decode() of all ids; for a
+// SentencePiece-style vocab, except the one leading space that decode drops
+// (the stream continues a prompt, so a first "▁Hello" is " Hello").
 
 #include <cstdint>
 #include <string>

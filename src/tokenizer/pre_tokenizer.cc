@@ -38,7 +38,7 @@ struct PreSpec {
 };
 
 bool lookup_spec(std::string_view name, bool reference, PreSpec* spec) {
-  if (name == "gpt2" || name == "mpt" || name == "olmo" || name == "jais") {
+  if (name == "gpt2" || name == "gpt-2" || name == "mpt" || name == "olmo" || name == "jais") {
     *spec = {{kGpt2}, false};
   } else if (name == "smollm" || name == "starcoder" || name == "refact" || name == "command-r" ||
              name == "codeshell" || name == "exaone" || name == "minerva-7b") {

@@ -6,16 +6,50 @@
 #include "io/gguf.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
 
 namespace nanoserve {
 
 namespace {
 const std::string kEmpty;
+
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// Bytes of the Unicode White_Space character at s[pos] (Rust's char::is_whitespace, which HF's
+// lstrip/rstrip use), or 0.
+size_t white_space_at(std::string_view s, size_t pos) {
+  const size_t n = utf8::sequence_length(s, pos);
+  if (n == 0) return 0;
+  const char32_t c = utf8::decode_at(s, pos, n);
+  const bool ws = (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+                  (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+                  c == 0x3000;
+  return ws ? n : 0;
 }
 
-Tokenizer::Tokenizer(VocabData vocab, PreTokenizer pre, BpeModel bpe)
-    : vocab_(std::move(vocab)), pre_(std::move(pre)), bpe_(std::move(bpe)) {}
+// Length of `s` without its trailing White_Space.
+size_t trim_white_space_end(std::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+    if (white_space_at(s, start) != end - start) break;
+    end = start;
+  }
+  return end;
+}
+
+void replace_all(std::string& s, std::string_view from, std::string_view to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+    s.replace(pos, from.size(), to);
+  }
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(VocabData vocab, PreTokenizer pre, BpeModel bpe, std::optional<SpmModel> spm)
+    : vocab_(std::move(vocab)), pre_(std::move(pre)), bpe_(std::move(bpe)), spm_(std::move(spm)) {}
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& gguf) {
   NS_ASSIGN_OR_RETURN(VocabData v, vocab_from_gguf(gguf));
@@ -23,30 +57,52 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& gguf) 
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
-  if (v.model != "gpt2") {
-    return unimplemented("tokenizer: model '" + v.model +
-                         "' is not supported; only byte-level BPE ('gpt2') is built");
-  }
   NS_RETURN_IF_ERROR(validate_vocab(v));
-  NS_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create(v.pre));
+  const bool spm = v.model == "llama";
+  // A llama vocab splits no regex pieces; the gpt2 pre-tokenizer is built only to fill the member.
+  NS_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create(spm ? "gpt2" : v.pre));
   std::unordered_map<std::string, int32_t> ids;
   ids.reserve(v.tokens.size());
   for (size_t i = 0; i < v.tokens.size(); ++i) ids.try_emplace(v.tokens[i], static_cast<int32_t>(i));
-  NS_ASSIGN_OR_RETURN(BpeModel bpe, BpeModel::create(v.tokens, ids, v.merges, v.unk_id));
+  std::optional<SpmModel> spm_model;
+  BpeModel bpe;
+  if (!spm) {
+    NS_ASSIGN_OR_RETURN(bpe, BpeModel::create(v.tokens, ids, v.merges, v.unk_id));
+  } else if (v.merges.empty()) {
+    NS_ASSIGN_OR_RETURN(spm_model, SpmModel::create(v));
+  } else {
+    NS_ASSIGN_OR_RETURN(
+        bpe, BpeModel::create_chars(v.tokens, ids, v.merges, v.unk_id, v.byte_fallback, v.fuse_unk));
+  }
 
-  std::unique_ptr<Tokenizer> t(new Tokenizer(std::move(v), std::move(pre), std::move(bpe)));
+  std::unique_ptr<Tokenizer> t(
+      new Tokenizer(std::move(v), std::move(pre), std::move(bpe), std::move(spm_model)));
   t->token_ids_ = std::move(ids);
   const VocabData& vd = t->vocab_;
   t->pieces_.resize(vd.tokens.size());
   for (size_t i = 0; i < vd.tokens.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
     std::string& piece = t->pieces_[i];
-    // Special tokens and any text outside the byte alphabet are shown verbatim.
-    if (t->is_special(id) || !byte_level::decode(vd.tokens[i], piece)) piece = vd.tokens[i];
-    TokenType type = t->token_type(id);
-    if (type == TokenType::kControl || type == TokenType::kUserDefined) {
-      t->specials_.push_back({vd.tokens[i], id, type == TokenType::kControl});
+    const TokenType type = t->token_type(id);
+    if (spm) {
+      // "<0x0A>" is the byte; every other token its text with "▁" as a space (HF's Replace decoder).
+      const int b = type == TokenType::kByte ? SpmModel::parse_byte_token(vd.tokens[i]) : -1;
+      if (b >= 0) {
+        piece.assign(1, static_cast<char>(b));
+      } else {
+        piece = vd.tokens[i];
+        replace_all(piece, kSpace, " ");
+      }
+    } else if (t->is_special(id) || !byte_level::decode(vd.tokens[i], piece)) {
+      piece = vd.tokens[i];  // special tokens and any text outside the byte alphabet are shown verbatim
     }
+    if (type == TokenType::kControl || type == TokenType::kUserDefined || type == TokenType::kUnknown) {
+      t->specials_.push_back({vd.tokens[i], id, type != TokenType::kUserDefined});
+    }
+  }
+  for (Special& sp : t->specials_) {
+    sp.lstrip = std::find(vd.lstrip_ids.begin(), vd.lstrip_ids.end(), sp.id) != vd.lstrip_ids.end();
+    sp.rstrip = std::find(vd.rstrip_ids.begin(), vd.rstrip_ids.end(), sp.id) != vd.rstrip_ids.end();
   }
   std::stable_sort(t->specials_.begin(), t->specials_.end(),
                    [](const Special& a, const Special& b) { return a.text.size() > b.text.size(); });
@@ -76,7 +132,7 @@ TokenType Tokenizer::token_type(int32_t id) const {
 
 bool Tokenizer::is_special(int32_t id) const {
   TokenType t = token_type(id);
-  return t == TokenType::kControl || t == TokenType::kUserDefined;
+  return t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown;
 }
 
 bool Tokenizer::is_eos(int32_t id) const {
@@ -129,8 +185,71 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   cache_.try_emplace(std::move(key), out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
 }
 
+void Tokenizer::encode_spm_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  std::string escaped;
+  escaped.reserve(text.size() + 16);
+  // Metaspace prepends only where the escaped run does not already start with "▁".
+  const bool starts_with_space = text[0] == ' ' || text.starts_with(kSpace);
+  switch (vocab_.space_prefix) {
+    case SpacePrefix::kNone: break;
+    case SpacePrefix::kAlways: escaped = kSpace; break;
+    case SpacePrefix::kMetaspaceAlways:
+      if (!starts_with_space) escaped = kSpace;
+      break;
+    case SpacePrefix::kMetaspaceFirst:
+      if (at_start && !starts_with_space) escaped = kSpace;
+      break;
+  }
+  for (char c : text) {
+    if (c == ' ') {
+      escaped.append(kSpace);
+    } else {
+      escaped.push_back(c);
+    }
+  }
+  std::string_view all = escaped;
+  auto encode_word = [&](std::string_view word) {
+    if (spm_) {
+      spm_->encode(word, out);
+    } else {
+      encode_piece(word, out);
+    }
+  };
+  if (!vocab_.split_on_space) {
+    encode_word(all);
+    return;
+  }
+  // Metaspace split: each "▁" starts a word (HF's MergedWithNext).
+  size_t start = 0;
+  for (size_t pos = all.find(kSpace, 1); pos != std::string_view::npos; pos = all.find(kSpace, pos + 1)) {
+    encode_word(all.substr(start, pos - start));
+    start = pos;
+  }
+  encode_word(all.substr(start));
+}
+
+void Tokenizer::encode_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (vocab_.normalize_nfc && !normalizer::trivially_nfc(text)) {
+    const std::string normalized = normalizer::nfc(text);
+    if (normalized != text) {
+      encode_run(std::string_view(normalized), at_start, out);
+      return;
+    }
+  }
+  if (is_spm()) {
+    encode_spm_run(text, at_start, out);
+  } else {
+    encode_plain(text, out);
+  }
+}
+
 void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
+  if (is_spm()) {
+    encode_spm_run(text, /*at_start=*/true, out);
+    return;
+  }
   std::vector<std::string_view> pieces;
   pre_.split(text, pieces);
   for (std::string_view p : pieces) encode_piece(p, out);
@@ -150,15 +269,17 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPiece> pieces, bool a
 
   // Plain text since the last special token, carried across piece boundaries;
   // a run that lies inside one piece is encoded from the piece without a copy.
+  // `run_at_start`: the run begins the text (for SpacePrefix::kMetaspaceFirst).
   std::string run;
+  bool run_at_start = true;
   auto flush = [&](std::string_view tail) {
     if (run.empty()) {
-      encode_plain(tail, out);
-      return;
+      encode_run(tail, run_at_start, out);
+    } else {
+      run.append(tail);
+      encode_run(run, run_at_start, out);
+      run.clear();
     }
-    run.append(tail);
-    encode_plain(run, out);
-    run.clear();
   };
   std::string sanitized;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -180,10 +301,24 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPiece> pieces, bool a
           }
         }
         if (hit == nullptr) continue;
-        flush(text.substr(seg_start, pos - seg_start));
+        std::string_view before = text.substr(seg_start, pos - seg_start);
+        if (hit->lstrip) {
+          before = before.substr(0, trim_white_space_end(before));
+          if (before.empty()) run.resize(trim_white_space_end(run));
+        }
+        flush(before);
+        run_at_start = false;
         out.push_back(hit->id);
-        pos += hit->text.size() - 1;
-        seg_start = pos + 1;
+        pos += hit->text.size();
+        if (hit->rstrip) {
+          while (pos < text.size()) {
+            const size_t n = white_space_at(text, pos);
+            if (n == 0) break;
+            pos += n;
+          }
+        }
+        seg_start = pos;
+        --pos;  // the loop steps to seg_start
       }
     }
     if (i + 1 == pieces.size()) {
@@ -202,6 +337,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
     if (skip_special && is_special(id)) continue;
     bytes += token_to_piece(id);
   }
+  if (is_spm() && vocab_.decode_strip_space && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
   if (utf8::is_valid(bytes)) return bytes;
   return utf8::sanitize(bytes);
 }

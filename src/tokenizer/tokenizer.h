@@ -1,6 +1,12 @@
 #pragma once
-// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama-3, Qwen2) built from
-// GGUF metadata or a VocabData.
+// The tokenizer built from GGUF metadata or a VocabData, of one of two kinds:
+//   gpt2   byte-level BPE after a regex pre-tokenizer (SmolLM2, Llama-3, Qwen2)
+//   llama  SentencePiece-style BPE over characters (Llama-2, Mistral, TinyLlama,
+//          Phi-3): spaces become "▁", a "▁" is put before a run of text where
+//          VocabData::space_prefix says, characters without a token fall back
+//          to <0xXX> byte tokens. Merged by piece score (SpmModel: GGUF, as
+//          sentencepiece) or by merge rank (BpeModel::create_chars: HF
+//          tokenizer.json, as HF tokenizers).
 //
 // encode(text, add_special, parse_special):
 //   1. Invalid UTF-8 in `text` is first replaced, each maximal ill-formed
@@ -10,7 +16,9 @@
 //   2. Added tokens are cut out whole, leftmost-longest: USER_DEFINED tokens
 //      always, CONTROL tokens (<|im_start|>, <|endoftext|>, ...) only when
 //      parse_special is true. With parse_special false they are plain text.
-//   3. The rest is pre-tokenized (PreTokenizer) and each piece BPE-merged.
+//   3. The rest is pre-tokenized (PreTokenizer) and each piece BPE-merged
+//      (gpt2), or each run of text between special tokens escaped, given its
+//      space prefix and merged whole (llama).
 //   4. add_special adds BOS / EOS where the vocab asks for them
 //      (tokenizer.ggml.add_bos_token / add_eos_token).
 // encode(pieces, add_special) encodes text assembled from pieces (a rendered
@@ -20,8 +28,12 @@
 // it is ordinary text. The text between two special tokens is pre-tokenized as
 // one run across piece boundaries, so pieces that hold no special text encode
 // exactly as their concatenation would.
-// decode(ids): byte-level back to bytes, CONTROL / USER_DEFINED tokens as
-// their text (or skipped), invalid UTF-8 in the result replaced as in step 1.
+// decode(ids): byte-level (gpt2) or "▁" and <0xXX> (llama) back to bytes,
+// CONTROL / USER_DEFINED / UNKNOWN tokens as their text (or skipped), invalid
+// UTF-8 in the result replaced as in step 1. A llama vocab with
+// decode_strip_space drops the text's one leading space (the dummy prefix),
+// as sentencepiece and HF's Strip decoder do; token_to_piece and the
+// IncrementalDetokenizer keep it, since generated text continues a prompt.
 // Thread-safe: all const methods may be called concurrently.
 
 #include <cstdint>
@@ -37,6 +49,7 @@
 #include "core/status.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/vocab.h"
 
 namespace nanoserve {
@@ -82,23 +95,30 @@ class Tokenizer {
   const VocabData& vocab() const { return vocab_; }
   const PreTokenizer& pre_tokenizer() const { return pre_; }
 
-  // Pre-tokenizes and BPE-merges `text` with no special-token handling
-  // (PRECOND: valid UTF-8). Exposed for tests and benchmarks.
+  // Encodes `text` with no special-token handling (PRECOND: valid UTF-8):
+  // pre-tokenized and BPE-merged (gpt2), or as one run that starts the text
+  // (llama). Exposed for tests and benchmarks.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  bool is_spm() const { return vocab_.model == "llama"; }
 
  private:
-  Tokenizer(VocabData vocab, PreTokenizer pre, BpeModel bpe);
+  Tokenizer(VocabData vocab, PreTokenizer pre, BpeModel bpe, std::optional<SpmModel> spm);
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  // One run of text between special tokens; `at_start`: it begins the text.
+  void encode_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
+  void encode_spm_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
 
   VocabData vocab_;
   PreTokenizer pre_;
-  BpeModel bpe_;
+  BpeModel bpe_;                                        // gpt2, and llama with merges
+  std::optional<SpmModel> spm_;                         // llama with scores
   std::unordered_map<std::string, int32_t> token_ids_;  // vocab text -> id (first wins)
   std::vector<std::string> pieces_;                     // [n_vocab] raw bytes of each token
   struct Special {
     std::string text;
     int32_t id;
-    bool control;  // false: USER_DEFINED, matched even without parse_special
+    bool control;                         // false: USER_DEFINED, matched even without parse_special
+    bool lstrip = false, rstrip = false;  // takes the whitespace before / after it
   };
   std::vector<Special> specials_;  // longest first
   bool special_first_byte_[256] = {};

@@ -1,5 +1,6 @@
 #include "tokenizer/vocab.h"
 
+#include <cmath>
 #include <string_view>
 #include <unordered_set>
 
@@ -29,7 +30,20 @@ Status check_id(int32_t id, int64_t n_vocab, const char* name) {
 
 Status validate_vocab(const VocabData& v) {
   const int64_t n = static_cast<int64_t>(v.tokens.size());
+  if (v.model != "gpt2" && v.model != "llama") {
+    return unimplemented("tokenizer: model '" + v.model.substr(0, 40) + "' is not supported; gpt2, llama");
+  }
   if (n == 0) return data_loss("tokenizer: empty token list");
+  if (!v.scores.empty() && static_cast<int64_t>(v.scores.size()) != n) {
+    return data_loss("tokenizer: scores has " + std::to_string(v.scores.size()) + " entries for " +
+                     std::to_string(n) + " tokens");
+  }
+  if (v.model == "llama" && v.merges.empty() && v.scores.empty()) {
+    return data_loss("tokenizer: scores: a llama vocab without merges needs one score per token");
+  }
+  for (size_t i = 0; i < v.scores.size(); ++i) {
+    if (std::isnan(v.scores[i])) return data_loss("tokenizer: scores[" + std::to_string(i) + "] is NaN");
+  }
   if (n > kMaxVocabSize) {
     return data_loss("tokenizer: " + std::to_string(n) + " tokens exceed the limit " +
                      std::to_string(kMaxVocabSize));
@@ -132,10 +146,15 @@ StatusOr<VocabData> vocab_from_gguf(const GgufFile& f) {
   auto model = f.get_string("tokenizer.ggml.model");
   if (!model.ok()) return data_loss("tokenizer: tokenizer.ggml.model: " + model.status().message());
   v.model = *model;
-  if (v.model != "gpt2") {
-    return unimplemented("tokenizer: tokenizer.ggml.model '" + v.model +
-                         "' is not supported; only byte-level BPE ('gpt2') is built");
+  if (v.model != "gpt2" && v.model != "llama") {
+    const char* kind = v.model == "t5"     ? " (SentencePiece unigram)"
+                       : v.model == "bert" ? " (WordPiece)"
+                       : v.model == "rwkv" ? " (RWKV trie)"
+                                           : "";
+    return unimplemented("tokenizer: tokenizer.ggml.model '" + v.model.substr(0, 40) + "'" + kind +
+                         " is not supported; only byte-level BPE ('gpt2') and SentencePiece BPE ('llama')");
   }
+  const bool spm = v.model == "llama";
   if (f.find("tokenizer.ggml.pre") != nullptr) {
     auto pre = f.get_string("tokenizer.ggml.pre");
     if (!pre.ok()) return data_loss("tokenizer: tokenizer.ggml.pre: " + pre.status().message());
@@ -144,7 +163,23 @@ StatusOr<VocabData> vocab_from_gguf(const GgufFile& f) {
     v.pre = "default";
   }
   NS_ASSIGN_OR_RETURN(v.tokens, read_string_array(f, "tokenizer.ggml.tokens", /*required=*/true));
-  NS_ASSIGN_OR_RETURN(v.merges, read_string_array(f, "tokenizer.ggml.merges", /*required=*/true));
+  // A llama vocab merges by score, as llama.cpp does; merges a converter may have written are unused.
+  if (!spm) {
+    NS_ASSIGN_OR_RETURN(v.merges, read_string_array(f, "tokenizer.ggml.merges", /*required=*/true));
+  } else {
+    auto arr = f.get_array("tokenizer.ggml.scores");
+    if (!arr.ok()) return data_loss("tokenizer: tokenizer.ggml.scores: " + arr.status().message());
+    v.scores.reserve((*arr)->items.size());
+    for (size_t i = 0; i < (*arr)->items.size(); ++i) {
+      auto x = (*arr)->items[i].as_float();
+      if (!x) return data_loss("tokenizer: tokenizer.ggml.scores[" + std::to_string(i) + "] is not a number");
+      v.scores.push_back(static_cast<float>(*x));
+    }
+    bool add_space_prefix = true;
+    NS_RETURN_IF_ERROR(read_optional_bool(f, "tokenizer.ggml.add_space_prefix", &add_space_prefix));
+    v.space_prefix = add_space_prefix ? SpacePrefix::kAlways : SpacePrefix::kNone;
+    v.decode_strip_space = add_space_prefix;
+  }
   if (f.find("tokenizer.ggml.token_type") != nullptr) {
     auto arr = f.get_array("tokenizer.ggml.token_type");
     if (!arr.ok()) return data_loss("tokenizer: tokenizer.ggml.token_type: " + arr.status().message());

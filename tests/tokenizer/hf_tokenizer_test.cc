@@ -115,11 +115,11 @@ TEST(HfTokenizer, RefusesOtherKindsByName) {
   const Refusal cases[] = {
       {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, kUn, "'model.type': 'WordPiece'"},
       {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, kUn, "'Unigram' is not supported"},
-      {"nfc",
+      {"nfkc",
        [](json& j) {
-         j["normalizer"] = {{"type", "NFC"}};
+         j["normalizer"] = {{"type", "NFKC"}};
        },
-       kUn, "'normalizer': 'NFC'"},
+       kUn, "'normalizer': 'NFKC'"},
       {"metaspace",
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Metaspace"}};
@@ -157,7 +157,8 @@ TEST(HfTokenizer, RefusesOtherKindsByName) {
       {"suffix", [](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; }, kUn,
        "'model.end_of_word_suffix'"},
       {"ignore merges", [](json& j) { j["model"]["ignore_merges"] = true; }, kUn, "'model.ignore_merges'"},
-      {"lstrip", [](json& j) { j["added_tokens"][0]["lstrip"] = true; }, kUn, "'added_tokens[0].lstrip'"},
+      {"single word", [](json& j) { j["added_tokens"][0]["single_word"] = true; }, kUn,
+       "'added_tokens[0].single_word'"},
       {"added conflict", [](json& j) { j["added_tokens"][1]["id"] = 104; }, kDL, "'added_tokens[1]'"},
       {"merge bad form",
        [](json& j) {

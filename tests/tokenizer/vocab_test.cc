@@ -69,10 +69,11 @@ TEST(Vocab, RejectsBadVocabs) {
 
 TEST(Vocab, TokenizerRefusesOtherModelsAndPres) {
   VocabData v = tiny_vocab({});
-  v.model = "llama";
+  v.model = "t5";
   auto t = Tokenizer::from_vocab(v);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(t.status().message().find("'t5'"), std::string::npos) << t.status().message();
 
   v = tiny_vocab({});
   v.pre = "deepseek-coder";
@@ -138,14 +139,15 @@ TEST(Vocab, GgufErrorsNameTheKey) {
     EXPECT_NE(got.status().message().find(needle), std::string::npos) << got.status().message();
   };
   VocabData bad_model = v;  // model is written first, so build a whole image for it
-  bad_model.model = "llama";
+  bad_model.model = "t5";
   {
     auto f = gguf_of(bad_model);
     ASSERT_TRUE(f.ok());
     auto got = vocab_from_gguf(**f);
     ASSERT_FALSE(got.ok());
     EXPECT_EQ(got.status().code(), StatusCode::kUnimplemented);
-    EXPECT_NE(got.status().message().find("'llama'"), std::string::npos);
+    EXPECT_NE(got.status().message().find("'t5' (SentencePiece unigram)"), std::string::npos)
+        << got.status().message();
   }
   expect_error([](GgufBuilder& b) { b.kv_u32("tokenizer.ggml.unknown_token_id", 100000); },
                StatusCode::kDataLoss, "unknown_token_id");
