@@ -16,6 +16,7 @@ CommandRun add_tokenize_command(CLI::App& app);
 CommandRun add_generate_command(CLI::App& app);
 CommandRun add_serve_command(CLI::App& app);
 CommandRun add_bench_command(CLI::App& app);
+CommandRun add_render_template_command(CLI::App& app);
 
 // The default model: $NANOSERVE_MODEL, else models/<default> beside the
 // source tree or the working directory.
