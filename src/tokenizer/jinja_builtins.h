@@ -73,10 +73,14 @@ int64_t length(const Value& v, uint32_t pos);
 // x[key] as Jinja's getitem does it (item first, then attribute), and x.name (attribute first).
 Value get_item(const Value& obj, const Value& key, uint32_t pos);
 Value get_attr(const Value& obj, const std::string& name, uint32_t pos);
+// Python's getattr alone (the attr filter): a dict's keys are not its attributes.
+Value getattr_only(const Value& obj, const std::string& name, uint32_t pos);
 // Python's str.strip family on a Str: which = 'l', 'r' or 'b'; chars null: whitespace.
 Str strip(const Str& s, const Value* chars, char which);
-// ASCII case mappings that keep the string's byte origins.
-Str map_case(const Str& s, int (*f)(int));
+// Case mappings (jinja_case.cc) that keep the string's byte origins.
+Str upper(const Str& s);
+Str lower(const Str& s);
+Str capitalize(const Str& s);
 // Python's str.split(sep, maxsplit); sep null: runs of whitespace.
 List split(const Str& s, const Value* sep, int64_t maxsplit, uint32_t pos);
 Str replace(const Str& s, const Str& from, const Str& to, int64_t count, const BuiltinLimits& limits, uint32_t pos);

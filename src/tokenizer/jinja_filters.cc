@@ -36,7 +36,7 @@ Value attribute_path(const Value& obj, const Value& path, uint32_t pos) {
 // The key Jinja sorts and dedups by: strings lowercased unless case_sensitive.
 Value fold(const Value& v, bool case_sensitive) {
   if (case_sensitive || !v.is_string()) return v;
-  return Value::string(map_case(*v.s, [](int c) { return std::tolower(c); }));
+  return Value::string(lower(*v.s));
 }
 
 Value html_escape(const Value& v) {
@@ -125,7 +125,7 @@ Str indent(const Str& s, const Value* width, bool first, bool blank, uint32_t po
   for (size_t k = 0; k < lines.size(); ++k) {
     const Str& line = *lines[k].s;
     if (k > 0) out.append_template("\n");
-    if ((k > 0 || first) && (blank || !line.text.empty())) out.append_template(ind);
+    if (k == 0 ? first : (blank || !line.text.empty())) out.append_template(ind);
     out.append(line);
   }
   if (first && lines.empty()) out.append_template(ind);
@@ -150,10 +150,10 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
   };
   if (name == "safe") return v;
   if (name == "trim") return Value::string(strip(need_string(), a.get(0, "chars"), 'b'));
-  if (name == "upper") return Value::string(map_case(need_string(), [](int c) { return std::toupper(c); }));
-  if (name == "lower") return Value::string(map_case(need_string(), [](int c) { return std::tolower(c); }));
+  if (name == "upper") return Value::string(upper(need_string()));
+  if (name == "lower") return Value::string(lower(need_string()));
   if (name == "title") return Value::string(title(need_string(), false));
-  if (name == "capitalize") return call_method(Value::string(need_string()), "capitalize", {}, pos, limits);
+  if (name == "capitalize") return Value::string(capitalize(need_string()));
   if (name == "string") return Value::string(to_str(v));
   if (name == "length" || name == "count") return Value::integer(length(v, pos));
   if (name == "e" || name == "escape") return html_escape(v);
@@ -273,7 +273,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     const bool by_value = by && by->is_string() && by->text() == "value";
     if (by && !by_value && !(by->is_string() && by->text() == "key")) fail(pos, "dictsort: 'by' must be 'key' or 'value'");
     List items;
-    for (const auto& [k, x] : v.dict->items) items.push_back(Value::make_list({k, x}));
+    for (const auto& [k, x] : v.dict->items) items.push_back(Value::make_tuple({k, x}));
     Value index = Value::integer(by_value ? 1 : 0);
     return sort_list(std::move(items), flag(a.get(2, "reverse"), false), cs, &index, pos);
   }
@@ -394,7 +394,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
   }
   if (name == "attr") {
     if (a0 == nullptr || !a0->is_string()) fail(pos, "attr: expected an attribute name");
-    return get_attr(v, a0->text(), pos);
+    return getattr_only(v, a0->text(), pos);
   }
   if (name == "wordcount") {
     int64_t n = 0;

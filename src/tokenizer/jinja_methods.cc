@@ -98,6 +98,14 @@ Value get_attr(const Value& obj, const std::string& name, uint32_t pos) {
   return Value::undefined(kind_object(obj) + " has no attribute '" + name + "'");
 }
 
+Value getattr_only(const Value& obj, const std::string& name, uint32_t pos) {
+  if (obj.kind == Kind::kDict) {
+    if (is_method(obj, name)) return bound_method(obj, name);
+    return Value::undefined(kind_object(obj) + " has no attribute '" + name + "'");
+  }
+  return get_attr(obj, name, pos);
+}
+
 Value get_item(const Value& obj, const Value& key, uint32_t pos) {
   if (obj.is_undefined()) fail_undefined(obj, pos);
   if (obj.kind == Kind::kDict || obj.kind == Kind::kNamespace) {
@@ -192,33 +200,6 @@ Str strip(const Str& s, const Value* chars, char which) {
     while (hi > lo && strippable(hi - 1)) --hi;
   }
   return s.sub(b[lo], b[hi] - b[lo]);
-}
-
-Str map_case(const Str& s, int (*f)(int)) {
-  Str out = s;
-  for (char& c : out.text) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  }
-  return out;
-}
-
-Str title(const Str& s, bool python_title) {
-  Str out = s;
-  bool prev_cased = false;
-  for (char& ch : out.text) {
-    unsigned char c = static_cast<unsigned char>(ch);
-    if (python_title) {
-      bool alpha = c < 0x80 && std::isalpha(c);
-      if (alpha) ch = static_cast<char>(prev_cased ? std::tolower(c) : std::toupper(c));
-      prev_cased = alpha;
-    } else {
-      // Jinja's title: a word starts after whitespace or one of - ( { [ <.
-      bool sep = c == ' ' || (c >= '\t' && c <= '\r') || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-      if (c < 0x80 && !sep) ch = static_cast<char>(prev_cased ? std::tolower(c) : std::toupper(c));
-      prev_cased = !sep;
-    }
-  }
-  return out;
 }
 
 List split(const Str& s, const Value* sep, int64_t maxsplit, uint32_t pos) {
@@ -368,15 +349,10 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
       if (a0 == nullptr) fail(pos, name + "() takes at least 1 argument");
       return Value::boolean(starts_or_ends(self, *a0, name == "endswith", pos));
     }
-    if (name == "upper") return Value::string(map_case(s, [](int c) { return std::toupper(c); }));
-    if (name == "lower") return Value::string(map_case(s, [](int c) { return std::tolower(c); }));
+    if (name == "upper") return Value::string(upper(s));
+    if (name == "lower") return Value::string(lower(s));
     if (name == "title") return Value::string(title(s, true));
-    if (name == "capitalize") {
-      Str out = map_case(s, [](int c) { return std::tolower(c); });
-      if (!out.text.empty() && static_cast<unsigned char>(out.text[0]) < 0x80)
-        out.text[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out.text[0])));
-      return Value::string(std::move(out));
-    }
+    if (name == "capitalize") return Value::string(capitalize(s));
     if (name == "replace") {
       const Value* from = a.get(0, "old");
       const Value* to = a.get(1, "new");
@@ -445,7 +421,7 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
     List out;
     for (const auto& [k, v] : self.dict->items) {
       if (name == "items") {
-        out.push_back(Value::make_list({k, v}));
+        out.push_back(Value::make_tuple({k, v}));
       } else {
         out.push_back(name == "keys" ? k : v);
       }

@@ -202,9 +202,12 @@ class Renderer {
       Value loop;
       loop.kind = Kind::kLoop;
       loop.loop = state;
+      frames_.emplace_back();  // each iteration starts from a fresh scope, as in jinja2
       assign("loop", loop);
       assign_targets(s.targets, items[k], s.pos);
-      if (exec(s.bodies[0]) == Flow::kBreak) break;
+      const Flow f = exec(s.bodies[0]);
+      frames_.pop_back();
+      if (f == Flow::kBreak) break;
     }
     frames_.pop_back();
     if (items.empty()) return exec(s.bodies[1]);
@@ -228,7 +231,9 @@ class Renderer {
       case ExprKind::kTuple: {
         List l;
         for (const ExprPtr& x : e.args) l.push_back(eval(*x));
-        return checked(Value::make_list(std::move(l)), e.pos);
+        Value v = checked(Value::make_list(std::move(l)), e.pos);
+        v.tuple = e.kind == ExprKind::kTuple;
+        return v;
       }
       case ExprKind::kDict: {
         Dict d;

@@ -258,9 +258,10 @@ std::string repr(const Value& v) {
     case Kind::kUndefined: return "Undefined";
     case Kind::kString: return string_repr(v.text());
     case Kind::kList: {
-      std::string out = "[";
+      std::string out = v.tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-      return out + "]";
+      if (v.tuple && v.list->size() == 1) out += ",";
+      return out + (v.tuple ? ")" : "]");
     }
     case Kind::kDict: {
       std::string out = "{";

@@ -62,6 +62,7 @@ struct Value {
   std::shared_ptr<const LoopState> loop;
   std::string undefined_hint;  // kUndefined: what was looked up, for error messages
   uint32_t depth = 0;          // kList, kDict: nesting (1 + the deepest item's), bounded by the renderer
+  bool tuple = false;          // kList: a Python tuple (dict items, tuple literals): repr shows (a, b)
 
   static Value undefined(std::string hint = {}) {
     Value v;
@@ -95,6 +96,11 @@ struct Value {
     Value v = with_kind(Kind::kList);
     for (const Value& item : x) v.depth = std::max(v.depth, item.depth + 1);
     v.list = std::make_shared<const List>(std::move(x));
+    return v;
+  }
+  static Value make_tuple(List x) {
+    Value v = make_list(std::move(x));
+    v.tuple = true;
     return v;
   }
   static Value make_dict(Dict x) {
