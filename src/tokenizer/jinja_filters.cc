@@ -257,6 +257,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     const bool cs = flag(a.get(0, "case_sensitive"), false);
     const Value* attr = a.get(1, "attribute");
     List out, seen;
+    if (length(v, pos) > 10000) fail(pos, "unique: more than 10000 items");  // the scan below is quadratic
     for (const Value& x : iterate(v, pos)) {
       Value k = fold(attr ? attribute_path(x, *attr, pos) : x, cs);
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); })) {

@@ -77,8 +77,8 @@ class Parser {
       const Token& t = cur();
       if (t.type == Tok::kEof) {
         if (ends.size() == 0) return body;
-        fail("unexpected end of the template: a block is not closed (expected '" + std::string(*ends.begin()) +
-             "')");
+        fail("unexpected end of the template: a block is not closed (expected '" +
+             std::string(*(ends.end() - 1)) + "')");
       }
       if (t.type == Tok::kText) {
         auto s = std::make_unique<Stmt>();

@@ -196,6 +196,7 @@ class Renderer {
     auto state = std::make_shared<LoopState>();
     state->length = static_cast<int64_t>(items.size());
     for (size_t k = 0; k < items.size(); ++k) {
+      Nest tick(*this, s.pos);  // an iteration is a step, even with an empty body
       state->index0 = static_cast<int64_t>(k);
       state->previtem = k > 0 ? items[k - 1] : Value::undefined("there is no previous item");
       state->nextitem = k + 1 < items.size() ? items[k + 1] : Value::undefined("there is no next item");

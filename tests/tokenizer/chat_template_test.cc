@@ -67,7 +67,7 @@ TEST(ChatTemplate, RenderErrorsNameLineAndColumn) {
   ASSERT_TRUE(t.ok());
   auto text = t->render(std::vector<ChatMessage>{{"user", "x"}}, true);
   ASSERT_FALSE(text.ok());
-  EXPECT_EQ(text.status().message(), "chat template: line 2, column 3: raise_exception: roles must alternate");
+  EXPECT_EQ(text.status().message(), "chat template: line 2, column 6: raise_exception: roles must alternate");
 }
 
 TEST(ChatTemplate, ModelWithoutTemplateIsRefusedNotChatMl) {
