@@ -46,9 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
   const size_t nul = in.find('\0');
   std::string_view source = in.substr(0, nul);
-  auto ctx = nlohmann::ordered_json::parse(nul == std::string_view::npos ? std::string_view(kContext)
-                                                                          : in.substr(nul + 1),
-                                           nullptr, /*allow_exceptions=*/false);
+  auto ctx = nlohmann::ordered_json::parse(
+      nul == std::string_view::npos ? std::string_view(kContext) : in.substr(nul + 1), nullptr,
+      /*allow_exceptions=*/false);
   if (!ctx.is_object()) ctx = nlohmann::ordered_json::parse(kContext);
   Variables vars;
   for (const auto& [k, v] : ctx.items()) {

@@ -155,7 +155,7 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   cmd->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
   cmd->add_option("--chat-template", args->chat_template,
-                  "Chat template for --chat instead of the model's: a Jinja file, or the template text itself");
+                  "Chat template for --chat instead of the model's: a Jinja file, or the template text");
   cmd->add_option("-n,--max-tokens", args->n, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (-1 or 0: off)");

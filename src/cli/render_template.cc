@@ -118,7 +118,8 @@ int run_render(const RenderArgs& a) {
 CommandRun add_render_template_command(CLI::App& app) {
   auto args = std::make_shared<RenderArgs>();
   CLI::App* sub = app.add_subcommand("render-template", "Render a chat template with a JSON context");
-  sub->add_option("context", args->context_path, "JSON object of variables (messages, add_generation_prompt, ...)");
+  sub->add_option("context", args->context_path,
+                  "JSON object of variables (messages, add_generation_prompt, ...)");
   sub->add_option("--template", args->template_arg, "Template file, or the template text itself");
   sub->add_option("-m,--model", args->model, "Model whose template to render (default: the bundled model)");
   sub->add_flag("--jsonl", args->jsonl, "Read {template, context} lines from stdin, answer each on one line");

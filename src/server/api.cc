@@ -130,7 +130,8 @@ Reply Api::tokenize(std::string_view body) {
   StatusOr<std::vector<int32_t>> ids = r.prompt ? codec_->encode(*r.prompt, r.add_special_tokens)
                                                 : codec_->encode_chat(r.messages, r.chat_template);
   if (!ids.ok()) {
-    return error_reply(bad_request(ids.status().message(), r.prompt ? "" : chat_error_param(ids.status(), r.chat_template)));
+    const std::string param = r.prompt ? "" : chat_error_param(ids.status(), r.chat_template);
+    return error_reply(bad_request(ids.status().message(), param));
   }
   return Reply{200, dump_json(json{
                         {"tokens", *ids}, {"count", ids->size()}, {"max_model_len", limits_.max_model_len}})};
@@ -168,7 +169,9 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   std::vector<std::vector<int32_t>> prompts;
   if (endpoint == Endpoint::kChat) {
     auto ids = codec_->encode_chat(r.messages, r.chat_template);
-    if (!ids.ok()) return error_reply(bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
+    if (!ids.ok()) {
+      return error_reply(bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
+    }
     prompts.push_back(std::move(*ids));
   } else {
     for (Prompt& p : r.prompts) {

@@ -266,7 +266,9 @@ void read_chat_template(Fields& f, std::string_view body, ChatTemplateRequest* o
   if (const json* k = f.get("chat_template_kwargs")) {
     if (!k->is_object()) return f.fail("'chat_template_kwargs' must be an object.", "chat_template_kwargs");
     auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (ordered.is_object() && ordered.contains("chat_template_kwargs")) out->kwargs = ordered["chat_template_kwargs"];
+    if (ordered.is_object() && ordered.contains("chat_template_kwargs")) {
+      out->kwargs = ordered["chat_template_kwargs"];
+    }
   }
 }
 

@@ -40,8 +40,8 @@ using ChatMessage = nanoserve::ChatMessage;
 // The chat-template fields of a chat or tokenize request (docs/chat_template.md).
 struct ChatTemplateRequest {
   bool add_generation_prompt = true;
-  std::optional<std::string> chat_template;          // the request's own template, rendered instead of the model's
-  std::optional<nlohmann::ordered_json> kwargs;      // chat_template_kwargs (an object), key order as sent
+  std::optional<std::string> chat_template;      // the request's own template, rendered instead of the model's
+  std::optional<nlohmann::ordered_json> kwargs;  // chat_template_kwargs (an object), key order as sent
 };
 
 // One completions prompt: text to encode, or token ids given directly.

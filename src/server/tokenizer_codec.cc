@@ -9,7 +9,8 @@ StatusOr<std::vector<int32_t>> TokenizerCodec::encode(std::string_view text, boo
 StatusOr<std::vector<int32_t>> TokenizerCodec::encode_chat(const std::vector<ChatMessage>& messages,
                                                            const ChatTemplateRequest& options) const {
   std::optional<StatusOr<ChatTemplate>> own;
-  if (options.chat_template) own = ChatTemplate::parse(*options.chat_template, ChatSpecialTokens::of(tokenizer_));
+  if (options.chat_template)
+    own = ChatTemplate::parse(*options.chat_template, ChatSpecialTokens::of(tokenizer_));
   const StatusOr<ChatTemplate>& t = own ? *own : template_;
   if (!t.ok()) return t.status();
   ChatTemplateInputs in;

@@ -11,9 +11,18 @@ namespace nanoserve {
 namespace {
 
 // Variables the caller's chat_template_kwargs cannot set.
-constexpr std::string_view kReserved[] = {"messages",  "tools",         "documents",       "add_generation_prompt",
-                                          "bos_token", "eos_token",     "raise_exception", "strftime_now",
-                                          "range",     "namespace",     "dict",            "loop"};
+constexpr std::string_view kReserved[] = {"messages",
+                                          "tools",
+                                          "documents",
+                                          "add_generation_prompt",
+                                          "bos_token",
+                                          "eos_token",
+                                          "raise_exception",
+                                          "strftime_now",
+                                          "range",
+                                          "namespace",
+                                          "dict",
+                                          "loop"};
 
 // End-of-turn tokens in the families we serve, in the order they are looked for.
 constexpr std::string_view kEndOfTurn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|eot|>", "<end_of_turn>"};
@@ -44,7 +53,13 @@ std::string decode_escapes(std::string_view s) {
   for (size_t k = 0; k < s.size(); ++k) {
     if (s[k] == '\\' && k + 1 < s.size()) {
       char e = s[k + 1];
-      const char* rep = e == 'n' ? "\n" : e == 't' ? "\t" : e == 'r' ? "\r" : e == '\\' ? "\\" : e == '\'' ? "'" : e == '"' ? "\"" : nullptr;
+      const char* rep = e == 'n'    ? "\n"
+                        : e == 't'  ? "\t"
+                        : e == 'r'  ? "\r"
+                        : e == '\\' ? "\\"
+                        : e == '\'' ? "'"
+                        : e == '"'  ? "\""
+                                    : nullptr;
       if (rep != nullptr) {
         out += rep;
         ++k;
@@ -85,7 +100,8 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view src, ChatSpecialToke
 ChatTemplate ChatTemplate::chatml() {
   auto t = parse(
       "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% "
+      "endif %}");
   NS_CHECK(t.ok()) << t.status().to_string();
   return std::move(*t);
 }
@@ -99,7 +115,8 @@ StatusOr<ChatTemplate> ChatTemplate::of_model(const Tokenizer& tokenizer) {
   return parse(tokenizer.chat_template(), ChatSpecialTokens::of(tokenizer));
 }
 
-StatusOr<ChatTemplate> ChatTemplate::of_model_or_override(const Tokenizer& tokenizer, const std::string& override) {
+StatusOr<ChatTemplate> ChatTemplate::of_model_or_override(const Tokenizer& tokenizer,
+                                                          const std::string& override) {
   if (override.empty()) return of_model(tokenizer);
   std::ifstream f(override, std::ios::binary);
   std::string text;
@@ -137,13 +154,16 @@ StatusOr<std::vector<PromptPiece>> ChatTemplate::render_pieces(const nlohmann::o
   }
   vars.emplace_back("documents", jinja::Value::none());
   vars.emplace_back("add_generation_prompt", jinja::Value::boolean(in.add_generation_prompt));
-  if (!specials_.bos_token.empty()) vars.emplace_back("bos_token", jinja::Value::template_string(specials_.bos_token));
-  if (!specials_.eos_token.empty()) vars.emplace_back("eos_token", jinja::Value::template_string(specials_.eos_token));
+  if (!specials_.bos_token.empty())
+    vars.emplace_back("bos_token", jinja::Value::template_string(specials_.bos_token));
+  if (!specials_.eos_token.empty())
+    vars.emplace_back("eos_token", jinja::Value::template_string(specials_.eos_token));
   if (in.kwargs != nullptr && in.kwargs->is_object()) {
     for (const auto& [k, x] : in.kwargs->items()) {
       if (std::find(std::begin(kReserved), std::end(kReserved), k) != std::end(kReserved)) continue;
       if (!std::binary_search(names_.begin(), names_.end(), k)) continue;  // not a variable of this template
-      if (!jinja::from_json(x, /*caller=*/true, v)) return invalid_argument("chat_template_kwargs." + k + ": nested too deeply");
+      if (!jinja::from_json(x, /*caller=*/true, v))
+        return invalid_argument("chat_template_kwargs." + k + ": nested too deeply");
       vars.emplace_back(k, std::move(v));
     }
   }
@@ -159,7 +179,8 @@ StatusOr<std::vector<PromptPiece>> ChatTemplate::render_pieces(std::span<const C
   return render_pieces(messages_json(messages), in);
 }
 
-StatusOr<std::string> ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+StatusOr<std::string> ChatTemplate::render(std::span<const ChatMessage> messages,
+                                           bool add_generation_prompt) const {
   auto pieces = render_pieces(messages, add_generation_prompt);
   if (!pieces.ok()) return pieces.status();
   std::string out;

@@ -54,13 +54,13 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class StmtKind {
-  kText,      // text (the template's own)
-  kPrint,     // {{ expr }}
-  kIf,        // conds[k] guards bodies[k]; bodies.size() == conds.size() + 1 holds the else
-  kFor,       // for targets in expr [if cond] : bodies[0], else bodies[1]
-  kSet,       // targets (or target_ns.name) = expr
-  kSetBlock,  // targets[0] = the rendered bodies[0]
-  kMacro,     // macro name(params = defaults) : bodies[0]
+  kText,         // text (the template's own)
+  kPrint,        // {{ expr }}
+  kIf,           // conds[k] guards bodies[k]; bodies.size() == conds.size() + 1 holds the else
+  kFor,          // for targets in expr [if cond] : bodies[0], else bodies[1]
+  kSet,          // targets (or target_ns.name) = expr
+  kSetBlock,     // targets[0] = the rendered bodies[0]
+  kMacro,        // macro name(params = defaults) : bodies[0]
   kFilterBlock,  // bodies[0] piped through filter (expr is a kFilter over a null argument)
   kBreak,
   kContinue,
@@ -71,14 +71,14 @@ struct Stmt {
   StmtKind kind = StmtKind::kText;
   uint32_t pos = 0;
   std::string text;
-  ExprPtr expr;                     // kPrint, kFor (iterable), kSet (value), kFilterBlock
-  ExprPtr cond;                     // kFor: the loop filter
-  std::vector<ExprPtr> conds;       // kIf
+  ExprPtr expr;                // kPrint, kFor (iterable), kSet (value), kFilterBlock
+  ExprPtr cond;                // kFor: the loop filter
+  std::vector<ExprPtr> conds;  // kIf
   std::vector<Body> bodies;
   std::vector<std::string> targets;  // kFor, kSet, kSetBlock; kMacro: parameter names
-  std::string ns_attr;              // kSet: set targets[0].ns_attr = expr
-  std::string name;                 // kMacro
-  std::vector<ExprPtr> defaults;    // kMacro: one per parameter (null: required)
+  std::string ns_attr;               // kSet: set targets[0].ns_attr = expr
+  std::string name;                  // kMacro
+  std::vector<ExprPtr> defaults;     // kMacro: one per parameter (null: required)
 };
 
 }  // namespace nanoserve::jinja

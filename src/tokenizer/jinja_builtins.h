@@ -83,7 +83,8 @@ Str lower(const Str& s);
 Str capitalize(const Str& s);
 // Python's str.split(sep, maxsplit); sep null: runs of whitespace.
 List split(const Str& s, const Value* sep, int64_t maxsplit, uint32_t pos);
-Str replace(const Str& s, const Str& from, const Str& to, int64_t count, const BuiltinLimits& limits, uint32_t pos);
+Str replace(const Str& s, const Str& from, const Str& to, int64_t count, const BuiltinLimits& limits,
+            uint32_t pos);
 // Python's str.title() (`python_title`) or Jinja's title filter (word starts after blanks and brackets).
 Str title(const Str& s, bool python_title);
 

@@ -149,14 +149,19 @@ Str title(const Str& s, bool python_title) {
     if (python_title) {
       // str.title(): a cased character after a cased one is lowered, any other is raised.
       const bool c = cased(cp);
-      if (c) put(s, k, n, cp, prev_cased ? Mode::kLower : Mode::kUpper, out);
-      else out.append(s.sub(k, n));
+      if (c)
+        put(s, k, n, cp, prev_cased ? Mode::kLower : Mode::kUpper, out);
+      else
+        out.append(s.sub(k, n));
       prev_cased = c;
     } else {
       // Jinja's title filter: a word starts after whitespace or one of - ( { [ <.
-      const bool sep = space_at(s.text, k) != 0 || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-      if (sep) out.append(s.sub(k, n));
-      else put(s, k, n, cp, prev_cased ? Mode::kLower : Mode::kUpper, out);
+      const bool sep =
+          space_at(s.text, k) != 0 || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+      if (sep)
+        out.append(s.sub(k, n));
+      else
+        put(s, k, n, cp, prev_cased ? Mode::kLower : Mode::kUpper, out);
       prev_cased = !sep;
     }
     k += n;

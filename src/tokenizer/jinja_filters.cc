@@ -26,8 +26,11 @@ Value attribute_path(const Value& obj, const Value& path, uint32_t pos) {
   while (true) {
     size_t dot = p.find('.');
     std::string part(p.substr(0, dot));
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-    v = digits ? get_item(v, Value::integer(std::atoll(part.c_str())), pos) : get_item(v, Value::template_string(part), pos);
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    v = digits ? get_item(v, Value::integer(std::atoll(part.c_str())), pos)
+               : get_item(v, Value::template_string(part), pos);
     if (dot == std::string_view::npos) return v;
     p.remove_prefix(dot + 1);
   }
@@ -72,7 +75,8 @@ bool parse_int(std::string_view s, int64_t& out) {
   if (k < s.size() && (s[k] == '+' || s[k] == '-')) digits += s[k++];
   if (k >= s.size()) return false;
   for (; k < s.size(); ++k) {
-    if (s[k] == '_' && k > 0 && std::isdigit(static_cast<unsigned char>(s[k - 1])) && k + 1 < s.size()) continue;
+    if (s[k] == '_' && k > 0 && std::isdigit(static_cast<unsigned char>(s[k - 1])) && k + 1 < s.size())
+      continue;
     if (!std::isdigit(static_cast<unsigned char>(s[k]))) return false;
     digits += s[k];
   }
@@ -133,7 +137,9 @@ Str indent(const Str& s, const Value* width, bool first, bool blank, uint32_t po
 }
 
 Value sort_list(List items, bool reverse, bool case_sensitive, const Value* attribute, uint32_t pos) {
-  auto key = [&](const Value& v) { return fold(attribute ? attribute_path(v, *attribute, pos) : v, case_sensitive); };
+  auto key = [&](const Value& v) {
+    return fold(attribute ? attribute_path(v, *attribute, pos) : v, case_sensitive);
+  };
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
     return reverse ? less(key(b), key(a), pos) : less(key(a), key(b), pos);
   });
@@ -142,10 +148,12 @@ Value sort_list(List items, bool reverse, bool case_sensitive, const Value* attr
 
 }  // namespace
 
-Value call_filter(const std::string& name, const Value& v, const Args& a, uint32_t pos, const BuiltinLimits& limits) {
+Value call_filter(const std::string& name, const Value& v, const Args& a, uint32_t pos,
+                  const BuiltinLimits& limits) {
   const Value* a0 = a.get(0, "");
   auto need_string = [&]() -> Str {
-    if (v.is_undefined()) fail(pos, name + ": " + (v.undefined_hint.empty() ? "the value is undefined" : v.undefined_hint));
+    if (v.is_undefined())
+      fail(pos, name + ": " + (v.undefined_hint.empty() ? "the value is undefined" : v.undefined_hint));
     return to_str(v);
   };
   if (name == "safe") return v;
@@ -173,7 +181,8 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     const Value* ind = a.get(0, "indent");
     int indent = -1;
     if (ind != nullptr && ind->kind != Kind::kNone) {
-      if (ind->kind != Kind::kInt || ind->i < 0 || ind->i > 64) fail(pos, "tojson: indent must be an integer in [0, 64]");
+      if (ind->kind != Kind::kInt || ind->i < 0 || ind->i > 64)
+        fail(pos, "tojson: indent must be an integer in [0, 64]");
       indent = static_cast<int>(ind->i);
     }
     std::string out, error;
@@ -244,11 +253,13 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     size_t first = attr_form ? 1 : 0;
     if (attr_form && a0 == nullptr) fail(pos, name + ": expected an attribute name");
     const Value* test = a.get(first, "");
-    Args rest{{a.positional.begin() + std::min(a.positional.size(), first + 1), a.positional.end()}, a.keyword};
+    Args rest{{a.positional.begin() + std::min(a.positional.size(), first + 1), a.positional.end()},
+              a.keyword};
     for (const Value& x : items) {
       Value y = attr_form ? attribute_path(x, *a0, pos) : x;
-      bool ok = test == nullptr ? truthy(y)
-                                : call_test(test->is_string() ? test->text() : std::string("?"), y, rest, pos);
+      bool ok = test == nullptr
+                    ? truthy(y)
+                    : call_test(test->is_string() ? test->text() : std::string("?"), y, rest, pos);
       if (ok == keep) out.push_back(x);
     }
     return Value::make_list(std::move(out));
@@ -272,25 +283,29 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     const bool cs = flag(a.get(0, "case_sensitive"), false);
     const Value* by = a.get(1, "by");
     const bool by_value = by && by->is_string() && by->text() == "value";
-    if (by && !by_value && !(by->is_string() && by->text() == "key")) fail(pos, "dictsort: 'by' must be 'key' or 'value'");
+    if (by && !by_value && !(by->is_string() && by->text() == "key"))
+      fail(pos, "dictsort: 'by' must be 'key' or 'value'");
     List items;
     for (const auto& [k, x] : v.dict->items) items.push_back(Value::make_tuple({k, x}));
     Value index = Value::integer(by_value ? 1 : 0);
     return sort_list(std::move(items), flag(a.get(2, "reverse"), false), cs, &index, pos);
   }
   if (name == "sort") {
-    return sort_list(iterate(v, pos), flag(a.get(0, "reverse"), false), flag(a.get(1, "case_sensitive"), false),
-                     a.get(2, "attribute"), pos);
+    return sort_list(iterate(v, pos), flag(a.get(0, "reverse"), false),
+                     flag(a.get(1, "case_sensitive"), false), a.get(2, "attribute"), pos);
   }
   if (name == "min" || name == "max") {
     List items = iterate(v, pos);
-    if (items.empty()) return Value::undefined("No " + std::string(name == "min" ? "smallest" : "largest") + " item, sequence was empty.");
+    if (items.empty())
+      return Value::undefined("No " + std::string(name == "min" ? "smallest" : "largest") +
+                              " item, sequence was empty.");
     const bool cs = flag(a.get(0, "case_sensitive"), false);
     const Value* attr = a.get(1, "attribute");
     auto key = [&](const Value& x) { return fold(attr ? attribute_path(x, *attr, pos) : x, cs); };
     Value best = items[0];
     for (size_t k = 1; k < items.size(); ++k) {
-      if (name == "min" ? less(key(items[k]), key(best), pos) : less(key(best), key(items[k]), pos)) best = items[k];
+      if (name == "min" ? less(key(items[k]), key(best), pos) : less(key(best), key(items[k]), pos))
+        best = items[k];
     }
     return best;
   }
@@ -302,11 +317,14 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
       Value y = attr ? attribute_path(x, *attr, pos) : x;
       if (!y.is_number() || !total.is_number()) fail(pos, "sum: expected numbers");
       if (y.kind == Kind::kFloat || total.kind == Kind::kFloat) {
-        auto d = [](const Value& z) { return z.kind == Kind::kFloat ? z.f : static_cast<double>(z.kind == Kind::kBool ? z.b : z.i); };
+        auto d = [](const Value& z) {
+          return z.kind == Kind::kFloat ? z.f : static_cast<double>(z.kind == Kind::kBool ? z.b : z.i);
+        };
         total = Value::number(d(total) + d(y));
       } else {
         int64_t r;
-        if (__builtin_add_overflow(total.kind == Kind::kBool ? total.b : total.i, y.kind == Kind::kBool ? y.b : y.i, &r))
+        if (__builtin_add_overflow(total.kind == Kind::kBool ? total.b : total.i,
+                                   y.kind == Kind::kBool ? y.b : y.i, &r))
           fail(pos, "sum: integer overflow");
         total = Value::integer(r);
       }
@@ -327,7 +345,8 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
         return Value::integer(static_cast<int64_t>(v.f));
       case Kind::kString:
         if (parse_int(v.text(), i)) return Value::integer(i);
-        if (parse_float(v.text(), f) && std::isfinite(f) && std::fabs(f) < 9.2e18) return Value::integer(static_cast<int64_t>(f));
+        if (parse_float(v.text(), f) && std::isfinite(f) && std::fabs(f) < 9.2e18)
+          return Value::integer(static_cast<int64_t>(f));
         return dflt;
       default: return dflt;
     }
@@ -355,10 +374,13 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
   }
   if (name == "round") {
     const Value* p = a.get(0, "precision");
-    int64_t digits = p == nullptr ? 0 : p->kind == Kind::kInt ? p->i : (fail(pos, "round: precision must be an integer"), 0);
+    int64_t digits = p == nullptr            ? 0
+                     : p->kind == Kind::kInt ? p->i
+                                             : (fail(pos, "round: precision must be an integer"), 0);
     const Value* m = a.get(1, "method");
     std::string method = m && m->is_string() ? m->text() : "common";
-    if (method != "common" && method != "ceil" && method != "floor") fail(pos, "round: method must be common, ceil or floor");
+    if (method != "common" && method != "ceil" && method != "floor")
+      fail(pos, "round: method must be common, ceil or floor");
     if (!v.is_number()) fail(pos, std::string("round: expected a number, got ") + type_name(v));
     double x = v.kind == Kind::kFloat ? v.f : static_cast<double>(v.kind == Kind::kBool ? v.b : v.i);
     if (method == "common") {
@@ -373,7 +395,9 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     const Value* to = a.get(1, "new");
     if (from == nullptr || to == nullptr) fail(pos, "replace: expected old and new");
     const Value* count = a.get(2, "count");
-    int64_t n = count == nullptr || count->kind == Kind::kNone ? -1 : count->kind == Kind::kInt ? count->i : -1;
+    int64_t n = count == nullptr || count->kind == Kind::kNone ? -1
+                : count->kind == Kind::kInt                    ? count->i
+                                                               : -1;
     return Value::string(replace(need_string(), to_str(*from), to_str(*to), n, limits, pos));
   }
   if (name == "indent") {
@@ -428,7 +452,8 @@ bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t 
   if (name == "none") return v.kind == Kind::kNone;
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.kind == Kind::kDict;
-  if (name == "iterable") return v.kind == Kind::kList || v.kind == Kind::kDict || v.is_string() || v.is_undefined();
+  if (name == "iterable")
+    return v.kind == Kind::kList || v.kind == Kind::kDict || v.is_string() || v.is_undefined();
   if (name == "sequence") return v.kind == Kind::kList || v.kind == Kind::kDict || v.is_string();
   if (name == "number") return v.is_number();
   if (name == "integer") return v.kind == Kind::kInt;

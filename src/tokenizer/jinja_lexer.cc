@@ -118,8 +118,8 @@ class Lexer {
 
  private:
   Status error(size_t pos, const std::string& what) {
-    return invalid_argument("chat template: " + position_text(out_.source, static_cast<uint32_t>(pos)) + ": " +
-                            what);
+    return invalid_argument("chat template: " + position_text(out_.source, static_cast<uint32_t>(pos)) +
+                            ": " + what);
   }
   void push(Tok type, size_t pos, std::string text) {
     Token t;
@@ -162,7 +162,9 @@ class Lexer {
       j = skip_space(s, j);
       if (s.compare(j, 6, "endraw") != 0) continue;
       j = skip_space(s, j + 6);
-      size_t close = s.compare(j, 2, "%}") == 0 ? j : s.compare(j, 3, "-%}") == 0 || s.compare(j, 3, "+%}") == 0 ? j + 1 : 0;
+      size_t close = s.compare(j, 2, "%}") == 0                                   ? j
+                     : s.compare(j, 3, "-%}") == 0 || s.compare(j, 3, "+%}") == 0 ? j + 1
+                                                                                  : 0;
       if (close == 0) continue;
       std::string_view text = s.substr(body, at - body);
       if (sign == '-') {
@@ -184,8 +186,9 @@ class Lexer {
     std::vector<char> brackets;
     while (true) {
       pos = skip_space(s, pos);
-      if (pos >= s.size()) return error(pos, block ? "the tag is not closed ('%}' missing)"
-                                                  : "the expression is not closed ('}}' missing)");
+      if (pos >= s.size())
+        return error(pos, block ? "the tag is not closed ('%}' missing)"
+                                : "the expression is not closed ('}}' missing)");
       if (brackets.empty()) {
         if (block) {
           for (size_t sign : {0, 1}) {
@@ -331,9 +334,10 @@ class Lexer {
         uint32_t cp = 0;
         for (size_t j = 0; j < n; ++j) {
           if (!std::isxdigit(static_cast<unsigned char>(s[k + j]))) return false;
-          cp = cp * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(s[k + j]))
-                                                   ? s[k + j] - '0'
-                                                   : (std::tolower(static_cast<unsigned char>(s[k + j])) - 'a' + 10));
+          cp = cp * 16 +
+               static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(s[k + j]))
+                                         ? s[k + j] - '0'
+                                         : (std::tolower(static_cast<unsigned char>(s[k + j])) - 'a' + 10));
         }
         if (cp > 0x10FFFF) return false;
         append_utf8(v, cp);
@@ -364,7 +368,8 @@ class Lexer {
         default:
           if (e >= '0' && e <= '7') {
             uint32_t cp = static_cast<uint32_t>(e - '0');
-            for (int j = 0; j < 2 && k < s.size() && s[k] >= '0' && s[k] <= '7'; ++j) cp = cp * 8 + (s[k++] - '0');
+            for (int j = 0; j < 2 && k < s.size() && s[k] >= '0' && s[k] <= '7'; ++j)
+              cp = cp * 8 + (s[k++] - '0');
             append_utf8(v, cp);
           } else {
             v += '\\';

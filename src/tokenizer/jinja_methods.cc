@@ -57,10 +57,10 @@ int64_t as_index(const Value& key) {
 }  // namespace
 
 bool is_method(const Value& self, std::string_view name) {
-  static constexpr std::string_view kStr[] = {"strip",    "lstrip",  "rstrip",     "split",   "startswith",
-                                              "endswith", "upper",   "lower",      "replace", "title",
-                                              "capitalize", "format", "join",      "find",    "count",
-                                              "splitlines", "isdigit", "isalpha",  "isspace", "rsplit"};
+  static constexpr std::string_view kStr[] = {"strip",      "lstrip",  "rstrip",  "split",   "startswith",
+                                              "endswith",   "upper",   "lower",   "replace", "title",
+                                              "capitalize", "format",  "join",    "find",    "count",
+                                              "splitlines", "isdigit", "isalpha", "isspace", "rsplit"};
   static constexpr std::string_view kDict[] = {"get", "items", "keys", "values"};
   static constexpr std::string_view kList[] = {"index", "count"};
   auto in = [&](auto& set) { return std::find(std::begin(set), std::end(set), name) != std::end(set); };
@@ -141,7 +141,8 @@ List iterate(const Value& v, uint32_t pos) {
     case Kind::kString: {
       List chars;
       std::vector<size_t> b = boundaries(v.text());
-      for (size_t k = 0; k + 1 < b.size(); ++k) chars.push_back(Value::string(v.s->sub(b[k], b[k + 1] - b[k])));
+      for (size_t k = 0; k + 1 < b.size(); ++k)
+        chars.push_back(Value::string(v.s->sub(b[k], b[k + 1] - b[k])));
       return chars;
     }
     default: fail(pos, std::string("'") + type_name(v) + "' object is not iterable");
@@ -164,8 +165,8 @@ bool less(const Value& a, const Value& b, uint32_t pos) {
     }
     return x.size() < y.size();
   }
-  fail(pos, std::string("'<' not supported between instances of '") + type_name(a) + "' and '" + type_name(b) +
-                "'");
+  fail(pos, std::string("'<' not supported between instances of '") + type_name(a) + "' and '" +
+                type_name(b) + "'");
 }
 
 int64_t length(const Value& v, uint32_t pos) {
@@ -184,7 +185,8 @@ Str strip(const Str& s, const Value* chars, char which) {
   std::vector<std::string_view> set;
   if (chars != nullptr && chars->is_string()) {
     std::vector<size_t> cb = boundaries(chars->text());
-    for (size_t k = 0; k + 1 < cb.size(); ++k) set.push_back(std::string_view(chars->text()).substr(cb[k], cb[k + 1] - cb[k]));
+    for (size_t k = 0; k + 1 < cb.size(); ++k)
+      set.push_back(std::string_view(chars->text()).substr(cb[k], cb[k + 1] - cb[k]));
   }
   const bool ws = chars == nullptr || !chars->is_string();
   auto strippable = [&](size_t k) {
@@ -272,7 +274,8 @@ bool starts_or_ends(const Value& self, const Value& arg, bool ends, uint32_t pos
   auto one = [&](const Value& p) {
     if (!p.is_string()) fail(pos, std::string("startswith/endswith: expected a string, got ") + type_name(p));
     const std::string &t = self.text(), &x = p.text();
-    return ends ? t.size() >= x.size() && t.compare(t.size() - x.size(), x.size(), x) == 0 : t.rfind(x, 0) == 0;
+    return ends ? t.size() >= x.size() && t.compare(t.size() - x.size(), x.size(), x) == 0
+                : t.rfind(x, 0) == 0;
   };
   if (arg.kind == Kind::kList) {
     for (const Value& p : *arg.list) {
@@ -303,12 +306,14 @@ Str format(const Value& self, const Args& args, uint32_t pos) {
     size_t close = t.find('}', k);
     if (close == std::string::npos) fail(pos, "format: single '{' encountered in format string");
     std::string field = t.substr(k + 1, close - k - 1);
-    if (field.find_first_of(":!.[") != std::string::npos) fail(pos, "format: conversions and format specs are not supported");
+    if (field.find_first_of(":!.[") != std::string::npos)
+      fail(pos, "format: conversions and format specs are not supported");
     const Value* v = nullptr;
     if (field.empty()) {
       v = auto_index < args.positional.size() ? &args.positional[auto_index] : nullptr;
       ++auto_index;
-    } else if (std::all_of(field.begin(), field.end(), [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
+    } else if (std::all_of(field.begin(), field.end(),
+                           [](char d) { return std::isdigit(static_cast<unsigned char>(d)); })) {
       size_t n = std::stoul(field.substr(0, 9));
       v = n < args.positional.size() ? &args.positional[n] : nullptr;
     } else {
@@ -339,7 +344,9 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       return Value::string(strip(s, a0, name[0] == 's' ? 'b' : name[0]));
     }
-    if (name == "split") return Value::make_list(split(s, a.get(0, "sep"), int_arg(a.get(1, "maxsplit"), -1, pos, "split"), pos));
+    if (name == "split")
+      return Value::make_list(
+          split(s, a.get(0, "sep"), int_arg(a.get(1, "maxsplit"), -1, pos, "split"), pos));
     if (name == "rsplit") {
       if (a.get(1, "maxsplit") != nullptr && int_arg(a.get(1, "maxsplit"), -1, pos, "rsplit") >= 0)
         fail(pos, "rsplit with maxsplit is not supported");
@@ -358,7 +365,8 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
       const Value* to = a.get(1, "new");
       if (from == nullptr || to == nullptr || !from->is_string() || !to->is_string())
         fail(pos, "replace() takes two strings");
-      return Value::string(replace(s, *from->s, *to->s, int_arg(a.get(2, "count"), -1, pos, "replace"), limits, pos));
+      return Value::string(
+          replace(s, *from->s, *to->s, int_arg(a.get(2, "count"), -1, pos, "replace"), limits, pos));
     }
     if (name == "format") return Value::string(format(self, a, pos));
     if (name == "join") {
@@ -366,7 +374,9 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
       Str out;
       List items = iterate(*a0, pos);
       for (size_t k = 0; k < items.size(); ++k) {
-        if (!items[k].is_string()) fail(pos, std::string("join: sequence item ") + std::to_string(k) + ": expected str instance, " + type_name(items[k]) + " found");
+        if (!items[k].is_string())
+          fail(pos, std::string("join: sequence item ") + std::to_string(k) + ": expected str instance, " +
+                        type_name(items[k]) + " found");
         if (k) out.append(s);
         out.append(*items[k].s);
         if (out.text.size() > limits.max_string_bytes) fail(pos, "join: the result is too large");
@@ -377,11 +387,15 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
       if (a0 == nullptr || !a0->is_string()) fail(pos, name + "() takes a string");
       if (name == "find") {
         size_t at = s.text.find(a0->text());
-        return Value::integer(at == std::string::npos ? -1 : static_cast<int64_t>(utf8_length(std::string_view(s.text).substr(0, at))));
+        return Value::integer(at == std::string::npos ? -1
+                                                      : static_cast<int64_t>(utf8_length(
+                                                            std::string_view(s.text).substr(0, at))));
       }
       if (a0->text().empty()) return Value::integer(static_cast<int64_t>(utf8_length(s.text)) + 1);
       int64_t n = 0;
-      for (size_t at = s.text.find(a0->text()); at != std::string::npos; at = s.text.find(a0->text(), at + a0->text().size())) ++n;
+      for (size_t at = s.text.find(a0->text()); at != std::string::npos;
+           at = s.text.find(a0->text(), at + a0->text().size()))
+        ++n;
       return Value::integer(n);
     }
     if (name == "splitlines") {
@@ -390,7 +404,9 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
       const std::string& t = s.text;
       for (size_t k = 0; k < t.size();) {
         size_t n = t[k] == '\r' && k + 1 < t.size() && t[k + 1] == '\n' ? 2 : 0;
-        if (n == 0 && (t[k] == '\n' || t[k] == '\r' || t[k] == '\v' || t[k] == '\f' || (t[k] >= 0x1c && t[k] <= 0x1e))) n = 1;
+        if (n == 0 &&
+            (t[k] == '\n' || t[k] == '\r' || t[k] == '\v' || t[k] == '\f' || (t[k] >= 0x1c && t[k] <= 0x1e)))
+          n = 1;
         if (n == 0 && t.compare(k, 2, "\xc2\x85") == 0) n = 2;
         if (n == 0 && (t.compare(k, 3, "\xe2\x80\xa8") == 0 || t.compare(k, 3, "\xe2\x80\xa9") == 0)) n = 3;
         if (n == 0) {
@@ -405,7 +421,8 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
       return Value::make_list(std::move(out));
     }
     auto all = [&](auto pred) {
-      return !s.text.empty() && std::all_of(s.text.begin(), s.text.end(), [&](char c) { return pred(static_cast<unsigned char>(c)); });
+      return !s.text.empty() && std::all_of(s.text.begin(), s.text.end(),
+                                            [&](char c) { return pred(static_cast<unsigned char>(c)); });
     };
     if (name == "isdigit") return Value::boolean(all([](unsigned char c) { return std::isdigit(c) != 0; }));
     if (name == "isalpha") return Value::boolean(all([](unsigned char c) { return std::isalpha(c) != 0; }));

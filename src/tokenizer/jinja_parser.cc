@@ -93,7 +93,8 @@ class Parser {
         s->kind = StmtKind::kPrint;
         s->pos = t.pos;
         s->expr = parse_tuple_or_expr();
-        if (cur().type != Tok::kVarEnd) fail("expected the end of the expression ('}}'), got " + describe(cur()));
+        if (cur().type != Tok::kVarEnd)
+          fail("expected the end of the expression ('}}'), got " + describe(cur()));
         advance();
         body.push_back(std::move(s));
       } else if (t.type == Tok::kBlockBegin) {
@@ -317,9 +318,8 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (cur().type == Tok::kOp &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == ">" ||
-           cur().text == "<=" || cur().text == ">=")) {
+      if (cur().type == Tok::kOp && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                     cur().text == ">" || cur().text == "<=" || cur().text == ">=")) {
         op = cur().text;
         advance();
       } else if (is_name("in")) {
@@ -588,10 +588,9 @@ class Parser {
         }
         t->args.push_back(std::move(e));
         const Token& n = cur();
-        bool arg_follows =
-            n.type == Tok::kString || n.type == Tok::kInt || n.type == Tok::kFloat ||
-            (n.type == Tok::kName && n.text != "else" && n.text != "or" && n.text != "and") ||
-            (n.type == Tok::kOp && (n.text == "[" || n.text == "{"));
+        bool arg_follows = n.type == Tok::kString || n.type == Tok::kInt || n.type == Tok::kFloat ||
+                           (n.type == Tok::kName && n.text != "else" && n.text != "or" && n.text != "and") ||
+                           (n.type == Tok::kOp && (n.text == "[" || n.text == "{"));
         if (is_op("(")) {
           parse_args(*t);
         } else if (arg_follows) {

@@ -49,7 +49,8 @@ class Renderer {
       if (++r_.steps_ > r_.limits_.max_steps)
         fail(pos, "the render took more than " + std::to_string(r_.limits_.max_steps) + " steps (max_steps)");
       if ((r_.steps_ & 4095) == 0 && Clock::now() > r_.deadline_)
-        fail(pos, "the render took longer than " + std::to_string(r_.limits_.max_seconds) + " s (max_seconds)");
+        fail(pos,
+             "the render took longer than " + std::to_string(r_.limits_.max_seconds) + " s (max_seconds)");
     }
     ~Nest() { --r_.nesting_; }
     Renderer& r_;
@@ -58,7 +59,8 @@ class Renderer {
   void write(const Str& s, uint32_t pos) {
     Str& out = *out_.back();
     if (out.text.size() + s.text.size() > limits_.max_output_bytes)
-      fail(pos, "the output is larger than " + std::to_string(limits_.max_output_bytes) + " bytes (max_output_bytes)");
+      fail(pos, "the output is larger than " + std::to_string(limits_.max_output_bytes) +
+                    " bytes (max_output_bytes)");
     out.append(s);
   }
 
@@ -144,7 +146,9 @@ class Renderer {
           assign_targets(s.targets, eval(*s.expr), s.pos);
         }
         return Flow::kNormal;
-      case StmtKind::kSetBlock: assign(s.targets[0], Value::string(capture(s.bodies[0]))); return Flow::kNormal;
+      case StmtKind::kSetBlock:
+        assign(s.targets[0], Value::string(capture(s.bodies[0])));
+        return Flow::kNormal;
       case StmtKind::kMacro: {
         auto c = std::make_shared<Callable>();
         c->type = Callable::Type::kMacro;
@@ -245,7 +249,8 @@ class Renderer {
       case ExprKind::kItem: return get_item(eval(*e.args[0]), eval(*e.args[1]), e.pos);
       case ExprKind::kSlice: return slice(e);
       case ExprKind::kCall: return call(e);
-      case ExprKind::kFilter: return call_filter(e.name, eval(*e.args[0]), eval_args(e, 1), e.pos, builtin_limits_);
+      case ExprKind::kFilter:
+        return call_filter(e.name, eval(*e.args[0]), eval_args(e, 1), e.pos, builtin_limits_);
       case ExprKind::kTest: {
         Value v = eval(*e.args[0]);
         return Value::boolean(call_test(e.name, v, eval_args(e, 1), e.pos) != e.negated);
@@ -255,7 +260,9 @@ class Renderer {
       case ExprKind::kPos: {
         Value v = eval(*e.args[0]);
         if (v.is_undefined()) fail(e.pos, v.undefined_hint);
-        if (!v.is_number()) fail(e.pos, std::string("bad operand type for unary ") + (e.kind == ExprKind::kNeg ? "-" : "+") + ": '" + type_name(v) + "'");
+        if (!v.is_number())
+          fail(e.pos, std::string("bad operand type for unary ") + (e.kind == ExprKind::kNeg ? "-" : "+") +
+                          ": '" + type_name(v) + "'");
         if (e.kind == ExprKind::kPos) return v.kind == Kind::kBool ? Value::integer(v.b) : v;
         if (v.kind == Kind::kFloat) return Value::number(-v.f);
         int64_t i = v.kind == Kind::kBool ? v.b : v.i;
@@ -282,13 +289,15 @@ class Renderer {
       }
       case ExprKind::kCondition:
         if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
-        return e.args[2] ? eval(*e.args[2]) : Value::undefined("the condition was false and there is no else");
+        return e.args[2] ? eval(*e.args[2])
+                         : Value::undefined("the condition was false and there is no else");
     }
     return Value::undefined();
   }
 
   Value checked(Value v, uint32_t pos) {
-    if (v.depth > kMaxValueDepth) fail(pos, "a list or dict nests deeper than " + std::to_string(kMaxValueDepth));
+    if (v.depth > kMaxValueDepth)
+      fail(pos, "a list or dict nests deeper than " + std::to_string(kMaxValueDepth));
     return v;
   }
 
@@ -335,7 +344,8 @@ class Renderer {
     const bool nums = l.is_number() && r.is_number();
     const bool ints = nums && l.kind != Kind::kFloat && r.kind != Kind::kFloat;
     auto unsupported = [&]() {
-      fail(pos, "unsupported operand type(s) for " + op + ": '" + type_name(l) + "' and '" + type_name(r) + "'");
+      fail(pos,
+           "unsupported operand type(s) for " + op + ": '" + type_name(l) + "' and '" + type_name(r) + "'");
     };
     int64_t out = 0;
     if (op == "+") {
@@ -345,7 +355,8 @@ class Renderer {
       }
       if (nums) return Value::number(dbl(l) + dbl(r));
       if (l.is_string() && r.is_string()) {
-        if (l.text().size() + r.text().size() > limits_.max_output_bytes) fail(pos, "a string is larger than max_output_bytes");
+        if (l.text().size() + r.text().size() > limits_.max_output_bytes)
+          fail(pos, "a string is larger than max_output_bytes");
         Str s = *l.s;
         s.append(*r.s);
         return Value::string(std::move(s));
@@ -364,8 +375,10 @@ class Renderer {
         return Value::integer(out);
       }
       if (nums) return Value::number(dbl(l) * dbl(r));
-      if ((l.is_string() || l.kind == Kind::kList) && (r.kind == Kind::kInt || r.kind == Kind::kBool)) return repeat(l, whole(r), pos);
-      if ((r.is_string() || r.kind == Kind::kList) && (l.kind == Kind::kInt || l.kind == Kind::kBool)) return repeat(r, whole(l), pos);
+      if ((l.is_string() || l.kind == Kind::kList) && (r.kind == Kind::kInt || r.kind == Kind::kBool))
+        return repeat(l, whole(r), pos);
+      if ((r.is_string() || r.kind == Kind::kList) && (l.kind == Kind::kInt || l.kind == Kind::kBool))
+        return repeat(r, whole(l), pos);
       unsupported();
     }
     if (!nums) {
@@ -380,7 +393,8 @@ class Renderer {
       return Value::number(dbl(l) - dbl(r));
     }
     if ((op == "/" || op == "//" || op == "%") && dbl(r) == 0) {
-      fail(pos, ints ? (op == "/" ? "division by zero" : "integer division or modulo by zero") : "float division by zero");
+      fail(pos, ints ? (op == "/" ? "division by zero" : "integer division or modulo by zero")
+                     : "float division by zero");
     }
     if (op == "/") return Value::number(dbl(l) / dbl(r));
     if (op == "//" || op == "%") {
@@ -425,13 +439,15 @@ class Renderer {
       if (!e.args[k + 1]) continue;
       Value v = eval(*e.args[k + 1]);
       if (v.kind == Kind::kNone) continue;
-      if (v.kind != Kind::kInt && v.kind != Kind::kBool) fail(e.pos, "slice indices must be integers or None");
+      if (v.kind != Kind::kInt && v.kind != Kind::kBool)
+        fail(e.pos, "slice indices must be integers or None");
       bound[k] = whole(v);
       given[k] = true;
     }
     const int64_t step = bound[2];
     if (step == 0) fail(e.pos, "slice step cannot be zero");
-    if (obj.kind != Kind::kList && !obj.is_string()) fail(e.pos, std::string("'") + type_name(obj) + "' object is not subscriptable");
+    if (obj.kind != Kind::kList && !obj.is_string())
+      fail(e.pos, std::string("'") + type_name(obj) + "' object is not subscriptable");
     List items = obj.is_string() ? iterate(obj, e.pos) : *obj.list;
     const int64_t n = static_cast<int64_t>(items.size());
     // Python's slice.indices().
@@ -444,7 +460,8 @@ class Renderer {
     int64_t start = clamp(bound[0], given[0], step > 0 ? 0 : n - 1);
     int64_t stop = clamp(bound[1], given[1], step > 0 ? n : -1);
     List out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(items[static_cast<size_t>(k)]);
+    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+      out.push_back(items[static_cast<size_t>(k)]);
     if (!obj.is_string()) return Value::make_list(std::move(out));
     Str s;
     for (const Value& c : out) s.append(*c.s);
@@ -454,7 +471,8 @@ class Renderer {
   Value call(const Expr& e) {
     Value callee = eval(*e.args[0]);
     if (callee.is_undefined()) fail(e.pos, callee.undefined_hint);
-    if (callee.kind != Kind::kCallable) fail(e.pos, std::string("'") + type_name(callee) + "' object is not callable");
+    if (callee.kind != Kind::kCallable)
+      fail(e.pos, std::string("'") + type_name(callee) + "' object is not callable");
     Args a = eval_args(e, 1);
     const Callable& c = *callee.fn;
     switch (c.type) {
@@ -467,9 +485,11 @@ class Renderer {
 
   Value call_macro(const Stmt& m, const Args& a, uint32_t pos) {
     if (call_depth_ >= limits_.max_call_depth)
-      fail(pos, "macro calls nested deeper than " + std::to_string(limits_.max_call_depth) + " (max_call_depth)");
+      fail(pos,
+           "macro calls nested deeper than " + std::to_string(limits_.max_call_depth) + " (max_call_depth)");
     if (a.positional.size() > m.targets.size())
-      fail(pos, "macro '" + m.name + "' takes not more than " + std::to_string(m.targets.size()) + " argument(s)");
+      fail(pos,
+           "macro '" + m.name + "' takes not more than " + std::to_string(m.targets.size()) + " argument(s)");
     for (const auto& [k, v] : a.keyword) {
       if (std::find(m.targets.begin(), m.targets.end(), k) == m.targets.end())
         fail(pos, "macro '" + m.name + "' takes no keyword argument '" + k + "'");
@@ -516,7 +536,8 @@ class Renderer {
         if (n == 3) b[2] = whole(a.positional[2]);
       }
       if (b[2] == 0) fail(pos, "range() arg 3 must not be zero");
-      const double count = std::ceil((static_cast<double>(b[1]) - static_cast<double>(b[0])) / static_cast<double>(b[2]));
+      const double count =
+          std::ceil((static_cast<double>(b[1]) - static_cast<double>(b[0])) / static_cast<double>(b[2]));
       if (count > 100000) fail(pos, "range too big, maximum size for range is 100000");
       List out;
       for (int64_t k = b[0]; b[2] > 0 ? k < b[1] : k > b[1]; k += b[2]) out.push_back(Value::integer(k));
@@ -525,7 +546,8 @@ class Renderer {
     if (name == "namespace" || name == "dict") {
       Dict d;
       if (!a.positional.empty()) {
-        if (a.positional.size() > 1 || a.positional[0].kind != Kind::kDict) fail(pos, name + "() takes a dict and keyword arguments");
+        if (a.positional.size() > 1 || a.positional[0].kind != Kind::kDict)
+          fail(pos, name + "() takes a dict and keyword arguments");
         d = *a.positional[0].dict;
       }
       for (const auto& [k, v] : a.keyword) d.set(Value::template_string(k), v);

@@ -164,7 +164,8 @@ std::string float_repr(double x) {
     } else if (static_cast<size_t>(exp) + 1 >= digits.size()) {
       out += digits + std::string(static_cast<size_t>(exp) + 1 - digits.size(), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<size_t>(exp) + 1) + "." + digits.substr(static_cast<size_t>(exp) + 1);
+      out +=
+          digits.substr(0, static_cast<size_t>(exp) + 1) + "." + digits.substr(static_cast<size_t>(exp) + 1);
     }
     return out;
   }
@@ -193,8 +194,9 @@ std::pair<uint32_t, size_t> decode_at(std::string_view s, size_t pos) {
 
 // Code points Python's str.isprintable() rejects beyond the C0/C1 controls (the common ones).
 bool unprintable(uint32_t cp) {
-  return cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) ||
-         (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x2064) || cp == 0x3000 || cp == 0xFEFF;
+  return cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x2064) ||
+         cp == 0x3000 || cp == 0xFEFF;
 }
 
 std::string string_repr(std::string_view s) {
@@ -322,7 +324,9 @@ bool json_key(const Value& k, std::string& out, std::string& error) {
     case Kind::kBool: json_string(k.b ? "true" : "false", out); return true;
     case Kind::kNone: json_string("null", out); return true;
     case Kind::kFloat: json_string(float_repr(k.f), out); return true;
-    default: error = std::string("keys must be str, int, float, bool or None, not ") + type_name(k); return false;
+    default:
+      error = std::string("keys must be str, int, float, bool or None, not ") + type_name(k);
+      return false;
   }
 }
 
@@ -342,7 +346,9 @@ bool json_value(const Value& v, int indent, int depth, std::string& out, std::st
     case Kind::kBool: out += v.b ? "true" : "false"; return true;
     case Kind::kInt: out += std::to_string(v.i); return true;
     case Kind::kFloat:
-      out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f);
+      out += std::isnan(v.f)   ? "NaN"
+             : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity")
+                               : float_repr(v.f);
       return true;
     case Kind::kString: json_string(v.text(), out); return true;
     case Kind::kList:
@@ -401,7 +407,8 @@ bool from_json(const nlohmann::ordered_json& j, bool caller, Value& out) {
     }
     case nlohmann::ordered_json::value_t::number_float: out = Value::number(j.get<double>()); return true;
     case nlohmann::ordered_json::value_t::string:
-      out = caller ? Value::caller_string(j.get<std::string>()) : Value::template_string(j.get<std::string>());
+      out =
+          caller ? Value::caller_string(j.get<std::string>()) : Value::template_string(j.get<std::string>());
       return true;
     case nlohmann::ordered_json::value_t::array: {
       List l(j.size());
@@ -444,8 +451,8 @@ size_t utf8_offset(std::string_view s, size_t n) {
 size_t space_at(std::string_view s, size_t pos) {
   auto [cp, n] = decode_at(s, pos);
   bool space = (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
-               cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-               cp == 0x205F || cp == 0x3000;
+               cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+               cp == 0x202F || cp == 0x205F || cp == 0x3000;
   return space ? n : 0;
 }
 

@@ -48,7 +48,19 @@ struct Dict {
 struct Callable;  // macros and built-in functions (jinja_render.cc)
 struct LoopState;
 
-enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kNamespace, kCallable, kLoop };
+enum class Kind {
+  kUndefined,
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kString,
+  kList,
+  kDict,
+  kNamespace,
+  kCallable,
+  kLoop
+};
 
 struct Value {
   Kind kind = Kind::kUndefined;
