@@ -46,6 +46,7 @@ struct GenerateArgs {
   std::string kv_cache = "paged";
   int32_t prefill_chunk = 512;
   EngineFlags engine;
+  std::string chat_template;  // a file or the template text; empty: the model's
 };
 
 using Clock = std::chrono::steady_clock;
@@ -129,12 +130,13 @@ int run_generate(GenerateArgs a) {
 
   std::vector<int32_t> prompt;
   if (!a.chat.empty()) {
-    auto tmpl = tok.chat_template().empty() ? StatusOr<ChatTemplate>(ChatTemplate::chatml())
-                                            : ChatTemplate::parse(tok.chat_template());
-    if (!tmpl.ok()) return fail("chat template: " + tmpl.status().to_string());
+    auto tmpl = ChatTemplate::of_model_or_override(tok, a.chat_template);
+    if (!tmpl.ok()) return fail(tmpl.status().to_string());
     // The message is text: special-token text in it stays text.
     const ChatMessage msg{"user", a.chat};
-    prompt = encode_prompt(tok, tmpl->render_pieces(std::span<const ChatMessage>(&msg, 1), true), true);
+    auto pieces = tmpl->render_pieces(std::span<const ChatMessage>(&msg, 1), true);
+    if (!pieces.ok()) return fail(pieces.status().to_string());
+    prompt = encode_prompt(tok, *pieces, /*add_special=*/false);
   } else {
     prompt = tok.encode(a.prompt, true, true);
   }
@@ -154,6 +156,8 @@ CommandRun add_generate_command(CLI::App& app) {
                 "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
   cmd->add_option("--chat", args->chat, "A user message, rendered with the model's chat template");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Chat template for --chat instead of the model's: a Jinja file, or the template text");
   cmd->add_option("-n,--max-tokens", args->n, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", args->temperature, "0 = greedy")->check(CLI::Range(0.0f, 100.0f));
   cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (-1 or 0: off)");

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(add_generate_command(app));
   add(add_serve_command(app));
   add(add_bench_command(app));
+  add(add_render_template_command(app));
   CLI11_PARSE(app, argc, argv);
   if (version->parsed()) {
     std::printf("%s\n", version_line.c_str());

@@ -47,15 +47,18 @@ struct ServeOptions {
   int http_threads = server::HttpOptions{}.num_threads;
   int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
+  std::string chat_template;  // a file or the template text; empty: the model's
 };
 
-// The model's own chat template when it is one we render, else ChatML.
-ChatTemplate chat_template_of(const Tokenizer& tokenizer) {
-  if (tokenizer.chat_template().empty()) return ChatTemplate::chatml();
-  auto parsed = ChatTemplate::parse(tokenizer.chat_template());
-  if (parsed.ok()) return std::move(*parsed);
-  NS_LOG(WARNING) << "chat template not recognised (" << parsed.status().message() << "); using ChatML";
-  return ChatTemplate::chatml();
+// The chat template chats render with: --chat-template, else the model's own. A model without
+// one, or whose template does not compile, still serves completions; its chat requests get a
+// 400 saying why (vLLM refuses them too rather than guessing a format).
+StatusOr<ChatTemplate> chat_template_of(const Tokenizer& tokenizer, const std::string& override) {
+  auto t = ChatTemplate::of_model_or_override(tokenizer, override);
+  if (!t.ok()) {
+    NS_LOG(WARNING) << "chat requests will be refused: " << t.status().message();
+  }
+  return t;
 }
 
 // SIGINT and SIGTERM, blocked in every thread and taken by one of their own.
@@ -173,7 +176,14 @@ int run_serve(const ServeOptions& opt) {
   }
   LoadedEngine& m = *loaded;
 
-  server::TokenizerCodec codec(*m.tokenizer, chat_template_of(*m.tokenizer));
+  StatusOr<ChatTemplate> chat_template = chat_template_of(*m.tokenizer, opt.chat_template);
+  if (!opt.chat_template.empty() && !chat_template.ok()) {
+    std::fprintf(stderr, "nanoserve serve: %s\n", chat_template.status().to_string().c_str());
+    http.stop();
+    http_thread.join();
+    return 1;
+  }
+  server::TokenizerCodec codec(*m.tokenizer, std::move(chat_template));
   server::EngineLoop loop(*m.engine, metrics, server::EngineLoop::Options{opt.max_waiting_requests});
   loop.start();
   server::ProtocolLimits limits;
@@ -219,6 +229,8 @@ CommandRun add_serve_command(CLI::App& app) {
   cmd->add_option("--served-model-name", opt->served_model_name,
                   "model name in the API (default: file stem)");
   add_engine_flags(cmd, opt->engine);
+  cmd->add_option("--chat-template", opt->chat_template,
+                  "Chat template to use instead of the model's: a Jinja file, or the template text itself");
   cmd->add_option("--max-waiting-requests", opt->max_waiting_requests,
                   "sequences that may wait before requests get 429")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

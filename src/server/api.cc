@@ -17,6 +17,17 @@ namespace nanoserve::server {
 
 using nlohmann::json;
 
+namespace {
+
+// The field a chat-template failure blames: the request's own template when it gave one, the
+// missing template when the model has none, else the messages the model's template refused.
+std::string chat_error_param(const Status& st, const ChatTemplateRequest& r) {
+  if (r.chat_template || st.code() == StatusCode::kFailedPrecondition) return "chat_template";
+  return "messages";
+}
+
+}  // namespace
+
 Api::Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
          ParseBudget::Options parse_budget, bool metrics_require_key)
     : served_model_name_(std::move(served_model_name)),
@@ -121,8 +132,11 @@ Reply Api::tokenize(std::string_view body) {
   if (auto* e = std::get_if<ApiError>(&parsed)) return error_reply(*e);
   const TokenizeRequest& r = std::get<TokenizeRequest>(parsed);
   StatusOr<std::vector<int32_t>> ids = r.prompt ? codec_->encode(*r.prompt, r.add_special_tokens)
-                                                : codec_->encode_chat(r.messages, r.add_generation_prompt);
-  if (!ids.ok()) return error_reply(bad_request(ids.status().message()));
+                                                : codec_->encode_chat(r.messages, r.chat_template);
+  if (!ids.ok()) {
+    const std::string param = r.prompt ? "" : chat_error_param(ids.status(), r.chat_template);
+    return error_reply(bad_request(ids.status().message(), param));
+  }
   return Reply{200, dump_json(json{
                         {"tokens", *ids}, {"count", ids->size()}, {"max_model_len", limits_.max_model_len}})};
 }
@@ -168,8 +182,10 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   // Encode every prompt and resolve max_tokens against the context.
   std::vector<std::vector<int32_t>> prompts;
   if (endpoint == Endpoint::kChat) {
-    auto ids = codec_->encode_chat(r.messages, /*add_generation_prompt=*/true);
-    if (!ids.ok()) return error_reply(bad_request(ids.status().message(), "messages"));
+    auto ids = codec_->encode_chat(r.messages, r.chat_template);
+    if (!ids.ok()) {
+      return error_reply(bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
+    }
     prompts.push_back(std::move(*ids));
   } else {
     for (Prompt& p : r.prompts) {

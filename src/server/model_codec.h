@@ -18,10 +18,17 @@ class ModelCodec {
  public:
   virtual ~ModelCodec() = default;
   virtual StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const = 0;
-  // Renders the chat template, then encodes: special tokens come only from the
-  // template's own text, never from message content.
+  // Renders the chat template (the request's own when it gives one), then encodes: special tokens
+  // come only from the template's own text, never from message content. A template that cannot
+  // be compiled or rendered (or a model without one) is an error for the caller.
   virtual StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
-                                                     bool add_generation_prompt) const = 0;
+                                                     const ChatTemplateRequest& options) const = 0;
+  StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
+                                             bool add_generation_prompt) const {
+    ChatTemplateRequest options;
+    options.add_generation_prompt = add_generation_prompt;
+    return encode_chat(messages, options);
+  }
   virtual std::string decode(std::span<const int32_t> ids) const = 0;
   // The bytes of one token as text (may be a partial UTF-8 sequence).
   virtual std::string token_text(int32_t id) const = 0;

@@ -274,6 +274,21 @@ bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
   return true;
 }
 
+// chat_template (a string) and chat_template_kwargs (an object, re-read from the body in its key order).
+void read_chat_template(Fields& f, std::string_view body, ChatTemplateRequest* out) {
+  if (const json* t = f.get("chat_template")) {
+    if (!t->is_string()) return f.fail("'chat_template' must be a string.", "chat_template");
+    out->chat_template = t->get<std::string>();
+  }
+  if (const json* k = f.get("chat_template_kwargs")) {
+    if (!k->is_object()) return f.fail("'chat_template_kwargs' must be an object.", "chat_template_kwargs");
+    auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (ordered.is_object() && ordered.contains("chat_template_kwargs")) {
+      out->kwargs = ordered["chat_template_kwargs"];
+    }
+  }
+}
+
 bool read_stop(Fields& f, std::vector<std::string>* out) {
   const json* v = f.get("stop");
   if (v == nullptr) return true;
@@ -474,6 +489,7 @@ Parsed<GenerateRequest> parse_chat_request(std::string_view body, const Protocol
   std::optional<ApiError> model_error;
   check_model(f, limits, &r.model, &model_error);
   read_messages(f.get("messages"), &r.messages, f);
+  read_chat_template(f, body, &r.chat_template);
   read_common(f, &r, limits);
   // Chat: logprobs is a bool; top_logprobs (0..20) needs it.
   bool logprobs = f.boolean("logprobs").value_or(false);
@@ -529,9 +545,10 @@ Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body, const Prot
       r.prompt = prompt->get<std::string>();
   } else {
     read_messages(messages, &r.messages, f);
+    read_chat_template(f, body, &r.chat_template);
   }
   if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
-  if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
+  if (auto v = f.boolean("add_generation_prompt")) r.chat_template.add_generation_prompt = *v;
   return finish(f, model_error, std::move(r));
 }
 

@@ -15,6 +15,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
 #include "server/structured/response_format.h"
@@ -38,6 +40,13 @@ struct ProtocolLimits {
 
 // The chat template's message (role: system | user | assistant | tool), not a copy.
 using ChatMessage = nanoserve::ChatMessage;
+
+// The chat-template fields of a chat or tokenize request (docs/chat_template.md).
+struct ChatTemplateRequest {
+  bool add_generation_prompt = true;
+  std::optional<std::string> chat_template;      // the request's own template, rendered instead of the model's
+  std::optional<nlohmann::ordered_json> kwargs;  // chat_template_kwargs (an object), key order as sent
+};
 
 // One completions prompt: text to encode, or token ids given directly.
 using Prompt = std::variant<std::string, std::vector<int32_t>>;
@@ -67,6 +76,7 @@ struct GenerateRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
   std::vector<ChatMessage> messages;  // chat
+  ChatTemplateRequest chat_template;  // chat
   std::vector<Prompt> prompts;        // completions
   GenerationParams params;
   int n = 1;
@@ -90,7 +100,7 @@ struct TokenizeRequest {
   std::optional<std::string> prompt;
   std::vector<ChatMessage> messages;
   bool add_special_tokens = true;
-  bool add_generation_prompt = true;
+  ChatTemplateRequest chat_template;  // messages: add_generation_prompt, chat_template, chat_template_kwargs
 };
 Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body, const ProtocolLimits& limits);
 

@@ -10,7 +10,9 @@ namespace nanoserve::server {
 class TokenizerCodec final : public ModelCodec {
  public:
   // `tokenizer` must outlive the codec.
-  TokenizerCodec(const Tokenizer& tokenizer, ChatTemplate chat_template)
+  // `chat_template`: the template chats render with, or why there is none (given to each chat
+  // request that brings no template of its own).
+  TokenizerCodec(const Tokenizer& tokenizer, StatusOr<ChatTemplate> chat_template)
       : tokenizer_(tokenizer), template_(std::move(chat_template)) {}
 
   // Completions prompts: special-token text is recognised, as Hugging Face tokenizers do
@@ -18,8 +20,9 @@ class TokenizerCodec final : public ModelCodec {
   StatusOr<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const override;
   // The template's own text carries the special tokens; message content and
   // roles are encoded with special-token parsing off. No BOS/EOS is added.
+  using ModelCodec::encode_chat;
   StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
-                                             bool add_generation_prompt) const override;
+                                             const ChatTemplateRequest& options) const override;
   std::string decode(std::span<const int32_t> ids) const override { return tokenizer_.decode(ids); }
   std::string token_text(int32_t id) const override { return tokenizer_.token_to_piece(id); }
   int64_t vocab_size() const override { return tokenizer_.n_vocab(); }
@@ -28,7 +31,7 @@ class TokenizerCodec final : public ModelCodec {
 
  private:
   const Tokenizer& tokenizer_;
-  ChatTemplate template_;
+  StatusOr<ChatTemplate> template_;
 };
 
 }  // namespace nanoserve::server

@@ -37,8 +37,10 @@ class FakeCodec : public ModelCodec {
     for (unsigned char c : text) ids.push_back(c < 128 ? c : '?');
     return ids;
   }
+  using ModelCodec::encode_chat;
   StatusOr<std::vector<int32_t>> encode_chat(const std::vector<ChatMessage>& messages,
-                                             bool add_generation_prompt) const override {
+                                             const ChatTemplateRequest& options) const override {
+    const bool add_generation_prompt = options.add_generation_prompt;
     std::vector<int32_t> ids;
     auto add = [&](const std::string& s) {
       for (unsigned char c : s) ids.push_back(c < 128 ? c : '?');

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "tokenizer/default_tokenizer.h"
+#include "tokenizer/tiny_vocab.h"
 
 namespace nanoserve {
 namespace {
@@ -24,35 +25,74 @@ TEST(ChatTemplate, RendersLikeJinja) {
     ASSERT_TRUE(tmpl.ok()) << name << ": " << tmpl.status().to_string();
     std::vector<ChatMessage> messages;
     for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
-    EXPECT_EQ(tmpl->render(messages, c["add_generation_prompt"].get<bool>()),
-              c["rendered"].get<std::string>())
+    auto text = tmpl->render(messages, c["add_generation_prompt"].get<bool>());
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    EXPECT_EQ(*text, c["rendered"].get<std::string>())
         << name << " with " << c["messages"].dump();
     ++n;
   }
   EXPECT_GE(n, 30u);
 }
 
-TEST(ChatTemplate, RefusesOtherTemplates) {
+// Templates the ChatML recogniser used to refuse (and replace by ChatML) now render as written
+// (tests/tokenizer/test_chat_template_conformance.py holds their output against jinja2's).
+TEST(ChatTemplate, RendersTemplatesThatAreNotChatMl) {
   auto j = fixture();
+  const std::vector<ChatMessage> msgs = {{"user", "Hi"}};
+  size_t n = 0;
   for (const auto& t : j["not_chatml"]) {
-    auto tmpl = ChatTemplate::parse(t.get<std::string>());
-    ASSERT_FALSE(tmpl.ok()) << t.get<std::string>();
-    EXPECT_EQ(tmpl.status().code(), StatusCode::kUnimplemented);
-    EXPECT_NE(tmpl.status().message().find("ChatML"), std::string::npos);
+    auto tmpl = ChatTemplate::parse(t.get<std::string>(), {"<s>", "</s>"});
+    ASSERT_TRUE(tmpl.ok()) << t.get<std::string>() << ": " << tmpl.status().to_string();
+    auto text = tmpl->render(msgs, true);
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    if (t.get<std::string>().find("<|im_start|>") != std::string::npos) {
+      EXPECT_NE(text->find("<|im_start|>user\nHi<|im_end|>"), std::string::npos) << *text;
+    }
+    ++n;
   }
+  EXPECT_GE(n, 4u);
+}
+
+TEST(ChatTemplate, SyntaxErrorsNameLineAndColumn) {
+  auto t = ChatTemplate::parse("{% for m in messages %}\n{{ m.content }\n{% endfor %}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("line 2, column"), std::string::npos) << t.status().message();
+  auto u = ChatTemplate::parse("{% for m in messages %}{{ m }}");
+  ASSERT_FALSE(u.ok());
+  EXPECT_NE(u.status().message().find("endfor"), std::string::npos) << u.status().message();
+}
+
+TEST(ChatTemplate, RenderErrorsNameLineAndColumn) {
+  auto t = ChatTemplate::parse("ok\n  {{ raise_exception('roles must alternate') }}");
+  ASSERT_TRUE(t.ok());
+  auto text = t->render(std::vector<ChatMessage>{{"user", "x"}}, true);
+  ASSERT_FALSE(text.ok());
+  EXPECT_EQ(text.status().message(), "chat template: line 2, column 6: raise_exception: roles must alternate");
+}
+
+TEST(ChatTemplate, ModelWithoutTemplateIsRefusedNotChatMl) {
+  auto tok = Tokenizer::from_vocab(testing::tiny_vocab({}));
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  ASSERT_TRUE((*tok)->chat_template().empty());
+  auto t = ChatTemplate::of_model(**tok);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find("--chat-template"), std::string::npos);
 }
 
 TEST(ChatTemplate, DefaultModelHasSmolLmSystemPrompt) {
   const Tokenizer& tok = testing::default_tokenizer();
-  auto tmpl = ChatTemplate::parse(tok.chat_template());
+  auto tmpl = ChatTemplate::of_model(tok);
   ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
-  ASSERT_TRUE(tmpl->default_system_prompt().has_value());
-  EXPECT_EQ(*tmpl->default_system_prompt(),
-            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   EXPECT_EQ(tmpl->end_of_turn(), "<|im_end|>");
   // The rendered prompt encodes with its special tokens whole.
   std::vector<ChatMessage> msgs = {{"user", "Hi"}};
-  auto ids = tok.encode(tmpl->render(msgs, true), false, /*parse_special=*/true);
+  auto text = tmpl->render(msgs, true);
+  ASSERT_TRUE(text.ok()) << text.status().to_string();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  auto ids = tok.encode(*text, false, /*parse_special=*/true);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), *tok.token_id("<|im_start|>"));
   EXPECT_EQ(std::count(ids.begin(), ids.end(), *tok.token_id("<|im_end|>")), 2);
@@ -74,7 +114,9 @@ TEST(ChatTemplate, ContentNeverBecomesSpecialTokens) {
     for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
     const bool agp = c["add_generation_prompt"].get<bool>();
     SCOPED_TRACE(c["template"].get<std::string>() + " with " + c["messages"].dump());
-    const std::vector<PromptPiece> pieces = tmpl->render_pieces(messages, agp);
+    auto rendered = tmpl->render_pieces(messages, agp);
+    ASSERT_TRUE(rendered.ok()) << rendered.status().to_string();
+    const std::vector<PromptPiece>& pieces = *rendered;
     ASSERT_EQ(pieces.size(), c["pieces"].size());
     std::vector<int32_t> joined;  // each piece encoded alone, concatenated
     int template_specials = 0;
@@ -106,7 +148,7 @@ TEST(ChatTemplate, ContentNeverBecomesSpecialTokens) {
     if (c["injects"].get<bool>()) {
       // Encoding the rendered string whole would have let the content in.
       EXPECT_NE(ids, c["ids_whole"].get<std::vector<int32_t>>());
-      EXPECT_EQ(tok.encode(tmpl->render(messages, agp), false, true),
+      EXPECT_EQ(tok.encode(*tmpl->render(messages, agp), false, true),
                 c["ids_whole"].get<std::vector<int32_t>>());
       ++injecting;
     } else {
@@ -124,7 +166,7 @@ TEST(ChatTemplate, ContentNeverBecomesSpecialTokens) {
 TEST(ChatTemplate, PiecesMarkRoleAndContentAsCallerText) {
   ChatTemplate t = ChatTemplate::chatml();
   std::vector<ChatMessage> msgs = {{"user", "x"}, {"assistant", ""}};
-  const std::vector<PromptPiece> p = t.render_pieces(msgs, true);
+  const std::vector<PromptPiece> p = *t.render_pieces(msgs, true);
   using S = PromptPiece::Source;
   ASSERT_EQ(p.size(), 7u);
   const std::vector<std::pair<S, std::string>> want = {
@@ -139,14 +181,14 @@ TEST(ChatTemplate, PiecesMarkRoleAndContentAsCallerText) {
     EXPECT_EQ(p[k].source, want[k].first) << k;
     EXPECT_EQ(p[k].text, want[k].second) << k;
   }
-  EXPECT_EQ(t.render(msgs, true),
+  EXPECT_EQ(*t.render(msgs, true),
             "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(ChatTemplate, BuiltInChatMlHasNoSystemPrompt) {
   ChatTemplate t = ChatTemplate::chatml();
   std::vector<ChatMessage> msgs = {{"user", "x"}};
-  EXPECT_EQ(t.render(msgs, false), "<|im_start|>user\nx<|im_end|>\n");
+  EXPECT_EQ(*t.render(msgs, false), "<|im_start|>user\nx<|im_end|>\n");
 }
 
 }  // namespace
