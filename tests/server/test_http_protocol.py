@@ -4,11 +4,15 @@ slow headers, methods and routes, the bearer key's exact bytes, and the
 smaller status and message rules. Every test is bounded in time; the whole
 file runs in well under a minute."""
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
+from server_process import BINARY
 
 KEY = b"test-key"
 LIMIT = 4 << 20  # HttpOptions::max_body_bytes
@@ -259,6 +263,53 @@ def test_slow_headers_do_not_starve_normal_clients(server):
     finally:
         for s in slow:
             s.close()
+
+
+def test_idle_keep_alive_and_slow_clients_do_not_starve_normal_ones(server):
+    """Issue 17 item 3: 500 idle keep-alive connections (each answered once, then silent) and
+    200 connections trickling a head, while a normal client asks 10 times: every answer comes,
+    each within a second."""
+    idle, slow = [], []
+    try:
+        for _ in range(500):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            idle.append(s)
+        for s in idle:  # each got its answer and stays open, idle
+            got = b""
+            while b"\r\n\r\n" not in got:
+                got += s.recv(4096)
+            assert got.startswith(b"HTTP/1.1 200")
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            slow.append(s)
+        latencies = []
+        for _ in range(10):
+            for s in slow:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+            t0 = time.monotonic()
+            status, _, _ = parse(exchange(server, request("GET", "/health"), timeout=5))
+            latencies.append(time.monotonic() - t0)
+            assert status == 200
+            time.sleep(0.1)
+        assert max(latencies) < 1.0, latencies
+    finally:
+        for s in idle + slow:
+            s.close()
+
+
+def test_concurrent_streams_all_complete():
+    """Issue 17 item 3 at CI scale: 200 streaming completions opened at once, one connection
+    each, on a fresh server; every one ends whole (200, [DONE], the last chunk). The full
+    figure (1,000 streams) comes from `stream_flood.py BINARY 1000`."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run([sys.executable, os.path.join(here, "stream_flood.py"), BINARY, "200"],
+                         capture_output=True, text=True, timeout=300).stdout
+    assert "200 streams: 200 complete and correct" in out, out
 
 
 def test_methods_and_routes(server):
