@@ -238,27 +238,41 @@ def test_half_closed_client_gets_its_full_reply(server, stream):
         assert json.loads(body)["choices"][0]["finish_reason"] == "length"
 
 
+def open_slow_heads(server, n):
+    """n connections that have sent the start of a request head and will never finish it."""
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        socks.append(s)
+    return socks
+
+
+def normal_client_latencies(server, slow, pause, rounds=10):
+    """Each round, one more byte on every slow connection, then one normal GET /health (must
+    be 200); the normal requests' latencies in seconds."""
+    latencies = []
+    for _ in range(rounds):
+        for s in slow:
+            try:
+                s.send(b"X")  # one byte of a header line that never ends
+            except OSError:
+                pass
+        t0 = time.monotonic()
+        status, _, _ = parse(exchange(server, request("GET", "/health"), timeout=5))
+        latencies.append(time.monotonic() - t0)
+        assert status == 200
+        time.sleep(pause)
+    return latencies
+
+
 def test_slow_headers_do_not_starve_normal_clients(server):
     """Issue 21 item 4: 200 connections trickling a request head, a byte at a time, while a normal
     client asks 10 times: every answer comes, each within a second."""
     slow = []
-    for _ in range(200):
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-        slow.append(s)
     try:
-        latencies = []
-        for i in range(10):
-            for s in slow:
-                try:
-                    s.send(b"X")  # one byte of a header line that never ends
-                except OSError:
-                    pass
-            t0 = time.monotonic()
-            status, _, _ = parse(exchange(server, request("GET", "/health"), timeout=5))
-            latencies.append(time.monotonic() - t0)
-            assert status == 200
-            time.sleep(0.25)
+        slow += open_slow_heads(server, 200)
+        latencies = normal_client_latencies(server, slow, pause=0.25)
         assert max(latencies) < 1.0, latencies
     finally:
         for s in slow:
@@ -280,22 +294,8 @@ def test_idle_keep_alive_and_slow_clients_do_not_starve_normal_ones(server):
             while b"\r\n\r\n" not in got:
                 got += s.recv(4096)
             assert got.startswith(b"HTTP/1.1 200")
-        for _ in range(200):
-            s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-            slow.append(s)
-        latencies = []
-        for _ in range(10):
-            for s in slow:
-                try:
-                    s.send(b"X")
-                except OSError:
-                    pass
-            t0 = time.monotonic()
-            status, _, _ = parse(exchange(server, request("GET", "/health"), timeout=5))
-            latencies.append(time.monotonic() - t0)
-            assert status == 200
-            time.sleep(0.1)
+        slow += open_slow_heads(server, 200)
+        latencies = normal_client_latencies(server, slow, pause=0.1)
         assert max(latencies) < 1.0, latencies
     finally:
         for s in idle + slow:
