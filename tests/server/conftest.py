@@ -16,3 +16,14 @@ def server():
 @pytest.fixture(scope="session")
 def client(server):
     return server.client()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the session server shows the server log's tail."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "server" in item.fixturenames:
+        s = item.funcargs.get("server")
+        if s is not None:
+            report.sections.append(("server log (tail)", s.log_text()))
