@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_arg.h"
@@ -61,21 +62,13 @@ int32_t draw_len(Rng& rng, int len, int min_len, double ratio) {
   return lo + static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(hi - lo + 1));
 }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double pos = p / 100.0 * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  const double frac = pos - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
-}
-
 struct RunFigures {
   double wall_s = 0, output_tps = 0, total_tps = 0;
 };
 
 RunFigures report(const char* label, const std::vector<Completion>& done, double wall_s,
-                  int64_t prompt_tokens, const Engine* engine = nullptr, const EngineStats* before = nullptr) {
+                  int64_t prompt_tokens, const Engine* engine = nullptr,
+                  const EngineStats* before = nullptr) {
   int64_t out = 0;
   std::vector<double> ttft, tpot;
   int64_t preemptions = 0;
@@ -92,8 +85,8 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
   std::printf(
       "%-8s wall %.2f s | output %.1f tok/s | total %.1f tok/s | TTFT median %.1f ms p99 %.1f ms | "
       "TPOT median %.2f ms p99 %.2f ms | preemptions %lld\n",
-      label, wall_s, f.output_tps, f.total_tps, percentile(ttft, 50), percentile(ttft, 99),
-      percentile(tpot, 50), percentile(tpot, 99), static_cast<long long>(preemptions));
+      label, wall_s, f.output_tps, f.total_tps, percentile_of(ttft, 50), percentile_of(ttft, 99),
+      percentile_of(tpot, 50), percentile_of(tpot, 99), static_cast<long long>(preemptions));
   if (engine != nullptr) {
     // Every request's first token comes from its prefill; the rest from decode steps of one token each.
     const EngineStats st = engine->stats();
@@ -101,10 +94,11 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
     const int64_t decodes = out - static_cast<int64_t>(done.size());
     const int64_t hits = st.prefix_cache_hits - (before ? before->prefix_cache_hits : 0);
     const int64_t queries = st.prefix_cache_queries - (before ? before->prefix_cache_queries : 0);
-    std::printf("%-8s prefill tokens computed %lld of %lld prompt tokens | prefix cache hits %lld of %lld (%.1f%%)\n",
-                label, static_cast<long long>(computed - decodes), static_cast<long long>(prompt_tokens),
-                static_cast<long long>(hits), static_cast<long long>(queries),
-                queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
+    std::printf(
+        "%-8s prefill tokens computed %lld of %lld prompt tokens | prefix cache hits %lld of %lld (%.1f%%)\n",
+        label, static_cast<long long>(computed - decodes), static_cast<long long>(prompt_tokens),
+        static_cast<long long>(hits), static_cast<long long>(queries),
+        queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
   }
   std::fflush(stdout);
   return f;
@@ -210,7 +204,8 @@ int run_bench(const BenchArgs& a) {
       std::fprintf(stderr, "nanoserve bench: %s\n", other.status().to_string().c_str());
       return 1;
     }
-    report(off.enable_prefix_caching ? "cache" : "no-cache", *other, other_s, prompt_tokens, le2->engine.get());
+    report(off.enable_prefix_caching ? "cache" : "no-cache", *other, other_s, prompt_tokens,
+           le2->engine.get());
     int same = 0;
     for (int i = 0; i < a.num_prompts; ++i) same += (*other)[i].tokens == (*batched)[i].tokens ? 1 : 0;
     std::printf("outputs identical with and without the prefix cache: %s (%d of %d requests)\n",
@@ -250,8 +245,10 @@ int run_bench(const BenchArgs& a) {
 
 CommandRun add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* sub = app.add_subcommand("bench", "Offline throughput on random prompts (see docs/benchmarks.md)");
-  add_model_arg(sub, args->model_arg, "GGUF file or Hugging Face folder (default: the bundled default model)");
+  CLI::App* sub =
+      app.add_subcommand("bench", "Offline throughput on random prompts (see docs/benchmarks.md)");
+  add_model_arg(sub, args->model_arg,
+                "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
   sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")
       ->capture_default_str();

@@ -44,6 +44,7 @@
 #include <boost/beast/http/string_body.hpp>
 
 #include "core/logging.h"
+#include "server/http_framing.h"
 
 namespace nanoserve::server {
 
@@ -56,14 +57,16 @@ using tcp = asio::ip::tcp;
 using boost::system::error_code;
 using std::chrono::milliseconds;
 
-constexpr int kLingerMs = 2000;         // after a closing reply: reading what the client still sends
-constexpr size_t kReadChunk = 16384;    // bytes asked for by one read
-constexpr std::string_view kLastChunk = "0\r\n\r\n";
+constexpr int kLingerMs = 2000;                 // after a closing reply: reading what the client still sends
+constexpr size_t kReadChunk = 16384;            // bytes asked for by one read
 constexpr uint64_t kLargeBodyBytes = 64 << 10;  // bodies above (or chunked) count against max_large_bodies
-constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
 std::string_view sv(beast::string_view s) {
   return {s.data(), s.size()};
+}
+
+std::string_view reason_of(int status) {
+  return sv(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status))));
 }
 
 // Whether the socket has really failed: a pending error, a hang-up (both
@@ -84,41 +87,6 @@ bool is_http_parse_error(const error_code& ec) {
 
 ApiError http_error(int status, std::string message, std::string code) {
   return ApiError{status, std::move(message), "invalid_request_error", {}, std::move(code)};
-}
-
-using Headers = std::vector<std::pair<std::string_view, std::string>>;
-
-// How the body's end is found: its length, chunks, or (HTTP/1.0 streams) the connection's close.
-enum class Framing { kLength, kChunked, kClose };
-
-std::string response_head(int status, std::string_view content_type, Framing framing, size_t content_length,
-                          bool keep_alive, const Headers& extra) {
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " ";
-  h += sv(http::obsolete_reason(http::int_to_status(static_cast<unsigned>(status))));
-  h += "\r\nContent-Type: ";
-  h += content_type;
-  h += "\r\n";
-  if (framing == Framing::kLength) h += "Content-Length: " + std::to_string(content_length) + "\r\n";
-  if (framing == Framing::kChunked) h += "Transfer-Encoding: chunked\r\n";
-  // A full queue or parse budget, a model still loading, a shutdown: clients may retry after a second.
-  if (status == 429 || status == 503) h += "Retry-After: 1\r\n";
-  for (const auto& [name, value] : extra) {
-    h += name;
-    h += ": ";
-    h += value;
-    h += "\r\n";
-  }
-  h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-  return h;
-}
-
-std::string chunk_frame(std::string_view data) {
-  char size[20];
-  int n = std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-  std::string out(size, static_cast<size_t>(n));
-  out += data;
-  out += "\r\n";
-  return out;
 }
 
 }  // namespace
@@ -213,12 +181,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     head_only_ = false;
     if (buffer_.size() > 0) return read_head();  // pipelined: the next request is already here
     stream_.expires_after(milliseconds(first_request_ ? opt_.header_timeout_ms : opt_.keep_alive_timeout_ms));
-    stream_.async_read_some(buffer_.prepare(kReadChunk), [self = shared_from_this()](error_code ec, size_t n) {
-      self->buffer_.commit(n);
-      if (self->closed_) return;
-      if (ec) return self->close_now();  // idle too long, or the client left between requests
-      self->read_head();
-    });
+    stream_.async_read_some(
+        buffer_.prepare(kReadChunk), [self = shared_from_this()](error_code ec, size_t n) {
+          self->buffer_.commit(n);
+          if (self->closed_) return;
+          if (ec) return self->close_now();  // idle too long, or the client left between requests
+          self->read_head();
+        });
   }
 
   void read_head() {
@@ -238,13 +207,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
       size_t eol = data.find('\n');
       if ((eol == std::string_view::npos ? data.size() : eol) > opt_.max_target_bytes) {
-        return send_error(http_error(414, "Request target is longer than " +
-                                              std::to_string(opt_.max_target_bytes) + " bytes.",
-                                     "uri_too_long"));
+        return send_error(http_error(
+            414, "Request target is longer than " + std::to_string(opt_.max_target_bytes) + " bytes.",
+            "uri_too_long"));
       }
-      return send_error(http_error(431, "Request header fields are larger than " +
-                                            std::to_string(opt_.max_header_bytes) + " bytes in all.",
-                                   "header_too_large"));
+      return send_error(http_error(
+          431,
+          "Request header fields are larger than " + std::to_string(opt_.max_header_bytes) + " bytes in all.",
+          "header_too_large"));
     }
     if (ec == http::error::body_limit) return send_error(payload_too_large(opt_.max_body_bytes));
     if (ec == http::error::end_of_stream || ec == http::error::partial_message || !is_http_parse_error(ec)) {
@@ -294,8 +264,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     head_only_ = method == "HEAD" && route->method == "GET";
     if (method != route->method && !head_only_) {
       std::string allow = route->method == "GET" ? "GET, HEAD" : std::string(route->method);
-      return send_error(http_error(405, "Method " + std::string(method) + " is not allowed on " +
-                                            std::string(route->path) + "; allowed: " + allow + ".",
+      return send_error(http_error(405,
+                                   "Method " + std::string(method) + " is not allowed on " +
+                                       std::string(route->path) + "; allowed: " + allow + ".",
                                    "method_not_allowed"),
                         {{"Allow", allow}});
     }
@@ -313,11 +284,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!length || *length > kLargeBodyBytes) {
       if (server_.num_large_bodies.fetch_add(1) >= opt_.max_large_bodies) {
         server_.num_large_bodies.fetch_sub(1);
-        return send_error(ApiError{503,
-                                   "The server is receiving too many large request bodies at once. Retry later.",
-                                   "service_unavailable",
-                                   {},
-                                   "too_many_large_bodies"});
+        return send_error(
+            ApiError{503,
+                     "The server is receiving too many large request bodies at once. Retry later.",
+                     "service_unavailable",
+                     {},
+                     "too_many_large_bodies"});
       }
       holds_large_body_ = true;
     }
@@ -374,8 +346,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       chunked_ = version_ == 11;  // HTTP/1.0 has no chunks: the stream ends with the connection
       if (!chunked_) keep_alive_ = false;
       keep_alive_ = keep_alive_ && !server_.stopping.load();
-      out_ += response_head(200, "text/event-stream", chunked_ ? Framing::kChunked : Framing::kClose, 0,
-                            keep_alive_, {{"Cache-Control", "no-cache"}});
+      out_ += response_head(200, reason_of(200), "text/event-stream",
+                            chunked_ ? Framing::kChunked : Framing::kClose, 0, keep_alive_,
+                            {{"Cache-Control", "no-cache"}});
     }
     // Engine thread: cheap and non-blocking. One wake-up is in flight at a time.
     std::weak_ptr<Connection> weak = shared_from_this();
@@ -425,8 +398,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void send_reply(const Reply& reply, const Headers& extra = {}) {
     state_ = State::kHandling;
     keep_alive_ = keep_alive_ && !server_.stopping.load() && !stop_requested_;
-    out_ += response_head(reply.status, reply.content_type, Framing::kLength, reply.body.size(), keep_alive_,
-                          extra);
+    out_ += response_head(reply.status, reason_of(reply.status), reply.content_type, Framing::kLength,
+                          reply.body.size(), keep_alive_, extra);
     if (!head_only_) out_ += reply.body;
     response_complete_ = true;
     flush();
