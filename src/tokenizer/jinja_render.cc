@@ -26,7 +26,8 @@ const char* const kGlobals[] = {"range", "namespace", "dict", "raise_exception",
 
 class Renderer {
  public:
-  Renderer(const Variables& vars, const RenderLimits& limits) : vars_(vars), limits_(limits) {
+  Renderer(const Variables& vars, const RenderLimits& limits, std::optional<std::time_t> now)
+      : vars_(vars), limits_(limits), now_(now) {
     builtin_limits_.max_string_bytes = limits.max_output_bytes;
     frames_.emplace_back();
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -558,9 +559,13 @@ class Renderer {
     if (name == "strftime_now") {
       const Value* f = a.get(0, "format");
       if (f == nullptr || !f->is_string()) fail(pos, "strftime_now expects a format string");
-      std::time_t now = std::time(nullptr);
       std::tm tm{};
-      localtime_r(&now, &tm);
+      if (now_) {
+        gmtime_r(&*now_, &tm);
+      } else {
+        std::time_t now = std::time(nullptr);
+        localtime_r(&now, &tm);
+      }
       char buf[512];
       size_t len = std::strftime(buf, sizeof(buf), f->text().c_str(), &tm);
       return Value::template_string(std::string(buf, len));
@@ -570,6 +575,7 @@ class Renderer {
 
   const Variables& vars_;
   const RenderLimits& limits_;
+  const std::optional<std::time_t> now_;
   BuiltinLimits builtin_limits_;
   std::vector<std::vector<std::pair<std::string, Value>>> frames_;  // [0]: the template's top level
   size_t floor_ = 0;  // the innermost macro's frame: frames below it (but [0]) are hidden
@@ -626,9 +632,10 @@ StatusOr<Template> Template::compile(std::string_view source) {
   return t;
 }
 
-StatusOr<Str> Template::render(const Variables& vars, const RenderLimits& limits) const {
+StatusOr<Str> Template::render(const Variables& vars, const RenderLimits& limits,
+                               std::optional<std::time_t> now) const {
   try {
-    Renderer r(vars, limits);
+    Renderer r(vars, limits, now);
     return r.run(*body_);
   } catch (const RenderError& e) {
     return invalid_argument("chat template: " + position_text(lexed_->source, e.pos) + ": " + e.what);
