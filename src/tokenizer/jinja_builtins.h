@@ -13,13 +13,6 @@
 
 namespace nanoserve::jinja {
 
-// A render failure at a byte offset of the source; thrown inside the renderer and
-// turned into a Status (with line and column) at its boundary.
-struct RenderError {
-  uint32_t pos;
-  std::string what;
-};
-
 struct Stmt;
 
 // What `name(...)` can call: a macro, a global function (range, namespace, dict, raise_exception,

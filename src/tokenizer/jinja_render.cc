@@ -45,6 +45,7 @@ class Renderer {
  private:
   struct Nest {
     Nest(Renderer& r, uint32_t pos) : r_(r) {
+      r_.pos_ = pos;
       if (++r_.nesting_ > r_.limits_.max_nesting)
         fail(pos, "nesting deeper than " + std::to_string(r_.limits_.max_nesting) + " (max_nesting)");
       if (++r_.steps_ > r_.limits_.max_steps)
@@ -238,7 +239,7 @@ class Renderer {
         List l;
         for (const ExprPtr& x : e.args) l.push_back(eval(*x));
         Value v = checked(Value::make_list(std::move(l)), e.pos);
-        v.tuple = e.kind == ExprKind::kTuple;
+        if (e.kind == ExprKind::kTuple) v.form = ListForm::kTuple;
         return v;
       }
       case ExprKind::kDict: {
@@ -319,18 +320,20 @@ class Renderer {
   static int64_t whole(const Value& v) { return v.kind == Kind::kBool ? v.b : v.i; }
 
   Value repeat(const Value& seq, int64_t times, uint32_t pos) {
-    if (times <= 0) return seq.is_string() ? Value::template_string("") : Value::make_list({});
+    if (times <= 0) return seq.is_string() ? Value::template_string("") : Value::make_seq({}, seq.form);
     size_t unit = seq.is_string() ? seq.text().size() : seq.list->size() * 16;
     if (unit != 0 && static_cast<uint64_t>(times) > limits_.max_output_bytes / unit)
       fail(pos, "the repeated value would be larger than max_output_bytes");
     if (seq.is_string()) {
       Str out;
       for (int64_t k = 0; k < times; ++k) out.append(*seq.s);
-      return Value::string(std::move(out));
+      Value r = Value::string(std::move(out));
+      r.markup = seq.markup;
+      return r;
     }
     List out;
     for (int64_t k = 0; k < times; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
-    return Value::make_list(std::move(out));
+    return Value::make_seq(std::move(out), seq.form);
   }
 
   Value binary(const std::string& op, const Value& l, const Value& r, uint32_t pos) {
@@ -356,17 +359,24 @@ class Renderer {
       }
       if (nums) return Value::number(dbl(l) + dbl(r));
       if (l.is_string() && r.is_string()) {
+        if (l.markup != r.markup) {  // Markup + str escapes the str (either side)
+          Value sum = binary(op, html_escape(l), html_escape(r), pos);
+          sum.markup = true;
+          return sum;
+        }
         if (l.text().size() + r.text().size() > limits_.max_output_bytes)
           fail(pos, "a string is larger than max_output_bytes");
         Str s = *l.s;
         s.append(*r.s);
-        return Value::string(std::move(s));
+        Value sum = Value::string(std::move(s));
+        sum.markup = l.markup;
+        return sum;
       }
-      if (l.kind == Kind::kList && r.kind == Kind::kList) {
+      if (l.is_sequence() && r.is_sequence() && l.form == r.form) {
         if (l.list->size() + r.list->size() > builtin_limits_.max_list_items) fail(pos, "a list is too long");
         List x = *l.list;
         x.insert(x.end(), r.list->begin(), r.list->end());
-        return Value::make_list(std::move(x));
+        return Value::make_seq(std::move(x), l.form);
       }
       unsupported();
     }
@@ -376,9 +386,9 @@ class Renderer {
         return Value::integer(out);
       }
       if (nums) return Value::number(dbl(l) * dbl(r));
-      if ((l.is_string() || l.kind == Kind::kList) && (r.kind == Kind::kInt || r.kind == Kind::kBool))
+      if ((l.is_string() || l.is_sequence()) && (r.kind == Kind::kInt || r.kind == Kind::kBool))
         return repeat(l, whole(r), pos);
-      if ((r.is_string() || r.kind == Kind::kList) && (l.kind == Kind::kInt || l.kind == Kind::kBool))
+      if ((r.is_string() || r.is_sequence()) && (l.kind == Kind::kInt || l.kind == Kind::kBool))
         return repeat(r, whole(l), pos);
       unsupported();
     }
@@ -447,7 +457,7 @@ class Renderer {
     }
     const int64_t step = bound[2];
     if (step == 0) fail(e.pos, "slice step cannot be zero");
-    if (obj.kind != Kind::kList && !obj.is_string())
+    if (!obj.is_sequence() && !obj.is_string())
       fail(e.pos, std::string("'") + type_name(obj) + "' object is not subscriptable");
     List items = obj.is_string() ? iterate(obj, e.pos) : *obj.list;
     const int64_t n = static_cast<int64_t>(items.size());
@@ -463,10 +473,12 @@ class Renderer {
     List out;
     for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
       out.push_back(items[static_cast<size_t>(k)]);
-    if (!obj.is_string()) return Value::make_list(std::move(out));
+    if (!obj.is_string()) return Value::make_seq(std::move(out), obj.form);
     Str s;
     for (const Value& c : out) s.append(*c.s);
-    return Value::string(std::move(s));
+    Value r = Value::string(std::move(s));
+    r.markup = obj.markup;
+    return r;
   }
 
   Value call(const Expr& e) {
@@ -584,6 +596,9 @@ class Renderer {
   int nesting_ = 0;
   int call_depth_ = 0;
   Clock::time_point deadline_;
+
+ public:
+  uint32_t pos_ = 0;  // the statement or expression evaluated last, for errors thrown without one
 };
 
 void collect_names(const Expr& e, std::vector<std::string>& out) {
@@ -634,11 +649,12 @@ StatusOr<Template> Template::compile(std::string_view source) {
 
 StatusOr<Str> Template::render(const Variables& vars, const RenderLimits& limits,
                                std::optional<std::time_t> now) const {
+  Renderer r(vars, limits, now);
   try {
-    Renderer r(vars, limits, now);
     return r.run(*body_);
   } catch (const RenderError& e) {
-    return invalid_argument("chat template: " + position_text(lexed_->source, e.pos) + ": " + e.what);
+    const uint32_t pos = e.pos == kUnknownPos ? r.pos_ : e.pos;
+    return invalid_argument("chat template: " + position_text(lexed_->source, pos) + ": " + e.what);
   } catch (const TemplateRaised& e) {
     return invalid_argument("chat template: " + position_text(lexed_->source, e.pos) +
                             ": raise_exception: " + e.message);
