@@ -7,7 +7,7 @@
 // "context": object[, "now": seconds since the epoch]} per stdin line and
 // answers each with {"text": str} or {"error": str} on one line: the
 // conformance suites drive it this way ("now" fixes strftime_now's time, in
-// UTC; a template repeated from the line before is not compiled again).
+// UTC; a line without "template" renders the line before's, compiled once).
 
 #include <cstdio>
 #include <fstream>
@@ -64,10 +64,12 @@ int run_jsonl() {
     ojson reply;
     try {
       ojson req = ojson::parse(line);
-      std::string source = req.at("template").get<std::string>();
-      if (!last || source != last_source) {
-        last.emplace(jinja::Template::compile(source));
-        last_source = std::move(source);
+      if (req.contains("template") || !last) {
+        std::string source = req.at("template").get<std::string>();
+        if (!last || source != last_source) {
+          last.emplace(jinja::Template::compile(source));
+          last_source = std::move(source);
+        }
       }
       std::optional<std::time_t> now;
       if (req.contains("now")) now = req.at("now").get<int64_t>();
