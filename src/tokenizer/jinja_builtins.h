@@ -65,6 +65,12 @@ Value slice_of(const Value& obj, const Value* const bounds[3], uint32_t pos);
 Value call_global(const std::string& name, const Args& args, uint32_t pos, std::optional<std::time_t> now);
 Value checked_depth(Value v, uint32_t pos);
 
+// Whether jinja2 has a filter or test of this name (whether or not we implement it): jinja2
+// refuses an unknown one when it compiles the template, unless it sits in an if or a
+// conditional expression, where it fails only when reached.
+bool jinja2_has_filter(std::string_view name);
+bool jinja2_has_test(std::string_view name);
+
 Value call_filter(const std::string& name, const Value& input, const Args& args, uint32_t pos,
                   const BuiltinLimits& limits);
 bool call_test(const std::string& name, const Value& v, const Args& args, uint32_t pos);

@@ -122,7 +122,31 @@ Value sort_list(List items, bool reverse, bool case_sensitive, const Value* attr
   return Value::make_list(std::move(items));
 }
 
+// jinja2 3.1's built-in filters and tests, with transformers' tojson.
+constexpr std::string_view kJinja2Filters[] = {
+    "abs",     "attr",   "batch", "capitalize", "center",     "count",       "d",          "default",
+    "dictsort", "e",     "escape", "filesizeformat", "first", "float",       "forceescape", "format",
+    "groupby", "indent", "int",   "items",      "join",       "last",        "length",     "list",
+    "lower",   "map",    "max",   "min",        "pprint",     "random",      "reject",     "rejectattr",
+    "replace", "reverse", "round", "safe",      "select",     "selectattr",  "slice",      "sort",
+    "string",  "striptags", "sum", "title",     "tojson",     "trim",        "truncate",   "unique",
+    "upper",   "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"};
+constexpr std::string_view kJinja2Tests[] = {
+    "!=",       "<",        "<=",      "==",     ">",       ">=",       "boolean", "callable", "defined",
+    "divisibleby", "eq",    "equalto", "escaped", "even",   "false",    "filter",  "float",    "ge",
+    "greaterthan", "gt",    "in",      "integer", "iterable", "le",     "lessthan", "lower",   "lt",
+    "mapping",  "ne",       "none",    "number",  "odd",     "sameas",  "sequence", "string",  "test",
+    "true",     "undefined", "upper"};
+
 }  // namespace
+
+bool jinja2_has_filter(std::string_view name) {
+  return std::find(std::begin(kJinja2Filters), std::end(kJinja2Filters), name) != std::end(kJinja2Filters);
+}
+
+bool jinja2_has_test(std::string_view name) {
+  return std::find(std::begin(kJinja2Tests), std::end(kJinja2Tests), name) != std::end(kJinja2Tests);
+}
 
 Value call_filter(const std::string& name, const Value& v, const Args& a, uint32_t pos,
                   const BuiltinLimits& limits) {
@@ -448,7 +472,8 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     }
     return Value::integer(n);
   }
-  fail(pos, "unknown filter '" + name + "'");
+  if (jinja2_has_filter(name)) fail(pos, "the filter '" + name + "' is not supported");
+  fail(pos, "no filter named '" + name + "'");
 }
 
 bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t pos) {
@@ -534,8 +559,9 @@ bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t 
     }
     return any;
   }
-  if (name == "escaped") return false;
-  fail(pos, "unknown test '" + name + "'");
+  if (name == "escaped") return v.is_string() && v.markup;  // has __html__: a Markup
+  if (jinja2_has_test(name)) fail(pos, "the test '" + name + "' is not supported");
+  fail(pos, "no test named '" + name + "'");
 }
 
 }  // namespace nanoserve::jinja

@@ -380,27 +380,6 @@ class Renderer {
   uint32_t pos_ = 0;  // the statement or expression evaluated last, for errors thrown without one
 };
 
-void collect_names(const Expr& e, std::vector<std::string>& out) {
-  if (e.kind == ExprKind::kName) out.push_back(e.name);
-  for (const ExprPtr& x : e.args) {
-    if (x) collect_names(*x, out);
-  }
-  for (const auto& kv : e.kwargs) collect_names(*kv.second, out);
-}
-
-void collect_names(const Body& body, std::vector<std::string>& out) {
-  for (const StmtPtr& s : body) {
-    for (const Expr* e : {s->expr.get(), s->cond.get()}) {
-      if (e) collect_names(*e, out);
-    }
-    for (const ExprPtr& e : s->conds) collect_names(*e, out);
-    for (const ExprPtr& e : s->defaults) {
-      if (e) collect_names(*e, out);
-    }
-    for (const Body& b : s->bodies) collect_names(b, out);
-  }
-}
-
 }  // namespace
 
 std::vector<std::string> Template::names() const {
