@@ -11,9 +11,10 @@ Every template is rendered over every context (CONVERSATIONS x
 add_generation_prompt x tools x kwargs), each side in one process. Where
 jinja2 renders, we must render the same bytes; where jinja2 raises, we must
 refuse too, and when the template raised (raise_exception) our error must
-carry its message. The templates of the five families the engine runs must
-all agree; a template that uses a construct we leave out is listed in REFUSED
-with the construct, and we must refuse it with an error naming it.
+carry its message. Every template agrees on every context, the templates of
+the five families the engine runs first among them: none needs a construct we
+leave out (those are refused by name; test_chat_template_conformance.py's
+LEFT_OUT lists them).
 
 `python tests/tokenizer/test_real_chat_templates.py` prints the counts per
 template.
@@ -52,10 +53,6 @@ FAMILIES = {
     "qwen3": ["Qwen-Qwen3-0.6B"],
     "phi3": ["microsoft-Phi-3.5-mini-instruct"],
 }
-
-# Templates that use a construct the interpreter leaves out: we refuse them
-# with an error naming it. {template: construct as the error names it}.
-REFUSED = {}
 
 TOOLS = [
     {"type": "function", "function": {
@@ -279,22 +276,15 @@ def test_family_templates_render_like_jinja2(renderings):
 def test_every_real_template_renders_like_jinja2(renderings):
     templates, ctxs, want, got = renderings
     problems = []
+    identical = 0
     for name in templates:
-        if name not in REFUSED:
-            problems += compare(name, want[name], got[name], ctxs[name])[2]
+        same, _, p = compare(name, want[name], got[name], ctxs[name])
+        problems += p
+        identical += same
+        # Each template is exercised, not only refused: at least a third of its contexts render.
+        assert same * 3 >= len(ctxs[name]) or p, (name, same)
     assert not problems, f"{len(problems)} disagreements:\n" + "\n".join(problems[:40])
-    assert sum(len(c) for c in ctxs.values()) >= 5000
-
-
-def test_left_out_constructs_are_refused_by_name(renderings):
-    templates, ctxs, want, got = renderings
-    for name, construct in REFUSED.items():
-        assert name in templates
-        for (cname, _), w, g in zip(ctxs[name], want[name], got[name]):
-            assert "error" in g, f"{name} {cname}: rendered although it uses {construct}"
-            assert construct in g["error"], f"{name} {cname}: {g['error']!r} does not name {construct!r}"
-        # The construct is really reached: jinja2 renders some of these contexts.
-        assert any("text" in w for w in want[name]), name
+    assert identical >= 4500
 
 
 def main():
