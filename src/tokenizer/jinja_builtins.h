@@ -60,7 +60,8 @@ struct TemplateRaised {
 // `limits`); obj[start:stop:step] (a null bound is omitted); the global functions range,
 // namespace, dict, raise_exception (throws TemplateRaised) and strftime_now (`now` in UTC when
 // given, else the clock in local time); and the nesting bound on the lists and dicts a template builds.
-Value binary_op(const std::string& op, const Value& l, const Value& r, uint32_t pos, const BuiltinLimits& limits);
+Value binary_op(const std::string& op, const Value& l, const Value& r, uint32_t pos,
+                const BuiltinLimits& limits);
 Value slice_of(const Value& obj, const Value* const bounds[3], uint32_t pos);
 Value call_global(const std::string& name, const Args& args, uint32_t pos, std::optional<std::time_t> now);
 Value checked_depth(Value v, uint32_t pos);

@@ -124,19 +124,21 @@ Value sort_list(List items, bool reverse, bool case_sensitive, const Value* attr
 
 // jinja2 3.1's built-in filters and tests, with transformers' tojson.
 constexpr std::string_view kJinja2Filters[] = {
-    "abs",     "attr",   "batch", "capitalize", "center",     "count",       "d",          "default",
-    "dictsort", "e",     "escape", "filesizeformat", "first", "float",       "forceescape", "format",
-    "groupby", "indent", "int",   "items",      "join",       "last",        "length",     "list",
-    "lower",   "map",    "max",   "min",        "pprint",     "random",      "reject",     "rejectattr",
-    "replace", "reverse", "round", "safe",      "select",     "selectattr",  "slice",      "sort",
-    "string",  "striptags", "sum", "title",     "tojson",     "trim",        "truncate",   "unique",
-    "upper",   "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr"};
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
 constexpr std::string_view kJinja2Tests[] = {
-    "!=",       "<",        "<=",      "==",     ">",       ">=",       "boolean", "callable", "defined",
-    "divisibleby", "eq",    "equalto", "escaped", "even",   "false",    "filter",  "float",    "ge",
-    "greaterthan", "gt",    "in",      "integer", "iterable", "le",     "lessthan", "lower",   "lt",
-    "mapping",  "ne",       "none",    "number",  "odd",     "sameas",  "sequence", "string",  "test",
-    "true",     "undefined", "upper"};
+    "!=",       "<",           "<=",          "==",      ">",       ">=",        "boolean",  "callable",
+    "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",      "false",    "filter",
+    "float",    "ge",          "greaterthan", "gt",      "in",      "integer",   "iterable", "le",
+    "lessthan", "lower",       "lt",          "mapping", "ne",      "none",      "number",   "odd",
+    "sameas",   "sequence",    "string",      "test",    "true",    "undefined", "upper"};
 
 }  // namespace
 
@@ -254,7 +256,8 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
         v.kind == Kind::kDict || v.is_undefined() || (v.kind == Kind::kList && !v.is_iterator());
     List items = iterate(v, pos);
     std::reverse(items.begin(), items.end());
-    return reversible ? Value::make_seq(std::move(items), ListForm::kReversed) : Value::make_list(std::move(items));
+    return reversible ? Value::make_seq(std::move(items), ListForm::kReversed)
+                      : Value::make_list(std::move(items));
   }
   if (name == "join") {
     List items = iterate(v, pos);
@@ -443,7 +446,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
   if (name == "indent") {
     if (v.is_undefined()) fail_undefined();
     return keep_markup(indent(need_string(), a.get(0, "width"), flag(a.get(1, "first"), false),
-                                flag(a.get(2, "blank"), false), pos));
+                              flag(a.get(2, "blank"), false), pos));
   }
   if (name == "center") {
     Str s = need_string();

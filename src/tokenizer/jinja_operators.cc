@@ -15,7 +15,9 @@ namespace {
 double dbl(const Value& v) {
   return v.kind == Kind::kFloat ? v.f : static_cast<double>(v.kind == Kind::kBool ? v.b : v.i);
 }
-int64_t whole(const Value& v) { return v.kind == Kind::kBool ? v.b : v.i; }
+int64_t whole(const Value& v) {
+  return v.kind == Kind::kBool ? v.b : v.i;
+}
 
 Value repeat(const Value& seq, int64_t times, uint32_t pos, const BuiltinLimits& limits) {
   if (times <= 0) return seq.is_string() ? Value::template_string("") : Value::make_seq({}, seq.form);
@@ -142,7 +144,6 @@ Value binary_op(const std::string& op, const Value& l, const Value& r, uint32_t 
   return Value::undefined();
 }
 
-
 Value slice_of(const Value& obj, const Value* const bounds[3], uint32_t pos) {
   int64_t bound[3] = {0, 0, 1};
   bool given[3] = {false, false, false};
@@ -179,9 +180,9 @@ Value slice_of(const Value& obj, const Value* const bounds[3], uint32_t pos) {
   return r;
 }
 
-
 Value checked_depth(Value v, uint32_t pos) {
-  if (v.depth > kMaxValueDepth) fail(pos, "a list or dict nests deeper than " + std::to_string(kMaxValueDepth));
+  if (v.depth > kMaxValueDepth)
+    fail(pos, "a list or dict nests deeper than " + std::to_string(kMaxValueDepth));
   return v;
 }
 
@@ -241,6 +242,5 @@ Value call_global(const std::string& name, const Args& a, uint32_t pos, std::opt
   }
   fail(pos, "unknown function '" + name + "'");
 }
-
 
 }  // namespace nanoserve::jinja

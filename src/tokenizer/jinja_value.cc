@@ -108,7 +108,8 @@ bool equal(const Value& a, const Value& b) {
       // A list never equals a tuple; iterators and dict values equal only themselves; dict items and
       // keys compare as sets.
       if (a.is_sequence() != b.is_sequence() || (!a.is_sequence() && a.form != b.form)) return false;
-      if (a.is_iterator() || a.form == ListForm::kDictValues) return a.list == b.list && a.consumed == b.consumed;
+      if (a.is_iterator() || a.form == ListForm::kDictValues)
+        return a.list == b.list && a.consumed == b.consumed;
       if (a.form != b.form) return false;
       if (a.list->size() != b.list->size()) return false;
       if (a.form == ListForm::kDictItems || a.form == ListForm::kDictKeys) {
@@ -346,14 +347,13 @@ Value html_escape(const Value& v) {
   return r;
 }
 
-
 namespace {
 
 void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
   out += '"';
   for (size_t k = 0; k < s.size(); ++k) {
     const unsigned char c = static_cast<unsigned char>(s[k]);
-    if (ensure_ascii && c >= 0x80) {
+    if (ensure_ascii && c >= 0x7F) {  // json.dumps escapes all but ' '..'~' then
       auto [cp, n] = decode_at(s, k);
       k += n - 1;
       char buf[16];
@@ -452,8 +452,8 @@ bool json_value(const Value& v, const JsonOptions& o, int depth, std::string& ou
         // Python sorts the keys themselves: strings among strings, numbers among numbers.
         for (const auto* kv : items) {
           const Value& k0 = items[0]->first;
-          const bool ok = (k0.is_string() && kv->first.is_string()) ||
-                          (k0.is_number() && kv->first.is_number());
+          const bool ok =
+              (k0.is_string() && kv->first.is_string()) || (k0.is_number() && kv->first.is_number());
           if (!ok) {
             error = std::string("'<' not supported between instances of '") + type_name(kv->first) +
                     "' and '" + type_name(k0) + "'";

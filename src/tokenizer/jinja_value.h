@@ -98,8 +98,8 @@ struct Value {
   std::shared_ptr<Dict> dict;  // kDict (never mutated once shared) and kNamespace (mutable)
   std::shared_ptr<const Callable> fn;
   std::shared_ptr<const LoopState> loop;
-  std::string undefined_hint;  // kUndefined: what was looked up, for error messages
-  uint32_t depth = 0;          // kList, kDict: nesting (1 + the deepest item's), bounded by the renderer
+  std::string undefined_hint;       // kUndefined: what was looked up, for error messages
+  uint32_t depth = 0;               // kList, kDict: nesting (1 + the deepest item's), bounded by the renderer
   ListForm form = ListForm::kList;  // kList
   // kString: a markupsafe Markup (from |safe, |escape): `+` with a plain string escapes that
   // string's HTML, and the string filters that return Markup keep the mark.
@@ -165,7 +165,9 @@ struct Value {
   bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
   bool is_mapping() const { return kind == Kind::kDict || kind == Kind::kNamespace; }
   // A list or tuple proper (indexable, JSON, printable), not an iterator or a dict view.
-  bool is_sequence() const { return kind == Kind::kList && (form == ListForm::kList || form == ListForm::kTuple); }
+  bool is_sequence() const {
+    return kind == Kind::kList && (form == ListForm::kList || form == ListForm::kTuple);
+  }
   bool is_iterator() const {
     return kind == Kind::kList && (form == ListForm::kGenerator || form == ListForm::kReversed);
   }

@@ -304,7 +304,7 @@ add("markup_filters", "{{ ('<x>'|safe)[1:] + '<' }} {{ ('<x>'|safe)[0] + '<' }} 
 add("markup_in_set", "{% set y = '<x>'|safe %}{% set z = y + '&' %}{{ z + '\"' }}")
 add("markup_tool_line", "{% for t in tools %}{{ \"Use '\"|safe + t.name + \"' to '\"|safe + t.description + "
     "\"'\\n\"|safe + t|tojson }}{% endfor %}")
-add("tojson_options", "{{ {'a': 'é', 'b': '😀'}|tojson(ensure_ascii=True) }} {{ {'b': 1, 'a': {'d': 2, 'c': 3}}|tojson(sort_keys=True) }} "
+add("tojson_options", "{{ {'a': 'é\x7f\u2028', 'b': '😀'}|tojson(ensure_ascii=True) }} {{ {'b': 1, 'a': {'d': 2, 'c': 3}}|tojson(sort_keys=True) }} "
     "{{ {'b': 1, 'a': 2}|tojson(indent=2, sort_keys=true) }} {{ d|tojson(separators=(',', ':')) }} "
     "{{ d|tojson(indent=1, separators=(',', ' = ')) }} {{ d|tojson(ensure_ascii=false) }}")
 add("unknown_filter_in_if", "{% if false %}{{ 1|nope }}{% endif %}{{ (1|nope) if false else 2 }}"
