@@ -4,12 +4,15 @@
 // add_generation_prompt, bos_token, ...; every key becomes a variable) and
 // prints the text. The template is --template (a file, or the template text
 // itself), else the model's. With --jsonl, reads one {"template": str,
-// "context": object} per stdin line and answers each with {"text": str} or
-// {"error": str} on one line: the conformance suite drives it this way.
+// "context": object[, "now": seconds since the epoch]} per stdin line and
+// answers each with {"text": str} or {"error": str} on one line: the
+// conformance suites drive it this way ("now" fixes strftime_now's time, in
+// UTC; a line without "template" renders the line before's, compiled once).
 
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -33,9 +36,8 @@ struct RenderArgs {
   bool jsonl = false;
 };
 
-StatusOr<std::string> render(const std::string& source, const ojson& context) {
-  auto t = jinja::Template::compile(source);
-  if (!t.ok()) return t.status();
+StatusOr<std::string> render(const jinja::Template& t, const ojson& context,
+                             std::optional<std::time_t> now = std::nullopt) {
   if (!context.is_object()) return invalid_argument("the context must be a JSON object");
   jinja::Variables vars;
   for (const auto& [k, v] : context.items()) {
@@ -43,18 +45,36 @@ StatusOr<std::string> render(const std::string& source, const ojson& context) {
     if (!jinja::from_json(v, /*caller=*/true, x)) return invalid_argument(k + ": nested too deeply");
     vars.emplace_back(k, std::move(x));
   }
-  auto out = t->render(vars);
+  auto out = t.render(vars, {}, now);
   if (!out.ok()) return out.status();
   return out->text;
 }
 
+StatusOr<std::string> render(const std::string& source, const ojson& context) {
+  auto t = jinja::Template::compile(source);
+  if (!t.ok()) return t.status();
+  return render(*t, context);
+}
+
 int run_jsonl() {
   std::string line;
+  std::string last_source;
+  std::optional<StatusOr<jinja::Template>> last;  // the compiled last_source
   while (std::getline(std::cin, line)) {
     ojson reply;
     try {
       ojson req = ojson::parse(line);
-      auto out = render(req.at("template").get<std::string>(), req.value("context", ojson::object()));
+      if (req.contains("template") || !last) {
+        std::string source = req.at("template").get<std::string>();
+        if (!last || source != last_source) {
+          last.emplace(jinja::Template::compile(source));
+          last_source = std::move(source);
+        }
+      }
+      std::optional<std::time_t> now;
+      if (req.contains("now")) now = req.at("now").get<int64_t>();
+      StatusOr<std::string> out = last->ok() ? render(**last, req.value("context", ojson::object()), now)
+                                             : StatusOr<std::string>(last->status());
       if (out.ok()) {
         reply["text"] = *out;
       } else {

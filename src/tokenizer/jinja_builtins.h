@@ -4,6 +4,8 @@
 // jinja_filters.cc (filters, tests) and jinja_methods.cc (methods, string helpers).
 
 #include <cstdint>
+#include <ctime>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,13 +14,6 @@
 #include "tokenizer/jinja_value.h"
 
 namespace nanoserve::jinja {
-
-// A render failure at a byte offset of the source; thrown inside the renderer and
-// turned into a Status (with line and column) at its boundary.
-struct RenderError {
-  uint32_t pos;
-  std::string what;
-};
 
 struct Stmt;
 
@@ -54,6 +49,28 @@ struct BuiltinLimits {
   size_t max_string_bytes = size_t{16} << 20;
   size_t max_list_items = size_t{1} << 20;
 };
+
+// raise_exception(msg) from the template: reported as the template's own message.
+struct TemplateRaised {
+  uint32_t pos;
+  std::string message;
+};
+
+// jinja_operators.cc: Python's + - * / // % ** and Jinja's ~ (strings and lists bounded by
+// `limits`); obj[start:stop:step] (a null bound is omitted); the global functions range,
+// namespace, dict, raise_exception (throws TemplateRaised) and strftime_now (`now` in UTC when
+// given, else the clock in local time); and the nesting bound on the lists and dicts a template builds.
+Value binary_op(const std::string& op, const Value& l, const Value& r, uint32_t pos,
+                const BuiltinLimits& limits);
+Value slice_of(const Value& obj, const Value* const bounds[3], uint32_t pos);
+Value call_global(const std::string& name, const Args& args, uint32_t pos, std::optional<std::time_t> now);
+Value checked_depth(Value v, uint32_t pos);
+
+// Whether jinja2 has a filter or test of this name (whether or not we implement it): jinja2
+// refuses an unknown one when it compiles the template, unless it sits in an if or a
+// conditional expression, where it fails only when reached.
+bool jinja2_has_filter(std::string_view name);
+bool jinja2_has_test(std::string_view name);
 
 Value call_filter(const std::string& name, const Value& input, const Args& args, uint32_t pos,
                   const BuiltinLimits& limits);

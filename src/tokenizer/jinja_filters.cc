@@ -42,30 +42,6 @@ Value fold(const Value& v, bool case_sensitive) {
   return Value::string(lower(*v.s));
 }
 
-Value html_escape(const Value& v) {
-  Str s = to_str(v), out;
-  for (size_t k = 0; k < s.text.size(); ++k) {
-    const char* rep = nullptr;
-    switch (s.text[k]) {
-      case '&': rep = "&amp;"; break;
-      case '<': rep = "&lt;"; break;
-      case '>': rep = "&gt;"; break;
-      case '"': rep = "&#34;"; break;
-      case '\'': rep = "&#39;"; break;
-      default: break;
-    }
-    if (rep == nullptr) {
-      out.append(s.sub(k, 1));
-    } else {
-      Str r = s.sub(k, 1);
-      r.text = rep;
-      if (!r.caller.empty()) r.caller = {{0u, static_cast<uint32_t>(r.text.size())}};
-      out.append(r);
-    }
-  }
-  return Value::string(std::move(out));
-}
-
 // Python's int(str): optional blanks and sign, digits with '_' between them.
 bool parse_int(std::string_view s, int64_t& out) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -146,25 +122,65 @@ Value sort_list(List items, bool reverse, bool case_sensitive, const Value* attr
   return Value::make_list(std::move(items));
 }
 
+// jinja2 3.1's built-in filters and tests, with transformers' tojson.
+constexpr std::string_view kJinja2Filters[] = {
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
+constexpr std::string_view kJinja2Tests[] = {
+    "!=",       "<",           "<=",          "==",      ">",       ">=",        "boolean",  "callable",
+    "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",      "false",    "filter",
+    "float",    "ge",          "greaterthan", "gt",      "in",      "integer",   "iterable", "le",
+    "lessthan", "lower",       "lt",          "mapping", "ne",      "none",      "number",   "odd",
+    "sameas",   "sequence",    "string",      "test",    "true",    "undefined", "upper"};
+
 }  // namespace
+
+bool jinja2_has_filter(std::string_view name) {
+  return std::find(std::begin(kJinja2Filters), std::end(kJinja2Filters), name) != std::end(kJinja2Filters);
+}
+
+bool jinja2_has_test(std::string_view name) {
+  return std::find(std::begin(kJinja2Tests), std::end(kJinja2Tests), name) != std::end(kJinja2Tests);
+}
 
 Value call_filter(const std::string& name, const Value& v, const Args& a, uint32_t pos,
                   const BuiltinLimits& limits) {
   const Value* a0 = a.get(0, "");
-  auto need_string = [&]() -> Str {
-    if (v.is_undefined())
-      fail(pos, name + ": " + (v.undefined_hint.empty() ? "the value is undefined" : v.undefined_hint));
-    return to_str(v);
+  // The string filters take str(value), so an undefined value is "" (indent, which adds to its
+  // input, and int/float, which convert it, fail on it as jinja2 does).
+  auto need_string = [&]() -> Str { return to_str(v); };
+  auto fail_undefined = [&]() {
+    fail(pos, name + ": " + (v.undefined_hint.empty() ? "the value is undefined" : v.undefined_hint));
   };
-  if (name == "safe") return v;
-  if (name == "trim") return Value::string(strip(need_string(), a.get(0, "chars"), 'b'));
-  if (name == "upper") return Value::string(upper(need_string()));
-  if (name == "lower") return Value::string(lower(need_string()));
+  // map, select, reject, selectattr, rejectattr: jinja2 iterates only a true value (none: nothing).
+  auto items_if_true = [&]() { return truthy(v) ? iterate(v, pos) : List{}; };
+  // The filters that return a Markup for a Markup (markupsafe's own str methods).
+  auto keep_markup = [&](Str s) {
+    Value r = Value::string(std::move(s));
+    r.markup = v.is_string() && v.markup;
+    return r;
+  };
+  if (name == "safe") {
+    Value r = Value::string(to_str(v));
+    r.markup = true;
+    return r;
+  }
+  if (name == "trim") return keep_markup(strip(need_string(), a.get(0, "chars"), 'b'));
+  if (name == "upper") return keep_markup(upper(need_string()));
+  if (name == "lower") return keep_markup(lower(need_string()));
   if (name == "title") return Value::string(title(need_string(), false));
-  if (name == "capitalize") return Value::string(capitalize(need_string()));
-  if (name == "string") return Value::string(to_str(v));
+  if (name == "capitalize") return keep_markup(capitalize(need_string()));
+  if (name == "string") return keep_markup(to_str(v));
   if (name == "length" || name == "count") return Value::integer(length(v, pos));
   if (name == "e" || name == "escape") return html_escape(v);
+  if (name == "forceescape") return html_escape(Value::string(to_str(v)));
   if (name == "default" || name == "d") {
     bool use = v.is_undefined() || (flag(a.get(1, "boolean"), false) && !truthy(v));
     if (!use) return v;
@@ -172,21 +188,31 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     return d ? *d : Value::template_string("");
   }
   if (name == "tojson") {
+    // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
+    static constexpr const char* kParams[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
     for (const auto& [k, x] : a.keyword) {
-      if (k == "ensure_ascii" && !truthy(x)) continue;
-      if (k == "sort_keys" && !truthy(x)) continue;
-      if (k == "separators" && x.kind == Kind::kNone) continue;
-      if (k != "indent") fail(pos, "tojson: the argument '" + k + "' is not supported (only indent)");
+      if (std::find(std::begin(kParams), std::end(kParams), k) == std::end(kParams))
+        fail(pos, "tojson: unexpected keyword argument '" + k + "'");
     }
-    const Value* ind = a.get(0, "indent");
-    int indent = -1;
+    if (a.positional.size() > 4) fail(pos, "tojson: too many arguments");
+    JsonOptions o;
+    o.ensure_ascii = flag(a.get(0, "ensure_ascii"), false);
+    const Value* ind = a.get(1, "indent");
     if (ind != nullptr && ind->kind != Kind::kNone) {
       if (ind->kind != Kind::kInt || ind->i < 0 || ind->i > 64)
         fail(pos, "tojson: indent must be an integer in [0, 64]");
-      indent = static_cast<int>(ind->i);
+      o.indent = static_cast<int>(ind->i);
     }
+    const Value* seps = a.get(2, "separators");
+    if (seps != nullptr && seps->kind != Kind::kNone) {
+      if (!seps->is_sequence() || seps->list->size() != 2 || !(*seps->list)[0].is_string() ||
+          !(*seps->list)[1].is_string())
+        fail(pos, "tojson: separators must be a pair of strings");
+      o.separators.emplace((*seps->list)[0].text(), (*seps->list)[1].text());
+    }
+    o.sort_keys = flag(a.get(3, "sort_keys"), false);
     std::string out, error;
-    if (!to_json(v, indent, out, error)) fail(pos, "tojson: " + error);
+    if (!to_json(v, o, out, error)) fail(pos, "tojson: " + error);
     Str s;  // JSON of the caller's data is the caller's text
     if (to_str(v).any_caller()) {
       s.append_caller(out);
@@ -196,26 +222,42 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     return Value::string(std::move(s));
   }
   if (name == "items") {
-    if (v.is_undefined()) return Value::make_list({});
-    if (!v.is_mapping()) fail(pos, "items: expected a mapping, got " + std::string(type_name(v)));
-    return call_method(Value::make_dict(*v.dict), "items", {}, pos, limits);
+    if (v.is_undefined()) return Value::make_seq({}, ListForm::kGenerator);
+    if (v.kind != Kind::kDict) fail(pos, "items: Can only get item pairs from a mapping.");
+    List out;
+    for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({k, x}));
+    return Value::make_seq(std::move(out), ListForm::kGenerator);
   }
   if (name == "list") return Value::make_list(iterate(v, pos));
-  if (name == "first" || name == "last") {
+  if (name == "first") {
+    if (v.is_iterator()) {  // next(): takes one item
+      if (*v.consumed >= v.list->size()) return Value::undefined("No first item, sequence was empty.");
+      return (*v.list)[(*v.consumed)++];
+    }
     List items = iterate(v, pos);
-    if (items.empty()) return Value::undefined("No " + name + " item, sequence was empty.");
-    return name == "first" ? items.front() : items.back();
+    if (items.empty()) return Value::undefined("No first item, sequence was empty.");
+    return items.front();
+  }
+  if (name == "last") {
+    if (v.is_iterator()) fail(pos, std::string("'") + type_name(v) + "' object is not reversible");
+    List items = iterate(v, pos);
+    if (items.empty()) return Value::undefined("No last item, sequence was empty.");
+    return items.back();
   }
   if (name == "reverse") {
     if (v.is_string()) {
       List chars = iterate(v, pos);
       Str out;
       for (auto it = chars.rbegin(); it != chars.rend(); ++it) out.append(*it->s);
-      return Value::string(std::move(out));
+      return keep_markup(std::move(out));
     }
+    // reversed(x) where Python has it (an iterator), else list(x) reversed.
+    const bool reversible =
+        v.kind == Kind::kDict || v.is_undefined() || (v.kind == Kind::kList && !v.is_iterator());
     List items = iterate(v, pos);
     std::reverse(items.begin(), items.end());
-    return Value::make_list(std::move(items));
+    return reversible ? Value::make_seq(std::move(items), ListForm::kReversed)
+                      : Value::make_list(std::move(items));
   }
   if (name == "join") {
     List items = iterate(v, pos);
@@ -231,7 +273,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     return Value::string(std::move(out));
   }
   if (name == "map") {
-    List items = iterate(v, pos), out;
+    List items = items_if_true(), out;
     const Value* attr = a.get(99, "attribute");
     if (attr != nullptr) {
       const Value* dflt = a.get(99, "default");
@@ -244,12 +286,12 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
       Args rest{{a.positional.begin() + 1, a.positional.end()}, a.keyword};
       for (const Value& x : items) out.push_back(call_filter(a0->text(), x, rest, pos, limits));
     }
-    return Value::make_list(std::move(out));
+    return Value::make_seq(std::move(out), ListForm::kGenerator);
   }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
     const bool attr_form = name.size() > 6;
     const bool keep = name[0] == 's';
-    List items = iterate(v, pos), out;
+    List items = items_if_true(), out;
     size_t first = attr_form ? 1 : 0;
     if (attr_form && a0 == nullptr) fail(pos, name + ": expected an attribute name");
     const Value* test = a.get(first, "");
@@ -262,21 +304,21 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
                     : call_test(test->is_string() ? test->text() : std::string("?"), y, rest, pos);
       if (ok == keep) out.push_back(x);
     }
-    return Value::make_list(std::move(out));
+    return Value::make_seq(std::move(out), ListForm::kGenerator);
   }
   if (name == "unique") {
     const bool cs = flag(a.get(0, "case_sensitive"), false);
     const Value* attr = a.get(1, "attribute");
-    List out, seen;
-    if (length(v, pos) > 10000) fail(pos, "unique: more than 10000 items");  // the scan below is quadratic
-    for (const Value& x : iterate(v, pos)) {
+    List out, seen, items = iterate(v, pos);
+    if (items.size() > 10000) fail(pos, "unique: more than 10000 items");  // the scan below is quadratic
+    for (const Value& x : items) {
       Value k = fold(attr ? attribute_path(x, *attr, pos) : x, cs);
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); })) {
         seen.push_back(k);
         out.push_back(x);
       }
     }
-    return Value::make_list(std::move(out));
+    return Value::make_seq(std::move(out), ListForm::kGenerator);
   }
   if (name == "dictsort") {
     if (!v.is_mapping()) fail(pos, "dictsort: expected a mapping");
@@ -331,6 +373,7 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     }
     return total;
   }
+  if ((name == "int" || name == "float") && v.is_undefined()) fail_undefined();
   if (name == "int") {
     const Value* d = a.get(0, "default");
     Value dflt = d ? *d : Value::integer(0);
@@ -401,8 +444,9 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     return Value::string(replace(need_string(), to_str(*from), to_str(*to), n, limits, pos));
   }
   if (name == "indent") {
-    return Value::string(indent(need_string(), a.get(0, "width"), flag(a.get(1, "first"), false),
-                                flag(a.get(2, "blank"), false), pos));
+    if (v.is_undefined()) fail_undefined();
+    return keep_markup(indent(need_string(), a.get(0, "width"), flag(a.get(1, "first"), false),
+                              flag(a.get(2, "blank"), false), pos));
   }
   if (name == "center") {
     Str s = need_string();
@@ -410,12 +454,12 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     int64_t width = w == nullptr ? 80 : w->kind == Kind::kInt ? w->i : 80;
     int64_t n = static_cast<int64_t>(utf8_length(s.text));
     if (width > 4096) fail(pos, "center: width above 4096");
-    if (width <= n) return Value::string(std::move(s));
+    if (width <= n) return keep_markup(std::move(s));
     int64_t left = (width - n) / 2 + ((width - n) & width & 1);
     Str out{std::string(static_cast<size_t>(left), ' '), {}};
     out.append(s);
     out.append_template(std::string(static_cast<size_t>(width - n - left), ' '));
-    return Value::string(std::move(out));
+    return keep_markup(std::move(out));
   }
   if (name == "attr") {
     if (a0 == nullptr || !a0->is_string()) fail(pos, "attr: expected an attribute name");
@@ -431,7 +475,8 @@ Value call_filter(const std::string& name, const Value& v, const Args& a, uint32
     }
     return Value::integer(n);
   }
-  fail(pos, "unknown filter '" + name + "'");
+  if (jinja2_has_filter(name)) fail(pos, "the filter '" + name + "' is not supported");
+  fail(pos, "no filter named '" + name + "'");
 }
 
 bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t pos) {
@@ -454,7 +499,7 @@ bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t 
   if (name == "mapping") return v.kind == Kind::kDict;
   if (name == "iterable")
     return v.kind == Kind::kList || v.kind == Kind::kDict || v.is_string() || v.is_undefined();
-  if (name == "sequence") return v.kind == Kind::kList || v.kind == Kind::kDict || v.is_string();
+  if (name == "sequence") return v.is_sequence() || v.kind == Kind::kDict || v.is_string();
   if (name == "number") return v.is_number();
   if (name == "integer") return v.kind == Kind::kInt;
   if (name == "float") return v.kind == Kind::kFloat;
@@ -482,6 +527,12 @@ bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t 
       return c.text().find(v.text()) != std::string::npos;
     }
     if (c.kind == Kind::kDict) return c.dict->find(v) != nullptr;
+    if (c.is_iterator()) {  // consumed up to the match
+      while (*c.consumed < c.list->size()) {
+        if (equal((*c.list)[(*c.consumed)++], v)) return true;
+      }
+      return false;
+    }
     for (const Value& x : iterate(c, pos)) {
       if (equal(x, v)) return true;
     }
@@ -511,8 +562,9 @@ bool call_test(const std::string& name, const Value& v, const Args& a, uint32_t 
     }
     return any;
   }
-  if (name == "escaped") return false;
-  fail(pos, "unknown test '" + name + "'");
+  if (name == "escaped") return v.is_string() && v.markup;  // has __html__: a Markup
+  if (jinja2_has_test(name)) fail(pos, "the test '" + name + "' is not supported");
+  fail(pos, "no test named '" + name + "'");
 }
 
 }  // namespace nanoserve::jinja

@@ -67,7 +67,7 @@ bool is_method(const Value& self, std::string_view name) {
   switch (self.kind) {
     case Kind::kString: return in(kStr);
     case Kind::kDict: return in(kDict);
-    case Kind::kList: return in(kList);
+    case Kind::kList: return self.is_sequence() && in(kList);
     case Kind::kLoop: return name == "cycle";
     default: return false;
   }
@@ -110,6 +110,9 @@ Value get_item(const Value& obj, const Value& key, uint32_t pos) {
   if (obj.is_undefined()) fail_undefined(obj, pos);
   if (obj.kind == Kind::kDict || obj.kind == Kind::kNamespace) {
     if (const Value* v = obj.dict->find(key)) return *v;
+  } else if (obj.kind == Kind::kList && !obj.is_sequence()) {
+    // An iterator or a dict view: Python's subscript fails, and Jinja makes that undefined.
+    return Value::undefined(std::string("'") + type_name(obj) + "' object is not subscriptable");
   } else if ((obj.kind == Kind::kList || obj.kind == Kind::kString) &&
              (key.kind == Kind::kInt || key.kind == Kind::kBool)) {
     int64_t i = as_index(key);
@@ -122,7 +125,11 @@ Value get_item(const Value& obj, const Value& key, uint32_t pos) {
     std::vector<size_t> b = boundaries(obj.text());
     int64_t n = static_cast<int64_t>(b.size()) - 1;
     if (i < 0) i += n;
-    if (i >= 0 && i < n) return Value::string(obj.s->sub(b[i], b[i + 1] - b[i]));
+    if (i >= 0 && i < n) {
+      Value c = Value::string(obj.s->sub(b[i], b[i + 1] - b[i]));
+      c.markup = obj.markup;
+      return c;
+    }
     return Value::undefined(kind_object(obj) + " has no element " + std::to_string(as_index(key)));
   }
   if (key.is_string()) return get_attr(obj, key.text(), pos);
@@ -132,7 +139,12 @@ Value get_item(const Value& obj, const Value& key, uint32_t pos) {
 List iterate(const Value& v, uint32_t pos) {
   switch (v.kind) {
     case Kind::kUndefined: return {};
-    case Kind::kList: return *v.list;
+    case Kind::kList: {
+      if (!v.consumed) return *v.list;
+      List rest(v.list->begin() + static_cast<ptrdiff_t>(*v.consumed), v.list->end());  // what is left
+      *v.consumed = v.list->size();
+      return rest;
+    }
     case Kind::kDict: {
       List keys;
       for (const auto& kv : v.dict->items) keys.push_back(kv.first);
@@ -158,7 +170,7 @@ bool less(const Value& a, const Value& b, uint32_t pos) {
     return d(a) < d(b);
   }
   if (a.is_string() && b.is_string()) return a.text() < b.text();
-  if (a.kind == Kind::kList && b.kind == Kind::kList) {
+  if (a.is_sequence() && b.is_sequence() && a.form == b.form) {
     const List &x = *a.list, &y = *b.list;
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
       if (!equal(x[k], y[k])) return less(x[k], y[k], pos);
@@ -173,10 +185,13 @@ int64_t length(const Value& v, uint32_t pos) {
   switch (v.kind) {
     case Kind::kUndefined: return 0;
     case Kind::kString: return static_cast<int64_t>(utf8_length(v.text()));
-    case Kind::kList: return static_cast<int64_t>(v.list->size());
+    case Kind::kList:
+      if (v.is_iterator()) break;
+      return static_cast<int64_t>(v.list->size());
     case Kind::kDict: return static_cast<int64_t>(v.dict->items.size());
-    default: fail(pos, std::string("object of type '") + type_name(v) + "' has no len()");
+    default: break;
   }
+  fail(pos, std::string("object of type '") + type_name(v) + "' has no len()");
 }
 
 Str strip(const Str& s, const Value* chars, char which) {
@@ -277,7 +292,7 @@ bool starts_or_ends(const Value& self, const Value& arg, bool ends, uint32_t pos
     return ends ? t.size() >= x.size() && t.compare(t.size() - x.size(), x.size(), x) == 0
                 : t.rfind(x, 0) == 0;
   };
-  if (arg.kind == Kind::kList) {
+  if (arg.kind == Kind::kList && arg.form == ListForm::kTuple) {  // Python takes a tuple, not a list
     for (const Value& p : *arg.list) {
       if (one(p)) return true;
     }
@@ -339,6 +354,11 @@ int64_t int_arg(const Value* v, int64_t dflt, uint32_t pos, const char* what) {
 Value call_method(const Value& self, const std::string& name, const Args& a, uint32_t pos,
                   const BuiltinLimits& limits) {
   const Value* a0 = a.get(0, "");
+  if (self.kind == Kind::kString && self.markup) {
+    // Markup's methods escape their arguments and return Markup; none of the templates we know
+    // calls one, so they are refused rather than approximated.
+    fail(pos, "the method '" + name + "' of a markup string (from |safe or |escape) is not supported");
+  }
   if (self.kind == Kind::kString) {
     const Str& s = *self.s;
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
@@ -443,7 +463,9 @@ Value call_method(const Value& self, const std::string& name, const Args& a, uin
         out.push_back(name == "keys" ? k : v);
       }
     }
-    return Value::make_list(std::move(out));
+    return Value::make_seq(std::move(out), name == "items"  ? ListForm::kDictItems
+                                           : name == "keys" ? ListForm::kDictKeys
+                                                            : ListForm::kDictValues);
   }
   if (self.kind == Kind::kList) {
     if (a0 == nullptr) fail(pos, name + "() takes exactly one argument");

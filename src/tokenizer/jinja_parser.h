@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "tokenizer/jinja_ast.h"
@@ -16,6 +17,11 @@ namespace nanoserve::jinja {
 // Nesting of expressions and blocks the parser accepts; deeper input is an error, not a stack overflow.
 inline constexpr int kMaxParseDepth = 200;
 
+// Parses, then refuses what jinja2 refuses when it compiles (a filter or test it does not have,
+// outside an if) and macros that read varargs, kwargs or caller.
 StatusOr<Body> parse(const Lexed& lexed);
+
+// Appends every name `body` reads as a variable (with repeats).
+void collect_names(const Body& body, std::vector<std::string>& out);
 
 }  // namespace nanoserve::jinja

@@ -12,12 +12,6 @@ namespace nanoserve::jinja {
 
 namespace {
 
-// raise_exception(msg) from the template: reported as the template's own message.
-struct TemplateRaised {
-  uint32_t pos;
-  std::string message;
-};
-
 enum class Flow { kNormal, kBreak, kContinue };
 
 using Clock = std::chrono::steady_clock;
@@ -26,7 +20,8 @@ const char* const kGlobals[] = {"range", "namespace", "dict", "raise_exception",
 
 class Renderer {
  public:
-  Renderer(const Variables& vars, const RenderLimits& limits) : vars_(vars), limits_(limits) {
+  Renderer(const Variables& vars, const RenderLimits& limits, std::optional<std::time_t> now)
+      : vars_(vars), limits_(limits), now_(now) {
     builtin_limits_.max_string_bytes = limits.max_output_bytes;
     frames_.emplace_back();
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -44,6 +39,7 @@ class Renderer {
  private:
   struct Nest {
     Nest(Renderer& r, uint32_t pos) : r_(r) {
+      r_.pos_ = pos;
       if (++r_.nesting_ > r_.limits_.max_nesting)
         fail(pos, "nesting deeper than " + std::to_string(r_.limits_.max_nesting) + " (max_nesting)");
       if (++r_.steps_ > r_.limits_.max_steps)
@@ -236,18 +232,30 @@ class Renderer {
       case ExprKind::kTuple: {
         List l;
         for (const ExprPtr& x : e.args) l.push_back(eval(*x));
-        Value v = checked(Value::make_list(std::move(l)), e.pos);
-        v.tuple = e.kind == ExprKind::kTuple;
+        Value v = checked_depth(Value::make_list(std::move(l)), e.pos);
+        if (e.kind == ExprKind::kTuple) v.form = ListForm::kTuple;
         return v;
       }
       case ExprKind::kDict: {
         Dict d;
         for (size_t k = 0; k + 1 < e.args.size(); k += 2) d.set(eval(*e.args[k]), eval(*e.args[k + 1]));
-        return checked(Value::make_dict(std::move(d)), e.pos);
+        return checked_depth(Value::make_dict(std::move(d)), e.pos);
       }
       case ExprKind::kAttr: return get_attr(eval(*e.args[0]), e.name, e.pos);
       case ExprKind::kItem: return get_item(eval(*e.args[0]), eval(*e.args[1]), e.pos);
-      case ExprKind::kSlice: return slice(e);
+      case ExprKind::kSlice: {
+        Value obj = eval(*e.args[0]);
+        if (obj.is_undefined()) fail(e.pos, obj.undefined_hint);
+        Value bounds[3];
+        const Value* given[3] = {nullptr, nullptr, nullptr};
+        for (int k = 0; k < 3; ++k) {
+          if (e.args[k + 1]) {
+            bounds[k] = eval(*e.args[k + 1]);
+            given[k] = &bounds[k];
+          }
+        }
+        return slice_of(obj, given, e.pos);
+      }
       case ExprKind::kCall: return call(e);
       case ExprKind::kFilter:
         return call_filter(e.name, eval(*e.args[0]), eval_args(e, 1), e.pos, builtin_limits_);
@@ -277,7 +285,10 @@ class Renderer {
         Value l = eval(*e.args[0]);
         return truthy(l) ? l : eval(*e.args[1]);
       }
-      case ExprKind::kBinary: return binary(e.name, eval(*e.args[0]), eval(*e.args[1]), e.pos);
+      case ExprKind::kBinary: {
+        Value l = eval(*e.args[0]);
+        return binary_op(e.name, l, eval(*e.args[1]), e.pos, builtin_limits_);
+      }
       case ExprKind::kCompare: {
         Value l = eval(*e.args[0]);
         for (size_t k = 0; k < e.ops.size(); ++k) {
@@ -295,12 +306,6 @@ class Renderer {
     return Value::undefined();
   }
 
-  Value checked(Value v, uint32_t pos) {
-    if (v.depth > kMaxValueDepth)
-      fail(pos, "a list or dict nests deeper than " + std::to_string(kMaxValueDepth));
-    return v;
-  }
-
   bool compare(const std::string& op, const Value& l, const Value& r, uint32_t pos) {
     if (op == "==") return equal(l, r);
     if (op == "!=") return !equal(l, r);
@@ -310,162 +315,6 @@ class Renderer {
     if (op == ">=") return !less(l, r, pos);
     bool in = call_test("in", l, Args{{r}, {}}, pos);
     return op == "in" ? in : !in;
-  }
-
-  static double dbl(const Value& v) {
-    return v.kind == Kind::kFloat ? v.f : static_cast<double>(v.kind == Kind::kBool ? v.b : v.i);
-  }
-  static int64_t whole(const Value& v) { return v.kind == Kind::kBool ? v.b : v.i; }
-
-  Value repeat(const Value& seq, int64_t times, uint32_t pos) {
-    if (times <= 0) return seq.is_string() ? Value::template_string("") : Value::make_list({});
-    size_t unit = seq.is_string() ? seq.text().size() : seq.list->size() * 16;
-    if (unit != 0 && static_cast<uint64_t>(times) > limits_.max_output_bytes / unit)
-      fail(pos, "the repeated value would be larger than max_output_bytes");
-    if (seq.is_string()) {
-      Str out;
-      for (int64_t k = 0; k < times; ++k) out.append(*seq.s);
-      return Value::string(std::move(out));
-    }
-    List out;
-    for (int64_t k = 0; k < times; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
-    return Value::make_list(std::move(out));
-  }
-
-  Value binary(const std::string& op, const Value& l, const Value& r, uint32_t pos) {
-    if (op == "~") {
-      Str s = to_str(l);
-      s.append(to_str(r));
-      if (s.text.size() > limits_.max_output_bytes) fail(pos, "a string is larger than max_output_bytes");
-      return Value::string(std::move(s));
-    }
-    if (l.is_undefined()) fail(pos, l.undefined_hint);
-    if (r.is_undefined()) fail(pos, r.undefined_hint);
-    const bool nums = l.is_number() && r.is_number();
-    const bool ints = nums && l.kind != Kind::kFloat && r.kind != Kind::kFloat;
-    auto unsupported = [&]() {
-      fail(pos,
-           "unsupported operand type(s) for " + op + ": '" + type_name(l) + "' and '" + type_name(r) + "'");
-    };
-    int64_t out = 0;
-    if (op == "+") {
-      if (ints) {
-        if (__builtin_add_overflow(whole(l), whole(r), &out)) fail(pos, "integer overflow");
-        return Value::integer(out);
-      }
-      if (nums) return Value::number(dbl(l) + dbl(r));
-      if (l.is_string() && r.is_string()) {
-        if (l.text().size() + r.text().size() > limits_.max_output_bytes)
-          fail(pos, "a string is larger than max_output_bytes");
-        Str s = *l.s;
-        s.append(*r.s);
-        return Value::string(std::move(s));
-      }
-      if (l.kind == Kind::kList && r.kind == Kind::kList) {
-        if (l.list->size() + r.list->size() > builtin_limits_.max_list_items) fail(pos, "a list is too long");
-        List x = *l.list;
-        x.insert(x.end(), r.list->begin(), r.list->end());
-        return Value::make_list(std::move(x));
-      }
-      unsupported();
-    }
-    if (op == "*") {
-      if (ints) {
-        if (__builtin_mul_overflow(whole(l), whole(r), &out)) fail(pos, "integer overflow");
-        return Value::integer(out);
-      }
-      if (nums) return Value::number(dbl(l) * dbl(r));
-      if ((l.is_string() || l.kind == Kind::kList) && (r.kind == Kind::kInt || r.kind == Kind::kBool))
-        return repeat(l, whole(r), pos);
-      if ((r.is_string() || r.kind == Kind::kList) && (l.kind == Kind::kInt || l.kind == Kind::kBool))
-        return repeat(r, whole(l), pos);
-      unsupported();
-    }
-    if (!nums) {
-      if (op == "%" && l.is_string()) fail(pos, "'%' string formatting is not supported");
-      unsupported();
-    }
-    if (op == "-") {
-      if (ints) {
-        if (__builtin_sub_overflow(whole(l), whole(r), &out)) fail(pos, "integer overflow");
-        return Value::integer(out);
-      }
-      return Value::number(dbl(l) - dbl(r));
-    }
-    if ((op == "/" || op == "//" || op == "%") && dbl(r) == 0) {
-      fail(pos, ints ? (op == "/" ? "division by zero" : "integer division or modulo by zero")
-                     : "float division by zero");
-    }
-    if (op == "/") return Value::number(dbl(l) / dbl(r));
-    if (op == "//" || op == "%") {
-      if (ints) {
-        int64_t a = whole(l), b = whole(r);
-        if (a == INT64_MIN && b == -1) fail(pos, "integer overflow");
-        int64_t q = a / b, m = a % b;
-        if (m != 0 && ((m < 0) != (b < 0))) {
-          --q;
-          m += b;
-        }
-        return Value::integer(op == "//" ? q : m);
-      }
-      double a = dbl(l), b = dbl(r);
-      if (op == "//") return Value::number(std::floor(a / b));
-      double m = std::fmod(a, b);
-      if (m != 0 && ((m < 0) != (b < 0))) m += b;
-      return Value::number(m);
-    }
-    if (op == "**") {
-      if (ints && whole(r) >= 0) {
-        int64_t base = whole(l), result = 1;
-        for (int64_t k = 0; k < whole(r); ++k) {
-          if (__builtin_mul_overflow(result, base, &result)) fail(pos, "integer overflow");
-          if (result == 0 || result == 1) break;
-        }
-        if (result == 1 && base == -1 && (whole(r) & 1)) result = -1;
-        return Value::integer(result);
-      }
-      return Value::number(std::pow(dbl(l), dbl(r)));
-    }
-    unsupported();
-    return Value::undefined();
-  }
-
-  Value slice(const Expr& e) {
-    Value obj = eval(*e.args[0]);
-    if (obj.is_undefined()) fail(e.pos, obj.undefined_hint);
-    int64_t bound[3] = {0, 0, 1};
-    bool given[3] = {false, false, false};
-    for (int k = 0; k < 3; ++k) {
-      if (!e.args[k + 1]) continue;
-      Value v = eval(*e.args[k + 1]);
-      if (v.kind == Kind::kNone) continue;
-      if (v.kind != Kind::kInt && v.kind != Kind::kBool)
-        fail(e.pos, "slice indices must be integers or None");
-      bound[k] = whole(v);
-      given[k] = true;
-    }
-    const int64_t step = bound[2];
-    if (step == 0) fail(e.pos, "slice step cannot be zero");
-    if (obj.kind != Kind::kList && !obj.is_string())
-      fail(e.pos, std::string("'") + type_name(obj) + "' object is not subscriptable");
-    List items = obj.is_string() ? iterate(obj, e.pos) : *obj.list;
-    const int64_t n = static_cast<int64_t>(items.size());
-    // Python's slice.indices().
-    auto clamp = [&](int64_t v, bool is_given, int64_t dflt) {
-      if (!is_given) return dflt;
-      if (v < 0) v += n;
-      if (step > 0) return std::clamp<int64_t>(v, 0, n);
-      return std::clamp<int64_t>(v, -1, n - 1);
-    };
-    int64_t start = clamp(bound[0], given[0], step > 0 ? 0 : n - 1);
-    int64_t stop = clamp(bound[1], given[1], step > 0 ? n : -1);
-    List out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
-      out.push_back(items[static_cast<size_t>(k)]);
-    if (!obj.is_string()) return Value::make_list(std::move(out));
-    Str s;
-    for (const Value& c : out) s.append(*c.s);
-    return Value::string(std::move(s));
   }
 
   Value call(const Expr& e) {
@@ -478,7 +327,7 @@ class Renderer {
     switch (c.type) {
       case Callable::Type::kMethod: return call_method(c.self, c.name, a, e.pos, builtin_limits_);
       case Callable::Type::kMacro: return call_macro(*c.macro, a, e.pos);
-      case Callable::Type::kGlobal: return call_global(c.name, a, e.pos);
+      case Callable::Type::kGlobal: return call_global(c.name, a, e.pos, now_);
     }
     return Value::undefined();
   }
@@ -515,61 +364,9 @@ class Renderer {
     return Value::string(std::move(out));
   }
 
-  Value call_global(const std::string& name, const Args& a, uint32_t pos) {
-    if (name == "raise_exception") {
-      const Value* msg = a.get(0, "message");
-      throw TemplateRaised{pos, msg ? to_str(*msg).text : std::string()};
-    }
-    if (name == "range") {
-      int64_t b[3] = {0, 0, 1};
-      const size_t n = a.positional.size();
-      if (n < 1 || n > 3 || !a.keyword.empty()) fail(pos, "range expected 1 to 3 integer arguments");
-      for (size_t k = 0; k < n; ++k) {
-        const Value& v = a.positional[k];
-        if (v.kind != Kind::kInt && v.kind != Kind::kBool) fail(pos, "range: arguments must be integers");
-      }
-      if (n == 1) {
-        b[1] = whole(a.positional[0]);
-      } else {
-        b[0] = whole(a.positional[0]);
-        b[1] = whole(a.positional[1]);
-        if (n == 3) b[2] = whole(a.positional[2]);
-      }
-      if (b[2] == 0) fail(pos, "range() arg 3 must not be zero");
-      const double count =
-          std::ceil((static_cast<double>(b[1]) - static_cast<double>(b[0])) / static_cast<double>(b[2]));
-      if (count > 100000) fail(pos, "range too big, maximum size for range is 100000");
-      List out;
-      for (int64_t k = b[0]; b[2] > 0 ? k < b[1] : k > b[1]; k += b[2]) out.push_back(Value::integer(k));
-      return Value::make_list(std::move(out));
-    }
-    if (name == "namespace" || name == "dict") {
-      Dict d;
-      if (!a.positional.empty()) {
-        if (a.positional.size() > 1 || a.positional[0].kind != Kind::kDict)
-          fail(pos, name + "() takes a dict and keyword arguments");
-        d = *a.positional[0].dict;
-      }
-      for (const auto& [k, v] : a.keyword) d.set(Value::template_string(k), v);
-      Value v = checked(Value::make_dict(std::move(d)), pos);
-      if (name == "namespace") v.kind = Kind::kNamespace;
-      return v;
-    }
-    if (name == "strftime_now") {
-      const Value* f = a.get(0, "format");
-      if (f == nullptr || !f->is_string()) fail(pos, "strftime_now expects a format string");
-      std::time_t now = std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&now, &tm);
-      char buf[512];
-      size_t len = std::strftime(buf, sizeof(buf), f->text().c_str(), &tm);
-      return Value::template_string(std::string(buf, len));
-    }
-    fail(pos, "unknown function '" + name + "'");
-  }
-
   const Variables& vars_;
   const RenderLimits& limits_;
+  const std::optional<std::time_t> now_;
   BuiltinLimits builtin_limits_;
   std::vector<std::vector<std::pair<std::string, Value>>> frames_;  // [0]: the template's top level
   size_t floor_ = 0;  // the innermost macro's frame: frames below it (but [0]) are hidden
@@ -578,28 +375,10 @@ class Renderer {
   int nesting_ = 0;
   int call_depth_ = 0;
   Clock::time_point deadline_;
+
+ public:
+  uint32_t pos_ = 0;  // the statement or expression evaluated last, for errors thrown without one
 };
-
-void collect_names(const Expr& e, std::vector<std::string>& out) {
-  if (e.kind == ExprKind::kName) out.push_back(e.name);
-  for (const ExprPtr& x : e.args) {
-    if (x) collect_names(*x, out);
-  }
-  for (const auto& kv : e.kwargs) collect_names(*kv.second, out);
-}
-
-void collect_names(const Body& body, std::vector<std::string>& out) {
-  for (const StmtPtr& s : body) {
-    for (const Expr* e : {s->expr.get(), s->cond.get()}) {
-      if (e) collect_names(*e, out);
-    }
-    for (const ExprPtr& e : s->conds) collect_names(*e, out);
-    for (const ExprPtr& e : s->defaults) {
-      if (e) collect_names(*e, out);
-    }
-    for (const Body& b : s->bodies) collect_names(b, out);
-  }
-}
 
 }  // namespace
 
@@ -626,12 +405,14 @@ StatusOr<Template> Template::compile(std::string_view source) {
   return t;
 }
 
-StatusOr<Str> Template::render(const Variables& vars, const RenderLimits& limits) const {
+StatusOr<Str> Template::render(const Variables& vars, const RenderLimits& limits,
+                               std::optional<std::time_t> now) const {
+  Renderer r(vars, limits, now);
   try {
-    Renderer r(vars, limits);
     return r.run(*body_);
   } catch (const RenderError& e) {
-    return invalid_argument("chat template: " + position_text(lexed_->source, e.pos) + ": " + e.what);
+    const uint32_t pos = e.pos == kUnknownPos ? r.pos_ : e.pos;
+    return invalid_argument("chat template: " + position_text(lexed_->source, pos) + ": " + e.what);
   } catch (const TemplateRaised& e) {
     return invalid_argument("chat template: " + position_text(lexed_->source, e.pos) +
                             ": raise_exception: " + e.message);

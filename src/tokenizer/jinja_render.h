@@ -3,7 +3,9 @@
 // rendering as jinja2 does under transformers' settings (docs/chat_template.md).
 
 #include <cstdint>
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,8 +37,10 @@ class Template {
   static StatusOr<Template> compile(std::string_view source);
 
   // The text, with the byte ranges that came from caller strings. Errors name the line and
-  // column in the template.
-  StatusOr<Str> render(const Variables& vars, const RenderLimits& limits = {}) const;
+  // column in the template. `now`, when given, is the time strftime_now formats, in UTC (the
+  // conformance suite fixes it); otherwise strftime_now reads the clock, in local time.
+  StatusOr<Str> render(const Variables& vars, const RenderLimits& limits = {},
+                       std::optional<std::time_t> now = std::nullopt) const;
   // Every name the template reads as a variable (sorted, no duplicates).
   std::vector<std::string> names() const;
 

@@ -77,7 +77,7 @@ bool truthy(const Value& v) {
     case Kind::kInt: return v.i != 0;
     case Kind::kFloat: return v.f != 0;
     case Kind::kString: return !v.text().empty();
-    case Kind::kList: return !v.list->empty();
+    case Kind::kList: return v.is_iterator() || !v.list->empty();  // an iterator object is true
     case Kind::kDict: return !v.dict->items.empty();
     default: return true;
   }
@@ -105,7 +105,20 @@ bool equal(const Value& a, const Value& b) {
     case Kind::kNone: return true;
     case Kind::kString: return a.text() == b.text();
     case Kind::kList:
+      // A list never equals a tuple; iterators and dict values equal only themselves; dict items and
+      // keys compare as sets.
+      if (a.is_sequence() != b.is_sequence() || (!a.is_sequence() && a.form != b.form)) return false;
+      if (a.is_iterator() || a.form == ListForm::kDictValues)
+        return a.list == b.list && a.consumed == b.consumed;
+      if (a.form != b.form) return false;
       if (a.list->size() != b.list->size()) return false;
+      if (a.form == ListForm::kDictItems || a.form == ListForm::kDictKeys) {
+        for (const Value& x : *a.list) {
+          if (std::none_of(b.list->begin(), b.list->end(), [&](const Value& y) { return equal(x, y); }))
+            return false;
+        }
+        return true;
+      }
       for (size_t k = 0; k < a.list->size(); ++k) {
         if (!equal((*a.list)[k], (*b.list)[k])) return false;
       }
@@ -132,7 +145,17 @@ const char* type_name(const Value& v) {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return "list";
+    case Kind::kList:
+      switch (v.form) {
+        case ListForm::kList: return "list";
+        case ListForm::kTuple: return "tuple";
+        case ListForm::kGenerator: return "generator";
+        case ListForm::kReversed: return "list_reverseiterator";
+        case ListForm::kDictItems: return "dict_items";
+        case ListForm::kDictKeys: return "dict_keys";
+        case ListForm::kDictValues: return "dict_values";
+      }
+      return "list";
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "Namespace";
     case Kind::kCallable: return "function";
@@ -260,10 +283,16 @@ std::string repr(const Value& v) {
     case Kind::kUndefined: return "Undefined";
     case Kind::kString: return string_repr(v.text());
     case Kind::kList: {
-      std::string out = v.tuple ? "(" : "[";
+      if (v.is_iterator()) {
+        throw RenderError{kUnknownPos, std::string("printing a ") + type_name(v) +
+                                           " (Python shows its address) is not supported; apply |list first"};
+      }
+      const bool tuple = v.form == ListForm::kTuple;
+      std::string out = tuple ? "(" : "[";
       for (size_t k = 0; k < v.list->size(); ++k) out += (k ? ", " : "") + repr((*v.list)[k]);
-      if (v.tuple && v.list->size() == 1) out += ",";
-      return out + (v.tuple ? ")" : "]");
+      if (tuple && v.list->size() == 1) out += ",";
+      out += tuple ? ")" : "]";
+      return v.is_sequence() ? out : std::string(type_name(v)) + "(" + out + ")";
     }
     case Kind::kDict: {
       std::string out = "{";
@@ -291,11 +320,52 @@ Str to_str(const Value& v) {
   }
 }
 
+Value html_escape(const Value& v) {
+  if (v.is_string() && v.markup) return v;
+  Str s = to_str(v), out;
+  for (size_t k = 0; k < s.text.size(); ++k) {
+    const char* rep = nullptr;
+    switch (s.text[k]) {
+      case '&': rep = "&amp;"; break;
+      case '<': rep = "&lt;"; break;
+      case '>': rep = "&gt;"; break;
+      case '"': rep = "&#34;"; break;
+      case '\'': rep = "&#39;"; break;
+      default: break;
+    }
+    if (rep == nullptr) {
+      out.append(s.sub(k, 1));
+    } else {
+      Str r = s.sub(k, 1);
+      r.text = rep;
+      if (!r.caller.empty()) r.caller = {{0u, static_cast<uint32_t>(r.text.size())}};
+      out.append(r);
+    }
+  }
+  Value r = Value::string(std::move(out));
+  r.markup = true;
+  return r;
+}
+
 namespace {
 
-void json_string(std::string_view s, std::string& out) {
+void json_string(std::string_view s, bool ensure_ascii, std::string& out) {
   out += '"';
-  for (unsigned char c : s) {
+  for (size_t k = 0; k < s.size(); ++k) {
+    const unsigned char c = static_cast<unsigned char>(s[k]);
+    if (ensure_ascii && c >= 0x7F) {  // json.dumps escapes all but ' '..'~' then
+      auto [cp, n] = decode_at(s, k);
+      k += n - 1;
+      char buf[16];
+      if (cp >= 0x10000) {  // a surrogate pair, as json.dumps writes it
+        cp -= 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+      }
+      out += buf;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -317,20 +387,21 @@ void json_string(std::string_view s, std::string& out) {
   out += '"';
 }
 
-bool json_key(const Value& k, std::string& out, std::string& error) {
+bool json_key(const Value& k, bool ascii, std::string& out, std::string& error) {
   switch (k.kind) {
-    case Kind::kString: json_string(k.text(), out); return true;
-    case Kind::kInt: json_string(std::to_string(k.i), out); return true;
-    case Kind::kBool: json_string(k.b ? "true" : "false", out); return true;
-    case Kind::kNone: json_string("null", out); return true;
-    case Kind::kFloat: json_string(float_repr(k.f), out); return true;
+    case Kind::kString: json_string(k.text(), ascii, out); return true;
+    case Kind::kInt: json_string(std::to_string(k.i), ascii, out); return true;
+    case Kind::kBool: json_string(k.b ? "true" : "false", ascii, out); return true;
+    case Kind::kNone: json_string("null", ascii, out); return true;
+    case Kind::kFloat: json_string(float_repr(k.f), ascii, out); return true;
     default:
       error = std::string("keys must be str, int, float, bool or None, not ") + type_name(k);
       return false;
   }
 }
 
-bool json_value(const Value& v, int indent, int depth, std::string& out, std::string& error) {
+bool json_value(const Value& v, const JsonOptions& o, int depth, std::string& out, std::string& error) {
+  const int indent = o.indent;
   if (depth > 512) {
     error = "nesting deeper than 512";
     return false;
@@ -340,7 +411,8 @@ bool json_value(const Value& v, int indent, int depth, std::string& out, std::st
     out += '\n';
     out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
   };
-  const char* item_sep = indent < 0 ? ", " : ",";
+  const std::string item_sep = o.separators ? o.separators->first : indent < 0 ? ", " : ",";
+  const std::string key_sep = o.separators ? o.separators->second : ": ";
   switch (v.kind) {
     case Kind::kNone: out += "null"; return true;
     case Kind::kBool: out += v.b ? "true" : "false"; return true;
@@ -350,8 +422,12 @@ bool json_value(const Value& v, int indent, int depth, std::string& out, std::st
              : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity")
                                : float_repr(v.f);
       return true;
-    case Kind::kString: json_string(v.text(), out); return true;
+    case Kind::kString: json_string(v.text(), o.ensure_ascii, out); return true;
     case Kind::kList:
+      if (!v.is_sequence()) {
+        error = std::string("Object of type ") + type_name(v) + " is not JSON serializable";
+        return false;
+      }
       if (v.list->empty()) {
         out += "[]";
         return true;
@@ -360,27 +436,47 @@ bool json_value(const Value& v, int indent, int depth, std::string& out, std::st
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += item_sep;
         newline(depth + 1);
-        if (!json_value((*v.list)[k], indent, depth + 1, out, error)) return false;
+        if (!json_value((*v.list)[k], o, depth + 1, out, error)) return false;
       }
       newline(depth);
       out += ']';
       return true;
-    case Kind::kDict:
+    case Kind::kDict: {
       if (v.dict->items.empty()) {
         out += "{}";
         return true;
       }
+      std::vector<const std::pair<Value, Value>*> items;
+      for (const auto& kv : v.dict->items) items.push_back(&kv);
+      if (o.sort_keys) {
+        // Python sorts the keys themselves: strings among strings, numbers among numbers.
+        for (const auto* kv : items) {
+          const Value& k0 = items[0]->first;
+          const bool ok =
+              (k0.is_string() && kv->first.is_string()) || (k0.is_number() && kv->first.is_number());
+          if (!ok) {
+            error = std::string("'<' not supported between instances of '") + type_name(kv->first) +
+                    "' and '" + type_name(k0) + "'";
+            return false;
+          }
+        }
+        std::stable_sort(items.begin(), items.end(), [](const auto* a, const auto* b) {
+          if (a->first.is_string()) return a->first.text() < b->first.text();
+          return as_double(a->first) < as_double(b->first);
+        });
+      }
       out += '{';
-      for (size_t k = 0; k < v.dict->items.size(); ++k) {
+      for (size_t k = 0; k < items.size(); ++k) {
         if (k) out += item_sep;
         newline(depth + 1);
-        if (!json_key(v.dict->items[k].first, out, error)) return false;
-        out += ": ";
-        if (!json_value(v.dict->items[k].second, indent, depth + 1, out, error)) return false;
+        if (!json_key(items[k]->first, o.ensure_ascii, out, error)) return false;
+        out += key_sep;
+        if (!json_value(items[k]->second, o, depth + 1, out, error)) return false;
       }
       newline(depth);
       out += '}';
       return true;
+    }
     default:
       error = std::string("Object of type ") + (v.is_undefined() ? "Undefined" : type_name(v)) +
               " is not JSON serializable";
@@ -390,8 +486,8 @@ bool json_value(const Value& v, int indent, int depth, std::string& out, std::st
 
 }  // namespace
 
-bool to_json(const Value& v, int indent, std::string& out, std::string& error) {
-  return json_value(v, indent, 0, out, error);
+bool to_json(const Value& v, const JsonOptions& options, std::string& out, std::string& error) {
+  return json_value(v, options, 0, out, error);
 }
 
 bool from_json(const nlohmann::ordered_json& j, bool caller, Value& out) {

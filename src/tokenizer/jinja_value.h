@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,6 +23,14 @@
 #include <nlohmann/json.hpp>
 
 namespace nanoserve::jinja {
+
+// A render failure at a byte offset of the source; thrown inside the renderer (and by to_str) and
+// turned into a Status (with line and column) at its boundary.
+struct RenderError {
+  uint32_t pos;
+  std::string what;
+};
+inline constexpr uint32_t kUnknownPos = UINT32_MAX;  // the renderer's current position
 
 // Text plus the byte ranges [begin, end) that the caller supplied (sorted, disjoint, non-adjacent).
 struct Str {
@@ -48,6 +57,23 @@ struct Dict {
 struct Callable;  // macros and built-in functions (jinja_render.cc)
 struct LoopState;
 
+// What Python object a kList stands for, where the difference shows.
+enum class ListForm : uint8_t {
+  kList,
+  kTuple,  // dict items, tuple literals: repr shows (a, b)
+  // A one-pass iterator: what map, select, reject, selectattr, rejectattr, unique and the items
+  // filter return (a generator), and reverse of a list (a list_reverseiterator). Always true, no
+  // len(), not subscriptable (an item is undefined), not JSON, and printing it (Python shows an
+  // address) is refused. Iterating it consumes it (Value::consumed).
+  kGenerator,
+  kReversed,
+  // dict.items(), .keys(), .values(): len() and iteration again and again, not subscriptable, not
+  // JSON; printed as dict_items([...]).
+  kDictItems,
+  kDictKeys,
+  kDictValues
+};
+
 enum class Kind {
   kUndefined,
   kNone,
@@ -72,9 +98,14 @@ struct Value {
   std::shared_ptr<Dict> dict;  // kDict (never mutated once shared) and kNamespace (mutable)
   std::shared_ptr<const Callable> fn;
   std::shared_ptr<const LoopState> loop;
-  std::string undefined_hint;  // kUndefined: what was looked up, for error messages
-  uint32_t depth = 0;          // kList, kDict: nesting (1 + the deepest item's), bounded by the renderer
-  bool tuple = false;          // kList: a Python tuple (dict items, tuple literals): repr shows (a, b)
+  std::string undefined_hint;       // kUndefined: what was looked up, for error messages
+  uint32_t depth = 0;               // kList, kDict: nesting (1 + the deepest item's), bounded by the renderer
+  ListForm form = ListForm::kList;  // kList
+  // kString: a markupsafe Markup (from |safe, |escape): `+` with a plain string escapes that
+  // string's HTML, and the string filters that return Markup keep the mark.
+  bool markup = false;
+  // kGenerator, kReversed: how many items have been taken, shared by every copy of the value.
+  std::shared_ptr<size_t> consumed;
 
   static Value undefined(std::string hint = {}) {
     Value v;
@@ -112,7 +143,14 @@ struct Value {
   }
   static Value make_tuple(List x) {
     Value v = make_list(std::move(x));
-    v.tuple = true;
+    v.form = ListForm::kTuple;
+    return v;
+  }
+  // A list of another form (a generator: its items are the ones it would yield).
+  static Value make_seq(List x, ListForm form) {
+    Value v = make_list(std::move(x));
+    v.form = form;
+    if (form == ListForm::kGenerator || form == ListForm::kReversed) v.consumed = std::make_shared<size_t>(0);
     return v;
   }
   static Value make_dict(Dict x) {
@@ -126,6 +164,13 @@ struct Value {
   bool is_string() const { return kind == Kind::kString; }
   bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
   bool is_mapping() const { return kind == Kind::kDict || kind == Kind::kNamespace; }
+  // A list or tuple proper (indexable, JSON, printable), not an iterator or a dict view.
+  bool is_sequence() const {
+    return kind == Kind::kList && (form == ListForm::kList || form == ListForm::kTuple);
+  }
+  bool is_iterator() const {
+    return kind == Kind::kList && (form == ListForm::kGenerator || form == ListForm::kReversed);
+  }
   const std::string& text() const { return s->text; }
 
  private:
@@ -136,6 +181,9 @@ struct Value {
   }
 };
 
+// markupsafe.escape(x): & < > ' " as HTML entities; a Markup is returned as it is.
+Value html_escape(const Value& v);
+
 // Python's bool(x).
 bool truthy(const Value& v);
 // Python's ==, with 1 == 1.0 == True.
@@ -143,15 +191,25 @@ bool equal(const Value& a, const Value& b);
 // The type name Python would report ("str", "int", "dict", "undefined", ...).
 const char* type_name(const Value& v);
 
-// Python's str(x) (undefined prints as ""), keeping the string's origin.
+// Python's str(x) (undefined prints as ""), keeping the string's origin. A generator (or a
+// container holding one) has no text Jinja could reproduce: to_str throws RenderError (at
+// kUnknownPos, which the renderer replaces with the current position).
 Str to_str(const Value& v);
 // Python's repr(x), as str() shows the items of a list or dict.
 std::string repr(const Value& v);
 // Python's repr of a float ("1.0", "0.1", "1e-05", "inf").
 std::string float_repr(double x);
-// json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=False). Returns false, with
-// `error` set, for a value JSON cannot hold (undefined, a macro).
-bool to_json(const Value& v, int indent, std::string& out, std::string& error);
+// json.dumps(v, ensure_ascii=..., indent=indent, sort_keys=...), transformers' tojson (its
+// defaults: ensure_ascii and sort_keys false). Returns false, with `error` set, for a value JSON
+// cannot hold (undefined, a macro, a generator) and for sort_keys over keys that do not compare.
+struct JsonOptions {
+  int indent = -1;  // none
+  bool ensure_ascii = false;
+  bool sort_keys = false;
+  // separators=(item, key); unset: ", " (or "," with an indent) and ": ".
+  std::optional<std::pair<std::string, std::string>> separators;
+};
+bool to_json(const Value& v, const JsonOptions& options, std::string& out, std::string& error);
 
 // Nesting a list or dict may have (JSON in and out, and values the template builds).
 inline constexpr uint32_t kMaxValueDepth = 256;

@@ -273,6 +273,43 @@ add("empty_collections", "{{ [] }}{{ {} }}{{ [] | length }}{{ '' | length }}{{ [
 add("none_in_join", "{{ [1, none, 'x'] | join('-') }}")
 add("truthiness", "{% for v in [0, 1, '', 'a', [], [0], {}, none, 0.0, -1] %}{{ 'T' if v else 'F' }}{% endfor %}")
 
+
+# --- what real templates reach: undefined in string filters, generators, dict views, Markup ---
+add("undefined_string_filters", "{{ u|trim }}|{{ u|upper }}|{{ u|lower }}|{{ u|title }}|{{ u|capitalize }}|"
+    "{{ u|replace('a', 'b') }}|{{ u|center(5) }}|{{ u|wordcount }}|{{ u|string }}|{{ u|e }}|{{ people[2].admin|trim }}")
+add("select_of_falsy", "{{ nothing|select|list }}{{ nothing|map('upper')|list }}{{ nothing|selectattr('x')|list }}"
+    "{{ 0|reject|list }}{{ nope|rejectattr('x')|list }}{{ nope|items|list }}")
+add("generator_truthy", "{% if empty|select %}T{% else %}F{% endif %}{{ empty|select is sequence }}"
+    "{{ empty|select is iterable }}{{ d.items() is sequence }}")
+add("generator_one_pass", "{% set g = nums|select %}{{ g|first }}{{ g|list }}{{ g|list }}")
+add("generator_in", "{% set g = nums|select %}{{ 2 in g }}{{ g|list }}")
+add("generator_loop", "{% set g = words|reject('equalto', 'bravo') %}{% for w in g %}{{ loop.index }}/{{ loop.length }}"
+    "{{ w }} {% endfor %}{% for w in g %}again{% endfor %}")
+add("reverse_iterator", "{% set g = nums|reverse %}{{ g|join }}{{ g|join }}{{ nums|select|reverse|list }}"
+    "[{{ nope|last }}]{{ nope|reverse|list }}{{ d|reverse|list }}")
+add("iterator_item_undefined", "[{{ (nums|select)[0] }}][{{ d.items()[0] }}]")
+add("iterator_equality", "{{ nums|select == nums|select }}{{ d.items() == d.items() }}{{ d.keys() == d.keys() }}"
+    "{{ d.values() == d.values() }}{{ nums|select in nums }}")
+add("generator_consumers", "{{ nums|select|sum }} {{ nums|select|max }} {{ nums|select|join('-') }} "
+    "{{ nums|map('string')|first }} {{ nums|unique|list }} {{ d|items|list }} {{ people|map(attribute='name')|list }}")
+add("dict_views", "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ d.items()|length }} {{ d.items()|reverse|list }} "
+    "{{ d.items()|first }} {{ d.keys()|list }}")
+add("markup_plus", "{{ 'a<'|safe + '<b' }} {{ '<b' + 'a<'|safe }} {{ ('a<'|safe + '<b') + '&' }} {{ 'a<'|safe ~ '<b' }} "
+    "{{ (n|safe) + '<' }} {{ nums|safe|length }} {{ ('<' ~ 'a'|safe) + '<' }}")
+add("markup_escape", "{{ ('<'|e) + '<' }} {{ '<'|e|e }} {{ '<\"\\''|forceescape }} {{ '<'|e is escaped }}{{ '<' is escaped }}")
+add("markup_filters", "{{ ('<x>'|safe)[1:] + '<' }} {{ ('<x>'|safe)[0] + '<' }} {{ ('<x>'|safe|upper) + '<' }} "
+    "{{ ('<x>'|safe|trim) + '<' }} {{ ('<x>'|safe|title) + '<' }} {{ ('<x>'|safe|replace('x', 'y')) + '<' }} "
+    "{{ ('<x>'|safe * 2) + '<' }} {{ ('<x>'|safe|center(9)) + '<' }} {{ ('<x>'|safe|join) + '<' }} "
+    "{{ ('<x'|safe|trim('<')) + '<' }} {{ ('<x>'|safe|string) + '<' }} {{ ('<x>'|safe|reverse) + '<' }}")
+add("markup_in_set", "{% set y = '<x>'|safe %}{% set z = y + '&' %}{{ z + '\"' }}")
+add("markup_tool_line", "{% for t in tools %}{{ \"Use '\"|safe + t.name + \"' to '\"|safe + t.description + "
+    "\"'\\n\"|safe + t|tojson }}{% endfor %}")
+add("tojson_options", "{{ {'a': 'é\x7f\u2028', 'b': '😀'}|tojson(ensure_ascii=True) }} {{ {'b': 1, 'a': {'d': 2, 'c': 3}}|tojson(sort_keys=True) }} "
+    "{{ {'b': 1, 'a': 2}|tojson(indent=2, sort_keys=true) }} {{ d|tojson(separators=(',', ':')) }} "
+    "{{ d|tojson(indent=1, separators=(',', ' = ')) }} {{ d|tojson(ensure_ascii=false) }}")
+add("unknown_filter_in_if", "{% if false %}{{ 1|nope }}{% endif %}{{ (1|nope) if false else 2 }}"
+    "{% if false %}{% for x in xs|nope %}{% endfor %}{% set x = 1|nope %}{% endif %}{{ [1|nope] if false }}")
+
 CONSTRUCTS = C
 
 ERRORS = [
@@ -312,4 +349,58 @@ ERRORS = [
     ("slice_step_zero", "{{ nums[::0] }}"),
     ("concat_precedence", "{{ 'a' ~ 1 + 2 }}"),
     ("test_operator_name", "{{ n is == 7 }}"),
+    ("indent_undefined", "{{ nope | indent }}"),
+    ("int_undefined", "{{ nope | int }}"),
+    ("float_undefined", "{{ nope | float }}"),
+    ("generator_length", "{{ nums | select | length }}"),
+    ("generator_last", "{{ nums | select | last }}"),
+    ("reverse_iterator_last", "{{ nums | reverse | last }}"),
+    ("generator_slice", "{{ (nums | select)[1:] }}"),
+    ("dict_view_slice", "{{ d.items()[1:] }}"),
+    ("generator_tojson", "{{ tools | map(attribute='name') | tojson(indent=2) }}"),
+    ("dict_view_tojson", "{{ d.items() | tojson }}"),
+    ("generator_times", "{{ (nums | select) * 2 }}"),
+    ("list_plus_tuple", "{{ nums + (1,) }}"),
+    ("items_of_none", "{{ nothing | items | list }}"),
+    ("startswith_list", "{{ 'ab'.startswith(['a']) }}"),
+    ("tojson_sort_mixed_keys", "{{ {1: 1, 'a': 2} | tojson(sort_keys=true) }}"),
+    ("tojson_bad_keyword", "{{ d | tojson(foo=1) }}"),
+    ("unknown_filter_in_unrun_loop", "{% for x in empty %}{{ x | nope }}{% endfor %}"),
+    ("unknown_filter_loop_in_if", "{% if false %}{% for x in nums %}{{ x | nope }}{% endfor %}{% endif %}"),
+    ("unknown_filter_macro_in_if", "{% if false %}{% macro m() %}{{ 1 | nope }}{% endmacro %}{% endif %}"),
+    ("unknown_filter_set_block", "{% set x %}{{ 1 | nope }}{% endset %}"),
+    ("unknown_filter_block_in_if", "{% if false %}{% filter nope %}x{% endfilter %}{% endif %}"),
+    ("unknown_test_loop_filter", "{% for x in nums if x is nope %}{% endfor %}"),
+    ("unknown_filter_reached_in_if", "{% if true %}{{ 1 | nope }}{% endif %}"),
 ]
+
+# Constructs jinja2 renders that we leave out: we refuse them, naming the construct (never a
+# different rendering). (name, template, what our error says)
+LEFT_OUT = [
+    ("print_generator", "{{ nums | select }}", "printing a generator"),
+    ("print_reverse_iterator", "{{ nums | reverse }}", "printing a list_reverseiterator"),
+    ("concat_generator", "{{ 'x' ~ (nums | select) }}", "printing a generator"),
+    ("string_of_generator", "{{ nums | select | string }}", "printing a generator"),
+    ("percent_format", "{{ '%s!' % n }}", "'%' string formatting is not supported"),
+    ("format_spec", "{{ '{:>5}'.format(n) }}", "format specs are not supported"),
+    ("star_args", "{{ range(*[3]) | list }}", "'*args' and '**kwargs' in calls are not supported"),
+    ("call_block", "{% macro m() %}{{ caller() }}{% endmacro %}{% call m() %}x{% endcall %}", "unsupported tag 'call'"),
+    ("macro_caller", "{% macro m() %}{{ caller is defined }}{% endmacro %}{{ m() }}", "'caller'"),
+    ("macro_varargs", "{% macro m() %}{{ varargs }}{% endmacro %}{{ m(1) }}", "'varargs'"),
+    ("macro_kwargs", "{% macro m() %}{{ kwargs }}{% endmacro %}{{ m(a=1) }}", "'kwargs'"),
+    ("recursive_loop", "{% for x in [1] recursive %}{{ x }}{% endfor %}", "'recursive' loops are not supported"),
+    ("block_tag", "{% block b %}x{% endblock %}", "unsupported tag 'block'"),
+    ("with_tag", "{% with a = 1 %}{{ a }}{% endwith %}", "unsupported tag 'with'"),
+    ("int_base", "{{ '11' | int(base=2) }}", "'base' is not supported"),
+    ("rsplit_maxsplit", "{{ 'a b c'.rsplit(' ', 1) }}", "rsplit with maxsplit is not supported"),
+    ("markup_method", "{{ ('<x>' | safe).upper() }}", "of a markup string"),
+    ("loop_changed", "{% for x in [1, 1, 2] %}{{ loop.changed(x) }}{% endfor %}", "'changed'"),
+    ("cycler", "{{ cycler('a', 'b').next() }}", "'cycler' is undefined"),
+    ("joiner", "{% set j = joiner(',') %}{{ j() }}{{ j() }}", "'joiner' is undefined"),
+    ("is_filter", "{{ 'upper' is filter }}", "the test 'filter' is not supported"),
+] + [(f"filter_{f}", "{{ " + expr + " }}", f"the filter '{f}' is not supported") for f, expr in [
+    ("groupby", "people | groupby('age') | list"), ("batch", "nums | batch(2) | list"),
+    ("slice", "nums | slice(2) | list"), ("truncate", "s | truncate(9)"), ("wordwrap", "s | wordwrap(5)"),
+    ("urlize", "s | urlize"), ("xmlattr", "d | xmlattr"), ("pprint", "d | pprint"), ("format", "'%s' | format(1)"),
+    ("striptags", "'<b>x</b>' | striptags"), ("filesizeformat", "n | filesizeformat"), ("urlencode", "s | urlencode"),
+    ("random", "nums | random")]]

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BINARY = os.path.join(ROOT, "build", "nanoserve")
 FAMILIES = os.path.join(ROOT, "tests", "fixtures", "chat_templates")
 
-from constructs import CONSTRUCTS, DATA, ERRORS  # noqa: E402  (tests/tokenizer/constructs.py)
+from constructs import CONSTRUCTS, DATA, ERRORS, LEFT_OUT  # noqa: E402  (tests/tokenizer/constructs.py)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +77,19 @@ def test_constructs(ours, jinja_env):
     assert not failures, "\n".join(failures)
     assert rendered == len(CONSTRUCTS)  # every construct template renders (none is an error case)
     assert rendered >= 150
+
+
+def test_left_out_constructs_are_refused_by_name(ours, jinja_env):
+    """What we leave out (docs/chat_template.md lists it): jinja2 renders each, we refuse it with an
+    error that names the construct and its position."""
+    for name, template, says in LEFT_OUT:
+        want = theirs(jinja_env, template, DATA)
+        assert "text" in want, f"{name}: jinja2 refuses it ({want['error']}), so it is not left out"
+        got = ours.render(template, DATA)
+        assert "error" in got, f"{name}: we rendered {got.get('text')!r}"
+        assert says in got["error"], f"{name}: {got['error']!r} does not say {says!r}"
+        assert "line " in got["error"] and "column " in got["error"], f"{name}: {got['error']}"
+    assert len(LEFT_OUT) >= 30
 
 
 def test_errors_are_refused_with_a_position(ours, jinja_env):
