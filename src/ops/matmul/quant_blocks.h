@@ -85,11 +85,11 @@ inline float bf16_to_f32(uint16_t h) {
 
 namespace nanoserve::quant {
 
-// dst[n] = the n values of one stored row of `dtype` (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_1), in plain scalar code. PRECOND: n is whole blocks.
+// dst[n] = the n values of one stored row of `dtype` (any but I32), in plain
+// scalar code. PRECOND: n is whole blocks.
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 
-// True for the weight dtypes matmul and embedding read.
+// True for the weight dtypes embedding reads (every dtype but I32).
 bool row_dtype_supported(DType dtype);
 
 // x[K] -> K/32 activation blocks: d = max|x| / 127, q = nearbyint(x / d)
