@@ -5,7 +5,7 @@
 //
 // The quant-type comparison (BM_Types/...): per shape and T, every weight type
 // beside Q4_1 in the same run, in weight GB/s:
-//   build/matmul_bench --benchmark_filter=BM_Types --benchmark_min_time=0.3s
+//   build/matmul_bench --benchmark_filter=BM_Types --benchmark_min_time=0.3
 // K-quant rows are whole super-blocks of 256, so those types skip K = 576.
 
 #include <benchmark/benchmark.h>

@@ -2,8 +2,8 @@
 // (AVX-512 VNNI, else AVX2, else scalar), threads over output rows; the
 // quantized kernels work in register tiles of 4 rows x 4 tokens, and a single
 // token (T = 1, a decode step) reads the stored blocks directly, 4 rows at a time.
-// Q4_K, Q5_K and Q6_K have their own kernels (matmul_cpu_kquant.cc); Q5_0 and
-// Q5_1 are decoded into the Q4 rows (5-bit values as bytes, same tiles).
+// The K-quants have their own kernels (matmul_cpu_kquant.cc); Q5_0 and Q5_1
+// are decoded into the Q4 rows (5-bit values as bytes, same tiles).
 //
 // Reduction order per output element (fixed, whatever T or the thread split):
 // blocks in order; within a block an exact integer dot; each block's scaled
@@ -96,10 +96,20 @@ void decode_q5_row(const uint8_t* w, int64_t nb, Q4Row& r) {
     if constexpr (kMin) std::memcpy(&m16, blk + 2, 2);
     std::memcpy(&qh, blk + (kMin ? 4 : 2), 4);
     const uint8_t* qs = blk + (kMin ? 8 : 6);
+#if defined(__AVX2__)
+    // Byte j of the broadcast qh picks qh's byte j / 8; its bit j % 8 set gives 0x10.
+    const __m256i bytes = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.q + b * kBlock), _mm256_or_si256(unpack_nibbles(qs), high));
+#else
     for (int j = 0; j < kBlock / 2; ++j) {
       r.q[b * kBlock + j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((qh >> j) & 1) << 4));
       r.q[b * kBlock + j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
     }
+#endif
     r.d[b] = quant::f16_to_f32(d16);
     r.m[b] = kMin ? quant::f16_to_f32(m16) : -16.0f * r.d[b];
   }
@@ -419,8 +429,8 @@ void matmul_rows(const Tensor& w, const float* x, const matmul_cpu::KQuantActs& 
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadBF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
         break;
       default: {
-        // Q2_K, Q3_K and anything else dequantize_row reads: decode the row
-        // once, then float dots against x in f32.
+        // Anything else dequantize_row reads (no such dtype today): decode
+        // the row once, then float dots against x in f32.
         float buf[kMaxGenericK];
         dequantize_row(w.dtype(), row, buf, K);
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF32{buf}, x + t * K, K);

@@ -86,15 +86,16 @@ struct KQuantActs {
   int64_t nb;            // activation blocks per token, K / 32
 };
 
-// True for the K-quants with a direct kernel: Q4_K, Q5_K, Q6_K.
+// True for the K-quants, which all have a direct kernel: Q2_K .. Q6_K.
 bool kquant_direct(DType dt);
 
-// y[t][o] for o in [o_begin, o_end), every t < T, of a Q4_K / Q5_K / Q6_K w
+// y[t][o] for o in [o_begin, o_end), every t < T, of a Q2_K .. Q6_K w
 // whose row o starts at base + o * row_bytes. y is [T, N].
 // Reduction order per output (the same for any T, tiling or thread split):
 // super-blocks in order; within one, per activation block of 32 an exact
-// integer dot, scaled and fmadd'ed into 8 float lanes in block order, then
-// (Q4_K, Q5_K) one fnmadd of the 8 sub-block mins; the lanes summed by hsum8.
+// integer dot, scaled and fmadd'ed into 8 float lanes in block order (Q2_K:
+// then its min dot, fnmadd'ed), then (Q4_K, Q5_K) one fnmadd of the 8
+// sub-block mins; the lanes summed by hsum8.
 void kquant_rows(DType dt, const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t T, float* y,
                  int64_t N, int64_t o_begin, int64_t o_end);
 

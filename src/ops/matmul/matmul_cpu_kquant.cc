@@ -1,5 +1,6 @@
-// K-quant matmul kernels: Q4_K, Q5_K and Q6_K weights read in their stored
-// super-blocks of 256 values, dotted against the 8-bit activation blocks of 32.
+// K-quant matmul kernels: Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights read in
+// their stored super-blocks of 256 values, dotted against the 8-bit
+// activation blocks of 32.
 //
 // A super-block covers 8 activation blocks. Q4_K and Q5_K have 8 sub-blocks of
 // 32, one per activation block: w = (d * sc) q - (dmin * mn), so
@@ -7,6 +8,9 @@
 // with s_x = d_x sum(q_x) stored with the activation block. Q6_K has 16
 // sub-blocks of 16, two per activation block, with signed 8-bit scales that
 // go into the integer dot: isum = sum over both halves of sc * (q - 32) . q_x.
+// Q3_K is the same with 3-bit signed q and 6-bit scales; Q2_K too with 2-bit
+// unsigned q and 4-bit scales, plus 4-bit mins times each half's activation
+// sum (a second integer dot against ones) in a second fnmadd per block.
 //
 // One tile kernel serves every T: R rows x C tokens, each stored super-block
 // unpacked once per row for the C tokens. T = 1 runs 4 rows x 1 token with
@@ -29,13 +33,21 @@ namespace nanoserve::matmul_cpu {
 
 namespace {
 
-enum class Kind { kQ4K, kQ5K, kQ6K };
+enum class Kind { kQ2K, kQ3K, kQ4K, kQ5K, kQ6K };
+
+// Q2_K, Q3_K and Q6_K: 16 sub-blocks of 16, integer scales inside the dot.
+template <Kind K>
+constexpr bool kSmallSubBlocks = K == Kind::kQ2K || K == Kind::kQ3K || K == Kind::kQ6K;
 
 constexpr int kSuper = 256;     // values per super-block
 constexpr int kActPerSuper = 8;  // activation blocks per super-block
 
 template <Kind K>
-constexpr int64_t kSuperBytes = K == Kind::kQ4K ? 144 : K == Kind::kQ5K ? 176 : 210;
+constexpr int64_t kSuperBytes = K == Kind::kQ2K   ? 84
+                                : K == Kind::kQ3K ? 110
+                                : K == Kind::kQ4K ? 144
+                                : K == Kind::kQ5K ? 176
+                                                  : 210;
 
 uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
@@ -62,8 +74,43 @@ void unpack_scales_k4(const uint8_t* s, uint64_t* sc, uint64_t* mn) {
   *mn = (w1 & 0x3f3f3f3f) | (static_cast<uint64_t>(mn_hi) << 32);
 }
 
+// Q3_K: 16 six-bit scales, stored + 32, from 12 bytes into 16 (byte i:
+// scale i + 32): scale i has its low 4 bits in byte i % 8 (i < 8 low nibble,
+// else high) and its top 2 bits in byte 8 + i % 4 at bits 2 (i / 4).
+void unpack_scales_q3(const uint8_t* s, uint32_t words[4]) {
+  const uint32_t w0 = load_u32(s), w1 = load_u32(s + 4), w2 = load_u32(s + 8);
+  words[0] = (w0 & 0x0f0f0f0f) | ((w2 & 0x03030303) << 4);
+  words[1] = (w1 & 0x0f0f0f0f) | (((w2 >> 2) & 0x03030303) << 4);
+  words[2] = ((w0 >> 4) & 0x0f0f0f0f) | (((w2 >> 4) & 0x03030303) << 4);
+  words[3] = ((w1 >> 4) & 0x0f0f0f0f) | (((w2 >> 6) & 0x03030303) << 4);
+}
+
+// The per-16 integer scales (and Q2_K's mins) of a small-sub-block type, and
+// its float d (and dmin).
+template <Kind K>
+void small_scales(const uint8_t* blk, int sc[16], int mn[16], float* d, float* dmin) {
+  if constexpr (K == Kind::kQ6K) {
+    for (int i = 0; i < 16; ++i) sc[i] = reinterpret_cast<const int8_t*>(blk + 192)[i];
+    *d = quant::f16_to_f32(load_u16(blk + 208));
+  } else if constexpr (K == Kind::kQ3K) {
+    uint32_t words[4];
+    unpack_scales_q3(blk + 96, words);
+    for (int i = 0; i < 16; ++i) sc[i] = static_cast<int>((words[i / 4] >> (8 * (i % 4))) & 0xff) - 32;
+    *d = quant::f16_to_f32(load_u16(blk + 108));
+  } else {
+    for (int i = 0; i < 16; ++i) {
+      sc[i] = blk[i] & 0x0f;
+      mn[i] = blk[i] >> 4;
+    }
+    *d = quant::f16_to_f32(load_u16(blk + 80));
+    *dmin = quant::f16_to_f32(load_u16(blk + 82));
+  }
+}
+
 Kind kind_of(DType dt) {
   switch (dt) {
+    case DType::kQ2_K: return Kind::kQ2K;
+    case DType::kQ3_K: return Kind::kQ3K;
     case DType::kQ4_K: return Kind::kQ4K;
     case DType::kQ5_K: return Kind::kQ5K;
     case DType::kQ6_K: return Kind::kQ6K;
@@ -78,7 +125,17 @@ Kind kind_of(DType dt) {
 // integer scale for Q6_K (one per 16 values).
 template <Kind K>
 void decode_super(const uint8_t* blk, int* q) {
-  if constexpr (K == Kind::kQ6K) {
+  if constexpr (K == Kind::kQ2K || K == Kind::kQ3K) {
+    // Value 128h + 32k + l: bits 2k..2k+1 of qs[32h + l]; Q3_K subtracts 4
+    // where bit 4h + k of hmask[l] is clear.
+    const uint8_t* qs = blk + (K == Kind::kQ2K ? 16 : 32);
+    for (int p = 0; p < kSuper; ++p) {
+      const int h = p / 128, k = (p % 128) / 32, l = p % 32;
+      int v = (qs[32 * h + l] >> (2 * k)) & 3;
+      if constexpr (K == Kind::kQ3K) v -= ((blk[l] >> (4 * h + k)) & 1) ? 0 : 4;
+      q[p] = v;
+    }
+  } else if constexpr (K == Kind::kQ6K) {
     const uint8_t* ql = blk;
     const uint8_t* qh = blk + 128;
     for (int p = 0; p < kSuper; ++p) {
@@ -122,12 +179,17 @@ void rows_scalar(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, in
           const int64_t ab = (t0 + c) * a.nb + sb * kActPerSuper;
           for (int j = 0; j < kActPerSuper; ++j) {
             const int8_t* xq = a.xa[ab + j].qs;
-            if constexpr (K == Kind::kQ6K) {
-              const auto* sc = reinterpret_cast<const int8_t*>(blk + 192);
-              int isum = 0;
-              for (int l = 0; l < kBlock; ++l) isum += sc[2 * j + l / 16] * q[32 * j + l] * xq[l];
-              const float d = quant::f16_to_f32(load_u16(blk + 208));
+            if constexpr (kSmallSubBlocks<K>) {
+              int sc[16], mn[16] = {};
+              float d, dmin = 0.0f;
+              small_scales<K>(blk, sc, mn, &d, &dmin);
+              int isum = 0, msum = 0;
+              for (int l = 0; l < kBlock; ++l) {
+                isum += sc[2 * j + l / 16] * q[32 * j + l] * xq[l];
+                msum += mn[2 * j + l / 16] * xq[l];
+              }
               acc[c] += d * a.d[ab + j] * static_cast<float>(isum);
+              macc[c] += dmin * a.d[ab + j] * static_cast<float>(msum);
             } else {
               uint64_t sc, mn;
               unpack_scales_k4(blk + 4, &sc, &mn);
@@ -187,7 +249,62 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
     for (int i = 0; i < R; ++i) {
       const uint8_t* blk = rows[i] + sb * kSuperBytes<K>;
       alignas(32) float scale[C][kActPerSuper];  // per token: the float scale of each activation block's dot
-      if constexpr (K == Kind::kQ6K) {
+      if constexpr (K == Kind::kQ2K) {
+        const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(blk + 80))));  // (d, dmin)
+        const __m256 d = _mm256_broadcastss_ps(dm), dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+        alignas(32) float mscale[C][kActPerSuper];
+        for (int c = 0; c < C; ++c) {
+          _mm256_store_ps(scale[c], _mm256_mul_ps(d, ad[c]));
+          _mm256_store_ps(mscale[c], _mm256_mul_ps(dmin, ad[c]));
+        }
+        const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+        const __m128i sc8 = _mm_and_si128(sm, _mm_set1_epi8(0x0f));
+        const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0f));
+        for (int h = 0; h < 2; ++h) {
+          const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
+          const __m256i mn16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h == 0 ? mn8 : _mm_srli_si128(mn8, 8)));
+          const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * h));
+          for (int k = 0; k < 4; ++k) {
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), _mm256_set1_epi8(3));
+            const __m256i sc = _mm256_shuffle_epi8(sc16, pick[k]), mn = _mm256_shuffle_epi8(mn16, pick[k]);
+            const int j = 4 * h + k;
+            for (int c = 0; c < C; ++c) {
+              const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][j].qs));
+              const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), sc);
+              // The min terms: each sub-block's mn times its 16 activations' sum.
+              const __m256i pm = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), mn);
+              acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][j]), _mm256_cvtepi32_ps(p), acc[i][c]);
+              acc[i][c] = _mm256_fnmadd_ps(_mm256_broadcast_ss(&mscale[c][j]), _mm256_cvtepi32_ps(pm), acc[i][c]);
+            }
+          }
+        }
+      } else if constexpr (K == Kind::kQ3K) {
+        const __m256 d = _mm256_set1_ps(quant::f16_to_f32(load_u16(blk + 108)));
+        for (int c = 0; c < C; ++c) _mm256_store_ps(scale[c], _mm256_mul_ps(d, ad[c]));
+        alignas(16) uint32_t words[4];
+        unpack_scales_q3(blk + 96, words);
+        const __m128i sc8 =
+            _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(words)), _mm_set1_epi8(32));  // -32..31
+        const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+        for (int h = 0; h < 2; ++h) {
+          const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
+          const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * h));
+          for (int k = 0; k < 4; ++k) {
+            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), _mm256_set1_epi8(3));
+            const __m256i m = _mm256_set1_epi8(static_cast<char>(1 << (4 * h + k)));
+            const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, m), _mm256_setzero_si256());
+            const __m256i w = _mm256_sub_epi8(low, _mm256_and_si256(clear, _mm256_set1_epi8(4)));  // -4..3
+            const __m256i aw = _mm256_abs_epi8(w);
+            const __m256i sc = _mm256_shuffle_epi8(sc16, pick[k]);
+            const int j = 4 * h + k;
+            for (int c = 0; c < C; ++c) {
+              const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][j].qs));
+              const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), sc);
+              acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][j]), _mm256_cvtepi32_ps(p), acc[i][c]);
+            }
+          }
+        }
+      } else if constexpr (K == Kind::kQ6K) {
         const __m256 d = _mm256_set1_ps(quant::f16_to_f32(load_u16(blk + 208)));
         for (int c = 0; c < C; ++c) _mm256_store_ps(scale[c], _mm256_mul_ps(d, ad[c]));
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
@@ -299,11 +416,15 @@ void rows_avx2(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int6
 
 }  // namespace
 
-bool kquant_direct(DType dt) { return dt == DType::kQ4_K || dt == DType::kQ5_K || dt == DType::kQ6_K; }
+bool kquant_direct(DType dt) {
+  return dt == DType::kQ2_K || dt == DType::kQ3_K || dt == DType::kQ4_K || dt == DType::kQ5_K || dt == DType::kQ6_K;
+}
 
 void kquant_rows_scalar(DType dt, const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t T,
                         float* y, int64_t N, int64_t o_begin, int64_t o_end) {
   switch (kind_of(dt)) {
+    case Kind::kQ2K: return rows_scalar<Kind::kQ2K>(base, row_bytes, a, T, y, N, o_begin, o_end);
+    case Kind::kQ3K: return rows_scalar<Kind::kQ3K>(base, row_bytes, a, T, y, N, o_begin, o_end);
     case Kind::kQ4K: return rows_scalar<Kind::kQ4K>(base, row_bytes, a, T, y, N, o_begin, o_end);
     case Kind::kQ5K: return rows_scalar<Kind::kQ5K>(base, row_bytes, a, T, y, N, o_begin, o_end);
     case Kind::kQ6K: return rows_scalar<Kind::kQ6K>(base, row_bytes, a, T, y, N, o_begin, o_end);
@@ -315,6 +436,8 @@ void kquant_rows(DType dt, const uint8_t* base, int64_t row_bytes, const KQuantA
   NS_CHECK(a.nb % kActPerSuper == 0) << "K-quant rows are whole super-blocks of " << kSuper;
 #if defined(__AVX2__)
   switch (kind_of(dt)) {
+    case Kind::kQ2K: return rows_avx2<Kind::kQ2K>(base, row_bytes, a, T, y, N, o_begin, o_end);
+    case Kind::kQ3K: return rows_avx2<Kind::kQ3K>(base, row_bytes, a, T, y, N, o_begin, o_end);
     case Kind::kQ4K: return rows_avx2<Kind::kQ4K>(base, row_bytes, a, T, y, N, o_begin, o_end);
     case Kind::kQ5K: return rows_avx2<Kind::kQ5K>(base, row_bytes, a, T, y, N, o_begin, o_end);
     case Kind::kQ6K: return rows_avx2<Kind::kQ6K>(base, row_bytes, a, T, y, N, o_begin, o_end);

@@ -22,8 +22,8 @@ using testing::f32_tensor;
 using testing::nan_tensor;
 using testing::random_floats;
 
-constexpr DType kDirect[] = {DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-constexpr DType kDecodedToF32[] = {DType::kQ2_K, DType::kQ3_K};
+constexpr DType kDirect[] = {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 // Byte offsets of the f16 scale fields of one block.
 std::vector<int> f16_fields(DType dt) {
@@ -104,10 +104,10 @@ void expect_close(const Tensor& got, const Tensor& want, const Tensor& w, const 
   }
 }
 
-// The direct kernels compute w . (x rounded to 8-bit blocks) exactly but for
+// The kernels compute w . (x rounded to 8-bit blocks) exactly but for
 // f32 rounding, so the reference gets the same rounded x and the tolerance is
 // rounding only (a wrong scale, min or bit moves outputs by far more).
-TEST(MatmulKQuant, DirectKernelsMatchReferenceOnQuantizedActivations) {
+TEST(MatmulKQuant, KernelsMatchReferenceOnQuantizedActivations) {
   for (DType dt : kDirect) {
     for (int64_t K : {256, 768, 1536}) {
       for (int64_t N : {1, 5, 33}) {
@@ -127,23 +127,9 @@ TEST(MatmulKQuant, DirectKernelsMatchReferenceOnQuantizedActivations) {
   }
 }
 
-// Q2_K and Q3_K rows are decoded to f32 and dotted with x in f32.
-TEST(MatmulKQuant, DecodedTypesMatchReference) {
-  for (DType dt : kDecodedToF32) {
-    for (int64_t T : {1, 4}) {
-      const int64_t N = 9, K = 512;
-      const Tensor w = random_blocks(dt, N, K, 5 + static_cast<uint32_t>(T));
-      const auto xv = random_floats(T * K, 6);
-      Tensor ref = nan_tensor({T, N});
-      matmul_ref(w, f32_tensor(xv, {T, K}), ref);
-      expect_close(run_fast(w, f32_tensor(xv, {T, K}), 2), ref, w, xv, T, dtype_name(dt));
-    }
-  }
-}
-
 // The scalar kernel (the path of a build without AVX2) against the same truth.
 TEST(MatmulKQuant, ScalarKernelMatchesReference) {
-  for (DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dt : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     const int64_t N = 7, K = 768, T = 10, nb = K / 32;
     const Tensor w = random_blocks(dt, N, K, 41);
     const auto xv = random_floats(T * K, 42);
