@@ -4,8 +4,11 @@
 // bandwidth) and multiply-adds per second (prefill is compute-bound).
 //
 // The quant-type comparison (BM_Types/...): per shape and T, every weight type
-// beside Q4_1 in the same run, in weight GB/s:
-//   build/matmul_bench --benchmark_filter=BM_Types --benchmark_min_time=0.3
+// beside Q4_1 in the same run, in weight GB/s; the "_max" rows (best of the
+// repetitions, interleaved) are the ones to compare:
+//   build/matmul_bench --benchmark_filter=BM_Types --benchmark_min_time=0.2
+//     --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+//     --benchmark_report_aggregates_only=true          (one command line)
 // K-quant rows are whole super-blocks of 256, so those types skip K = 576.
 
 #include <benchmark/benchmark.h>
@@ -161,7 +164,10 @@ void register_type_comparison() {
         } else {
           b->Args({N, K, T, 2});
         }
-        b->UseRealTime();
+        // Best of the repetitions: on a shared machine the slow ones are other load.
+        b->UseRealTime()->ComputeStatistics("max", [](const std::vector<double>& v) {
+          return *std::max_element(v.begin(), v.end());
+        });
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "core/thread_pool.h"
 #include "io/gguf.h"
 #include "io/gguf_builder.h"
@@ -22,7 +23,6 @@
 #include "model/llama.h"
 #include "model/model_runner.h"
 #include "ops/dequantize/dequantize.h"
-#include "ops/random_weights.h"
 
 namespace nanoserve {
 namespace {
@@ -56,7 +56,7 @@ std::vector<uint8_t> random_weight(const Weight& w, uint32_t seed, std::vector<f
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
   f32->resize(static_cast<size_t>(n));
   auto set_scales = [&](float c) {
-    const uint16_t h = testing::f32_to_f16(c);
+    const uint16_t h = f32_to_fp16(c);  // subnormal where c is below 6e-5 (Q6_K's d)
     for (size_t b = 0; b < bytes.size() / static_cast<size_t>(bb); ++b) {
       for (int off : w.type.f16_fields) std::memcpy(&bytes[b * bb + off], &h, 2);
     }
@@ -78,7 +78,10 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 GgufBuilder header() {
   GgufBuilder b;
   std::vector<std::string> tokens;
-  for (int i = 0; i < kVocab; ++i) tokens.push_back("t" + std::to_string(i));
+  for (int i = 0; i < kVocab; ++i) {
+    tokens.emplace_back("t");
+    tokens.back() += std::to_string(i);
+  }
   b.kv_string("general.architecture", "llama")
       .kv_u32("llama.block_count", kLayers)
       .kv_u32("llama.embedding_length", kDim)
@@ -170,9 +173,13 @@ std::vector<std::vector<float>> run(const LlamaModel& m) {
 
 // The quantized model reads its activations rounded to 8 bits per block of
 // 32 (the f32 twin does not), so the two differ by that rounding carried
-// through 2 layers: measured (2026-12-01) a worst |diff| of about 1% of the
-// logits' spread. A wrong bit, scale or min in any one type moves the logits
-// by a good fraction of their spread; kMaxRel sits between.
+// through 2 layers: measured (2026-12-01) a worst |diff| of 2.3-3.6% of the
+// logits' spread (their std over the vocab). Planted bugs: the Q4_K min added
+// instead of subtracted 44-55%, the top bits of Q4_K's scales 4-7 one bit off
+// 95-97%, Q6_K's scales of one sub-block wrong 129-138%, Q3_K's third bit one
+// bit off (one tensor of 16) 5-7.5%. Each type's own kernel test
+// (tests/ops/matmul/matmul_kquant_test.cc) is the precise check; this one
+// checks the types wired through loading and a whole forward.
 TEST(LlamaKQuant, QuantizedModelMatchesDequantizedReference) {
   constexpr double kMaxRel = 0.05;
   ThreadPool pool(2);
