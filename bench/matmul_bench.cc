@@ -3,12 +3,12 @@
 // Reports weight bytes streamed per second (the decode ceiling is memory
 // bandwidth) and multiply-adds per second (prefill is compute-bound).
 //
-// The quant-type comparison (BM_Types/...): per shape and T, every weight type
-// beside Q4_1 in the same run, in weight GB/s; the "_max" rows (best of the
-// repetitions, interleaved) are the ones to compare:
+// The quant-type comparison (BM_Types/... at 2 threads, BM_Types1/... at one
+// thread on CPU time): per shape and T, every weight type beside Q4_1 in the
+// same run, in weight GB/s; the "_max" rows (best of the repetitions) are the
+// ones to compare:
 //   build/matmul_bench --benchmark_filter=BM_Types --benchmark_min_time=0.2
-//     --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
-//     --benchmark_report_aggregates_only=true          (one command line)
+//     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true   (one line)
 // K-quant rows are whole super-blocks of 256, so those types skip K = 576.
 
 #include <benchmark/benchmark.h>
@@ -151,23 +151,27 @@ void register_type_comparison() {
   // (49152 x 576); a 7-8B model's square (4096 x 4096), down (4096 x 14336) and gate/up (14336 x 4096).
   const int64_t shapes[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576},
                                {4096, 4096}, {4096, 14336}, {14336, 4096}};
-  for (const auto& shape : shapes) {
-    const int64_t N = shape[0], K = shape[1];
-    for (int64_t T : {1, 8}) {
-      for (DType dt : types) {
-        if (K % dtype_info(dt).block_elems != 0) continue;
-        const std::string name = "BM_Types/" + std::to_string(N) + "x" + std::to_string(K) + "/T" +
-                                 std::to_string(T) + "/" + dtype_name(dt);
-        auto* b = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_Types(s, dt, N, K, T); });
-        if (dram_case(N, K, T)) {
-          b->Args({N, K, 2});
-        } else {
-          b->Args({N, K, T, 2});
+  // 2 threads against real time, as a decode step runs; and 1 thread against
+  // its CPU time, which other load on the machine moves much less.
+  for (int64_t threads : {2, 1}) {
+    for (const auto& shape : shapes) {
+      const int64_t N = shape[0], K = shape[1];
+      for (int64_t T : {1, 8}) {
+        for (DType dt : types) {
+          if (K % dtype_info(dt).block_elems != 0) continue;
+          const std::string name = std::string(threads == 2 ? "BM_Types/" : "BM_Types1/") + std::to_string(N) + "x" +
+                                   std::to_string(K) + "/T" + std::to_string(T) + "/" + dtype_name(dt);
+          auto* b =
+              benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_Types(s, dt, N, K, T); });
+          if (dram_case(N, K, T)) {
+            b->Args({N, K, threads});
+          } else {
+            b->Args({N, K, T, threads});
+          }
+          if (threads == 2) b->UseRealTime();
+          // Best of the repetitions: on a shared machine the slow ones are other load.
+          b->ComputeStatistics("max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
         }
-        // Best of the repetitions: on a shared machine the slow ones are other load.
-        b->UseRealTime()->ComputeStatistics("max", [](const std::vector<double>& v) {
-          return *std::max_element(v.begin(), v.end());
-        });
       }
     }
   }

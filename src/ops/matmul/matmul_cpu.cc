@@ -3,7 +3,8 @@
 // quantized kernels work in register tiles of 4 rows x 4 tokens, and a single
 // token (T = 1, a decode step) reads the stored blocks directly, 4 rows at a time.
 // The K-quants have their own kernels (matmul_cpu_kquant.cc); Q5_0 and Q5_1
-// are decoded into the Q4 rows (5-bit values as bytes, same tiles).
+// are decoded into the Q4 rows (5-bit values as bytes, same tiles) and at
+// T = 1 read by the Q4 single-token rows with their fifth bits.
 //
 // Reduction order per output element (fixed, whatever T or the thread split):
 // blocks in order; within a block an exact integer dot; each block's scaled
@@ -361,7 +362,9 @@ bool is_quantized(DType t) {
   return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
          matmul_cpu::kquant_direct(t);
 }
-bool has_gemv(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
+bool has_gemv(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1;
+}
 
 // y[t][o] for o in [o_begin, o_end), every t.
 void matmul_rows(const Tensor& w, const float* x, const matmul_cpu::KQuantActs& acts, int64_t T, float* y,

@@ -1,4 +1,4 @@
-// Single-token (T = 1) rows of the Q4_0, Q4_1 and Q8_0 weights: the stored
+// Single-token (T = 1) rows of the Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights: the stored
 // blocks read directly, kGemvRows rows at a time with GemvPrefetch
 // (matmul_cpu_internal.h). Split from matmul_cpu.cc, whose tiles these must
 // equal bit for bit (the reduction order written at the top of that file).
@@ -19,6 +19,8 @@ namespace {
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
 using quant::BlockQ8_0;
 
 // Single-token rows (T = 1, every decode step of one sequence). With one token
@@ -45,6 +47,12 @@ void gemv_q4(const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64
   // or 4 (high half), then masked: bytes 0..15 the low nibbles, 16..31 the high.
   const __m256i shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
+  constexpr bool kWithMin = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
+  [[maybe_unused]] const __m256i qh_bytes =
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+  [[maybe_unused]] const __m256i qh_bits = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  [[maybe_unused]] const __m256i bit4 = _mm256_set1_epi8(0x10);
   const Block* rows[R];
   for (int i = 0; i < R; ++i) rows[i] = reinterpret_cast<const Block*>(base + (o0 + i) * row_bytes);
   for (int64_t b = 0; b < nb; ++b) {
@@ -55,19 +63,26 @@ void gemv_q4(const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64
     for (int i = 0; i < R; ++i) {
       const Block& w = rows[i][b];
       __m128 dm;  // (d_w, m, ., .)
-      if constexpr (std::is_same_v<Block, BlockQ4_1>) {
+      if constexpr (kWithMin) {
         uint32_t dm16;
         std::memcpy(&dm16, &w.d, 4);
         dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm16)));
       } else {
-        // m = -8 d, as decode_q4_row computes it (exact).
+        // m = -8 d (Q5_0: -16 d), as the decoded rows compute it (exact).
         const __m128 d = _mm_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(w.d)));
-        dm = _mm_mul_ps(d, _mm_setr_ps(1.0f, -8.0f, 0.0f, 0.0f));
+        dm = _mm_mul_ps(d, _mm_setr_ps(1.0f, kQ5 ? -16.0f : -8.0f, 0.0f, 0.0f));
       }
       const __m128 prod = _mm_mul_ps(dm, xds);  // (d_w * d_x, ., ., .)
       macc[i] = _mm_fmadd_ps(dm, xds, macc[i]);  // lane 1: m * s + macc, as the tiles
       const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)));
-      const __m256i wq = _mm256_and_si256(_mm256_srlv_epi32(raw, shifts), low4);
+      __m256i wq = _mm256_and_si256(_mm256_srlv_epi32(raw, shifts), low4);
+      if constexpr (kQ5) {
+        // Byte j of the broadcast qh picks qh's byte j / 8; its bit j % 8 set gives 0x10.
+        uint32_t qh;
+        std::memcpy(&qh, w.qh, 4);
+        const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), qh_bytes);
+        wq = _mm256_or_si256(wq, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, qh_bits), qh_bits), bit4));
+      }
       acc[i] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(dot_u8s8(wq, xq)), acc[i]);
     }
   }
@@ -120,6 +135,8 @@ void gemv_group(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8A
   switch (dt) {
     case DType::kQ4_1: gemv_q4<R, BlockQ4_1>(base, row_bytes, xa, nb, y, o0, limit); break;
     case DType::kQ4_0: gemv_q4<R, BlockQ4_0>(base, row_bytes, xa, nb, y, o0, limit); break;
+    case DType::kQ5_1: gemv_q4<R, BlockQ5_1>(base, row_bytes, xa, nb, y, o0, limit); break;
+    case DType::kQ5_0: gemv_q4<R, BlockQ5_0>(base, row_bytes, xa, nb, y, o0, limit); break;
     default: gemv_q8_0<R>(base, row_bytes, xa, nb, y, o0, limit); break;
   }
 }

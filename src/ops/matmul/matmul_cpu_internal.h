@@ -69,7 +69,7 @@ class GemvPrefetch {
 #endif
 
 #if defined(__AVX2__)
-// y[o] for o in [o_begin, o_end) of a Q4_0, Q4_1 or Q8_0 w and one token's
+// y[o] for o in [o_begin, o_end) of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 w and one token's
 // nb activation blocks xa (matmul_cpu_gemv.cc).
 void gemv_rows(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64_t nb, float* y,
                int64_t o_begin, int64_t o_end);

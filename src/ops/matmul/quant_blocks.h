@@ -34,7 +34,21 @@ struct BlockQ4_1 {
   uint16_t m;  // f16
   uint8_t qs[kBlock / 2];
 };
+// Q5_0 / Q5_1: the Q4 layout plus qh, whose bit j is value j's fifth bit;
+// Q5_0 values are d * (q - 16), Q5_1 values d * q + m.
+struct BlockQ5_0 {
+  uint16_t d;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 
 // One quantized activation block: x ≈ d * q, s = d * sum(q) (what a Q4_1 min
 // multiplies), per token and per 32 values, so a token's quantization never
