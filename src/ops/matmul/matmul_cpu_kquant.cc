@@ -226,6 +226,10 @@ inline __m128i unpack_scales_k4_sse(const uint8_t* s) {
   return _mm_blend_epi32(low6, hi, 0b1010);     // sc[0..3] sc[4..7] mn[0..3] mn[4..7]
 }
 
+// Lane j of v in all 8 lanes (one vpermps; a store and 8 broadcast loads back
+// measured the same within the noise of a shared machine, 2026-12-01).
+inline __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
+
 constexpr int kTileRows = 2;
 constexpr int kTileTokens = 4;
 
@@ -264,14 +268,14 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
     }
     for (int i = 0; i < R; ++i) {
       const uint8_t* blk = rows[i] + sb * kSuperBytes<K>;
-      alignas(32) float scale[C][kActPerSuper];  // per token: the float scale of each activation block's dot
+      __m256 scale[C];  // per token, lane j: the float scale of activation block j's dot
       if constexpr (K == Kind::kQ2K) {
         const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(blk + 80))));  // (d, dmin)
         const __m256 d = _mm256_broadcastss_ps(dm), dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-        alignas(32) float mscale[C][kActPerSuper];
+        __m256 mscale[C];
         for (int c = 0; c < C; ++c) {
-          _mm256_store_ps(scale[c], _mm256_mul_ps(d, ad[c]));
-          _mm256_store_ps(mscale[c], _mm256_mul_ps(dmin, ad[c]));
+          scale[c] = _mm256_mul_ps(d, ad[c]);
+          mscale[c] = _mm256_mul_ps(dmin, ad[c]);
         }
         const __m128i sm = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
         const __m128i sc8 = _mm_and_si128(sm, _mm_set1_epi8(0x0f));
@@ -289,14 +293,14 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
               const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), sc);
               // The min terms: each sub-block's mn times its 16 activations' sum.
               const __m256i pm = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), mn);
-              acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][j]), _mm256_cvtepi32_ps(p), acc[i][c]);
-              acc[i][c] = _mm256_fnmadd_ps(_mm256_broadcast_ss(&mscale[c][j]), _mm256_cvtepi32_ps(pm), acc[i][c]);
+              acc[i][c] = _mm256_fmadd_ps(lane(scale[c], j), _mm256_cvtepi32_ps(p), acc[i][c]);
+              acc[i][c] = _mm256_fnmadd_ps(lane(mscale[c], j), _mm256_cvtepi32_ps(pm), acc[i][c]);
             }
           }
         }
       } else if constexpr (K == Kind::kQ3K) {
         const __m256 d = _mm256_set1_ps(quant::f16_to_f32(load_u16(blk + 108)));
-        for (int c = 0; c < C; ++c) _mm256_store_ps(scale[c], _mm256_mul_ps(d, ad[c]));
+        for (int c = 0; c < C; ++c) scale[c] = _mm256_mul_ps(d, ad[c]);
         alignas(16) uint32_t words[4];
         unpack_scales_q3(blk + 96, words);
         const __m128i sc8 =
@@ -316,13 +320,13 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
             for (int c = 0; c < C; ++c) {
               const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][j].qs));
               const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), sc);
-              acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][j]), _mm256_cvtepi32_ps(p), acc[i][c]);
+              acc[i][c] = _mm256_fmadd_ps(lane(scale[c], j), _mm256_cvtepi32_ps(p), acc[i][c]);
             }
           }
         }
       } else if constexpr (K == Kind::kQ6K) {
         const __m256 d = _mm256_set1_ps(quant::f16_to_f32(load_u16(blk + 208)));
-        for (int c = 0; c < C; ++c) _mm256_store_ps(scale[c], _mm256_mul_ps(d, ad[c]));
+        for (int c = 0; c < C; ++c) scale[c] = _mm256_mul_ps(d, ad[c]);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
         for (int h = 0; h < 2; ++h) {
           const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
@@ -347,7 +351,7 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
               const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][j].qs));
               // |w| x sign(x, w) pairs (at most 2 * 32 * 127), times the sub-block scales, exact.
               const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), sc);
-              acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][j]), _mm256_cvtepi32_ps(p), acc[i][c]);
+              acc[i][c] = _mm256_fmadd_ps(lane(scale[c], j), _mm256_cvtepi32_ps(p), acc[i][c]);
             }
           }
         }
@@ -359,7 +363,7 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
         const __m256 dsc = _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scmn)));
         const __m256 dmn = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scmn, scmn))));
-        for (int c = 0; c < C; ++c) _mm256_store_ps(scale[c], _mm256_mul_ps(dsc, ad[c]));
+        for (int c = 0; c < C; ++c) scale[c] = _mm256_mul_ps(dsc, ad[c]);
         const uint8_t* qs = blk + (K == Kind::kQ4K ? 16 : 48);
         [[maybe_unused]] __m256i qh;
         if constexpr (K == Kind::kQ5K) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
@@ -376,9 +380,9 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
           for (int c = 0; c < C; ++c) {
             const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][2 * k].qs));
             const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][2 * k + 1].qs));
-            acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][2 * k]), _mm256_cvtepi32_ps(dot_u8s8(lo, x0)),
+            acc[i][c] = _mm256_fmadd_ps(lane(scale[c], 2 * k), _mm256_cvtepi32_ps(dot_u8s8(lo, x0)),
                                         acc[i][c]);
-            acc[i][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&scale[c][2 * k + 1]),
+            acc[i][c] = _mm256_fmadd_ps(lane(scale[c], 2 * k + 1),
                                         _mm256_cvtepi32_ps(dot_u8s8(hi, x1)), acc[i][c]);
           }
         }
