@@ -37,9 +37,9 @@ struct TypeIds {
   uint32_t ggml;
   std::vector<int> f16_fields;  // byte offsets of a block's f16 scales
 };
-const TypeIds kQ4_K{DType::kQ4_K, 12, {0, 2}}, kQ5_K{DType::kQ5_K, 13, {0, 2}}, kQ6_K{DType::kQ6_K, 14, {208}},
-    kQ5_0{DType::kQ5_0, 6, {0}}, kQ5_1{DType::kQ5_1, 7, {0, 2}}, kQ2_K{DType::kQ2_K, 10, {80, 82}},
-    kQ3_K{DType::kQ3_K, 11, {108}};
+const TypeIds kQ4_K{DType::kQ4_K, 12, {0, 2}}, kQ5_K{DType::kQ5_K, 13, {0, 2}},
+    kQ6_K{DType::kQ6_K, 14, {208}}, kQ5_0{DType::kQ5_0, 6, {0}}, kQ5_1{DType::kQ5_1, 7, {0, 2}},
+    kQ2_K{DType::kQ2_K, 10, {80, 82}}, kQ3_K{DType::kQ3_K, 11, {108}};
 
 struct Weight {
   std::string name;
@@ -101,7 +101,8 @@ struct Files {
 
 Files make_files() {
   const int64_t kv = kDim / kHeads * kKvHeads;
-  std::vector<Weight> ws = {{"token_embd.weight", kVocab, kDim, kQ6_K}, {"output.weight", kVocab, kDim, kQ6_K}};
+  std::vector<Weight> ws = {{"token_embd.weight", kVocab, kDim, kQ6_K},
+                            {"output.weight", kVocab, kDim, kQ6_K}};
   for (int l = 0; l < kLayers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     // Layer 0 as Q4_K_M lays out a layer; layer 1 the other types.

@@ -72,16 +72,18 @@ void gemv_q4(const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64
         const __m128 d = _mm_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(w.d)));
         dm = _mm_mul_ps(d, _mm_setr_ps(1.0f, kQ5 ? -16.0f : -8.0f, 0.0f, 0.0f));
       }
-      const __m128 prod = _mm_mul_ps(dm, xds);  // (d_w * d_x, ., ., .)
+      const __m128 prod = _mm_mul_ps(dm, xds);   // (d_w * d_x, ., ., .)
       macc[i] = _mm_fmadd_ps(dm, xds, macc[i]);  // lane 1: m * s + macc, as the tiles
-      const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)));
+      const __m256i raw =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)));
       __m256i wq = _mm256_and_si256(_mm256_srlv_epi32(raw, shifts), low4);
       if constexpr (kQ5) {
         // Byte j of the broadcast qh picks qh's byte j / 8; its bit j % 8 set gives 0x10.
         uint32_t qh;
         std::memcpy(&qh, w.qh, 4);
         const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)), qh_bytes);
-        wq = _mm256_or_si256(wq, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, qh_bits), qh_bits), bit4));
+        wq = _mm256_or_si256(
+            wq, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, qh_bits), qh_bits), bit4));
       }
       acc[i] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(dot_u8s8(wq, xq)), acc[i]);
     }
@@ -152,7 +154,8 @@ void gemv_rows(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Ac
   GemvPrefetch::range(first, static_cast<uintptr_t>((kGemvPrefetchGroups - 1) * kGemvRows * row_bytes),
                       reinterpret_cast<uintptr_t>(limit));
   int64_t o = o_begin;
-  for (; o + kGemvRows <= o_end; o += kGemvRows) gemv_group<kGemvRows>(dt, base, row_bytes, xa, nb, y, o, limit);
+  for (; o + kGemvRows <= o_end; o += kGemvRows)
+    gemv_group<kGemvRows>(dt, base, row_bytes, xa, nb, y, o, limit);
   for (; o < o_end; ++o) gemv_group<1>(dt, base, row_bytes, xa, nb, y, o, limit);
 }
 

@@ -52,13 +52,15 @@ inline float hsum8(__m256 v) {
 class GemvPrefetch {
  public:
   GemvPrefetch(const uint8_t* base, int64_t row_bytes, int64_t o0, int R, int64_t nb, const uint8_t* limit)
-      : next_(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>((o0 + kGemvPrefetchGroups * R) * row_bytes)),
+      : next_(reinterpret_cast<uintptr_t>(base) +
+              static_cast<uintptr_t>((o0 + kGemvPrefetchGroups * R) * row_bytes)),
         step_(static_cast<uintptr_t>((R * row_bytes + nb - 1) / nb)),
         limit_(reinterpret_cast<uintptr_t>(limit)) {}
   void at(int64_t b) const { range(next_ + static_cast<uintptr_t>(b) * step_, step_, limit_); }
   // Prefetches [a, a + n) up to limit.
   static void range(uintptr_t a, uintptr_t n, uintptr_t limit) {
-    for (uintptr_t l = a; l < a + n && l < limit; l += 64) _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
+    for (uintptr_t l = a; l < a + n && l < limit; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
   }
 
  private:

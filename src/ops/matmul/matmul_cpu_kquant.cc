@@ -39,7 +39,7 @@ enum class Kind { kQ2K, kQ3K, kQ4K, kQ5K, kQ6K };
 template <Kind K>
 constexpr bool kSmallSubBlocks = K == Kind::kQ2K || K == Kind::kQ3K || K == Kind::kQ6K;
 
-constexpr int kSuper = 256;     // values per super-block
+constexpr int kSuper = 256;      // values per super-block
 constexpr int kActPerSuper = 8;  // activation blocks per super-block
 
 template <Kind K>
@@ -196,7 +196,8 @@ void rows_scalar(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, in
               const float d = quant::f16_to_f32(load_u16(blk)), dmin = quant::f16_to_f32(load_u16(blk + 2));
               int isum = 0;
               for (int l = 0; l < kBlock; ++l) isum += q[32 * j + l] * xq[l];
-              acc[c] += d * static_cast<float>((sc >> (8 * j)) & 0xff) * a.d[ab + j] * static_cast<float>(isum);
+              acc[c] +=
+                  d * static_cast<float>((sc >> (8 * j)) & 0xff) * a.d[ab + j] * static_cast<float>(isum);
               macc[c] += dmin * static_cast<float>((mn >> (8 * j)) & 0xff) * a.s[ab + j];
             }
           }
@@ -228,15 +229,17 @@ inline __m128i unpack_scales_k4_sse(const uint8_t* s) {
 
 // Lane j of v in all 8 lanes (one vpermps; a store and 8 broadcast loads back
 // measured the same within the noise of a shared machine, 2026-12-01).
-inline __m256 lane(__m256 v, int j) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j)); }
+inline __m256 lane(__m256 v, int j) {
+  return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(j));
+}
 
 constexpr int kTileRows = 2;
 constexpr int kTileTokens = 4;
 
 // y[t0 + c][o0 + i] for i < R, c < C.
 template <Kind K, int R, int C, bool kPrefetch>
-void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t0, float* y, int64_t N, int64_t o0,
-          const uint8_t* limit) {
+void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t0, float* y, int64_t N,
+          int64_t o0, const uint8_t* limit) {
   const int64_t nsb = a.nb / kActPerSuper;
   [[maybe_unused]] const GemvPrefetch pf(base, row_bytes, o0, R, nsb, limit);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
@@ -245,12 +248,14 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
   // Q6_K: per activation block k of a half, the 16-bit scales of its two
   // sub-blocks of 16 (one per 128-bit lane) out of the half's 8 scales.
   [[maybe_unused]] const __m256i pick[4] = {
-      _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3),
-      _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7),
-      _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10,
-                       11, 10, 11, 10, 11),
-      _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15, 14, 15,
-                       14, 15, 14, 15, 14, 15, 14, 15)};
+      _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                       3, 2, 3),
+      _mm256_setr_epi8(4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6,
+                       7, 6, 7),
+      _mm256_setr_epi8(8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11,
+                       10, 11, 10, 11, 10, 11),
+      _mm256_setr_epi8(12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 14, 15, 14, 15, 14, 15,
+                       14, 15, 14, 15, 14, 15, 14, 15, 14, 15)};
   __m256 acc[R][C];
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
@@ -281,8 +286,10 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
         const __m128i sc8 = _mm_and_si128(sm, _mm_set1_epi8(0x0f));
         const __m128i mn8 = _mm_and_si128(_mm_srli_epi16(sm, 4), _mm_set1_epi8(0x0f));
         for (int h = 0; h < 2; ++h) {
-          const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
-          const __m256i mn16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h == 0 ? mn8 : _mm_srli_si128(mn8, 8)));
+          const __m256i sc16 =
+              _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
+          const __m256i mn16 =
+              _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h == 0 ? mn8 : _mm_srli_si128(mn8, 8)));
           const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16 + 32 * h));
           for (int k = 0; k < 4; ++k) {
             const __m256i q = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), _mm256_set1_epi8(3));
@@ -303,11 +310,12 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
         for (int c = 0; c < C; ++c) scale[c] = _mm256_mul_ps(d, ad[c]);
         alignas(16) uint32_t words[4];
         unpack_scales_q3(blk + 96, words);
-        const __m128i sc8 =
-            _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(words)), _mm_set1_epi8(32));  // -32..31
+        const __m128i sc8 = _mm_sub_epi8(_mm_load_si128(reinterpret_cast<const __m128i*>(words)),
+                                         _mm_set1_epi8(32));  // -32..31
         const __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
         for (int h = 0; h < 2; ++h) {
-          const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
+          const __m256i sc16 =
+              _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
           const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 32 * h));
           for (int k = 0; k < 4; ++k) {
             const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), _mm256_set1_epi8(3));
@@ -329,7 +337,8 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
         for (int c = 0; c < C; ++c) scale[c] = _mm256_mul_ps(d, ad[c]);
         const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
         for (int h = 0; h < 2; ++h) {
-          const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
+          const __m256i sc16 =
+              _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h == 0 ? sc8 : _mm_srli_si128(sc8, 8)));
           const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h));
           const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32));
           const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
@@ -343,7 +352,8 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
               case 2: hi = qh; break;
               default: hi = _mm256_srli_epi16(qh, 2); break;
             }
-            const __m256i w = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_and_si256(hi, bits45)), _mm256_set1_epi8(32));
+            const __m256i w =
+                _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_and_si256(hi, bits45)), _mm256_set1_epi8(32));
             const __m256i aw = _mm256_abs_epi8(w);
             const __m256i sc = _mm256_shuffle_epi8(sc16, pick[k]);
             const int j = 4 * h + k;
@@ -360,9 +370,11 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
         std::memcpy(&dm16, blk, 4);
         const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm16)));  // (d, dmin, 0, 0)
         const __m128i scmn = unpack_scales_k4_sse(blk + 4);  // bytes 0-7: sc[0..7], 8-15: mn[0..7]
-        const __m256 dsc = _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scmn)));
-        const __m256 dmn = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
-                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scmn, scmn))));
+        const __m256 dsc =
+            _mm256_mul_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(scmn)));
+        const __m256 dmn =
+            _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
+                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(scmn, scmn))));
         for (int c = 0; c < C; ++c) scale[c] = _mm256_mul_ps(dsc, ad[c]);
         const uint8_t* qs = blk + (K == Kind::kQ4K ? 16 : 48);
         [[maybe_unused]] __m256i qh;
@@ -380,10 +392,10 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
           for (int c = 0; c < C; ++c) {
             const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][2 * k].qs));
             const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb[c][2 * k + 1].qs));
-            acc[i][c] = _mm256_fmadd_ps(lane(scale[c], 2 * k), _mm256_cvtepi32_ps(dot_u8s8(lo, x0)),
-                                        acc[i][c]);
-            acc[i][c] = _mm256_fmadd_ps(lane(scale[c], 2 * k + 1),
-                                        _mm256_cvtepi32_ps(dot_u8s8(hi, x1)), acc[i][c]);
+            acc[i][c] =
+                _mm256_fmadd_ps(lane(scale[c], 2 * k), _mm256_cvtepi32_ps(dot_u8s8(lo, x0)), acc[i][c]);
+            acc[i][c] =
+                _mm256_fmadd_ps(lane(scale[c], 2 * k + 1), _mm256_cvtepi32_ps(dot_u8s8(hi, x1)), acc[i][c]);
           }
         }
         // The 8 sub-block min terms, one lane each.
@@ -403,7 +415,8 @@ template <Kind K, int R>
 void row_tiles(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t T, float* y, int64_t N,
                int64_t o0) {
   int64_t t = 0;
-  for (; t + kTileTokens <= T; t += kTileTokens) tile<K, R, kTileTokens, false>(base, row_bytes, a, t, y, N, o0, nullptr);
+  for (; t + kTileTokens <= T; t += kTileTokens)
+    tile<K, R, kTileTokens, false>(base, row_bytes, a, t, y, N, o0, nullptr);
   switch (T - t) {
     case 1: tile<K, R, 1, false>(base, row_bytes, a, t, y, N, o0, nullptr); break;
     case 2: tile<K, R, 2, false>(base, row_bytes, a, t, y, N, o0, nullptr); break;
@@ -423,7 +436,8 @@ void rows_avx2(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int6
     GemvPrefetch::range(reinterpret_cast<uintptr_t>(base + (o_begin + kGemvRows) * row_bytes),
                         static_cast<uintptr_t>((kGemvPrefetchGroups - 1) * kGemvRows * row_bytes),
                         reinterpret_cast<uintptr_t>(limit));
-    for (; o + kGemvRows <= o_end; o += kGemvRows) tile<K, kGemvRows, 1, true>(base, row_bytes, a, 0, y, N, o, limit);
+    for (; o + kGemvRows <= o_end; o += kGemvRows)
+      tile<K, kGemvRows, 1, true>(base, row_bytes, a, 0, y, N, o, limit);
     for (; o < o_end; ++o) tile<K, 1, 1, true>(base, row_bytes, a, 0, y, N, o, limit);
     return;
   }
@@ -435,7 +449,8 @@ void rows_avx2(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int6
 }  // namespace
 
 bool kquant_direct(DType dt) {
-  return dt == DType::kQ2_K || dt == DType::kQ3_K || dt == DType::kQ4_K || dt == DType::kQ5_K || dt == DType::kQ6_K;
+  return dt == DType::kQ2_K || dt == DType::kQ3_K || dt == DType::kQ4_K || dt == DType::kQ5_K ||
+         dt == DType::kQ6_K;
 }
 
 void kquant_rows_scalar(DType dt, const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t T,

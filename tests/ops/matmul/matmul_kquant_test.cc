@@ -17,8 +17,8 @@
 namespace nanoserve {
 namespace {
 
-using testing::f32_to_f16;
 using testing::f32_tensor;
+using testing::f32_to_f16;
 using testing::nan_tensor;
 using testing::random_floats;
 
@@ -70,7 +70,8 @@ Tensor run_fast(const Tensor& w, const Tensor& x, int threads) {
 }
 
 // x as the fast path sees it: each block of 32 rounded to d * q (8-bit).
-std::vector<float> act_quantized(const std::vector<float>& x, int64_t T, int64_t K, std::vector<quant::BlockQ8Act>* blocks) {
+std::vector<float> act_quantized(const std::vector<float>& x, int64_t T, int64_t K,
+                                 std::vector<quant::BlockQ8Act>* blocks) {
   const int64_t nb = K / 32;
   blocks->resize(static_cast<size_t>(T * nb));
   std::vector<float> out(x.size());
@@ -78,7 +79,8 @@ std::vector<float> act_quantized(const std::vector<float>& x, int64_t T, int64_t
     quant::quantize_row_q8_scalar(x.data() + t * K, K, blocks->data() + t * nb);
     for (int64_t b = 0; b < nb; ++b) {
       const quant::BlockQ8Act& a = (*blocks)[static_cast<size_t>(t * nb + b)];
-      for (int j = 0; j < 32; ++j) out[static_cast<size_t>(t * K + b * 32 + j)] = a.d * static_cast<float>(a.qs[j]);
+      for (int j = 0; j < 32; ++j)
+        out[static_cast<size_t>(t * K + b * 32 + j)] = a.d * static_cast<float>(a.qs[j]);
     }
   }
   return out;
@@ -86,13 +88,13 @@ std::vector<float> act_quantized(const std::vector<float>& x, int64_t T, int64_t
 
 // |got - want| <= f32 rounding of a sum of nb scaled block dots into 8 lanes:
 // (nb + 16) roundings of at most 2^-23 of the magnitude sum |w| . |x|.
-void expect_close(const Tensor& got, const Tensor& want, const Tensor& w, const std::vector<float>& x, int64_t T,
-                  const std::string& what) {
+void expect_close(const Tensor& got, const Tensor& want, const Tensor& w, const std::vector<float>& x,
+                  int64_t T, const std::string& what) {
   const int64_t N = w.dim(0), K = w.dim(1);
   std::vector<float> row(static_cast<size_t>(K));
   for (int64_t o = 0; o < N; ++o) {
-    quant::row_to_f32(w.dtype(), static_cast<const uint8_t*>(w.data()) + o * dtype_bytes(w.dtype(), K), row.data(),
-                      K);
+    quant::row_to_f32(w.dtype(), static_cast<const uint8_t*>(w.data()) + o * dtype_bytes(w.dtype(), K),
+                      row.data(), K);
     for (int64_t t = 0; t < T; ++t) {
       double mag = 0;
       for (int64_t k = 0; k < K; ++k) mag += std::fabs(static_cast<double>(row[k]) * x[t * K + k]);
@@ -188,7 +190,8 @@ TEST(MatmulKQuant, NanActivationGivesNan) {
     auto xv = random_floats(K, 62);
     xv[300] = NAN;
     const Tensor y = run_fast(w, f32_tensor(xv, {1, K}), 2);
-    for (int64_t o = 0; o < N; ++o) EXPECT_TRUE(std::isnan(y.data_as<float>()[o])) << dtype_name(dt) << " " << o;
+    for (int64_t o = 0; o < N; ++o)
+      EXPECT_TRUE(std::isnan(y.data_as<float>()[o])) << dtype_name(dt) << " " << o;
   }
 }
 
