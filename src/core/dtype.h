@@ -18,6 +18,11 @@ enum class DType : uint8_t {
   kQ4_K,  // 256 values: super-block with 6-bit sub-block scales/mins
   kQ6_K,  // 256 values: 6-bit quants, 8-bit sub-block scales
   kI32,
+  kQ5_0,  // 32 values: f16 scale + 32 high bits + 16 bytes of low 4-bit
+  kQ5_1,  // 32 values: f16 scale + f16 min + 32 high bits + 16 bytes of low 4-bit
+  kQ2_K,  // 256 values: 2-bit quants, 4-bit sub-block scales/mins
+  kQ3_K,  // 256 values: 3-bit quants, 6-bit signed sub-block scales
+  kQ5_K,  // 256 values: 5-bit quants, 6-bit sub-block scales/mins (as Q4_K)
 };
 
 struct DTypeInfo {

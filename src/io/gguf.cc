@@ -70,8 +70,13 @@ std::optional<DType> dtype_from_ggml_type(uint32_t t) {
     case 1: return DType::kF16;
     case 2: return DType::kQ4_0;
     case 3: return DType::kQ4_1;
+    case 6: return DType::kQ5_0;
+    case 7: return DType::kQ5_1;
     case 8: return DType::kQ8_0;
+    case 10: return DType::kQ2_K;
+    case 11: return DType::kQ3_K;
     case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
     case 14: return DType::kQ6_K;
     case 26: return DType::kI32;
     case 30: return DType::kBF16;
@@ -82,12 +87,7 @@ std::optional<DType> dtype_from_ggml_type(uint32_t t) {
 // ggml types that exist but that this build cannot compute with.
 const char* unsupported_ggml_type_name(uint32_t t) {
   switch (t) {
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
     case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case 13: return "Q5_K";
     case 15: return "Q8_K";
     case 16: return "IQ2_XXS";
     case 17: return "IQ2_XS";

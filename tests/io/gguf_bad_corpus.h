@@ -168,8 +168,8 @@ inline std::vector<BadGguf> bad_gguf_corpus() {
   add("unknown_tensor_type", GgufBuilder().tensor("t", {4}, 99, f32x4).build(), kDL,
       {"tensor 't'", "type at offset 45", "unknown tensor type 99"});
   add("unsupported_tensor_type",
-      GgufBuilder().tensor("t", {256}, kGgmlQ5_K, std::vector<uint8_t>(176)).build(),
-      StatusCode::kUnimplemented, {"tensor 't'", "Q5_K", "offset 45"});
+      GgufBuilder().tensor("t", {256}, kGgmlQ8_K, std::vector<uint8_t>(292)).build(),
+      StatusCode::kUnimplemented, {"tensor 't'", "Q8_K", "offset 45"});
   add("partial_block", GgufBuilder().tensor("t", {33}, kGgmlQ8_0, std::vector<uint8_t>(68)).build(), kDL,
       {"tensor 't'", "ne[0] at offset 37", "not a multiple of the Q8_0 block size 32"});
   add("misaligned_offset", GgufBuilder().tensor("t", {4}, kGgmlF32, f32x4, 4).build(), kDL,

@@ -23,6 +23,7 @@ enum GgmlType : uint32_t {
   kGgmlQ4_K = 12,
   kGgmlQ5_K = 13,
   kGgmlQ6_K = 14,
+  kGgmlQ8_K = 15,
   kGgmlI32 = 26,
   kGgmlBF16 = 30,
 };

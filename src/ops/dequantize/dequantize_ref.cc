@@ -18,7 +18,12 @@ uint16_t load_u16(const uint8_t* p) {
 constexpr int kQ8_0Bytes = 34;   // d @0, q @2
 constexpr int kQ4_0Bytes = 18;   // d @0, q @2
 constexpr int kQ4_1Bytes = 20;   // d @0, m @2, q @4
+constexpr int kQ5_0Bytes = 22;   // d @0, qh @2 (u32), q @6
+constexpr int kQ5_1Bytes = 24;   // d @0, m @2, qh @4 (u32), q @8
+constexpr int kQ2_KBytes = 84;   // scales @0 (16 B), q @16 (64 B), d @80, dmin @82
+constexpr int kQ3_KBytes = 110;  // hmask @0 (32 B), q @32 (64 B), scales @96 (12 B), d @108
 constexpr int kQ4_KBytes = 144;  // d @0, dmin @2, scales @4 (12 B), q @16 (128 B)
+constexpr int kQ5_KBytes = 176;  // d @0, dmin @2, scales @4 (12 B), qh @16 (32 B), q @48 (128 B)
 constexpr int kQ6_KBytes = 210;  // ql @0 (128 B), qh @128 (64 B), scales @192 (16 B), d @208
 
 void dequant_q8_0(const uint8_t* b, float* y) {
@@ -43,6 +48,73 @@ void dequant_q4_1(const uint8_t* b, float* y) {
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(q[j] & 0x0f) + m;
     y[j + 16] = d * static_cast<float>(q[j] >> 4) + m;
+  }
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Q5_0 / Q5_1: value j's fifth bit is bit j of the 32-bit qh.
+// x = d * (q - off) + m: Q5_0 is off 16, m 0; Q5_1 off 0.
+void dequant_q5(const uint8_t* q, uint32_t qh, float d, int off, float m, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (q[j] & 0x0f) | static_cast<int>(((qh >> j) & 1) << 4);
+    const int hi = (q[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+    y[j] = d * static_cast<float>(lo - off) + m;
+    y[j + 16] = d * static_cast<float>(hi - off) + m;
+  }
+}
+
+void dequant_q5_0(const uint8_t* b, float* y) {
+  dequant_q5(b + 6, load_u32(b + 2), fp16_to_f32(load_u16(b)), 16, 0.0f, y);
+}
+
+void dequant_q5_1(const uint8_t* b, float* y) {
+  dequant_q5(b + 8, load_u32(b + 4), fp16_to_f32(load_u16(b)), 0, fp16_to_f32(load_u16(b + 2)), y);
+}
+
+// Q2_K: 16 sub-blocks of 16; scales[i] holds sub-block i's 4-bit scale (low
+// nibble) and 4-bit min (high nibble). Two halves of 128 values; in half h,
+// value 32k + l (k = 0..3, l = 0..31) is bits 2k..2k+1 of q[32h + l], in
+// sub-block 8h + 2k + l / 16.  x = d*sc * q2 - dmin*mn.
+void dequant_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* q = b + 16;
+  const float d = fp16_to_f32(load_u16(b + 80));
+  const float dmin = fp16_to_f32(load_u16(b + 82));
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+    const int s = scales[8 * h + 2 * k + l / 16];
+    const int v = (q[32 * h + l] >> (2 * k)) & 3;
+    y[i] = d * static_cast<float>(s & 0x0f) * static_cast<float>(v) - dmin * static_cast<float>(s >> 4);
+  }
+}
+
+// Q3_K: 16 sub-blocks of 16 with 6-bit scales stored as sc + 32 in 12 bytes:
+// low 4 bits of scale i in scales[i % 8] (i < 8: low nibble, else high nibble),
+// high 2 bits in scales[8 + i % 4] bits 2*(i / 4)..+1. Value i = 32k + l of
+// half h (as Q2_K) takes its low 2 bits from q[32h + l] >> 2k and its third bit
+// from hmask[l] bit 4h + k; a clear bit subtracts 4.  x = d*sc * q3.
+int q3_k_scale(int i, const uint8_t* s) {
+  const int lo = i < 8 ? (s[i] & 0x0f) : (s[i - 8] >> 4);
+  const int hi = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+void dequant_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* q = b + 32;
+  const uint8_t* scales = b + 96;
+  const float d = fp16_to_f32(load_u16(b + 108));
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+    const int sc = q3_k_scale(8 * h + 2 * k + l / 16, scales);
+    const int low = (q[32 * h + l] >> (2 * k)) & 3;
+    const int v = low - (((hmask[l] >> (4 * h + k)) & 1) ? 0 : 4);
+    y[i] = d * static_cast<float>(sc) * static_cast<float>(v);
   }
 }
 
@@ -75,6 +147,29 @@ void dequant_q4_k(const uint8_t* b, float* y) {
     for (int l = 0; l < 32; ++l) {
       y[64 * c + l] = d0 * static_cast<float>(q[32 * c + l] & 0x0f) - min0;
       y[64 * c + 32 + l] = d1 * static_cast<float>(q[32 * c + l] >> 4) - min1;
+    }
+  }
+}
+
+// Q5_K: Q4_K's scales and nibbles, plus a fifth bit per value: value
+// 64c + l (l < 32) has it at qh[l] bit 2c, value 64c + 32 + l at bit 2c + 1.
+void dequant_q5_k(const uint8_t* b, float* y) {
+  const float d = fp16_to_f32(load_u16(b));
+  const float dmin = fp16_to_f32(load_u16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* q = b + 48;
+  for (int c = 0; c < 4; ++c) {
+    int sc0, m0, sc1, m1;
+    q4_k_scale_min(2 * c, scales, &sc0, &m0);
+    q4_k_scale_min(2 * c + 1, scales, &sc1, &m1);
+    const float d0 = d * static_cast<float>(sc0), min0 = dmin * static_cast<float>(m0);
+    const float d1 = d * static_cast<float>(sc1), min1 = dmin * static_cast<float>(m1);
+    for (int l = 0; l < 32; ++l) {
+      const int v0 = (q[32 * c + l] & 0x0f) | (((qh[l] >> (2 * c)) & 1) << 4);
+      const int v1 = (q[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+      y[64 * c + l] = d0 * static_cast<float>(v0) - min0;
+      y[64 * c + 32 + l] = d1 * static_cast<float>(v1) - min1;
     }
   }
 }
@@ -131,6 +226,11 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kQ4_1: return dequant_blocks<32, kQ4_1Bytes, dequant_q4_1>(src, dst, n);
     case DType::kQ4_K: return dequant_blocks<256, kQ4_KBytes, dequant_q4_k>(src, dst, n);
     case DType::kQ6_K: return dequant_blocks<256, kQ6_KBytes, dequant_q6_k>(src, dst, n);
+    case DType::kQ5_0: return dequant_blocks<32, kQ5_0Bytes, dequant_q5_0>(src, dst, n);
+    case DType::kQ5_1: return dequant_blocks<32, kQ5_1Bytes, dequant_q5_1>(src, dst, n);
+    case DType::kQ2_K: return dequant_blocks<256, kQ2_KBytes, dequant_q2_k>(src, dst, n);
+    case DType::kQ3_K: return dequant_blocks<256, kQ3_KBytes, dequant_q3_k>(src, dst, n);
+    case DType::kQ5_K: return dequant_blocks<256, kQ5_KBytes, dequant_q5_k>(src, dst, n);
     case DType::kI32: break;
   }
   NS_CHECK(false) << "dequantize_row: no float form for " << dtype_name(dtype);

@@ -1,6 +1,7 @@
 #pragma once
 // y[t][o] = W[o] · x[t]: every linear layer and the lm_head.
-//   w: [N, K] in F32, F16, BF16, Q8_0, Q4_0 or Q4_1 (stored dtype, e.g. a GGUF mmap view)
+//   w: [N, K] in any dtype but I32 (stored dtype, e.g. a GGUF mmap view): F32,
+//      F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
 //   x: [T, K] f32, y: [T, N] f32
 //
 // Determinism: each y[t][o] is reduced in one fixed order that depends only on

@@ -2,6 +2,9 @@
 // (AVX-512 VNNI, else AVX2, else scalar), threads over output rows; the
 // quantized kernels work in register tiles of 4 rows x 4 tokens, and a single
 // token (T = 1, a decode step) reads the stored blocks directly, 4 rows at a time.
+// The K-quants have their own kernels (matmul_cpu_kquant.cc); Q5_0 and Q5_1
+// are decoded into the Q4 rows (5-bit values as bytes, same tiles) and at
+// T = 1 read by the Q4 single-token rows with their fifth bits.
 //
 // Reduction order per output element (fixed, whatever T or the thread split):
 // blocks in order; within a block an exact integer dot; each block's scaled
@@ -17,6 +20,7 @@
 #include "core/check.h"
 #include "ops/dequantize/dequantize.h"
 #include "ops/matmul/matmul.h"
+#include "ops/matmul/matmul_cpu_internal.h"
 #include "ops/matmul/quant_blocks.h"
 
 #if defined(__AVX2__)
@@ -38,23 +42,8 @@ using quant::kBlock;
 using quant::quantize_row_q8;
 
 #if defined(__AVX2__)
-// Sum of u8 x s8 products, 4 per int32 lane, exact.
-inline __m256i dot_u8s8(__m256i u, __m256i s) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-  // No saturation: |u| <= 128 and |s| <= 127, so a pair is at most 32512.
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
-}
-
-inline float hsum8(__m256 v) {
-  // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), the same order every call.
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using matmul_cpu::dot_u8s8;
+using matmul_cpu::hsum8;
 
 // 32 nibbles of a 4-bit block as bytes 0..15, in element order.
 inline __m256i unpack_nibbles(const uint8_t* qs) {
@@ -92,6 +81,48 @@ void decode_q4_row(const Block* w, int64_t nb, Q4Row& r) {
     } else {
       r.m[b] = -8.0f * r.d[b];
     }
+  }
+}
+
+// Q5_0 / Q5_1 into the same rows: the 5-bit values (fifth bit of value j is
+// bit j of qh) as bytes, a Q5_0 value d*(q-16) as a Q5_1 value with min -16d.
+template <bool kMin>
+void decode_q5_row(const uint8_t* w, int64_t nb, Q4Row& r) {
+  constexpr int64_t kBytes = kMin ? 24 : 22;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = w + b * kBytes;
+    uint16_t d16, m16 = 0;
+    uint32_t qh;
+    std::memcpy(&d16, blk, 2);
+    if constexpr (kMin) std::memcpy(&m16, blk + 2, 2);
+    std::memcpy(&qh, blk + (kMin ? 4 : 2), 4);
+    const uint8_t* qs = blk + (kMin ? 8 : 6);
+#if defined(__AVX2__)
+    // Byte j of the broadcast qh picks qh's byte j / 8; its bit j % 8 set gives 0x10.
+    const __m256i bytes = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(qh)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+    const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.q + b * kBlock), _mm256_or_si256(unpack_nibbles(qs), high));
+#else
+    for (int j = 0; j < kBlock / 2; ++j) {
+      r.q[b * kBlock + j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((qh >> j) & 1) << 4));
+      r.q[b * kBlock + j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+    }
+#endif
+    r.d[b] = quant::f16_to_f32(d16);
+    r.m[b] = kMin ? quant::f16_to_f32(m16) : -16.0f * r.d[b];
+  }
+}
+
+// A row of any of the 4- and 5-bit types that decode into a Q4Row.
+void decode_small_row(DType dt, const uint8_t* row, int64_t nb, Q4Row& r) {
+  switch (dt) {
+    case DType::kQ4_1: decode_q4_row(reinterpret_cast<const BlockQ4_1*>(row), nb, r); break;
+    case DType::kQ4_0: decode_q4_row(reinterpret_cast<const BlockQ4_0*>(row), nb, r); break;
+    case DType::kQ5_1: decode_q5_row<true>(row, nb, r); break;
+    default: decode_q5_row<false>(row, nb, r); break;
   }
 }
 
@@ -211,150 +242,6 @@ void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, 
   }
 }
 
-// Single-token rows (T = 1, every decode step of one sequence). With one token
-// there is nothing to amortise a decoded row over, so these read the stored
-// blocks directly; each output still sees exactly the per-block float
-// operations of the tiles above, in the same order (scale d_w * d_x, one fmadd
-// into 8 lanes, min term fma(m, s, sum) into its own sum, hsum8 + min sum), and
-// the same exact integer block dots, so T = 1 equals a token of any batch.
-// R rows at a time give R independent accumulator chains per block (one row
-// alone is bound by the 4-cycle fmadd latency of its chain).
-constexpr int kGemvRows = 4;
-// How far ahead the prefetch runs, in groups of kGemvRows rows.
-constexpr int kGemvPrefetchGroups = 2;
-
-// R rows read in step defeat the hardware stream prefetcher (measured: T = 1
-// matmuls ~2x slower than one row at a time with weights in DRAM), so each
-// block step also prefetches its share of the group of R rows
-// kGemvPrefetchGroups ahead, which keeps the thread's range streaming (one
-// group ahead measured a few % slower, docs/forward.md). `limit`: the end of
-// the thread's rows.
-class GemvPrefetch {
- public:
-  GemvPrefetch(const uint8_t* base, int64_t row_bytes, int64_t o0, int R, int64_t nb, const uint8_t* limit)
-      : next_(reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>((o0 + kGemvPrefetchGroups * R) * row_bytes)),
-        step_(static_cast<uintptr_t>((R * row_bytes + nb - 1) / nb)),
-        limit_(reinterpret_cast<uintptr_t>(limit)) {}
-  void at(int64_t b) const { range(next_ + static_cast<uintptr_t>(b) * step_, step_, limit_); }
-  // Prefetches [a, a + n) up to limit.
-  static void range(uintptr_t a, uintptr_t n, uintptr_t limit) {
-    for (uintptr_t l = a; l < a + n && l < limit; l += 64) _mm_prefetch(reinterpret_cast<const char*>(l), _MM_HINT_T0);
-  }
-
- private:
-  uintptr_t next_;
-  uintptr_t step_;  // bytes of that group per block step
-  uintptr_t limit_;
-};
-
-// Q4_0 / Q4_1: per block one 32-bit load of (d, m) as f16, a multiply by the
-// activation's (d, s) for d_w * d_x and an fma of the same pair for the min sum.
-template <int R, typename Block>
-void gemv_q4(const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64_t nb, float* y, int64_t o0,
-             const uint8_t* limit) {
-  const GemvPrefetch pf(base, row_bytes, o0, R, nb, limit);
-  __m256 acc[R];
-  __m128 macc[R];  // lane 1: the min-term sum (lane 0 collects nothing used)
-  for (int i = 0; i < R; ++i) {
-    acc[i] = _mm256_setzero_ps();
-    macc[i] = _mm_setzero_ps();
-  }
-  // A 4-bit block's 16 bytes in both halves, shifted right by 0 (low half)
-  // or 4 (high half), then masked: bytes 0..15 the low nibbles, 16..31 the high.
-  const __m256i shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const Block* rows[R];
-  for (int i = 0; i < R; ++i) rows[i] = reinterpret_cast<const Block*>(base + (o0 + i) * row_bytes);
-  for (int64_t b = 0; b < nb; ++b) {
-    pf.at(b);
-    const BlockQ8Act& a = xa[b];
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
-    const __m128 xds = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&a.d)));  // (d_x, s, 0, 0)
-    for (int i = 0; i < R; ++i) {
-      const Block& w = rows[i][b];
-      __m128 dm;  // (d_w, m, ., .)
-      if constexpr (std::is_same_v<Block, BlockQ4_1>) {
-        uint32_t dm16;
-        std::memcpy(&dm16, &w.d, 4);
-        dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm16)));
-      } else {
-        // m = -8 d, as decode_q4_row computes it (exact).
-        const __m128 d = _mm_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(w.d)));
-        dm = _mm_mul_ps(d, _mm_setr_ps(1.0f, -8.0f, 0.0f, 0.0f));
-      }
-      const __m128 prod = _mm_mul_ps(dm, xds);  // (d_w * d_x, ., ., .)
-      macc[i] = _mm_fmadd_ps(dm, xds, macc[i]);  // lane 1: m * s + macc, as the tiles
-      const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.qs)));
-      const __m256i wq = _mm256_and_si256(_mm256_srlv_epi32(raw, shifts), low4);
-      acc[i] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(dot_u8s8(wq, xq)), acc[i]);
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    y[o0 + i] = hsum8(acc[i]) + _mm_cvtss_f32(_mm_movehdup_ps(macc[i]));
-  }
-}
-
-// Q8_0. With VNNI the weights go in as u8 (w + 128) and the activations as s8,
-// starting each block's dot from -128 * (sum of each 4 activations), built once
-// per block for all R rows: (w + 128) . x - 128 * sum(x) = w . x exactly.
-// Without VNNI, |w| x sign(x, w) as in the tiles (maddubs would saturate on w + 128).
-template <int R>
-void gemv_q8_0(const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64_t nb, float* y, int64_t o0,
-               const uint8_t* limit) {
-  const GemvPrefetch pf(base, row_bytes, o0, R, nb, limit);
-  __m256 acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
-  const BlockQ8_0* rows[R];
-  for (int i = 0; i < R; ++i) rows[i] = reinterpret_cast<const BlockQ8_0*>(base + (o0 + i) * row_bytes);
-  [[maybe_unused]] const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t b = 0; b < nb; ++b) {
-    pf.at(b);
-    const BlockQ8Act& a = xa[b];
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
-    const __m128 xd = _mm_set_ss(a.d);
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    const __m256i corr =
-        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, xq));
-#endif
-    for (int i = 0; i < R; ++i) {
-      const BlockQ8_0& w = rows[i][b];
-      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-      const __m256i p = _mm256_dpbusd_epi32(corr, _mm256_xor_si256(wq, bias), xq);
-#else
-      const __m256i p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(xq, wq));
-#endif
-      const __m128 scale = _mm_mul_ss(_mm_cvtph_ps(_mm_cvtsi32_si128(w.d)), xd);
-      acc[i] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale), _mm256_cvtepi32_ps(p), acc[i]);
-    }
-  }
-  for (int i = 0; i < R; ++i) y[o0 + i] = hsum8(acc[i]);
-}
-
-// Rows [o_begin, o_end) of a quantized w for one token, kGemvRows at a time.
-template <int R>
-void gemv_group(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64_t nb, float* y,
-                int64_t o0, const uint8_t* limit) {
-  switch (dt) {
-    case DType::kQ4_1: gemv_q4<R, BlockQ4_1>(base, row_bytes, xa, nb, y, o0, limit); break;
-    case DType::kQ4_0: gemv_q4<R, BlockQ4_0>(base, row_bytes, xa, nb, y, o0, limit); break;
-    default: gemv_q8_0<R>(base, row_bytes, xa, nb, y, o0, limit); break;
-  }
-}
-
-void gemv_rows(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Act* xa, int64_t nb, float* y,
-               int64_t o_begin, int64_t o_end) {
-  const uint8_t* limit = base + o_end * row_bytes;
-  // The groups before the first that a block step prefetches: ask for them
-  // now, while the first group's demand loads start.
-  const auto first = reinterpret_cast<uintptr_t>(base + (o_begin + kGemvRows) * row_bytes);
-  GemvPrefetch::range(first, static_cast<uintptr_t>((kGemvPrefetchGroups - 1) * kGemvRows * row_bytes),
-                      reinterpret_cast<uintptr_t>(limit));
-  int64_t o = o_begin;
-  for (; o + kGemvRows <= o_end; o += kGemvRows) gemv_group<kGemvRows>(dt, base, row_bytes, xa, nb, y, o, limit);
-  for (; o < o_end; ++o) gemv_group<1>(dt, base, row_bytes, xa, nb, y, o, limit);
-}
-
 // All T tokens for R decoded rows o0.., tokens in tiles of kTileTokens.
 template <int R, typename Row, template <int, int> class Kernel>
 void rows_all_tokens(const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N, int64_t o0) {
@@ -469,17 +356,30 @@ struct LoadBF16 {
 // Rows of dtypes without a direct kernel are decoded on the stack.
 constexpr int64_t kMaxGenericK = 16384;
 
-bool is_quantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1; }
+// Dtypes read through the 8-bit activations: the block kernels here, the
+// Q5 rows and the K-quant kernels.
+bool is_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
+         matmul_cpu::kquant_direct(t);
+}
+bool has_gemv(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1;
+}
 
 // y[t][o] for o in [o_begin, o_end), every t.
-void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t T, float* y, int64_t o_begin,
-                 int64_t o_end) {
+void matmul_rows(const Tensor& w, const float* x, const matmul_cpu::KQuantActs& acts, int64_t T, float* y,
+                 int64_t o_begin, int64_t o_end) {
   const int64_t N = w.dim(0), K = w.dim(1), nb = K / kBlock;
   const int64_t row_bytes = dtype_bytes(w.dtype(), K);
   const auto* base = static_cast<const uint8_t*>(w.data());
+  const BlockQ8Act* xa = acts.xa;
+  if (matmul_cpu::kquant_direct(w.dtype())) {
+    matmul_cpu::kquant_rows(w.dtype(), base, row_bytes, acts, T, y, N, o_begin, o_end);
+    return;
+  }
 #if defined(__AVX2__)
-  if (is_quantized(w.dtype()) && T == 1) {
-    gemv_rows(w.dtype(), base, row_bytes, xa, nb, y, o_begin, o_end);
+  if (has_gemv(w.dtype()) && T == 1) {
+    matmul_cpu::gemv_rows(w.dtype(), base, row_bytes, xa, nb, y, o_begin, o_end);
     return;
   }
   if (is_quantized(w.dtype())) {
@@ -498,14 +398,7 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
       Q4Row rows[kTileRows];
       for (int64_t o = o_begin; o < o_end; o += kTileRows) {
         const int n = static_cast<int>(std::min<int64_t>(kTileRows, o_end - o));
-        for (int i = 0; i < n; ++i) {
-          const uint8_t* row = base + (o + i) * row_bytes;
-          if (w.dtype() == DType::kQ4_1) {
-            decode_q4_row(reinterpret_cast<const BlockQ4_1*>(row), nb, rows[i]);
-          } else {
-            decode_q4_row(reinterpret_cast<const BlockQ4_0*>(row), nb, rows[i]);
-          }
-        }
+        for (int i = 0; i < n; ++i) decode_small_row(w.dtype(), base + (o + i) * row_bytes, nb, rows[i]);
         row_group<Q4Row, Q4Kernel>(n, rows, xa, nb, T, y, N, o);
       }
     }
@@ -519,11 +412,10 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
     switch (w.dtype()) {
 #if !defined(__AVX2__)
       case DType::kQ4_1:
-        decode_q4_row(static_cast<const BlockQ4_1*>(row), nb, q4);
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(q4, xa + t * nb, nb);
-        break;
       case DType::kQ4_0:
-        decode_q4_row(static_cast<const BlockQ4_0*>(row), nb, q4);
+      case DType::kQ5_1:
+      case DType::kQ5_0:
+        decode_small_row(w.dtype(), static_cast<const uint8_t*>(row), nb, q4);
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(q4, xa + t * nb, nb);
         break;
       case DType::kQ8_0:
@@ -540,8 +432,8 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadBF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
         break;
       default: {
-        // K-quants and anything else dequantize_row reads: decode the row once,
-        // then float dots. Correct, not fast.
+        // Anything else dequantize_row reads (no such dtype today): decode
+        // the row once, then float dots against x in f32.
         float buf[kMaxGenericK];
         dequantize_row(w.dtype(), row, buf, K);
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF32{buf}, x + t * K, K);
@@ -553,8 +445,9 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, int64_t 
 
 }  // namespace
 
+// [T][nb] activation blocks, then their d and s as floats ([T][nb] each).
 int64_t matmul_scratch_bytes(int64_t T, int64_t K) {
-  return T * ((K + kBlock - 1) / kBlock) * static_cast<int64_t>(sizeof(BlockQ8Act));
+  return T * ((K + kBlock - 1) / kBlock) * static_cast<int64_t>(sizeof(BlockQ8Act) + 2 * sizeof(float));
 }
 
 void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch) {
@@ -566,22 +459,33 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     NS_CHECK(p.w->ndim() == 2 && p.w->dim(1) == K) << "w" << p.w->shape_string() << " vs x" << x.shape_string();
     NS_CHECK(p.y->ndim() == 2 && p.y->dim(0) == T && p.y->dim(1) == p.w->dim(0) && p.y->dtype() == DType::kF32)
         << "y" << p.y->shape_string() << " for w" << p.w->shape_string() << " and x" << x.shape_string();
-    NS_CHECK(quant::row_dtype_supported(p.w->dtype()) || (p.w->dtype() != DType::kI32 && K <= kMaxGenericK))
-        << "matmul of " << dtype_name(p.w->dtype()) << " with K = " << K;
+    const DType dt = p.w->dtype();
+    const bool direct = is_quantized(dt) || dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16;
+    NS_CHECK(direct || (dt != DType::kI32 && K <= kMaxGenericK)) << "matmul of " << dtype_name(dt) << " with K = " << K;
     any_quantized = any_quantized || is_quantized(p.w->dtype());
     total_rows += p.w->dim(0);
   }
   if (T == 0 || total_rows == 0) return;
   const float* xs = x.data_as<const float>();
   BlockQ8Act* xa = nullptr;
+  matmul_cpu::KQuantActs acts{};
   if (any_quantized) {
     NS_CHECK(K % kBlock == 0 && K <= kMaxQ4K) << "quantized matmul needs K % 32 == 0 and K <= " << kMaxQ4K << ", K = " << K;
     NS_CHECK(static_cast<int64_t>(scratch.size()) >= matmul_scratch_bytes(T, K))
         << "matmul scratch " << scratch.size() << " < " << matmul_scratch_bytes(T, K);
     xa = reinterpret_cast<BlockQ8Act*>(scratch.data());
     const int64_t nb = K / kBlock;
+    auto* ad = reinterpret_cast<float*>(scratch.data() + T * nb * static_cast<int64_t>(sizeof(BlockQ8Act)));
+    float* as = ad + T * nb;
+    acts = {xa, ad, as, nb};
     auto quantize = [&](int64_t b, int64_t e, int) {
-      for (int64_t t = b; t < e; ++t) quantize_row_q8(xs + t * K, K, xa + t * nb);
+      for (int64_t t = b; t < e; ++t) {
+        quantize_row_q8(xs + t * K, K, xa + t * nb);
+        for (int64_t i = t * nb; i < (t + 1) * nb; ++i) {
+          ad[i] = xa[i].d;
+          as[i] = xa[i].s;
+        }
+      }
     };
     if (T >= 16) {
       pool.parallel_for(T, std::ref(quantize));
@@ -594,7 +498,7 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     for (const MatmulPair& p : pairs) {
       const int64_t n = p.w->dim(0);
       const int64_t b = std::max(begin, first), e = std::min(end, first + n);
-      if (b < e) matmul_rows(*p.w, xs, xa, T, p.y->data_as<float>(), b - first, e - first);
+      if (b < e) matmul_rows(*p.w, xs, acts, T, p.y->data_as<float>(), b - first, e - first);
       first += n;
     }
   };

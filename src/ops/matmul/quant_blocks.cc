@@ -2,19 +2,28 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "ops/dequantize/dequantize.h"
 
 namespace nanoserve::quant {
 
 bool row_dtype_supported(DType dtype) {
-  switch (dtype) {
+  switch (dtype) {  // every enumerator, so a new dtype must be decided here
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
     case DType::kQ8_0:
     case DType::kQ4_0:
-    case DType::kQ4_1: return true;
-    default: return false;
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return true;
+    case DType::kI32: return false;
   }
+  return false;
 }
 
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {
@@ -60,7 +69,11 @@ void row_to_f32(DType dtype, const void* src, float* dst, int64_t n) {
       }
       return;
     }
-    default: NS_CHECK(false) << "no row conversion for " << dtype_name(dtype);
+    case DType::kI32: NS_CHECK(false) << "no row conversion for " << dtype_name(dtype); return;
+    default:
+      // The 5-bit types and the K-quants: the reference decoder.
+      dequantize_row(dtype, src, dst, n);
+      return;
   }
 }
 

@@ -34,7 +34,21 @@ struct BlockQ4_1 {
   uint16_t m;  // f16
   uint8_t qs[kBlock / 2];
 };
+// Q5_0 / Q5_1: the Q4 layout plus qh, whose bit j is value j's fifth bit;
+// Q5_0 values are d * (q - 16), Q5_1 values d * q + m.
+struct BlockQ5_0 {
+  uint16_t d;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d;  // f16
+  uint16_t m;  // f16
+  uint8_t qh[4];
+  uint8_t qs[kBlock / 2];
+};
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24);
 
 // One quantized activation block: x ≈ d * q, s = d * sum(q) (what a Q4_1 min
 // multiplies), per token and per 32 values, so a token's quantization never
@@ -85,11 +99,11 @@ inline float bf16_to_f32(uint16_t h) {
 
 namespace nanoserve::quant {
 
-// dst[n] = the n values of one stored row of `dtype` (F32, F16, BF16, Q8_0,
-// Q4_0, Q4_1), in plain scalar code. PRECOND: n is whole blocks.
+// dst[n] = the n values of one stored row of `dtype` (any but I32), in plain
+// scalar code. PRECOND: n is whole blocks.
 void row_to_f32(DType dtype, const void* src, float* dst, int64_t n);
 
-// True for the weight dtypes matmul and embedding read.
+// True for the weight dtypes embedding reads (every dtype but I32).
 bool row_dtype_supported(DType dtype);
 
 // x[K] -> K/32 activation blocks: d = max|x| / 127, q = nearbyint(x / d)

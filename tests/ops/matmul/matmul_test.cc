@@ -173,45 +173,4 @@ TEST(Matmul, PairsShareInputAndMatchSeparateCalls) {
 }  // namespace
 }  // namespace nanoserve
 
-namespace nanoserve {
-namespace {
-
-// K-quants have no direct kernel: rows are decoded with dequantize_row and
-// dotted in f32, so the fast path must match the reference to f32 rounding.
-Tensor random_kquant(DType dt, int64_t N, int64_t K, uint32_t seed) {
-  Tensor w = Tensor::empty(dt, {N, K});
-  std::mt19937 rng(seed);
-  auto* p = static_cast<uint8_t*>(w.data());
-  for (int64_t i = 0; i < w.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng());
-  const int64_t bb = dtype_info(dt).block_bytes;
-  const uint16_t small = 0x2000;  // f16 ~0.0078: finite scales
-  for (int64_t b = 0; b < w.nbytes() / bb; ++b) {
-    if (dt == DType::kQ4_K) {
-      std::memcpy(p + b * bb, &small, 2);
-      std::memcpy(p + b * bb + 2, &small, 2);
-    } else {
-      std::memcpy(p + b * bb + bb - 2, &small, 2);  // Q6_K keeps d last
-    }
-  }
-  return w;
-}
-
-TEST(Matmul, KQuantFallbackMatchesReference) {
-  for (DType dt : {DType::kQ4_K, DType::kQ6_K}) {
-    const int64_t N = 9, K = 512, T = 3;
-    const Tensor w = random_kquant(dt, N, K, 5);
-    const auto xv = random_floats(T * K, 6);
-    const Tensor x = f32_tensor(xv, {T, K});
-    Tensor ref = nan_tensor({T, N});
-    matmul_ref(w, x, ref);
-    const Tensor fast = run_fast(w, x, 2);
-    for (int64_t i = 0; i < T * N; ++i) {
-      ASSERT_NEAR(fast.data_as<float>()[i], ref.data_as<float>()[i],
-                  1e-4f * (1 + std::fabs(ref.data_as<float>()[i])))
-          << dtype_name(dt) << " element " << i;
-    }
-  }
-}
-
-}  // namespace
-}  // namespace nanoserve
+// The 5-bit types and the K-quants: tests/ops/matmul/matmul_kquant_test.cc.

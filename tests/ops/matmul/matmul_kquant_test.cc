@@ -1,0 +1,199 @@
+// The 5-bit and K-quant weight types through the fast matmul
+// (src/ops/matmul/matmul_cpu_kquant.cc, and the Q5 rows of matmul_cpu.cc),
+// held to the reference on random stored blocks.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "ops/matmul/matmul.h"
+#include "ops/matmul/matmul_cpu_internal.h"
+#include "ops/matmul/quant_blocks.h"
+#include "ops/random_weights.h"
+
+namespace nanoserve {
+namespace {
+
+using testing::f32_tensor;
+using testing::f32_to_f16;
+using testing::nan_tensor;
+using testing::random_floats;
+
+constexpr DType kDirect[] = {DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+// Byte offsets of the f16 scale fields of one block.
+std::vector<int> f16_fields(DType dt) {
+  switch (dt) {
+    case DType::kQ5_0: return {0};
+    case DType::kQ5_1: return {0, 2};
+    case DType::kQ2_K: return {80, 82};
+    case DType::kQ3_K: return {108};
+    case DType::kQ4_K:
+    case DType::kQ5_K: return {0, 2};
+    case DType::kQ6_K: return {208};
+    default: return {};
+  }
+}
+
+// Random stored blocks: random quant and sub-block scale bytes (every bit
+// pattern), finite f16 scales of either sign.
+Tensor random_blocks(DType dt, int64_t N, int64_t K, uint32_t seed) {
+  Tensor w = Tensor::empty(dt, {N, K});
+  std::mt19937 rng(seed);
+  auto* p = static_cast<uint8_t*>(w.data());
+  for (int64_t i = 0; i < w.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng());
+  std::normal_distribution<float> dist(0.0f, dtype_info(dt).block_elems == 32 ? 0.05f : 0.004f);
+  const int64_t bb = dtype_info(dt).block_bytes;
+  for (int64_t b = 0; b < w.nbytes() / bb; ++b) {
+    for (int off : f16_fields(dt)) {
+      const uint16_t h = f32_to_f16(dist(rng));
+      std::memcpy(p + b * bb + off, &h, 2);
+    }
+  }
+  return w;
+}
+
+ThreadPool& pool_of(int threads) {
+  static ThreadPool p1(1), p2(2), p3(3);
+  return threads == 1 ? p1 : threads == 2 ? p2 : p3;
+}
+
+Tensor run_fast(const Tensor& w, const Tensor& x, int threads) {
+  std::vector<std::byte> scratch(static_cast<size_t>(matmul_scratch_bytes(x.dim(0), x.dim(1))));
+  Tensor y = nan_tensor({x.dim(0), w.dim(0)});
+  matmul(w, x, y, pool_of(threads), scratch);
+  return y;
+}
+
+// x as the fast path sees it: each block of 32 rounded to d * q (8-bit).
+std::vector<float> act_quantized(const std::vector<float>& x, int64_t T, int64_t K,
+                                 std::vector<quant::BlockQ8Act>* blocks) {
+  const int64_t nb = K / 32;
+  blocks->resize(static_cast<size_t>(T * nb));
+  std::vector<float> out(x.size());
+  for (int64_t t = 0; t < T; ++t) {
+    quant::quantize_row_q8_scalar(x.data() + t * K, K, blocks->data() + t * nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      const quant::BlockQ8Act& a = (*blocks)[static_cast<size_t>(t * nb + b)];
+      for (int j = 0; j < 32; ++j)
+        out[static_cast<size_t>(t * K + b * 32 + j)] = a.d * static_cast<float>(a.qs[j]);
+    }
+  }
+  return out;
+}
+
+// |got - want| <= f32 rounding of a sum of nb scaled block dots into 8 lanes:
+// (nb + 16) roundings of at most 2^-23 of the magnitude sum |w| . |x|.
+void expect_close(const Tensor& got, const Tensor& want, const Tensor& w, const std::vector<float>& x,
+                  int64_t T, const std::string& what) {
+  const int64_t N = w.dim(0), K = w.dim(1);
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t o = 0; o < N; ++o) {
+    quant::row_to_f32(w.dtype(), static_cast<const uint8_t*>(w.data()) + o * dtype_bytes(w.dtype(), K),
+                      row.data(), K);
+    for (int64_t t = 0; t < T; ++t) {
+      double mag = 0;
+      for (int64_t k = 0; k < K; ++k) mag += std::fabs(static_cast<double>(row[k]) * x[t * K + k]);
+      const double tol = static_cast<double>(K / 32 + 16) * 1.2e-7 * mag + 1e-6;
+      const float g = got.data_as<float>()[t * N + o], r = want.data_as<float>()[t * N + o];
+      ASSERT_FALSE(std::isnan(g)) << what << ": unwritten y[" << t << "][" << o << "]";
+      ASSERT_NEAR(g, r, tol) << what << ": y[" << t << "][" << o << "]";
+    }
+  }
+}
+
+// The kernels compute w . (x rounded to 8-bit blocks) exactly but for
+// f32 rounding, so the reference gets the same rounded x and the tolerance is
+// rounding only (a wrong scale, min or bit moves outputs by far more).
+TEST(MatmulKQuant, KernelsMatchReferenceOnQuantizedActivations) {
+  for (DType dt : kDirect) {
+    for (int64_t K : {256, 768, 1536}) {
+      for (int64_t N : {1, 5, 33}) {
+        for (int64_t T : {1, 2, 5, 9}) {
+          const std::string what = std::string(dtype_name(dt)) + " N=" + std::to_string(N) +
+                                   " K=" + std::to_string(K) + " T=" + std::to_string(T);
+          const Tensor w = random_blocks(dt, N, K, static_cast<uint32_t>(N * K + T));
+          const auto xv = random_floats(T * K, 7 + static_cast<uint32_t>(T * K));
+          std::vector<quant::BlockQ8Act> blocks;
+          const auto xq = act_quantized(xv, T, K, &blocks);
+          Tensor ref = nan_tensor({T, N});
+          matmul_ref(w, f32_tensor(xq, {T, K}), ref);
+          expect_close(run_fast(w, f32_tensor(xv, {T, K}), 2), ref, w, xq, T, what);
+        }
+      }
+    }
+  }
+}
+
+// The scalar kernel (the path of a build without AVX2) against the same truth.
+TEST(MatmulKQuant, ScalarKernelMatchesReference) {
+  for (DType dt : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const int64_t N = 7, K = 768, T = 10, nb = K / 32;
+    const Tensor w = random_blocks(dt, N, K, 41);
+    const auto xv = random_floats(T * K, 42);
+    std::vector<quant::BlockQ8Act> blocks;
+    const auto xq = act_quantized(xv, T, K, &blocks);
+    std::vector<float> d(static_cast<size_t>(T * nb)), s(d.size());
+    for (size_t i = 0; i < d.size(); ++i) {
+      d[i] = blocks[i].d;
+      s[i] = blocks[i].s;
+    }
+    Tensor got = nan_tensor({T, N});
+    matmul_cpu::kquant_rows_scalar(dt, static_cast<const uint8_t*>(w.data()), dtype_bytes(dt, K),
+                                   {blocks.data(), d.data(), s.data(), nb}, T, got.data_as<float>(), N, 0, N);
+    Tensor ref = nan_tensor({T, N});
+    matmul_ref(w, f32_tensor(xq, {T, K}), ref);
+    expect_close(got, ref, w, xq, T, std::string("scalar ") + dtype_name(dt));
+  }
+}
+
+// Batch invariance: each token alone (T = 1: 4-row single-token tiles, with 1,
+// 2 or 3 threads) equals its row of a batch (2-row x 4-token tiles and their
+// remainders), bit for bit; so do thread counts for the batch.
+TEST(MatmulKQuant, TokenResultIndependentOfBatchAndThreads) {
+  for (DType dt : kDirect) {
+    for (int64_t K : {512, 1536}) {
+      const int64_t N = 67, T = 11;
+      const Tensor w = random_blocks(dt, N, K, 51);
+      const auto xv = random_floats(T * K, 52);
+      const Tensor yt = run_fast(w, f32_tensor(xv, {T, K}), 2);
+      for (int threads : {1, 3}) {
+        const Tensor yn = run_fast(w, f32_tensor(xv, {T, K}), threads);
+        EXPECT_EQ(std::memcmp(yt.data(), yn.data(), static_cast<size_t>(yt.nbytes())), 0)
+            << dtype_name(dt) << " K " << K << " with " << threads << " threads";
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        const std::vector<float> one(xv.begin() + t * K, xv.begin() + (t + 1) * K);
+        const Tensor y1 = run_fast(w, f32_tensor(one, {1, K}), 1 + static_cast<int>(t % 3));
+        EXPECT_EQ(std::memcmp(y1.data(), yt.data_as<float>() + t * N, static_cast<size_t>(N) * 4), 0)
+            << dtype_name(dt) << " K " << K << " token " << t;
+      }
+      const int64_t first = 3, n = 6;  // shifts the token tiles
+      const std::vector<float> window(xv.begin() + first * K, xv.begin() + (first + n) * K);
+      const Tensor yw = run_fast(w, f32_tensor(window, {n, K}), 2);
+      EXPECT_EQ(std::memcmp(yw.data(), yt.data_as<float>() + first * N, static_cast<size_t>(n * N) * 4), 0)
+          << dtype_name(dt) << " K " << K << " tokens " << first << ".." << first + n;
+    }
+  }
+}
+
+// A non-finite activation block poisons every output that reads it, as for the
+// other quantized types.
+TEST(MatmulKQuant, NanActivationGivesNan) {
+  for (DType dt : kDirect) {
+    const int64_t N = 6, K = 512;
+    const Tensor w = random_blocks(dt, N, K, 61);
+    auto xv = random_floats(K, 62);
+    xv[300] = NAN;
+    const Tensor y = run_fast(w, f32_tensor(xv, {1, K}), 2);
+    for (int64_t o = 0; o < N; ++o)
+      EXPECT_TRUE(std::isnan(y.data_as<float>()[o])) << dtype_name(dt) << " " << o;
+  }
+}
+
+}  // namespace
+}  // namespace nanoserve
