@@ -131,34 +131,17 @@ void q4_k_scale_min(int j, const uint8_t* s, int* scale, int* min) {
   }
 }
 
-void dequant_q4_k(const uint8_t* b, float* y) {
-  const float d = fp16_to_f32(load_u16(b));
-  const float dmin = fp16_to_f32(load_u16(b + 2));
-  const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
-  // Four chunks of 64 values; each chunk's 32 bytes hold sub-block 2c in the low
-  // nibbles and sub-block 2c+1 in the high nibbles.
-  for (int c = 0; c < 4; ++c) {
-    int sc0, m0, sc1, m1;
-    q4_k_scale_min(2 * c, scales, &sc0, &m0);
-    q4_k_scale_min(2 * c + 1, scales, &sc1, &m1);
-    const float d0 = d * static_cast<float>(sc0), min0 = dmin * static_cast<float>(m0);
-    const float d1 = d * static_cast<float>(sc1), min1 = dmin * static_cast<float>(m1);
-    for (int l = 0; l < 32; ++l) {
-      y[64 * c + l] = d0 * static_cast<float>(q[32 * c + l] & 0x0f) - min0;
-      y[64 * c + 32 + l] = d1 * static_cast<float>(q[32 * c + l] >> 4) - min1;
-    }
-  }
-}
-
-// Q5_K: Q4_K's scales and nibbles, plus a fifth bit per value: value
-// 64c + l (l < 32) has it at qh[l] bit 2c, value 64c + 32 + l at bit 2c + 1.
-void dequant_q5_k(const uint8_t* b, float* y) {
+// Q4_K, and Q5_K (kFifthBit): the scales, then four chunks of 64 values; each
+// chunk's 32 bytes hold sub-block 2c in the low nibbles and sub-block 2c+1 in the
+// high nibbles. Q5_K adds a fifth bit per value: value 64c + l (l < 32) has it at
+// qh[l] bit 2c, value 64c + 32 + l at bit 2c + 1.
+template <bool kFifthBit>
+void dequant_k4(const uint8_t* b, float* y) {
   const float d = fp16_to_f32(load_u16(b));
   const float dmin = fp16_to_f32(load_u16(b + 2));
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
-  const uint8_t* q = b + 48;
+  const uint8_t* q = b + (kFifthBit ? 48 : 16);
   for (int c = 0; c < 4; ++c) {
     int sc0, m0, sc1, m1;
     q4_k_scale_min(2 * c, scales, &sc0, &m0);
@@ -166,8 +149,11 @@ void dequant_q5_k(const uint8_t* b, float* y) {
     const float d0 = d * static_cast<float>(sc0), min0 = dmin * static_cast<float>(m0);
     const float d1 = d * static_cast<float>(sc1), min1 = dmin * static_cast<float>(m1);
     for (int l = 0; l < 32; ++l) {
-      const int v0 = (q[32 * c + l] & 0x0f) | (((qh[l] >> (2 * c)) & 1) << 4);
-      const int v1 = (q[32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4);
+      int v0 = q[32 * c + l] & 0x0f, v1 = q[32 * c + l] >> 4;
+      if constexpr (kFifthBit) {
+        v0 |= ((qh[l] >> (2 * c)) & 1) << 4;
+        v1 |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
+      }
       y[64 * c + l] = d0 * static_cast<float>(v0) - min0;
       y[64 * c + 32 + l] = d1 * static_cast<float>(v1) - min1;
     }
@@ -224,13 +210,13 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kQ8_0: return dequant_blocks<32, kQ8_0Bytes, dequant_q8_0>(src, dst, n);
     case DType::kQ4_0: return dequant_blocks<32, kQ4_0Bytes, dequant_q4_0>(src, dst, n);
     case DType::kQ4_1: return dequant_blocks<32, kQ4_1Bytes, dequant_q4_1>(src, dst, n);
-    case DType::kQ4_K: return dequant_blocks<256, kQ4_KBytes, dequant_q4_k>(src, dst, n);
+    case DType::kQ4_K: return dequant_blocks<256, kQ4_KBytes, dequant_k4<false>>(src, dst, n);
     case DType::kQ6_K: return dequant_blocks<256, kQ6_KBytes, dequant_q6_k>(src, dst, n);
     case DType::kQ5_0: return dequant_blocks<32, kQ5_0Bytes, dequant_q5_0>(src, dst, n);
     case DType::kQ5_1: return dequant_blocks<32, kQ5_1Bytes, dequant_q5_1>(src, dst, n);
     case DType::kQ2_K: return dequant_blocks<256, kQ2_KBytes, dequant_q2_k>(src, dst, n);
     case DType::kQ3_K: return dequant_blocks<256, kQ3_KBytes, dequant_q3_k>(src, dst, n);
-    case DType::kQ5_K: return dequant_blocks<256, kQ5_KBytes, dequant_q5_k>(src, dst, n);
+    case DType::kQ5_K: return dequant_blocks<256, kQ5_KBytes, dequant_k4<true>>(src, dst, n);
     case DType::kI32: break;
   }
   NS_CHECK(false) << "dequantize_row: no float form for " << dtype_name(dtype);
