@@ -100,6 +100,17 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
         static_cast<long long>(hits), static_cast<long long>(queries),
         queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
   }
+  if (engine != nullptr) {
+    const EngineStats st = engine->stats();
+    const int64_t steps = st.decode_steps - (before ? before->decode_steps : 0);
+    const int64_t rows = st.decode_step_rows - (before ? before->decode_step_rows : 0);
+    const double secs = st.decode_step_seconds - (before ? before->decode_step_seconds : 0.0);
+    if (steps > 0) {
+      std::printf("%-8s decode-only steps %lld | mean batch %.1f | mean step %.2f ms\n", label,
+                  static_cast<long long>(steps), static_cast<double>(rows) / static_cast<double>(steps),
+                  secs * 1e3 / static_cast<double>(steps));
+    }
+  }
   std::fflush(stdout);
   return f;
 }

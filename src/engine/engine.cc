@@ -309,6 +309,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
 
 Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   take_in(outputs);
+  const Clock::time_point step_start = Clock::now();
   const SchedulerStep& plan = scheduler_->schedule();
   if (plan.empty()) {
     publish_stats();
@@ -334,6 +335,9 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
       << "logits " << logits->shape_string() << " for " << row_owner_.size() << " rows";
 
   int64_t prompt_tokens = 0, generation_tokens = 0;
+  // A decode-only step: one token per sequence, every one past its prompt.
+  bool decode_only = batch_.num_tokens() == static_cast<int64_t>(plan.chunks.size());
+  for (const ScheduledChunk& c : plan.chunks) decode_only = decode_only && !c.request->output.empty();
   scheduler_->commit(plan);
   // Rows that sample plain greedy take the runner's own argmax where it has one.
   const std::span<const int32_t> greedy = model_->greedy_tokens();
@@ -378,6 +382,11 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     stats_.generation_tokens += generation_tokens;
     stats_.num_computed_tokens += batch_.num_tokens();
     ++stats_.num_steps;
+    if (decode_only) {
+      ++stats_.decode_steps;
+      stats_.decode_step_rows += batch_.num_tokens();
+      stats_.decode_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+    }
   }
   publish_stats();
   return Status();

@@ -103,6 +103,12 @@ struct EngineStats {
   int64_t num_finished = 0;       // stop or length
   int64_t num_aborted = 0;        // abort or error
   int64_t num_steps = 0;
+  // Steps in which every row is a decode (one new token of a sequence that
+  // has its prompt): their count, rows and wall time from schedule to sampled
+  // tokens. decode_step_seconds / decode_steps is the pure decode step time.
+  int64_t decode_steps = 0;
+  int64_t decode_step_rows = 0;
+  double decode_step_seconds = 0.0;
 };
 
 class Engine {

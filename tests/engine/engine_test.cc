@@ -385,6 +385,24 @@ TEST(Engine, StatsCountTokensAndTimesAreOrdered) {
   EXPECT_EQ(st.num_finished, 1);
   EXPECT_EQ(st.num_running, 0);
   EXPECT_EQ(st.kv_usage, 0.0);
+  // One prefill step, then five steps of one decode each.
+  EXPECT_EQ(st.num_steps, 6);
+  EXPECT_EQ(st.decode_steps, 5);
+  EXPECT_EQ(st.decode_step_rows, 5);
+  EXPECT_GT(st.decode_step_seconds, 0.0);
+}
+
+TEST(Engine, StepsMixingPrefillAndDecodeAreNotDecodeSteps) {
+  auto e = make_engine({}, nullptr);
+  std::vector<RequestOutput> outs;
+  ASSERT_TRUE(e->add_request({1, 2, 3, 4}, greedy(4)).ok());
+  ASSERT_TRUE(e->step(outs).ok());  // prefill of the first
+  ASSERT_TRUE(e->add_request({5, 6, 7}, greedy(4)).ok());
+  ASSERT_TRUE(e->step(outs).ok());  // decode of the first + prefill of the second
+  EXPECT_EQ(e->stats().decode_steps, 0);
+  ASSERT_TRUE(e->step(outs).ok());  // two decodes
+  EXPECT_EQ(e->stats().decode_steps, 1);
+  EXPECT_EQ(e->stats().decode_step_rows, 2);
 }
 
 TEST(Engine, AddAndAbortFromOtherThreadsWhileStepping) {
