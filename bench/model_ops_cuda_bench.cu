@@ -2,8 +2,9 @@
 // 32 q / 8 kv heads of 128, ffn 14336, vocab 128256): time per call and the
 // bandwidth achieved (bytes the op must move / time) against the
 // device-to-device copy ceiling measured in the same run; and the linear layers
-// at M = 1, 8, 64 and 1,024 through our linear_cuda and through cuBLASLt under
-// both GemmPolicy values, in TB/s (weight + activation bytes / time) and TFLOP/s.
+// at M = 1 to 1,024 through our linear_cuda (its own choice of kernel, and each
+// kernel forced from M = 16) and through cuBLASLt's per-shape choice, in TB/s
+// (weight + activation bytes / time) and TFLOP/s.
 //
 // Each timed unit is a CUDA graph of kCalls calls (launch gaps as a captured
 // decode step sees them), cycling over enough copies of the inputs that they
@@ -207,21 +208,34 @@ void bench_gemms(cudaStream_t s, double ceiling) {
                             {"lm_head", 4096, 128256, DType::kF32}};
   std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "kernel", "time", "TB/s",
               "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
-  GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape), invariant(32 << 20, GemmPolicy::kBatchInvariant);
+  GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
   for (const Linear& l : linears) {
     const int64_t wbytes = l.N * l.K * 2;
     const int n = copies_for(wbytes);
     std::vector<Tensor> ws;
     for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
-    for (int64_t M : {1, 8, 64, 1024}) {
+    for (int64_t M : {1, 8, 16, 32, 64, 128, 256, 1024}) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(l.y, {M, l.N});
-      for (int kernel = 0; kernel < 3; ++kernel) {
-        GemmCuda* gemm = kernel == 1 ? &per_shape : kernel == 2 ? &invariant : nullptr;
-        const char* kname = kernel == 0 ? "ours" : kernel == 1 ? "per-shape" : "invariant";
+      // ours: linear_cuda's own choice; stream / tiled: one kernel forced (M >= 16);
+      // per-shape: cuBLASLt's kernel for the shape.
+      struct Kernel {
+        const char* name;
+        LinearPath path;
+        GemmCuda* gemm;
+      };
+      std::vector<Kernel> kernels = {{"ours", LinearPath::kAuto, nullptr}};
+      if (M >= 16) {
+        kernels.push_back({"stream", LinearPath::kStream, nullptr});
+        kernels.push_back({"tiled", LinearPath::kTiled, nullptr});
+      }
+      kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
+      for (const Kernel& k : kernels) {
+        GemmCuda* gemm = k.gemm;
+        const char* kname = k.name;
         const double ms = time_graph(s, [&](int i) {
           if (gemm == nullptr) {
-            linear_cuda(x, ws[i % n], y, s);
+            linear_cuda(x, ws[i % n], y, s, k.path);
           } else {
             gemm->matmul(x, ws[i % n], y, s);
           }

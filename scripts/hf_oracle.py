@@ -8,10 +8,6 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
       OUT_DIR/oracle.json: prompts (token ids), transformers' logits at every
       position (f32 file oracle_logits.f32, rows in prompt order) and its greedy
       continuations with each step's top-2 margin.
-  hf_oracle.py bench --shape llama-3-8b [--compile]
-      times transformers itself on dummy weights of that shape (eager, and a
-      static cache with torch.compile when asked): batch-1 decode ms/token,
-      batch-8 and batch-64 decode ms/step, a 1,024-token prefill.
 
 The weights are rounded to bf16 and saved in bf16, and transformers computes
 in f32 over those same weights, so the reference differs from nanoserve only
@@ -22,7 +18,6 @@ import copy
 import json
 import os
 import sys
-import time
 
 import torch
 
@@ -125,79 +120,14 @@ def make(out_dir, tokenizer_json):
     print(f"hf_oracle: wrote {out_dir} ({len(prompts)} prompts, lengths {lengths})")
 
 
-SHAPES = {
-    "llama-3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                       num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0),
-    "llama-3.2-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                         num_attention_heads=32, num_key_value_heads=8, rope_theta=500000.0,
-                         tie_word_embeddings=True),
-}
-
-
-def bench(shape, compile_too):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(**SHAPES[shape], max_position_embeddings=8192, rms_norm_eps=1e-5)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
-
-    def timed(fn, reps):
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / reps * 1e3
-
-    rows = []
-    with torch.no_grad():
-        def prefill():
-            model(torch.randint(0, cfg.vocab_size, (1, 1024), device="cuda"))
-        rows.append(("prefill 1024, batch 1 (ms)", timed(prefill, 5)))
-        for batch, prompt in ((1, 128), (8, 128), (64, 512)):
-            ids = torch.randint(0, cfg.vocab_size, (batch, prompt), device="cuda")
-            n_new = 64 if batch < 64 else 32
-
-            def gen():
-                model.generate(ids, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False,
-                               pad_token_id=0)
-            ms = timed(gen, 1)
-            pre = timed(lambda: model(ids), 1)
-            rows.append((f"decode batch {batch}, prompt {prompt} (ms/step, eager)", (ms - pre) / n_new))
-    for name, v in rows:
-        print(f"transformers {shape}: {name}: {v:.2f}")
-    if compile_too:
-        try:
-            ids = torch.randint(0, cfg.vocab_size, (1, 128), device="cuda")
-            model.generation_config.cache_implementation = "static"
-            model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-            with torch.no_grad():
-                for _ in range(2):
-                    model.generate(ids, max_new_tokens=16, do_sample=False, pad_token_id=0)
-                ms = timed(lambda: model.generate(ids, max_new_tokens=128, min_new_tokens=128, do_sample=False,
-                                                  pad_token_id=0), 1)
-            print(f"transformers {shape}: decode batch 1, prompt 128 (ms/token, static cache + compile): "
-                  f"{ms / 128:.2f}")
-        except Exception as e:  # report, do not fail the whole check
-            print(f"transformers {shape}: torch.compile path failed: {type(e).__name__}: {e}"[:300])
-
-
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
     m.add_argument("out_dir")
     m.add_argument("--tokenizer-json")
-    b = sub.add_parser("bench")
-    b.add_argument("--shape", default="llama-3-8b", choices=sorted(SHAPES))
-    b.add_argument("--compile", action="store_true")
     a = ap.parse_args()
-    if a.cmd == "make":
-        make(a.out_dir, a.tokenizer_json)
-    else:
-        bench(a.shape, a.compile)
+    make(a.out_dir, a.tokenizer_json)
     return 0
 
 

@@ -14,6 +14,8 @@
 #include <climits>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 
 namespace nanoserve {
 
@@ -39,6 +41,8 @@ __device__ __forceinline__ void take(Best& b, float v, int32_t i) {
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const float* __restrict__ logits, int32_t V, int32_t* __restrict__ out) {
+  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::launch_dependents();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * V;
   // -inf with no index: a real -inf at any index beats it (same value, lower index).
   Best b{-INFINITY, INT32_MAX};
@@ -100,11 +104,11 @@ void argmax_cuda(const Tensor& logits, int32_t* out, cuda::Stream s) {
   const bool vec = V % 4 == 0 && reinterpret_cast<uintptr_t>(logits.data()) % 16 == 0;
   const int32_t v32 = static_cast<int32_t>(V);
   if (vec) {
-    argmax_kernel<true>
-        <<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits.data_as<const float>(), v32, out);
+    cuda::launch_pdl(argmax_kernel<true>, dim3(static_cast<unsigned>(R)), dim3(kThreads), 0, s,
+                     logits.data_as<const float>(), v32, out);
   } else {
-    argmax_kernel<false>
-        <<<static_cast<unsigned>(R), kThreads, 0, s>>>(logits.data_as<const float>(), v32, out);
+    cuda::launch_pdl(argmax_kernel<false>, dim3(static_cast<unsigned>(R)), dim3(kThreads), 0, s,
+                     logits.data_as<const float>(), v32, out);
   }
   NS_CUDA_CHECK_LAUNCH();
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 
 namespace nanoserve {
 
@@ -21,6 +23,8 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) {
 template <bool kVec>
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ tokens,
                                  int32_t vocab, int32_t dim, float* __restrict__ x) {
+  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::launch_dependents();
   const int32_t t = static_cast<int32_t>(blockIdx.x);
   const int32_t id = tokens[t];
   float* out = x + static_cast<int64_t>(t) * dim;
@@ -71,9 +75,11 @@ void embedding_cuda(const Tensor& table, const int32_t* tokens, int32_t num_toke
   const int threads = std::clamp((units + 31) / 32 * 32, 32, kMaxThreads);
   const auto* tab = table.data_as<const uint16_t>();
   if (vec) {
-    embedding_kernel<true><<<num_tokens, threads, 0, s>>>(tab, tokens, vocab, dim, x.data_as<float>());
+    cuda::launch_pdl(embedding_kernel<true>, dim3(num_tokens), dim3(threads), 0, s, tab, tokens, vocab, dim,
+                     x.data_as<float>());
   } else {
-    embedding_kernel<false><<<num_tokens, threads, 0, s>>>(tab, tokens, vocab, dim, x.data_as<float>());
+    cuda::launch_pdl(embedding_kernel<false>, dim3(num_tokens), dim3(threads), 0, s, tab, tokens, vocab, dim,
+                     x.data_as<float>());
   }
   NS_CUDA_CHECK_LAUNCH();
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 
 namespace nanoserve {
 
@@ -18,6 +20,8 @@ constexpr int kMaxThreads = 256;
 template <typename W>
 __global__ void gather_rows_kernel(const W* __restrict__ x, const int32_t* __restrict__ rows, int32_t num_src,
                                    int64_t words, W* __restrict__ out) {
+  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::launch_dependents();
   const int32_t r = static_cast<int32_t>(blockIdx.x);
   const int32_t src = rows[r];
   W* dst = out + static_cast<int64_t>(r) * words;
@@ -62,11 +66,11 @@ void gather_rows_cuda(const Tensor& x, const int32_t* rows, int32_t num_rows, co
   const int64_t words = vec ? row_bytes / 16 : row_bytes / 2;
   const int threads = static_cast<int>(std::clamp<int64_t>((words + 31) / 32 * 32, 32, kMaxThreads));
   if (vec) {
-    gather_rows_kernel<uint4>
-        <<<num_rows, threads, 0, s>>>(x.data_as<const uint4>(), rows, num_src, words, out.data_as<uint4>());
+    cuda::launch_pdl(gather_rows_kernel<uint4>, dim3(num_rows), dim3(threads), 0, s, x.data_as<const uint4>(),
+                     rows, num_src, words, out.data_as<uint4>());
   } else {
-    gather_rows_kernel<uint16_t><<<num_rows, threads, 0, s>>>(x.data_as<const uint16_t>(), rows, num_src,
-                                                              words, out.data_as<uint16_t>());
+    cuda::launch_pdl(gather_rows_kernel<uint16_t>, dim3(num_rows), dim3(threads), 0, s,
+                     x.data_as<const uint16_t>(), rows, num_src, words, out.data_as<uint16_t>());
   }
   NS_CUDA_CHECK_LAUNCH();
 }

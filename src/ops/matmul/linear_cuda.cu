@@ -1,64 +1,33 @@
-// The linear kernel of linear_cuda.cuh. Fragment layout (PTX ISA, mma.m16n8k16
-// with bf16 inputs): lane = 4 g + t. A (16 x 16, row-major) gives lane
-// A[g][2t, 2t+1] (a0), A[g+8][same] (a1), A[g][2t+8, 2t+9] (a2), A[g+8][same]
-// (a3); B (16 x 8) gives B[2t, 2t+1][g] (b0) and B[2t+8, 2t+9][g] (b1); the f32
-// accumulator holds D[g][2t, 2t+1] (c0, c1) and D[g+8][same] (c2, c3).
-//
-// A is 16 weight rows, B is 8 tokens (x rows read as columns), both indexed by
-// k. A dot product may visit k in any order, so the kernel relabels k to suit
-// the loads: in a 64-wide chunk lane t owns k = 16t .. 16t+15 (two 16-byte
-// loads per row) and feeds k = 16t+4s .. 16t+4s+3 to the mma of step s as its
-// logical k {2t, 2t+1, 2t+8, 2t+9}. x is read with the same relabelling, so
-// each product pairs the right weight and activation. Every weight row is then
+// The streaming kernel of linear_cuda.cuh (small M), and the dispatch between
+// it and the tiled kernel (linear_cuda_tiled.cu). The fragment layout and the
+// k relabelling they share are in linear_cuda_common.cuh: each lane reads its
+// 32 bytes of a chunk row straight from global memory, so every weight row is
 // read as whole 128-byte lines.
 
 #include "ops/matmul/linear_cuda.cuh"
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
+#include "ops/matmul/linear_cuda_common.cuh"
 
 namespace nanoserve {
 
 namespace {
 
-constexpr int kWarps = 4;       // K slices, one per warp; fixed, so part of every row's order
-constexpr int kChunk = 64;      // k per chunk
-constexpr int kMaxTiles = 8;    // n8 token tiles a block holds: 64 tokens
-constexpr int kWeightRegs = 4;  // chunk-rows of weight loads in flight per warp (x MT)
+using linear_detail::kChunk;
+using linear_detail::kSlices;
+using linear_detail::mma_step;
+using linear_detail::slice_begin;
+using linear_detail::store;
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// The two 32-bit words of step s (0..3) in lane t's 32 bytes {q0, q1} of a row.
-__device__ __forceinline__ uint32_t lo_word(const uint4 (&v)[2], int s) {
-  return (s & 1) ? v[s >> 1].z : v[s >> 1].x;
-}
-__device__ __forceinline__ uint32_t hi_word(const uint4 (&v)[2], int s) {
-  return (s & 1) ? v[s >> 1].w : v[s >> 1].y;
-}
+constexpr int kWarps = kSlices;  // one K slice per warp
+constexpr int kMaxTiles = 8;     // n8 token tiles a block holds: 64 tokens
+constexpr int kWeightRegs = 4;   // chunk-rows of weight loads in flight per warp (x MT)
 
 __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
   return stream ? __ldcs(p) : __ldg(p);
-}
-
-__device__ __forceinline__ void store(float* y, float v) {
-  *y = v;
-}
-__device__ __forceinline__ void store(uint16_t* y, float v) {
-  const uint32_t u = __float_as_uint(v);
-  uint32_t b;
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    b = (u >> 16) | 0x0040u;  // NaN stays NaN
-  } else {
-    b = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // round to nearest even
-  }
-  *y = static_cast<uint16_t>(b);
 }
 
 // One block: MT x 16 weight rows, NT x 8 tokens of one token group. Warp w
@@ -76,7 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int row0 = (blockIdx.x / groups) * (MT * 16);
   const int tok0 = group * (NT * 8);
   const int chunks = K / kChunk;
-  const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
+  const int c_begin = slice_begin(warp, chunks), c_end = slice_begin(warp + 1, chunks);
 
   // Lane (g, t)'s weight rows (g and g + 8 of each 16-row tile) and token rows,
   // as uint4 pointers at its 32 bytes of chunk 0. Tokens past M read row 0 and
@@ -107,6 +76,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
 
+  // x is the previous kernel's output (launched dependent: core/cuda/launch.cuh).
+  cuda::wait_primary_grid();
+  cuda::launch_dependents();
   constexpr int U = kWeightRegs / MT;  // chunks whose weights are loaded ahead
   for (int c = c_begin; c < c_end; c += U) {
     uint4 wv[U][MT][2][2];
@@ -135,8 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           for (int s = 0; s < 4; ++s) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              mma_bf16(acc[mt][j], lo_word(wv[u][mt][0], s), lo_word(wv[u][mt][1], s), hi_word(wv[u][mt][0], s),
-                       hi_word(wv[u][mt][1], s), lo_word(xv, s), hi_word(xv, s));
+              mma_step(acc[mt][j], wv[u][mt][0][s >> 1], wv[u][mt][1][s >> 1], xv[s >> 1], s);
             }
           }
         }
@@ -181,16 +152,16 @@ void launch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, c
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
   // One group reads each weight once: stream it past L2. Several groups reread
   // it from L2, so there it is cached normally.
-  linear_kernel<MT, NT, Out>
-      <<<static_cast<unsigned>(blocks), kWarps * 32, 0, s>>>(x, w, y, M, N, K, groups, groups == 1);
-  NS_CUDA_CHECK_LAUNCH();
+  const bool stream_weights = groups == 1;
+  cuda::launch_pdl(linear_kernel<MT, NT, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s,
+                   x, w, y, M, N, K, groups, stream_weights);
 }
 
+// Token tiles per group: the fewest that hold M (padding is computed, not
+// stored). Two row tiles halve the x reads once the tokens fill four tiles.
+// Neither choice changes any element's order.
 template <typename Out>
-void dispatch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cuda::Stream s) {
-  // Token tiles per group: the fewest that hold M (padding is computed, not
-  // stored), eight past 64 tokens. Two row tiles halve the x reads once the
-  // tokens fill four tiles. Neither choice changes any element's order.
+void launch_stream(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cuda::Stream s) {
   const bool two_rows = N % 32 == 0;
   if (M <= 8) {
     launch<1, 1>(x, w, y, M, N, K, s);
@@ -200,6 +171,21 @@ void dispatch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K,
     two_rows ? launch<2, 4>(x, w, y, M, N, K, s) : launch<1, 4>(x, w, y, M, N, K, s);
   } else {
     two_rows ? launch<2, kMaxTiles>(x, w, y, M, N, K, s) : launch<1, kMaxTiles>(x, w, y, M, N, K, s);
+  }
+}
+
+template <typename Out>
+void dispatch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, LinearPath path,
+              cuda::Stream s) {
+  if (path == LinearPath::kAuto) {
+    path = M <= 16 ? LinearPath::kStream : LinearPath::kTiled;
+  }
+  switch (path) {
+    case LinearPath::kStream:
+      // A group of more than 64 tokens runs as several groups, each rereading the weights.
+      launch_stream(x, w, y, M, N, K, s);
+      break;
+    default: linear_detail::launch_linear_tiled(x, w, y, M, N, K, s); break;
   }
 }
 
@@ -218,22 +204,22 @@ bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y) {
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
   if (w.dim(1) != K || y.dim(0) != M || y.dim(1) != N) return false;
   if (K % kChunk != 0 || N % 16 != 0 || K > INT32_MAX || N > INT32_MAX || M > INT32_MAX) return false;
-  return aligned16(x.data()) && aligned16(w.data());
+  return aligned16(x.data()) && aligned16(w.data()) && aligned16(y.data());
 }
 
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s) {
+void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s, LinearPath path) {
   NS_CHECK(linear_cuda_supports(x, w, y))
       << "linear_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << ", w " << dtype_name(w.dtype())
       << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
-      << ": needs contiguous bf16 x and w, bf16 or f32 y, K % 64 == 0, N % 16 == 0, 16-byte aligned rows";
+      << ": needs contiguous bf16 x and w, bf16 or f32 y, K % 64 == 0, N % 16 == 0, 16-byte aligned";
   const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(x.dim(1));
   if (M == 0) return;
   const auto* xp = x.data_as<const uint16_t>();
   const auto* wp = w.data_as<const uint16_t>();
   if (y.dtype() == DType::kF32) {
-    dispatch(xp, wp, y.data_as<float>(), M, N, K, s);
+    dispatch(xp, wp, y.data_as<float>(), M, N, K, path, s);
   } else {
-    dispatch(xp, wp, y.data_as<uint16_t>(), M, N, K, s);
+    dispatch(xp, wp, y.data_as<uint16_t>(), M, N, K, path, s);
   }
 }
 

@@ -4,23 +4,27 @@
 //
 //   x: [M, K] bf16 (rows contiguous), w: [N, K] bf16, y: [M, N] bf16 or f32;
 //   f32 accumulation on tensor cores (mma.sync m16n8k16); all device memory.
-//   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned rows (linear_cuda_supports).
+//   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned x, w and y (linear_cuda_supports).
 //
-// Decode is weight streaming: at M <= 64 a linear reads its weight once, so it
-// runs at memory bandwidth when enough bytes are in flight. A block of four
-// warps owns 16 or 32 weight rows; each warp streams a fixed quarter of K
-// (whole 64-wide chunks) for all of the block's tokens, and the four partial
-// sums meet in shared memory in warp order. Tokens go in groups of up to 64
-// (eight n8 tiles); a step of more tokens runs its groups as more blocks, each
-// reading the same weight rows (the blocks of one row range are adjacent in the
-// grid, so the repeats mostly come from L2).
+// Two kernels, one arithmetic (linear_cuda_common.cuh):
+// - streaming (M <= 16): decode is weight streaming; a linear reads its weight
+//   once, so it runs at memory bandwidth when enough bytes are in flight. A
+//   block of four warps owns 16 weight rows; each warp streams a fixed quarter
+//   of K (whole 64-wide chunks) for the block's tokens, and the four partial
+//   sums meet in shared memory in warp order. (Forced, it runs any M, as
+//   groups of 64 tokens that each reread the weights: the tests' cross-check.)
+// - tiled (M > 16): a cluster of four blocks owns 128 weight rows x 64 tokens, block w computing slice w of K
+// with the tiles staged in shared
+//   memory; the four partials meet in slice order through distributed shared
+//   memory (linear_cuda_tiled.cu).
 //
 // Batch invariance. An output element (token m, row n) is
-//   ((S0 + S1) + S2) + S3,  Sw = the mma chain over warp w's chunks, in order,
+//   ((S0 + S1) + S2) + S3,  Sw = the mma chain over slice w's chunks, in order,
 // where the slices, the chunks and the k order inside a chunk depend on K
-// alone. M decides only how many tokens share a tile, and a token's column of
-// an mma does not depend on the other columns. So a row's bits are the same in
-// a batch of 1, 8, 64 or 1,024, and with any prefill chunking.
+// alone, in both kernels. M decides only how many tokens share a tile and
+// which kernel runs, and a token's column of an mma does not depend on the
+// other columns. So a row's bits are the same in a batch of 1, 8, 64 or
+// 1,024, and with any prefill chunking.
 
 #include <cstdint>
 
@@ -29,10 +33,15 @@
 
 namespace nanoserve {
 
+// Which kernel runs: kAuto picks by M (the rule above); the others force one,
+// for the tests that check the kernels agree bit for bit, and the benchmark.
+enum class LinearPath { kAuto, kStream, kTiled };
+
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y);
 
 // y = x . w^T on `s`. NS_CHECKs linear_cuda_supports. M == 0 does nothing.
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s);
+void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s,
+                 LinearPath path = LinearPath::kAuto);
 
 }  // namespace nanoserve

@@ -10,6 +10,8 @@
 #include <algorithm>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 
 namespace nanoserve {
 
@@ -47,6 +49,8 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
                                const float* __restrict__ w, float eps, int32_t dim,
                                uint16_t* __restrict__ out) {
   __shared__ float warp_sums[kMaxWarps];
+  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::launch_dependents();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float* xr = x + base;
   uint16_t* outr = out + base;
@@ -137,9 +141,11 @@ void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, 
   const float* wp = w.data_as<const float>();
   uint16_t* op = out.data_as<uint16_t>();
   if (vec) {
-    rmsnorm_kernel<kAdd, true><<<static_cast<unsigned>(rows), threads, 0, s>>>(xp, delta, wp, eps, dim, op);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, xp,
+                     delta, wp, eps, dim, op);
   } else {
-    rmsnorm_kernel<kAdd, false><<<static_cast<unsigned>(rows), threads, 0, s>>>(xp, delta, wp, eps, dim, op);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, false>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, xp,
+                     delta, wp, eps, dim, op);
   }
   NS_CUDA_CHECK_LAUNCH();
 }

@@ -16,6 +16,8 @@
 #include <string>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 
 namespace nanoserve {
 
@@ -85,6 +87,8 @@ __device__ __forceinline__ int64_t pool_row(const RopeArgs& a, int64_t slot, int
 
 template <int C>
 __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
+  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::launch_dependents();
   const int32_t t = static_cast<int32_t>(blockIdx.x);
   const int64_t slot = a.slot_mapping[t];
   const bool write_kv = slot >= 0 && slot < a.num_slots;
@@ -188,9 +192,9 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
   const int64_t items = (n_heads + 2 * int64_t{n_kv_heads}) * (hd / (vec ? 8 : 2));
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((items + kThreads - 1) / kThreads));
   if (vec) {
-    rope_kv_write_kernel<8><<<grid, kThreads, 0, s>>>(a);
+    cuda::launch_pdl(rope_kv_write_kernel<8>, dim3(grid), dim3(kThreads), 0, s, a);
   } else {
-    rope_kv_write_kernel<2><<<grid, kThreads, 0, s>>>(a);
+    cuda::launch_pdl(rope_kv_write_kernel<2>, dim3(grid), dim3(kThreads), 0, s, a);
   }
   NS_CUDA_CHECK_LAUNCH();
 }

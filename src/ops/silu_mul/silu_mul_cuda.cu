@@ -6,6 +6,8 @@
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
 
 namespace nanoserve {
 
@@ -36,6 +38,8 @@ __device__ __forceinline__ uint32_t silu_mul2(uint32_t g, uint32_t u) {
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F,
                                                             int64_t units, uint16_t* __restrict__ out) {
+  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= units) return;
   if constexpr (kVec) {
@@ -78,11 +82,11 @@ void silu_mul_cuda(const Tensor& gate_up, const Tensor& out, cuda::Stream s) {
   NS_CHECK(blocks <= INT32_MAX) << "silu_mul_cuda: " << T << " x " << F << " is too large";
   const auto* gu = gate_up.data_as<const uint16_t>();
   if (vec) {
-    silu_mul_kernel<true>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units, out.data_as<uint16_t>());
+    cuda::launch_pdl(silu_mul_kernel<true>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, gu, F,
+                     units, out.data_as<uint16_t>());
   } else {
-    silu_mul_kernel<false>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(gu, F, units, out.data_as<uint16_t>());
+    cuda::launch_pdl(silu_mul_kernel<false>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, gu, F,
+                     units, out.data_as<uint16_t>());
   }
   NS_CUDA_CHECK_LAUNCH();
 }

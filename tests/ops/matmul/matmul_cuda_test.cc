@@ -26,8 +26,8 @@
 #include "ops/cuda_op_check.h"
 #include "ops/fill/fill.h"
 #include "ops/fill/fill_cuda.cuh"
-#include "ops/matmul/matmul.h"
 #include "ops/matmul/linear_cuda.cuh"
+#include "ops/matmul/matmul.h"
 #include "ops/matmul/matmul_cuda.cuh"
 
 namespace nanoserve {
@@ -118,13 +118,13 @@ void check_matmul(Matmul&& mm, const Weight& w, int64_t M, DType y_dtype) {
 }
 
 void check_gemm(GemmCuda& gemm, const Weight& w, int64_t M, DType y_dtype) {
-  check_matmul([&](const Tensor& x, const Tensor& wt, const Tensor& y) { gemm.matmul(x, wt, y, nullptr); }, w, M,
-               y_dtype);
+  check_matmul([&](const Tensor& x, const Tensor& wt, const Tensor& y) { gemm.matmul(x, wt, y, nullptr); }, w,
+               M, y_dtype);
 }
 
 void check_linear(const Weight& w, int64_t M, DType y_dtype) {
-  check_matmul([](const Tensor& x, const Tensor& wt, const Tensor& y) { linear_cuda(x, wt, y, nullptr); }, w, M,
-               y_dtype);
+  check_matmul([](const Tensor& x, const Tensor& wt, const Tensor& y) { linear_cuda(x, wt, y, nullptr); }, w,
+               M, y_dtype);
 }
 
 struct GemmShape {
@@ -323,16 +323,55 @@ TEST(LinearCuda, RowsDoNotDependOnBatchSize) {
   }
 }
 
+// The streaming and the tiled kernels compute every element with the same
+// operations: forced onto each, the same problem gives the same bits, at M on
+// both sides of the tiles, with N not a multiple of the 128-row tile and K of
+// 9 chunks (slices of 2, 2, 2 and 3).
+TEST(LinearCuda, KernelsAgreeBitForBit) {
+  NS_SKIP_WITHOUT_GPU();
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{6144, 4096}, {976, 576}, {4096, 14336}}) {
+    const Weight w = make_weight(N, K);
+    for (int64_t M : {1, 5, 16, 40, 64, 65, 130, 257}) {
+      const Tensor x = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
+      for (DType yd : {DType::kBF16, DType::kF32}) {
+        std::vector<float> first;
+        for (LinearPath p : {LinearPath::kStream, LinearPath::kTiled}) {
+          const Tensor y = poisoned(yd, {M, N});
+          linear_cuda(x, w.dev, y, nullptr, p);
+          cuda::synchronize();
+          const std::vector<float> got = download_f32(y);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_FALSE(std::isnan(got[i]))
+                << "path " << static_cast<int>(p) << ": y[" << i / N << ", " << i % N << "] unwritten";
+          }
+          if (first.empty()) {
+            first = got;
+            continue;
+          }
+          size_t diff = 0;
+          for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
+          EXPECT_EQ(diff, 0u) << "N " << N << " K " << K << " M " << M << " " << dtype_name(yd) << ": path "
+                              << static_cast<int>(p) << " differs from the streaming kernel in " << diff
+                              << " of " << got.size() << " elements";
+        }
+      }
+    }
+  }
+}
+
 TEST(LinearCuda, RefusesWhatItCannotRun) {
   NS_SKIP_WITHOUT_GPU();
   const Tensor w = cuda::empty(DType::kBF16, {64, 128});
-  EXPECT_TRUE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w, cuda::empty(DType::kF32, {3, 64})));
+  EXPECT_TRUE(
+      linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w, cuda::empty(DType::kF32, {3, 64})));
   EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 100}), cuda::empty(DType::kBF16, {64, 100}),
                                     cuda::empty(DType::kF32, {3, 64})));  // K % 64
   EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), cuda::empty(DType::kBF16, {40, 128}),
                                     cuda::empty(DType::kF32, {3, 40})));  // N % 16
-  EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kF32, {3, 128}), w, cuda::empty(DType::kF32, {3, 64})));
-  EXPECT_FALSE(linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w, cuda::empty(DType::kF32, {3, 32})));
+  EXPECT_FALSE(
+      linear_cuda_supports(cuda::empty(DType::kF32, {3, 128}), w, cuda::empty(DType::kF32, {3, 64})));
+  EXPECT_FALSE(
+      linear_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w, cuda::empty(DType::kF32, {3, 32})));
 }
 
 }  // namespace

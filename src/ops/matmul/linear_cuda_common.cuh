@@ -1,0 +1,77 @@
+#pragma once
+// What the two linear kernels (linear_cuda.cu: weight streaming for small M;
+// linear_cuda_tiled.cu: shared-memory tiles for large M) share, so that an
+// output element is computed by the same operations in both: the K split into
+// four slices, the 64-wide chunk, the k relabelling inside a chunk, the
+// tensor-core product and the bf16 rounding of the store. Included only from
+// those two files.
+//
+// Fragment layout (PTX ISA, mma.m16n8k16 with bf16 inputs): lane = 4 g + t. A
+// (16 x 16, row-major) gives lane A[g][2t, 2t+1] (a0), A[g+8][same] (a1),
+// A[g][2t+8, 2t+9] (a2), A[g+8][same] (a3); B (16 x 8) gives B[2t, 2t+1][g]
+// (b0) and B[2t+8, 2t+9][g] (b1); the f32 accumulator holds D[g][2t, 2t+1]
+// (c0, c1) and D[g+8][same] (c2, c3). A is 16 weight rows, B is 8 tokens.
+//
+// The relabelling: in a 64-wide chunk lane t owns k = 16t .. 16t+15 of a row
+// (two 16-byte units, 2t and 2t+1 of the chunk's eight) and feeds k = 16t+4s ..
+// 16t+4s+3 to the mma of step s (0..3) as its logical k {2t, 2t+1, 2t+8, 2t+9}.
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nanoserve::linear_detail {
+
+constexpr int kSlices = 4;  // K slices, summed in order: ((S0 + S1) + S2) + S3
+constexpr int kChunk = 64;  // k per chunk; a slice is whole chunks
+
+// Slice w of a K of `chunks` chunks is chunks [begin, end).
+__host__ __device__ __forceinline__ int slice_begin(int w, int chunks) {
+  return w * chunks / kSlices;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The two 32-bit words of step s in one 16-byte unit u of a lane's 32 bytes,
+// where u = s / 2 holds steps 2u and 2u + 1.
+__device__ __forceinline__ uint32_t lo_word(const uint4& v, int s) {
+  return (s & 1) ? v.z : v.x;
+}
+__device__ __forceinline__ uint32_t hi_word(const uint4& v, int s) {
+  return (s & 1) ? v.w : v.y;
+}
+
+// One step of the product for a 16-row weight tile (rows g and g + 8 of the
+// lane: units wa and wb) and an 8-token tile (unit xv), all holding step s.
+__device__ __forceinline__ void mma_step(float (&d)[4], const uint4& wa, const uint4& wb, const uint4& xv,
+                                         int s) {
+  mma_bf16(d, lo_word(wa, s), lo_word(wb, s), hi_word(wa, s), hi_word(wb, s), lo_word(xv, s), hi_word(xv, s));
+}
+
+__device__ __forceinline__ void store(float* y, float v) {
+  *y = v;
+}
+__device__ __forceinline__ uint16_t to_bf16(float v) {
+  const uint32_t u = __float_as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN stays NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);                    // nearest even
+}
+__device__ __forceinline__ void store(uint16_t* y, float v) {
+  *y = to_bf16(v);
+}
+
+// y = x . w^T for steps of many tokens: 128-row x 64-token tiles staged in
+// shared memory, the four slices of a tile computed by the four
+// blocks of a cluster and summed in order through distributed shared memory.
+// Bitwise equal to the streaming kernel, element by element.
+template <typename Out>
+void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s);
+
+}  // namespace nanoserve::linear_detail
