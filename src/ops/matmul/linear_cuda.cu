@@ -178,7 +178,7 @@ template <typename Out>
 void dispatch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, LinearPath path,
               cuda::Stream s) {
   if (path == LinearPath::kAuto) {
-    path = M <= 16 ? LinearPath::kStream : LinearPath::kTiled;
+    path = M <= 32 ? LinearPath::kStream : LinearPath::kTiled;
   }
   switch (path) {
     case LinearPath::kStream:

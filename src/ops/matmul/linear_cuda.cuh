@@ -7,14 +7,15 @@
 //   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned x, w and y (linear_cuda_supports).
 //
 // Two kernels, one arithmetic (linear_cuda_common.cuh):
-// - streaming (M <= 16): decode is weight streaming; a linear reads its weight
+// - streaming (M <= 32): decode is weight streaming; a linear reads its weight
 //   once, so it runs at memory bandwidth when enough bytes are in flight. A
 //   block of four warps owns 16 weight rows; each warp streams a fixed quarter
 //   of K (whole 64-wide chunks) for the block's tokens, and the four partial
-//   sums meet in shared memory in warp order. (Forced, it runs any M, as
-//   groups of 64 tokens that each reread the weights: the tests' cross-check.)
-// - tiled (M > 16): a cluster of four blocks owns 128 weight rows x 64 tokens, block w computing slice w of K
-// with the tiles staged in shared
+//   sums meet in shared memory in warp order. Its launch overlaps the tail of
+//   the kernel before it (programmatic dependent launch). Forced, it runs any
+//   M, as groups of 64 tokens that each reread the weights (the tests' cross-check).
+// - tiled (M > 32): a cluster of four blocks owns 128 weight rows x 64
+//   tokens, block w computing slice w of K with the tiles staged in shared
 //   memory; the four partials meet in slice order through distributed shared
 //   memory (linear_cuda_tiled.cu).
 //
