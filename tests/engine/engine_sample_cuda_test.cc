@@ -1,5 +1,7 @@
 // The engine on the GPU with sampling on the device (ops/sample), end to end
-// with the default model. The oracle is the engine's own host path: a
+// with the default model's shape in dummy weights (no file needed; random
+// weights give flat rows, so large nuclei that are handed back to the host
+// get exercised too). The oracle is the engine's own host path: a
 // logit_bias of 0 changes no logit but keeps a request off the device sampler
 // (SamplingParams::device_sampleable), so its step copies the logits back and
 // the CPU Sampler draws, from the same seed. A seeded request must give the
@@ -20,8 +22,6 @@
 namespace nanoserve {
 namespace {
 
-const char* kModelPath = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
 #define NS_SKIP_WITHOUT_GPU()                                                     \
   do {                                                                            \
     std::string why;                                                              \
@@ -39,7 +39,11 @@ class EngineSampleCuda : public ::testing::Test {
     c.max_num_batched_tokens = 256;
     c.num_blocks = 256;
     c.max_model_len = 512;
-    StatusOr<LoadedEngine> le = load_engine(kModelPath, c, *pool_);
+    ModelSpec spec;
+    spec.format = LoadFormat::kDummy;
+    spec.model_shape = "smollm2-135m";
+    spec.seed = 7;
+    StatusOr<LoadedEngine> le = load_engine(spec, c, *pool_);
     ASSERT_TRUE(le.ok()) << le.status().to_string();
     le_ = std::make_unique<LoadedEngine>(std::move(le).value());
     ASSERT_EQ(le_->device, Device::kCUDA);
@@ -144,7 +148,6 @@ TEST_F(EngineSampleCuda, LogprobsEqualHostPath) {
       p.logprobs = true;
       p.top_logprobs = i == 0 ? 0 : 5 * i;
       p.max_tokens = 8;
-      StatusOr<std::vector<RequestOutput>> out;
       const RequestId id = *le_->engine->add_request(prompts_[static_cast<size_t>(i)], p);
       std::vector<RequestOutput> all, step;
       while (le_->engine->has_unfinished()) {
