@@ -219,6 +219,47 @@ TEST(SampleCuda, WindowEdgeIsHandedBackOrExact) {
   EXPECT_EQ(dev.tokens[2], s.candidates()[static_cast<size_t>(expect)]) << n << " candidates";
 }
 
+// Boundaries where the cut is decided by an exact equality: on flat rows
+// every weight is 1, so top-p's target top_p * V is an integer for these
+// top_p and the token whose running mass reaches it exactly is the last kept
+// (cum >= target, not >); min_p = 1 keeps every token of weight exactly 1
+// (w < min_p, not <=); top_k = V - 1 over ties keeps the lowest ids. u near 1
+// draws the last kept token, so a cut one off changes the token.
+TEST(SampleCuda, ExactBoundariesOnFlatRows) {
+  NS_SKIP_WITHOUT_GPU();
+  for (int64_t V : {1024, 4096, 1000}) {
+    const float top_ps[] = {0.5f, 0.25f, 0.125f, 0.75f};
+    const double us[] = {0.0, 0.4999, 0.999999, 0.5};
+    std::vector<SampleRowParams> params;
+    for (float tp : top_ps) {
+      for (double u : us) {
+        SampleRowParams p;
+        p.temperature = 1.0f;
+        p.top_p = tp;
+        p.u = u;
+        params.push_back(p);
+        p.top_p = 1.0f;
+        p.min_p = 1.0f;
+        params.push_back(p);
+        p.min_p = 0.0f;
+        p.top_k = static_cast<int32_t>(V) - 1;
+        params.push_back(p);
+        p.top_p = tp;  // top-p relative to the top-k set
+        params.push_back(p);
+      }
+    }
+    std::vector<float> logits(params.size() * static_cast<size_t>(V), 1.5f);
+    const DeviceResult dev = run_device(logits, V, params, false);
+    Sampler s(static_cast<int32_t>(V));
+    for (size_t r = 0; r < params.size(); ++r) {
+      const int32_t cpu = s.sample_uniform({logits.data() + r * V, static_cast<size_t>(V)},
+                                           to_sampling(params[r]), {}, {}, params[r].u);
+      EXPECT_EQ(dev.tokens[r], cpu) << "row " << r << ": " << describe(params[r], V) << ", "
+                                    << s.candidates().size() << " CPU candidates";
+    }
+  }
+}
+
 // Sampler's DrawsFollowTheDistribution through the kernel: 40000 rows of the
 // same 4 logits, each with the next uniform of one stream; frequencies within
 // 5 sigma, for the no-filter (id-order) and the ranked walk.
