@@ -1,6 +1,6 @@
 // The engine on the GPU with sampling on the device (ops/sample), end to end
-// with the default model's shape in dummy weights (no file needed; random
-// weights give flat rows, so large nuclei that are handed back to the host
+// with the default model's shape in dummy weights (the default model's file
+// gives only the tokenizer; random weights give flat rows, so large nuclei that are handed back to the host
 // get exercised too). The oracle is the engine's own host path: a
 // logit_bias of 0 changes no logit but keeps a request off the device sampler
 // (SamplingParams::device_sampleable), so its step copies the logits back and
@@ -43,6 +43,7 @@ class EngineSampleCuda : public ::testing::Test {
     spec.format = LoadFormat::kDummy;
     spec.model_shape = "smollm2-135m";
     spec.seed = 7;
+    spec.tokenizer_path = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";  // the tokenizer only
     StatusOr<LoadedEngine> le = load_engine(spec, c, *pool_);
     ASSERT_TRUE(le.ok()) << le.status().to_string();
     le_ = std::make_unique<LoadedEngine>(std::move(le).value());
