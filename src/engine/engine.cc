@@ -297,6 +297,28 @@ void Engine::build_batch(const SchedulerStep& plan) {
   }
   b.need_logits = false;
   for (const Request* r : row_owner_) b.need_logits |= !r->params.plain_greedy();
+  // The device samples the step when it can take every row: then only ids
+  // (and logprobs) come back. Each sampled row's uniform comes from its own
+  // Rng, one draw, as the CPU Sampler would make it.
+  b.sample_rows.clear();
+  bool device = b.need_logits && model_->samples_on_device();
+  for (const Request* r : row_owner_) device = device && r->params.device_sampleable(r->output.size());
+  if (device) {
+    row_rng_.resize(row_owner_.size());
+    for (size_t i = 0; i < row_owner_.size(); ++i) {
+      Request* r = row_owner_[i];
+      const SamplingParams& p = r->params;
+      SampleRowParams& s = b.sample_rows.emplace_back();
+      row_rng_[i] = r->rng;
+      s.temperature = p.temperature;
+      s.top_k = p.top_k;
+      s.top_p = p.top_p;
+      s.min_p = p.min_p;
+      s.u = p.greedy() ? 0.0 : r->rng.next_double();
+      s.num_logprobs = p.logprobs ? p.top_logprobs : -1;
+    }
+    b.need_logits = false;
+  }
   block_manager().fill_batch(b);
 }
 
@@ -342,18 +364,38 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   // Rows that sample plain greedy take the runner's own argmax where it has one.
   const std::span<const int32_t> greedy = model_->greedy_tokens();
   const bool use_greedy = greedy.size() == row_owner_.size();
+  // Rows the device drew (batch_.sample_rows set): their ids, and logprobs, came back alone.
+  const std::span<const int32_t> sampled = model_->sampled_tokens();
+  const std::span<const SampleRowLogprobs> sampled_lp = model_->sampled_logprobs();
+  const bool use_sampled = !batch_.sample_rows.empty() && sampled.size() == row_owner_.size();
+  NS_CHECK(batch_.sample_rows.empty() || use_sampled)
+      << "the runner sampled " << sampled.size() << " of " << row_owner_.size() << " rows";
   for (size_t row = 0; row < row_owner_.size(); ++row) {
     Request* r = row_owner_[row];
-    const std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
-    const int32_t token = r->constraint != nullptr ? sample_constrained(*r, row_logits)
+    std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
+    bool on_device = use_sampled && sampled[row] != kSampleOnHost;
+    if (use_sampled && !on_device) {
+      // Handed back (its walk ran past the device's window): the CPU Sampler
+      // draws it from the same Rng state, so the same uniform.
+      row_logits = model_->logits_row(static_cast<int32_t>(row));
+      r->rng = row_rng_[row];
+    }
+    const int32_t token = on_device                  ? sampled[row]
+                          : r->constraint != nullptr ? sample_constrained(*r, row_logits)
                           : use_greedy && r->params.plain_greedy()
                               ? greedy[row]
                               : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
     RequestOutput& out = output_for(r, outputs);
     if (r->params.logprobs) {
-      out.top_logprobs.emplace_back();
-      out.logprobs.push_back(
-          sampler_->logprobs(row_logits, token, r->params.top_logprobs, out.top_logprobs.back()));
+      std::vector<TokenLogprob>& top = out.top_logprobs.emplace_back();
+      if (on_device) {
+        const SampleRowLogprobs& lp = sampled_lp[row];
+        top.resize(static_cast<size_t>(lp.n));
+        for (int32_t j = 0; j < lp.n; ++j) top[j] = {lp.top_ids[j], lp.top_logprobs[j]};
+        out.logprobs.push_back(lp.logprob);
+      } else {
+        out.logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.top_logprobs, top));
+      }
     }
     if (r->output.empty()) {
       r->first_token_time = Clock::now();

@@ -179,6 +179,7 @@ class Engine {
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   ForwardBatch batch_;               // reused every step
   std::vector<Request*> row_owner_;  // [R] the request each logits row samples for
+  std::vector<Rng> row_rng_;         // [R] each row's Rng before its device draw (a row handed back redraws)
   size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
   std::string new_text_;             // scratch
   std::vector<float> masked_row_;    // [vocab] a constrained request's logits

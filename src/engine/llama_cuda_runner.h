@@ -36,6 +36,10 @@ class LlamaCudaRunner final : public ModelRunner {
   Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   StatusOr<Tensor> forward(const ForwardBatch& batch) override;
   std::span<const int32_t> greedy_tokens() const override { return model_->argmax(); }
+  bool samples_on_device() const override { return true; }
+  std::span<const int32_t> sampled_tokens() const override { return model_->sampled(); }
+  std::span<const SampleRowLogprobs> sampled_logprobs() const override { return model_->sampled_logprobs(); }
+  std::span<const float> logits_row(int32_t row) override { return model_->logits_row(row); }
 
   LlamaCudaModel& model() { return *model_; }
 

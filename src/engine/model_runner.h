@@ -55,6 +55,20 @@ class ModelRunner {
   // none. When the batch said need_logits = false, a runner with these may
   // leave the returned logits unwritten.
   virtual std::span<const int32_t> greedy_tokens() const { return {}; }
+
+  // True when the runner draws tokens where the logits are (ops/sample/sample.h).
+  // The engine then fills ForwardBatch::sample_rows for a step whose every row
+  // the device sampler takes (SamplingParams::device_sampleable), and that
+  // step copies back only ids and the logprobs asked for.
+  virtual bool samples_on_device() const { return false; }
+  // [R] the device's token of each row of the last forward that had
+  // sample_rows; kSampleOnHost marks a row the host must draw. Empty otherwise.
+  virtual std::span<const int32_t> sampled_tokens() const { return {}; }
+  // [R] those rows' logprobs (for rows that asked and were drawn on the device).
+  virtual std::span<const SampleRowLogprobs> sampled_logprobs() const { return {}; }
+  // Row `row` of the last forward's logits on the host, fetched now, for a row
+  // that the device handed back ([vocab], valid until the next forward).
+  virtual std::span<const float> logits_row(int32_t /*row*/) { return {}; }
 };
 
 }  // namespace nanoserve

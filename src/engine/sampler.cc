@@ -74,6 +74,33 @@ double lane_sum(const float* w, int32_t n) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
+// The one order every whole-row sum of the sampler uses (the draw's total,
+// top-p's z, the logprobs' normaliser): lane_sum over each block of
+// kSumBlock ids, then the block sums added from 0 in block order. Fixed per
+// id, so the device sampler (ops/sample) reproduces it bit for bit with one
+// thread per (block, lane).
+constexpr int32_t kSumBlock = 1024;
+
+double block_total(const float* w, int32_t n) {
+  double total = 0.0;
+  for (int32_t b = 0; b < n; b += kSumBlock) total += lane_sum(w + b, std::min(kSumBlock, n - b));
+  return total;
+}
+
+// block_total of a row that is zero outside `ids` (ascending): adding 0 to a
+// non-negative sum changes nothing, so summing only the listed ids, each into
+// its own (block, lane), gives the same bits.
+double sparse_block_total(const int32_t* ids, int32_t n, const float* w) {
+  double total = 0.0;
+  for (int32_t i = 0; i < n;) {
+    const int32_t b = ids[i] / kSumBlock;
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (; i < n && ids[i] / kSumBlock == b; ++i) lane[ids[i] % 8] += static_cast<double>(w[ids[i]]);
+    total += ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+  return total;
+}
+
 }  // namespace
 
 Sampler::Sampler(int32_t vocab_size, std::vector<int32_t> eos_ids)
@@ -84,9 +111,12 @@ Sampler::Sampler(int32_t vocab_size, std::vector<int32_t> eos_ids)
       probs_(vocab_size),
       block_sums_((vocab_size + kBlock - 1) / kBlock),
       lp_(vocab_size),
+      masked_(vocab_size),
+      ids_(vocab_size),
       order_(vocab_size),
       counts_(vocab_size, 0),
       seen_(vocab_size, 0) {
+  static_assert(kBlock == kSumBlock, "the draw's block sums are block_total's blocks");
   NS_CHECK(vocab_size > 0) << "vocab_size " << vocab_size;
   for (int32_t id : eos_ids_) NS_CHECK(id >= 0 && id < vocab_size) << "eos id " << id;
 }
@@ -162,6 +192,19 @@ void Sampler::rank(int32_t begin, int32_t mid, int32_t end) {
 
 int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
                         std::span<const int32_t> prompt, std::span<const int32_t> output, Rng& rng) {
+  return sample(logits, p, prompt, output, &rng, 0.0);
+}
+
+int32_t Sampler::sample_uniform(std::span<const float> logits, const SamplingParams& p,
+                                std::span<const int32_t> prompt, std::span<const int32_t> output, double u) {
+  return sample(logits, p, prompt, output, nullptr, u);
+}
+
+int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
+                        std::span<const int32_t> prompt, std::span<const int32_t> output, Rng* rng,
+                        double uniform) {
+  // The one draw, made only where the CPU walk needs it (greedy draws nothing).
+  auto draw = [&] { return rng != nullptr ? rng->next_double() : uniform; };
   const int32_t V = vocab_size_;
   const float* l = logits.data();
   if (modifies(p, output.size())) {
@@ -202,7 +245,7 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
       block_sums_[b] = lane_sum(weight_.data() + b * kBlock, std::min(kBlock, V - b * kBlock));
       total_ += block_sums_[b];
     }
-    const double u = rng.next_double() * total_;
+    const double u = draw() * total_;
     double acc = 0.0;
     int32_t b = 0;
     while (b + 1 < n_blocks && u >= acc + block_sums_[b]) acc += block_sums_[b++];
@@ -231,7 +274,7 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
   if (k == V) {
     std::iota(order_.begin(), order_.end(), 0);
     exp_shifted(l, m, V, weight_.data());
-    z = lane_sum(weight_.data(), V);
+    z = block_total(weight_.data(), V);
   } else {
     if (k <= kHeapTopK) {
       // A heap of the k best seen so far, its worst on top: one comparison
@@ -254,7 +297,17 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
     for (int32_t j = 0; j < k; ++j) {
       const int32_t t = order_[j];
       weight_[t] = exp_nonpos(l[t] - m);
-      z += weight_[t];
+    }
+    // z in id order (block_total's), not in the order the selection left the
+    // set in: a function of the set alone.
+    if (k <= kHeapTopK) {
+      std::copy(order_.begin(), order_.begin() + k, ids_.begin());
+      std::sort(ids_.begin(), ids_.begin() + k);
+      z = sparse_block_total(ids_.data(), k, weight_.data());
+    } else {
+      std::fill(masked_.begin(), masked_.end(), 0.0f);
+      for (int32_t j = 0; j < k; ++j) masked_[order_[j]] = weight_[order_[j]];
+      z = block_total(masked_.data(), V);
     }
   }
 
@@ -288,7 +341,7 @@ int32_t Sampler::sample(std::span<const float> logits, const SamplingParams& p,
 
   total_ = 0.0;
   for (int32_t j = 0; j < n_keep; ++j) total_ += weight_[order_[j]];
-  const double u = rng.next_double() * total_;
+  const double u = draw() * total_;
   double acc = 0.0;
   int32_t chosen = -1;
   for (int32_t j = 0; j < n_keep; ++j) {
@@ -329,7 +382,7 @@ float Sampler::logprobs(std::span<const float> logits, int32_t token, int32_t n,
   const float* l = logits.data();
   const float m = max_of(l, V);
   exp_shifted(l, m, V, lp_.data());
-  const double lse = m + std::log(lane_sum(lp_.data(), V));
+  const double lse = m + std::log(block_total(lp_.data(), V));
 
   n = std::clamp(n, 0, V);
   top.resize(n);

@@ -13,6 +13,14 @@
 // so every filter keeps a prefix of one fixed order and the result is a pure
 // function of (logits, params, history, rng state).
 //
+// Every sum has one fixed order, so a device sampler can reproduce it bit for
+// bit (ops/sample/sample.h): weights exp(l - max) in f32 (one polynomial, no
+// fused multiply-adds: sampler.cc is built with -ffp-contract=off); whole-row
+// sums (the no-filter total, top-p's z over the top-k set, the logprobs'
+// normaliser) per block of 1024 ids in 8 interleaved f64 lanes, then the block
+// sums in block order; the top-p mass and the draw's walk in rank order, one
+// f64 add at a time.
+//
 // The Sampler owns only scratch buffers sized to the vocabulary, allocated
 // once; it keeps no state between calls. One Sampler per engine thread.
 
@@ -42,6 +50,11 @@ class Sampler {
   int32_t sample(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> prompt,
                  std::span<const int32_t> output, Rng& rng);
 
+  // sample() with u in place of the Rng's next draw (u in [0, 1)): what a
+  // device sampler given the same uniform must return (ops/sample/sample.h).
+  int32_t sample_uniform(std::span<const float> logits, const SamplingParams& params,
+                         std::span<const int32_t> prompt, std::span<const int32_t> output, double u);
+
   // The candidates the last sample() drew from, in the order the draw walks
   // them (ranked as above when a filter applies, else by id), and their
   // renormalised probabilities (sum 1). Greedy leaves the argmax alone with
@@ -59,6 +72,9 @@ class Sampler {
   float logprobs(std::span<const float> logits, int32_t token, int32_t n, std::vector<TokenLogprob>& top);
 
  private:
+  // rng null: draws `uniform` instead.
+  int32_t sample(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> prompt,
+                 std::span<const int32_t> output, Rng* rng, double uniform);
   void apply_penalties(const SamplingParams& params, std::span<const int32_t> prompt,
                        std::span<const int32_t> output, float* l);
   // True when this call changes the row before the draw (bias, penalties, mask, temperature).
@@ -75,6 +91,8 @@ class Sampler {
   mutable std::vector<float> probs_;    // [vocab] by rank: candidate probabilities, built on request
   std::vector<double> block_sums_;      // [ceil(vocab / kBlock)]
   std::vector<float> lp_;               // [vocab] logprobs scratch
+  std::vector<float> masked_;           // [vocab] top-k weights by id, 0 elsewhere (large k)
+  std::vector<int32_t> ids_;            // [vocab] the top-k ids sorted (small k)
   mutable std::vector<int32_t> order_;  // [vocab] token ids; a ranked prefix of them are the candidates
   std::vector<int32_t> counts_;         // [vocab] occurrences in output, zero between calls
   std::vector<uint8_t> seen_;           // [vocab] in prompt or output, zero between calls

@@ -2,6 +2,7 @@
 // What a request asks of the sampler and of the stop checker. Field meanings
 // follow the OpenAI / vLLM definitions so the server maps JSON one to one.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -67,7 +68,16 @@ struct SamplingParams {
   // logprobs are read, so the argmax may come from wherever the logits are (the device).
   bool plain_greedy() const {
     return greedy() && repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
-           !logprobs && logit_bias.empty() && min_tokens == 0 &&
+           !logprobs && logit_bias.empty() && min_tokens == 0 && constraint == nullptr;
+  }
+
+  // What the device sampler (ops/sample) does alone: temperature, top-k,
+  // top-p, min-p and logprobs. A row with a logit bias, a penalty, an active
+  // min_tokens mask (fewer than min_tokens generated) or a constraint is
+  // drawn by the CPU Sampler from copied-back logits.
+  bool device_sampleable(size_t num_generated) const {
+    return repetition_penalty == 1.0f && presence_penalty == 0.0f && frequency_penalty == 0.0f &&
+           logit_bias.empty() && num_generated >= static_cast<size_t>(std::max(0, min_tokens)) &&
            constraint == nullptr;
   }
 

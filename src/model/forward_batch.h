@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/sample/sample.h"
+
 namespace nanoserve {
 
 struct ForwardBatch {
@@ -20,6 +22,10 @@ struct ForwardBatch {
   // False when every logits row samples plain greedy: a runner that computes
   // greedy_tokens() where the logits are may then skip copying them back.
   bool need_logits = true;
+  // Empty, or [R] in logits_rows order: what each row draws when the runner
+  // samples on the device (ModelRunner::samples_on_device). The runner then
+  // returns sampled_tokens() and copies back only ids (and logprobs).
+  std::vector<SampleRowParams> sample_rows;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_ids.size()); }

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/cuda/cuda_check.cuh"
@@ -21,6 +22,7 @@
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/rope/rope_cuda.cuh"
+#include "ops/sample/sample_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
@@ -88,7 +90,7 @@ int64_t bytes_of(const Tensor& t) {
 // What a captured step depends on besides the device buffers it reads.
 struct GraphKey {
   int32_t tokens = 0, rows = 0, table_stride = 0;
-  bool logits = false;
+  uint8_t output = 0;      // LlamaCudaModel::StepOutput
   uint32_t attention = 0;  // paged_attention_cuda_launch_key
   bool operator==(const GraphKey&) const = default;
 };
@@ -188,6 +190,16 @@ struct LlamaCudaModel::Step {
   Tensor kv;       // one allocation: [n_layers][2][num_blocks, block_size, n_kv_heads, head_dim] bf16
   std::shared_ptr<void> logits_host;  // pinned [max_logits_rows, vocab] f32
   std::shared_ptr<void> argmax_host;  // pinned [max_logits_rows] i32
+
+  // The device sampler's rows (ops/sample): params in, ids and logprobs out.
+  Tensor sample_params;                        // [max_logits_rows] SampleRowParams, as i32 words
+  Tensor sampled;                              // [max_logits_rows] i32
+  Tensor sample_logprobs;                      // [max_logits_rows] SampleRowLogprobs, as i32 words
+  std::shared_ptr<void> sample_params_host;    // pinned [max_logits_rows] SampleRowParams
+  std::shared_ptr<void> sampled_host;          // pinned [max_logits_rows] i32
+  std::shared_ptr<void> sample_logprobs_host;  // pinned [max_logits_rows] SampleRowLogprobs
+  bool last_sampled = false;                   // the last forward had sample_rows
+
   int32_t last_rows = 0;
   StepGraphs graphs;
 
@@ -292,7 +304,8 @@ int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLim
   const int64_t T = lim.max_tokens, R = lim.max_logits_rows;
   const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   int64_t b = T * c.dim * 4 + T * c.dim * 2 + T * qkv_dim * 2 + 2 * T * q_dim * 2 + T * c.dim * 2 +
-              T * 3 * c.ffn_dim * 2 + R * c.dim * 2 + R * c.vocab_size * 4 + R * 4;
+              T * 3 * c.ffn_dim * 2 + R * c.dim * 2 + R * c.vocab_size * 4 + R * 4 +
+              R * static_cast<int64_t>(sizeof(SampleRowParams) + 4 + sizeof(SampleRowLogprobs));
   // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters.
   b += T * c.n_heads * (PagedAttentionWorkspaceCuda::kMaxSplits * (c.head_dim + 1) + 1) * 4;
   return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
@@ -322,8 +335,8 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   const int64_t qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   // cuBLASLt serves the shapes linear_cuda does not (and, opted in, large
   // steps); without the opt-in it keeps one kernel per shape for every M.
-  s->gemm = std::make_unique<GemmCuda>(32 << 20, limits.cublas_prefill ? GemmPolicy::kPerShape
-                                                                       : GemmPolicy::kBatchInvariant);
+  s->gemm = std::make_unique<GemmCuda>(
+      32 << 20, limits.cublas_prefill ? GemmPolicy::kPerShape : GemmPolicy::kBatchInvariant);
   s->batch = std::make_unique<PagedBatchCuda>(limits.max_tokens, limits.max_seqs, limits.max_blocks_per_seq);
   s->attn_ws = std::make_unique<PagedAttentionWorkspaceCuda>(
       limits.max_tokens, static_cast<int32_t>(c.n_heads), static_cast<int32_t>(c.head_dim));
@@ -340,6 +353,13 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   s->argmax = cuda::empty(DType::kI32, {R});
   s->logits_host = pinned(R * c.vocab_size * 4);
   s->argmax_host = pinned(R * 4);
+  static_assert(sizeof(SampleRowParams) % 4 == 0 && sizeof(SampleRowLogprobs) % 4 == 0);
+  s->sample_params = cuda::empty(DType::kI32, {R * static_cast<int64_t>(sizeof(SampleRowParams) / 4)});
+  s->sampled = cuda::empty(DType::kI32, {R});
+  s->sample_logprobs = cuda::empty(DType::kI32, {R * static_cast<int64_t>(sizeof(SampleRowLogprobs) / 4)});
+  s->sample_params_host = pinned(R * static_cast<int64_t>(sizeof(SampleRowParams)));
+  s->sampled_host = pinned(R * 4);
+  s->sample_logprobs_host = pinned(R * static_cast<int64_t>(sizeof(SampleRowLogprobs)));
   // The pools: one allocation, a K and a V view per layer.
   const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
   s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});
@@ -371,6 +391,28 @@ int64_t LlamaCudaModel::graph_captures() const {
 std::span<const int32_t> LlamaCudaModel::argmax() const {
   if (!step_) return {};
   return {static_cast<const int32_t*>(step_->argmax_host.get()), static_cast<size_t>(step_->last_rows)};
+}
+
+std::span<const int32_t> LlamaCudaModel::sampled() const {
+  if (!step_ || !step_->last_sampled) return {};
+  return {static_cast<const int32_t*>(step_->sampled_host.get()), static_cast<size_t>(step_->last_rows)};
+}
+
+std::span<const SampleRowLogprobs> LlamaCudaModel::sampled_logprobs() const {
+  if (!step_ || !step_->last_sampled) return {};
+  return {static_cast<const SampleRowLogprobs*>(step_->sample_logprobs_host.get()),
+          static_cast<size_t>(step_->last_rows)};
+}
+
+std::span<const float> LlamaCudaModel::logits_row(int32_t row) {
+  NS_CHECK(step_ && row >= 0 && row < step_->last_rows) << "logits_row " << row;
+  Step& s = *step_;
+  const int64_t V = config_.vocab_size;
+  float* dst = static_cast<float*>(s.logits_host.get()) + row * V;
+  NS_CUDA_CHECK(cudaMemcpyAsync(dst, s.logits.data_as<const float>() + row * V, static_cast<size_t>(V) * 4,
+                                cudaMemcpyDeviceToHost, s.stream));
+  NS_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  return {dst, static_cast<size_t>(V)};
 }
 
 // ---- the step ----------------------------------------------------------------------
@@ -432,14 +474,23 @@ Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
     if (r < 0 || r >= T)
       return bad("logits row " + std::to_string(r) + " outside the " + std::to_string(T) + " tokens");
   }
+  if (!batch.sample_rows.empty() && static_cast<int64_t>(batch.sample_rows.size()) != R) {
+    return bad("sample_rows has " + std::to_string(batch.sample_rows.size()) + " entries for " +
+               std::to_string(R) + " logits rows");
+  }
+  if (!batch.sample_rows.empty() && config_.vocab_size > kSampleMaxVocab) {
+    return bad("sample_rows: the device sampler takes a vocabulary of at most " +
+               std::to_string(kSampleMaxVocab));
+  }
   return Status::ok_status();
 }
 
 // The step's kernels and copies, all on the step's stream, reading the batch
 // from the device buffers (db) only: nothing here depends on the host batch
-// beyond T, R, want_logits and the attention launch plan, so a captured graph
-// of it replays for any batch that agrees on those.
-void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, bool want_logits) {
+// beyond T, R, the output kind and the attention launch plan, so a captured
+// graph of it replays for any batch that agrees on those (the sampler's
+// per-row params are in a device buffer, uploaded before the launch).
+void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
@@ -490,9 +541,22 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, bool want_logits) {
     argmax_cuda(logits, s.argmax.data_as<int32_t>(), st);
     NS_CUDA_CHECK(cudaMemcpyAsync(s.argmax_host.get(), s.argmax.data(), static_cast<size_t>(R) * 4,
                                   cudaMemcpyDeviceToHost, st));
-    if (want_logits) {
+    if (output == StepOutput::kLogits) {
       NS_CUDA_CHECK(cudaMemcpyAsync(s.logits_host.get(), logits.data(),
                                     static_cast<size_t>(R * c.vocab_size) * 4, cudaMemcpyDeviceToHost, st));
+    }
+    if (output == StepOutput::kSampled || output == StepOutput::kSampledLogprobs) {
+      const bool lp = output == StepOutput::kSampledLogprobs;
+      auto* lp_dev = lp ? s.sample_logprobs.data_as<SampleRowLogprobs>() : nullptr;
+      sample_cuda(logits, s.sample_params.data_as<const SampleRowParams>(), s.argmax.data_as<const int32_t>(),
+                  s.sampled.data_as<int32_t>(), lp_dev, st);
+      NS_CUDA_CHECK(cudaMemcpyAsync(s.sampled_host.get(), s.sampled.data(), static_cast<size_t>(R) * 4,
+                                    cudaMemcpyDeviceToHost, st));
+      if (lp) {
+        NS_CUDA_CHECK(cudaMemcpyAsync(s.sample_logprobs_host.get(), lp_dev,
+                                      static_cast<size_t>(R) * sizeof(SampleRowLogprobs),
+                                      cudaMemcpyDeviceToHost, st));
+      }
     }
   }
 }
@@ -504,16 +568,30 @@ StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_lo
   cudaStream_t st = s.stream;
   const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
   s.batch->upload(batch, st);
+  StepOutput output = want_logits ? StepOutput::kLogits : StepOutput::kArgmax;
+  const bool sample = !batch.sample_rows.empty() && R > 0;
+  if (sample) {
+    // One copy of the rows' params into the buffer the (captured) sampler reads.
+    bool any_logprobs = false;
+    for (const SampleRowParams& p : batch.sample_rows) any_logprobs |= p.num_logprobs >= 0;
+    output = any_logprobs ? StepOutput::kSampledLogprobs : StepOutput::kSampled;
+    const size_t bytes = static_cast<size_t>(R) * sizeof(SampleRowParams);
+    std::memcpy(s.sample_params_host.get(), batch.sample_rows.data(), bytes);
+    NS_CUDA_CHECK(cudaMemcpyAsync(s.sample_params.data(), s.sample_params_host.get(), bytes,
+                                  cudaMemcpyHostToDevice, st));
+  }
   if (s.limits.cuda_graphs && T <= LlamaCudaLimits::kGraphMaxTokens) {
-    const GraphKey key{static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq, want_logits,
-                       paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()),
-                                                       *s.attn_ws)};
-    s.graphs.launch(key, st, [&] { enqueue_step(T, R, want_logits); });
+    const GraphKey key{
+        static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq,
+        static_cast<uint8_t>(output),
+        paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws)};
+    s.graphs.launch(key, st, [&] { enqueue_step(T, R, output); });
   } else {
-    enqueue_step(T, R, want_logits);
+    enqueue_step(T, R, output);
   }
   NS_CUDA_CHECK(cudaStreamSynchronize(st));
   s.last_rows = static_cast<int32_t>(R);
+  s.last_sampled = sample;
   return Tensor::view(s.logits_host.get(), DType::kF32, {R, c.vocab_size}, s.logits_host);
 }
 

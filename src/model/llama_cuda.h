@@ -97,11 +97,22 @@ class LlamaCudaModel {
   // One step. Writes the batch's K/V into the pools, and returns the logits of
   // batch.logits_rows, in order: [R, vocab] f32 in pinned host memory, valid
   // until the next call. With want_logits false only the device argmax is
-  // copied back (greedy rows); argmax() is valid after either.
+  // copied back (greedy rows); argmax() is valid after either. With
+  // batch.sample_rows set ([R]) the device samples every row (ops/sample) and
+  // only the ids, and the logprobs of rows that ask, come back: sampled() and
+  // sampled_logprobs(); the returned logits are then unwritten.
   // INVALID_ARGUMENT for a batch that does not fit the limits or the pools.
   StatusOr<Tensor> forward(const ForwardBatch& batch, bool want_logits = true);
   // [R] greedy token of each logits row (ties to the lowest id), from the last forward.
   std::span<const int32_t> argmax() const;
+  // [R] the device's token of each row of the last forward that had
+  // sample_rows (kSampleOnHost: draw it on the host); empty otherwise.
+  std::span<const int32_t> sampled() const;
+  // [R] logprobs of those rows, meaningful where the row asked and was drawn.
+  std::span<const SampleRowLogprobs> sampled_logprobs() const;
+  // Row `row` of the last forward's logits, copied to the host now (for a row
+  // the device handed back); valid until the next forward.
+  std::span<const float> logits_row(int32_t row);
 
   // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16.
   const Tensor& k_pool(int layer) const;
@@ -113,7 +124,9 @@ class LlamaCudaModel {
   struct Step;  // device workspace, stream, GEMM handle, batch buffers
   explicit LlamaCudaModel(ModelConfig config);
   Status validate_batch(const ForwardBatch& batch) const;
-  void enqueue_step(int64_t T, int64_t R, bool want_logits);
+  // What a step copies back: the argmax only, the logits, or the device sampler's ids (+ logprobs).
+  enum class StepOutput : uint8_t { kArgmax, kLogits, kSampled, kSampledLogprobs };
+  void enqueue_step(int64_t T, int64_t R, StepOutput output);
 
   ModelConfig config_;
   LlamaCudaWeights weights_;

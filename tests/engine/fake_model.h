@@ -21,6 +21,7 @@
 #include "core/check.h"
 #include "engine/model_runner.h"
 #include "engine/rng.h"
+#include "engine/sampler.h"
 #include "engine/text_stream.h"
 #include "kvcache/paged_kv_storage.h"
 
@@ -74,7 +75,29 @@ class FakeModel final : public ModelRunner {
   FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20)
       : config_(fake_config(vocab, context_length)),
         kv_(Tensor::empty(DType::kF32, {max_tokens_per_step, 1, 2})),
-        logits_(Tensor::empty(DType::kF32, {max_seqs, vocab})) {}
+        logits_(Tensor::empty(DType::kF32, {max_seqs, vocab})),
+        sampler_(vocab) {}
+
+  // Acts as a runner that samples on the device (ops/sample/sample.h): a step
+  // with sample_rows is drawn by the CPU Sampler with each row's uniform
+  // (Sampler::sample_uniform, what the device must equal), except every
+  // hand_back_every-th sampled row (0: none), which comes back as
+  // kSampleOnHost for the engine to draw.
+  void emulate_device_sampling(int hand_back_every) {
+    device_sampling_ = true;
+    hand_back_every_ = hand_back_every;
+  }
+  int64_t device_steps() const { return device_steps_; }  // forwards with sample_rows
+  int64_t host_steps() const { return host_steps_; }      // forwards that returned logits to sample
+  int64_t handed_back() const { return handed_back_; }
+  bool samples_on_device() const override { return device_sampling_; }
+  std::span<const int32_t> sampled_tokens() const override { return sampled_; }
+  std::span<const SampleRowLogprobs> sampled_logprobs() const override { return sampled_lp_; }
+  std::span<const float> logits_row(int32_t row) override {
+    NS_CHECK(row >= 0 && row < last_rows_) << "logits_row " << row;
+    return {logits_.data_as<const float>() + static_cast<int64_t>(row) * config_.vocab_size,
+            static_cast<size_t>(config_.vocab_size)};
+  }
 
   const ModelConfig& config() const override { return config_; }
   int64_t num_forwards() const { return num_forwards_; }
@@ -132,6 +155,43 @@ class FakeModel final : public ModelRunner {
       }
       fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab);
     }
+    last_rows_ = R;
+    sampled_.clear();
+    sampled_lp_.clear();
+    if (!batch.sample_rows.empty()) {
+      NS_CHECK_EQ(static_cast<int32_t>(batch.sample_rows.size()), R);
+      NS_CHECK(!batch.need_logits) << "a device-sampled step asked for logits too";
+      ++device_steps_;
+      for (int32_t r = 0; r < R; ++r) {
+        const SampleRowParams& q = batch.sample_rows[r];
+        const std::span<const float> row(logits_.data_as<const float>() + static_cast<int64_t>(r) * vocab,
+                                         static_cast<size_t>(vocab));
+        SamplingParams p;
+        p.temperature = q.temperature;
+        p.top_k = q.top_k;
+        p.top_p = q.top_p;
+        p.min_p = q.min_p;
+        int32_t token = kSampleOnHost;
+        if (q.temperature == 0.0f || hand_back_every_ == 0 || ++num_sampled_ % hand_back_every_ != 0) {
+          token = sampler_.sample_uniform(row, p, {}, {}, q.u);
+        } else {
+          ++handed_back_;
+        }
+        sampled_.push_back(token);
+        SampleRowLogprobs& lp = sampled_lp_.emplace_back();
+        if (q.num_logprobs >= 0 && token != kSampleOnHost) {
+          std::vector<TokenLogprob> top;
+          lp.logprob = sampler_.logprobs(row, token, q.num_logprobs, top);
+          lp.n = static_cast<int32_t>(top.size());
+          for (int32_t j = 0; j < lp.n; ++j) {
+            lp.top_ids[j] = top[j].token;
+            lp.top_logprobs[j] = top[j].logprob;
+          }
+        }
+      }
+    } else if (R > 0 && batch.need_logits) {
+      ++host_steps_;
+    }
     return logits_.slice_rows(0, R);
   }
 
@@ -145,6 +205,13 @@ class FakeModel final : public ModelRunner {
   int64_t max_tokens_seen_ = 0;
   int64_t tokens_computed_ = 0;
   std::atomic<bool> fail_next_{false};
+  Sampler sampler_;
+  bool device_sampling_ = false;
+  int hand_back_every_ = 0;
+  int64_t num_sampled_ = 0, device_steps_ = 0, host_steps_ = 0, handed_back_ = 0;
+  int32_t last_rows_ = 0;
+  std::vector<int32_t> sampled_;
+  std::vector<SampleRowLogprobs> sampled_lp_;
 };
 
 // Token t reads as one letter, 'a' + t % 26; ids in `eos` end generation.

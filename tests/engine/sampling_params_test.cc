@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 namespace nanoserve {
 namespace {
+
+struct NoConstraint final : TokenConstraintFactory {
+  std::unique_ptr<TokenConstraint> start() const override { return nullptr; }
+};
 
 TEST(SamplingParams, DefaultsAreValid) {
   EXPECT_TRUE(SamplingParams{}.validate(100).ok());
@@ -87,6 +92,45 @@ TEST(SamplingParams, BiasAndMinTokensNeedTheLogits) {
   EXPECT_FALSE(p.plain_greedy()) << "min_tokens masks the end tokens";
   p.max_tokens = 2;
   EXPECT_TRUE(p.validate(100).ok()) << "min_tokens == max_tokens is allowed";
+}
+
+// The device sampler takes temperature, top-k, top-p, min-p and logprobs;
+// each host-only feature alone sends the row to the CPU Sampler.
+TEST(SamplingParams, DeviceSampleableOnlyWithoutHostFeatures) {
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.logprobs = true;
+  p.top_logprobs = 20;
+  EXPECT_TRUE(p.device_sampleable(0));
+  struct Case {
+    const char* what;
+    void (*mutate)(SamplingParams&);
+  };
+  const Case cases[] = {
+      {"logit_bias",
+       [](SamplingParams& q) {
+         q.logit_bias = {{1, 0.0f}};
+       }},
+      {"repetition_penalty", [](SamplingParams& q) { q.repetition_penalty = 1.1f; }},
+      {"presence_penalty", [](SamplingParams& q) { q.presence_penalty = 0.1f; }},
+      {"frequency_penalty", [](SamplingParams& q) { q.frequency_penalty = -0.1f; }},
+      {"constraint", [](SamplingParams& q) { q.constraint = std::make_shared<NoConstraint>(); }},
+  };
+  for (const Case& c : cases) {
+    SamplingParams q = p;
+    c.mutate(q);
+    EXPECT_FALSE(q.device_sampleable(0)) << c.what;
+    EXPECT_FALSE(q.device_sampleable(100)) << c.what;
+  }
+  // min_tokens masks only while fewer are generated.
+  p.max_tokens = 8;
+  p.min_tokens = 3;
+  EXPECT_FALSE(p.device_sampleable(0));
+  EXPECT_FALSE(p.device_sampleable(2));
+  EXPECT_TRUE(p.device_sampleable(3));
 }
 
 TEST(SamplingParams, GreedyMeansTemperatureZero) {
