@@ -310,7 +310,7 @@ void Engine::build_batch(const SchedulerStep& plan) {
       const SamplingParams& p = r->params;
       SampleRowParams& s = b.sample_rows.emplace_back();
       row_rng_[i] = r->rng;
-      s.temperature = p.temperature;
+      s.temperature = p.greedy() ? 0.0f : p.temperature;  // below SamplingParams::kGreedyBelow: greedy
       s.top_k = p.top_k;
       s.top_p = p.top_p;
       s.min_p = p.min_p;

@@ -63,7 +63,10 @@ struct SamplingParams {
   static constexpr int32_t kMaxLogitBias = 300;
   static constexpr float kMaxBias = 100.0f;
 
-  bool greedy() const { return temperature == 0.0f; }
+  // Below this a temperature is greedy (vLLM's rule): logit / T would overflow
+  // f32 for the smallest temperatures, and the draw is the argmax well before.
+  static constexpr float kGreedyBelow = 1e-5f;
+  bool greedy() const { return temperature < kGreedyBelow; }
   // Greedy over the raw logits: no penalty, bias or mask changes them and no
   // logprobs are read, so the argmax may come from wherever the logits are (the device).
   bool plain_greedy() const {

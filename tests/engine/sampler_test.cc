@@ -49,6 +49,23 @@ TEST(Sampler, GreedyTiesGoToLowestId) {
   EXPECT_EQ(s.sample(std::vector<float>{7.0f, 3.0f, 1.0f, 7.0f, 3.0f, 7.0f}, greedy(), {}, {}, rng), 0);
 }
 
+// A tiny temperature is greedy: 1e-38 would turn the logits into +inf.
+TEST(Sampler, TinyTemperaturesAreGreedy) {
+  Sampler s(5);
+  const std::vector<float> logits{0.1f, 2.0f, -1.0f, 1.9f, 0.0f};
+  for (float t : {1e-38f, 1e-20f, 9.9e-6f}) {
+    SamplingParams p;
+    p.temperature = t;
+    EXPECT_TRUE(p.greedy()) << t;
+    Rng rng(0), fresh(0);
+    EXPECT_EQ(s.sample(logits, p, {}, {}, rng), 1) << t;
+    EXPECT_EQ(rng.next_u64(), fresh.next_u64()) << t << ": drew from the Rng";
+  }
+  SamplingParams warm;
+  warm.temperature = 1e-5f;
+  EXPECT_FALSE(warm.greedy());
+}
+
 TEST(Sampler, GreedyDrawsNothingFromTheRng) {
   Sampler s(4);
   Rng rng(42), fresh(42);

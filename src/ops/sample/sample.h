@@ -5,7 +5,7 @@
 // structs on the host; sample_cuda.cuh has the kernel's entry point.
 //
 // The rule, per row (V logits, params p, the request's uniform u):
-//  - greedy (p.temperature == 0): the argmax the runner computed (argmax.h);
+//  - greedy (p.temperature == 0, which the engine sends below 1e-5): the argmax the runner computed (argmax.h);
 //  - else l = x / T (only when T != 1), m = max l; a row whose m is not
 //    finite (T so small that l overflows, or nothing but -inf) takes the
 //    argmax too (the CPU sampler refuses such a row);

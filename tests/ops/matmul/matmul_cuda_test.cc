@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -323,40 +324,50 @@ TEST(LinearCuda, RowsDoNotDependOnBatchSize) {
   }
 }
 
-// The streaming and the tiled kernels compute every element with the same
-// operations: forced onto each, the same problem gives the same bits, at M on
-// both sides of the tiles, with N not a multiple of the 128-row tile and K of
-// 9 chunks (slices of 2, 2, 2 and 3).
-TEST(LinearCuda, KernelsAgreeBitForBit) {
-  NS_SKIP_WITHOUT_GPU();
-  for (auto [N, K] : {std::pair<int64_t, int64_t>{6144, 4096}, {976, 576}, {4096, 14336}}) {
-    const Weight w = make_weight(N, K);
-    for (int64_t M : {1, 5, 16, 40, 64, 65, 130, 257}) {
-      const Tensor x = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
-      for (DType yd : {DType::kBF16, DType::kF32}) {
-        std::vector<float> first;
-        for (LinearPath p : {LinearPath::kStream, LinearPath::kTiled}) {
-          const Tensor y = poisoned(yd, {M, N});
-          linear_cuda(x, w.dev, y, nullptr, p);
-          cuda::synchronize();
-          const std::vector<float> got = download_f32(y);
-          for (size_t i = 0; i < got.size(); ++i) {
-            ASSERT_FALSE(std::isnan(got[i]))
-                << "path " << static_cast<int>(p) << ": y[" << i / N << ", " << i % N << "] unwritten";
-          }
-          if (first.empty()) {
-            first = got;
-            continue;
-          }
-          size_t diff = 0;
-          for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
-          EXPECT_EQ(diff, 0u) << "N " << N << " K " << K << " M " << M << " " << dtype_name(yd) << ": path "
-                              << static_cast<int>(p) << " differs from the streaming kernel in " << diff
-                              << " of " << got.size() << " elements";
+// Forced onto the streaming and onto the tiled kernel, the same problem gives
+// the same bits (the kernels compute every element with the same operations).
+void expect_kernels_agree(int64_t N, int64_t K, std::initializer_list<int64_t> Ms) {
+  const Weight w = make_weight(N, K);
+  for (int64_t M : Ms) {
+    const Tensor x = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
+    for (DType yd : {DType::kBF16, DType::kF32}) {
+      std::vector<float> first;
+      for (LinearPath p : {LinearPath::kStream, LinearPath::kTiled}) {
+        const Tensor y = poisoned(yd, {M, N});
+        linear_cuda(x, w.dev, y, nullptr, p);
+        cuda::synchronize();
+        const std::vector<float> got = download_f32(y);
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_FALSE(std::isnan(got[i]))
+              << "path " << static_cast<int>(p) << ": y[" << i / N << ", " << i % N << "] unwritten";
         }
+        if (first.empty()) {
+          first = got;
+          continue;
+        }
+        size_t diff = 0;
+        for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
+        EXPECT_EQ(diff, 0u) << "N " << N << " K " << K << " M " << M << " " << dtype_name(yd)
+                            << ": the tiled kernel differs from the streaming kernel in " << diff << " of "
+                            << got.size() << " elements";
       }
     }
   }
+}
+
+// M on both sides of the tiles, N not a multiple of the 128-row tile, K of 9
+// chunks (slices of 2, 2, 2 and 3).
+TEST(LinearCuda, KernelsAgreeBitForBit) {
+  NS_SKIP_WITHOUT_GPU();
+  expect_kernels_agree(6144, 4096, {1, 5, 16, 40, 64, 65, 130, 257});
+  expect_kernels_agree(976, 576, {1, 5, 16, 40, 64, 65, 130, 257});
+  expect_kernels_agree(4096, 14336, {1, 33, 64, 130});
+}
+
+// The same on a problem small enough for compute-sanitizer's racecheck.
+TEST(LinearCuda, KernelsAgreeOnASmallProblem) {
+  NS_SKIP_WITHOUT_GPU();
+  expect_kernels_agree(272, 576, {40, 70});
 }
 
 TEST(LinearCuda, RefusesWhatItCannotRun) {
