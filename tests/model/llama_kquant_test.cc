@@ -193,7 +193,7 @@ TEST(LlamaKQuant, QuantizedModelMatchesDequantizedReference) {
   ASSERT_EQ(got.size(), 5u);
   ASSERT_EQ(want.size(), 5u);
   for (size_t s = 0; s < got.size(); ++s) {
-    double mean = 0, var = 0, worst = 0;
+    double mean = 0, var = 0, worst = 0, err2 = 0;
     for (float v : want[s]) mean += v;
     mean /= kVocab;
     for (float v : want[s]) var += (v - mean) * (v - mean);
@@ -201,11 +201,13 @@ TEST(LlamaKQuant, QuantizedModelMatchesDequantizedReference) {
     for (int64_t i = 0; i < kVocab; ++i) {
       ASSERT_TRUE(std::isfinite(got[s][i])) << "step " << s << " logit " << i;
       worst = std::max(worst, std::fabs(static_cast<double>(got[s][i]) - want[s][i]));
+      err2 += (static_cast<double>(got[s][i]) - want[s][i]) * (static_cast<double>(got[s][i]) - want[s][i]);
     }
     EXPECT_GT(spread, 0.1) << "step " << s << ": the reference logits carry no signal";
     EXPECT_LT(worst, kMaxRel * spread) << "step " << s << ": worst |diff| " << worst << ", spread " << spread;
     RecordProperty("step" + std::to_string(s) + "_rel", std::to_string(worst / spread));
-    std::printf("step %zu: worst |diff| %.4g = %.4f of the spread %.4g\n", s, worst, worst / spread, spread);
+    std::printf("step %zu: worst |diff| %.4g = %.4f of the spread %.4g, rms %.4f\n", s, worst, worst / spread, spread,
+                std::sqrt(err2 / kVocab) / spread);
   }
 }
 
