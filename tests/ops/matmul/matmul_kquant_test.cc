@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ops/matmul/matmul.h"
@@ -216,6 +217,28 @@ TEST(MatmulKQuant, CloseToFloatMatmul) {
     const double rel = std::sqrt(err2 / ref2);
     EXPECT_LT(rel, kMaxRelRms) << dtype_name(dt);
     std::printf("%s: RMS error against f32 %.4f of the RMS output\n", dtype_name(dt), rel);
+  }
+}
+
+// One call whose weights need both activation roundings (per 32 for Q5_0 and
+// Q4_1, per 256 for the K-quants), as a layer's q, k, v can: each product
+// equals its own call's, bit for bit.
+TEST(MatmulKQuant, MixedTypesInOneCall) {
+  const int64_t K = 512;
+  for (int64_t T : {1, 6}) {
+    const auto xv = random_floats(T * K, 81);
+    const Tensor x = f32_tensor(xv, {T, K});
+    const Tensor wa = random_blocks(DType::kQ5_K, 9, K, 82), wb = random_blocks(DType::kQ5_0, 7, K, 83),
+                 wc = random_blocks(DType::kQ6_K, 5, K, 84);
+    Tensor ya = nan_tensor({T, 9}), yb = nan_tensor({T, 7}), yc = nan_tensor({T, 5});
+    const MatmulPair pairs[] = {{&wa, &ya}, {&wb, &yb}, {&wc, &yc}};
+    std::vector<std::byte> scratch(static_cast<size_t>(matmul_scratch_bytes(T, K)));
+    matmul(pairs, x, pool_of(2), scratch);
+    for (const auto& [w, y] : {std::pair{&wa, &ya}, std::pair{&wb, &yb}, std::pair{&wc, &yc}}) {
+      const Tensor alone = run_fast(*w, x, 1);
+      EXPECT_EQ(std::memcmp(alone.data(), y->data(), static_cast<size_t>(y->nbytes())), 0)
+          << dtype_name(w->dtype()) << " T " << T;
+    }
   }
 }
 
