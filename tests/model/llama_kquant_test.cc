@@ -210,7 +210,8 @@ TEST(LlamaKQuant, QuantizedModelMatchesDequantizedReference) {
     EXPECT_GT(spread, 0.1) << "step " << s << ": the reference logits carry no signal";
     const double rms = std::sqrt(err2 / kVocab);
     EXPECT_LT(rms, kMaxRms * spread) << "step " << s << ": RMS |diff| " << rms << ", spread " << spread;
-    EXPECT_LT(worst, kMaxWorst * spread) << "step " << s << ": worst |diff| " << worst << ", spread " << spread;
+    EXPECT_LT(worst, kMaxWorst * spread)
+        << "step " << s << ": worst |diff| " << worst << ", spread " << spread;
     RecordProperty("step" + std::to_string(s) + "_rel", std::to_string(worst / spread));
     std::printf("step %zu: RMS |diff| %.4f, worst %.4f of the spread %.4g\n", s, rms / spread, worst / spread,
                 spread);

@@ -226,8 +226,8 @@ inline __m128i unpack_scales_k4_sse(const uint8_t* s) {
 
 // Sub-block j's 16-bit scale, from 8 of them in each 128-bit lane, in all 16 lanes.
 inline __m256i scale_of(__m256i sc16, int j) {
-  return _mm256_shuffle_epi8(sc16,
-                             _mm256_add_epi8(_mm256_set1_epi16(0x0100), _mm256_set1_epi8(static_cast<char>(2 * j))));
+  return _mm256_shuffle_epi8(
+      sc16, _mm256_add_epi8(_mm256_set1_epi16(0x0100), _mm256_set1_epi8(static_cast<char>(2 * j))));
 }
 
 // The 16 per-16 sums of a token's super-block as int16.
@@ -245,16 +245,16 @@ constexpr int kTileTokens = 4;
 // Q2_K, Q3_K, Q6_K: per activation block k of a half, the 16-bit scales of its
 // two sub-blocks of 16 (one per 128-bit lane) out of the half's 8 scales.
 inline __m256i pick16(__m256i sc16, int k) {
-  const __m256i ctl0 = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
-                                        2, 3, 2, 3, 2, 3, 2, 3);
+  const __m256i ctl0 = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2,
+                                        3, 2, 3, 2, 3, 2, 3, 2, 3);
   return _mm256_shuffle_epi8(sc16, _mm256_add_epi8(ctl0, _mm256_set1_epi8(static_cast<char>(4 * k))));
 }
 
 // One super-block of one row against C tokens: isum[c] (8 int32 lanes, the
 // scaled integer dot), msum[c] (the min terms, kWithMin types), d and dmin.
 template <Kind K, int C>
-inline void super_dot(const uint8_t* blk, const BlockQ8KAct* const* xb, __m256i* isum, __m256i* msum, float* d,
-                      float* dmin) {
+inline void super_dot(const uint8_t* blk, const BlockQ8KAct* const* xb, __m256i* isum, __m256i* msum,
+                      float* d, float* dmin) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   for (int c = 0; c < C; ++c) isum[c] = _mm256_setzero_si256();
   if constexpr (K == Kind::kQ4K || K == Kind::kQ5K) {
@@ -351,7 +351,8 @@ inline void super_dot(const uint8_t* blk, const BlockQ8KAct* const* xb, __m256i*
         }
       }
     }
-  } else {  // Q2_K
+  } else {
+    // Q2_K
     const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(blk + 80))));  // (d, dmin)
     *d = _mm_cvtss_f32(dm);
     *dmin = _mm_cvtss_f32(_mm_movehdup_ps(dm));
@@ -398,7 +399,8 @@ void tile(const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t t
       for (int c = 0; c < C; ++c) {
         acc[i][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * xb[c]->d), _mm256_cvtepi32_ps(isum[c]), acc[i][c]);
         if constexpr (kWithMin<K>) {
-          acc[i][c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * xb[c]->d), _mm256_cvtepi32_ps(msum[c]), acc[i][c]);
+          acc[i][c] =
+              _mm256_fnmadd_ps(_mm256_set1_ps(dmin * xb[c]->d), _mm256_cvtepi32_ps(msum[c]), acc[i][c]);
         }
       }
     }

@@ -112,7 +112,8 @@ void quantize_row_q8k(const float* x, int64_t K, BlockQ8KAct* out) {
     const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     for (int j = 0; j < kSuperBlock; j += 32) {
       __m256i q[4];
-      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 8 * i), vid));
+      for (int i = 0; i < 4; ++i)
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 8 * i), vid));
       // packs work per 128-bit lane: bytes come out as 4-value groups
       // (q0 q1 q2 q3 of lane 0, then of lane 1); the permute restores the order.
       const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));

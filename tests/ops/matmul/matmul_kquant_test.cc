@@ -82,7 +82,8 @@ std::vector<float> act_quantized(const std::vector<float>& x, int64_t T, int64_t
       quant::quantize_row_q8k_scalar(x.data() + t * K, K, blocks.data());
       for (int64_t b = 0; b < nsb; ++b) {
         for (int j = 0; j < quant::kSuperBlock; ++j)
-          out[static_cast<size_t>(t * K + b * quant::kSuperBlock + j)] = blocks[b].d * static_cast<float>(blocks[b].qs[j]);
+          out[static_cast<size_t>(t * K + b * quant::kSuperBlock + j)] =
+              blocks[b].d * static_cast<float>(blocks[b].qs[j]);
       }
     }
     return out;
@@ -150,7 +151,8 @@ TEST(MatmulKQuant, ScalarKernelMatchesReference) {
     const auto xv = random_floats(T * K, 42);
     const auto xq = act_quantized(xv, T, K, dt);
     std::vector<quant::BlockQ8KAct> blocks(static_cast<size_t>(T * nsb));
-    for (int64_t t = 0; t < T; ++t) quant::quantize_row_q8k_scalar(xv.data() + t * K, K, blocks.data() + t * nsb);
+    for (int64_t t = 0; t < T; ++t)
+      quant::quantize_row_q8k_scalar(xv.data() + t * K, K, blocks.data() + t * nsb);
     Tensor got = nan_tensor({T, N});
     matmul_cpu::kquant_rows_scalar(dt, static_cast<const uint8_t*>(w.data()), dtype_bytes(dt, K),
                                    {blocks.data(), nsb}, T, got.data_as<float>(), N, 0, N);
