@@ -21,7 +21,7 @@ namespace nanoserve {
 void matmul_ref(const Tensor& w, const Tensor& x, Tensor& y);
 
 // Scratch bytes the fast path needs for an input of T tokens of K values
-// (the 8-bit activation blocks of x).
+// (the 8-bit activation blocks of x, both roundings).
 int64_t matmul_scratch_bytes(int64_t T, int64_t K);
 
 // One weight and where its product goes; all pairs of a call share x.
@@ -31,7 +31,8 @@ struct MatmulPair {
 };
 
 // Fast path. Quantized weights are dotted against x quantized per token into
-// 8-bit blocks of 32 (as llama.cpp does); float weights against x in f32.
+// 8-bit blocks (as llama.cpp does): of 32 values for the 32-value types, of 256
+// with per-16 sums for the K-quants; float weights against x in f32.
 // x is quantized once, and the output rows of all pairs are split over the
 // pool's threads in one pass, each weight row read once for all T tokens.
 void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch);

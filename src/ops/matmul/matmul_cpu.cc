@@ -2,7 +2,8 @@
 // (AVX-512 VNNI, else AVX2, else scalar), threads over output rows; the
 // quantized kernels work in register tiles of 4 rows x 4 tokens, and a single
 // token (T = 1, a decode step) reads the stored blocks directly, 4 rows at a time.
-// The K-quants have their own kernels (matmul_cpu_kquant.cc); Q5_0 and Q5_1
+// The K-quants have their own kernels (matmul_cpu_kquant.cc), which read x
+// rounded per 256 values rather than per 32 (quant::BlockQ8KAct); Q5_0 and Q5_1
 // are decoded into the Q4 rows (5-bit values as bytes, same tiles) and at
 // T = 1 read by the Q4 single-token rows with their fifth bits.
 //
@@ -367,12 +368,11 @@ bool has_gemv(DType t) {
 }
 
 // y[t][o] for o in [o_begin, o_end), every t.
-void matmul_rows(const Tensor& w, const float* x, const matmul_cpu::KQuantActs& acts, int64_t T, float* y,
-                 int64_t o_begin, int64_t o_end) {
+void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, const matmul_cpu::KQuantActs& acts,
+                 int64_t T, float* y, int64_t o_begin, int64_t o_end) {
   const int64_t N = w.dim(0), K = w.dim(1), nb = K / kBlock;
   const int64_t row_bytes = dtype_bytes(w.dtype(), K);
   const auto* base = static_cast<const uint8_t*>(w.data());
-  const BlockQ8Act* xa = acts.xa;
   if (matmul_cpu::kquant_direct(w.dtype())) {
     matmul_cpu::kquant_rows(w.dtype(), base, row_bytes, acts, T, y, N, o_begin, o_end);
     return;
@@ -445,15 +445,16 @@ void matmul_rows(const Tensor& w, const float* x, const matmul_cpu::KQuantActs& 
 
 }  // namespace
 
-// [T][nb] activation blocks, then their d and s as floats ([T][nb] each).
+// [T][K/32] activation blocks for the 32-value types, then [T][K/256] for the K-quants.
 int64_t matmul_scratch_bytes(int64_t T, int64_t K) {
-  return T * ((K + kBlock - 1) / kBlock) * static_cast<int64_t>(sizeof(BlockQ8Act) + 2 * sizeof(float));
+  return T * ((K + kBlock - 1) / kBlock) * static_cast<int64_t>(sizeof(BlockQ8Act)) +
+         T * (K / quant::kSuperBlock) * static_cast<int64_t>(sizeof(quant::BlockQ8KAct));
 }
 
 void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch) {
   NS_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.is_contiguous()) << "x is [T, K] f32";
   const int64_t T = x.dim(0), K = x.dim(1);
-  bool any_quantized = false;
+  bool any_blocks = false, any_kquant = false;  // which activation roundings the pairs read
   int64_t total_rows = 0;
   for (const MatmulPair& p : pairs) {
     NS_CHECK(p.w->ndim() == 2 && p.w->dim(1) == K) << "w" << p.w->shape_string() << " vs x" << x.shape_string();
@@ -462,29 +463,27 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     const DType dt = p.w->dtype();
     const bool direct = is_quantized(dt) || dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16;
     NS_CHECK(direct || (dt != DType::kI32 && K <= kMaxGenericK)) << "matmul of " << dtype_name(dt) << " with K = " << K;
-    any_quantized = any_quantized || is_quantized(p.w->dtype());
+    any_kquant = any_kquant || matmul_cpu::kquant_direct(dt);
+    any_blocks = any_blocks || (is_quantized(dt) && !matmul_cpu::kquant_direct(dt));
     total_rows += p.w->dim(0);
   }
   if (T == 0 || total_rows == 0) return;
   const float* xs = x.data_as<const float>();
   BlockQ8Act* xa = nullptr;
   matmul_cpu::KQuantActs acts{};
-  if (any_quantized) {
+  if (any_blocks || any_kquant) {
     NS_CHECK(K % kBlock == 0 && K <= kMaxQ4K) << "quantized matmul needs K % 32 == 0 and K <= " << kMaxQ4K << ", K = " << K;
+    NS_CHECK(!any_kquant || K % quant::kSuperBlock == 0) << "K-quant matmul needs K % 256 == 0, K = " << K;
     NS_CHECK(static_cast<int64_t>(scratch.size()) >= matmul_scratch_bytes(T, K))
         << "matmul scratch " << scratch.size() << " < " << matmul_scratch_bytes(T, K);
+    const int64_t nb = K / kBlock, nsb = K / quant::kSuperBlock;
     xa = reinterpret_cast<BlockQ8Act*>(scratch.data());
-    const int64_t nb = K / kBlock;
-    auto* ad = reinterpret_cast<float*>(scratch.data() + T * nb * static_cast<int64_t>(sizeof(BlockQ8Act)));
-    float* as = ad + T * nb;
-    acts = {xa, ad, as, nb};
+    auto* xk = reinterpret_cast<quant::BlockQ8KAct*>(scratch.data() + T * nb * static_cast<int64_t>(sizeof(BlockQ8Act)));
+    acts = {xk, nsb};
     auto quantize = [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) {
-        quantize_row_q8(xs + t * K, K, xa + t * nb);
-        for (int64_t i = t * nb; i < (t + 1) * nb; ++i) {
-          ad[i] = xa[i].d;
-          as[i] = xa[i].s;
-        }
+        if (any_blocks) quantize_row_q8(xs + t * K, K, xa + t * nb);
+        if (any_kquant) quant::quantize_row_q8k(xs + t * K, K, xk + t * nsb);
       }
     };
     if (T >= 16) {
@@ -498,7 +497,7 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     for (const MatmulPair& p : pairs) {
       const int64_t n = p.w->dim(0);
       const int64_t b = std::max(begin, first), e = std::min(end, first + n);
-      if (b < e) matmul_rows(*p.w, xs, acts, T, p.y->data_as<float>(), b - first, e - first);
+      if (b < e) matmul_rows(*p.w, xs, xa, acts, T, p.y->data_as<float>(), b - first, e - first);
       first += n;
     }
   };

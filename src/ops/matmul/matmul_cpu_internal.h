@@ -77,15 +77,11 @@ void gemv_rows(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Ac
                int64_t o_begin, int64_t o_end);
 #endif
 
-// The activations of T tokens as the K-quant kernels read them: the 8-bit
-// blocks, and each block's d and s again as plain float arrays [T][nb], so a
-// super-block of 256 weights loads the 8 scales of its 8 activation blocks as
-// one vector.
+// The activations of T tokens as the K-quant kernels read them: per token and
+// super-block of 256 values one BlockQ8KAct (one scale, the per-16 sums).
 struct KQuantActs {
-  const BlockQ8Act* xa;  // [T][nb]
-  const float* d;        // [T][nb]
-  const float* s;        // [T][nb]
-  int64_t nb;            // activation blocks per token, K / 32
+  const quant::BlockQ8KAct* xk;  // [T][nsb]
+  int64_t nsb;                   // super-blocks per token, K / 256
 };
 
 // True for the K-quants, which all have a direct kernel: Q2_K .. Q6_K.
@@ -94,10 +90,10 @@ bool kquant_direct(DType dt);
 // y[t][o] for o in [o_begin, o_end), every t < T, of a Q2_K .. Q6_K w
 // whose row o starts at base + o * row_bytes. y is [T, N].
 // Reduction order per output (the same for any T, tiling or thread split):
-// super-blocks in order; within one, per activation block of 32 an exact
-// integer dot, scaled and fmadd'ed into 8 float lanes in block order (Q2_K:
-// then its min dot, fnmadd'ed), then (Q4_K, Q5_K) one fnmadd of the 8
-// sub-block mins; the lanes summed by hsum8.
+// super-blocks in order; within one, the exact integer dot of the whole
+// super-block with its sub-block scales (8 int32 lanes), converted and
+// fmadd'ed with d d_x into 8 float lanes, then (Q2_K, Q4_K, Q5_K) the integer
+// min terms fnmadd'ed with dmin d_x; the lanes summed by hsum8.
 void kquant_rows(DType dt, const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t T, float* y,
                  int64_t N, int64_t o_begin, int64_t o_end);
 

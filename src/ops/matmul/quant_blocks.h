@@ -60,6 +60,18 @@ struct BlockQ8Act {
 };
 static_assert(sizeof(BlockQ8Act) == 40);
 
+// The activations of a K-quant matmul, per token and per super-block of 256
+// values: x ≈ d * q, and bsums[i] = sum of q over values 16i..16i+15 (what the
+// K-quant mins and offsets multiply). One scale per 256 values lets a
+// super-block's sub-block dots be summed as integers (matmul_cpu_kquant.cc).
+constexpr int kSuperBlock = 256;
+struct BlockQ8KAct {
+  float d;
+  int8_t qs[kSuperBlock];
+  int16_t bsums[kSuperBlock / 16];
+};
+static_assert(sizeof(BlockQ8KAct) == 292);
+
 inline float f16_to_f32(uint16_t h) {
 #if defined(__F16C__)
   return _cvtsh_ss(h);
@@ -115,5 +127,14 @@ bool row_dtype_supported(DType dtype);
 // plain loop quantize_row_q8_scalar bit for bit, NaN and infinities included.
 void quantize_row_q8(const float* x, int64_t K, BlockQ8Act* out);
 void quantize_row_q8_scalar(const float* x, int64_t K, BlockQ8Act* out);
+
+// x[K] -> K/256 K-quant activation blocks, by the same rules per 256 values:
+// d = max|x| / 127, q = nearbyint(x * (1 / d)), bsums the sums of q per 16;
+// a block holding a NaN or an infinity gets d = NaN, q = 0 and bsums = 0; a
+// block with d below FLT_MIN gets d = 0, q = 0 and bsums = 0. PRECOND:
+// K % 256 == 0. quantize_row_q8k (AVX2 where the CPU has it) equals the plain
+// loop quantize_row_q8k_scalar bit for bit.
+void quantize_row_q8k(const float* x, int64_t K, BlockQ8KAct* out);
+void quantize_row_q8k_scalar(const float* x, int64_t K, BlockQ8KAct* out);
 
 }  // namespace nanoserve::quant

@@ -1,6 +1,7 @@
 // Activation quantization for the fast matmul (quant_blocks.h): the scalar
-// definition, and the AVX-512 version the matmul calls, which must equal it
-// bit for bit (tests/ops/matmul/quantize_act_test.cc).
+// definitions, and the SIMD versions the matmul calls (AVX-512 for the blocks
+// of 32, AVX2 for the K-quant blocks of 256), which must equal them bit for bit
+// (tests/ops/matmul/quantize_act_test.cc).
 //
 // Every input has a defined result (no float-to-int conversion ever sees a
 // value outside int's range, which is undefined behaviour in C++):
@@ -18,8 +19,10 @@
 
 #include "ops/matmul/quant_blocks.h"
 
-#if defined(__AVX512F__) && defined(__AVX512VL__)
+#if defined(__AVX2__)
 #include <immintrin.h>
+#endif
+#if defined(__AVX512F__) && defined(__AVX512VL__)
 // GCC 12 flags its own AVX-512 intrinsics (the undefined-vector idiom) as
 // maybe-uninitialized once inlined.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -38,7 +41,94 @@ void set_non_finite(BlockQ8Act& out) {
   std::memset(out.qs, 0, sizeof out.qs);
 }
 
+void set_non_finite(BlockQ8KAct& out) {
+  out.d = std::numeric_limits<float>::quiet_NaN();
+  std::memset(out.qs, 0, sizeof out.qs);
+  std::memset(out.bsums, 0, sizeof out.bsums);
+}
+
+// d from max |x| of a block; 0 below FLT_MIN, where 1 / d could overflow.
+float scale_of(float amax) {
+  const float d = amax / 127.0f;
+  return d < kMinScale ? 0.0f : d;
+}
+
+void set_bsums(BlockQ8KAct& out) {
+  for (int i = 0; i < kSuperBlock / 16; ++i) {
+    int sum = 0;
+    for (int j = 0; j < 16; ++j) sum += out.qs[16 * i + j];
+    out.bsums[i] = static_cast<int16_t>(sum);  // |sum| <= 16 * 127
+  }
+}
+
 }  // namespace
+
+void quantize_row_q8k_scalar(const float* x, int64_t K, BlockQ8KAct* out) {
+  for (int64_t b = 0; b < K / kSuperBlock; ++b) {
+    const float* xb = x + b * kSuperBlock;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < kSuperBlock; ++j) {
+      const float a = std::fabs(xb[j]);
+      finite = finite && a <= kFloatMax;  // false for NaN and +-inf
+      amax = std::fmax(amax, a);
+    }
+    if (!finite) {
+      set_non_finite(out[b]);
+      continue;
+    }
+    const float d = scale_of(amax);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < kSuperBlock; ++j) out[b].qs[j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+    out[b].d = d;
+    set_bsums(out[b]);
+  }
+}
+
+#if defined(__AVX2__)
+// The same values as the scalar loop, bit for bit: the non-finite test is an
+// unordered compare (true for NaN) against FLT_MAX; the max of finite values
+// does not depend on the order; cvtps rounds to nearest even like nearbyint;
+// the saturating packs keep every value, all within [-127, 127].
+void quantize_row_q8k(const float* x, int64_t K, BlockQ8KAct* out) {
+  const __m256 vmax = _mm256_set1_ps(kFloatMax);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t b = 0; b < K / kSuperBlock; ++b) {
+    const float* xb = x + b * kSuperBlock;
+    __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (int j = 0; j < kSuperBlock; j += 8) {
+      const __m256 a = _mm256_and_ps(_mm256_loadu_ps(xb + j), abs_mask);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, vmax, _CMP_NLE_UQ));
+      amax = _mm256_max_ps(amax, a);
+    }
+    if (_mm256_movemask_ps(bad) != 0) {
+      set_non_finite(out[b]);
+      continue;
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = scale_of(_mm_cvtss_f32(m));
+    const __m256 vid = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    for (int j = 0; j < kSuperBlock; j += 32) {
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i)
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + j + 8 * i), vid));
+      // packs work per 128-bit lane: bytes come out as 4-value groups
+      // (q0 q1 q2 q3 of lane 0, then of lane 1); the permute restores the order.
+      const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      const __m256i ordered = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs + j), ordered);
+    }
+    out[b].d = d;
+    set_bsums(out[b]);
+  }
+}
+#else
+void quantize_row_q8k(const float* x, int64_t K, BlockQ8KAct* out) {
+  quantize_row_q8k_scalar(x, K, out);
+}
+#endif
 
 void quantize_row_q8_scalar(const float* x, int64_t K, BlockQ8Act* out) {
   for (int64_t b = 0; b < K / kBlock; ++b) {

@@ -169,5 +169,94 @@ TEST(QuantizeAct, NonFiniteActivationMakesMatmulRowNaN) {
   }
 }
 
+// ---- the K-quant activation blocks of 256 ----------------------------------
+
+void expect_same_k(const std::vector<float>& x, const char* what) {
+  const int64_t K = static_cast<int64_t>(x.size()), nsb = K / kSuperBlock;
+  std::vector<BlockQ8KAct> fast(static_cast<size_t>(nsb)), plain(static_cast<size_t>(nsb));
+  std::memset(fast.data(), 0xa5, fast.size() * sizeof(BlockQ8KAct));
+  std::memset(plain.data(), 0x5a, plain.size() * sizeof(BlockQ8KAct));
+  quantize_row_q8k(x.data(), K, fast.data());
+  quantize_row_q8k_scalar(x.data(), K, plain.data());
+  for (int64_t b = 0; b < nsb; ++b) {
+    EXPECT_EQ(std::memcmp(&fast[b], &plain[b], sizeof(BlockQ8KAct)), 0) << what << ", super-block " << b;
+  }
+}
+
+TEST(QuantizeActK, SimdEqualsScalar) {
+  std::mt19937 rng(6);
+  for (float spread : {1e-30f, 1e-3f, 1.0f, 1e4f, 1e30f}) {
+    std::normal_distribution<float> dist(0.0f, spread);
+    std::vector<float> x(2048);
+    for (float& v : x) v = dist(rng);
+    expect_same_k(x, "normal");
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Super-block 0: max |x| = 127, so d = 1 and the others are exact halves
+  // (ties, which go to even); 1: zeros; 2: a NaN; 3: an infinity; 4: denormals only.
+  std::vector<float> x(5 * kSuperBlock, 0.0f);
+  for (int j = 0; j < kSuperBlock; ++j) x[j] = static_cast<float>(j % 33) - 16.5f;
+  x[0] = 127.0f;
+  x[kSuperBlock + 5] = -0.0f;
+  for (int j = 0; j < kSuperBlock; ++j) x[2 * kSuperBlock + j] = static_cast<float>(j) * 0.037f - 5.0f;
+  x[2 * kSuperBlock + 200] = nan;
+  for (int j = 0; j < kSuperBlock; ++j) x[3 * kSuperBlock + j] = static_cast<float>(j % 7) - 3.0f;
+  x[3 * kSuperBlock + 31] = -inf;
+  for (int j = 0; j < kSuperBlock; ++j)
+    x[4 * kSuperBlock + j] = std::numeric_limits<float>::denorm_min() * static_cast<float>(j % 5);
+  expect_same_k(x, "awkward");
+}
+
+// One super-block by hand: max |x| = 2.54 at value 300 - 256, d = 0.02,
+// q = round(x / d), bsums the sums of q per 16; a NaN or an infinity makes its
+// super-block d = NaN, q = 0, bsums = 0, and leaves the others as they are
+// alone; a scale below FLT_MIN gives zeros.
+TEST(QuantizeActK, ScalarMatchesDefinition) {
+  std::vector<float> x(2 * kSuperBlock, 0.0f);
+  x[256 + 44] = 2.54f;
+  x[256 + 45] = -1.0f;
+  x[256 + 46] = 0.03f;  // 1.5 steps: rounds to even, 2
+  x[256 + 255] = 0.5f;
+  x[3] = 1.0f;
+  BlockQ8KAct out[2];
+  quantize_row_q8k_scalar(x.data(), 2 * kSuperBlock, out);
+  EXPECT_FLOAT_EQ(out[1].d, 2.54f / 127.0f);
+  EXPECT_EQ(out[1].qs[44], 127);
+  EXPECT_EQ(out[1].qs[45], -50);
+  EXPECT_EQ(out[1].qs[46], 2);
+  EXPECT_EQ(out[1].qs[255], 25);
+  for (int i = 0; i < 16; ++i) {
+    const int want = i == 2 ? 127 - 50 + 2 : i == 15 ? 25 : 0;
+    EXPECT_EQ(out[1].bsums[i], want) << i;
+  }
+  EXPECT_EQ(out[0].qs[3], 127);
+  EXPECT_EQ(out[0].bsums[0], 127);
+
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {nan, inf, -inf}) {
+    std::vector<float> y(3 * kSuperBlock);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(i % 7) - 3.0f;
+    y[kSuperBlock + 100] = bad;
+    BlockQ8KAct blocks[3], alone;
+    std::memset(blocks, 0x5a, sizeof blocks);
+    quantize_row_q8k_scalar(y.data(), 3 * kSuperBlock, blocks);
+    EXPECT_TRUE(std::isnan(blocks[1].d)) << bad;
+    for (int j = 0; j < kSuperBlock; ++j) ASSERT_EQ(blocks[1].qs[j], 0) << bad << " at " << j;
+    for (int i = 0; i < 16; ++i) ASSERT_EQ(blocks[1].bsums[i], 0) << bad << " at " << i;
+    for (int b : {0, 2}) {
+      quantize_row_q8k_scalar(y.data() + b * kSuperBlock, kSuperBlock, &alone);
+      EXPECT_EQ(std::memcmp(&blocks[b], &alone, sizeof alone), 0) << bad << ", super-block " << b;
+    }
+  }
+  std::vector<float> tiny(kSuperBlock, 0.0f);
+  tiny[7] = 1e-37f;
+  BlockQ8KAct t;
+  std::memset(&t, 0x5a, sizeof t);
+  quantize_row_q8k_scalar(tiny.data(), kSuperBlock, &t);
+  EXPECT_EQ(t.d, 0.0f);
+  EXPECT_EQ(t.qs[7], 0);
+  EXPECT_EQ(t.bsums[0], 0);
+}
+
 }  // namespace
 }  // namespace nanoserve::quant
