@@ -1,7 +1,7 @@
 #pragma once
 // The OpenAI-compatible API, independent of the HTTP library: each endpoint
 // takes the request body and returns status + body, or (generation) a job
-// the transport drives. http_server.cc maps routes onto these.
+// the transport drives. http_connection.cc maps routes onto these.
 
 #include <atomic>
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // HTTP/1.1 response framing: the head of a reply and the frames of a chunked
-// body. Plain strings, no I/O; the connection (http_server.cc) writes them.
+// body. Plain strings, no I/O; the connection (http_connection.cc) writes them.
 
 #include <cstddef>
 #include <string>

@@ -2,7 +2,8 @@
 // HTTP/1.1 transport for the Api, on Boost.Beast (parsing) and Boost.Asio
 // (sockets). Event-driven: a few I/O threads serve every connection, so an
 // open stream or an idle keep-alive connection costs memory, not a thread.
-// This header keeps the library out of sight: only http_server.cc includes it.
+// This header keeps the library out of sight: only http_server.cc and
+// http_connection.cc (through http_connection.h) include it.
 
 #include <cstddef>
 #include <memory>
@@ -56,7 +57,7 @@ class HttpServer {
   // connections and lets in-flight responses finish (shutdown_grace_ms at most).
   void stop();
 
-  struct Impl;  // defined in http_server.cc, with the connections it serves
+  struct Impl;  // defined in http_connection.h, with the connections it serves
 
  private:
   std::unique_ptr<Impl> impl_;
