@@ -53,6 +53,19 @@ float scale_of(float amax) {
   return d < kMinScale ? 0.0f : d;
 }
 
+// The largest |x| of n values into amax; false (amax unset) when one is NaN or +-inf.
+bool abs_max_if_finite(const float* x, int n, float& amax) {
+  float m = 0.0f;
+  bool finite = true;
+  for (int j = 0; j < n; ++j) {
+    const float a = std::fabs(x[j]);
+    finite = finite && a <= kFloatMax;  // false for NaN and +-inf
+    m = std::fmax(m, a);
+  }
+  amax = m;
+  return finite;
+}
+
 void set_bsums(BlockQ8KAct& out) {
   for (int i = 0; i < kSuperBlock / 16; ++i) {
     int sum = 0;
@@ -67,13 +80,7 @@ void quantize_row_q8k_scalar(const float* x, int64_t K, BlockQ8KAct* out) {
   for (int64_t b = 0; b < K / kSuperBlock; ++b) {
     const float* xb = x + b * kSuperBlock;
     float amax = 0.0f;
-    bool finite = true;
-    for (int j = 0; j < kSuperBlock; ++j) {
-      const float a = std::fabs(xb[j]);
-      finite = finite && a <= kFloatMax;  // false for NaN and +-inf
-      amax = std::fmax(amax, a);
-    }
-    if (!finite) {
+    if (!abs_max_if_finite(xb, kSuperBlock, amax)) {
       set_non_finite(out[b]);
       continue;
     }
@@ -134,13 +141,7 @@ void quantize_row_q8_scalar(const float* x, int64_t K, BlockQ8Act* out) {
   for (int64_t b = 0; b < K / kBlock; ++b) {
     const float* xb = x + b * kBlock;
     float amax = 0.0f;
-    bool finite = true;
-    for (int j = 0; j < kBlock; ++j) {
-      const float a = std::fabs(xb[j]);
-      finite = finite && a <= kFloatMax;  // false for NaN and +-inf
-      amax = std::fmax(amax, a);
-    }
-    if (!finite) {
+    if (!abs_max_if_finite(xb, kBlock, amax)) {
       set_non_finite(out[b]);
       continue;
     }
