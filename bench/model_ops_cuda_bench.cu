@@ -217,7 +217,7 @@ void bench_gemms(cudaStream_t s, double ceiling) {
     for (int64_t M : {1, 8, 16, 32, 64, 128, 256, 1024}) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(l.y, {M, l.N});
-      // ours: linear_cuda's own choice; stream / tiled: one kernel forced (M >= 16);
+      // ours: linear_cuda's own choice; stream / tiled / tiled-256: one kernel forced (M >= 16);
       // per-shape: cuBLASLt's kernel for the shape.
       struct Kernel {
         const char* name;
@@ -228,6 +228,7 @@ void bench_gemms(cudaStream_t s, double ceiling) {
       if (M >= 16) {
         kernels.push_back({"stream", LinearPath::kStream, nullptr});
         kernels.push_back({"tiled", LinearPath::kTiled, nullptr});
+        kernels.push_back({"tiled-256", LinearPath::kTiledLarge, nullptr});
       }
       kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
       for (const Kernel& k : kernels) {

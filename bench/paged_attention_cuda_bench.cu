@@ -6,13 +6,17 @@
 // random (never zeros). Block tables are shuffled over the pool.
 //
 //   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]...
+//                              [--extend B:L]...
 //
 // --csv writes one line per measurement for bench/paged_attention_torch.py,
 // which times torch SDPA over contiguous KV on the same shapes and prints the
 // combined table. --dump writes a small mixed batch (inputs and our output) for
 // that script to check against SDPA. --shape I runs only shape I of the list
 // (repeatable; for a profiler). --custom B:L replaces the list with decode
-// batches of B sequences of L tokens (same heads; repeatable).
+// batches of B sequences of L tokens (same heads; repeatable); --extend B:L
+// adds (or, alone, replaces the list with) B whole prefills of L tokens each:
+// L query rows a sequence, each causal over the sequence (its bytes count the
+// K/V once).
 
 #include <cuda_runtime.h>
 
@@ -64,6 +68,7 @@ void fill_random(const Tensor& t, uint32_t seed) {
 struct Shape {
   int batch, ctx, n_heads, n_kv, head_dim, block_size;
   bool in_order = false;  // block tables in pool order (a diagnostic: the cost of scattered blocks)
+  int rows = 1;           // query rows a sequence: the last `rows` positions (ctx of them: a whole prefill)
 };
 
 struct Result {
@@ -72,7 +77,8 @@ struct Result {
   int copies, splits;
 };
 
-// A decode batch: every sequence has ctx tokens of history and one query.
+// A decode batch: every sequence has ctx tokens of history and one query (or,
+// with rows > 1, the queries of its last `rows` positions: an extend chunk).
 struct Setup {
   Shape s;
   int num_blocks = 0, max_blocks = 0;
@@ -91,15 +97,16 @@ struct Setup {
     fb.block_tables = perm;
     for (int b = 0; b < s.batch; ++b) {
       fb.seq_ids.push_back(b);
-      fb.seq_starts.push_back(b);
-      fb.tokens.push_back(0);
+      fb.seq_starts.push_back(b * s.rows);
       fb.context_lens.push_back(s.ctx);
-      fb.positions.push_back(s.ctx - 1);
-      const int pos = s.ctx - 1;
-      fb.slot_mapping.push_back(perm[b * max_blocks + pos / s.block_size] * s.block_size +
-                                pos % s.block_size);
+      for (int pos = s.ctx - s.rows; pos < s.ctx; ++pos) {
+        fb.tokens.push_back(0);
+        fb.positions.push_back(pos);
+        fb.slot_mapping.push_back(perm[b * max_blocks + pos / s.block_size] * s.block_size +
+                                  pos % s.block_size);
+      }
     }
-    fb.seq_starts.push_back(s.batch);
+    fb.seq_starts.push_back(s.batch * s.rows);
     const int64_t pool_bytes = int64_t{num_blocks} * s.block_size * s.n_kv * s.head_dim * 2;
     const int copies =
         static_cast<int>(std::max<int64_t>(1, (min_bytes_cycled + 2 * pool_bytes - 1) / (2 * pool_bytes)));
@@ -109,19 +116,20 @@ struct Setup {
       fill_random(k_pools.back(), seed + 2 * c);
       fill_random(v_pools.back(), seed + 2 * c + 1);
     }
-    q = cuda::empty(DType::kBF16, {s.batch, s.n_heads, s.head_dim});
-    out = cuda::empty(DType::kBF16, {s.batch, s.n_heads, s.head_dim});
+    q = cuda::empty(DType::kBF16, {int64_t{s.batch} * s.rows, s.n_heads, s.head_dim});
+    out = cuda::empty(DType::kBF16, {int64_t{s.batch} * s.rows, s.n_heads, s.head_dim});
     fill_random(q, seed + 1000);
   }
 
   double bytes() const {
     const double kv = 2.0 * s.batch * static_cast<double>(s.ctx) * s.n_kv * s.head_dim * 2;
-    return kv + 2.0 * s.batch * s.n_heads * s.head_dim * 2;
+    return kv + 2.0 * s.batch * s.rows * s.n_heads * s.head_dim * 2;
   }
 };
 
 std::string shape_name(const Shape& s) {
-  return "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.ctx);
+  return "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.ctx) +
+         (s.rows > 1 ? " rows=" + std::to_string(s.rows) : "");
 }
 
 // What every call of a shape shares: the step's metadata on the device, the
@@ -132,8 +140,8 @@ struct CallState {
   float scale;
   int n_rep;
   explicit CallState(const Setup& su)
-      : batch(su.s.batch, su.s.batch, su.max_blocks),
-        ws(su.s.batch, su.s.n_heads, su.s.head_dim),
+      : batch(su.s.batch * su.s.rows, su.s.batch, su.max_blocks),
+        ws(su.s.batch * su.s.rows, su.s.n_heads, su.s.head_dim),
         scale(1.0f / std::sqrt(static_cast<float>(su.s.head_dim))),
         n_rep(su.s.n_heads / su.s.n_kv) {
     batch.upload(su.fb);
@@ -450,6 +458,7 @@ int main(int argc, char** argv) {
   bool quick = false, trace = false;
   std::vector<int> only;
   std::vector<std::pair<int, int>> custom;  // --custom B:L
+  std::vector<std::pair<int, int>> extend;  // --extend B:L
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) {
@@ -462,6 +471,13 @@ int main(int argc, char** argv) {
       trace = true;
     } else if (a == "--shape" && i + 1 < argc) {
       only.push_back(std::atoi(argv[++i]));
+    } else if (a == "--extend" && i + 1 < argc) {
+      int b = 0, l = 0;
+      if (std::sscanf(argv[++i], "%d:%d", &b, &l) != 2 || b < 1 || b > 64 || l < 1 || l > 16384) {
+        std::fprintf(stderr, "--extend wants B:L (1 <= B <= 64, 1 <= L <= 16384), got %s\n", argv[i]);
+        return 2;
+      }
+      extend.emplace_back(b, l);
     } else if (a == "--custom" && i + 1 < argc) {
       int b = 0, l = 0;
       if (std::sscanf(argv[++i], "%d:%d", &b, &l) != 2 || b < 1 || b > 4096 || l < 1 || l > 131072) {
@@ -472,7 +488,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--trace]\n",
+          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--extend B:L]... "
+          "[--trace]\n",
           argv[0]);
       return 2;
     }
@@ -502,6 +519,10 @@ int main(int argc, char** argv) {
   if (!custom.empty()) {
     shapes.clear();
     for (auto [b, l] : custom) shapes.push_back({b, l, 32, 8, 128, 16});
+  }
+  if (!extend.empty()) {
+    if (custom.empty()) shapes.clear();
+    for (auto [b, l] : extend) shapes.push_back({b, l, 32, 8, 128, 16, false, l});
   }
   if (trace) {
     for (size_t i = 0; i < shapes.size(); ++i) {

@@ -15,9 +15,10 @@
 //   the kernel before it (programmatic dependent launch). Forced, it runs any
 //   M, as groups of 64 tokens that each reread the weights (the tests' cross-check).
 // - tiled (M > 32): a cluster of four blocks owns 128 weight rows x 64
-//   tokens, block w computing slice w of K with the tiles staged in shared
-//   memory; the four partials meet in slice order through distributed shared
-//   memory (linear_cuda_tiled.cu).
+//   tokens (M <= 128) or 256 rows x 128 tokens (larger M: twice the products
+//   per shared-memory read), block w computing slice w of K with the tiles
+//   staged in shared memory; the four partials meet in slice order through
+//   distributed shared memory (linear_cuda_tiled.cu).
 //
 // Batch invariance. An output element (token m, row n) is
 //   ((S0 + S1) + S2) + S3,  Sw = the mma chain over slice w's chunks, in order,
@@ -36,7 +37,7 @@ namespace nanoserve {
 
 // Which kernel runs: kAuto picks by M (the rule above); the others force one,
 // for the tests that check the kernels agree bit for bit, and the benchmark.
-enum class LinearPath { kAuto, kStream, kTiled };
+enum class LinearPath { kAuto, kStream, kTiled, kTiledLarge };
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y);

@@ -32,7 +32,7 @@ __host__ __device__ __forceinline__ int slice_begin(int w, int chunks) {
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -67,11 +67,13 @@ __device__ __forceinline__ void store(uint16_t* y, float v) {
   *y = to_bf16(v);
 }
 
-// y = x . w^T for steps of many tokens: 128-row x 64-token tiles staged in
-// shared memory, the four slices of a tile computed by the four
-// blocks of a cluster and summed in order through distributed shared memory.
-// Bitwise equal to the streaming kernel, element by element.
+// y = x . w^T for steps of many tokens: tiles of 128 rows x 64 tokens, or
+// with `large` 256 rows x 128 tokens, staged in shared memory, the four slices
+// of a tile computed by the four blocks of a cluster and summed in order
+// through distributed shared memory. Bitwise equal to the streaming kernel,
+// element by element.
 template <typename Out>
-void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s);
+void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, bool large,
+                         cudaStream_t s);
 
 }  // namespace nanoserve::linear_detail

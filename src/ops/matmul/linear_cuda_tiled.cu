@@ -1,13 +1,12 @@
 // The tiled kernel of linear_cuda.cuh, for steps of many tokens.
 //
-// A cluster of four blocks owns one tile of 128 weight rows x 64 tokens; block
-// w of the cluster computes slice w of K (linear_cuda_common.cuh)
-// for the whole tile. Its eight warps split the tile 4 x 2 (32 rows x 32
-// tokens each). Weight and token rows come into shared memory through cp.async,
-// a chunk (64 k) per stage, several stages in flight; each row's eight 16-byte
-// units are stored at unit u ^ (row & 7) so that the fragment reads (units 2t
-// and 2t + 1 of rows g and g + 8) hit 32 distinct banks. A lane reads the same
-// 32 bytes of each row as the streaming kernel reads from global memory and
+// A cluster of four blocks owns one tile of 128 weight rows x 64 tokens (or,
+// the large tile, 256 x 128); block w of the cluster computes slice w of K
+// (linear_cuda_common.cuh) for the whole tile. Its eight warps split the tile
+// 4 x 2 (32 rows x 32 tokens each, or 64 x 64). Weight and token rows come into shared memory through
+// cp.async, a chunk (64 k) per stage, several stages in flight; each row's eight 16-byte units are stored at
+// unit u ^ (row & 7) so that the fragment reads (units 2t and 2t + 1 of rows g and g + 8) hit 32 distinct
+// banks. A lane reads the same 32 bytes of each row as the streaming kernel reads from global memory and
 // feeds the same mma steps, so each slice's chain is the same sequence of
 // operations. At the end every block writes its f32 partial tile to its
 // shared memory, and block w sums rows [32 w, 32 w + 32) of the four partials
@@ -28,24 +27,48 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kRows = 128;          // weight rows per tile
 constexpr int kThreads = 256;       // eight warps: 4 (rows) x 2 (tokens)
 constexpr int kUnits = kChunk / 8;  // 16-byte units per chunk row
+constexpr int kStages = 4;          // chunks in flight
 
-constexpr int kTokens = 64;        // tokens per tile
-constexpr int kStages = 4;         // chunks in flight: 4 x 24 KB, two blocks a multiprocessor
-constexpr int kNt = kTokens / 16;  // n8 tiles per warp (kTokens / 2 tokens)
-constexpr int kLd = kRows + 4;     // floats per token row of the partial tile (conflict-free writes)
-constexpr int kPipeBytes = kStages * (kRows + kTokens) * kChunk * 2;
-constexpr int kPartBytes = kTokens * kLd * 4;
-constexpr int kSmem = kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes;
+// A tile shape: each warp holds MI x 16 tokens and NJ x 8 weight rows, the
+// eight warps 4 (rows) x 2 (tokens). Two ways to feed the mma, with the same
+// products in the same order (the mma gives an element the same bits whichever
+// operand its row and column come from; tested against the streaming kernel):
+// - kXFragments: the tokens are the A operand, staged by 4-byte copies
+//   straight into fragment order (one 16-byte load is a lane's fragment of one
+//   step), the weight rows the B operand (one 16-byte load, two steps). No
+//   register moves; the 4-byte copies pay off only with many products a copy.
+// - otherwise: the weight rows are the A operand and the tokens the B operand,
+//   both staged as 16-byte units; the A fragment is assembled from two loads.
+template <int MI_, int NJ_, bool kXFragments_>
+struct Tile {
+  static constexpr int MI = MI_, NJ = NJ_;
+  static constexpr bool kXFragments = kXFragments_;
+  static constexpr int kRows = 4 * NJ * 8;     // weight rows per tile
+  static constexpr int kTokens = 2 * MI * 16;  // tokens per tile
+  // floats per token row of the partial tile: conflict-free writes of either layout
+  static constexpr int kLd = kRows + (kXFragments ? 8 : 4);
+  static constexpr int kPipeBytes = kStages * (kRows + kTokens) * kChunk * 2;
+  static constexpr int kPartBytes = kTokens * kLd * 4;
+  static constexpr int kSmem = kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes;
+};
+using SmallTile = Tile<2, 4, false>;  // 128 x 64: 4 x 24 KB in flight, two blocks a multiprocessor
+using LargeTile = Tile<4, 8, true>;   // 256 x 128: 4 x 48 KB in flight, one block a multiprocessor
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(cuda::smem_addr(smem)), "l"(gmem)
+// 16 bytes global -> shared; where !valid nothing is read and zeros are written.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(cuda::smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(cuda::smem_addr(smem)), "l"(gmem),
+               "r"(valid ? 4 : 0)
+               : "memory");
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -62,51 +85,82 @@ __device__ __forceinline__ void store4(uint16_t* y, const float4& v) {
   *reinterpret_cast<uint2*>(y) = p;
 }
 
-template <typename Out>
-__global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads)
+template <typename T, typename Out>
+__global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, 1)
     linear_tiled_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, Out* __restrict__ y,
                         int M, int N, int K) {
-  constexpr int NT = kNt, MT = 2, ST = kStages;
+  constexpr int MI = T::MI, NJ = T::NJ, ST = kStages, kRows = T::kRows, kTokens = T::kTokens, kLd = T::kLd;
   extern __shared__ uint4 smem[];
   uint4* sw = smem;                        // [ST][kRows][kUnits]
-  uint4* sx = smem + ST * kRows * kUnits;  // [ST][kTokens][kUnits]
+  uint4* sx = smem + ST * kRows * kUnits;  // [ST][kTokens / 16][4 steps][8 g][4 t] fragments, or as sw
 
-  const int slice = static_cast<int>(blockIdx.x) % kSlices;
-  const int row0 = static_cast<int>(blockIdx.x) / kSlices * kRows;
-  const int tok0 = static_cast<int>(blockIdx.y) * kTokens;
+  // Block b is slice b % 4 of token tile (b / 4) % tok_tiles of row tile
+  // b / (4 tok_tiles): the blocks that run together share weight rows, so a
+  // weight is read from memory once, not once per token tile.
+  const int b = static_cast<int>(blockIdx.x), tok_tiles = (M + kTokens - 1) / kTokens;
+  const int slice = b % kSlices;
+  const int row0 = b / (kSlices * tok_tiles) * kRows;
+  const int tok0 = b / kSlices % tok_tiles * kTokens;
   const int chunks = K / kChunk;
   const int c_begin = slice_begin(slice, chunks), n_chunks = slice_begin(slice + 1, chunks) - c_begin;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int wrow0 = (warp & 3) * 32, wtok0 = (warp >> 2) * (kTokens / 2);
+  const int wrow0 = (warp & 3) * (NJ * 8), wtok0 = (warp >> 2) * (MI * 16);
 
-  // This thread's copies: four weight units and kTokens / 32 token units a stage.
-  // Rows past N or M read the last row and are never stored.
+  // Weights: this thread copies kRows / 32 units a stage, all in one column
+  // u of 16-byte units, 32 rows apart.
   const int64_t k8 = K / 8;
-  const uint4* w4 = reinterpret_cast<const uint4*>(w);
-  const uint4* x4 = reinterpret_cast<const uint4*>(x);
+  const int r0 = tid / kUnits, u0 = tid % kUnits, su0 = r0 * kUnits + (u0 ^ (r0 & 7));
+  const uint4* wsrc = reinterpret_cast<const uint4*>(w) + int64_t{row0 + r0} * k8 + c_begin * kUnits + u0;
+  const int w_rows = N - row0 - r0;            // this thread's rows that exist: r < w_rows
+  constexpr int kRowStep = kThreads / kUnits;  // 32
+  // Tokens, kXFragments: laid out as the mma's A fragments, so that one
+  // 16-byte load is one step's fragment of one lane. Word q (k 2q, 2q + 1) of
+  // a chunk row is step s = (q % 8) / 2 of lane t = q / 8, the low (q even) or
+  // high half of its k; the fragment of (16-token tile, step s, lane (g, t))
+  // is the 16 bytes [token g low, token g + 8 low, token g high, token g + 8
+  // high]. A warp's copy (4 bytes a lane) is step s = warp % 4 of tokens
+  // {gl, gl + 8} + 2 gh + 16 tile: lane bits lh, h, t (2), gl; the 32 lanes
+  // write 32 distinct banks. Otherwise: as the weights.
+  const int lh = lane & 1, hh = (lane >> 1) & 1, tt = (lane >> 2) & 3, gl = lane >> 4;
+  const int xs = warp & 3, xr = hh * 8 + (warp >> 2) * 2 + gl;  // step; token within the group of 16
+  const uint32_t* xsrc = reinterpret_cast<const uint32_t*>(x) + int64_t{tok0 + xr} * (K / 2) + c_begin * 32 +
+                         8 * tt + 2 * xs + lh;
+  const int sx0 = xs * 128 + ((warp >> 2) * 2 + gl) * 16 + tt * 4 + lh * 2 + hh;  // words into the stage
+  const uint4* xsrc16 = reinterpret_cast<const uint4*>(x) + int64_t{tok0 + r0} * k8 + c_begin * kUnits + u0;
+  const int x_rows = M - tok0 - (T::kXFragments ? xr : r0);  // this thread's rows that exist
   auto load_stage = [&](int stage, int c) {
-    const int64_t off = int64_t{c_begin + c} * kUnits;
+    const int64_t off = int64_t{c} * kUnits;
 #pragma unroll
-    for (int i = 0; i < kRows * kUnits / kThreads; ++i) {
-      const int q = tid + i * kThreads, r = q / kUnits, u = q % kUnits;
-      const int gr = min(row0 + r, N - 1);
-      cp_async16(sw + (stage * kRows + r) * kUnits + (u ^ (r & 7)), w4 + int64_t{gr} * k8 + off + u);
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      cp_async16(sw + stage * kRows * kUnits + su0 + i * kRowStep * kUnits, wsrc + i * kRowStep * k8 + off,
+                 i * kRowStep < w_rows);
     }
+    if constexpr (T::kXFragments) {
+      uint32_t* sxw = reinterpret_cast<uint32_t*>(sx + stage * kTokens * kUnits) + sx0;
 #pragma unroll
-    for (int i = 0; i < kTokens * kUnits / kThreads; ++i) {
-      const int q = tid + i * kThreads, r = q / kUnits, u = q % kUnits;
-      const int gt = min(tok0 + r, M - 1);
-      cp_async16(sx + (stage * kTokens + r) * kUnits + (u ^ (r & 7)), x4 + int64_t{gt} * k8 + off + u);
+      for (int i = 0; i < kTokens / 8; ++i) {  // token group i / 2, gh = warp / 4 + 2 (i % 2)
+        const int dr = 16 * (i >> 1) + 4 * (i & 1);
+        cp_async4(sxw + (i >> 1) * 512 + (i & 1) * 64, xsrc + int64_t{dr} * (K / 2) + off * 4, dr < x_rows);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kTokens / kRowStep; ++i) {
+        cp_async16(sx + stage * kTokens * kUnits + su0 + i * kRowStep * kUnits,
+                   xsrc16 + i * kRowStep * k8 + off, i * kRowStep < x_rows);
+      }
     }
   };
 
-  float acc[MT][NT][4];
+  // kXFragments: [16-token tile][8-row tile], D[token g (+8)][row 2t, 2t + 1];
+  // otherwise [16-row tile][8-token tile], D[row g (+8)][token 2t, 2t + 1].
+  constexpr int kA = T::kXFragments ? MI : NJ / 2, kB = T::kXFragments ? NJ : 2 * MI;
+  float acc[kA][kB][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+  for (int i = 0; i < kA; ++i) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
+    for (int j = 0; j < kB; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
     }
   }
 
@@ -124,28 +178,51 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads)
     cp_async_commit();
     const uint4* cw = sw + (c % ST) * kRows * kUnits;
     const uint4* cx = sx + (c % ST) * kTokens * kUnits;
+    if constexpr (T::kXFragments) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {  // unit 2t + half holds steps 2 half, 2 half + 1
-      uint4 a[MT][2], b[NT];
+      for (int half = 0; half < 2; ++half) {  // weight unit 2t + half holds steps 2 half, 2 half + 1
+        uint4 wb[NJ];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
+        for (int j = 0; j < NJ; ++j) {
+          const int r = wrow0 + j * 8 + g;
+          wb[j] = cw[r * kUnits + ((2 * t + half) ^ (r & 7))];
+        }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = wrow0 + mt * 16 + g + 8 * h;
-          a[mt][h] = cw[r * kUnits + ((2 * t + half) ^ (r & 7))];
+        for (int s = 2 * half; s < 2 * half + 2; ++s) {
+#pragma unroll
+          for (int i = 0; i < MI; ++i) {
+            const uint4 xa = cx[((wtok0 / 16 + i) * 4 + s) * 32 + g * 4 + t];
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              mma_bf16(acc[i][j], xa.x, xa.y, xa.z, xa.w, lo_word(wb[j], s), hi_word(wb[j], s));
+            }
+          }
         }
       }
+    } else {
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int r = wtok0 + j * 8 + g;
-        b[j] = cx[r * kUnits + ((2 * t + half) ^ (r & 7))];
-      }
+      for (int half = 0; half < 2; ++half) {  // unit 2t + half holds steps 2 half, 2 half + 1
+        uint4 a[kA][2], bx[kB];
 #pragma unroll
-      for (int s = 2 * half; s < 2 * half + 2; ++s) {
+        for (int mt = 0; mt < kA; ++mt) {
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
+          for (int h = 0; h < 2; ++h) {
+            const int r = wrow0 + mt * 16 + g + 8 * h;
+            a[mt][h] = cw[r * kUnits + ((2 * t + half) ^ (r & 7))];
+          }
+        }
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_step(acc[mt][j], a[mt][0], a[mt][1], b[j], s);
+        for (int j = 0; j < kB; ++j) {
+          const int r = wtok0 + j * 8 + g;
+          bx[j] = cx[r * kUnits + ((2 * t + half) ^ (r & 7))];
+        }
+#pragma unroll
+        for (int s = 2 * half; s < 2 * half + 2; ++s) {
+#pragma unroll
+          for (int j = 0; j < kB; ++j) {
+#pragma unroll
+            for (int mt = 0; mt < kA; ++mt) mma_step(acc[mt][j], a[mt][0], a[mt][1], bx[j], s);
+          }
         }
       }
     }
@@ -155,14 +232,20 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads)
 
   float* part = reinterpret_cast<float*>(smem);  // [kTokens][kLd], token-major
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+  for (int i = 0; i < kA; ++i) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
+    for (int j = 0; j < kB; ++j) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = wrow0 + mt * 16 + g + (i >= 2 ? 8 : 0);
-        const int tk = wtok0 + j * 8 + 2 * t + (i & 1);
-        part[tk * kLd + r] = acc[mt][j][i];
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (T::kXFragments) {
+          const int tk = wtok0 + i * 16 + g + 8 * h, r = wrow0 + j * 8 + 2 * t;
+          *reinterpret_cast<float2*>(part + tk * kLd + r) =
+              make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+        } else {
+          const int r = wrow0 + i * 16 + g + 8 * h, tk = wtok0 + j * 8 + 2 * t;
+          part[tk * kLd + r] = acc[i][j][2 * h];
+          part[(tk + 1) * kLd + r] = acc[i][j][2 * h + 1];
+        }
       }
     }
   }
@@ -171,9 +254,10 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads)
   const float* parts[kSlices];
 #pragma unroll
   for (int p = 0; p < kSlices; ++p) parts[p] = cluster.map_shared_rank(part, p);
-  // Block `slice` sums rows [32 slice, 32 slice + 32): eight quads of rows a token.
-  for (int q = tid; q < kTokens * 8; q += kThreads) {
-    const int tk = q / 8, r = slice * 32 + (q % 8) * 4;
+  // Block `slice` sums its quarter of the rows, a quad of rows at a time.
+  constexpr int kQuads = kRows / kSlices / 4;  // per token
+  for (int q = tid; q < kTokens * kQuads; q += kThreads) {
+    const int tk = q / kQuads, r = slice * (kRows / kSlices) + (q % kQuads) * 4;
     const int gt = tok0 + tk, gr = row0 + r;
     float4 v = *reinterpret_cast<const float4*>(parts[0] + tk * kLd + r);
 #pragma unroll
@@ -189,28 +273,37 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads)
   cluster.sync();  // the others' partials stay until every block has read them
 }
 
-}  // namespace
-
-template <typename Out>
-void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s) {
+template <typename T, typename Out>
+void launch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s) {
   static const bool configured = [] {
-    NS_CUDA_CHECK(
-        cudaFuncSetAttribute(linear_tiled_kernel<Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    NS_CUDA_CHECK(cudaFuncSetAttribute(linear_tiled_kernel<T, Out>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
     return true;
   }();
   (void)configured;
-  const int64_t row_tiles = (int64_t{N} + kRows - 1) / kRows,
-                tok_tiles = (int64_t{M} + kTokens - 1) / kTokens;
-  NS_CHECK(row_tiles * kSlices <= INT32_MAX && tok_tiles <= 65535)
+  const int64_t row_tiles = (int64_t{N} + T::kRows - 1) / T::kRows,
+                tok_tiles = (int64_t{M} + T::kTokens - 1) / T::kTokens;
+  NS_CHECK(row_tiles * tok_tiles * kSlices <= INT32_MAX)
       << "linear_cuda: " << M << " x " << N << " needs too many blocks";
-  cuda::launch_pdl(linear_tiled_kernel<Out>,
-                   dim3(static_cast<unsigned>(row_tiles * kSlices), static_cast<unsigned>(tok_tiles)),
-                   dim3(kThreads), kSmem, s, x, w, y, M, N, K);
+  cuda::launch_pdl(linear_tiled_kernel<T, Out>, dim3(static_cast<unsigned>(row_tiles * tok_tiles * kSlices)),
+                   dim3(kThreads), T::kSmem, s, x, w, y, M, N, K);
 }
 
-template void launch_linear_tiled<float>(const uint16_t*, const uint16_t*, float*, int, int, int,
+}  // namespace
+
+template <typename Out>
+void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, bool large,
+                         cudaStream_t s) {
+  if (large) {
+    launch<LargeTile>(x, w, y, M, N, K, s);
+  } else {
+    launch<SmallTile>(x, w, y, M, N, K, s);
+  }
+}
+
+template void launch_linear_tiled<float>(const uint16_t*, const uint16_t*, float*, int, int, int, bool,
                                          cudaStream_t);
-template void launch_linear_tiled<uint16_t>(const uint16_t*, const uint16_t*, uint16_t*, int, int, int,
+template void launch_linear_tiled<uint16_t>(const uint16_t*, const uint16_t*, uint16_t*, int, int, int, bool,
                                             cudaStream_t);
 
 }  // namespace nanoserve::linear_detail

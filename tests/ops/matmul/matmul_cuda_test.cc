@@ -311,7 +311,7 @@ TEST(LinearCuda, RowsDoNotDependOnBatchSize) {
       linear_cuda(x, w.dev, y_all, nullptr);
       cuda::synchronize();
       const std::vector<float> all = download_f32(y_all);  // bf16 widens exactly
-      for (int64_t M : {1, 2, 7, 8, 9, 16, 17, 32, 33, 63, 64, 65, 128, 300, 1029}) {
+      for (int64_t M : {1, 2, 7, 8, 9, 16, 17, 32, 33, 63, 64, 65, 128, 129, 257, 300, 1029}) {
         const Tensor y = poisoned(yd, {M, N});
         linear_cuda(x.slice_rows(0, M), w.dev, y, nullptr);
         cuda::synchronize();
@@ -332,7 +332,7 @@ void expect_kernels_agree(int64_t N, int64_t K, std::initializer_list<int64_t> M
     const Tensor x = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
     for (DType yd : {DType::kBF16, DType::kF32}) {
       std::vector<float> first;
-      for (LinearPath p : {LinearPath::kStream, LinearPath::kTiled}) {
+      for (LinearPath p : {LinearPath::kStream, LinearPath::kTiled, LinearPath::kTiledLarge}) {
         const Tensor y = poisoned(yd, {M, N});
         linear_cuda(x, w.dev, y, nullptr, p);
         cuda::synchronize();
@@ -347,9 +347,9 @@ void expect_kernels_agree(int64_t N, int64_t K, std::initializer_list<int64_t> M
         }
         size_t diff = 0;
         for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &first[i], sizeof(float)) != 0;
-        EXPECT_EQ(diff, 0u) << "N " << N << " K " << K << " M " << M << " " << dtype_name(yd)
-                            << ": the tiled kernel differs from the streaming kernel in " << diff << " of "
-                            << got.size() << " elements";
+        EXPECT_EQ(diff, 0u) << "N " << N << " K " << K << " M " << M << " " << dtype_name(yd) << ": path "
+                            << static_cast<int>(p) << " differs from the streaming kernel in " << diff
+                            << " of " << got.size() << " elements";
       }
     }
   }
@@ -367,7 +367,7 @@ TEST(LinearCuda, KernelsAgreeBitForBit) {
 // The same on a problem small enough for compute-sanitizer's racecheck.
 TEST(LinearCuda, KernelsAgreeOnASmallProblem) {
   NS_SKIP_WITHOUT_GPU();
-  expect_kernels_agree(272, 576, {40, 70});
+  expect_kernels_agree(272, 576, {40, 70, 140});
 }
 
 TEST(LinearCuda, RefusesWhatItCannotRun) {
