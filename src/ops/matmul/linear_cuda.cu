@@ -22,10 +22,9 @@ using linear_detail::mma_step;
 using linear_detail::slice_begin;
 using linear_detail::store;
 
-constexpr int kWarps = kSlices;      // one K slice per warp
-constexpr int kMaxTiles = 8;         // n8 token tiles a block holds: 64 tokens
-constexpr int kWeightRegs = 4;       // chunk-rows of weight loads in flight per warp (x MT)
-constexpr int kLargeTileFrom = 128;  // steps of more tokens take the 256 x 128 tiles
+constexpr int kWarps = kSlices;  // one K slice per warp
+constexpr int kMaxTiles = 8;     // n8 token tiles a block holds: 64 tokens
+constexpr int kWeightRegs = 4;   // chunk-rows of weight loads in flight per warp (x MT)
 
 __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
   return stream ? __ldcs(p) : __ldg(p);
@@ -179,7 +178,9 @@ template <typename Out>
 void dispatch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, LinearPath path,
               cuda::Stream s) {
   if (path == LinearPath::kAuto) {
-    path = M <= 32 ? LinearPath::kStream : M <= kLargeTileFrom ? LinearPath::kTiled : LinearPath::kTiledLarge;
+    path = M <= 32                                  ? LinearPath::kStream
+           : linear_detail::prefer_large_tile(M, N) ? LinearPath::kTiledLarge
+                                                    : LinearPath::kTiled;
   }
   switch (path) {
     case LinearPath::kStream:

@@ -15,10 +15,10 @@
 //   the kernel before it (programmatic dependent launch). Forced, it runs any
 //   M, as groups of 64 tokens that each reread the weights (the tests' cross-check).
 // - tiled (M > 32): a cluster of four blocks owns 128 weight rows x 64
-//   tokens (M <= 128) or 256 rows x 128 tokens (larger M: twice the products
-//   per shared-memory read), block w computing slice w of K with the tiles
-//   staged in shared memory; the four partials meet in slice order through
-//   distributed shared memory (linear_cuda_tiled.cu).
+//   tokens, or 256 rows x 128 tokens (M > 64 where its last wave of blocks is
+//   well filled: prefer_large_tile), block w computing slice w of K with the
+//   tiles staged in shared memory; the four partials meet in slice order
+//   through distributed shared memory (linear_cuda_tiled.cu).
 //
 // Batch invariance. An output element (token m, row n) is
 //   ((S0 + S1) + S2) + S3,  Sw = the mma chain over slice w's chunks, in order,

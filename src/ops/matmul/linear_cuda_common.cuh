@@ -32,8 +32,7 @@ __host__ __device__ __forceinline__ int slice_begin(int w, int chunks) {
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -72,6 +71,11 @@ __device__ __forceinline__ void store(uint16_t* y, float v) {
 // of a tile computed by the four blocks of a cluster and summed in order
 // through distributed shared memory. Bitwise equal to the streaming kernel,
 // element by element.
+// Whether a step of M tokens of an N-row weight takes the large tile: M > 64,
+// and the large tile's last wave of blocks at least 60% full (a short last
+// wave of large blocks costs more than the small tile's finer grid).
+bool prefer_large_tile(int M, int N);
+
 template <typename Out>
 void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, bool large,
                          cudaStream_t s);

@@ -15,6 +15,8 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/launch.cuh"
@@ -274,19 +276,27 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, 1)
 }
 
 template <typename T, typename Out>
-void launch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s) {
+void configure() {
   static const bool configured = [] {
     NS_CUDA_CHECK(cudaFuncSetAttribute(linear_tiled_kernel<T, Out>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
     return true;
   }();
   (void)configured;
-  const int64_t row_tiles = (int64_t{N} + T::kRows - 1) / T::kRows,
-                tok_tiles = (int64_t{M} + T::kTokens - 1) / T::kTokens;
-  NS_CHECK(row_tiles * tok_tiles * kSlices <= INT32_MAX)
-      << "linear_cuda: " << M << " x " << N << " needs too many blocks";
-  cuda::launch_pdl(linear_tiled_kernel<T, Out>, dim3(static_cast<unsigned>(row_tiles * tok_tiles * kSlices)),
-                   dim3(kThreads), T::kSmem, s, x, w, y, M, N, K);
+}
+
+template <typename T>
+int64_t tile_blocks(int M, int N) {
+  return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::kTokens - 1) / T::kTokens) * kSlices;
+}
+
+template <typename T, typename Out>
+void launch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s) {
+  configure<T, Out>();
+  const int64_t blocks = tile_blocks<T>(M, N);
+  NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
+  cuda::launch_pdl(linear_tiled_kernel<T, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), T::kSmem,
+                   s, x, w, y, M, N, K);
 }
 
 }  // namespace
@@ -299,6 +309,23 @@ void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, in
   } else {
     launch<SmallTile>(x, w, y, M, N, K, s);
   }
+}
+
+bool prefer_large_tile(int M, int N) {
+  // Clusters of the large tile that fit on the device at once (one block a
+  // multiprocessor, four a cluster, within a GPC): its waves.
+  static const int64_t slots = [] {
+    configure<LargeTile, uint16_t>();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kSlices * 1024);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = LargeTile::kSmem;
+    int clusters = 0;
+    NS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, linear_tiled_kernel<LargeTile, uint16_t>, &cfg));
+    return int64_t{std::max(clusters, 1)} * kSlices;
+  }();
+  const int64_t blocks = tile_blocks<LargeTile>(M, N), waves = (blocks + slots - 1) / slots;
+  return M > SmallTile::kTokens && blocks * 10 >= waves * slots * 6;
 }
 
 template void launch_linear_tiled<float>(const uint16_t*, const uint16_t*, float*, int, int, int, bool,
