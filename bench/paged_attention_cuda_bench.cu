@@ -569,6 +569,7 @@ int main(int argc, char** argv) {
   add("held before q", true,
       [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false, o.hold_before_q = true; });
   add("split>=8 tiles", true, [](PagedAttentionCudaOptions& o) { o.min_split_tiles = 8; });
+  add("single rows", true, [](PagedAttentionCudaOptions& o) { o.pair_rows = false; });
 
   std::vector<Result> results;
   const int64_t min_cycled = 4 * dev.l2_bytes;

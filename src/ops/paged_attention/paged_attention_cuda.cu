@@ -34,6 +34,11 @@
 //    as one tile at a time;
 //  - the softmax is online, in f32, in the log2 domain; P is rounded to the KV
 //    dtype for the P V product (as flash attention does), l stays f32;
+//  - in a step with a sequence of several rows, rows p and p + 1 (p even) of
+//    one sequence share a block where the head group leaves room (2 G <= 8):
+//    their G heads each are the 8 columns, each column masked at its own
+//    row's causal end, so every column does the single-row operations and
+//    the pair reads each K/V tile once (the block of row p + 1 returns);
 //  - at the end the warps are merged in warp order through shared memory. A
 //    row longer than one split writes (o, lse) partials, combined in split
 //    order by one warp per head (reduce kernel, one warp a block by default,
@@ -148,7 +153,8 @@ PagedBatchCuda::PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max
   off_logits_rows_ = take(max_tokens);
   dev_buf_ = cuda::empty(DType::kI32, {total_});
   dev_ = dev_buf_.data_as<int32_t>();
-  NS_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_), static_cast<size_t>(total_) * sizeof(int32_t)));
+  NS_CUDA_CHECK(
+      cudaMallocHost(reinterpret_cast<void**>(&host_), static_cast<size_t>(total_) * sizeof(int32_t)));
 }
 
 PagedBatchCuda::~PagedBatchCuda() {
@@ -199,9 +205,7 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   num_logits_rows_ = r;
   max_blocks_per_seq_ = batch.max_blocks_per_seq;
   max_context_len_ = max_ctx;
-  auto put = [&](int64_t off, const std::vector<int32_t>& v) {
-    std::copy(v.begin(), v.end(), host_ + off);
-  };
+  auto put = [&](int64_t off, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), host_ + off); };
   put(off_positions_, batch.positions);
   put(off_block_tables_, batch.block_tables);
   put(off_slot_mapping_, batch.slot_mapping);
@@ -211,8 +215,8 @@ void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
   // tables sit at a fixed offset, so the copy spans the unused tail of earlier
   // arrays too; at these sizes one transfer costs less than several.
   const int64_t end = off_logits_rows_ + r;
-  NS_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, static_cast<size_t>(end) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                stream));
+  NS_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, static_cast<size_t>(end) * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, stream));
 }
 
 // ---- workspace -----------------------------------------------------------------
@@ -272,7 +276,8 @@ LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int
   // n_splits is not monotonic in ctx (2048 tokens may split 32 ways, 2100 only
   // 17), so the grid covers the most any row up to the longest context can have.
   const int tile = tile_tokens(static_cast<int>(hd));
-  lp.grid_splits = std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
+  lp.grid_splits =
+      std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
   // Deeper pipelines cost occupancy; they pay when the grid is one short wave
   // (a small batch), where each block's latency chain is the whole call. Three
   // stages (two blocks an SM) rather than four (one) let the next call's blocks
@@ -281,9 +286,10 @@ LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int
       std::min<int64_t>({ws.max_rows(), batch.num_tokens(), 65535}) * lp.grid_splits * n_kv * lp.n_groups;
   // A stage beyond the longest split's tiles would only cost shared memory.
   const int split_tiles = plan_splits(batch.max_context_len(), tile, max_splits, min_tiles).split_len / tile;
-  lp.stages = options.stages > 0
-                  ? options.stages
-                  : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
+  lp.stages =
+      options.stages > 0
+          ? options.stages
+          : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
   NS_CHECK(lp.stages >= 2 && lp.stages <= kMaxStages) << "stages " << lp.stages;
   // Holding a tile in registers costs the third block an SM: only for a
   // launch that fits at two (at its depth of three stages), and only if a
@@ -404,6 +410,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         << "reduce_warps " << options.reduce_warps;
     p.early_window = options.early_window;
     p.kv_evict_first = options.kv_evict_first;
+    p.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
     p.hold_before_q = options.hold_before_q;
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
@@ -412,6 +419,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     for (int64_t r0 = 0, rows = 0; r0 < t_all; r0 += rows) {
       rows = std::min<int64_t>({ws.max_rows(), t_all - r0, 65535});
       p.row_offset = static_cast<int>(r0);
+      p.row_end = static_cast<int>(r0 + rows);
       const dim3 grid(static_cast<unsigned>(n_kv * n_groups), grid_splits, static_cast<unsigned>(rows));
       cudaLaunchAttribute pdl[1];
       pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -66,8 +66,8 @@ class PagedBatchCuda {
   int32_t num_tokens_ = 0, num_seqs_ = 0, num_logits_rows_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
   // One device allocation and one pinned host buffer of the same layout: the
   // arrays at fixed offsets (in int32 elements) sized for the capacity.
-  int64_t off_row_meta_ = 0, off_positions_ = 0, off_block_tables_ = 0, off_slot_mapping_ = 0, off_tokens_ = 0,
-          off_logits_rows_ = 0, total_ = 0;
+  int64_t off_row_meta_ = 0, off_positions_ = 0, off_block_tables_ = 0, off_slot_mapping_ = 0,
+          off_tokens_ = 0, off_logits_rows_ = 0, total_ = 0;
   Tensor dev_buf_;
   int32_t* dev_ = nullptr;
   int32_t* host_ = nullptr;  // pinned
@@ -119,6 +119,10 @@ struct PagedAttentionCudaOptions {
   // K/V copies ask L2 to evict their lines first: the history is read once a
   // step, and q, the partials and the metadata stay cached. Changes no sum.
   bool kv_evict_first = true;
+  // Rows p and p + 1 (p even) of one sequence in this step share a thread
+  // block, each (row, head) one column of the mma with its own causal end, so
+  // an extend chunk reads each K/V tile once for two rows. Changes no sum.
+  bool pair_rows = true;
   // In a launch whose blocks fit at two an SM, a split with more tiles than
   // stages reads its first tile into registers and refills that stage at
   // once, instead of once q has arrived and the tile is computed, and

@@ -139,6 +139,8 @@ struct AttnParams {
   float* partial_lse;  // [rows, n_heads, kMaxSplits]
   int32_t* counters;   // [rows, n_heads]
   int row_offset;      // this launch's first token row
+  int row_end;         // one past its last
+  bool pair_rows;      // PagedAttentionCudaOptions::pair_rows, and the step has a sequence of several rows
   int n_heads;
   int n_kv_heads;
   int n_rep;
@@ -170,6 +172,27 @@ template <typename T>
 __device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
   const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + t);
   return {meta.x, __ldg(p.positions + t) + 1, meta.y};
+}
+
+// Whether rows u and u + 1 of this launch share a thread block of split
+// `split` (PagedAttentionCudaOptions::pair_rows): one sequence, positions p
+// and p + 1 with p even, the same split plan and the same tiles in this split
+// (for p even they always have: a tile boundary is even), and room for both
+// head groups in the mma's 8 columns. The block of u computes both; the block
+// of u + 1 returns. Both evaluate this same function.
+template <typename T, int HD, int G>
+__device__ __forceinline__ bool rows_pair(const AttnParams<T>& p, int u, const RowInfo& a, int split) {
+  if (2 * G > 8 || !p.pair_rows || u < p.row_offset || u + 1 >= p.row_end) return false;
+  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + u + 1);
+  const int ctx1 = __ldg(p.positions + u + 1) + 1;
+  if (meta.x != a.seq || ctx1 != a.ctx + 1 || (a.ctx & 1) == 0) return false;
+  constexpr int kTile = Geometry<HD>::kTileTokens;
+  const SplitPlan p0 = plan_splits(a.ctx, kTile, p.max_splits, p.min_split_tiles);
+  const SplitPlan p1 = plan_splits(ctx1, kTile, p.max_splits, p.min_split_tiles);
+  if (p0.n_splits != p1.n_splits || p0.split_len != p1.split_len || split >= p0.n_splits) return false;
+  const int begin = split * p0.split_len;
+  const int end0 = min(a.ctx, begin + p0.split_len), end1 = min(ctx1, begin + p0.split_len);
+  return (end0 - begin + kTile - 1) / kTile == (end1 - begin + kTile - 1) / kTile;
 }
 
 // One warp combines the n_splits partials of one (row, head):
@@ -276,8 +299,13 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const RowInfo ri = row_info(p, t);
   const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
   if (split >= plan.n_splits) return;
+  // Rows t and t + 1 paired: the 8 columns are G heads of row t, then G of
+  // row t + 1. Every column performs the single-row kernel's operations with
+  // its own row's end; the copies and the tiles run to the later row's end.
+  if (p.pair_rows && t > p.row_offset && rows_pair<T, HD, G>(p, t - 1, row_info(p, t - 1), split)) return;
+  const int n_rows = rows_pair<T, HD, G>(p, t, ri, split) ? 2 : 1;
   const int begin = split * plan.split_len;
-  const int end = min(ri.ctx, begin + plan.split_len);
+  const int end = min(ri.ctx + n_rows - 1, begin + plan.split_len);  // the block's: its last row's
   const int n_tiles = (end - begin + Geo::kTileTokens - 1) / Geo::kTileTokens;
 
   const int tid = threadIdx.x;
@@ -346,7 +374,11 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const float scale_log2 = p.scale_log2;
   const int head0 = group * G;  // first head of the group within the kv head's n_rep
-  const bool head_valid = gid < G && head0 + gid < p.n_rep;
+  // Column c is head head0 + c % G of row t + c / G.
+  const bool head_valid = gid < G * n_rows && head0 + gid % G < p.n_rep;
+  int col_end[2];  // the end of the lane's two columns' rows
+#pragma unroll
+  for (int e = 0; e < 2; ++e) col_end[e] = min(ri.ctx + (2 * tig + e) / G, begin + plan.split_len);
 
   // The A fragments, read from a stage: K's for tokens 16 mt .. 16 mt + 15
   // at k-step ks (the four 8x8 matrices: tokens 0-7 and 8-15 of dims 0-7, then
@@ -453,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     // one base address and immediate offsets.
     const uint32_t* q_words =
         reinterpret_cast<const uint32_t*>(
-            p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + head0 + gid) * HD) +
+            p.q + (static_cast<int64_t>(t + gid / G) * p.n_heads + kvh * p.n_rep + head0 + gid % G) * HD) +
         tig;
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) qb[ks][0] = qb[ks][1] = 0u;
@@ -517,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < end;
+          const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < col_end[r & 1];
           s[n][mt][r] = visible ? __fmul_rn(s[n][mt][r], scale_log2) : -INFINITY;
           tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][r]);
         }
@@ -662,47 +694,50 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // A head's row is padded by 4 floats: the 4 columns a store writes at
   // once then fall in different banks.
   constexpr int kOS = HD + 4;
-  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][G][kOS]
-  float* sm_m = sm_o + kWarps * G * kOS;         // [kWarps][G]
-  float* sm_l = sm_m + kWarps * G;               // [kWarps][G]
+  constexpr int kC = 8;                          // columns
+  float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][kC][kOS]
+  float* sm_m = sm_o + kWarps * kC * kOS;        // [kWarps][kC]
+  float* sm_l = sm_m + kWarps * kC;              // [kWarps][kC]
+  const int n_cols = G * n_rows;
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int g = 2 * tig + e;
-    if (g < G) {
+    if (g < n_cols) {
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {
-        sm_o[(warp * G + g) * kOS + 16 * dt + gid] = o[dt][e];
-        sm_o[(warp * G + g) * kOS + 16 * dt + gid + 8] = o[dt][2 + e];
+        sm_o[(warp * kC + g) * kOS + 16 * dt + gid] = o[dt][e];
+        sm_o[(warp * kC + g) * kOS + 16 * dt + gid + 8] = o[dt][2 + e];
       }
       if (gid == 0) {
-        sm_m[warp * G + g] = m[e];
-        sm_l[warp * G + g] = l[e];
+        sm_m[warp * kC + g] = m[e];
+        sm_l[warp * kC + g] = l[e];
       }
     }
   }
   __syncthreads();
 
   // Four consecutive dims a thread: one 16-byte store of the partial.
-  for (int idx = tid; idx < G * HD / 4; idx += kThreads) {
+  for (int idx = tid; idx < n_cols * HD / 4; idx += kThreads) {
     const int g = 4 * idx / HD, d = 4 * idx % HD;
-    if (head0 + g >= p.n_rep) continue;
+    const int hg = g % G, tr = t + g / G, row_r = row_local + g / G;  // the column's head and row
+    if (head0 + hg >= p.n_rep) continue;
     float m_all = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * G + g]);
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, sm_m[w * kC + g]);
     float l_all = 0.0f;
     float a_all[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float mw = sm_m[w * G + g];
+      const float mw = sm_m[w * kC + g];
       const float f = mw == -INFINITY ? 0.0f : exp2f(__fsub_rn(mw, m_all));
-      l_all = fmaf(sm_l[w * G + g], f, l_all);
-      const float4 ow = *reinterpret_cast<const float4*>(sm_o + (w * G + g) * kOS + d);
+      l_all = fmaf(sm_l[w * kC + g], f, l_all);
+      const float4 ow = *reinterpret_cast<const float4*>(sm_o + (w * kC + g) * kOS + d);
       a_all[0] = fmaf(ow.x, f, a_all[0]);
       a_all[1] = fmaf(ow.y, f, a_all[1]);
       a_all[2] = fmaf(ow.z, f, a_all[2]);
       a_all[3] = fmaf(ow.w, f, a_all[3]);
     }
-    const int qh = kvh * p.n_rep + head0 + g;
+    const int qh = kvh * p.n_rep + head0 + hg;
     // One division, then products: four IEEE divisions are four branchy
     // sequences on the chain, and they split the wide store.
     const float inv = 1.0f / l_all;
@@ -712,9 +747,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       uint2 packed;
       packed.x = Elem<T>::pack2(a_all[0], a_all[1]);
       packed.y = Elem<T>::pack2(a_all[2], a_all[3]);
-      *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + d) = packed;
+      *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(tr) * p.n_heads + qh) * HD + d) = packed;
     } else {
-      const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
+      const int64_t ph = static_cast<int64_t>(row_r) * p.n_heads + qh;
       *reinterpret_cast<float4*>(p.partial_out + (ph * kMaxSplits + split) * HD + d) =
           make_float4(a_all[0], a_all[1], a_all[2], a_all[3]);
       if (d == 0) p.partial_lse[ph * kMaxSplits + split] = m_all + log2f(l_all);
@@ -736,12 +771,13 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   }
   __syncthreads();  // and the acquire, for the block's other threads
   if (!is_last_block) return;
-  for (int g = warp; g < G; g += kWarps) {
-    if (head0 + g >= p.n_rep) break;
-    const int qh = kvh * p.n_rep + head0 + g;
-    const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
+  for (int g = warp; g < n_cols; g += kWarps) {
+    if (head0 + g % G >= p.n_rep) continue;
+    const int qh = kvh * p.n_rep + head0 + g % G;
+    const int64_t ph = static_cast<int64_t>(row_local + g / G) * p.n_heads + qh;
     combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits,
-                          plan.n_splits, p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, lane);
+                          plan.n_splits, p.out + (static_cast<int64_t>(t + g / G) * p.n_heads + qh) * HD,
+                          lane);
   }
 }
 

@@ -446,6 +446,30 @@ TEST(PagedAttentionCuda, ExtendChunksMatchReference) {
   check_problem({DType::kBF16, 64, 8, 3, 3}, {{200, 200}, {31, 7}});
 }
 
+// Extend rows paired in a block (pair_rows, the default) against every row in
+// a block of its own, bitwise: whole prefills, chunks starting at odd and even
+// positions, decodes beside them, several launches (a 3-row workspace splits
+// pairs at launch boundaries), head groups that leave room for a second row
+// (G = 1, 2, 4, one of them partly empty) and one that does not (G = 8). Also
+// against the CPU reference, so a pair that is equal but wrong fails too.
+TEST(PagedAttentionCuda, PairedExtendRowsEqualSingleRows) {
+  NS_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<int, int>> seqs{{1024, 1024}, {778, 301}, {5, 1}, {300, 40}, {2, 2}, {9, 3}};
+  PagedAttentionCudaOptions single;
+  single.pair_rows = false;
+  for (const Shape& s : {Shape{DType::kBF16, 128, 16, 2, 4}, Shape{DType::kBF16, 64, 16, 2, 2},
+                         Shape{DType::kF16, 128, 32, 1, 3}, Shape{DType::kBF16, 64, 8, 2, 1},
+                         Shape{DType::kBF16, 128, 16, 1, 8}}) {
+    const uint64_t seed = fresh_seed();
+    const std::vector<uint16_t> paired = check_problem(s, seqs, {}, {}, seed);
+    const Problem p = make_problem(seed, s, seqs);
+    EXPECT_TRUE(download16(run_on_device(p, single).out) == paired)
+        << describe(s) << ", seed " << seed << ": paired rows differ from single rows";
+    EXPECT_TRUE(download16(run_on_device(p, {}, 3).out) == paired)
+        << describe(s) << ", seed " << seed << ": paired rows differ over launches of 3 rows";
+  }
+}
+
 // ---- write kernel --------------------------------------------------------------
 
 TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {
@@ -499,6 +523,9 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   PagedAttentionCudaOptions unheld;
   unheld.hold_first_tile = false;
   EXPECT_TRUE(download16(run_on_device(p, unheld).out) == base) << "first tile not held in registers";
+  PagedAttentionCudaOptions single;
+  single.pair_rows = false;
+  EXPECT_TRUE(download16(run_on_device(p, single).out) == base) << "extend rows one a block";
   PagedAttentionCudaOptions held_late;
   held_late.hold_before_wait = false;
   EXPECT_TRUE(download16(run_on_device(p, held_late).out) == base) << "first tile held after the wait";
