@@ -1,0 +1,200 @@
+#pragma once
+// What the CUDA paged attention kernels share (device code and the launch
+// constants the host side needs): the geometry of a stage, the split plan, the
+// pool strides, the diagnostic trace, the kernels' parameters, and which rows
+// a block computes. Included by paged_attention_kernels.cuh and
+// paged_attention_reduce.cuh, and through them only by paged_attention_cuda.cu.
+
+#include <cuda.h>  // CUtensorMap (the type only)
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/ptx.cuh"
+#include "ops/paged_attention/paged_attention_cuda.cuh"
+
+namespace nanoserve::paged_attention_kernels {
+
+using cuda::Elem;
+using cuda::fence_for_async_proxy;
+using cuda::launch_dependents;
+using cuda::ldmatrix_x4;
+using cuda::ldmatrix_x4_trans;
+using cuda::mbarrier_arrive_expect_tx;
+using cuda::mbarrier_init;
+using cuda::mbarrier_wait;
+using cuda::tensor_copy_5d;
+using cuda::tensor_copy_5d_hinted;
+using cuda::wait_primary_grid;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+// Pipeline stages a warp has in flight: a launch parameter (it changes no sum).
+constexpr int kDefaultStages = 2;
+constexpr int kMaxStages = 4;
+constexpr int kMaxSplits = PagedAttentionWorkspaceCuda::kMaxSplits;
+constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixed cost needs amortising
+constexpr int kHoldStages = 3;     // the stages of a kernel that holds its first tile (two blocks an SM)
+static_assert(kMaxSplits <= 32, "one lane per split in the combine");
+constexpr float kLog2e = 1.4426950408889634f;
+// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either
+// head_dim.
+constexpr int kStageBytesPerWarp = 8192;
+// A K (or V) row of a head is copied as 128-byte lines (head_dim / 64 of them),
+// each line of a box landing in the 128-byte-swizzled order of a tensor copy:
+// 16-byte chunk c of line r sits at chunk c ^ (r % 8), so the 8 rows an
+// ldmatrix reads at one chunk fall in 8 different bank groups.
+constexpr int kLineBytes = 128;
+constexpr int kLineElems = kLineBytes / 2;
+constexpr int kSwizzleAlign = 1024;  // the swizzle repeats every 8 lines
+
+template <int HD>
+struct Geometry {
+  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+  static constexpr int kHalves = HD / kLineElems;                           // lines in a row
+  static constexpr int kRowBytes = HD * 2;                                  // one head's K (or V) row
+  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;                  // a block's tokens per stage
+  // A warp-stage: K then V, each [kHalves][kWarpTokens lines of 128 bytes].
+  static constexpr int kRegionBytes = kWarpTokens * kLineBytes;
+  static constexpr int kKvBytes = kHalves * kRegionBytes;
+  static_assert(kWarpTokens % 16 == 0 && 2 * kKvBytes == kStageBytesPerWarp, "whole mma tiles");
+  static_assert(kRegionBytes % kSwizzleAlign == 0, "each region starts a swizzle period");
+};
+
+__host__ __device__ inline int tile_tokens(int head_dim) {
+  return kWarps * (kStageBytesPerWarp / (4 * head_dim));
+}
+// Shared memory of the stages (all warps), the stages' mbarriers, and the
+// slack to align the first stage to the swizzle period.
+constexpr int kBarrierBytes = kWarps * kMaxStages * 8;
+inline int smem_bytes(int /*head_dim*/, int stages) {
+  return kSwizzleAlign + stages * kWarps * kStageBytesPerWarp + kBarrierBytes;
+}
+// Byte offset of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a K or V
+// region of a warp-stage.
+template <int HD>
+__device__ __forceinline__ int row_chunk_offset(int r, int c) {
+  return (c >> 3) * Geometry<HD>::kRegionBytes + r * kLineBytes + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// A row's context [0, ctx) is cut into n_splits <= max_splits ranges of
+// split_len tokens (the last shorter), split_len a whole number of tiles and at
+// least min_tiles of them. Depends on ctx alone (and the two constants).
+struct SplitPlan {
+  int n_splits;
+  int split_len;
+};
+__host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_splits, int min_tiles) {
+  const int tiles = (ctx + tile - 1) / tile;
+  const int per = max(min_tiles, (tiles + max_splits - 1) / max_splits);
+  return {(tiles + per - 1) / per, per * tile};
+}
+
+// Strides of a pool in some unit (elements or 16-byte chunks): a block, a head,
+// a token within its block.
+struct PoolStrides {
+  int64_t block, head, token;
+};
+// head_unit: one head's row (head_dim) in that unit.
+inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_t n_kv, int64_t head_unit) {
+  if (layout == PagedKvLayout::kHeadMajor)
+    return {n_kv * block_size * head_unit, block_size * head_unit, head_unit};
+  return {block_size * n_kv * head_unit, head_unit, n_kv * head_unit};
+}
+
+// Diagnostics (PagedAttentionCudaOptions::trace): thread 0 of a block writes
+// %globaltimer (slot i) and its SM's cycle counter (slot kTracePoints + i) at
+// a few points i into kTraceSlots slots of its own.
+constexpr int kTracePoints = kPagedAttentionTracePoints;
+constexpr int kTraceSlots = 2 * kTracePoints;
+constexpr int64_t kTraceReductionBase = int64_t{1} << 20;  // the reduction's blocks after the split kernel's
+__device__ __forceinline__ int64_t block_index() {
+  return blockIdx.x +
+         static_cast<int64_t>(gridDim.x) * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
+}
+__device__ __forceinline__ void stamp(uint64_t* trace, int slot) {
+  if (trace == nullptr) return;
+  uint64_t t, c;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+  trace[slot] = t;
+  trace[kTracePoints + slot] = c;
+}
+
+template <typename T>
+struct AttnParams {
+  // The pools ([num_blocks, block_size, n_kv_heads, HD] or [num_blocks,
+  // n_kv_heads, block_size, HD]) as 5-d tensor maps, innermost first: 64
+  // elements of a row, the row's line (HD / 64), then (head, slot) slot-major
+  // or (slot, head) head-major, then the block. A box is one line of
+  // box_rows slots of one head.
+  CUtensorMap k_map;
+  CUtensorMap v_map;
+  bool head_major;
+  const T* q;                // [T, n_heads, HD]
+  T* out;                    // [T, n_heads, HD]
+  const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
+  const int32_t* positions;  // [T]
+  const int32_t* block_tables;
+  float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
+  float* partial_lse;  // [rows, n_heads, kMaxSplits]
+  int32_t* counters;   // [rows, n_heads]
+  int row_offset;      // this launch's first token row
+  int row_end;         // one past its last
+  bool pair_rows;      // PagedAttentionCudaOptions::pair_rows, and the step has a sequence of several rows
+  int n_heads;
+  int n_kv_heads;
+  int n_rep;
+  int n_groups;  // head groups of G per kv head: ceil(n_rep / G)
+  int block_size_log2;
+  int max_blocks_per_seq;
+  int max_splits;
+  int min_split_tiles;
+  int stages;  // 2..kMaxStages
+  bool reduce_in_last_block;
+  bool early_kv;          // PagedAttentionCudaOptions::early_kv, with a dependent launch
+  int early_window;       // PagedAttentionCudaOptions::early_window
+  bool kv_evict_first;    // PagedAttentionCudaOptions::kv_evict_first
+  bool hold_before_q;     // PagedAttentionCudaOptions::hold_before_q
+  bool hold_before_wait;  // PagedAttentionCudaOptions::hold_before_wait
+  float scale_log2;       // scale * log2(e)
+  uint64_t* trace;        // PagedAttentionCudaOptions::trace
+};
+
+struct RowInfo {
+  int seq;
+  int ctx;     // positions [0, ctx) are visible to this row
+  int stable;  // positions [0, stable) were written before this step
+};
+
+// Token t sees [0, positions[t]] of its sequence. Two independent loads (the
+// host maps tokens to sequences once a step), not a search.
+template <typename T>
+__device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
+  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + t);
+  return {meta.x, __ldg(p.positions + t) + 1, meta.y};
+}
+
+// Whether rows u and u + 1 of this launch share a thread block of split
+// `split` (PagedAttentionCudaOptions::pair_rows): one sequence, positions p
+// and p + 1 with p even, the same split plan and the same tiles in this split
+// (for p even they always have: a tile boundary is even), and room for both
+// head groups in the mma's 8 columns. The block of u computes both; the block
+// of u + 1 returns. Both evaluate this same function.
+template <typename T, int HD, int G>
+__device__ __forceinline__ bool rows_pair(const AttnParams<T>& p, int u, const RowInfo& a, int split) {
+  if (2 * G > 8 || !p.pair_rows || u < p.row_offset || u + 1 >= p.row_end) return false;
+  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + u + 1);
+  const int ctx1 = __ldg(p.positions + u + 1) + 1;
+  if (meta.x != a.seq || ctx1 != a.ctx + 1 || (a.ctx & 1) == 0) return false;
+  constexpr int kTile = Geometry<HD>::kTileTokens;
+  const SplitPlan p0 = plan_splits(a.ctx, kTile, p.max_splits, p.min_split_tiles);
+  const SplitPlan p1 = plan_splits(ctx1, kTile, p.max_splits, p.min_split_tiles);
+  if (p0.n_splits != p1.n_splits || p0.split_len != p1.split_len || split >= p0.n_splits) return false;
+  const int begin = split * p0.split_len;
+  const int end0 = min(a.ctx, begin + p0.split_len), end1 = min(ctx1, begin + p0.split_len);
+  return (end0 - begin + kTile - 1) / kTile == (end1 - begin + kTile - 1) / kTile;
+}
+
+}  // namespace nanoserve::paged_attention_kernels
