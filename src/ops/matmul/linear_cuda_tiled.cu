@@ -1,16 +1,19 @@
 // The tiled kernel of linear_cuda.cuh, for steps of many tokens.
 //
-// A cluster of four blocks owns one tile of 128 weight rows x 64 tokens (or,
-// the large tile, 256 x 128); block w of the cluster computes slice w of K
-// (linear_cuda_common.cuh) for the whole tile. Its eight warps split the tile
-// 4 x 2 (32 rows x 32 tokens each, or 64 x 64). Weight and token rows come into shared memory through
-// cp.async, a chunk (64 k) per stage, several stages in flight; each row's eight 16-byte units are stored at
-// unit u ^ (row & 7) so that the fragment reads (units 2t and 2t + 1 of rows g and g + 8) hit 32 distinct
-// banks. A lane reads the same 32 bytes of each row as the streaming kernel reads from global memory and
-// feeds the same mma steps, so each slice's chain is the same sequence of
+// A cluster of four blocks owns one tile, 128 weight rows x 64 tokens (the
+// small tile) or 256 x 128 (the large one); block w of the cluster computes
+// slice w of K (linear_cuda_common.cuh) for the whole tile, its eight warps
+// splitting it 4 x 2 (32 rows x 32 tokens each, or 64 x 64). Weight and token
+// rows come into shared memory through cp.async, a chunk (64 k) per stage,
+// four stages in flight. Weight rows keep their eight 16-byte units, unit u
+// of row r at u ^ (r & 7), so that the fragment reads (units 2t and 2t + 1 of
+// rows g and g + 8) hit 32 distinct banks; tokens are stored the same way
+// (small tile) or in the mma's fragment order (large tile, Tile below). A
+// lane feeds each mma step the same k values in the same fragment positions
+// as the streaming kernel, so each slice's chain is the same sequence of
 // operations. At the end every block writes its f32 partial tile to its
-// shared memory, and block w sums rows [32 w, 32 w + 32) of the four partials
-// in slice order ((S0 + S1) + S2) + S3, reading the others' through
+// shared memory, and block w sums its quarter of the rows of the four
+// partials in slice order ((S0 + S1) + S2) + S3, reading the others' through
 // distributed shared memory, and stores them: the streaming kernel's sum.
 
 #include <cooperative_groups.h>
