@@ -1,0 +1,171 @@
+// The CUDA paged attention kernels' determinism: a sequence's output is
+// bitwise the same alone or in any batch, over several launches, with either
+// reduction and every launch option, and the split plan depends on a row's
+// own context only; the diagnostic trace. The harness is
+// paged_attention_cuda_harness.h. Without a CUDA device every test reports
+// SKIPPED with the runtime's reason.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "ops/paged_attention/paged_attention_cuda_harness.h"
+
+namespace nanoserve {
+namespace {
+
+using namespace paged_attention_test;
+
+// ---- determinism ---------------------------------------------------------------
+
+// The split plan depends on a row's own context only, and both reductions sum
+// the splits in split order with the same arithmetic: a sequence's output is
+// bitwise the same alone, in a batch, over several launches (small workspace),
+// with either reduction, any pipeline depth, the first K/V copies before or
+// after the dependency wait, paced or not, with or without the L2 hint, and
+// with or without the first tile held in registers (before or after the
+// wait).
+// Two batches: splits up to 12 and up to 29 a row.
+void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs) {
+  const Shape s{DType::kBF16, 128, 16, 2, 4};
+  const Problem p = make_problem(fresh_seed(), s, seqs);
+  const std::vector<uint16_t> base = download16(run_on_device(p).out);
+  for (SplitReduce r : {SplitReduce::kKernel, SplitReduce::kLastBlock}) {
+    PagedAttentionCudaOptions o;
+    o.reduce = r;
+    EXPECT_TRUE(download16(run_on_device(p, o).out) == base) << "reduction " << static_cast<int>(r);
+  }
+  PagedAttentionCudaOptions late_kv;
+  late_kv.early_kv = false;
+  EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base)
+      << "K/V copies all after the dependency wait";
+  PagedAttentionCudaOptions unpaced;
+  unpaced.early_window = 0;
+  EXPECT_TRUE(download16(run_on_device(p, unpaced).out) == base) << "early copies not paced";
+  for (int window : {3, 5}) {  // as deep as the held kernel's stages, and deeper
+    PagedAttentionCudaOptions windowed;
+    windowed.early_window = window;
+    EXPECT_TRUE(download16(run_on_device(p, windowed).out) == base)
+        << "early copies " << window << " stages at a time";
+  }
+  PagedAttentionCudaOptions cached;
+  cached.kv_evict_first = false;
+  EXPECT_TRUE(download16(run_on_device(p, cached).out) == base) << "K/V copies without the L2 hint";
+  PagedAttentionCudaOptions unheld;
+  unheld.hold_first_tile = false;
+  EXPECT_TRUE(download16(run_on_device(p, unheld).out) == base) << "first tile not held in registers";
+  PagedAttentionCudaOptions single;
+  single.pair_rows = false;
+  EXPECT_TRUE(download16(run_on_device(p, single).out) == base) << "extend rows one a block";
+  PagedAttentionCudaOptions held_late;
+  held_late.hold_before_wait = false;
+  EXPECT_TRUE(download16(run_on_device(p, held_late).out) == base) << "first tile held after the wait";
+  for (int stages : {2, 3, 4}) {
+    PagedAttentionCudaOptions deeper;
+    deeper.stages = stages;
+    deeper.dependent_launch = false;
+    EXPECT_TRUE(download16(run_on_device(p, deeper).out) == base) << stages << " pipeline stages";
+  }
+  EXPECT_TRUE(download16(run_on_device(p, {}, 3).out) == base) << "workspace of 3 rows (several launches)";
+
+  const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    Problem alone = p;  // the same pools and block tables, one sequence
+    ForwardBatch& fb = alone.batch;
+    const int t0 = p.batch.seq_starts[b], t1 = p.batch.seq_starts[b + 1];
+    fb.seq_ids = {0};
+    fb.context_lens = {p.batch.context_lens[b]};
+    fb.block_tables.assign(p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
+                           p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
+    fb.seq_starts = {0, t1 - t0};
+    fb.tokens.assign(t1 - t0, 0);
+    fb.positions.assign(p.batch.positions.begin() + t0, p.batch.positions.begin() + t1);
+    fb.slot_mapping.assign(p.batch.slot_mapping.begin() + t0, p.batch.slot_mapping.begin() + t1);
+    alone.num_tokens = t1 - t0;
+    alone.q16.assign(p.q16.begin() + t0 * row_elems, p.q16.begin() + t1 * row_elems);
+    const int64_t kv_row = int64_t{s.n_kv} * s.head_dim;
+    alone.k_new16.assign(p.k_new16.begin() + t0 * kv_row, p.k_new16.begin() + t1 * kv_row);
+    alone.v_new16.assign(p.v_new16.begin() + t0 * kv_row, p.v_new16.begin() + t1 * kv_row);
+    const std::vector<uint16_t> out = download16(run_on_device(alone).out);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems))
+        << "sequence " << b << " alone";
+  }
+}
+
+TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
+  NS_SKIP_WITHOUT_GPU();
+  expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {300, 40}, {64, 1}});
+  expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}});
+}
+
+// The diagnostic trace: every thread block of the attention grid stamps its
+// points on the critical path in order, by the timer and by its cycle counter,
+// every block of the reduction its three, and the output is the untraced one.
+TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
+  NS_SKIP_WITHOUT_GPU();
+  const Shape s{DType::kBF16, 128, 16, 2, 4};
+  const Problem p = make_problem(fresh_seed(), s, {{3000, 1}, {5, 1}});  // 12 splits and 1
+  const std::vector<uint16_t> base = download16(run_on_device(p).out);
+  Tensor trace = cuda::empty(DType::kI32, {int64_t{2} << 21});  // 2^21 u64 slots
+  cuda::fill_bytes(trace, 0);
+  PagedAttentionCudaOptions traced;
+  traced.trace = trace.data_as<uint64_t>();
+  EXPECT_TRUE(download16(run_on_device(p, traced).out) == base);
+  std::vector<uint64_t> t(size_t{1} << 21);
+  const Tensor host = cuda::to_host(trace);
+  std::memcpy(t.data(), host.data(), t.size() * 8);
+  constexpr int kPoints = kPagedAttentionTracePoints, kSlots = 2 * kPoints;
+  // Entry, early copies issued, wait returned, remaining copies issued, q
+  // loaded, first tile landed, tiles done, partials written.
+  const int plain_order[] = {0, 1, 2, 8, 9, 5, 3, 4};
+  // A split of four tiles (row 0's first 11; the 12th has 3) holds its first
+  // tile in registers, and it lies before the step's row, so it is held before
+  // the wait: landed before the early copies are done.
+  const int held_order[] = {0, 5, 1, 2, 8, 9, 3, 4};
+  // Attention grid: (kv heads x groups = 2, splits = 12, rows = 2); row 1 has one split.
+  int blocks = 0, idle = 0;
+  for (int b = 0; b < 2 * 12 * 2; ++b) {
+    const uint64_t* v = t.data() + kSlots * b;
+    ASSERT_NE(v[0], 0u) << "block " << b << " did not stamp its entry";
+    if (v[4] == 0) {
+      ++idle;  // a split beyond its row's plan returns early
+      continue;
+    }
+    ++blocks;
+    const int split = b / 2 % 12, row = b / 24;
+    const int* order = row == 0 && split < 11 ? held_order : plain_order;
+    for (int k = 1; k < 8; ++k) {
+      EXPECT_LE(v[order[k - 1]], v[order[k]]) << "block " << b << " point " << order[k];
+      EXPECT_LE(v[kPoints + order[k - 1]], v[kPoints + order[k]]) << "block " << b << " cycles " << order[k];
+    }
+  }
+  EXPECT_EQ(blocks, 2 * 12 + 2 * 1);
+  EXPECT_EQ(idle, 2 * 11);
+  // Reduction grid: (rows = 2, heads / 4 = 2); row 0's blocks wait and combine.
+  for (int b = 0; b < 2 * 2; ++b) {
+    const uint64_t* v = t.data() + (size_t{1} << 20) + kSlots * b;
+    ASSERT_NE(v[0], 0u) << "reduction block " << b;
+    if (b % 2 == 0) {  // row 0
+      EXPECT_LE(v[0], v[1]);
+      EXPECT_LE(v[1], v[2]);
+    }
+  }
+}
+
+TEST(PagedAttentionCuda, SplitPlanDependsOnContextOnly) {
+  // Host-side: no device needed.
+  EXPECT_EQ(paged_attention_cuda_num_splits(1, 128), 1);
+  EXPECT_EQ(paged_attention_cuda_num_splits(128, 128), 1);
+  EXPECT_GT(paged_attention_cuda_num_splits(4096, 128), 1);
+  EXPECT_LE(paged_attention_cuda_num_splits(1 << 20, 128), PagedAttentionWorkspaceCuda::kMaxSplits);
+  for (int ctx : {1, 17, 97, 2048, 16384, 100000}) {
+    PagedAttentionCudaOptions four;
+    four.max_splits = 4;
+    EXPECT_LE(paged_attention_cuda_num_splits(ctx, 64, four), 4);
+  }
+}
+
+}  // namespace
+}  // namespace nanoserve
