@@ -315,6 +315,9 @@ void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, in
 }
 
 bool prefer_large_tile(int M, int N) {
+  // Small steps (the ones CUDA graphs capture) take the small tile without
+  // querying the device.
+  if (M <= SmallTile::kTokens) return false;
   // Clusters of the large tile that fit on the device at once (one block a
   // multiprocessor, four a cluster, within a GPC): its waves.
   static const int64_t slots = [] {
@@ -328,7 +331,7 @@ bool prefer_large_tile(int M, int N) {
     return int64_t{std::max(clusters, 1)} * kSlices;
   }();
   const int64_t blocks = tile_blocks<LargeTile>(M, N), waves = (blocks + slots - 1) / slots;
-  return M > SmallTile::kTokens && blocks * 10 >= waves * slots * 6;
+  return blocks * 10 >= waves * slots * 6;
 }
 
 template void launch_linear_tiled<float>(const uint16_t*, const uint16_t*, float*, int, int, int, bool,
