@@ -67,14 +67,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][j][i] = 0.0f;
-    }
-  }
+  linear_detail::zero_acc(acc);
 
   // x is the previous kernel's output (launched dependent: core/cuda/launch.cuh).
   cuda::wait_primary_grid();

@@ -54,6 +54,19 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint4& wa, const u
   mma_bf16(d, lo_word(wa, s), lo_word(wb, s), hi_word(wa, s), hi_word(wb, s), lo_word(xv, s), hi_word(xv, s));
 }
 
+// The accumulators of A x B mma tiles, zeroed.
+template <int A, int B>
+__device__ __forceinline__ void zero_acc(float (&acc)[A][B][4]) {
+#pragma unroll
+  for (int a = 0; a < A; ++a) {
+#pragma unroll
+    for (int b = 0; b < B; ++b) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[a][b][i] = 0.0f;
+    }
+  }
+}
+
 __device__ __forceinline__ void store(float* y, float v) {
   *y = v;
 }

@@ -160,14 +160,7 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, 1)
   // otherwise [16-row tile][8-token tile], D[row g (+8)][token 2t, 2t + 1].
   constexpr int kA = T::kXFragments ? MI : NJ / 2, kB = T::kXFragments ? NJ : 2 * MI;
   float acc[kA][kB][4];
-#pragma unroll
-  for (int i = 0; i < kA; ++i) {
-#pragma unroll
-    for (int j = 0; j < kB; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    }
-  }
+  zero_acc(acc);
 
   cuda::wait_primary_grid();  // x is the previous kernel's output
   cuda::launch_dependents();
