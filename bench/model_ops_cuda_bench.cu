@@ -217,7 +217,8 @@ void bench_gemms(cudaStream_t s, double ceiling) {
     for (int64_t M : {1, 8, 16, 32, 64, 128, 256, 1024}) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(l.y, {M, l.N});
-      // ours: linear_cuda's own choice; stream / tiled / tiled-256: one kernel forced (M >= 16);
+      const Tensor scratch = cuda::empty(DType::kBF16, {M * l.K});
+      // ours: linear_cuda's own choice; stream / RxT: one kernel (tile) forced (M >= 16);
       // per-shape: cuBLASLt's kernel for the shape.
       struct Kernel {
         const char* name;
@@ -227,8 +228,10 @@ void bench_gemms(cudaStream_t s, double ceiling) {
       std::vector<Kernel> kernels = {{"ours", LinearPath::kAuto, nullptr}};
       if (M >= 16) {
         kernels.push_back({"stream", LinearPath::kStream, nullptr});
-        kernels.push_back({"tiled", LinearPath::kTiled, nullptr});
-        kernels.push_back({"tiled-256", LinearPath::kTiledLarge, nullptr});
+        kernels.push_back({"128x64", LinearPath::kTile128x64, nullptr});
+        kernels.push_back({"128x128", LinearPath::kTile128x128, nullptr});
+        kernels.push_back({"128x256", LinearPath::kTile128x256, nullptr});
+        kernels.push_back({"256x128", LinearPath::kTile256x128, nullptr});
       }
       kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
       for (const Kernel& k : kernels) {
@@ -236,7 +239,7 @@ void bench_gemms(cudaStream_t s, double ceiling) {
         const char* kname = k.name;
         const double ms = time_graph(s, [&](int i) {
           if (gemm == nullptr) {
-            linear_cuda(x, ws[i % n], y, s, k.path);
+            linear_cuda(x, ws[i % n], y, scratch, s, k.path);
           } else {
             gemm->matmul(x, ws[i % n], y, s);
           }
@@ -263,12 +266,14 @@ void bench_gemms(cudaStream_t s, double ceiling) {
 
 int main(int argc, char** argv) {
   using namespace nanoserve;
-  bool quick = false;
+  bool quick = false, gemms_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--gemms") == 0) {
+      gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--gemms]\n", argv[0]);
       return 2;
     }
   }
@@ -284,7 +289,9 @@ int main(int argc, char** argv) {
               info.sm_count, static_cast<long long>(info.l2_bytes >> 20), ceiling);
   cudaStream_t s;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
+  if (!gemms_only) {
+    bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
+  }
   bench_gemms(s, ceiling);
   NS_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;

@@ -1,5 +1,5 @@
 // The streaming kernel of linear_cuda.cuh (small M), and the dispatch between
-// it and the tiled kernel (linear_cuda_tiled.cu). The fragment layout and the
+// it and the tiled kernel (linear_cuda_wgmma.cu). The fragment layout and the
 // k relabelling they share are in linear_cuda_common.cuh: each lane reads its
 // 32 bytes of a chunk row straight from global memory, so every weight row is
 // read as whole 128-byte lines.
@@ -168,21 +168,21 @@ void launch_stream(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, i
 }
 
 template <typename Out>
-void dispatch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, LinearPath path,
+void dispatch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K, LinearPath path,
               cuda::Stream s) {
-  if (path == LinearPath::kAuto) {
-    path = M <= 32                                  ? LinearPath::kStream
-           : linear_detail::prefer_large_tile(M, N) ? LinearPath::kTiledLarge
-                                                    : LinearPath::kTiled;
+  using linear_detail::WgmmaTile;
+  if (path == LinearPath::kAuto && M <= 32) path = LinearPath::kStream;
+  if (path == LinearPath::kStream) {
+    // A group of more than 64 tokens runs as several groups, each rereading the weights.
+    launch_stream(x, w, y, M, N, K, s);
+    return;
   }
-  switch (path) {
-    case LinearPath::kStream:
-      // A group of more than 64 tokens runs as several groups, each rereading the weights.
-      launch_stream(x, w, y, M, N, K, s);
-      break;
-    case LinearPath::kTiled: linear_detail::launch_linear_tiled(x, w, y, M, N, K, false, s); break;
-    default: linear_detail::launch_linear_tiled(x, w, y, M, N, K, true, s); break;
-  }
+  const WgmmaTile tile = path == LinearPath::kTile128x64    ? WgmmaTile::k128x64
+                         : path == LinearPath::kTile128x128 ? WgmmaTile::k128x128
+                         : path == LinearPath::kTile128x256 ? WgmmaTile::k128x256
+                         : path == LinearPath::kTile256x128 ? WgmmaTile::k256x128
+                                                            : linear_detail::choose_tile(M, N);
+  linear_detail::launch_linear_wgmma(x, xp, w, y, M, N, K, tile, s);
 }
 
 bool aligned16(const void* p) {
@@ -203,20 +203,56 @@ bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y) {
   return aligned16(x.data()) && aligned16(w.data()) && aligned16(y.data());
 }
 
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s, LinearPath path) {
+namespace {
+
+// Whether the path runs the tiled kernel, which reads a permuted copy of x.
+bool uses_scratch(int64_t M, LinearPath path) {
+  return path == LinearPath::kAuto ? M > 32 : path != LinearPath::kStream;
+}
+
+void run(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* scratch, cuda::Stream s,
+         LinearPath path) {
   NS_CHECK(linear_cuda_supports(x, w, y))
       << "linear_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << ", w " << dtype_name(w.dtype())
       << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
       << ": needs contiguous bf16 x and w, bf16 or f32 y, K % 64 == 0, N % 16 == 0, 16-byte aligned";
   const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(x.dim(1));
   if (M == 0) return;
-  const auto* xp = x.data_as<const uint16_t>();
-  const auto* wp = w.data_as<const uint16_t>();
-  if (y.dtype() == DType::kF32) {
-    dispatch(xp, wp, y.data_as<float>(), M, N, K, path, s);
-  } else {
-    dispatch(xp, wp, y.data_as<uint16_t>(), M, N, K, path, s);
+  Tensor own;
+  uint16_t* xp = nullptr;
+  if (uses_scratch(M, path)) {
+    if (scratch == nullptr) {
+      own = cuda::empty(DType::kBF16, {int64_t{M} * K});
+      scratch = &own;
+    }
+    NS_CHECK(scratch->device() == Device::kCUDA && scratch->dtype() == DType::kBF16 &&
+             scratch->is_contiguous() && scratch->numel() >= int64_t{M} * K && aligned16(scratch->data()))
+        << "linear_cuda: the scratch needs " << int64_t{M} * K << " contiguous bf16 on the device";
+    xp = scratch->data_as<uint16_t>();
   }
+  const auto* xd = x.data_as<const uint16_t>();
+  const auto* wd = w.data_as<const uint16_t>();
+  if (y.dtype() == DType::kF32) {
+    dispatch(xd, xp, wd, y.data_as<float>(), M, N, K, path, s);
+  } else {
+    dispatch(xd, xp, wd, y.data_as<uint16_t>(), M, N, K, path, s);
+  }
+  if (own.defined()) cuda::synchronize();  // the scratch is freed on return
+}
+
+}  // namespace
+
+int64_t linear_cuda_scratch_elems(int64_t M, int64_t K) {
+  return M > 32 ? M * K : 0;
+}
+
+void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s, LinearPath path) {
+  run(x, w, y, nullptr, s, path);
+}
+
+void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
+                 LinearPath path) {
+  run(x, w, y, &scratch, s, path);
 }
 
 }  // namespace nanoserve

@@ -3,7 +3,7 @@
 // one summation order per output element whatever M is (docs/ops_cuda.md).
 //
 //   x: [M, K] bf16 (rows contiguous), w: [N, K] bf16, y: [M, N] bf16 or f32;
-//   f32 accumulation on tensor cores (mma.sync m16n8k16); all device memory.
+//   f32 accumulation on tensor cores (mma.sync m16n8k16, wgmma m64nNk16); all device memory.
 //   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned x, w and y (linear_cuda_supports).
 //
 // Two kernels, one arithmetic (linear_cuda_common.cuh):
@@ -14,19 +14,21 @@
 //   sums meet in shared memory in warp order. Its launch overlaps the tail of
 //   the kernel before it (programmatic dependent launch). Forced, it runs any
 //   M, as groups of 64 tokens that each reread the weights (the tests' cross-check).
-// - tiled (M > 32): a cluster of four blocks owns 128 weight rows x 64
-//   tokens, or 256 rows x 128 tokens (M > 64 where its last wave of blocks is
-//   well filled: prefer_large_tile), block w computing slice w of K with the
-//   tiles staged in shared memory; the four partials meet in slice order
-//   through distributed shared memory (linear_cuda_tiled.cu).
+// - tiled (M > 32): warpgroup mma (wgmma) with the weights in registers and
+//   the tokens in shared memory, from a copy of x permuted into the mma's k
+//   order. A cluster of four blocks owns a tile of 128 or 256 weight rows x
+//   64, 128 or 256 tokens (the fewest waves times bytes: choose_tile), block w
+//   computing slice w of K; the four partials meet in slice order through
+//   distributed shared memory (linear_cuda_wgmma.cu).
 //
 // Batch invariance. An output element (token m, row n) is
 //   ((S0 + S1) + S2) + S3,  Sw = the mma chain over slice w's chunks, in order,
-// where the slices, the chunks and the k order inside a chunk depend on K
+// where the slices, the chunks and the k sets of each step depend on K
 // alone, in both kernels. M decides only how many tokens share a tile and
 // which kernel runs, and a token's column of an mma does not depend on the
-// other columns. So a row's bits are the same in a batch of 1, 8, 64 or
-// 1,024, and with any prefill chunking.
+// other columns (mma.sync and wgmma give a column the same bits: measured).
+// So a row's bits are the same in a batch of 1, 8, 64 or 1,024, and with any
+// prefill chunking.
 
 #include <cstdint>
 
@@ -35,15 +37,22 @@
 
 namespace nanoserve {
 
-// Which kernel runs: kAuto picks by M (the rule above); the others force one,
-// for the tests that check the kernels agree bit for bit, and the benchmark.
-enum class LinearPath { kAuto, kStream, kTiled, kTiledLarge };
+// Which kernel runs: kAuto picks by M (the rule above); the others force one
+// (a tiled one with its tile of weight rows x tokens), for the tests that
+// check the kernels agree bit for bit, and the benchmark.
+enum class LinearPath { kAuto, kStream, kTile128x64, kTile128x128, kTile128x256, kTile256x128 };
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y);
 
 // y = x . w^T on `s`. NS_CHECKs linear_cuda_supports. M == 0 does nothing.
+// The wgmma kernel (M > 32) first copies x, permuted, into a scratch of
+// linear_cuda_scratch_elems(M, K) bf16: given, or else allocated for the call
+// (which then synchronises: not in a graph capture).
 void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s,
                  LinearPath path = LinearPath::kAuto);
+void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
+                 LinearPath path = LinearPath::kAuto);
+int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
 }  // namespace nanoserve

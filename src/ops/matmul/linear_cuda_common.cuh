@@ -1,6 +1,6 @@
 #pragma once
 // What the two linear kernels (linear_cuda.cu: weight streaming for small M;
-// linear_cuda_tiled.cu: shared-memory tiles for large M) share, so that an
+// linear_cuda_wgmma.cu: shared-memory tiles on warpgroup mma for large M) share, so that an
 // output element is computed by the same operations in both: the K split into
 // four slices, the 64-wide chunk, the k relabelling inside a chunk, the
 // tensor-core product and the bf16 rounding of the store. Included only from
@@ -78,19 +78,27 @@ __device__ __forceinline__ uint16_t to_bf16(float v) {
 __device__ __forceinline__ void store(uint16_t* y, float v) {
   *y = to_bf16(v);
 }
+__device__ __forceinline__ void store4(float* y, const float4& v) {
+  *reinterpret_cast<float4*>(y) = v;
+}
+__device__ __forceinline__ void store4(uint16_t* y, const float4& v) {
+  uint2 p;
+  p.x = uint32_t{to_bf16(v.x)} | (uint32_t{to_bf16(v.y)} << 16);
+  p.y = uint32_t{to_bf16(v.z)} | (uint32_t{to_bf16(v.w)} << 16);
+  *reinterpret_cast<uint2*>(y) = p;
+}
 
-// y = x . w^T for steps of many tokens: tiles of 128 rows x 64 tokens, or
-// with `large` 256 rows x 128 tokens, staged in shared memory, the four slices
-// of a tile computed by the four blocks of a cluster and summed in order
-// through distributed shared memory. Bitwise equal to the streaming kernel,
-// element by element.
-// Whether a step of M tokens of an N-row weight takes the large tile: M > 64,
-// and the large tile's last wave of blocks at least 60% full (a short last
-// wave of large blocks costs more than the small tile's finer grid).
-bool prefer_large_tile(int M, int N);
-
+// y = x . w^T for steps of many tokens on warpgroup mma (linear_cuda_wgmma.cu):
+// tiles of weight rows x tokens, the four slices of a tile computed by the
+// four blocks of a cluster and summed in order through distributed shared
+// memory; xp (M x K, scratch) receives x in the mma's k order first. Bitwise
+// equal to the streaming kernel, element by element.
+enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128 };
+// The tile for M tokens of an N-row weight: the fewest block-waves of the
+// device's co-resident clusters times the bytes a block reads per chunk.
+WgmmaTile choose_tile(int M, int N);
 template <typename Out>
-void launch_linear_tiled(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, bool large,
-                         cudaStream_t s);
+void launch_linear_wgmma(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
+                         WgmmaTile tile, cudaStream_t s);
 
 }  // namespace nanoserve::linear_detail

@@ -332,7 +332,8 @@ void expect_kernels_agree(int64_t N, int64_t K, std::initializer_list<int64_t> M
     const Tensor x = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
     for (DType yd : {DType::kBF16, DType::kF32}) {
       std::vector<float> first;
-      for (LinearPath p : {LinearPath::kStream, LinearPath::kTiled, LinearPath::kTiledLarge}) {
+      for (LinearPath p : {LinearPath::kStream, LinearPath::kTile128x64, LinearPath::kTile128x128,
+                           LinearPath::kTile128x256, LinearPath::kTile256x128}) {
         const Tensor y = poisoned(yd, {M, N});
         linear_cuda(x, w.dev, y, nullptr, p);
         cuda::synchronize();

@@ -1,0 +1,419 @@
+// The tiled kernel of linear_cuda.cuh on Hopper's warpgroup mma (wgmma), for
+// steps of many tokens.
+//
+// A cluster of four blocks owns one tile of 64 R x 2 weight rows and BN tokens;
+// block w of the cluster computes slice w of K (linear_cuda_common.cuh) for the
+// whole tile with two warpgroups, each 64 R rows. Weight and token rows come
+// into shared memory through cp.async, 16 bytes a copy, a chunk (64 k) a
+// stage; the tokens from a copy of x in the mma's k order (below). The product is
+// wgmma.m64n64k16 with the weights as the A operand in registers and the
+// tokens as the B operand read from shared memory:
+// - A: warp i of a warpgroup holds rows 16 i .. 16 i + 15 of its 64 in the
+//   m16n8k16 fragment layout, so a lane loads the same two 16-byte units of its
+//   rows g and g + 8 as the streaming kernel and feeds step s the same words.
+// - B: a token's chunk row is 128 bytes in the 128-byte swizzle (16-byte unit
+//   c of row n at c ^ (n % 8)), laid out in the mma's logical k order: step s
+//   reads bytes 32 s .. 32 s + 31 of the row. The streaming kernel's lane t
+//   feeds step s the k values 16 t + 4 s .. 16 t + 4 s + 3 (logical k 2 t,
+//   2 t + 1, 2 t + 8, 2 t + 9), so chunk word q = 8 t + c (k 2 q, 2 q + 1)
+//   goes to logical unit c, word t: permute_tokens writes x so, once a call.
+// wgmma gives each element the bits of the mma.sync chain of the same k sets
+// in the same order (measured bit for bit; LinearCuda.KernelsAgreeBitForBit),
+// so each slice's chain is the streaming kernel's. At the end every block
+// writes its f32 partial tile to its shared memory and block w sums its
+// quarter of the rows of the four partials in slice order ((S0 + S1) + S2) +
+// S3 through distributed shared memory, the streaming kernel's sum.
+
+#include <cooperative_groups.h>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
+#include "ops/matmul/linear_cuda_common.cuh"
+
+namespace nanoserve::linear_detail {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256;       // two warpgroups
+constexpr int kUnits = kChunk / 8;  // 16-byte units per chunk row
+constexpr int kRowBytes = kChunk * 2;
+constexpr int kSmemLimit = 227 * 1024;
+
+// R m64 row blocks a warpgroup (rows 128 R a tile), BN tokens (n64 blocks).
+// A tile of BN = 64 tokens is two n32 products a step: one n64 product a
+// quad of A registers makes the compiler serialize the products.
+template <int R_, int BN_>
+struct WgTile {
+  static constexpr int R = R_, BN = BN_, kW = BN == 64 ? 32 : 64, NB = BN / kW;
+  static constexpr int kRows = 2 * 64 * R;
+  static constexpr int kStageBytes = (kRows + BN) * kRowBytes;
+  static constexpr int kStages = (kSmemLimit - 1024) / kStageBytes > 8 ? 8 : (kSmemLimit - 1024) / kStageBytes;
+  static constexpr int kLd = kRows + 4;  // floats per token row of the partial tile
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kPartBytes = BN * kLd * 4;
+  static constexpr int kSmem = 1024 + (kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes);
+  static_assert(kStages >= 3, "a stage in use, one landing, one in flight");
+};
+
+__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// This thread's completed shared-memory writes, before the async proxy (wgmma) reads them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The B descriptor of 64 token rows of 128 bytes in the 128-byte swizzle at
+// `addr` (1024-aligned, plus 32 s for step s): 8 rows of 128 bytes apart by 1024.
+__device__ __forceinline__ uint64_t token_desc(uint32_t addr) {
+  return uint64_t{(addr & 0x3ffffu) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// d[64 x W] += A (registers) . B (desc), W = 64 or 32, f32 accumulation;
+// d as in m16n8k16 per n8 block j: d[4 j + i].
+__device__ __forceinline__ void wgmma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                      uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+      "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+__device__ __forceinline__ void wgmma(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                      uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
+}
+
+// A warpgroup's A fragments of one chunk: [row block][step][a0..a3], each
+// quad in four consecutive registers as wgmma reads them.
+template <int R>
+using AFrags = uint32_t[R][4][4];
+
+// Pins the fragments in their registers: once before wgmma_fence (so that
+// every move into them precedes the products), and after the wait that
+// retires their products (so that they stay allocated, unchanged, until then).
+template <int R>
+__device__ __forceinline__ void pin(AFrags<R>& a) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) asm volatile("" : "+r"(a[r][s][0]), "+r"(a[r][s][1]), "+r"(a[r][s][2]), "+r"(a[r][s][3]));
+  }
+}
+
+// Waits until at most N of this warpgroup's committed wgmma groups are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+template <typename T, typename Out>
+__global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, 1)
+    linear_wgmma_kernel(const uint16_t* __restrict__ xp, const uint16_t* __restrict__ w, Out* __restrict__ y,
+                        int M, int N, int K) {
+  constexpr int R = T::R, BN = T::BN, NB = T::NB, kW = T::kW, ST = T::kStages, kRows = T::kRows, kLd = T::kLd;
+  extern __shared__ uint4 smem_raw[];
+  char* smem = reinterpret_cast<char*>(smem_raw) + ((1024 - cuda::smem_addr(smem_raw) % 1024) % 1024);
+  const uint32_t smem0 = cuda::smem_addr(smem);
+  // Stage st at smem0 + st * kStageBytes: weights [kRows][8 units], then tokens [BN][128 bytes].
+
+  const int b = static_cast<int>(blockIdx.x), tok_tiles = (M + BN - 1) / BN;
+  const int slice = b % kSlices;
+  const int row0 = b / (kSlices * tok_tiles) * kRows;
+  const int tok0 = b / kSlices % tok_tiles * BN;
+  const int chunks = K / kChunk;
+  const int c_begin = slice_begin(slice, chunks), n_chunks = slice_begin(slice + 1, chunks) - c_begin;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+  // Weights: this thread copies column u0 of rows r0 + 32 i.
+  const int64_t k8 = K / 8;
+  constexpr int kRowStep = kThreads / kUnits;  // 32
+  const int r0 = tid / kUnits, u0 = tid % kUnits;
+  const uint32_t sw0 = r0 * kRowBytes + ((u0 ^ (r0 & 7)) << 4);
+  const uint4* wsrc = reinterpret_cast<const uint4*>(w) + int64_t{row0 + r0} * k8 + c_begin * kUnits + u0;
+  const int w_rows = N - row0 - r0;
+  // Tokens (permuted): the same, after the weights.
+  const uint32_t sx0 = kRows * kRowBytes + sw0;
+  const uint4* xsrc = reinterpret_cast<const uint4*>(xp) + int64_t{tok0 + r0} * k8 + c_begin * kUnits + u0;
+  const int x_rows = M - tok0 - r0;
+  auto load_stage = [&](int stage, int c) {
+    const uint32_t base = smem0 + stage * T::kStageBytes;
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      cp_async16(base + sw0 + i * kRowStep * kRowBytes, wsrc + i * kRowStep * k8 + int64_t{c} * kUnits,
+                 i * kRowStep < w_rows);
+    }
+#pragma unroll
+    for (int i = 0; i < BN / kRowStep; ++i) {
+      cp_async16(base + sx0 + i * kRowStep * kRowBytes, xsrc + i * kRowStep * k8 + int64_t{c} * kUnits,
+                 i * kRowStep < x_rows);
+    }
+  };
+
+  // Lane (g, t) of warp i of warpgroup v: rows 64 (v R + r) + 16 i + g (+ 8).
+  const int wg = warp >> 2, wi = warp & 3;
+  uint32_t a_off[R][2];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 64 * (wg * R + r) + 16 * wi + g + 8 * h;
+      a_off[r][h] = row * kRowBytes + (((2 * t) ^ (row & 7)) << 4);  // unit 2t; unit 2t + 1 is at ^ 16
+    }
+  }
+  auto load_a = [&](int stage, AFrags<R>& a) {
+    const char* base = smem + stage * T::kStageBytes;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      uint4 v[2][2];  // [row g, g + 8][unit 2t, 2t + 1]
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        v[h][0] = *reinterpret_cast<const uint4*>(base + a_off[r][h]);
+        v[h][1] = *reinterpret_cast<const uint4*>(base + (a_off[r][h] ^ 16));
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        a[r][s][0] = lo_word(v[0][s >> 1], s);
+        a[r][s][1] = lo_word(v[1][s >> 1], s);
+        a[r][s][2] = hi_word(v[0][s >> 1], s);
+        a[r][s][3] = hi_word(v[1][s >> 1], s);
+      }
+    }
+    pin(a);
+  };
+
+  float acc[R][NB][kW / 2];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+#pragma unroll
+      for (int i = 0; i < kW / 2; ++i) acc[r][n][i] = 0.0f;
+    }
+  }
+  auto mma_chunk = [&](int stage, const AFrags<R>& a) {
+    const uint32_t xb = smem0 + stage * T::kStageBytes + kRows * kRowBytes;
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int n = 0; n < NB; ++n) {
+          wgmma(acc[r][n], a[r][s][0], a[r][s][1], a[r][s][2], a[r][s][3],
+                token_desc(xb + n * kW * kRowBytes + 32 * s));
+        }
+      }
+    }
+    wgmma_commit();
+  };
+
+  cuda::wait_primary_grid();  // xp is the previous kernel's output
+  cuda::launch_dependents();
+  // Chunk c sits in stage c % ST. Iteration c: its copies landed (everyone's:
+  // the barrier), the refill of the stage chunk c - 2 used (its products
+  // retired before the barrier), then chunk c's products, leaving them in
+  // flight while chunk c - 1's retire. ST - 2 chunks are in flight ahead.
+#pragma unroll
+  for (int st = 0; st < ST - 2; ++st) {
+    if (st < n_chunks) load_stage(st, st);
+    cp_async_commit();
+  }
+  uint32_t a[2][R][4][4];  // the A fragments of chunks c (c even) and c + 1
+  auto iteration = [&](int c, AFrags<R>& cur, AFrags<R>& prev) {
+    cp_async_wait<ST - 3>();
+    fence_proxy_async();
+    __syncthreads();
+    if (c + ST - 2 < n_chunks) load_stage((c + ST - 2) % ST, c + ST - 2);
+    cp_async_commit();
+    load_a(c % ST, cur);
+    mma_chunk(c % ST, cur);
+    wgmma_wait<1>();
+    pin(prev);
+  };
+  for (int c = 0; c < n_chunks; c += 2) {
+    iteration(c, a[0], a[1]);
+    if (c + 1 < n_chunks) iteration(c + 1, a[1], a[0]);
+  }
+  wgmma_wait<0>();
+  pin(a[0]);
+  pin(a[1]);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+#pragma unroll
+      for (int i = 0; i < kW / 2; ++i) asm volatile("" : "+f"(acc[r][n][i])::"memory");
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline's buffers become the partial tile
+
+  float* part = reinterpret_cast<float*>(smem);  // [BN][kLd], token-major
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+#pragma unroll
+      for (int i = 0; i < kW / 2; ++i) {
+        const int row = 64 * (wg * R + r) + 16 * wi + g + 8 * ((i >> 1) & 1);
+        const int tk = kW * n + 8 * (i >> 2) + 2 * t + (i & 1);
+        part[tk * kLd + row] = acc[r][n][i];
+      }
+    }
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const float* parts[kSlices];
+#pragma unroll
+  for (int p = 0; p < kSlices; ++p) parts[p] = cluster.map_shared_rank(part, p);
+  // Block `slice` sums its quarter of the rows, a quad of rows at a time.
+  constexpr int kQuads = kRows / kSlices / 4;  // per token
+  for (int q = tid; q < BN * kQuads; q += kThreads) {
+    const int tk = q / kQuads, r = slice * (kRows / kSlices) + (q % kQuads) * 4;
+    const int gt = tok0 + tk, gr = row0 + r;
+    float4 v = *reinterpret_cast<const float4*>(parts[0] + tk * kLd + r);
+#pragma unroll
+    for (int p = 1; p < kSlices; ++p) {
+      const float4 o = *reinterpret_cast<const float4*>(parts[p] + tk * kLd + r);
+      v.x += o.x;
+      v.y += o.y;
+      v.z += o.z;
+      v.w += o.w;
+    }
+    if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, v);
+  }
+  cluster.sync();  // the others' partials stay until every block has read them
+}
+
+// xp = x with each 64-wide chunk of a row in the mma's k order: word 4 c + t
+// of a chunk is word 8 t + c of x's. Thread i reads 16-byte unit i of x.
+__global__ void permute_tokens_kernel(const uint4* __restrict__ x, uint32_t* __restrict__ xp, int64_t units) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  cuda::wait_primary_grid();
+  cuda::launch_dependents();
+  if (i >= units) return;
+  const uint4 v = x[i];
+  const int q = static_cast<int>(i % kUnits);  // words 4 q .. 4 q + 3: t = q / 2, c = 4 (q % 2) + j
+  uint32_t* out = xp + (i - q) * 4 + 16 * (q & 1) + (q >> 1);
+  out[0] = v.x;
+  out[4] = v.y;
+  out[8] = v.z;
+  out[12] = v.w;
+}
+
+template <typename T, typename Out>
+void configure() {
+  static const bool configured = [] {
+    NS_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<T, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       T::kSmem));
+    return true;
+  }();
+  (void)configured;
+}
+
+template <typename T>
+int64_t tile_blocks(int M, int N) {
+  return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::BN - 1) / T::BN) * kSlices;
+}
+
+template <typename T, typename Out>
+void launch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s) {
+  const int64_t units = int64_t{M} * K / 8;
+  cuda::launch_pdl(permute_tokens_kernel, dim3(static_cast<unsigned>((units + 255) / 256)), dim3(256), 0, s,
+                   reinterpret_cast<const uint4*>(x), reinterpret_cast<uint32_t*>(xp), units);
+  configure<T, Out>();
+  const int64_t blocks = tile_blocks<T>(M, N);
+  NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
+  cuda::launch_pdl(linear_wgmma_kernel<T, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), T::kSmem,
+                   s, xp, w, y, M, N, K);
+}
+
+// Blocks of tile T that the device holds at once: its co-resident clusters x 4.
+template <typename T>
+int64_t tile_slots() {
+  static const int64_t slots = [] {
+    configure<T, uint16_t>();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kSlices * 1024);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = T::kSmem;
+    int clusters = 0;
+    NS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, linear_wgmma_kernel<T, uint16_t>, &cfg));
+    return int64_t{clusters > 0 ? clusters : 1} * kSlices;
+  }();
+  return slots;
+}
+
+// A block's time is about the bytes it reads a chunk (its rows and tokens);
+// the waves of blocks run one after another.
+template <typename T>
+int64_t tile_cost(int M, int N) {
+  const int64_t slots = tile_slots<T>();
+  return (tile_blocks<T>(M, N) + slots - 1) / slots * (T::kRows + T::BN);
+}
+
+}  // namespace
+
+WgmmaTile choose_tile(int M, int N) {
+  // Small steps (the ones CUDA graphs capture) take the small tile without
+  // querying the device.
+  if (M <= 64) return WgmmaTile::k128x64;
+  const WgmmaTile tiles[] = {WgmmaTile::k128x128, WgmmaTile::k128x256, WgmmaTile::k256x128};
+  const int64_t costs[] = {tile_cost<WgTile<1, 128>>(M, N), tile_cost<WgTile<1, 256>>(M, N),
+                           tile_cost<WgTile<2, 128>>(M, N)};
+  int best = 0;
+  for (int i = 1; i < 3; ++i) {
+    if (costs[i] < costs[best]) best = i;  // ties: the smaller tile
+  }
+  return tiles[best];
+}
+
+template <typename Out>
+void launch_linear_wgmma(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
+                         WgmmaTile tile, cudaStream_t s) {
+  switch (tile) {
+    case WgmmaTile::k128x64: launch<WgTile<1, 64>>(x, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x128: launch<WgTile<1, 128>>(x, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x256: launch<WgTile<1, 256>>(x, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k256x128: launch<WgTile<2, 128>>(x, xp, w, y, M, N, K, s); break;
+  }
+}
+
+template void launch_linear_wgmma<float>(const uint16_t*, uint16_t*, const uint16_t*, float*, int, int, int,
+                                         WgmmaTile, cudaStream_t);
+template void launch_linear_wgmma<uint16_t>(const uint16_t*, uint16_t*, const uint16_t*, uint16_t*, int, int,
+                                            int, WgmmaTile, cudaStream_t);
+
+}  // namespace nanoserve::linear_detail
