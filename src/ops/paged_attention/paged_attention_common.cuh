@@ -176,25 +176,26 @@ __device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
   return {meta.x, __ldg(p.positions + t) + 1, meta.y};
 }
 
-// Whether rows u and u + 1 of this launch share a thread block of split
-// `split` (PagedAttentionCudaOptions::pair_rows): one sequence, positions p
-// and p + 1 with p even, the same split plan and the same tiles in this split
-// (for p even they always have: a tile boundary is even), and room for both
-// head groups in the mma's 8 columns. The block of u computes both; the block
-// of u + 1 returns. Both evaluate this same function.
-template <typename T, int HD, int G>
-__device__ __forceinline__ bool rows_pair(const AttnParams<T>& p, int u, const RowInfo& a, int split) {
-  if (2 * G > 8 || !p.pair_rows || u < p.row_offset || u + 1 >= p.row_end) return false;
-  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + u + 1);
-  const int ctx1 = __ldg(p.positions + u + 1) + 1;
-  if (meta.x != a.seq || ctx1 != a.ctx + 1 || (a.ctx & 1) == 0) return false;
-  constexpr int kTile = Geometry<HD>::kTileTokens;
-  const SplitPlan p0 = plan_splits(a.ctx, kTile, p.max_splits, p.min_split_tiles);
-  const SplitPlan p1 = plan_splits(ctx1, kTile, p.max_splits, p.min_split_tiles);
-  if (p0.n_splits != p1.n_splits || p0.split_len != p1.split_len || split >= p0.n_splits) return false;
-  const int begin = split * p0.split_len;
-  const int end0 = min(a.ctx, begin + p0.split_len), end1 = min(ctx1, begin + p0.split_len);
-  return (end0 - begin + kTile - 1) / kTile == (end1 - begin + kTile - 1) / kTile;
+// Rows of one sequence at consecutive positions within one aligned window of
+// window_rows(G, kNT) positions share a thread block
+// (PagedAttentionCudaOptions::pair_rows): 8 kNT columns of the mma hold G
+// heads of each. A window divides the tile, so its rows' contexts end in the
+// same tile: they have the same split plan and the same tiles in every split.
+// The block of the first of them in the launch computes them all; the blocks
+// of the others return.
+__host__ __device__ constexpr int window_rows(int G, int kNT) {
+  int r = 1;
+  while (2 * r * G <= 8 * kNT) r *= 2;
+  return r;
+}
+// Whether row u + i of this launch continues the window of row u (info a):
+// the same sequence, position i further, the same window of R positions.
+template <typename T>
+__device__ __forceinline__ bool continues_window(const AttnParams<T>& p, int u, const RowInfo& a, int i, int R) {
+  if (R == 1 || u < p.row_offset || u + i >= p.row_end) return false;
+  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + u + i);
+  const int pos = a.ctx - 1 + i;
+  return meta.x == a.seq && __ldg(p.positions + u + i) == pos && pos / R == (a.ctx - 1) / R;
 }
 
 }  // namespace nanoserve::paged_attention_kernels

@@ -244,8 +244,9 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
     for (int hd : {64, 128}) {
       for (int g : {1, 2, 4, 8}) {
         dispatch(dt, hd, g, [&]<typename T, int HD, int G>() {
-          for (auto kernel : {paged_attention_split_kernel<T, HD, G, false>,
-                              paged_attention_split_kernel<T, HD, G, true>}) {
+          for (auto kernel : {paged_attention_split_kernel<T, HD, G, false, 1>,
+                              paged_attention_split_kernel<T, HD, G, true, 1>,
+                              paged_attention_split_kernel<T, HD, G, false, 2>}) {
             NS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                smem_bytes(HD, kMaxStages)));
           }
@@ -264,6 +265,8 @@ namespace {
 struct LaunchPlan {
   int n_groups = 0, grid_splits = 0, stages = 0;
   bool hold = false;
+  bool pair_rows = false;  // PagedAttentionCudaOptions::pair_rows, with a sequence of several rows
+  int col_tiles = 1;       // the kernel's column tiles: 2 where rows share blocks and no tile is held
 };
 
 LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int64_t hd,
@@ -296,6 +299,8 @@ LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int
   // split has a tile to refill.
   lp.hold = options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} && lp.stages == kHoldStages &&
             split_tiles > lp.stages;
+  lp.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
+  lp.col_tiles = lp.pair_rows && !lp.hold ? 2 : 1;
   return lp;
 }
 
@@ -308,7 +313,8 @@ uint32_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tens
   (void)block_size;
   const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options);
   return static_cast<uint32_t>(lp.grid_splits) | static_cast<uint32_t>(lp.stages) << 8 |
-         static_cast<uint32_t>(lp.hold) << 16;
+         static_cast<uint32_t>(lp.hold) << 16 | static_cast<uint32_t>(lp.pair_rows) << 17 |
+         static_cast<uint32_t>(lp.col_tiles) << 18;
 }
 
 // ---- entry points --------------------------------------------------------------
@@ -410,7 +416,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         << "reduce_warps " << options.reduce_warps;
     p.early_window = options.early_window;
     p.kv_evict_first = options.kv_evict_first;
-    p.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
+    p.pair_rows = plan.pair_rows;
     p.hold_before_q = options.hold_before_q;
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
@@ -431,10 +437,11 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cfg.stream = stream;
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;
-      NS_CUDA_CHECK(cudaLaunchKernelEx(
-          &cfg,
-          hold ? paged_attention_split_kernel<T, HD, G, true> : paged_attention_split_kernel<T, HD, G, false>,
-          p));
+      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg,
+                                       hold                  ? paged_attention_split_kernel<T, HD, G, true, 1>
+                                       : plan.col_tiles == 2 ? paged_attention_split_kernel<T, HD, G, false, 2>
+                                                             : paged_attention_split_kernel<T, HD, G, false, 1>,
+                                       p));
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
         cudaLaunchConfig_t rcfg{};

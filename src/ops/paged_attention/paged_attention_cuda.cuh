@@ -119,9 +119,11 @@ struct PagedAttentionCudaOptions {
   // K/V copies ask L2 to evict their lines first: the history is read once a
   // step, and q, the partials and the metadata stay cached. Changes no sum.
   bool kv_evict_first = true;
-  // Rows p and p + 1 (p even) of one sequence in this step share a thread
+  // The rows of one sequence in an aligned window of positions share a thread
   // block, each (row, head) one column of the mma with its own causal end, so
-  // an extend chunk reads each K/V tile once for two rows. Changes no sum.
+  // an extend chunk reads each K/V tile once for the window: 16 columns (two
+  // mma column tiles) of G heads, so 4 rows at G = 4, where no tile is held;
+  // else 8 columns. Changes no sum.
   bool pair_rows = true;
   // In a launch whose blocks fit at two an SM, a split with more tiles than
   // stages reads its first tile into registers and refills that stage at

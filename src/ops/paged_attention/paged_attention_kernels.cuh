@@ -16,7 +16,10 @@ namespace nanoserve::paged_attention_kernels {
 // this step's rows (hold_before_wait), else once q's loads are issued after
 // it; then it computes its resident tiles (four, or three) as one batch (64
 // more registers: two blocks an SM).
-template <typename T, int HD, int G, bool kHold>
+//
+// kNT: column tiles of the mma (8 columns each): with 2, twice the rows of a
+// sequence's window share a block (launches with rows of several positions).
+template <typename T, int HD, int G, bool kHold, int kNT>
 __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
@@ -27,6 +30,10 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   constexpr int kKS = HD / 16;   // k-steps of S^T (16 dims each)
   constexpr int kDT = HD / 16;   // dim m-tiles of O^T (16 dims each)
   static_assert(G <= 8, "a head group fills at most the 8 columns of the mma tile");
+  static_assert(kNT == 1 || (kNT == 2 && !kHold), "two column tiles only in the plain kernel");
+  constexpr int kCols = 8 * kNT;
+  constexpr int kWindow = window_rows(G, kNT);
+  static_assert(Geometry<HD>::kTileTokens % kWindow == 0, "a window of rows ends its contexts in one tile");
   // From the first 1024-byte boundary: [kWarps][stages][K,V][kHalves][kWT
   // lines], then the mbarriers [kWarps][kMaxStages]; the stages are reused by
   // the merge.
@@ -51,11 +58,16 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const RowInfo ri = row_info(p, t);
   const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
   if (split >= plan.n_splits) return;
-  // Rows t and t + 1 paired: the 8 columns are G heads of row t, then G of
-  // row t + 1. Every column performs the single-row kernel's operations with
-  // its own row's end; the copies and the tiles run to the later row's end.
-  if (p.pair_rows && t > p.row_offset && rows_pair<T, HD, G>(p, t - 1, row_info(p, t - 1), split)) return;
-  const int n_rows = rows_pair<T, HD, G>(p, t, ri, split) ? 2 : 1;
+  // The rows of t's window in this launch share its block: the columns are G
+  // heads of row t, then G of row t + 1, and so on. Every column performs the
+  // single-row kernel's operations with its own row's end; the copies and the
+  // tiles run to the last row's end.
+  if (p.pair_rows && t > p.row_offset && continues_window(p, t - 1, row_info(p, t - 1), 1, kWindow)) return;
+  int n_rows = 1;
+  if (p.pair_rows) {
+#pragma unroll
+    for (int i = 1; i < kWindow; ++i) n_rows += n_rows == i && continues_window(p, t, ri, i, kWindow);
+  }
   const int begin = split * plan.split_len;
   const int end = min(ri.ctx + n_rows - 1, begin + plan.split_len);  // the block's: its last row's
   const int n_tiles = (end - begin + Geo::kTileTokens - 1) / Geo::kTileTokens;
@@ -126,11 +138,16 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const float scale_log2 = p.scale_log2;
   const int head0 = group * G;  // first head of the group within the kv head's n_rep
-  // Column c is head head0 + c % G of row t + c / G.
-  const bool head_valid = gid < G * n_rows && head0 + gid % G < p.n_rep;
-  int col_end[2];  // the end of the lane's two columns' rows
+  // Column c is head head0 + c % G of row t + c / G; column tile j holds
+  // columns 8 j .. 8 j + 7.
+  bool head_valid[kNT];
+  int col_end[kNT][2];  // the end of the lane's two columns' rows in each column tile
 #pragma unroll
-  for (int e = 0; e < 2; ++e) col_end[e] = min(ri.ctx + (2 * tig + e) / G, begin + plan.split_len);
+  for (int j = 0; j < kNT; ++j) {
+    head_valid[j] = 8 * j + gid < G * n_rows && head0 + (8 * j + gid) % G < p.n_rep;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) col_end[j][e] = min(ri.ctx + (8 * j + 2 * tig + e) / G, begin + plan.split_len);
+  }
 
   // The A fragments, read from a stage: K's for tokens 16 mt .. 16 mt + 15
   // at k-step ks (the four 8x8 matrices: tokens 0-7 and 8-15 of dims 0-7, then
@@ -230,39 +247,49 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   if (kHold && hold && !hold_early && p.hold_before_q) hold_first_tile(2, 0);
 
   stamp(trace, 8);
-  // Q^T as mma B fragments: column gid = head head0 + gid (zero past the group).
-  uint32_t qb[kKS][2];
-  {
+  // Q^T as mma B fragments: column 8 j + gid of column tile j (zero past the rows' heads).
+  uint32_t qb[kNT][kKS][2];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
     // The lane's pairs of q: words 8 ks + tig and 8 ks + 4 + tig of its row,
     // one base address and immediate offsets.
+    const int c = 8 * j + gid;
     const uint32_t* q_words =
         reinterpret_cast<const uint32_t*>(
-            p.q + (static_cast<int64_t>(t + gid / G) * p.n_heads + kvh * p.n_rep + head0 + gid % G) * HD) +
+            p.q + (static_cast<int64_t>(t + c / G) * p.n_heads + kvh * p.n_rep + head0 + c % G) * HD) +
         tig;
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) qb[ks][0] = qb[ks][1] = 0u;
-    if (head_valid) {
+    for (int ks = 0; ks < kKS; ++ks) qb[j][ks][0] = qb[j][ks][1] = 0u;
+    if (head_valid[j]) {
 #pragma unroll
       for (int ks = 0; ks < kKS; ++ks) {
-        qb[ks][0] = q_words[8 * ks];
-        qb[ks][1] = q_words[8 * ks + 4];
+        qb[j][ks][0] = q_words[8 * ks];
+        qb[j][ks][1] = q_words[8 * ks + 4];
       }
     }
   }
 
   if (p.trace != nullptr) {
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qb[ks][0]), "+r"(qb[ks][1]));
+    for (int j = 0; j < kNT; ++j) {
+#pragma unroll
+      for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qb[j][ks][0]), "+r"(qb[j][ks][1]));
+    }
     stamp(trace, 9);
   }
   if (kHold && hold && !hold_early && !p.hold_before_q) hold_first_tile(2, 0);
 
-  // The lane's two columns: heads head0 + 2 tig + e, e = 0, 1.
-  float m[2] = {-INFINITY, -INFINITY};  // running max (the same in the 8 lanes of a column)
-  float l[2] = {0.0f, 0.0f};            // this lane's share of the running sum (its tokens)
-  float o[kDT][4];  // O^T fragments: [e] dim 16 dt + gid, [2 + e] dim 16 dt + gid + 8; column 2 tig + e
+  // The lane's two columns of each column tile j: 8 j + 2 tig + e, e = 0, 1.
+  float m[kNT][2], l[kNT][2];  // running max (the same in the 8 lanes of a column); this lane's share
+                               // of the running sum (its tokens)
+  float o[kNT][kDT][4];  // O^T fragments: [e] dim 16 dt + gid, [2 + e] dim 16 dt + gid + 8; column 2 tig + e
 #pragma unroll
-  for (int dt = 0; dt < kDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  for (int j = 0; j < kNT; ++j) {
+    m[j][0] = m[j][1] = -INFINITY;
+    l[j][0] = l[j][1] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) o[j][dt][0] = o[j][dt][1] = o[j][dt][2] = o[j][dt][3] = 0.0f;
+  }
 
   // N tiles of this warp's kWT tokens each, from warp_begin[n]: S^T = K Q^T,
   // the online softmax down each column, O^T += V^T P^T. k_frag(n, mt, ks, a)
@@ -278,71 +305,82 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // it would fuse l * corr + p depends on the shape of the code around it, and
   // the held and the plain kernel must agree to the bit.
   auto compute_tiles = [&]<int N>(const int(&warp_begin)[N], auto&& k_frag, auto&& v_frag) {
-    float s[N][kMT][4];  // [e] token 16 mt + gid, [2 + e] token 16 mt + gid + 8; column 2 tig + e
+    float s[N][kMT][kNT][4];  // [e] token 16 mt + gid, [2 + e] token 16 mt + gid + 8; column 2 tig + e
 #pragma unroll
     for (int n = 0; n < N; ++n) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
-        s[n][mt][0] = s[n][mt][1] = s[n][mt][2] = s[n][mt][3] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) s[n][mt][j][0] = s[n][mt][j][1] = s[n][mt][j][2] = s[n][mt][j][3] = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < kKS; ++ks) {
           uint32_t a[4];
           k_frag(n, mt, ks, a);
-          Elem<T>::mma(s[n][mt], a, qb[ks][0], qb[ks][1]);
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) Elem<T>::mma(s[n][mt][j], a, qb[j][ks][0], qb[j][ks][1]);
         }
       }
     }
 #pragma unroll
     for (int n = 0; n < N; ++n) {
-      // Online softmax down each column (the 8 lanes of a column hold 2 tokens
-      // of each m-tile).
-      float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
+      for (int j = 0; j < kNT; ++j) {
+        // Online softmax down each column (the 8 lanes of a column hold 2 tokens
+        // of each m-tile).
+        float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < col_end[r & 1];
-          s[n][mt][r] = visible ? __fmul_rn(s[n][mt][r], scale_log2) : -INFINITY;
-          tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][r]);
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < col_end[j][r & 1];
+            s[n][mt][j][r] = visible ? __fmul_rn(s[n][mt][j][r], scale_log2) : -INFINITY;
+            tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);
+          }
+        }
+        float corr[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+#pragma unroll
+          for (int off = 4; off < 32; off <<= 1) {
+            tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], off));
+          }
+          const float m_new = fmaxf(m[j][e], tile_max[e]);
+          // exp2(-inf) = 0 on the first visible tile.
+          corr[e] = m_new == -INFINITY ? 1.0f : cuda::exp2_approx(__fsub_rn(m[j][e], m_new));
+          m[j][e] = m_new;
+          l[j][e] = __fmul_rn(l[j][e], corr[e]);
+        }
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) o[j][dt][r] = __fmul_rn(o[j][dt][r], corr[r & 1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int e = r & 1;
+            s[n][mt][j][r] =
+                m[j][e] == -INFINITY ? 0.0f : cuda::exp2_approx(__fsub_rn(s[n][mt][j][r], m[j][e]));
+            l[j][e] = __fadd_rn(l[j][e], s[n][mt][j][r]);
+          }
         }
       }
-      float corr[2];
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-#pragma unroll
-        for (int off = 4; off < 32; off <<= 1) {
-          tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], off));
-        }
-        const float m_new = fmaxf(m[e], tile_max[e]);
-        // exp2(-inf) = 0 on the first visible tile.
-        corr[e] = m_new == -INFINITY ? 1.0f : cuda::exp2_approx(__fsub_rn(m[e], m_new));
-        m[e] = m_new;
-        l[e] = __fmul_rn(l[e], corr[e]);
-      }
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt) {
-#pragma unroll
-        for (int r = 0; r < 4; ++r) o[dt][r] = __fmul_rn(o[dt][r], corr[r & 1]);
-      }
+      // O^T += V^T P^T, 16 tokens (one S^T m-tile) per k-step; a V fragment serves every column tile.
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
+        uint32_t pb[kNT][2];
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int e = r & 1;
-          s[n][mt][r] = m[e] == -INFINITY ? 0.0f : cuda::exp2_approx(__fsub_rn(s[n][mt][r], m[e]));
-          l[e] = __fadd_rn(l[e], s[n][mt][r]);
+        for (int j = 0; j < kNT; ++j) {
+          pb[j][0] = cuda::movmatrix_trans(Elem<T>::pack2(s[n][mt][j][0], s[n][mt][j][1]));
+          pb[j][1] = cuda::movmatrix_trans(Elem<T>::pack2(s[n][mt][j][2], s[n][mt][j][3]));
         }
-      }
-      // O^T += V^T P^T, 16 tokens (one S^T m-tile) per k-step.
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        const uint32_t pb0 = cuda::movmatrix_trans(Elem<T>::pack2(s[n][mt][0], s[n][mt][1]));
-        const uint32_t pb1 = cuda::movmatrix_trans(Elem<T>::pack2(s[n][mt][2], s[n][mt][3]));
 #pragma unroll
         for (int dt = 0; dt < kDT; ++dt) {
           uint32_t a[4];
           v_frag(n, mt, dt, a);
-          Elem<T>::mma(o[dt], a, pb0, pb1);
+#pragma unroll
+          for (int j = 0; j < kNT; ++j) Elem<T>::mma(o[j][dt], a, pb[j][0], pb[j][1]);
         }
       }
     }
@@ -435,9 +473,12 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     if (++slot == stages) slot = 0, phase ^= 1;
   }
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
+  for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-    for (int off = 4; off < 32; off <<= 1) l[e] += __shfl_xor_sync(0xffffffffu, l[e], off);
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int off = 4; off < 32; off <<= 1) l[j][e] += __shfl_xor_sync(0xffffffffu, l[j][e], off);
+    }
   }
   __syncthreads();  // every warp is done with its stages: reuse them for the merge
 
@@ -446,23 +487,26 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // A head's row is padded by 4 floats: the 4 columns a store writes at
   // once then fall in different banks.
   constexpr int kOS = HD + 4;
-  constexpr int kC = 8;                          // columns
+  constexpr int kC = kCols;
   float* sm_o = reinterpret_cast<float*>(smem);  // [kWarps][kC][kOS]
   float* sm_m = sm_o + kWarps * kC * kOS;        // [kWarps][kC]
   float* sm_l = sm_m + kWarps * kC;              // [kWarps][kC]
   const int n_cols = G * n_rows;
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int g = 2 * tig + e;
-    if (g < n_cols) {
+  for (int j = 0; j < kNT; ++j) {
 #pragma unroll
-      for (int dt = 0; dt < kDT; ++dt) {
-        sm_o[(warp * kC + g) * kOS + 16 * dt + gid] = o[dt][e];
-        sm_o[(warp * kC + g) * kOS + 16 * dt + gid + 8] = o[dt][2 + e];
-      }
-      if (gid == 0) {
-        sm_m[warp * kC + g] = m[e];
-        sm_l[warp * kC + g] = l[e];
+    for (int e = 0; e < 2; ++e) {
+      const int g = 8 * j + 2 * tig + e;
+      if (g < n_cols) {
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+          sm_o[(warp * kC + g) * kOS + 16 * dt + gid] = o[j][dt][e];
+          sm_o[(warp * kC + g) * kOS + 16 * dt + gid + 8] = o[j][dt][2 + e];
+        }
+        if (gid == 0) {
+          sm_m[warp * kC + g] = m[j][e];
+          sm_l[warp * kC + g] = l[j][e];
+        }
       }
     }
   }
