@@ -184,7 +184,7 @@ struct LlamaCudaModel::Step {
   Tensor proj;     // [max_tokens, dim] bf16 o_proj / down output, added to x by the next norm
   Tensor gate_up;  // [max_tokens, 2 ffn_dim] bf16
   Tensor act;      // [max_tokens, ffn_dim] bf16 silu(gate) * up
-  Tensor lin_scratch;  // linear_cuda's scratch for the largest step and K
+  Tensor xperm;    // [max_tokens * max K] bf16 linear_cuda's permuted copy of x
   Tensor last;     // [max_logits_rows, dim] bf16 normed rows that need logits
   Tensor logits;   // [max_logits_rows, vocab] f32
   Tensor argmax;   // [max_logits_rows] i32
@@ -350,8 +350,8 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   s->proj = cuda::empty(DType::kBF16, {T, c.dim});
   s->gate_up = cuda::empty(DType::kBF16, {T, 2 * c.ffn_dim});
   s->act = cuda::empty(DType::kBF16, {T, c.ffn_dim});
-  s->lin_scratch = cuda::empty(
-      DType::kBF16, {std::max<int64_t>(1, linear_cuda_scratch_elems(T, std::max({c.dim, c.ffn_dim, c.n_heads * c.head_dim})))});
+  const int64_t max_k = std::max({c.dim, c.ffn_dim, c.n_heads * c.head_dim});
+  s->xperm = cuda::empty(DType::kBF16, {std::max<int64_t>(1, linear_cuda_scratch_elems(T, max_k))});
   s->last = cuda::empty(DType::kBF16, {R, c.dim});
   s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->argmax = cuda::empty(DType::kI32, {R});
@@ -509,7 +509,7 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const bool small_step = T <= 64 || !s.limits.cublas_prefill;
   auto linear = [&](const Tensor& in, const Tensor& w, const Tensor& out) {
     if (small_step && linear_cuda_supports(in, w, out)) {
-      linear_cuda(in, w, out, s.lin_scratch, st);
+      linear_cuda(in, w, out, s.xperm, st);
     } else {
       s.gemm->matmul(in, w, out, st);
     }

@@ -168,8 +168,8 @@ void launch_stream(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, i
 }
 
 template <typename Out>
-void dispatch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K, LinearPath path,
-              cuda::Stream s) {
+void dispatch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
+              LinearPath path, cuda::Stream s) {
   using linear_detail::WgmmaTile;
   if (path == LinearPath::kAuto && M <= 32) path = LinearPath::kStream;
   if (path == LinearPath::kStream) {

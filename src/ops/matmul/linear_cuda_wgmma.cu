@@ -51,7 +51,8 @@ struct WgTile {
   static constexpr int R = R_, BN = BN_, kW = BN == 64 ? 32 : 64, NB = BN / kW;
   static constexpr int kRows = 2 * 64 * R;
   static constexpr int kStageBytes = (kRows + BN) * kRowBytes;
-  static constexpr int kStages = (kSmemLimit - 1024) / kStageBytes > 8 ? 8 : (kSmemLimit - 1024) / kStageBytes;
+  static constexpr int kStages = (kSmemLimit - 1024) / kStageBytes > 8 ? 8
+                                                                       : (kSmemLimit - 1024) / kStageBytes;
   static constexpr int kLd = kRows + 4;  // floats per token row of the partial tile
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kPartBytes = BN * kLd * 4;
@@ -96,12 +97,14 @@ __device__ __forceinline__ void wgmma(float (&d)[32], uint32_t a0, uint32_t a1, 
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,"
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%"
+      "27,"
       "%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc));
 }
 __device__ __forceinline__ void wgmma(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -128,7 +131,8 @@ __device__ __forceinline__ void pin(AFrags<R>& a) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) asm volatile("" : "+r"(a[r][s][0]), "+r"(a[r][s][1]), "+r"(a[r][s][2]), "+r"(a[r][s][3]));
+    for (int s = 0; s < 4; ++s)
+      asm volatile("" : "+r"(a[r][s][0]), "+r"(a[r][s][1]), "+r"(a[r][s][2]), "+r"(a[r][s][3]));
   }
 }
 
@@ -336,8 +340,8 @@ __global__ void permute_tokens_kernel(const uint4* __restrict__ x, uint32_t* __r
 template <typename T, typename Out>
 void configure() {
   static const bool configured = [] {
-    NS_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<T, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       T::kSmem));
+    NS_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<T, Out>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
     return true;
   }();
   (void)configured;

@@ -191,7 +191,8 @@ __host__ __device__ constexpr int window_rows(int G, int kNT) {
 // Whether row u + i of this launch continues the window of row u (info a):
 // the same sequence, position i further, the same window of R positions.
 template <typename T>
-__device__ __forceinline__ bool continues_window(const AttnParams<T>& p, int u, const RowInfo& a, int i, int R) {
+__device__ __forceinline__ bool continues_window(const AttnParams<T>& p, int u, const RowInfo& a, int i,
+                                                 int R) {
   if (R == 1 || u < p.row_offset || u + i >= p.row_end) return false;
   const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + u + i);
   const int pos = a.ctx - 1 + i;

@@ -438,9 +438,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;
       NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg,
-                                       hold                  ? paged_attention_split_kernel<T, HD, G, true, 1>
-                                       : plan.col_tiles == 2 ? paged_attention_split_kernel<T, HD, G, false, 2>
-                                                             : paged_attention_split_kernel<T, HD, G, false, 1>,
+                                       hold ? paged_attention_split_kernel<T, HD, G, true, 1>
+                                       : plan.col_tiles == 2
+                                           ? paged_attention_split_kernel<T, HD, G, false, 2>
+                                           : paged_attention_split_kernel<T, HD, G, false, 1>,
                                        p));
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {

@@ -146,7 +146,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   for (int j = 0; j < kNT; ++j) {
     head_valid[j] = 8 * j + gid < G * n_rows && head0 + (8 * j + gid) % G < p.n_rep;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) col_end[j][e] = min(ri.ctx + (8 * j + 2 * tig + e) / G, begin + plan.split_len);
+    for (int e = 0; e < 2; ++e)
+      col_end[j][e] = min(ri.ctx + (8 * j + 2 * tig + e) / G, begin + plan.split_len);
   }
 
   // The A fragments, read from a stage: K's for tokens 16 mt .. 16 mt + 15
@@ -311,7 +312,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-        for (int j = 0; j < kNT; ++j) s[n][mt][j][0] = s[n][mt][j][1] = s[n][mt][j][2] = s[n][mt][j][3] = 0.0f;
+        for (int j = 0; j < kNT; ++j)
+          s[n][mt][j][0] = s[n][mt][j][1] = s[n][mt][j][2] = s[n][mt][j][3] = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < kKS; ++ks) {
           uint32_t a[4];

@@ -132,12 +132,13 @@ TEST(PagedAttentionCuda, ExtendChunksMatchReference) {
   check_problem({DType::kBF16, 64, 8, 3, 3}, {{200, 200}, {31, 7}});
 }
 
-// Extend rows paired in a block (pair_rows, the default) against every row in
-// a block of its own, bitwise: whole prefills, chunks starting at odd and even
-// positions, decodes beside them, several launches (a 3-row workspace splits
-// pairs at launch boundaries), head groups that leave room for a second row
-// (G = 1, 2, 4, one of them partly empty) and one that does not (G = 8). Also
-// against the CPU reference, so a pair that is equal but wrong fails too.
+// Extend rows sharing a block (pair_rows, the default: the rows of an aligned
+// window of positions, two column tiles of the mma) against every row in a
+// block of its own, bitwise: whole prefills, chunks starting at odd and even
+// positions (mid-window), decodes beside them, several launches (a 3-row
+// workspace cuts windows at launch boundaries), head groups of G = 1, 2, 4 and
+// 8 (windows of 16, 8, 4 and 2 rows; n_rep = 3 leaves a head of G = 4 empty). Also
+// against the CPU reference, so a window that is equal but wrong fails too.
 TEST(PagedAttentionCuda, PairedExtendRowsEqualSingleRows) {
   NS_SKIP_WITHOUT_GPU();
   const std::vector<std::pair<int, int>> seqs{{1024, 1024}, {778, 301}, {5, 1}, {300, 40}, {2, 2}, {9, 3}};
