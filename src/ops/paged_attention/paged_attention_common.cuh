@@ -2,8 +2,9 @@
 // What the CUDA paged attention kernels share (device code and the launch
 // constants the host side needs): the geometry of a stage, the split plan, the
 // pool strides, the diagnostic trace, the kernels' parameters, and which rows
-// a block computes. Included by paged_attention_kernels.cuh and
-// paged_attention_reduce.cuh, and through them only by paged_attention_cuda.cu.
+// a block computes. Included by paged_attention_kernels.cuh,
+// paged_attention_reduce.cuh and paged_kv_write.cuh, and through them only by
+// paged_attention_cuda.cu.
 
 #include <cuda.h>  // CUtensorMap (the type only)
 

@@ -2,7 +2,8 @@
 // kernel), and the split reduction. See paged_attention_cuda.cuh for layouts and
 // docs/kernels.md for the design, its versions, predictions and measurements.
 // This file is the host side (metadata upload, workspace, launch choices); the
-// kernels are in paged_attention_kernels.cuh.
+// kernels are in paged_attention_kernels.cuh, paged_attention_reduce.cuh and
+// paged_kv_write.cuh.
 //
 // Attention kernel (v9), one thread block of 4 warps per (query row, split, kv
 // head group):
@@ -54,6 +55,7 @@
 
 #include "core/cuda/cuda_check.cuh"
 #include "ops/paged_attention/paged_attention_kernels.cuh"
+#include "ops/paged_attention/paged_kv_write.cuh"
 
 namespace nanoserve {
 

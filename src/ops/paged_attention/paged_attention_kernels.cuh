@@ -1,9 +1,10 @@
 #pragma once
-// The CUDA paged attention kernels (device code), included only by
-// paged_attention_cuda.cu, which launches them: the split kernel (decode and
-// extend), and the KV write. What they share is in paged_attention_common.cuh,
-// the split reduction in paged_attention_reduce.cuh. See paged_attention_cuda.cu
-// for the design summary and docs/kernels.md for its versions and measurements.
+// The CUDA paged attention's split kernel (device code, decode and extend),
+// included only by paged_attention_cuda.cu, which launches it. What the
+// kernels share is in paged_attention_common.cuh, the split reduction in
+// paged_attention_reduce.cuh, the KV write in paged_kv_write.cuh. See
+// paged_attention_cuda.cu for the design summary and docs/kernels.md for its
+// versions and measurements.
 
 #include "ops/paged_attention/paged_attention_common.cuh"
 #include "ops/paged_attention/paged_attention_reduce.cuh"
@@ -576,25 +577,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits,
                           plan.n_splits, p.out + (static_cast<int64_t>(t + g / G) * p.n_heads + qh) * HD,
                           lane);
-  }
-}
-
-// k_pool[slot_mapping[t]] = k[t], the same for v. A token's row is n_kv heads of
-// head_chunks 16-byte chunks; s (PoolStrides in chunks) places head h of slot
-// (block b, offset i) at b * block + h * head + i * token.
-__global__ void paged_kv_write_kernel(const uint4* k, const uint4* v, uint4* k_pool, uint4* v_pool,
-                                      const int32_t* slot_mapping, int n_kv, int head_chunks,
-                                      int block_size_log2, PoolStrides s) {
-  const int t = blockIdx.x;
-  const int slot = slot_mapping[t];
-  if (slot < 0) return;  // padding token
-  const int chunks = n_kv * head_chunks;
-  const int64_t src = static_cast<int64_t>(t) * chunks;
-  const int64_t base = (slot >> block_size_log2) * s.block + (slot & ((1 << block_size_log2) - 1)) * s.token;
-  for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const int64_t dst = base + (c / head_chunks) * s.head + c % head_chunks;
-    k_pool[dst] = k[src + c];
-    v_pool[dst] = v[src + c];
   }
 }
 
