@@ -5,9 +5,10 @@
 // block w of the cluster computes slice w of K (linear_cuda_common.cuh) for the
 // whole tile with two warpgroups, each 64 R rows. Weight and token rows come
 // into shared memory through cp.async, 16 bytes a copy, a chunk (64 k) a
-// stage; the tokens from a copy of x in the mma's k order (below). The product is
-// wgmma.m64n64k16 with the weights as the A operand in registers and the
-// tokens as the B operand read from shared memory:
+// stage; the tokens from a copy of x in the mma's k order (below). The product
+// is wgmma.m64n64k16 (m64n32k16 for a tile of 64 tokens) with the weights as
+// the A operand in registers and the tokens as the B operand read from shared
+// memory:
 // - A: warp i of a warpgroup holds rows 16 i .. 16 i + 15 of its 64 in the
 //   m16n8k16 fragment layout, so a lane loads the same two 16-byte units of its
 //   rows g and g + 8 as the streaming kernel and feeds step s the same words.
