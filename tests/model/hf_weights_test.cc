@@ -125,7 +125,7 @@ TEST_F(TinyHfModel, F32MatchesHfReferenceAtEveryPosition) {
   }
 }
 
-TEST_F(TinyHfModel, Bf16MatchesHfReferenceOnTheSameRoundedWeights) {
+TEST_F(TinyHfModel, Bf16MatchesHfReferenceForTheSameRoundedWeights) {
   testing::TinyHf m = testing::make_tiny_hf(false, 5);
   for (auto& [name, v] : m.w) {
     for (float& f : v) f = bf16_to_f32(f32_to_bf16(f));  // the checkpoint holds exactly these

@@ -137,7 +137,7 @@ TEST(Spm, DecodeJoinsBytesAndDropsTheDummyPrefix) {
   EXPECT_EQ(t->token_to_piece(3 + '\n'), "\n");
 }
 
-TEST(Spm, FastMergeEqualsReferenceOnTheTrainedVocab) {
+TEST(Spm, FastMergeEqualsReferenceForTheTrainedVocab) {
   auto g = GgufFile::open(std::string(testing::kTokenizerFixtureDir) + "trained/spm_bpe.gguf");
   ASSERT_TRUE(g.ok()) << g.status().to_string();
   auto v = vocab_from_gguf(**g);

@@ -124,7 +124,7 @@ void expect_close(const Tensor& got, const Tensor& want, const Tensor& w, const 
 // f32 rounding, so the reference gets the same rounded x (per 32 values for
 // Q5_0 / Q5_1, per 256 for the K-quants) and the tolerance is rounding only
 // (a wrong scale, min or bit moves outputs by far more).
-TEST(MatmulKQuant, KernelsMatchReferenceOnQuantizedActivations) {
+TEST(MatmulKQuant, KernelsMatchReferenceWithQuantizedActivations) {
   for (DType dt : kDirect) {
     for (int64_t K : {256, 768, 1536}) {
       for (int64_t N : {1, 5, 33}) {

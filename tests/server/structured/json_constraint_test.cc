@@ -66,7 +66,7 @@ const char* kPersonSchema = R"({"type":"object","properties":{
   "tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3},"ok":{"type":"boolean"}},
   "required":["age","name"],"additionalProperties":false})";
 
-TEST(TokenMask, TrieMatchesBruteForceOnASmallVocabulary) {
+TEST(TokenMask, TrieMatchesBruteForceForASmallVocabulary) {
   const auto vocab = small_vocab();
   const Grammar g = schema(kPersonSchema);
   expect_masks_match(*vocab, g, R"({"age": 41, "name":"na\u00e9", "ok": true, "tags":["a","b"]})", 1);
