@@ -104,7 +104,7 @@ struct LlamaCudaModel::Step {
   Tensor proj;     // [max_tokens, dim] bf16 o_proj / down output, added to x by the next norm
   Tensor gate_up;  // [max_tokens, 2 ffn_dim] bf16
   Tensor act;      // [max_tokens, ffn_dim] bf16 silu(gate) * up
-  Tensor xperm;    // [max_tokens * max K] bf16 linear_cuda's permuted copy of x
+  Tensor xperm;    // linear_scratch_elems bf16: linear_cuda's permuted copy of x, the SwiGLU
   Tensor last;     // [max_logits_rows, dim] bf16 normed rows that need logits
   Tensor logits;   // [max_logits_rows, vocab] f32
   Tensor argmax;   // [max_logits_rows] i32
@@ -221,13 +221,24 @@ int64_t LlamaCudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_s
   return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
 }
 
+namespace {
+
+// The linears' scratch (Step::xperm) for steps of up to T tokens, in bf16.
+int64_t linear_scratch_elems(const ModelConfig& c, int64_t T) {
+  const int64_t max_k = std::max({c.dim, c.ffn_dim, c.n_heads * c.head_dim});
+  return std::max(
+      {int64_t{1}, linear_cuda_scratch_elems(T, max_k), linear_swiglu_cuda_scratch_elems(T, c.ffn_dim)});
+}
+
+}  // namespace
+
 int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLimits& lim) {
   const int64_t T = lim.max_tokens, R = lim.max_logits_rows;
   const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   int64_t b = T * c.dim * 4 + T * c.dim * 2 + T * qkv_dim * 2 + 2 * T * q_dim * 2 + T * c.dim * 2 +
               T * 3 * c.ffn_dim * 2 + R * c.dim * 2 + R * c.vocab_size * 4 + R * 4 +
               R * static_cast<int64_t>(sizeof(SampleRowParams) + 4 + sizeof(SampleRowLogprobs));
-  b += linear_cuda_scratch_elems(T, std::max({c.dim, c.ffn_dim, q_dim})) * 2;
+  b += linear_scratch_elems(c, T) * 2;
   // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters.
   b += T * c.n_heads * (PagedAttentionWorkspaceCuda::kMaxSplits * (c.head_dim + 1) + 1) * 4;
   return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
@@ -270,8 +281,7 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   s->proj = cuda::empty(DType::kBF16, {T, c.dim});
   s->gate_up = cuda::empty(DType::kBF16, {T, 2 * c.ffn_dim});
   s->act = cuda::empty(DType::kBF16, {T, c.ffn_dim});
-  const int64_t max_k = std::max({c.dim, c.ffn_dim, c.n_heads * c.head_dim});
-  s->xperm = cuda::empty(DType::kBF16, {std::max<int64_t>(1, linear_cuda_scratch_elems(T, max_k))});
+  s->xperm = cuda::empty(DType::kBF16, {linear_scratch_elems(c, T)});
   s->last = cuda::empty(DType::kBF16, {R, c.dim});
   s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->argmax = cuda::empty(DType::kI32, {R});
@@ -454,8 +464,12 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     linear(attn2, L.wo, proj);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
     linear(xn, L.w_gate_up, gate_up);
-    silu_mul_cuda(gate_up, act, st);
-    linear(act, L.w_down, proj);
+    if (small_step && linear_swiglu_cuda_supports(gate_up, L.w_down, proj)) {
+      linear_swiglu_cuda(gate_up, L.w_down, proj, s.xperm, st);  // the SwiGLU in the tiled kernel's permute
+    } else {
+      silu_mul_cuda(gate_up, act, st);
+      linear(act, L.w_down, proj);
+    }
   }
   add_rmsnorm_cuda(x, proj, weights_.output_norm, eps, xn, st);
   if (R > 0) {

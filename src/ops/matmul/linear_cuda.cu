@@ -11,6 +11,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
+#include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
 
@@ -167,12 +168,18 @@ void launch_stream(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, i
   }
 }
 
+// Whether the path runs the tiled kernel, which reads a permuted copy of x.
+bool tiled(int64_t M, LinearPath path) {
+  return path == LinearPath::kAuto ? M > 32 : path != LinearPath::kStream;
+}
+
+// x is the input, or with swiglu the [M, 2K] gate_up whose SwiGLU the tiled
+// kernel's permute computes.
 template <typename Out>
-void dispatch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
+void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
               LinearPath path, cuda::Stream s) {
   using linear_detail::WgmmaTile;
-  if (path == LinearPath::kAuto && M <= 32) path = LinearPath::kStream;
-  if (path == LinearPath::kStream) {
+  if (!tiled(M, path)) {
     // A group of more than 64 tokens runs as several groups, each rereading the weights.
     launch_stream(x, w, y, M, N, K, s);
     return;
@@ -182,77 +189,104 @@ void dispatch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M,
                          : path == LinearPath::kTile128x256 ? WgmmaTile::k128x256
                          : path == LinearPath::kTile256x128 ? WgmmaTile::k256x128
                                                             : linear_detail::choose_tile(M, N);
-  linear_detail::launch_linear_wgmma(x, xp, w, y, M, N, K, tile, s);
+  linear_detail::launch_linear_wgmma(x, swiglu, xp, w, y, M, N, K, tile, s);
 }
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-}  // namespace
-
-bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y) {
+// Whether linear_cuda runs the problem; with swiglu, linear_swiglu_cuda (x
+// is then the [M, 2K] gate_up).
+bool supports(const Tensor& x, const Tensor& w, const Tensor& y, bool swiglu) {
   if (x.device() != Device::kCUDA || w.device() != Device::kCUDA || y.device() != Device::kCUDA) return false;
   if (x.dtype() != DType::kBF16 || w.dtype() != DType::kBF16) return false;
   if (y.dtype() != DType::kBF16 && y.dtype() != DType::kF32) return false;
   if (x.ndim() != 2 || w.ndim() != 2 || y.ndim() != 2) return false;
   if (!x.is_contiguous() || !w.is_contiguous() || !y.is_contiguous()) return false;
-  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(0);
-  if (w.dim(1) != K || y.dim(0) != M || y.dim(1) != N) return false;
-  if (K % kChunk != 0 || N % 16 != 0 || K > INT32_MAX || N > INT32_MAX || M > INT32_MAX) return false;
+  const int64_t M = x.dim(0), K = w.dim(1), N = w.dim(0);
+  if (x.dim(1) != (swiglu ? 2 * K : K) || y.dim(0) != M || y.dim(1) != N) return false;
+  if (K % kChunk != 0 || N % 16 != 0 || 2 * K > INT32_MAX || N > INT32_MAX || M > INT32_MAX) return false;
   return aligned16(x.data()) && aligned16(w.data()) && aligned16(y.data());
 }
 
-namespace {
-
-// Whether the path runs the tiled kernel, which reads a permuted copy of x.
-bool uses_scratch(int64_t M, LinearPath path) {
-  return path == LinearPath::kAuto ? M > 32 : path != LinearPath::kStream;
-}
-
+template <bool kSwiGLU>
 void run(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* scratch, cuda::Stream s,
          LinearPath path) {
-  NS_CHECK(linear_cuda_supports(x, w, y))
-      << "linear_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << ", w " << dtype_name(w.dtype())
-      << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
-      << ": needs contiguous bf16 x and w, bf16 or f32 y, K % 64 == 0, N % 16 == 0, 16-byte aligned";
-  const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(x.dim(1));
+  const char* name = kSwiGLU ? "linear_swiglu_cuda" : "linear_cuda";
+  NS_CHECK(supports(x, w, y, kSwiGLU))
+      << name << ": " << (kSwiGLU ? "gate_up " : "x ") << dtype_name(x.dtype()) << x.shape_string() << ", w "
+      << dtype_name(w.dtype()) << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
+      << ": needs contiguous bf16 " << (kSwiGLU ? "gate_up [M, 2K]" : "x [M, K]")
+      << " and w [N, K], bf16 or f32 y [M, N], K % 64 == 0, N % 16 == 0, 16-byte aligned";
+  const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(w.dim(1));
   if (M == 0) return;
+  const bool tile = tiled(M, path);
   Tensor own;
   uint16_t* xp = nullptr;
-  if (uses_scratch(M, path)) {
+  if (tile || kSwiGLU) {
     if (scratch == nullptr) {
       own = cuda::empty(DType::kBF16, {int64_t{M} * K});
       scratch = &own;
     }
     NS_CHECK(scratch->device() == Device::kCUDA && scratch->dtype() == DType::kBF16 &&
              scratch->is_contiguous() && scratch->numel() >= int64_t{M} * K && aligned16(scratch->data()))
-        << "linear_cuda: the scratch needs " << int64_t{M} * K << " contiguous bf16 on the device";
+        << name << ": the scratch needs " << int64_t{M} * K << " contiguous bf16 on the device";
     xp = scratch->data_as<uint16_t>();
   }
-  const auto* xd = x.data_as<const uint16_t>();
+  const uint16_t* xd = x.data_as<const uint16_t>();
+  const bool swiglu_in_permute = kSwiGLU && tile;
+  if (kSwiGLU && !tile) {
+    // The streaming kernel reads each input once per block of 16 rows: the
+    // SwiGLU is computed once, into the scratch, and read from there.
+    const Tensor act = scratch->reshape({scratch->numel()}).slice_rows(0, int64_t{M} * K).reshape({M, K});
+    silu_mul_cuda(x, act, s);
+    xd = xp;
+  }
   const auto* wd = w.data_as<const uint16_t>();
   if (y.dtype() == DType::kF32) {
-    dispatch(xd, xp, wd, y.data_as<float>(), M, N, K, path, s);
+    dispatch(xd, swiglu_in_permute, xp, wd, y.data_as<float>(), M, N, K, path, s);
   } else {
-    dispatch(xd, xp, wd, y.data_as<uint16_t>(), M, N, K, path, s);
+    dispatch(xd, swiglu_in_permute, xp, wd, y.data_as<uint16_t>(), M, N, K, path, s);
   }
   if (own.defined()) cuda::synchronize();  // the scratch is freed on return
 }
 
 }  // namespace
 
+bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y) {
+  return supports(x, w, y, false);
+}
+
+bool linear_swiglu_cuda_supports(const Tensor& gate_up, const Tensor& w, const Tensor& y) {
+  return supports(gate_up, w, y, true);
+}
+
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K) {
   return M > 32 ? M * K : 0;
 }
 
+int64_t linear_swiglu_cuda_scratch_elems(int64_t M, int64_t K) {
+  return M * K;
+}
+
 void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s, LinearPath path) {
-  run(x, w, y, nullptr, s, path);
+  run<false>(x, w, y, nullptr, s, path);
 }
 
 void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
                  LinearPath path) {
-  run(x, w, y, &scratch, s, path);
+  run<false>(x, w, y, &scratch, s, path);
+}
+
+void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, const Tensor& scratch,
+                        cuda::Stream s, LinearPath path) {
+  run<true>(gate_up, w, y, &scratch, s, path);
+}
+
+void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, cuda::Stream s,
+                        LinearPath path) {
+  run<true>(gate_up, w, y, nullptr, s, path);
 }
 
 }  // namespace nanoserve

@@ -55,4 +55,18 @@ void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor
                  LinearPath path = LinearPath::kAuto);
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
+// y = swiglu(gate_up) . w^T with swiglu(gate_up)[m, k] = silu_mul_cuda's
+// bf16(silu(gate_up[m, k]) * gate_up[m, K + k]) (gate_up [M, 2K] bf16, w
+// [N, K]): bitwise silu_mul_cuda then linear_cuda. On the tiled kernel the
+// SwiGLU is computed by the permute of x, so the [M, K] activation pass goes;
+// the streaming kernel, which rereads its input from every block, takes it
+// from silu_mul_cuda's pass into the scratch. The scratch is
+// linear_swiglu_cuda_scratch_elems(M, K) bf16 (given, or allocated as above).
+int64_t linear_swiglu_cuda_scratch_elems(int64_t M, int64_t K);
+bool linear_swiglu_cuda_supports(const Tensor& gate_up, const Tensor& w, const Tensor& y);
+void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, cuda::Stream s,
+                        LinearPath path = LinearPath::kAuto);
+void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, const Tensor& scratch,
+                        cuda::Stream s, LinearPath path = LinearPath::kAuto);
+
 }  // namespace nanoserve

@@ -91,14 +91,15 @@ __device__ __forceinline__ void store4(uint16_t* y, const float4& v) {
 // y = x . w^T for steps of many tokens on warpgroup mma (linear_cuda_wgmma.cu):
 // tiles of weight rows x tokens, the four slices of a tile computed by the
 // four blocks of a cluster and summed in order through distributed shared
-// memory; xp (M x K, scratch) receives x in the mma's k order first. Bitwise
-// equal to the streaming kernel, element by element.
+// memory; xp (M x K, scratch) receives x in the mma's k order first (with
+// swiglu, x is [M, 2K] gate_up and xp its SwiGLU). Bitwise equal to the
+// streaming kernel, element by element.
 enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128 };
 // The tile for M tokens of an N-row weight: the fewest block-waves of the
 // device's co-resident clusters times the bytes a block reads per chunk.
 WgmmaTile choose_tile(int M, int N);
 template <typename Out>
-void launch_linear_wgmma(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
-                         WgmmaTile tile, cudaStream_t s);
+void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M,
+                         int N, int K, WgmmaTile tile, cudaStream_t s);
 
 }  // namespace nanoserve::linear_detail

@@ -32,6 +32,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
+#include "ops/silu_mul/silu_mul.cuh"
 
 namespace nanoserve::linear_detail {
 
@@ -323,13 +324,23 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, 1)
 }
 
 // xp = x with each 64-wide chunk of a row in the mma's k order: word 4 c + t
-// of a chunk is word 8 t + c of x's. Thread i reads 16-byte unit i of x.
-__global__ void permute_tokens_kernel(const uint4* __restrict__ x, uint32_t* __restrict__ xp, int64_t units) {
+// of a chunk is word 8 t + c of x's. Thread i reads 16-byte unit i of x; with
+// kSwiGLU, x is [M, 2K] gate_up and unit i is the SwiGLU of its gates and ups
+// (k8 = K / 8 units a row), the activation pass done here.
+template <bool kSwiGLU>
+__global__ void permute_tokens_kernel(const uint4* __restrict__ x, uint32_t* __restrict__ xp, int64_t units,
+                                      int64_t k8) {
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   cuda::wait_primary_grid();
   cuda::launch_dependents();
   if (i >= units) return;
-  const uint4 v = x[i];
+  uint4 v;
+  if constexpr (kSwiGLU) {  // unit i of row m = i / k8 of the SwiGLU: gates and ups of gate_up's row m
+    const uint4* g = x + i + i / k8 * k8;
+    v = swiglu::silu_mul8(g[0], g[k8]);
+  } else {
+    v = x[i];
+  }
   const int q = static_cast<int>(i % kUnits);  // words 4 q .. 4 q + 3: t = q / 2, c = 4 (q % 2) + j
   uint32_t* out = xp + (i - q) * 4 + 16 * (q & 1) + (q >> 1);
   out[0] = v.x;
@@ -354,10 +365,17 @@ int64_t tile_blocks(int M, int N) {
 }
 
 template <typename T, typename Out>
-void launch(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K, cudaStream_t s) {
+void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
+            cudaStream_t s) {
   const int64_t units = int64_t{M} * K / 8;
-  cuda::launch_pdl(permute_tokens_kernel, dim3(static_cast<unsigned>((units + 255) / 256)), dim3(256), 0, s,
-                   reinterpret_cast<const uint4*>(x), reinterpret_cast<uint32_t*>(xp), units);
+  const dim3 grid(static_cast<unsigned>((units + 255) / 256));
+  const auto* xv = reinterpret_cast<const uint4*>(x);
+  auto* xpw = reinterpret_cast<uint32_t*>(xp);
+  if (swiglu) {
+    cuda::launch_pdl(permute_tokens_kernel<true>, grid, dim3(256), 0, s, xv, xpw, units, int64_t{K} / 8);
+  } else {
+    cuda::launch_pdl(permute_tokens_kernel<false>, grid, dim3(256), 0, s, xv, xpw, units, int64_t{K} / 8);
+  }
   configure<T, Out>();
   const int64_t blocks = tile_blocks<T>(M, N);
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
@@ -406,19 +424,19 @@ WgmmaTile choose_tile(int M, int N) {
 }
 
 template <typename Out>
-void launch_linear_wgmma(const uint16_t* x, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
-                         WgmmaTile tile, cudaStream_t s) {
+void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M,
+                         int N, int K, WgmmaTile tile, cudaStream_t s) {
   switch (tile) {
-    case WgmmaTile::k128x64: launch<WgTile<1, 64>>(x, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x128: launch<WgTile<1, 128>>(x, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x256: launch<WgTile<1, 256>>(x, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k256x128: launch<WgTile<2, 128>>(x, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x64: launch<WgTile<1, 64>>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x128: launch<WgTile<1, 128>>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x256: launch<WgTile<1, 256>>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k256x128: launch<WgTile<2, 128>>(x, swiglu, xp, w, y, M, N, K, s); break;
   }
 }
 
-template void launch_linear_wgmma<float>(const uint16_t*, uint16_t*, const uint16_t*, float*, int, int, int,
-                                         WgmmaTile, cudaStream_t);
-template void launch_linear_wgmma<uint16_t>(const uint16_t*, uint16_t*, const uint16_t*, uint16_t*, int, int,
-                                            int, WgmmaTile, cudaStream_t);
+template void launch_linear_wgmma<float>(const uint16_t*, bool, uint16_t*, const uint16_t*, float*, int, int,
+                                         int, WgmmaTile, cudaStream_t);
+template void launch_linear_wgmma<uint16_t>(const uint16_t*, bool, uint16_t*, const uint16_t*, uint16_t*, int,
+                                            int, int, WgmmaTile, cudaStream_t);
 
 }  // namespace nanoserve::linear_detail

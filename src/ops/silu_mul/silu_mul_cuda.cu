@@ -8,6 +8,7 @@
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "ops/silu_mul/silu_mul.cuh"
 
 namespace nanoserve {
 
@@ -15,25 +16,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) {
-  return __uint_as_float(bits16 << 16);
-}
-
-__device__ __forceinline__ uint32_t f32_to_bf16_bits(float f) {
-  const uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x0040u;
-  return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-}
-
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  return g / (1.0f + expf(-g)) * u;
-}
-
-// Two packed bf16 outputs from two packed gates and ups.
-__device__ __forceinline__ uint32_t silu_mul2(uint32_t g, uint32_t u) {
-  return f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu))) |
-         (f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16))) << 16);
-}
+using swiglu::bf16_bits_to_f32;
+using swiglu::f32_to_bf16_bits;
+using swiglu::silu_mul;
 
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) silu_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F,
@@ -48,8 +33,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_kernel(const uint16_t* __re
     const uint16_t* g = gate_up + t * 2 * F + c;
     const uint4 gv = *reinterpret_cast<const uint4*>(g);
     const uint4 uv = *reinterpret_cast<const uint4*>(g + F);
-    *reinterpret_cast<uint4*>(out + t * F + c) = make_uint4(silu_mul2(gv.x, uv.x), silu_mul2(gv.y, uv.y),
-                                                            silu_mul2(gv.z, uv.z), silu_mul2(gv.w, uv.w));
+    *reinterpret_cast<uint4*>(out + t * F + c) = swiglu::silu_mul8(gv, uv);
   } else {
     const int64_t t = idx / F, f = idx - t * F;
     const uint16_t* g = gate_up + t * 2 * F + f;

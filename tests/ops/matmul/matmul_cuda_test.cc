@@ -30,6 +30,7 @@
 #include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul.h"
 #include "ops/matmul/matmul_cuda.cuh"
+#include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
 namespace {
@@ -369,6 +370,40 @@ TEST(LinearCuda, KernelsAgreeBitForBit) {
 TEST(LinearCuda, KernelsAgreeOnASmallProblem) {
   NS_SKIP_WITHOUT_GPU();
   expect_kernels_agree(272, 576, {40, 70, 140});
+}
+
+// The SwiGLU read as the linear's input gives the bits of silu_mul_cuda then
+// linear_cuda, on the streaming kernel and the tiles, with gates up to +-4 so
+// that silu is far from linear.
+TEST(LinearCuda, SwiGLUInputEqualsSiluMulThenLinear) {
+  NS_SKIP_WITHOUT_GPU();
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{976, 576}, {4096, 14336}}) {
+    const Weight w = make_weight(N, K);
+    for (int64_t M : {1, 5, 16, 33, 64, 130}) {
+      std::vector<float> gu = uniform_floats(M * 2 * K, fresh_seed());
+      for (float& v : gu) v *= 4.0f;
+      const Tensor gate_up = upload(to_bf16(gu), DType::kBF16, {M, 2 * K});
+      const Tensor act = cuda::empty(DType::kBF16, {M, K});
+      silu_mul_cuda(gate_up, act, nullptr);
+      for (LinearPath p :
+           {LinearPath::kAuto, LinearPath::kStream, LinearPath::kTile128x64, LinearPath::kTile256x128}) {
+        const Tensor want = poisoned(DType::kBF16, {M, N}), got = poisoned(DType::kBF16, {M, N});
+        linear_cuda(act, w.dev, want, nullptr, p);
+        linear_swiglu_cuda(gate_up, w.dev, got, nullptr, p);
+        cuda::synchronize();
+        const std::vector<float> a = download_f32(want), b = download_f32(got);
+        size_t diff = 0;
+        for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+        EXPECT_EQ(diff, 0u) << "N " << N << " K " << K << " M " << M << " path " << static_cast<int>(p)
+                            << ": " << diff << " of " << a.size() << " elements differ";
+      }
+    }
+  }
+  const Tensor w = cuda::empty(DType::kBF16, {64, 128});
+  EXPECT_TRUE(linear_swiglu_cuda_supports(cuda::empty(DType::kBF16, {3, 256}), w,
+                                          cuda::empty(DType::kBF16, {3, 64})));
+  EXPECT_FALSE(linear_swiglu_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w,
+                                           cuda::empty(DType::kBF16, {3, 64})));  // gate_up is [M, 2K]
 }
 
 TEST(LinearCuda, RefusesWhatItCannotRun) {
