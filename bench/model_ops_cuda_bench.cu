@@ -10,12 +10,17 @@
 // decode step sees them), cycling over enough copies of the inputs that they
 // do not sit in L2 (50 MB); inputs are random (fill_uniform_cuda), never zeros.
 //
-//   model_ops_cuda_bench [--quick]
+//   model_ops_cuda_bench [--quick] [--gemms] [--only NAME:M]
+//
+// --gemms: the linears only. --only NAME:M (e.g. gate_up:64): the linears
+// only, that one at that M, with linear_cuda's own kernel and cuBLASLt's
+// (the profiler's view of one kernel: scripts/gpu-check's profile section).
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -195,7 +200,9 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
   }
 }
 
-void bench_gemms(cudaStream_t s, double ceiling) {
+// only_name empty: every linear at every M (with the forced kernels from
+// M = 16); else that linear at only_m, ours and cuBLASLt's.
+void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m) {
   struct Linear {
     const char* name;
     int64_t K, N;
@@ -209,12 +216,17 @@ void bench_gemms(cudaStream_t s, double ceiling) {
   std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "kernel", "time", "TB/s",
               "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
   GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
+  bool found = only_name.empty();
   for (const Linear& l : linears) {
+    if (!only_name.empty() && only_name != l.name) continue;
+    found = true;
     const int64_t wbytes = l.N * l.K * 2;
     const int n = copies_for(wbytes);
     std::vector<Tensor> ws;
     for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
-    for (int64_t M : {1, 8, 16, 32, 64, 128, 256, 1024}) {
+    const std::vector<int64_t> ms = only_name.empty() ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024}
+                                                      : std::vector<int64_t>{only_m};
+    for (int64_t M : ms) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(l.y, {M, l.N});
       const Tensor scratch = cuda::empty(DType::kBF16, {M * l.K});
@@ -226,7 +238,7 @@ void bench_gemms(cudaStream_t s, double ceiling) {
         GemmCuda* gemm;
       };
       std::vector<Kernel> kernels = {{"ours", LinearPath::kAuto, nullptr}};
-      if (M >= 16) {
+      if (M >= 16 && only_name.empty()) {
         kernels.push_back({"stream", LinearPath::kStream, nullptr});
         kernels.push_back({"128x64", LinearPath::kTile128x64, nullptr});
         kernels.push_back({"128x128", LinearPath::kTile128x128, nullptr});
@@ -259,6 +271,7 @@ void bench_gemms(cudaStream_t s, double ceiling) {
       }
     }
   }
+  if (!found) std::printf("no linear named '%s' (qkv, o, gate_up, down, lm_head)\n", only_name.c_str());
 }
 
 }  // namespace
@@ -267,13 +280,27 @@ void bench_gemms(cudaStream_t s, double ceiling) {
 int main(int argc, char** argv) {
   using namespace nanoserve;
   bool quick = false, gemms_only = false;
+  std::string only_name;
+  int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--gemms") == 0) {
       gemms_only = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      const std::string arg = argv[++i];
+      const size_t colon = arg.find(':');
+      char* end = nullptr;
+      const long long m = colon == std::string::npos ? 0 : std::strtoll(arg.c_str() + colon + 1, &end, 10);
+      if (m < 1 || m > 1024 || end == nullptr || *end != '\0') {
+        std::fprintf(stderr, "--only: expected NAME:M with M in 1..1024, got '%s'\n", arg.c_str());
+        return 2;
+      }
+      only_name = arg.substr(0, colon);
+      only_m = m;
+      gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--gemms]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--only NAME:M]\n", argv[0]);
       return 2;
     }
   }
@@ -292,7 +319,7 @@ int main(int argc, char** argv) {
   if (!gemms_only) {
     bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
   }
-  bench_gemms(s, ceiling);
+  bench_gemms(s, ceiling, only_name, only_m);
   NS_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }
