@@ -1,5 +1,6 @@
 // The streaming kernel of linear_cuda.cuh (small M), and the dispatch between
-// it and the tiled kernel (linear_cuda_wgmma.cu). The fragment layout and the
+// it and the tiled kernel (linear_cuda_wgmma.cu), for x or (linear_swiglu_cuda)
+// the SwiGLU of gate_up. The fragment layout and the
 // k relabelling they share are in linear_cuda_common.cuh: each lane reads its
 // 32 bytes of a chunk row straight from global memory, so every weight row is
 // read as whole 128-byte lines.
