@@ -14,6 +14,7 @@
 #include <cublasLt.h>
 
 #include <array>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.cuh"
 
@@ -80,7 +81,7 @@ struct GemmCuda::Impl {
   Tensor workspace;
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDescOpaque_t op;
-  cublasLtMatmulPreferenceOpaque_t pref;
+  std::remove_pointer_t<cublasLtMatmulPreference_t> pref;  // the opaque struct the handle type points to
   std::array<Entry, kCacheCapacity> table;
   uint64_t clock = 0;
   int64_t misses = 0, fallbacks = 0;
