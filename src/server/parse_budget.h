@@ -2,7 +2,7 @@
 // A bound on the memory that parsing request bodies takes at once.
 //
 // nlohmann/json's tree costs up to about 40 times the body it was parsed from
-// (kParseExpansion, measured in docs/server.md), and every HTTP thread may be
+// (kParseExpansion, measured: docs/http.md), and every HTTP thread may be
 // parsing a body of up to 4 MiB. So parsing is metered: a parse holds a Lease
 // on as many bytes of the budget as its body has, and gives them back when the
 // lease ends. A body that does not fit waits up to `max_wait` for room, and is
