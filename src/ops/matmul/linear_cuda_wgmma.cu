@@ -48,19 +48,31 @@ constexpr int kSmemLimit = 227 * 1024;
 // R m64 row blocks a warpgroup (rows 128 R a tile), BN tokens (n64 blocks).
 // A tile of BN = 64 tokens is two n32 products a step: one n64 product a
 // quad of A registers makes the compiler serialize the products.
-template <int R_, int BN_>
+template <int R_, int BN_, int kBlocksPerSm_ = 1>
 struct WgTile {
   static constexpr int R = R_, BN = BN_, kW = BN == 64 ? 32 : 64, NB = BN / kW;
+  static constexpr int kBlocksPerSm = kBlocksPerSm_;
   static constexpr int kRows = 2 * 64 * R;
   static constexpr int kStageBytes = (kRows + BN) * kRowBytes;
-  static constexpr int kStages = (kSmemLimit - 1024) / kStageBytes > 8 ? 8
-                                                                       : (kSmemLimit - 1024) / kStageBytes;
+  // A block's share of shared memory: the SM's 228 KB less 1 KB a block when
+  // several share it.
+  static constexpr int kSmemBlock = kBlocksPerSm == 1 ? kSmemLimit : 228 * 1024 / kBlocksPerSm - 1024;
+  static constexpr int kStages = (kSmemBlock - 1024) / kStageBytes > 8 ? 8
+                                                                       : (kSmemBlock - 1024) / kStageBytes;
   static constexpr int kLd = kRows + 4;  // floats per token row of the partial tile
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kPartBytes = BN * kLd * 4;
   static constexpr int kSmem = 1024 + (kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes);
   static_assert(kStages >= 3, "a stage in use, one landing, one in flight");
+  static_assert(kSmem <= kSmemBlock, "the partial tile fits the block's share");
 };
+// The tiles. The two smaller ones run two blocks an SM (registers <= 128 a
+// thread, 3 or 4 stages), so that one block's start and its sum of the
+// partials overlap the other's products.
+using Tile128x64 = WgTile<1, 64, 2>;
+using Tile128x128 = WgTile<1, 128, 2>;
+using Tile128x256 = WgTile<1, 256>;
+using Tile256x128 = WgTile<2, 128>;
 
 __device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0)
@@ -145,7 +157,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 template <typename T, typename Out>
-__global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, 1)
+__global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::kBlocksPerSm)
     linear_wgmma_kernel(const uint16_t* __restrict__ xp, const uint16_t* __restrict__ w, Out* __restrict__ y,
                         int M, int N, int K) {
   constexpr int R = T::R, BN = T::BN, NB = T::NB, kW = T::kW, ST = T::kStages, kRows = T::kRows, kLd = T::kLd;
@@ -414,8 +426,8 @@ WgmmaTile choose_tile(int M, int N) {
   // querying the device.
   if (M <= 64) return WgmmaTile::k128x64;
   const WgmmaTile tiles[] = {WgmmaTile::k128x128, WgmmaTile::k128x256, WgmmaTile::k256x128};
-  const int64_t costs[] = {tile_cost<WgTile<1, 128>>(M, N), tile_cost<WgTile<1, 256>>(M, N),
-                           tile_cost<WgTile<2, 128>>(M, N)};
+  const int64_t costs[] = {tile_cost<Tile128x128>(M, N), tile_cost<Tile128x256>(M, N),
+                           tile_cost<Tile256x128>(M, N)};
   int best = 0;
   for (int i = 1; i < 3; ++i) {
     if (costs[i] < costs[best]) best = i;  // ties: the smaller tile
@@ -427,10 +439,10 @@ template <typename Out>
 void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M,
                          int N, int K, WgmmaTile tile, cudaStream_t s) {
   switch (tile) {
-    case WgmmaTile::k128x64: launch<WgTile<1, 64>>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x128: launch<WgTile<1, 128>>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x256: launch<WgTile<1, 256>>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k256x128: launch<WgTile<2, 128>>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x64: launch<Tile128x64>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x128: launch<Tile128x128>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x256: launch<Tile128x256>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k256x128: launch<Tile256x128>(x, swiglu, xp, w, y, M, N, K, s); break;
   }
 }
 
