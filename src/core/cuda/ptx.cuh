@@ -110,6 +110,15 @@ __device__ __forceinline__ void tensor_copy_5d_hinted(void* smem, const void* ma
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
 }
+// Tensor copy of one box of a 2-d tensor map (coordinates innermost first)
+// to the shared address `smem`, counted against the mbarrier at `bar`.
+__device__ __forceinline__ void tensor_copy_2d(uint32_t smem, const void* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
 // An L2 policy for data read once: its lines are the first evicted, so a
 // stream does not push out what other kernels are about to read.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {

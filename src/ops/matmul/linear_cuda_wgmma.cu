@@ -4,8 +4,10 @@
 // A cluster of four blocks owns one tile of 64 R x 2 weight rows and BN tokens;
 // block w of the cluster computes slice w of K (linear_cuda_common.cuh) for the
 // whole tile with two warpgroups, each 64 R rows. Weight and token rows come
-// into shared memory through cp.async, 16 bytes a copy, a chunk (64 k) a
-// stage; the tokens from a copy of x in the mma's k order (below). The product
+// into shared memory as two tensor copies a chunk (64 k) a stage, in the
+// 128-byte swizzle, completing on the stage's mbarrier; the tokens from a
+// copy of x in the mma's k order (below). The warp that frees a stage last
+// issues its refill, so no barrier holds the two warpgroups together. The product
 // is wgmma.m64n64k16 (m64n32k16 for a tile of 64 tokens) with the weights as
 // the A operand in registers and the tokens as the B operand read from shared
 // memory:
@@ -26,6 +28,8 @@
 // S3 through distributed shared memory, the streaming kernel's sum.
 
 #include <cooperative_groups.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
@@ -62,7 +66,10 @@ struct WgTile {
   static constexpr int kLd = kRows + 4;  // floats per token row of the partial tile
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kPartBytes = BN * kLd * 4;
-  static constexpr int kSmem = 1024 + (kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes);
+  // After the stages (or the partial tile): a full mbarrier and a count of
+  // the warps done with it, a stage.
+  static constexpr int kBarOffset = kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes;
+  static constexpr int kSmem = 1024 + kBarOffset + kStages * 12;
   static_assert(kStages >= 3, "a stage in use, one landing, one in flight");
   static_assert(kSmem <= kSmemBlock, "the partial tile fits the block's share");
 };
@@ -73,22 +80,6 @@ using Tile128x64 = WgTile<1, 64, 2>;
 using Tile128x128 = WgTile<1, 128, 2>;
 using Tile128x256 = WgTile<1, 256>;
 using Tile256x128 = WgTile<2, 128>;
-
-__device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// This thread's completed shared-memory writes, before the async proxy (wgmma) reads them.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 
 // The B descriptor of 64 token rows of 128 bytes in the 128-byte swizzle at
 // `addr` (1024-aligned, plus 32 s for step s): 8 rows of 128 bytes apart by 1024.
@@ -158,8 +149,8 @@ __device__ __forceinline__ void wgmma_wait() {
 
 template <typename T, typename Out>
 __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::kBlocksPerSm)
-    linear_wgmma_kernel(const uint16_t* __restrict__ xp, const uint16_t* __restrict__ w, Out* __restrict__ y,
-                        int M, int N, int K) {
+    linear_wgmma_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                        Out* __restrict__ y, int M, int N, int K) {
   constexpr int R = T::R, BN = T::BN, NB = T::NB, kW = T::kW, ST = T::kStages, kRows = T::kRows, kLd = T::kLd;
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw) + ((1024 - cuda::smem_addr(smem_raw) % 1024) % 1024);
@@ -174,29 +165,24 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::k
   const int c_begin = slice_begin(slice, chunks), n_chunks = slice_begin(slice + 1, chunks) - c_begin;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
-  // Weights: this thread copies column u0 of rows r0 + 32 i.
-  const int64_t k8 = K / 8;
-  constexpr int kRowStep = kThreads / kUnits;  // 32
-  const int r0 = tid / kUnits, u0 = tid % kUnits;
-  const uint32_t sw0 = r0 * kRowBytes + ((u0 ^ (r0 & 7)) << 4);
-  const uint4* wsrc = reinterpret_cast<const uint4*>(w) + int64_t{row0 + r0} * k8 + c_begin * kUnits + u0;
-  const int w_rows = N - row0 - r0;
-  // Tokens (permuted): the same, after the weights.
-  const uint32_t sx0 = kRows * kRowBytes + sw0;
-  const uint4* xsrc = reinterpret_cast<const uint4*>(xp) + int64_t{tok0 + r0} * k8 + c_begin * kUnits + u0;
-  const int x_rows = M - tok0 - r0;
+  // Stage st: weights [kRows][128 bytes] then tokens [BN][128 bytes], each a
+  // box of the tensor map (rows past N or M land as zeros), on full[st].
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
+  unsigned* freed = reinterpret_cast<unsigned*>(full + ST);
+  if (tid == 0) {
+    for (int st = 0; st < ST; ++st) {
+      cuda::mbarrier_init(full + st, 1);
+      freed[st] = 0;
+    }
+    cuda::fence_for_async_proxy();
+  }
+  __syncthreads();
   auto load_stage = [&](int stage, int c) {
-    const uint32_t base = smem0 + stage * T::kStageBytes;
-#pragma unroll
-    for (int i = 0; i < kRows / kRowStep; ++i) {
-      cp_async16(base + sw0 + i * kRowStep * kRowBytes, wsrc + i * kRowStep * k8 + int64_t{c} * kUnits,
-                 i * kRowStep < w_rows);
-    }
-#pragma unroll
-    for (int i = 0; i < BN / kRowStep; ++i) {
-      cp_async16(base + sx0 + i * kRowStep * kRowBytes, xsrc + i * kRowStep * k8 + int64_t{c} * kUnits,
-                 i * kRowStep < x_rows);
-    }
+    const uint32_t base = smem0 + stage * T::kStageBytes, bar = cuda::smem_addr(full + stage);
+    const int k0 = (c_begin + c) * kChunk;
+    cuda::mbarrier_arrive_expect_tx(full + stage, T::kStageBytes);
+    cuda::tensor_copy_2d(base, &w_map, k0, row0, bar);
+    cuda::tensor_copy_2d(base + kRows * kRowBytes, &x_map, k0, tok0, bar);
   };
 
   // Lane (g, t) of warp i of warpgroup v: rows 64 (v R + r) + 16 i + g (+ 8).
@@ -259,26 +245,26 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::k
 
   cuda::wait_primary_grid();  // xp is the previous kernel's output
   cuda::launch_dependents();
-  // Chunk c sits in stage c % ST. Iteration c: its copies landed (everyone's:
-  // the barrier), the refill of the stage chunk c - 2 used (its products
-  // retired before the barrier), then chunk c's products, leaving them in
-  // flight while chunk c - 1's retire. ST - 2 chunks are in flight ahead.
-#pragma unroll
-  for (int st = 0; st < ST - 2; ++st) {
-    if (st < n_chunks) load_stage(st, st);
-    cp_async_commit();
+  // Chunk c sits in stage c % ST, its (c / ST)-th fill. Iteration c: its
+  // copies landed, its products issued, then chunk c - 1's retired, which
+  // frees chunk c - 1's stage: each warp counts itself out, and the eighth
+  // issues the refill with chunk c - 1 + ST. ST - 1 chunks are in flight ahead.
+  if (tid == 0) {
+    for (int st = 0; st < ST && st < n_chunks; ++st) load_stage(st, st);
   }
+  constexpr unsigned kWarps = kThreads / 32;
   uint32_t a[2][R][4][4];  // the A fragments of chunks c (c even) and c + 1
   auto iteration = [&](int c, AFrags<R>& cur, AFrags<R>& prev) {
-    cp_async_wait<ST - 3>();
-    fence_proxy_async();
-    __syncthreads();
-    if (c + ST - 2 < n_chunks) load_stage((c + ST - 2) % ST, c + ST - 2);
-    cp_async_commit();
+    cuda::mbarrier_wait(full + c % ST, (c / ST) & 1);
     load_a(c % ST, cur);
     mma_chunk(c % ST, cur);
     wgmma_wait<1>();
     pin(prev);
+    if (c >= 1 && lane == 0) {
+      const int ps = (c - 1) % ST;
+      if (atomicInc(freed + ps, kWarps - 1) == kWarps - 1 && c - 1 + ST < n_chunks)
+        load_stage(ps, c - 1 + ST);
+    }
   };
   for (int c = 0; c < n_chunks; c += 2) {
     iteration(c, a[0], a[1]);
@@ -295,7 +281,6 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::k
       for (int i = 0; i < kW / 2; ++i) asm volatile("" : "+f"(acc[r][n][i])::"memory");
     }
   }
-  cp_async_wait<0>();
   __syncthreads();  // the pipeline's buffers become the partial tile
 
   float* part = reinterpret_cast<float*>(smem);  // [BN][kLd], token-major
@@ -376,6 +361,32 @@ int64_t tile_blocks(int M, int N) {
   return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::BN - 1) / T::BN) * kSlices;
 }
 
+// A [rows, k] bf16 matrix (rows contiguous) as a tensor map of boxes of one
+// chunk x box_rows rows in the 128-byte swizzle.
+CUtensorMap chunk_map(const uint16_t* base, int64_t rows, int64_t k, int box_rows) {
+  static void* encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    NS_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    NS_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr)
+        << "the CUDA driver has no cuTensorMapEncodeTiled";
+    return fn;
+  }();
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
+  const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUtensorMap map;
+  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<uint16_t*>(base), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r)
+                              << ") for " << rows << " x " << k;
+  return map;
+}
+
 template <typename T, typename Out>
 void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
             cudaStream_t s) {
@@ -391,8 +402,9 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out
   configure<T, Out>();
   const int64_t blocks = tile_blocks<T>(M, N);
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
+  const CUtensorMap w_map = chunk_map(w, N, K, T::kRows), x_map = chunk_map(xp, M, K, T::BN);
   cuda::launch_pdl(linear_wgmma_kernel<T, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), T::kSmem,
-                   s, xp, w, y, M, N, K);
+                   s, w_map, x_map, y, M, N, K);
 }
 
 // Blocks of tile T that the device holds at once: its co-resident clusters x 4.
