@@ -185,11 +185,12 @@ void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, O
     launch_stream(x, w, y, M, N, K, s);
     return;
   }
-  const WgmmaTile tile = path == LinearPath::kTile128x64    ? WgmmaTile::k128x64
-                         : path == LinearPath::kTile128x128 ? WgmmaTile::k128x128
-                         : path == LinearPath::kTile128x256 ? WgmmaTile::k128x256
-                         : path == LinearPath::kTile256x128 ? WgmmaTile::k256x128
-                                                            : linear_detail::choose_tile(M, N);
+  const WgmmaTile tile = path == LinearPath::kTile128x64          ? WgmmaTile::k128x64
+                         : path == LinearPath::kTile128x128       ? WgmmaTile::k128x128
+                         : path == LinearPath::kTile128x256       ? WgmmaTile::k128x256
+                         : path == LinearPath::kTile256x128       ? WgmmaTile::k256x128
+                         : path == LinearPath::kTile128x128WholeK ? WgmmaTile::k128x128WholeK
+                                                                  : linear_detail::choose_tile(M, N);
   linear_detail::launch_linear_wgmma(x, swiglu, xp, w, y, M, N, K, tile, s);
 }
 

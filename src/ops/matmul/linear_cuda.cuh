@@ -40,7 +40,15 @@ namespace nanoserve {
 // Which kernel runs: kAuto picks by M (the rule above); the others force one
 // (a tiled one with its tile of weight rows x tokens), for the tests that
 // check the kernels agree bit for bit, and the benchmark.
-enum class LinearPath { kAuto, kStream, kTile128x64, kTile128x128, kTile128x256, kTile256x128 };
+enum class LinearPath {
+  kAuto,
+  kStream,
+  kTile128x64,
+  kTile128x128,
+  kTile128x256,
+  kTile256x128,
+  kTile128x128WholeK,  // one block a tile, the four K slices in turn
+};
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y);

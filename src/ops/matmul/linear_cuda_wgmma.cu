@@ -52,10 +52,14 @@ constexpr int kSmemLimit = 227 * 1024;
 // R m64 row blocks a warpgroup (rows 128 R a tile), BN tokens (n64 blocks).
 // A tile of BN = 64 tokens is two n32 products a step: one n64 product a
 // quad of A registers makes the compiler serialize the products.
-template <int R_, int BN_, int kBlocksPerSm_ = 1>
+template <int R_, int BN_, int kBlocksPerSm_ = 1, bool kWholeK_ = false>
 struct WgTile {
   static constexpr int R = R_, BN = BN_, kW = BN == 64 ? 32 : 64, NB = BN / kW;
   static constexpr int kBlocksPerSm = kBlocksPerSm_;
+  // Whole K: one block runs the four slices one after another, summing them
+  // in registers; else a cluster of four blocks, one a slice.
+  static constexpr bool kWholeK = kWholeK_;
+  static constexpr int kCluster = kWholeK ? 1 : kSlices;
   static constexpr int kRows = 2 * 64 * R;
   static constexpr int kStageBytes = (kRows + BN) * kRowBytes;
   // A block's share of shared memory: the SM's 228 KB less 1 KB a block when
@@ -80,6 +84,7 @@ using Tile128x64 = WgTile<1, 64, 2>;
 using Tile128x128 = WgTile<1, 128, 2>;
 using Tile128x256 = WgTile<1, 256>;
 using Tile256x128 = WgTile<2, 128>;
+using Tile128x128WholeK = WgTile<1, 128, 1, true>;
 
 // The B descriptor of 64 token rows of 128 bytes in the 128-byte swizzle at
 // `addr` (1024-aligned, plus 32 s for step s): 8 rows of 128 bytes apart by 1024.
@@ -148,7 +153,7 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 template <typename T, typename Out>
-__global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::kBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         Out* __restrict__ y, int M, int N, int K) {
   constexpr int R = T::R, BN = T::BN, NB = T::NB, kW = T::kW, ST = T::kStages, kRows = T::kRows, kLd = T::kLd;
@@ -158,11 +163,12 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::k
   // Stage st at smem0 + st * kStageBytes: weights [kRows][8 units], then tokens [BN][128 bytes].
 
   const int b = static_cast<int>(blockIdx.x), tok_tiles = (M + BN - 1) / BN;
-  const int slice = b % kSlices;
-  const int row0 = b / (kSlices * tok_tiles) * kRows;
-  const int tok0 = b / kSlices % tok_tiles * BN;
+  const int slice = T::kWholeK ? 0 : b % kSlices, tile = b / T::kCluster;
+  const int row0 = tile / tok_tiles * kRows, tok0 = tile % tok_tiles * BN;
   const int chunks = K / kChunk;
-  const int c_begin = slice_begin(slice, chunks), n_chunks = slice_begin(slice + 1, chunks) - c_begin;
+  // This block's chunks [c_begin, c_begin + n_chunks): its slice's, or all.
+  const int c_begin = slice_begin(slice, chunks);
+  const int n_chunks = slice_begin(T::kWholeK ? kSlices : slice + 1, chunks) - c_begin;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
   // Stage st: weights [kRows][128 bytes] then tokens [BN][128 bytes], each a
@@ -266,19 +272,41 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::k
         load_stage(ps, c - 1 + ST);
     }
   };
-  for (int c = 0; c < n_chunks; c += 2) {
-    iteration(c, a[0], a[1]);
-    if (c + 1 < n_chunks) iteration(c + 1, a[1], a[0]);
-  }
-  wgmma_wait<0>();
-  pin(a[0]);
-  pin(a[1]);
+  auto retire_all = [&] {
+    wgmma_wait<0>();
+    pin(a[0]);
+    pin(a[1]);
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int n = 0; n < NB; ++n) {
+      for (int n = 0; n < NB; ++n) {
 #pragma unroll
-      for (int i = 0; i < kW / 2; ++i) asm volatile("" : "+f"(acc[r][n][i])::"memory");
+        for (int i = 0; i < kW / 2; ++i) asm volatile("" : "+f"(acc[r][n][i])::"memory");
+      }
+    }
+  };
+  // Whole K: total = ((S0 + S1) + S2) + S3, each slice's chain from zero in acc.
+  float total[T::kWholeK ? R : 1][T::kWholeK ? NB : 1][T::kWholeK ? kW / 2 : 1];
+  for (int s = 0, c = 0; s < (T::kWholeK ? kSlices : 1); ++s) {
+    const int end = T::kWholeK ? slice_begin(s + 1, chunks) : n_chunks;
+    for (; c < end; c += 2) {
+      iteration(c, a[0], a[1]);
+      if (c + 1 < end) iteration(c + 1, a[1], a[0]);
+    }
+    c = end;
+    retire_all();
+    if constexpr (T::kWholeK) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int n = 0; n < NB; ++n) {
+#pragma unroll
+          for (int i = 0; i < kW / 2; ++i) {
+            total[r][n][i] = s == 0 ? acc[r][n][i] : total[r][n][i] + acc[r][n][i];
+            acc[r][n][i] = 0.0f;
+          }
+        }
+      }
     }
   }
   __syncthreads();  // the pipeline's buffers become the partial tile
@@ -292,32 +320,48 @@ __global__ void __cluster_dims__(kSlices, 1, 1) __launch_bounds__(kThreads, T::k
       for (int i = 0; i < kW / 2; ++i) {
         const int row = 64 * (wg * R + r) + 16 * wi + g + 8 * ((i >> 1) & 1);
         const int tk = kW * n + 8 * (i >> 2) + 2 * t + (i & 1);
-        part[tk * kLd + row] = acc[r][n][i];
+        if constexpr (T::kWholeK) {
+          part[tk * kLd + row] = total[r][n][i];
+        } else {
+          part[tk * kLd + row] = acc[r][n][i];
+        }
       }
     }
   }
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const float* parts[kSlices];
-#pragma unroll
-  for (int p = 0; p < kSlices; ++p) parts[p] = cluster.map_shared_rank(part, p);
-  // Block `slice` sums its quarter of the rows, a quad of rows at a time.
-  constexpr int kQuads = kRows / kSlices / 4;  // per token
-  for (int q = tid; q < BN * kQuads; q += kThreads) {
-    const int tk = q / kQuads, r = slice * (kRows / kSlices) + (q % kQuads) * 4;
-    const int gt = tok0 + tk, gr = row0 + r;
-    float4 v = *reinterpret_cast<const float4*>(parts[0] + tk * kLd + r);
-#pragma unroll
-    for (int p = 1; p < kSlices; ++p) {
-      const float4 o = *reinterpret_cast<const float4*>(parts[p] + tk * kLd + r);
-      v.x += o.x;
-      v.y += o.y;
-      v.z += o.z;
-      v.w += o.w;
+  if constexpr (T::kWholeK) {
+    __syncthreads();
+    constexpr int kQuads = kRows / 4;  // per token
+    for (int q = tid; q < BN * kQuads; q += kThreads) {
+      const int tk = q / kQuads, r = (q % kQuads) * 4;
+      const int gt = tok0 + tk, gr = row0 + r;
+      if (gt < M && gr < N)
+        store4(y + int64_t{gt} * N + gr, *reinterpret_cast<const float4*>(part + tk * kLd + r));
     }
-    if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, v);
+    return;
+  } else {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const float* parts[kSlices];
+#pragma unroll
+    for (int p = 0; p < kSlices; ++p) parts[p] = cluster.map_shared_rank(part, p);
+    // Block `slice` sums its quarter of the rows, a quad of rows at a time.
+    constexpr int kQuads = kRows / kSlices / 4;  // per token
+    for (int q = tid; q < BN * kQuads; q += kThreads) {
+      const int tk = q / kQuads, r = slice * (kRows / kSlices) + (q % kQuads) * 4;
+      const int gt = tok0 + tk, gr = row0 + r;
+      float4 v = *reinterpret_cast<const float4*>(parts[0] + tk * kLd + r);
+#pragma unroll
+      for (int p = 1; p < kSlices; ++p) {
+        const float4 o = *reinterpret_cast<const float4*>(parts[p] + tk * kLd + r);
+        v.x += o.x;
+        v.y += o.y;
+        v.z += o.z;
+        v.w += o.w;
+      }
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, v);
+    }
+    cluster.sync();  // the others' partials stay until every block has read them
   }
-  cluster.sync();  // the others' partials stay until every block has read them
 }
 
 // xp = x with each 64-wide chunk of a row in the mma's k order: word 4 c + t
@@ -358,7 +402,7 @@ void configure() {
 
 template <typename T>
 int64_t tile_blocks(int M, int N) {
-  return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::BN - 1) / T::BN) * kSlices;
+  return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::BN - 1) / T::BN) * T::kCluster;
 }
 
 // A [rows, k] bf16 matrix (rows contiguous) as a tensor map of boxes of one
@@ -403,8 +447,21 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out
   const int64_t blocks = tile_blocks<T>(M, N);
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
   const CUtensorMap w_map = chunk_map(w, N, K, T::kRows), x_map = chunk_map(xp, M, K, T::BN);
-  cuda::launch_pdl(linear_wgmma_kernel<T, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), T::kSmem,
-                   s, w_map, x_map, y, M, N, K);
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = T::kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = T::kSmem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<T, Out>, w_map, x_map, y, M, N, K));
 }
 
 // Blocks of tile T that the device holds at once: its co-resident clusters x 4.
@@ -412,13 +469,20 @@ template <typename T>
 int64_t tile_slots() {
   static const int64_t slots = [] {
     configure<T, uint16_t>();
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = T::kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(kSlices * 1024);
+    cfg.gridDim = dim3(T::kCluster * 1024);
     cfg.blockDim = dim3(kThreads);
     cfg.dynamicSmemBytes = T::kSmem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
     int clusters = 0;
     NS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, linear_wgmma_kernel<T, uint16_t>, &cfg));
-    return int64_t{clusters > 0 ? clusters : 1} * kSlices;
+    return int64_t{clusters > 0 ? clusters : 1} * T::kCluster;
   }();
   return slots;
 }
@@ -437,6 +501,15 @@ WgmmaTile choose_tile(int M, int N) {
   // Small steps (the ones CUDA graphs capture) take the small tile without
   // querying the device.
   if (M <= 64) return WgmmaTile::k128x64;
+  // Whole K in a block wherever its tiles fill half the multiprocessors: a
+  // block then runs 4x the chunks for one start and no cluster sum.
+  static const int sms = [] {
+    int device = 0, n = 0;
+    NS_CUDA_CHECK(cudaGetDevice(&device));
+    NS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  if (2 * tile_blocks<Tile128x128WholeK>(M, N) >= sms) return WgmmaTile::k128x128WholeK;
   const WgmmaTile tiles[] = {WgmmaTile::k128x128, WgmmaTile::k128x256, WgmmaTile::k256x128};
   const int64_t costs[] = {tile_cost<Tile128x128>(M, N), tile_cost<Tile128x256>(M, N),
                            tile_cost<Tile256x128>(M, N)};
@@ -453,6 +526,7 @@ void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uin
   switch (tile) {
     case WgmmaTile::k128x64: launch<Tile128x64>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k128x128: launch<Tile128x128>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x128WholeK: launch<Tile128x128WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k128x256: launch<Tile128x256>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k256x128: launch<Tile256x128>(x, swiglu, xp, w, y, M, N, K, s); break;
   }
