@@ -15,11 +15,13 @@
 //   the kernel before it (programmatic dependent launch). Forced, it runs any
 //   M, as groups of 64 tokens that each reread the weights (the tests' cross-check).
 // - tiled (M > 32): warpgroup mma (wgmma) with the weights in registers and
-//   the tokens in shared memory, from a copy of x permuted into the mma's k
-//   order. A cluster of four blocks owns a tile of 128 or 256 weight rows x
-//   64, 128 or 256 tokens (the fewest waves times bytes: choose_tile), block w
-//   computing slice w of K; the four partials meet in slice order through
-//   distributed shared memory (linear_cuda_wgmma.cu).
+//   the tokens in shared memory (tensor copies), from a copy of x permuted
+//   into the mma's k order. A cluster of four blocks owns a tile of 128 or
+//   256 weight rows x 64, 128 or 256 tokens, block w computing slice w of K,
+//   the four partials meeting in slice order through distributed shared
+//   memory; or, where there are tiles enough, one block owns a 128 x 128
+//   tile and runs the four slices in turn, summing them in registers in the
+//   same order (choose_tile; linear_cuda_wgmma.cu).
 //
 // Batch invariance. An output element (token m, row n) is
 //   ((S0 + S1) + S2) + S3,  Sw = the mma chain over slice w's chunks, in order,

@@ -3,7 +3,8 @@
 //
 // A cluster of four blocks owns one tile of 64 R x 2 weight rows and BN tokens;
 // block w of the cluster computes slice w of K (linear_cuda_common.cuh) for the
-// whole tile with two warpgroups, each 64 R rows. Weight and token rows come
+// whole tile with two warpgroups, each 64 R rows. (Or, whole K, one block owns
+// the tile and computes the four slices in turn.) Weight and token rows come
 // into shared memory as two tensor copies a chunk (64 k) a stage, in the
 // 128-byte swizzle, completing on the stage's mbarrier; the tokens from a
 // copy of x in the mma's k order (below). The warp that frees a stage last
@@ -25,7 +26,9 @@
 // so each slice's chain is the streaming kernel's. At the end every block
 // writes its f32 partial tile to its shared memory and block w sums its
 // quarter of the rows of the four partials in slice order ((S0 + S1) + S2) +
-// S3 through distributed shared memory, the streaming kernel's sum.
+// S3 through distributed shared memory, the streaming kernel's sum. Whole K,
+// each slice's chain starts from zero and is added to a running total in
+// registers in the same order, and the block stores its tile.
 
 #include <cooperative_groups.h>
 #include <cuda.h>
