@@ -560,14 +560,8 @@ int main(int argc, char** argv) {
     add("split>=" + std::to_string(tiles) + " tiles", true,
         [=](PagedAttentionCudaOptions& o) { o.min_split_tiles = tiles; });
   }
-  add("unpaced early", true, [](PagedAttentionCudaOptions& o) { o.early_window = 0; });
-  add("early window 2", true, [](PagedAttentionCudaOptions& o) { o.early_window = 2; });
-  add("no L2 hint", true, [](PagedAttentionCudaOptions& o) { o.kv_evict_first = false; });
   add("no held tile", true, [](PagedAttentionCudaOptions& o) { o.hold_first_tile = false; });
-  add("reduce 4 warps", true, [](PagedAttentionCudaOptions& o) { o.reduce_warps = 4; });
   add("held after wait", true, [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false; });
-  add("held before q", true,
-      [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false, o.hold_before_q = true; });
   add("split>=8 tiles", true, [](PagedAttentionCudaOptions& o) { o.min_split_tiles = 8; });
   add("single rows", true, [](PagedAttentionCudaOptions& o) { o.pair_rows = false; });
 

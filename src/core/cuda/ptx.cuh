@@ -91,17 +91,9 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, uint32_t
       : "memory");
 }
 // Tensor copy of one box of a 5-d tensor map (coordinates innermost first)
-// global -> shared, counted against `bar`'s expected bytes. `map` is the
-// generic address of the CUtensorMap (a __grid_constant__ parameter's).
-__device__ __forceinline__ void tensor_copy_5d(void* smem, const void* map, int c0, int c1, int c2, int c3,
-                                               int c4, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(smem_addr(smem)),
-      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(smem_addr(bar))
-      : "memory");
-}
-// The same, with an L2 cache policy (l2_evict_first_policy()).
+// global -> shared, counted against `bar`'s expected bytes, with an L2 cache
+// policy (l2_evict_first_policy()). `map` is the generic address of the
+// CUtensorMap (a __grid_constant__ parameter's).
 __device__ __forceinline__ void tensor_copy_5d_hinted(void* smem, const void* map, int c0, int c1, int c2,
                                                       int c3, int c4, uint64_t* bar, uint64_t policy) {
   asm volatile(

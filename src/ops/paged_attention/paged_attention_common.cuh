@@ -24,7 +24,6 @@ using cuda::ldmatrix_x4_trans;
 using cuda::mbarrier_arrive_expect_tx;
 using cuda::mbarrier_init;
 using cuda::mbarrier_wait;
-using cuda::tensor_copy_5d;
 using cuda::tensor_copy_5d_hinted;
 using cuda::wait_primary_grid;
 
@@ -155,9 +154,6 @@ struct AttnParams {
   int stages;  // 2..kMaxStages
   bool reduce_in_last_block;
   bool early_kv;          // PagedAttentionCudaOptions::early_kv, with a dependent launch
-  int early_window;       // PagedAttentionCudaOptions::early_window
-  bool kv_evict_first;    // PagedAttentionCudaOptions::kv_evict_first
-  bool hold_before_q;     // PagedAttentionCudaOptions::hold_before_q
   bool hold_before_wait;  // PagedAttentionCudaOptions::hold_before_wait
   float scale_log2;       // scale * log2(e)
   uint64_t* trace;        // PagedAttentionCudaOptions::trace

@@ -413,13 +413,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     const bool hold = plan.hold;
     p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
-    NS_CHECK(options.early_window >= 0) << "early_window " << options.early_window;
-    NS_CHECK(options.reduce_warps >= 1 && options.reduce_warps <= kWarps)
-        << "reduce_warps " << options.reduce_warps;
-    p.early_window = options.early_window;
-    p.kv_evict_first = options.kv_evict_first;
     p.pair_rows = plan.pair_rows;
-    p.hold_before_q = options.hold_before_q;
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
     p.trace = options.trace;
@@ -448,9 +442,9 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
         cudaLaunchConfig_t rcfg{};
-        const int rw = options.reduce_warps;
-        rcfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>((n_heads + rw - 1) / rw));
-        rcfg.blockDim = dim3(32 * rw);
+        // One warp a block: a small batch's partials spread over as many SMs as there are heads.
+        rcfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads));
+        rcfg.blockDim = dim3(32);
         rcfg.stream = stream;
         rcfg.attrs = pdl;
         rcfg.numAttrs = 1;

@@ -91,9 +91,6 @@ inline constexpr int kPagedAttentionTracePoints = 10;
 struct PagedAttentionCudaOptions {
   PagedKvLayout layout = PagedKvLayout::kSlotMajor;  // of k_pool and v_pool
   SplitReduce reduce = SplitReduce::kKernel;
-  // The reduction kernel's warps a block (one a query head), 1..4: one spreads
-  // a small batch's partials over as many SMs as there are heads.
-  int reduce_warps = 1;
   // The split plan (0: the defaults). It changes the order of the sums, so it is
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
@@ -108,17 +105,11 @@ struct PagedAttentionCudaOptions {
   bool dependent_launch = true;
   // With it, a thread block copies the rows of its first stages whose
   // positions lie before its sequence's first position in this step (written
-  // by earlier steps, so stable) before that wait, the others after. Changes no
-  // sum.
+  // by earlier steps, so stable) before that wait, the others after, paced: a
+  // warp issues stage i's once stage i - 1 has landed, so the next call's
+  // copies reach memory as a stream rather than one burst in front of this
+  // call's q, refills and partials. Changes no sum.
   bool early_kv = true;
-  // The early copies paced: a warp issues stage i's once stage i - early_window
-  // has landed (0: all at once). One at a time, the next call's copies reach
-  // memory as a stream rather than one burst in front of this call's q,
-  // refills and partials. Changes no sum.
-  int early_window = 1;
-  // K/V copies ask L2 to evict their lines first: the history is read once a
-  // step, and q, the partials and the metadata stay cached. Changes no sum.
-  bool kv_evict_first = true;
   // The rows of one sequence in an aligned window of positions share a thread
   // block, each (row, head) one column of the mma with its own causal end, so
   // an extend chunk reads each K/V tile once for the window: 16 columns (two
@@ -130,10 +121,6 @@ struct PagedAttentionCudaOptions {
   // once, instead of once q has arrived and the tile is computed, and
   // computes its resident tiles as one batch. Changes no sum.
   bool hold_first_tile = true;
-  // With it, where the first tile is held after the wait, read it and issue
-  // its refill before q's loads instead of after them (a measured
-  // alternative: q's loads then queue behind the refill). Changes no sum.
-  bool hold_before_q = false;
   // Where the first tile lies wholly before this step's rows, hold it and
   // issue the refill of its stage before the dependency wait, paced as one
   // more stage, so that no refill is on the chain after the wait (the next

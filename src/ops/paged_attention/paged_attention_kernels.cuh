@@ -128,11 +128,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes;
       const CUtensorMap* map = is_v ? &p.v_map : &p.k_map;
       const int c2 = p.head_major ? in_block : kvh, c3 = p.head_major ? kvh : in_block;
-      if (p.kv_evict_first) {
-        tensor_copy_5d_hinted(dst, map, 0, h, c2, c3, blk, bars + slot, cuda::l2_evict_first_policy());
-      } else {
-        tensor_copy_5d(dst, map, 0, h, c2, c3, blk, bars + slot);
-      }
+      // Evict first: the history is read once a step; q, the partials and the metadata stay cached.
+      tensor_copy_5d_hinted(dst, map, 0, h, c2, c3, blk, bars + slot, cuda::l2_evict_first_policy());
     }
   };
 
@@ -213,12 +210,14 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // launch, the kernel before this one may still be writing q, this step's K/V
   // or reading the partials; positions before this step's first were written
   // by earlier steps, so their rows are copied before the wait, the rest after.
+  // A split wholly before them paces its early copies: stage i's once stage
+  // i - 1 has landed.
   const int early_until = p.early_kv ? ri.stable : 0;
-  const int window = end <= early_until ? p.early_window : 0;
+  const bool paced = end <= early_until;
 #pragma unroll
   for (int i = 0; i < kMaxStages; ++i) {
     if (i < stages && i < n_tiles) {
-      if (window > 0 && i >= window) mbarrier_wait(bars + i - window, 0);
+      if (paced && i >= 1) mbarrier_wait(bars + i - 1, 0);
       issue(i, i, entries[i], true, 0, early_until);
     }
   }
@@ -227,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // wait, paced like one more stage: then no refill is on the chain after it.
   const bool hold_early = hold && p.hold_before_wait && begin + Geo::kTileTokens <= early_until;
   if (kHold && hold_early) {
-    if (window > 0 && stages >= window) mbarrier_wait(bars + stages - window, 0);
+    if (paced) mbarrier_wait(bars + stages - 1, 0);
     hold_first_tile(0, early_until);
   }
   stamp(trace, 1);
@@ -245,8 +244,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   if (kHold && hold_early && min(end, begin + (stages + 1) * Geo::kTileTokens) > early_until) {
     issue(stages, 0, hold_entry, false, 1, early_until);  // the refilled tile's rows of this step
   }
-
-  if (kHold && hold && !hold_early && p.hold_before_q) hold_first_tile(2, 0);
 
   stamp(trace, 8);
   // Q^T as mma B fragments: column 8 j + gid of column tile j (zero past the rows' heads).
@@ -279,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     }
     stamp(trace, 9);
   }
-  if (kHold && hold && !hold_early && !p.hold_before_q) hold_first_tile(2, 0);
+  if (kHold && hold && !hold_early) hold_first_tile(2, 0);  // after q's loads, which would queue behind it
 
   // The lane's two columns of each column tile j: 8 j + 2 tig + e, e = 0, 1.
   float m[kNT][2], l[kNT][2];  // running max (the same in the 8 lanes of a column); this lane's share

@@ -70,17 +70,16 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   }
 }
 
-// One warp per (row, query head), reduce_warps of them a block.
+// One warp per (row, query head), one a block.
 template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads)
-    paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
+__global__ void __launch_bounds__(32) paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
   launch_dependents();  // whatever follows may start its prologue now
   uint64_t* trace = p.trace != nullptr && threadIdx.x == 0
                         ? p.trace + kTraceReductionBase + kTraceSlots * block_index()
                         : nullptr;
   stamp(trace, 0);
   const int row_local = blockIdx.x;
-  const int qh = blockIdx.y * (blockDim.x / 32) + threadIdx.x / 32;
+  const int qh = blockIdx.y;
   const int t = p.row_offset + row_local;
   const RowInfo ri = row_info(p, t);
   const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles);
