@@ -340,7 +340,6 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
       if (gt < M && gr < N)
         store4(y + int64_t{gt} * N + gr, *reinterpret_cast<const float4*>(part + tk * kLd + r));
     }
-    return;
   } else {
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
@@ -434,6 +433,17 @@ CUtensorMap chunk_map(const uint16_t* base, int64_t rows, int64_t k, int box_row
   return map;
 }
 
+// Tile T's blocks launch in clusters of T::kCluster.
+template <typename T>
+cudaLaunchAttribute cluster_dims() {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = T::kCluster;
+  a.val.clusterDim.y = 1;
+  a.val.clusterDim.z = 1;
+  return a;
+}
+
 template <typename T, typename Out>
 void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
             cudaStream_t s) {
@@ -453,10 +463,7 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = T::kCluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
+  attr[1] = cluster_dims<T>();
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
   cfg.blockDim = dim3(kThreads);
@@ -467,16 +474,12 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out
   NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<T, Out>, w_map, x_map, y, M, N, K));
 }
 
-// Blocks of tile T that the device holds at once: its co-resident clusters x 4.
+// Blocks of tile T that the device holds at once: its co-resident clusters x their size.
 template <typename T>
 int64_t tile_slots() {
   static const int64_t slots = [] {
     configure<T, uint16_t>();
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = T::kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attr[1] = {cluster_dims<T>()};
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(T::kCluster * 1024);
     cfg.blockDim = dim3(kThreads);
