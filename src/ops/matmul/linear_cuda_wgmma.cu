@@ -227,14 +227,18 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
   };
 
   float acc[R][NB][kW / 2];
+  // f(r, n, i) for every accumulator of the thread, unrolled.
+  auto each_acc = [&](auto&& f) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int n = 0; n < NB; ++n) {
+      for (int n = 0; n < NB; ++n) {
 #pragma unroll
-      for (int i = 0; i < kW / 2; ++i) acc[r][n][i] = 0.0f;
+        for (int i = 0; i < kW / 2; ++i) f(r, n, i);
+      }
     }
-  }
+  };
+  each_acc([&](int r, int n, int i) { acc[r][n][i] = 0.0f; });
   auto mma_chunk = [&](int stage, const AFrags<R>& a) {
     const uint32_t xb = smem0 + stage * T::kStageBytes + kRows * kRowBytes;
     wgmma_fence();
@@ -279,14 +283,7 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
     wgmma_wait<0>();
     pin(a[0]);
     pin(a[1]);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int n = 0; n < NB; ++n) {
-#pragma unroll
-        for (int i = 0; i < kW / 2; ++i) asm volatile("" : "+f"(acc[r][n][i])::"memory");
-      }
-    }
+    each_acc([&](int r, int n, int i) { asm volatile("" : "+f"(acc[r][n][i])::"memory"); });
   };
   // Whole K: total = ((S0 + S1) + S2) + S3, each slice's chain from zero in acc.
   float total[T::kWholeK ? R : 1][T::kWholeK ? NB : 1][T::kWholeK ? kW / 2 : 1];
@@ -299,38 +296,24 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
     c = end;
     retire_all();
     if constexpr (T::kWholeK) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int n = 0; n < NB; ++n) {
-#pragma unroll
-          for (int i = 0; i < kW / 2; ++i) {
-            total[r][n][i] = s == 0 ? acc[r][n][i] : total[r][n][i] + acc[r][n][i];
-            acc[r][n][i] = 0.0f;
-          }
-        }
-      }
+      each_acc([&](int r, int n, int i) {
+        total[r][n][i] = s == 0 ? acc[r][n][i] : total[r][n][i] + acc[r][n][i];
+        acc[r][n][i] = 0.0f;
+      });
     }
   }
   __syncthreads();  // the pipeline's buffers become the partial tile
 
   float* part = reinterpret_cast<float*>(smem);  // [BN][kLd], token-major
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int n = 0; n < NB; ++n) {
-#pragma unroll
-      for (int i = 0; i < kW / 2; ++i) {
-        const int row = 64 * (wg * R + r) + 16 * wi + g + 8 * ((i >> 1) & 1);
-        const int tk = kW * n + 8 * (i >> 2) + 2 * t + (i & 1);
-        if constexpr (T::kWholeK) {
-          part[tk * kLd + row] = total[r][n][i];
-        } else {
-          part[tk * kLd + row] = acc[r][n][i];
-        }
-      }
+  each_acc([&](int r, int n, int i) {
+    const int row = 64 * (wg * R + r) + 16 * wi + g + 8 * ((i >> 1) & 1);
+    const int tk = kW * n + 8 * (i >> 2) + 2 * t + (i & 1);
+    if constexpr (T::kWholeK) {
+      part[tk * kLd + row] = total[r][n][i];
+    } else {
+      part[tk * kLd + row] = acc[r][n][i];
     }
-  }
+  });
   if constexpr (T::kWholeK) {
     __syncthreads();
     constexpr int kQuads = kRows / 4;  // per token
