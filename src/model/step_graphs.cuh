@@ -17,7 +17,7 @@ namespace nanoserve {
 struct GraphKey {
   int32_t tokens = 0, rows = 0, table_stride = 0;
   uint8_t output = 0;      // LlamaCudaModel::StepOutput
-  uint32_t attention = 0;  // paged_attention_cuda_launch_key
+  uint64_t attention = 0;  // paged_attention_cuda_launch_key
   bool operator==(const GraphKey&) const = default;
 };
 

@@ -143,6 +143,11 @@ struct AttnParams {
   int row_offset;      // this launch's first token row
   int row_end;         // one past its last
   bool pair_rows;      // PagedAttentionCudaOptions::pair_rows, and the step has a sequence of several rows
+  // With pair_rows, the launch's blocks (beyond the head groups) are this
+  // list's: (leading row - row_offset) << kItemSplitBits | split, written by
+  // attention_items_kernel, n_items of them.
+  const int32_t* items;
+  int n_items;
   int n_heads;
   int n_kv_heads;
   int n_rep;
@@ -185,15 +190,35 @@ __host__ __device__ constexpr int window_rows(int G, int kNT) {
   while (2 * r * G <= 8 * kNT) r *= 2;
   return r;
 }
-// Whether row u + i of this launch continues the window of row u (info a):
-// the same sequence, position i further, the same window of R positions.
+// Whether row u + i of the launch [row_offset, row_end) continues the window
+// of row u (sequence seq at position pos): the same sequence, position i
+// further, the same window of R positions. Over the device's metadata or the
+// host's copy of it.
+__host__ __device__ inline bool continues_window(const int32_t* row_meta, const int32_t* positions,
+                                                 int row_offset, int row_end, int u, int seq, int pos, int i,
+                                                 int R) {
+  if (R == 1 || u < row_offset || u + i >= row_end) return false;
+  return row_meta[2 * (u + i)] == seq && positions[u + i] == pos + i && (pos + i) / R == pos / R;
+}
 template <typename T>
 __device__ __forceinline__ bool continues_window(const AttnParams<T>& p, int u, const RowInfo& a, int i,
                                                  int R) {
-  if (R == 1 || u < p.row_offset || u + i >= p.row_end) return false;
-  const int2 meta = __ldg(reinterpret_cast<const int2*>(p.row_meta) + u + i);
-  const int pos = a.ctx - 1 + i;
-  return meta.x == a.seq && __ldg(p.positions + u + i) == pos && pos / R == (a.ctx - 1) / R;
+  return continues_window(p.row_meta, p.positions, p.row_offset, p.row_end, u, a.seq, a.ctx - 1, i, R);
 }
+
+// The blocks (splits) that row t of the launch leads with windows of R rows:
+// none if it continues the window of the row before, else its split count.
+// One function for the list (device) and the grid that covers it (host).
+__host__ __device__ inline int row_blocks(const int32_t* row_meta, const int32_t* positions, int row_offset,
+                                          int row_end, int t, int R, int tile, int max_splits,
+                                          int min_tiles) {
+  if (t > row_offset && continues_window(row_meta, positions, row_offset, row_end, t - 1,
+                                         row_meta[2 * (t - 1)], positions[t - 1], 1, R))
+    return 0;
+  return plan_splits(positions[t] + 1, tile, max_splits, min_tiles).n_splits;
+}
+// An item's split field: kMaxSplits <= 1 << kItemSplitBits.
+constexpr int kItemSplitBits = 5;
+static_assert(kMaxSplits <= 1 << kItemSplitBits, "a split fits its field of an item");
 
 }  // namespace nanoserve::paged_attention_kernels

@@ -54,6 +54,7 @@
 #include <cmath>
 
 #include "core/cuda/cuda_check.cuh"
+#include "ops/paged_attention/paged_attention_items.cuh"
 #include "ops/paged_attention/paged_attention_kernels.cuh"
 #include "ops/paged_attention/paged_kv_write.cuh"
 
@@ -230,6 +231,7 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
   partial_out_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits, head_dim});
   partial_lse_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits});
   counters_ = cuda::empty(DType::kI32, {max_rows, n_heads});
+  items_ = cuda::empty(DType::kI32, {int64_t{max_rows} * kMaxSplits});
   cuda::fill_bytes(counters_, 0);
   int device = 0;
   NS_CUDA_CHECK(cudaGetDevice(&device));
@@ -269,7 +271,30 @@ struct LaunchPlan {
   bool hold = false;
   bool pair_rows = false;  // PagedAttentionCudaOptions::pair_rows, with a sequence of several rows
   int col_tiles = 1;       // the kernel's column tiles: 2 where rows share blocks and no tile is held
+  int window = 1;          // with pair_rows, the rows of a window (window_rows)
+  int tile = 0, max_splits = 0, min_tiles = 0;
 };
+
+// The rows [r0, r0 + rows) of a call in one launch each (the workspace's rows
+// at most, and grid.z's 65535): f(r0, rows).
+template <typename F>
+void for_each_launch(int64_t t_all, const PagedAttentionWorkspaceCuda& ws, F&& f) {
+  for (int64_t r0 = 0, rows = 0; r0 < t_all; r0 += rows) {
+    rows = std::min<int64_t>({ws.max_rows(), t_all - r0, 65535});
+    f(r0, rows);
+  }
+}
+
+// With pair_rows, the length of a launch's block list (attention_items_kernel's), from the host's metadata.
+int launch_items(const PagedBatchCuda& batch, const LaunchPlan& lp, int64_t r0, int64_t rows) {
+  int n = 0;
+  for (int64_t t = r0; t < r0 + rows; ++t) {
+    n += row_blocks(batch.host_row_meta(), batch.host_positions(), static_cast<int>(r0),
+                    static_cast<int>(r0 + rows), static_cast<int>(t), lp.window, lp.tile, lp.max_splits,
+                    lp.min_tiles);
+  }
+  return n;
+}
 
 LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int64_t hd,
                        const PagedAttentionWorkspaceCuda& ws, const PagedAttentionCudaOptions& options) {
@@ -281,6 +306,9 @@ LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int
   // n_splits is not monotonic in ctx (2048 tokens may split 32 ways, 2100 only
   // 17), so the grid covers the most any row up to the longest context can have.
   const int tile = tile_tokens(static_cast<int>(hd));
+  lp.tile = tile;
+  lp.max_splits = max_splits;
+  lp.min_tiles = min_tiles;
   lp.grid_splits =
       std::min(max_splits, ((batch.max_context_len() + tile - 1) / tile + min_tiles - 1) / min_tiles);
   // Deeper pipelines cost occupancy; they pay when the grid is one short wave
@@ -303,20 +331,26 @@ LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int
             split_tiles > lp.stages;
   lp.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
   lp.col_tiles = lp.pair_rows && !lp.hold ? 2 : 1;
+  lp.window = lp.pair_rows ? window_rows(g, lp.col_tiles) : 1;
   return lp;
 }
 
 }  // namespace
 
-uint32_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
+uint64_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
                                          const PagedAttentionCudaOptions& options) {
+  NS_CHECK(batch.num_tokens() <= ws.max_rows())
+      << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
+      << " workspace rows";
   const auto [block_size, n_kv, hd] = pool_dims(k_pool, options.layout);
   (void)block_size;
   const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options);
-  return static_cast<uint32_t>(lp.grid_splits) | static_cast<uint32_t>(lp.stages) << 8 |
-         static_cast<uint32_t>(lp.hold) << 16 | static_cast<uint32_t>(lp.pair_rows) << 17 |
-         static_cast<uint32_t>(lp.col_tiles) << 18;
+  const uint64_t items =
+      lp.pair_rows ? static_cast<uint64_t>(launch_items(batch, lp, 0, batch.num_tokens())) : 0;
+  return static_cast<uint64_t>(lp.grid_splits) | static_cast<uint64_t>(lp.stages) << 8 |
+         static_cast<uint64_t>(lp.hold) << 16 | static_cast<uint64_t>(lp.pair_rows) << 17 |
+         static_cast<uint64_t>(lp.col_tiles) << 18 | items << 32;
 }
 
 // ---- entry points --------------------------------------------------------------
@@ -417,15 +451,31 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
     p.trace = options.trace;
-    // Rows in launches of at most the workspace's rows (and grid.z's 65535).
-    for (int64_t r0 = 0, rows = 0; r0 < t_all; r0 += rows) {
-      rows = std::min<int64_t>({ws.max_rows(), t_all - r0, 65535});
+    p.items = ws.items();
+    for_each_launch(t_all, ws, [&](int64_t r0, int64_t rows) {
       p.row_offset = static_cast<int>(r0);
       p.row_end = static_cast<int>(r0 + rows);
-      const dim3 grid(static_cast<unsigned>(n_kv * n_groups), grid_splits, static_cast<unsigned>(rows));
       cudaLaunchAttribute pdl[1];
       pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
       pdl[0].val.programmaticStreamSerializationAllowed = 1;
+      // (splits, rows) beyond the head groups, or the block list's items.
+      dim3 grid(static_cast<unsigned>(n_kv * n_groups), grid_splits, static_cast<unsigned>(rows));
+      if (plan.pair_rows) {
+        p.n_items = launch_items(batch, plan, r0, rows);
+        constexpr int kMaxY = 32768;
+        grid.y = static_cast<unsigned>(std::min(p.n_items, kMaxY));
+        grid.z = static_cast<unsigned>((p.n_items + kMaxY - 1) / kMaxY);
+        cudaLaunchConfig_t icfg{};
+        icfg.gridDim = dim3(1);
+        icfg.blockDim = dim3(kItemsThreads);
+        icfg.stream = stream;
+        icfg.attrs = pdl;
+        icfg.numAttrs = options.dependent_launch ? 1 : 0;
+        auto items_kernel = plan.col_tiles == 2 ? attention_items_kernel<T, HD, window_rows(G, 2)>
+                                                : attention_items_kernel<T, HD, window_rows(G, 1)>;
+        NS_CUDA_CHECK(cudaLaunchKernelEx(&icfg, items_kernel, p, ws.items()));
+        NS_CUDA_CHECK_LAUNCH();
+      }
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = grid;
       cfg.blockDim = dim3(kThreads);
@@ -451,7 +501,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         NS_CUDA_CHECK(cudaLaunchKernelEx(&rcfg, paged_attention_reduce_kernel<T, HD>, p));
         NS_CUDA_CHECK_LAUNCH();
       }
-    }
+    });
   });
 }
 

@@ -60,6 +60,9 @@ class PagedBatchCuda {
   const int32_t* slot_mapping() const { return dev_ + off_slot_mapping_; }  // [T]
   const int32_t* tokens() const { return dev_ + off_tokens_; }              // [T]
   const int32_t* logits_rows() const { return dev_ + off_logits_rows_; }    // [R]
+  // The host's (pinned) copies of row_meta and positions, as of the last upload.
+  const int32_t* host_row_meta() const { return host_ + off_row_meta_; }
+  const int32_t* host_positions() const { return host_ + off_positions_; }
 
  private:
   int32_t cap_tokens_, cap_seqs_, cap_blocks_;
@@ -160,6 +163,9 @@ class PagedAttentionWorkspaceCuda {
   int32_t* counters() const {
     return counters_.data_as<int32_t>();
   }  // [max_rows, n_heads], zero between calls
+  int32_t* items() const {
+    return items_.data_as<int32_t>();
+  }  // [max_rows * kMaxSplits], a launch's block list
   // The driver's cuTensorMapEncodeTiled (the type lives in a CUDA header).
   void* encode_tensor_map() const { return encode_tensor_map_; }
 
@@ -167,7 +173,7 @@ class PagedAttentionWorkspaceCuda {
   int32_t max_rows_, n_heads_, head_dim_;
   int32_t sm_count_ = 0;
   void* encode_tensor_map_ = nullptr;
-  Tensor partial_out_, partial_lse_, counters_;
+  Tensor partial_out_, partial_lse_, counters_, items_;
 };
 
 // Writes this step's K/V to their slots: k_pool[slot_mapping[t]] = k[t] (slot < 0: skipped).
@@ -186,10 +192,11 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
                           const PagedAttentionCudaOptions& options = {});
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,
-// pipeline depth, kernel variant), packed: equal keys launch alike, so a CUDA
-// graph captured for one batch replays for another with the same key (and the
-// same token count), its metadata being read from the device.
-uint32_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
+// pipeline depth, kernel variant, the length of the block list), packed: equal
+// keys launch alike, so a CUDA graph captured for one batch replays for another
+// with the same key (and the same token count), its metadata being read from
+// the device. For a call of one launch: at most ws.max_rows() tokens (checked).
+uint64_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
                                          const PagedAttentionCudaOptions& options = {});
 

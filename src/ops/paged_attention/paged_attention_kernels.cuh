@@ -50,20 +50,29 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // Head groups vary fastest in the grid: the blocks of all kv heads of one
   // (row, split) run together and read whole slots (n_kv_heads x head_dim
   // contiguous) between them, not one head's 1/n_kv of every DRAM page.
+  // Beyond them, the grid is (split, row), or with pair_rows the launch's
+  // list of (leading row, split), the kernel before's output.
   const int head_group = blockIdx.x;
-  const int split = blockIdx.y;
-  const int row_local = blockIdx.z;
+  int split = blockIdx.y, row_local = blockIdx.z;
+  if (p.pair_rows) {
+    wait_primary_grid();
+    const int64_t i = blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z;
+    if (i >= p.n_items) return;
+    const int item = __ldcg(p.items + i);
+    split = item & ((1 << kItemSplitBits) - 1);
+    row_local = item >> kItemSplitBits;
+  }
   const int t = p.row_offset + row_local;
   const int kvh = head_group / p.n_groups;
   const int group = head_group % p.n_groups;
   const RowInfo ri = row_info(p, t);
   const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
   if (split >= plan.n_splits) return;
-  // The rows of t's window in this launch share its block: the columns are G
-  // heads of row t, then G of row t + 1, and so on. Every column performs the
-  // single-row kernel's operations with its own row's end; the copies and the
-  // tiles run to the last row's end.
-  if (p.pair_rows && t > p.row_offset && continues_window(p, t - 1, row_info(p, t - 1), 1, kWindow)) return;
+  // The rows of t's window in this launch share its block (the list holds
+  // only a window's leading row): the columns are G heads of row t, then G
+  // of row t + 1, and so on. Every column performs the single-row kernel's
+  // operations with its own row's end; the copies and the tiles run to the
+  // last row's end.
   int n_rows = 1;
   if (p.pair_rows) {
 #pragma unroll
