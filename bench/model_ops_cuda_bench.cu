@@ -245,6 +245,7 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
         kernels.push_back({"128x256", LinearPath::kTile128x256, nullptr});
         kernels.push_back({"256x128", LinearPath::kTile256x128, nullptr});
         kernels.push_back({"128x128w", LinearPath::kTile128x128WholeK, nullptr});
+        kernels.push_back({"128x64w", LinearPath::kTile128x64WholeK, nullptr});
       }
       kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
       for (const Kernel& k : kernels) {

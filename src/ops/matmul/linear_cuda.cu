@@ -190,6 +190,7 @@ void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, O
                          : path == LinearPath::kTile128x256       ? WgmmaTile::k128x256
                          : path == LinearPath::kTile256x128       ? WgmmaTile::k256x128
                          : path == LinearPath::kTile128x128WholeK ? WgmmaTile::k128x128WholeK
+                         : path == LinearPath::kTile128x64WholeK  ? WgmmaTile::k128x64WholeK
                                                                   : linear_detail::choose_tile(M, N);
   linear_detail::launch_linear_wgmma(x, swiglu, xp, w, y, M, N, K, tile, s);
 }

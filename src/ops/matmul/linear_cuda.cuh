@@ -50,6 +50,7 @@ enum class LinearPath {
   kTile128x256,
   kTile256x128,
   kTile128x128WholeK,  // one block a tile, the four K slices in turn
+  kTile128x64WholeK,   // the same with the 128 x 64 tile
 };
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).

@@ -94,8 +94,9 @@ __device__ __forceinline__ void store4(uint16_t* y, const float4& v) {
 // memory; xp (M x K, scratch) receives x in the mma's k order first (with
 // swiglu, x is [M, 2K] gate_up and xp its SwiGLU). Bitwise equal to the
 // streaming kernel, element by element.
-enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128, k128x128WholeK };
-// The tile for M tokens of an N-row weight: M <= 64 the 128 x 64 tile; else
+enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128, k128x128WholeK, k128x64WholeK };
+// The tile for M tokens of an N-row weight: M <= 64 the 128 x 64 tile (over
+// the whole K where those tiles are at least the multiprocessors); else
 // one block a 128 x 128 tile over the whole K (the four slices in turn) where
 // those tiles are at least half the multiprocessors; else the fewest
 // block-waves of the device's co-resident clusters times the bytes a block

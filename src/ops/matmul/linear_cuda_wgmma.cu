@@ -88,6 +88,7 @@ using Tile128x128 = WgTile<1, 128, 2>;
 using Tile128x256 = WgTile<1, 256>;
 using Tile256x128 = WgTile<2, 128>;
 using Tile128x128WholeK = WgTile<1, 128, 1, true>;
+using Tile128x64WholeK = WgTile<1, 64, 2, true>;
 
 // The B descriptor of 64 token rows of 128 bytes in the 128-byte swizzle at
 // `addr` (1024-aligned, plus 32 s for step s): 8 rows of 128 bytes apart by 1024.
@@ -487,17 +488,19 @@ int64_t tile_cost(int M, int N) {
 }  // namespace
 
 WgmmaTile choose_tile(int M, int N) {
-  // Small steps (the ones CUDA graphs capture) take the small tile without
-  // querying the device.
-  if (M <= 64) return WgmmaTile::k128x64;
-  // Whole K in a block wherever its tiles fill half the multiprocessors: a
-  // block then runs 4x the chunks for one start and no cluster sum.
   static const int sms = [] {
     int device = 0, n = 0;
     NS_CUDA_CHECK(cudaGetDevice(&device));
     NS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
     return n;
   }();
+  // Small steps take the 128 x 64 tile: over the whole K where its tiles
+  // fill half the slots (two blocks an SM: gate_up, lm_head), else one slice
+  // a block of a cluster of four.
+  if (M <= 64)
+    return tile_blocks<Tile128x64WholeK>(M, N) >= sms ? WgmmaTile::k128x64WholeK : WgmmaTile::k128x64;
+  // Whole K in a block wherever its tiles fill half the multiprocessors: a
+  // block then runs 4x the chunks for one start and no cluster sum.
   if (2 * tile_blocks<Tile128x128WholeK>(M, N) >= sms) return WgmmaTile::k128x128WholeK;
   const WgmmaTile tiles[] = {WgmmaTile::k128x128, WgmmaTile::k128x256, WgmmaTile::k256x128};
   const int64_t costs[] = {tile_cost<Tile128x128>(M, N), tile_cost<Tile128x256>(M, N),
@@ -516,6 +519,7 @@ void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uin
     case WgmmaTile::k128x64: launch<Tile128x64>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k128x128: launch<Tile128x128>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k128x128WholeK: launch<Tile128x128WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x64WholeK: launch<Tile128x64WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k128x256: launch<Tile128x256>(x, swiglu, xp, w, y, M, N, K, s); break;
     case WgmmaTile::k256x128: launch<Tile256x128>(x, swiglu, xp, w, y, M, N, K, s); break;
   }

@@ -335,7 +335,7 @@ void expect_kernels_agree(int64_t N, int64_t K, std::initializer_list<int64_t> M
       std::vector<float> first;
       for (LinearPath p :
            {LinearPath::kStream, LinearPath::kTile128x64, LinearPath::kTile128x128, LinearPath::kTile128x256,
-            LinearPath::kTile256x128, LinearPath::kTile128x128WholeK}) {
+            LinearPath::kTile256x128, LinearPath::kTile128x128WholeK, LinearPath::kTile128x64WholeK}) {
         const Tensor y = poisoned(yd, {M, N});
         linear_cuda(x, w.dev, y, nullptr, p);
         cuda::synchronize();
@@ -386,8 +386,9 @@ TEST(LinearCuda, SwiGLUInputEqualsSiluMulThenLinear) {
       const Tensor gate_up = upload(to_bf16(gu), DType::kBF16, {M, 2 * K});
       const Tensor act = cuda::empty(DType::kBF16, {M, K});
       silu_mul_cuda(gate_up, act, nullptr);
-      for (LinearPath p : {LinearPath::kAuto, LinearPath::kStream, LinearPath::kTile128x64,
-                           LinearPath::kTile256x128, LinearPath::kTile128x128WholeK}) {
+      for (LinearPath p :
+           {LinearPath::kAuto, LinearPath::kStream, LinearPath::kTile128x64, LinearPath::kTile256x128,
+            LinearPath::kTile128x128WholeK, LinearPath::kTile128x64WholeK}) {
         const Tensor want = poisoned(DType::kBF16, {M, N}), got = poisoned(DType::kBF16, {M, N});
         linear_cuda(act, w.dev, want, nullptr, p);
         linear_swiglu_cuda(gate_up, w.dev, got, nullptr, p);
