@@ -1,0 +1,118 @@
+// The block list of an attention launch whose rows share blocks (pair_rows):
+// row_blocks, the one function behind both the list attention_items_kernel
+// writes and the grid the host sizes for it, against a brute-force count of
+// the dense grid's live blocks (a block (row, split) is live when its row
+// leads its window in the launch and the split is one of the row's). Host
+// code only: it runs without a GPU.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/paged_attention/paged_attention_common.cuh"
+
+namespace nanoserve {
+namespace {
+
+using paged_attention_kernels::plan_splits;
+using paged_attention_kernels::row_blocks;
+using paged_attention_kernels::window_rows;
+
+constexpr int kTile = 64, kMaxSplits = 32, kMinTiles = 4;
+
+// A step's rows: row_meta [T][2] (sequence, first position this step) and positions [T].
+struct Rows {
+  std::vector<int32_t> meta, pos;
+  void add(int32_t seq, int32_t first, int32_t n) {
+    for (int32_t i = 0; i < n; ++i) {
+      meta.push_back(seq);
+      meta.push_back(first);
+      pos.push_back(first + i);
+    }
+  }
+  int size() const { return static_cast<int>(pos.size()); }
+};
+
+// Row t leads in the launch [r0, r1): it is the launch's first row, or the
+// row before is another sequence's, not the position before, or in another
+// window of R positions.
+bool leads(const Rows& r, int r0, int t, int R) {
+  if (t == r0 || R == 1) return true;
+  const int32_t p = r.pos[t], q = r.pos[t - 1];
+  return r.meta[2 * t] != r.meta[2 * (t - 1)] || q + 1 != p || q / R != p / R;
+}
+
+// The live blocks of the dense grid: (row, split) for every split of every leading row.
+int brute_force_items(const Rows& r, int r0, int r1, int R) {
+  int n = 0;
+  for (int t = r0; t < r1; ++t) {
+    for (int split = 0; split < kMaxSplits; ++split) {
+      const int ctx = r.pos[t] + 1;
+      const int tiles = (ctx + kTile - 1) / kTile;
+      const int per = tiles > kMaxSplits * kMinTiles ? (tiles + kMaxSplits - 1) / kMaxSplits : kMinTiles;
+      n += leads(r, r0, t, R) && split * per < tiles;
+    }
+  }
+  return n;
+}
+
+int listed_items(const Rows& r, int r0, int r1, int R) {
+  int n = 0;
+  for (int t = r0; t < r1; ++t) {
+    n += row_blocks(r.meta.data(), r.pos.data(), r0, r1, t, R, kTile, kMaxSplits, kMinTiles);
+  }
+  return n;
+}
+
+// The rows whose G heads each fill the 8 kNT columns (a power of two).
+TEST(PagedAttentionItems, WindowSizes) {
+  EXPECT_EQ(window_rows(1, 1), 8);
+  EXPECT_EQ(window_rows(4, 1), 2);
+  EXPECT_EQ(window_rows(4, 2), 4);
+  EXPECT_EQ(window_rows(8, 1), 1);
+  EXPECT_EQ(window_rows(8, 2), 2);
+}
+
+TEST(PagedAttentionItems, OnePrefillListsOnlyLeadingRows) {
+  Rows r;
+  r.add(0, 0, 1024);
+  for (int R : {1, 2, 4}) {
+    // A 1,024-token prefill: 1,024 / R leading rows, each with its splits.
+    int want = 0;
+    for (int p = 0; p < 1024; p += R) want += plan_splits(p + 1, kTile, kMaxSplits, kMinTiles).n_splits;
+    EXPECT_EQ(listed_items(r, 0, 1024, R), want) << "R " << R;
+    EXPECT_EQ(listed_items(r, 0, 1024, R), brute_force_items(r, 0, 1024, R)) << "R " << R;
+  }
+  // Rows that continue a window list nothing; leaders list their splits.
+  EXPECT_EQ(row_blocks(r.meta.data(), r.pos.data(), 0, 1024, 5, 4, kTile, kMaxSplits, kMinTiles), 0);
+  EXPECT_EQ(row_blocks(r.meta.data(), r.pos.data(), 0, 1024, 1020, 4, kTile, kMaxSplits, kMinTiles), 4);
+}
+
+TEST(PagedAttentionItems, MixedStepsAgreeWithTheDenseGrid) {
+  Rows r;
+  r.add(0, 6, 11);   // a chunk starting mid-window: positions 6 .. 16
+  r.add(1, 400, 1);  // decode rows
+  r.add(2, 3000, 1);
+  r.add(3, 0, 37);  // a prompt
+  r.add(4, 8191, 1);
+  r.add(5, 5, 2);  // positions 5 and 6: across a window edge at R = 2, inside one at R = 4
+  const int T = r.size();
+  for (int R : {1, 2, 4}) {
+    EXPECT_EQ(listed_items(r, 0, T, R), brute_force_items(r, 0, T, R)) << "R " << R;
+    // Split into launches anywhere: each launch's first row leads.
+    for (int cut : {1, 7, 12, 13, 30, T - 1}) {
+      EXPECT_EQ(listed_items(r, 0, cut, R), brute_force_items(r, 0, cut, R)) << "R " << R << " cut " << cut;
+      EXPECT_EQ(listed_items(r, cut, T, R), brute_force_items(r, cut, T, R)) << "R " << R << " cut " << cut;
+    }
+  }
+  // Position 6 leads at R = 4 (first of the step's rows), 7 continues it, 8 leads.
+  EXPECT_GT(row_blocks(r.meta.data(), r.pos.data(), 0, T, 0, 4, kTile, kMaxSplits, kMinTiles), 0);
+  EXPECT_EQ(row_blocks(r.meta.data(), r.pos.data(), 0, T, 1, 4, kTile, kMaxSplits, kMinTiles), 0);
+  EXPECT_GT(row_blocks(r.meta.data(), r.pos.data(), 0, T, 2, 4, kTile, kMaxSplits, kMinTiles), 0);
+  // A launch that starts at row 1 makes it a leader.
+  EXPECT_GT(row_blocks(r.meta.data(), r.pos.data(), 1, T, 1, 4, kTile, kMaxSplits, kMinTiles), 0);
+}
+
+}  // namespace
+}  // namespace nanoserve
