@@ -44,6 +44,9 @@ struct BenchArgs {
   uint64_t seed = 0;
   bool compare_serial = false;
   float temperature = 1.0f;  // 0: greedy
+  int32_t top_k = -1;        // -1: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
   int shared_prefix_len = 0;
   bool compare_prefix_cache = false;
   int num_warmups = 0;
@@ -148,14 +151,20 @@ int run_bench(const BenchArgs& a) {
   for (int32_t& t : prefix) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
   std::vector<std::vector<int32_t>> prompts(a.num_prompts);
   std::vector<SamplingParams> params(a.num_prompts);
+  auto sampling = [&a](SamplingParams& p) {
+    p.ignore_eos = true;
+    p.temperature = a.temperature;
+    p.top_k = a.top_k;
+    p.top_p = a.top_p;
+    p.min_p = a.min_p;
+  };
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (int i = 0; i < a.num_prompts; ++i) {
     prompts[i].resize(draw_len(rng, a.input_len, a.min_input_len, a.range_ratio));
     for (int32_t& t : prompts[i]) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
     prompts[i].insert(prompts[i].begin(), prefix.begin(), prefix.end());
     params[i].max_tokens = draw_len(rng, a.output_len, a.min_output_len, a.range_ratio);
-    params[i].ignore_eos = true;
-    params[i].temperature = a.temperature;
+    sampling(params[i]);
     params[i].seed = a.seed * 1000003 + static_cast<uint64_t>(i);
     prompt_tokens += static_cast<int64_t>(prompts[i].size());
     output_tokens += params[i].max_tokens;
@@ -179,8 +188,7 @@ int run_bench(const BenchArgs& a) {
       warm[i].resize(static_cast<size_t>(a.input_len) + prefix.size());
       for (int32_t& t : warm[i]) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
       warm_params[i].max_tokens = 2;
-      warm_params[i].ignore_eos = true;
-      warm_params[i].temperature = a.temperature;
+      sampling(warm_params[i]);
     }
     GenerateOptions quiet;
     StatusOr<std::vector<Completion>> w = generate(engine, warm, warm_params, quiet);
@@ -271,6 +279,15 @@ CommandRun add_bench_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--temperature", args->temperature, "Sampling temperature of every request (0: greedy)")
       ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  sub->add_option("--top-k", args->top_k, "Keep the k most likely tokens (-1: off)")
+      ->check(CLI::Range(-1, 1 << 30))
+      ->capture_default_str();
+  sub->add_option("--top-p", args->top_p, "Keep the smallest set of tokens whose mass reaches p (1: off)")
+      ->check(CLI::Range(0.0f, 1.0f))
+      ->capture_default_str();
+  sub->add_option("--min-p", args->min_p, "Drop tokens below min_p times the most likely one's (0: off)")
+      ->check(CLI::Range(0.0f, 1.0f))
       ->capture_default_str();
   sub->add_option("--seed", args->seed, "Seed of the random prompts and of sampling")->capture_default_str();
   sub->add_flag("--compare-serial", args->compare_serial,
