@@ -4,15 +4,16 @@
 // device-to-device copy ceiling measured in the same run; and the linear layers
 // at M = 1 to 1,024 through our linear_cuda (its own choice of kernel, and each
 // kernel forced from M = 16) and through cuBLASLt's per-shape choice, in TB/s
-// (weight + activation bytes / time) and TFLOP/s.
+// (weight + activation bytes / time) and TFLOP/s; and the device sampler over
+// the vocabulary.
 //
 // Each timed unit is a CUDA graph of kCalls calls (launch gaps as a captured
 // decode step sees them), cycling over enough copies of the inputs that they
 // do not sit in L2 (50 MB); inputs are random (fill_uniform_cuda), never zeros.
 //
-//   model_ops_cuda_bench [--quick] [--gemms] [--only NAME:M]
+//   model_ops_cuda_bench [--quick] [--gemms] [--only NAME:M] [--sample]
 //
-// --gemms: the linears only. --only NAME:M (e.g. gate_up:64): the linears
+// --sample: the sampler only. --gemms: the linears only. --only NAME:M (e.g. gate_up:64): the linears
 // only, that one at that M, with linear_cuda's own kernel and cuBLASLt's
 // (the profiler's view of one kernel: scripts/gpu-check's profile section).
 
@@ -35,6 +36,7 @@
 #include "ops/matmul/matmul_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/rope/rope_cuda.cuh"
+#include "ops/sample/sample_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
@@ -125,6 +127,56 @@ void report(const char* op, const std::string& shape, double ms, double bytes, d
               100.0 * gbs / (ceiling_tbs * 1e3));
 }
 
+// The device sampler over the vocabulary (logits uniform in +-10), each row
+// with the same params; bytes are one read of the rows (the kernel makes
+// several passes).
+void bench_sample(cudaStream_t s, double ceiling) {
+  struct Case {
+    const char* name;
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+    int32_t num_logprobs;
+  };
+  const Case cases[] = {{"T 1", 1.0f, -1, 1.0f, 0.0f, -1},
+                        {"T 0.8 k 50 p 0.95", 0.8f, 50, 0.95f, 0.0f, -1},
+                        {"T 0.8 p 0.9", 0.8f, -1, 0.9f, 0.0f, -1},
+                        {"T 0.8 min_p 0.05", 0.8f, -1, 1.0f, 0.05f, -1},
+                        {"T 0.8 k 50 lp 5", 0.8f, 50, 1.0f, 0.0f, 5}};
+  for (int64_t R : {1, 8, 64}) {
+    const int n = copies_for(R * kVocab * 4);
+    std::vector<Tensor> ls;
+    for (int i = 0; i < n; ++i) ls.push_back(random_tensor(DType::kF32, {R, kVocab}, 500 + i, 10.0f));
+    const Tensor argmax = cuda::empty(DType::kI32, {R}), tokens = cuda::empty(DType::kI32, {R});
+    const Tensor scaled = cuda::empty(DType::kF32, {R, kVocab});
+    const int64_t words = static_cast<int64_t>(sizeof(SampleRowParams) / 4);
+    const int64_t lp_words = static_cast<int64_t>((sizeof(SampleRowLogprobs) + 3) / 4);
+    const Tensor params = cuda::empty(DType::kI32, {R * words}),
+                 lps = cuda::empty(DType::kI32, {R * lp_words});
+    argmax_cuda(ls[0], argmax.data_as<int32_t>(), s);
+    for (const Case& c : cases) {
+      std::vector<SampleRowParams> host(static_cast<size_t>(R));
+      for (int64_t r = 0; r < R; ++r) {
+        SampleRowParams& p = host[static_cast<size_t>(r)];
+        p.u = 0.37 + 0.5 * static_cast<double>(r) / static_cast<double>(R);
+        p.temperature = c.temperature;
+        p.top_k = c.top_k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.num_logprobs = c.num_logprobs;
+      }
+      cuda::copy_bytes_to_device(params.data(), host.data(), R * words * 4);
+      const auto* pd = params.data_as<const SampleRowParams>();
+      auto* lp = c.num_logprobs >= 0 ? lps.data_as<SampleRowLogprobs>() : nullptr;
+      const double ms = time_graph(s, [&](int i) {
+        sample_cuda(ls[i % n], scaled, pd, argmax.data_as<const int32_t>(), tokens.data_as<int32_t>(), lp, s);
+      });
+      report("sample", "R " + std::to_string(R) + " " + c.name, ms, static_cast<double>(R * kVocab * 4),
+             ceiling);
+    }
+  }
+}
+
 void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t>& ts) {
   std::printf("\n%-14s %-28s %12s %14s\n", "op", "shape", "time/call", "achieved");
   for (int64_t T : ts) {
@@ -198,6 +250,7 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
     report("argmax", "R " + std::to_string(R) + " V 128256", ms, static_cast<double>(R * kVocab * 4),
            ceiling);
   }
+  bench_sample(s, ceiling);
 }
 
 // only_name empty: every linear at every M (with the forced kernels from
@@ -281,12 +334,14 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
 
 int main(int argc, char** argv) {
   using namespace nanoserve;
-  bool quick = false, gemms_only = false;
+  bool quick = false, gemms_only = false, sample_only = false;
   std::string only_name;
   int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--sample") == 0) {
+      sample_only = true;
     } else if (std::strcmp(argv[i], "--gemms") == 0) {
       gemms_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -302,7 +357,7 @@ int main(int argc, char** argv) {
       only_m = m;
       gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--only NAME:M]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--only NAME:M] [--sample]\n", argv[0]);
       return 2;
     }
   }
@@ -318,6 +373,11 @@ int main(int argc, char** argv) {
               info.sm_count, static_cast<long long>(info.l2_bytes >> 20), ceiling);
   cudaStream_t s;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (sample_only) {
+    bench_sample(s, ceiling);
+    NS_CUDA_CHECK(cudaStreamDestroy(s));
+    return 0;
+  }
   if (!gemms_only) {
     bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
   }

@@ -107,6 +107,7 @@ struct LlamaCudaModel::Step {
   Tensor xperm;    // linear_scratch_elems bf16: linear_cuda's permuted copy of x, the SwiGLU
   Tensor last;     // [max_logits_rows, dim] bf16 normed rows that need logits
   Tensor logits;   // [max_logits_rows, vocab] f32
+  Tensor scaled;   // [max_logits_rows, vocab] f32, the sampler's logits over the temperature
   Tensor argmax;   // [max_logits_rows] i32
   Tensor kv;       // one allocation: [n_layers][2][num_blocks, block_size, n_kv_heads, head_dim] bf16
   std::shared_ptr<void> logits_host;  // pinned [max_logits_rows, vocab] f32
@@ -236,11 +237,12 @@ int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLim
   const int64_t T = lim.max_tokens, R = lim.max_logits_rows;
   const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   int64_t b = T * c.dim * 4 + T * c.dim * 2 + T * qkv_dim * 2 + 2 * T * q_dim * 2 + T * c.dim * 2 +
-              T * 3 * c.ffn_dim * 2 + R * c.dim * 2 + R * c.vocab_size * 4 + R * 4 +
+              T * 3 * c.ffn_dim * 2 + R * c.dim * 2 + 2 * R * c.vocab_size * 4 + R * 4 +
               R * static_cast<int64_t>(sizeof(SampleRowParams) + 4 + sizeof(SampleRowLogprobs));
   b += linear_scratch_elems(c, T) * 2;
-  // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters.
+  // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters; the block list.
   b += T * c.n_heads * (PagedAttentionWorkspaceCuda::kMaxSplits * (c.head_dim + 1) + 1) * 4;
+  b += T * PagedAttentionWorkspaceCuda::kMaxSplits * 4;
   return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
 }
 
@@ -284,6 +286,7 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   s->xperm = cuda::empty(DType::kBF16, {linear_scratch_elems(c, T)});
   s->last = cuda::empty(DType::kBF16, {R, c.dim});
   s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
+  s->scaled = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->argmax = cuda::empty(DType::kI32, {R});
   s->logits_host = pinned(R * c.vocab_size * 4);
   s->argmax_host = pinned(R * 4);
@@ -486,8 +489,8 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     if (output == StepOutput::kSampled || output == StepOutput::kSampledLogprobs) {
       const bool lp = output == StepOutput::kSampledLogprobs;
       auto* lp_dev = lp ? s.sample_logprobs.data_as<SampleRowLogprobs>() : nullptr;
-      sample_cuda(logits, s.sample_params.data_as<const SampleRowParams>(), s.argmax.data_as<const int32_t>(),
-                  s.sampled.data_as<int32_t>(), lp_dev, st);
+      sample_cuda(logits, s.scaled, s.sample_params.data_as<const SampleRowParams>(),
+                  s.argmax.data_as<const int32_t>(), s.sampled.data_as<int32_t>(), lp_dev, st);
       NS_CUDA_CHECK(cudaMemcpyAsync(s.sampled_host.get(), s.sampled.data(), static_cast<size_t>(R) * 4,
                                     cudaMemcpyDeviceToHost, st));
       if (lp) {

@@ -1,4 +1,6 @@
-// One thread block of 1024 threads per row; the row stays in global memory
+// First, over all rows at once (every SM): l = value(x, T), the logits over
+// the temperature, into the scratch (the one division an element). Then one
+// thread block of 1024 threads per row over l; the row stays in global memory
 // (L2 after the first pass) and every pass streams it again, 8 loads in
 // flight a thread. Per sampled row:
 //   1. max: the largest (logit, id) key, a block reduction (exact);
@@ -358,8 +360,9 @@ __device__ void walk_window(int32_t n, int32_t k, float m, bool use_top_p, bool 
   __syncthreads();
 }
 
+// Over the scaled row (the temperature already applied).
 __device__ int32_t draw_ranked(const float* row, int32_t V, const SampleRowParams& p, float m, Smem& sm) {
-  const float T = p.temperature;
+  constexpr float T = 1.0f;
   const int32_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
   const bool use_top_p = p.top_p<1.0f, use_min_p = p.min_p> 0.0f;
   if (k > kSampleWindow && !use_top_p && !use_min_p) return kSampleOnHost;
@@ -419,23 +422,42 @@ __device__ void row_logprobs(const float* row, int32_t V, int32_t token, int32_t
   }
 }
 
+// scaled[r][i] = value(logits[r][i], T_r) for the sampled rows (grid: column
+// blocks x rows, 4 ids a thread).
+constexpr int kScaleThreads = 256;
+__global__ void __launch_bounds__(kScaleThreads)
+    scale_kernel(const float* __restrict__ logits, float* __restrict__ scaled, int32_t V,
+                 const SampleRowParams* __restrict__ params) {
+  const float T = params[blockIdx.y].temperature;
+  if (T == 0.0f) return;
+  const int64_t base = static_cast<int64_t>(blockIdx.y) * V;
+  for (int32_t i = (static_cast<int32_t>(blockIdx.x) * kScaleThreads + static_cast<int32_t>(threadIdx.x)) * 4;
+       i < V; i += static_cast<int32_t>(gridDim.x) * kScaleThreads * 4) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (i + u < V) scaled[base + i + u] = value(logits[base + i + u], T);
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
-    sample_kernel(const float* __restrict__ logits, int32_t V, const SampleRowParams* __restrict__ params,
-                  const int32_t* __restrict__ argmax, int32_t* __restrict__ tokens,
-                  SampleRowLogprobs* __restrict__ logprobs) {
+    sample_kernel(const float* __restrict__ logits, const float* __restrict__ scaled, int32_t V,
+                  const SampleRowParams* __restrict__ params, const int32_t* __restrict__ argmax,
+                  int32_t* __restrict__ tokens, SampleRowLogprobs* __restrict__ logprobs) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
   const int32_t r = static_cast<int32_t>(blockIdx.x);
   const float* row = logits + static_cast<int64_t>(r) * V;
+  // The row over its temperature: value(l, 1) = l from here on (canon is idempotent).
+  const float* l = scaled + static_cast<int64_t>(r) * V;
   const SampleRowParams p = params[r];
   int32_t token = argmax[r];
   if (p.temperature != 0.0f) {
-    const float m = key_value(row_max_key(row, V, p.temperature, sm));
+    const float m = key_value(row_max_key(l, V, 1.0f, sm));
     if (isfinite(m)) {
       const int32_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
-      token = (k == V && !(p.top_p < 1.0f) && !(p.min_p > 0.0f))
-                  ? draw_unfiltered(row, V, p.temperature, m, p.u, sm)
-                  : draw_ranked(row, V, p, m, sm);
+      token = (k == V && !(p.top_p < 1.0f) && !(p.min_p > 0.0f)) ? draw_unfiltered(l, V, 1.0f, m, p.u, sm)
+                                                                 : draw_ranked(l, V, p, m, sm);
     }
   }
   if (threadIdx.x == 0) tokens[r] = token;
@@ -445,8 +467,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-void sample_cuda(const Tensor& logits, const SampleRowParams* params, const int32_t* argmax, int32_t* tokens,
-                 SampleRowLogprobs* logprobs, cuda::Stream s) {
+void sample_cuda(const Tensor& logits, const Tensor& scaled, const SampleRowParams* params,
+                 const int32_t* argmax, int32_t* tokens, SampleRowLogprobs* logprobs, cuda::Stream s) {
   NS_CHECK(logits.device() == Device::kCUDA) << "sample_cuda: logits must be on the device";
   NS_CHECK(logits.dtype() == DType::kF32 && logits.ndim() == 2 && logits.is_contiguous())
       << "sample_cuda: logits must be a contiguous [R, V] f32 tensor, got " << dtype_name(logits.dtype())
@@ -454,15 +476,25 @@ void sample_cuda(const Tensor& logits, const SampleRowParams* params, const int3
   const int64_t R = logits.dim(0), V = logits.dim(1);
   NS_CHECK(V > 0 && V <= kSampleMaxVocab && R <= INT32_MAX)
       << "sample_cuda: shape " << logits.shape_string() << " (V must be in [1, " << kSampleMaxVocab << "])";
+  NS_CHECK(scaled.device() == Device::kCUDA && scaled.dtype() == DType::kF32 && scaled.is_contiguous() &&
+           scaled.numel() >= R * V)
+      << "sample_cuda: the scratch must be >= " << R * V << " contiguous f32 on the device, got "
+      << dtype_name(scaled.dtype()) << scaled.shape_string();
   if (R == 0) return;
+  NS_CHECK(R <= 65535) << "sample_cuda: " << R << " rows (at most 65535)";
   NS_CHECK(params != nullptr && argmax != nullptr && tokens != nullptr) << "sample_cuda: null buffer";
   static std::once_flag once;  // the opt-in is per function, not per launch
   std::call_once(once, [] {
     NS_CUDA_CHECK(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(sizeof(Smem))));
   });
+  const int32_t col_blocks = static_cast<int32_t>((V + kScaleThreads * 4 - 1) / (kScaleThreads * 4));
+  scale_kernel<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(R)), kScaleThreads, 0, s>>>(
+      logits.data_as<const float>(), scaled.data_as<float>(), static_cast<int32_t>(V), params);
+  NS_CUDA_CHECK_LAUNCH();
   sample_kernel<<<static_cast<unsigned>(R), kThreads, sizeof(Smem), s>>>(
-      logits.data_as<const float>(), static_cast<int32_t>(V), params, argmax, tokens, logprobs);
+      logits.data_as<const float>(), scaled.data_as<const float>(), static_cast<int32_t>(V), params, argmax,
+      tokens, logprobs);
   NS_CUDA_CHECK_LAUNCH();
 }
 

@@ -54,7 +54,8 @@ DeviceResult run_device(const std::vector<float>& logits, int64_t V,
   std::vector<int32_t> poison(static_cast<size_t>(R), kPoison);
   cuda::copy_bytes_to_device(tokens.data(), poison.data(), R * 4);
   argmax_cuda(dev, argmax.data_as<int32_t>(), nullptr);
-  sample_cuda(dev, p.data_as<const SampleRowParams>(), argmax.data_as<const int32_t>(),
+  const Tensor scaled = cuda::empty(DType::kF32, {R, V});
+  sample_cuda(dev, scaled, p.data_as<const SampleRowParams>(), argmax.data_as<const int32_t>(),
               tokens.data_as<int32_t>(), want_logprobs ? lp.data_as<SampleRowLogprobs>() : nullptr, nullptr);
   cuda::synchronize();
   DeviceResult out;
