@@ -50,6 +50,8 @@ struct BenchArgs {
   int shared_prefix_len = 0;
   bool compare_prefix_cache = false;
   int num_warmups = 0;
+  std::string dataset_name = "random";
+  bool ignore_eos = true;  // --ignore-eos: what the bench always does
 };
 
 int32_t draw_len(Rng& rng, int len, int min_len, double ratio) {
@@ -269,14 +271,23 @@ CommandRun add_bench_command(CLI::App& app) {
   add_model_arg(sub, args->model_arg,
                 "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_option("--num-prompts", args->num_prompts, "Requests")->capture_default_str();
-  sub->add_option("--input-len", args->input_len, "Prompt length (max with --min-input-len)")
+  // vLLM's random-dataset names are accepted beside ours.
+  sub->add_option("--input-len,--random-input-len", args->input_len,
+                  "Prompt length (max with --min-input-len)")
       ->capture_default_str();
-  sub->add_option("--output-len", args->output_len, "Output length (max with --min-output-len)")
+  sub->add_option("--output-len,--random-output-len", args->output_len,
+                  "Output length (max with --min-output-len)")
       ->capture_default_str();
   sub->add_option("--min-input-len", args->min_input_len, "Prompt lengths uniform in [this, --input-len]");
   sub->add_option("--min-output-len", args->min_output_len, "Output lengths uniform in [this, --output-len]");
-  sub->add_option("--range-ratio", args->range_ratio, "Lengths uniform in [L(1-R), L(1+R)]")
+  sub->add_option("--range-ratio,--random-range-ratio", args->range_ratio,
+                  "Lengths uniform in [L(1-R), L(1+R)]")
       ->capture_default_str();
+  sub->add_option("--dataset-name", args->dataset_name, "Prompts: random token ids (the only dataset)")
+      ->check(CLI::IsMember({"random"}))
+      ->capture_default_str();
+  sub->add_flag("--ignore-eos", args->ignore_eos,
+                "Every request makes its output length (always the case here)");
   sub->add_option("--temperature", args->temperature, "Sampling temperature of every request (0: greedy)")
       ->check(CLI::Range(0.0f, 100.0f))
       ->capture_default_str();

@@ -243,3 +243,18 @@ def test_offline_bench_is_unchanged():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert re.search(r"^(batched|cache)\s+wall [\d.]+ s \| output [\d.]+ tok/s", r.stdout, re.M)
+
+
+def test_offline_bench_takes_vllm_random_dataset_names():
+    def lengths(*args):
+        r = subprocess.run([BINARY, "bench", "--num-prompts", "3", *args], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr
+        return re.search(r"^3 requests: (\d+) prompt tokens, (\d+) output tokens", r.stdout, re.M).groups()
+
+    ours = lengths("--input-len", "12", "--output-len", "3", "--range-ratio", "0.5")
+    vllm = lengths("--dataset-name", "random", "--random-input-len", "12", "--random-output-len", "3",
+                   "--random-range-ratio", "0.5", "--ignore-eos")
+    assert ours == vllm and ours != ("36", "9")  # the same draws, and the ratio spread them
+    r = subprocess.run([BINARY, "bench", "--dataset-name", "sharegpt"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--dataset-name" in r.stderr
