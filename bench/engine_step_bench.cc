@@ -1,0 +1,154 @@
+// The engine's own host time a decode step: scheduling, the batch's metadata
+// (positions, block tables, slots), the commit and each row's output, with a
+// runner that costs nothing (its greedy tokens are ready, its logits never
+// read). On a GPU runner this time sits between the device's steps, so it is
+// the share of a decode step that no kernel can win back.
+//
+//   build/engine_step_bench [--input-len 1000] [--steps 200]
+//
+// For each batch size: B greedy requests of random prompts, prefilled first
+// (cheaply: the runner does nothing), then `steps` decode steps timed one by
+// one; prints the median and mean step and the time per row.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "engine/rng.h"
+
+namespace nanoserve {
+namespace {
+
+constexpr int32_t kVocab = 128256;  // Llama 3's
+
+// Greedy token t of row r: 1000 + r (never an EOS; requests ignore it anyway).
+class NullRunner final : public ModelRunner {
+ public:
+  explicit NullRunner(int32_t max_rows) : logits_(Tensor::zeros(DType::kF32, {max_rows, kVocab})) {
+    config_.arch = "null";
+    config_.n_layers = 32;
+    config_.dim = 4096;
+    config_.n_heads = 32;
+    config_.n_kv_heads = 8;
+    config_.head_dim = 128;
+    config_.rope_dim = 128;
+    config_.ffn_dim = 14336;
+    config_.vocab_size = kVocab;
+    config_.context_length = 8192;
+    greedy_.resize(static_cast<size_t>(max_rows));
+    for (int32_t r = 0; r < max_rows; ++r) greedy_[static_cast<size_t>(r)] = 1000 + r;
+  }
+  const ModelConfig& config() const override { return config_; }
+  int64_t kv_bytes_per_block(int32_t block_size) const override { return int64_t{block_size} * 131072; }
+  Status init_kv_cache(int32_t /*num_blocks*/, int32_t /*block_size*/) override { return Status(); }
+  StatusOr<Tensor> forward(const ForwardBatch& batch) override {
+    rows_ = static_cast<int64_t>(batch.logits_rows.size());
+    // Zeros: no plain greedy row reads its logits.
+    return logits_.slice_rows(0, rows_);
+  }
+  std::span<const int32_t> greedy_tokens() const override {
+    return {greedy_.data(), static_cast<size_t>(rows_)};
+  }
+
+ private:
+  ModelConfig config_;
+  Tensor logits_;
+  std::vector<int32_t> greedy_;
+  int64_t rows_ = 0;
+};
+
+int run(int32_t B, int32_t input_len, int32_t steps) {
+  EngineConfig c;
+  c.max_num_seqs = B;
+  c.max_num_batched_tokens = 8192;
+  c.block_size = 16;
+  c.max_model_len = 8192;
+  // The first rows decode while the last prefill: enough tokens that none ends before the timed steps do.
+  const int32_t max_tokens = steps + B * input_len / c.max_num_batched_tokens + 8;
+  c.num_blocks = B * ((input_len + max_tokens + 15) / 16 + 1);
+  c.enable_prefix_caching = true;
+  StatusOr<std::unique_ptr<Engine>> made = Engine::create(c, std::make_unique<NullRunner>(B), nullptr);
+  if (!made.ok()) {
+    std::fprintf(stderr, "engine: %s\n", made.status().to_string().c_str());
+    return 1;
+  }
+  Engine& e = **made;
+  Rng rng(static_cast<uint64_t>(B));
+  for (int32_t i = 0; i < B; ++i) {
+    std::vector<int32_t> prompt(static_cast<size_t>(input_len));
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng.next_u64() % kVocab);
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    if (StatusOr<RequestId> id = e.add_request(std::move(prompt), p); !id.ok()) {
+      std::fprintf(stderr, "add_request: %s\n", id.status().to_string().c_str());
+      return 1;
+    }
+  }
+  std::vector<RequestOutput> outputs;
+  // Prefill, then one decode step (the first steps' one-time costs) untimed.
+  while (e.stats().decode_steps < 1) {
+    if (Status s = e.step(outputs); !s.ok()) {
+      std::fprintf(stderr, "step: %s\n", s.to_string().c_str());
+      return 1;
+    }
+  }
+  const int64_t before = e.stats().generation_tokens;
+  std::vector<double> us;
+  for (int32_t i = 0; i < steps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status s = e.step(outputs); !s.ok()) {
+      std::fprintf(stderr, "step: %s\n", s.to_string().c_str());
+      return 1;
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const int64_t made_tokens = e.stats().generation_tokens - before;
+  if (made_tokens != int64_t{B} * steps) {  // every timed step a decode of all B rows
+    std::fprintf(stderr, "batch %d: %lld tokens in %d steps, expected %lld\n", B,
+                 static_cast<long long>(made_tokens), steps, static_cast<long long>(int64_t{B} * steps));
+    return 1;
+  }
+  double mean = 0.0;
+  for (double x : us) mean += x / static_cast<double>(us.size());
+  std::nth_element(us.begin(), us.begin() + static_cast<ptrdiff_t>(us.size() / 2), us.end());
+  const double median = us[us.size() / 2];
+  std::printf("batch %4d  context ~%d  step median %8.1f us  mean %8.1f us  %6.2f us a row\n", B,
+              input_len + steps / 2, median, mean, median / B);
+  return 0;
+}
+
+}  // namespace
+}  // namespace nanoserve
+
+int main(int argc, char** argv) {
+  int32_t input_len = 1000, steps = 200;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--input-len") == 0 && has_value) {
+      input_len = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--steps") == 0 && has_value) {
+      steps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--input-len N] [--steps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (input_len < 1 || input_len > 6000 || steps < 1 || steps > 2000) {
+    std::fprintf(stderr, "--input-len in [1, 6000], --steps in [1, 2000]\n");
+    return 2;
+  }
+  for (int32_t B : {1, 8, 64, 256}) {
+    if (nanoserve::run(B, input_len, steps) != 0) return 1;
+  }
+  return 0;
+}
