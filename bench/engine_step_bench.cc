@@ -23,26 +23,18 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/rng.h"
+#include "model/model_shapes.h"
 
 namespace nanoserve {
 namespace {
 
-constexpr int32_t kVocab = 128256;  // Llama 3's
+constexpr int32_t kVocab = 128256;  // llama-3-8b's (model_shape)
 
 // Greedy token t of row r: 1000 + r (never an EOS; requests ignore it anyway).
 class NullRunner final : public ModelRunner {
  public:
-  explicit NullRunner(int32_t max_rows) : logits_(Tensor::zeros(DType::kF32, {max_rows, kVocab})) {
-    config_.arch = "null";
-    config_.n_layers = 32;
-    config_.dim = 4096;
-    config_.n_heads = 32;
-    config_.n_kv_heads = 8;
-    config_.head_dim = 128;
-    config_.rope_dim = 128;
-    config_.ffn_dim = 14336;
-    config_.vocab_size = kVocab;
-    config_.context_length = 8192;
+  explicit NullRunner(int32_t max_rows)
+      : config_(model_shape("llama-3-8b").value()), logits_(Tensor::zeros(DType::kF32, {max_rows, kVocab})) {
     greedy_.resize(static_cast<size_t>(max_rows));
     for (int32_t r = 0; r < max_rows; ++r) greedy_[static_cast<size_t>(r)] = 1000 + r;
   }
