@@ -71,12 +71,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   float acc[MT][NT][4];
   linear_detail::zero_acc(acc);
 
-  // x is the previous kernel's output (launched dependent: core/cuda/launch.cuh).
-  cuda::wait_primary_grid();
-  cuda::launch_dependents();
   constexpr int U = kWeightRegs / MT;  // chunks whose weights are loaded ahead
-  for (int c = c_begin; c < c_end; c += U) {
-    uint4 wv[U][MT][2][2];
+  uint4 wv[U][MT][2][2];
+  auto load_chunks = [&](int c) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (c + u < c_end) {
@@ -91,6 +88,15 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
+  };
+  // The weights are never written: the first chunks' loads go out before the
+  // wait, while the kernel before (attention, a norm) still runs.
+  load_chunks(c_begin);
+
+  // x is the previous kernel's output (launched dependent: core/cuda/launch.cuh).
+  cuda::wait_primary_grid();
+  cuda::launch_dependents();
+  for (int c = c_begin; c < c_end; c += U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (c + u < c_end) {
@@ -108,6 +114,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
+    if (c + U < c_end) load_chunks(c + U);
   }
 
   // The slices meet in warp order: ((S0 + S1) + S2) + S3.
