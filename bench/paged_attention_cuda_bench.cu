@@ -550,6 +550,7 @@ int main(int argc, char** argv) {
     variants.push_back({std::move(name), o, targets_only});
   };
   add("default", false, [](PagedAttentionCudaOptions&) {});
+  add("query tiles", false, [](PagedAttentionCudaOptions& o) { o.query_tiles = true; });
   add("head-major", false, [](PagedAttentionCudaOptions& o) { o.layout = PagedKvLayout::kHeadMajor; });
   add("last-block", true, [](PagedAttentionCudaOptions& o) { o.reduce = SplitReduce::kLastBlock; });
   add("no early K/V", true, [](PagedAttentionCudaOptions& o) { o.early_kv = false; });

@@ -448,6 +448,10 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     }
   };
 
+  // A step that gave up invariance (--cublas-prefill) also runs attention on
+  // the query-tiled kernel.
+  PagedAttentionCudaOptions attention;
+  attention.query_tiles = !small_step;
   embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaCudaLayer& L = weights_.layers[static_cast<size_t>(l)];
@@ -463,7 +467,7 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
                        v_pools_[static_cast<size_t>(l)], st);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
-                         scale, *s.attn_ws, attn, st);
+                         scale, *s.attn_ws, attn, st, attention);
     linear(attn2, L.wo, proj);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
     linear(xn, L.w_gate_up, gate_up);

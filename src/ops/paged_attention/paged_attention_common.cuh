@@ -4,7 +4,7 @@
 // pool strides, the diagnostic trace, the kernels' parameters, and which rows
 // a block computes. Included by paged_attention_kernels.cuh,
 // paged_attention_reduce.cuh and paged_kv_write.cuh, and through them only by
-// paged_attention_cuda.cu.
+// paged_attention_cuda.cu; and by paged_attention_query_tiles.cu.
 
 #include <cuda.h>  // CUtensorMap (the type only)
 

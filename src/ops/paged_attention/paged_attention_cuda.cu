@@ -56,6 +56,7 @@
 #include "core/cuda/cuda_check.cuh"
 #include "ops/paged_attention/paged_attention_items.cuh"
 #include "ops/paged_attention/paged_attention_kernels.cuh"
+#include "ops/paged_attention/paged_attention_query_tiles.h"
 #include "ops/paged_attention/paged_kv_write.cuh"
 
 namespace nanoserve {
@@ -343,6 +344,7 @@ uint64_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tens
   NS_CHECK(batch.num_tokens() <= ws.max_rows())
       << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
       << " workspace rows";
+  if (options.query_tiles) return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep));
   const auto [block_size, n_kv, hd] = pool_dims(k_pool, options.layout);
   (void)block_size;
   const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options);
@@ -417,6 +419,11 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   if (t_all == 0) return;
+  if (options.query_tiles) {
+    launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, options.layout,
+                       options.dependent_launch);
+    return;
+  }
 
   const LaunchPlan plan = plan_launch(batch, n_kv, n_rep, hd, ws, options);
   const int g = head_group_size(n_rep);

@@ -129,6 +129,13 @@ struct PagedAttentionCudaOptions {
   // more stage, so that no refill is on the chain after the wait (the next
   // call's early copies then move the whole split). Changes no sum.
   bool hold_before_wait = true;
+  // Every row through the query-tiled kernel instead (paged_attention_query_tiles.cu):
+  // 64 (row, head) slots of one sequence a block, on tensor cores, over whole
+  // 64-key tiles, as flash attention lays out a prefill. Its rows are NOT
+  // bitwise the split kernel's (another order of the sums): for steps that
+  // gave up batch invariance (--cublas-prefill). The options above do not
+  // apply to it, but layout and dependent_launch.
+  bool query_tiles = false;
   // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
   // (ns) at kPagedAttentionTracePoints fixed points i, and its SM's cycle
   // counter (%clock64) at the same points: block b of the attention grid (x
