@@ -106,7 +106,7 @@ struct Comparison {
 };
 
 // Compares out with ref: no NaN (an unwritten, poisoned element), NMSE <=
-// max_nmse, and |out - ref| <= rel * |ref| + abs_floor for every element.
+// max_nmse (over at least 256 elements; below, rel^2), and |out - ref| <= rel * |ref| + abs_floor for every element.
 // With rounding_rel > 0 (the relative error one output rounding may make, as
 // a bound) it also checks the bias, the least-squares scale of the error:
 // rounding to nearest is unbiased, so its bias is noise of standard deviation
@@ -145,7 +145,13 @@ inline Comparison expect_close(const std::vector<float>& out, const std::vector<
   }
   EXPECT_EQ(bad, 0) << what << ": NaN elements";
   c.nmse = err / std::max(norm, 1e-300);
-  EXPECT_LE(c.nmse, max_nmse) << what;
+  // The NMSE is a statistic of the rounding errors: over many elements it
+  // sits near its mean (bf16: ~2.7e-6) and max_nmse catches errors that are
+  // systematically near their bound. Over a few elements it can reach rel^2
+  // with every element inside its bound (seen: 1.3e-5 over 7 bf16 values),
+  // and there the per-element bound is the check.
+  const double nmse_limit = out.size() >= 256 ? max_nmse : std::max(max_nmse, rel * rel);
+  EXPECT_LE(c.nmse, nmse_limit) << what;
   c.bias = cross / std::max(norm, 1e-300);
   if (rounding_rel > 0.0) {
     const double sigma = std::sqrt(norm4 * rounding_rel * rounding_rel / 3.0) / std::max(norm, 1e-300);
