@@ -452,16 +452,31 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // the query-tiled kernel.
   PagedAttentionCudaOptions attention;
   attention.query_tiles = !small_step;
+  // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
+  // in its own k order: a norm that feeds such a linear writes its output
+  // so, and the linear skips its permute pass (bitwise the same product).
+  auto tiled_input = [&](const Tensor& w, const Tensor& out) {
+    return small_step && linear_cuda_tiled(T) && linear_cuda_supports(xn, w, out);
+  };
+  auto order = [](bool tiled) { return tiled ? RmsNormOut::kLinearTiled : RmsNormOut::kNatural; };
+  auto linear_from_norm = [&](bool tiled, const Tensor& w, const Tensor& out) {
+    if (tiled) {
+      linear_cuda_permuted(xn, w, out, st);
+    } else {
+      linear(xn, w, out);
+    }
+  };
   embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LlamaCudaLayer& L = weights_.layers[static_cast<size_t>(l)];
     // The previous layer's down output joins the residual inside the norm.
+    const bool qkv_tiled = tiled_input(L.wqkv, qkv);
     if (l == 0) {
-      rmsnorm_cuda(x, L.attn_norm, eps, xn, st);
+      rmsnorm_cuda(x, L.attn_norm, eps, xn, st, order(qkv_tiled));
     } else {
-      add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st);
+      add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st, order(qkv_tiled));
     }
-    linear(xn, L.wqkv, qkv);
+    linear_from_norm(qkv_tiled, L.wqkv, qkv);
     rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
@@ -469,8 +484,9 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
                          scale, *s.attn_ws, attn, st, attention);
     linear(attn2, L.wo, proj);
-    add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
-    linear(xn, L.w_gate_up, gate_up);
+    const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
+    add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, order(gate_up_tiled));
+    linear_from_norm(gate_up_tiled, L.w_gate_up, gate_up);
     if (small_step && linear_swiglu_cuda_supports(gate_up, L.w_down, proj)) {
       linear_swiglu_cuda(gate_up, L.w_down, proj, s.xperm, st);  // the SwiGLU in the tiled kernel's permute
     } else {

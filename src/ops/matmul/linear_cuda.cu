@@ -280,6 +280,26 @@ int64_t linear_swiglu_cuda_scratch_elems(int64_t M, int64_t K) {
   return M * K;
 }
 
+bool linear_cuda_tiled(int64_t M) {
+  return tiled(M, LinearPath::kAuto);
+}
+
+void linear_cuda_permuted(const Tensor& xp, const Tensor& w, const Tensor& y, cuda::Stream s) {
+  NS_CHECK(supports(xp, w, y, false))
+      << "linear_cuda_permuted: x " << dtype_name(xp.dtype()) << xp.shape_string() << ", w "
+      << dtype_name(w.dtype()) << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string();
+  const int M = static_cast<int>(xp.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(w.dim(1));
+  NS_CHECK(linear_cuda_tiled(M)) << "linear_cuda_permuted: " << M << " tokens take the streaming kernel";
+  // x == nullptr: the tiled kernel reads xp as it is.
+  auto* xpd = const_cast<uint16_t*>(xp.data_as<const uint16_t>());
+  const auto* wd = w.data_as<const uint16_t>();
+  if (y.dtype() == DType::kF32) {
+    dispatch<float>(nullptr, false, xpd, wd, y.data_as<float>(), M, N, K, LinearPath::kAuto, s);
+  } else {
+    dispatch<uint16_t>(nullptr, false, xpd, wd, y.data_as<uint16_t>(), M, N, K, LinearPath::kAuto, s);
+  }
+}
+
 void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s, LinearPath path) {
   run<false>(x, w, y, nullptr, s, path);
 }

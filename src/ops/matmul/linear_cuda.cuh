@@ -66,6 +66,14 @@ void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor
                  LinearPath path = LinearPath::kAuto);
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
+// Whether linear_cuda (kAuto) runs the tiled kernel at M tokens, which reads
+// x in its own k order (linear_cuda_layout.cuh) from a permuted copy.
+bool linear_cuda_tiled(int64_t M);
+// y = x . w^T from xp, x already in that order (as rmsnorm_cuda's permuted
+// output writes it): the tiled kernel with no permute pass, bitwise
+// linear_cuda(x, w, y). NS_CHECKs linear_cuda_supports and linear_cuda_tiled(M).
+void linear_cuda_permuted(const Tensor& xp, const Tensor& w, const Tensor& y, cuda::Stream s);
+
 // y = swiglu(gate_up) . w^T with swiglu(gate_up)[m, k] = silu_mul_cuda's
 // bf16(silu(gate_up[m, k]) * gate_up[m, K + k]) (gate_up [M, 2K] bf16, w
 // [N, K]): bitwise silu_mul_cuda then linear_cuda. On the tiled kernel the

@@ -39,6 +39,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
+#include "ops/matmul/linear_cuda_layout.cuh"
 #include "ops/silu_mul/silu_mul.cuh"
 
 namespace nanoserve::linear_detail {
@@ -350,8 +351,8 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
   }
 }
 
-// xp = x with each 64-wide chunk of a row in the mma's k order: word 4 c + t
-// of a chunk is word 8 t + c of x's. Thread i reads 16-byte unit i of x; with
+// xp = x with each 64-wide chunk of a row in the mma's k order
+// (linear_cuda_layout.cuh). Thread i reads 16-byte unit i of x; with
 // kSwiGLU, x is [M, 2K] gate_up and unit i is the SwiGLU of its gates and ups
 // (k8 = K / 8 units a row), the activation pass done here.
 template <bool kSwiGLU>
@@ -368,12 +369,12 @@ __global__ void permute_tokens_kernel(const uint4* __restrict__ x, uint32_t* __r
   } else {
     v = x[i];
   }
-  const int q = static_cast<int>(i % kUnits);  // words 4 q .. 4 q + 3: t = q / 2, c = 4 (q % 2) + j
-  uint32_t* out = xp + (i - q) * 4 + 16 * (q & 1) + (q >> 1);
-  out[0] = v.x;
-  out[4] = v.y;
-  out[8] = v.z;
-  out[12] = v.w;
+  const int q = static_cast<int>(i % kUnits);  // the unit's words of its chunk: 4 q .. 4 q + 3
+  uint32_t* chunk = xp + (i - q) * 4;
+  chunk[permuted_word(4 * q)] = v.x;
+  chunk[permuted_word(4 * q + 1)] = v.y;
+  chunk[permuted_word(4 * q + 2)] = v.z;
+  chunk[permuted_word(4 * q + 3)] = v.w;
 }
 
 template <typename T, typename Out>
@@ -435,7 +436,9 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out
   const dim3 grid(static_cast<unsigned>((units + 255) / 256));
   const auto* xv = reinterpret_cast<const uint4*>(x);
   auto* xpw = reinterpret_cast<uint32_t*>(xp);
-  if (swiglu) {
+  if (x == nullptr) {
+    // xp already holds x in the k order (linear_cuda_permuted).
+  } else if (swiglu) {
     cuda::launch_pdl(permute_tokens_kernel<true>, grid, dim3(256), 0, s, xv, xpw, units, int64_t{K} / 8);
   } else {
     cuda::launch_pdl(permute_tokens_kernel<false>, grid, dim3(256), 0, s, xv, xpw, units, int64_t{K} / 8);

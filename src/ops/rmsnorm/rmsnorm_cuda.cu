@@ -12,6 +12,7 @@
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "ops/matmul/linear_cuda_layout.cuh"
 
 namespace nanoserve {
 
@@ -43,8 +44,9 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
   return total;
 }
 
-// kAdd: x += delta first. kVec: units of 4 elements.
-template <bool kAdd, bool kVec>
+// kAdd: x += delta first. kVec: units of 4 elements. kPermuted: out in the
+// tiled linear's k order (kVec only).
+template <bool kAdd, bool kVec, bool kPermuted>
 __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
                                const float* __restrict__ w, float eps, int32_t dim,
                                uint16_t* __restrict__ out) {
@@ -90,8 +92,18 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
     uint2* o2 = reinterpret_cast<uint2*>(outr);
     for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
       const float4 v = x4[u], g = w4[u];
-      o2[u] = make_uint2(f32_to_bf16_bits(v.x * scale * g.x) | (f32_to_bf16_bits(v.y * scale * g.y) << 16),
-                         f32_to_bf16_bits(v.z * scale * g.z) | (f32_to_bf16_bits(v.w * scale * g.w) << 16));
+      const uint2 o =
+          make_uint2(f32_to_bf16_bits(v.x * scale * g.x) | (f32_to_bf16_bits(v.y * scale * g.y) << 16),
+                     f32_to_bf16_bits(v.z * scale * g.z) | (f32_to_bf16_bits(v.w * scale * g.w) << 16));
+      if constexpr (kPermuted) {  // words 2 u and 2 u + 1 of the row, each to its place in its chunk
+        using linear_detail::kChunkWords;
+        using linear_detail::permuted_word;
+        uint32_t* chunk = reinterpret_cast<uint32_t*>(outr) + (2 * u) / kChunkWords * kChunkWords;
+        chunk[permuted_word((2 * u) % kChunkWords)] = o.x;
+        chunk[permuted_word((2 * u + 1) % kChunkWords)] = o.y;
+      } else {
+        o2[u] = o;
+      }
     }
   } else {
     for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -127,7 +139,7 @@ void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tens
 
 template <bool kAdd>
 void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, const Tensor& out,
-            cuda::Stream s) {
+            cuda::Stream s, RmsNormOut order) {
   const int64_t rows = x.dim(0);
   if (rows == 0) return;
   const int32_t dim = static_cast<int32_t>(x.dim(1));
@@ -140,27 +152,35 @@ void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, 
   float* xp = x.data_as<float>();
   const float* wp = w.data_as<const float>();
   uint16_t* op = out.data_as<uint16_t>();
-  if (vec) {
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, true>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, xp,
-                     delta, wp, eps, dim, op);
+  const dim3 grid(static_cast<unsigned>(rows));
+  if (order == RmsNormOut::kLinearTiled) {
+    NS_CHECK(vec && dim % 64 == 0)
+        << "rmsnorm_cuda: the tiled linear's order needs dim % 64 == 0 and 16-byte aligned tensors (dim "
+        << dim << ")";
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, true>, grid, dim3(threads), 0, s, xp, delta, wp, eps, dim,
+                     op);
+  } else if (vec) {
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, false>, grid, dim3(threads), 0, s, xp, delta, wp, eps, dim,
+                     op);
   } else {
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, false>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, s, xp,
-                     delta, wp, eps, dim, op);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, false, false>, grid, dim3(threads), 0, s, xp, delta, wp, eps, dim,
+                     op);
   }
   NS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s) {
+void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s,
+                  RmsNormOut order) {
   check_args("rmsnorm_cuda", x, nullptr, w, out);
-  launch<false>(x, nullptr, w, eps, out, s);
+  launch<false>(x, nullptr, w, eps, out, s, order);
 }
 
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
-                      cuda::Stream s) {
+                      cuda::Stream s, RmsNormOut order) {
   check_args("add_rmsnorm_cuda", x, &delta, w, out);
-  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s);
+  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order);
 }
 
 }  // namespace nanoserve

@@ -13,14 +13,21 @@
 
 namespace nanoserve {
 
+// The order of out's elements: as x's, or in the k order in which
+// linear_cuda's tiled kernel reads its input (linear_cuda_layout.cuh:
+// linear_cuda_permuted then takes out with no permute pass; needs dim % 64
+// == 0 and 16-byte aligned tensors).
+enum class RmsNormOut { kNatural, kLinearTiled };
+
 // out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w), in f32.
 //   x: [T, dim] f32, w: [dim] f32, out: [T, dim] bf16 (all device, contiguous)
-void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s);
+void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s,
+                  RmsNormOut order = RmsNormOut::kNatural);
 
 // The residual add, then the norm: x[t] += f32(delta[t]) (x is updated in
 // place), then out[t] = rmsnorm(x[t]) as above.
 //   delta: [T, dim] bf16 (the o_proj or down_proj output)
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
-                      cuda::Stream s);
+                      cuda::Stream s, RmsNormOut order = RmsNormOut::kNatural);
 
 }  // namespace nanoserve

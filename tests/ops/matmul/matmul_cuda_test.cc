@@ -30,6 +30,7 @@
 #include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul.h"
 #include "ops/matmul/matmul_cuda.cuh"
+#include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
@@ -406,6 +407,60 @@ TEST(LinearCuda, SwiGLUInputEqualsSiluMulThenLinear) {
                                           cuda::empty(DType::kBF16, {3, 64})));
   EXPECT_FALSE(linear_swiglu_cuda_supports(cuda::empty(DType::kBF16, {3, 128}), w,
                                            cuda::empty(DType::kBF16, {3, 64})));  // gate_up is [M, 2K]
+}
+
+// A norm that writes the tiled kernel's k order, then linear_cuda_permuted
+// (no permute pass), gives the bits of the natural norm through linear_cuda;
+// and that output is the natural one with word 8 t + c of each 64-wide chunk
+// moved to word 4 c + t (written out here, not through the kernels' helper);
+// with and without the residual add, which must leave x the same.
+TEST(LinearCuda, PermutedNormOutputEqualsNaturalThenLinear) {
+  NS_SKIP_WITHOUT_GPU();
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{976, 576}, {6144, 4096}}) {
+    const Weight w = make_weight(N, K);
+    const Tensor g = upload(uniform_floats(K, fresh_seed()), DType::kF32, {K});
+    for (int64_t M : {33, 64, 300}) {
+      const std::vector<float> x0 = uniform_floats(M * K, fresh_seed(), 3.0f);
+      const Tensor delta = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
+      for (const bool add : {false, true}) {
+        const Tensor xa = upload(x0, DType::kF32, {M, K}), xb = upload(x0, DType::kF32, {M, K});
+        const Tensor na = poisoned(DType::kBF16, {M, K}), nb = poisoned(DType::kBF16, {M, K});
+        if (add) {
+          add_rmsnorm_cuda(xa, delta, g, 1e-5f, na, nullptr);
+          add_rmsnorm_cuda(xb, delta, g, 1e-5f, nb, nullptr, RmsNormOut::kLinearTiled);
+        } else {
+          rmsnorm_cuda(xa, g, 1e-5f, na, nullptr);
+          rmsnorm_cuda(xb, g, 1e-5f, nb, nullptr, RmsNormOut::kLinearTiled);
+        }
+        const Tensor ya = poisoned(DType::kBF16, {M, N}), yb = poisoned(DType::kBF16, {M, N});
+        linear_cuda(na, w.dev, ya, nullptr);
+        linear_cuda_permuted(nb, w.dev, yb, nullptr);
+        cuda::synchronize();
+        const std::string what = "N " + std::to_string(N) + " K " + std::to_string(K) + " M " +
+                                 std::to_string(M) + (add ? " with the add" : "");
+        EXPECT_TRUE(download_f32(xa) == download_f32(xb)) << what << ": x after the norm";
+        const std::vector<float> a = download_f32(na), b = download_f32(nb);
+        size_t moved_wrong = 0;
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t k = 0; k < K; ++k) {
+            const int64_t chunk = k / 64, word = k % 64 / 2, t = word / 8, c = word % 8;
+            const int64_t to = m * K + chunk * 64 + 2 * (4 * c + t) + k % 2;
+            moved_wrong += std::memcmp(&a[m * K + k], &b[to], sizeof(float)) != 0;
+          }
+        }
+        EXPECT_EQ(moved_wrong, 0u) << what << ": the permuted norm output is not the natural one moved";
+        const std::vector<float> ra = download_f32(ya), rb = download_f32(yb);
+        size_t diff = 0;
+        for (size_t i = 0; i < ra.size(); ++i) {
+          ASSERT_FALSE(std::isnan(rb[i])) << what << ": y[" << i / N << ", " << i % N << "] unwritten";
+          diff += std::memcmp(&ra[i], &rb[i], sizeof(float)) != 0;
+        }
+        EXPECT_EQ(diff, 0u) << what << ": " << diff << " of " << ra.size() << " elements differ";
+      }
+    }
+  }
+  EXPECT_FALSE(linear_cuda_tiled(32));
+  EXPECT_TRUE(linear_cuda_tiled(33));
 }
 
 TEST(LinearCuda, RefusesWhatItCannotRun) {
