@@ -56,9 +56,10 @@ struct LlamaCudaLimits {
   int32_t max_seqs = 64;           // sequences in one step
   int32_t max_logits_rows = 64;    // rows that need logits
   int32_t max_blocks_per_seq = 0;  // block-table row stride capacity
-  // Steps of more than 64 tokens through cuBLASLt's per-shape choice and the
-  // query-tiled attention (PagedAttentionCudaOptions::query_tiles): faster
-  // prefill, but a row's bits then depend on the step it ran in. Off: every
+  // Steps of more than 64 tokens through cuBLASLt's per-shape choice, and
+  // those with a sequence of several rows through the query-tiled attention
+  // (PagedAttentionCudaOptions::query_tiles): faster prefill, but a row's
+  // bits then depend on the step it ran in. Off: every
   // linear whose shape linear_cuda runs goes through it, at any step size,
   // and attention through the split kernel.
   bool cublas_prefill = false;
