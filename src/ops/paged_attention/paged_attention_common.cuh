@@ -217,6 +217,16 @@ __host__ __device__ inline int row_blocks(const int32_t* row_meta, const int32_t
     return 0;
   return plan_splits(positions[t] + 1, tile, max_splits, min_tiles).n_splits;
 }
+// The query-tiled kernel (paged_attention_query_tiles.cu): whether row t
+// starts a tile of R rows, that is whether its index among its sequence's
+// rows of this step is a multiple of R. A tile runs from such a row to the
+// next one or to its sequence's last row. One function for the list the
+// device writes and the count the host sizes the grid by.
+__host__ __device__ inline bool query_tile_starts(const int32_t* row_meta, const int32_t* positions, int t,
+                                                  int R) {
+  return (positions[t] - row_meta[2 * t + 1]) % R == 0;
+}
+
 // An item's split field: kMaxSplits <= 1 << kItemSplitBits.
 constexpr int kItemSplitBits = 5;
 static_assert(kMaxSplits <= 1 << kItemSplitBits, "a split fits its field of an item");

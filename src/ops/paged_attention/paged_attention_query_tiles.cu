@@ -59,12 +59,6 @@ struct TileParams {
   float scale_log2;
 };
 
-// Whether row t starts a tile: its index among its sequence's rows of this
-// step is a multiple of R. One function for the list and its count.
-__host__ __device__ inline bool starts_tile(const int32_t* row_meta, const int32_t* positions, int t, int R) {
-  return (positions[t] - row_meta[2 * t + 1]) % R == 0;
-}
-
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
@@ -88,7 +82,8 @@ __global__ void __launch_bounds__(kListThreads)
   int base = 0;
   for (int r0 = 0; r0 < p.num_tokens; r0 += kListThreads) {
     const int t = r0 + static_cast<int>(threadIdx.x);
-    const int flag = t < p.num_tokens && starts_tile(p.row_meta, p.positions, t, p.rows_per_tile) ? 1 : 0;
+    const int flag =
+        t < p.num_tokens && query_tile_starts(p.row_meta, p.positions, t, p.rows_per_tile) ? 1 : 0;
     int at = 0, total = 0;
     Scan(scan).ExclusiveSum(flag, at, total);
     if (flag) tiles[base + at] = t;
@@ -318,7 +313,7 @@ int query_tile_count(const PagedBatchCuda& batch, int n_rep) {
       << "query tiles: n_rep " << n_rep << " outside [1, " << kSlots << "]";
   int n = 0;
   for (int t = 0; t < batch.num_tokens(); ++t)
-    n += starts_tile(batch.host_row_meta(), batch.host_positions(), t, kSlots / n_rep);
+    n += query_tile_starts(batch.host_row_meta(), batch.host_positions(), t, kSlots / n_rep);
   return n;
 }
 

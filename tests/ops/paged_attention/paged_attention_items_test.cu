@@ -2,12 +2,15 @@
 // row_blocks, the one function behind both the list attention_items_kernel
 // writes and the grid the host sizes for it, against a brute-force count of
 // the dense grid's live blocks (a block (row, split) is live when its row
-// leads its window in the launch and the split is one of the row's). Host
-// code only: it runs without a GPU.
+// leads its window in the launch and the split is one of the row's); and the
+// query-tiled kernel's tiles (query_tile_starts) against a brute-force cut
+// of each sequence. Host code only: it runs without a GPU.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ops/paged_attention/paged_attention_common.cuh"
@@ -112,6 +115,41 @@ TEST(PagedAttentionItems, MixedStepsAgreeWithTheDenseGrid) {
   EXPECT_GT(row_blocks(r.meta.data(), r.pos.data(), 0, T, 2, 4, kTile, kMaxSplits, kMinTiles), 0);
   // A launch that starts at row 1 makes it a leader.
   EXPECT_GT(row_blocks(r.meta.data(), r.pos.data(), 1, T, 1, 4, kTile, kMaxSplits, kMinTiles), 0);
+}
+
+// The query-tiled kernel's tiles: the rows where query_tile_starts holds,
+// each running to the next such row or its sequence's end (as the kernel's
+// block counts its rows), against a brute force: every sequence cut into
+// groups of R rows from its first row this step. A chunk that starts at an
+// odd position, decode rows and tiles cut by a sequence's end included.
+TEST(PagedAttentionItems, QueryTilesCutEachSequenceIntoGroupsOfR) {
+  Rows r;
+  r.add(0, 6, 150);  // a chunk over a history, starting at position 6
+  r.add(1, 400, 1);  // decode rows
+  r.add(2, 0, 64);   // a prompt of exactly one tile at R = 64
+  r.add(3, 0, 65);   // one more row
+  r.add(4, 3000, 1);
+  r.add(5, 21, 42);  // two tiles of 21 rows at R = 21
+  const int T = r.size();
+  for (int R : {64, 32, 21, 16, 8, 5, 1}) {
+    // The brute force: (first row, rows) of each group.
+    std::vector<std::pair<int, int>> want;
+    for (int t = 0; t < T;) {
+      int end = t;
+      while (end < T && r.meta[2 * end] == r.meta[2 * t]) ++end;
+      for (int g = t; g < end; g += R) want.push_back({g, std::min(R, end - g)});
+      t = end;
+    }
+    // The kernel's: a tile at every starting row, its rows counted as the block counts them.
+    std::vector<std::pair<int, int>> got;
+    for (int t = 0; t < T; ++t) {
+      if (!paged_attention_kernels::query_tile_starts(r.meta.data(), r.pos.data(), t, R)) continue;
+      int n = 0;
+      while (n < R && t + n < T && r.meta[2 * (t + n)] == r.meta[2 * t]) ++n;
+      got.push_back({t, n});
+    }
+    EXPECT_EQ(got, want) << "R " << R;
+  }
 }
 
 }  // namespace
