@@ -1,8 +1,8 @@
 #pragma once
 // Device-side building blocks for the kernels, as thin wrappers over PTX:
-// 16-bit element traits with the m16n8k16 tensor-core product, mbarriers and
-// bulk and tensor copies (sm_90), ldmatrix, and programmatic dependent launch. Included
-// only from .cu files.
+// 16-bit element traits with the m16n8k16 tensor-core product, mbarriers,
+// cp.async, bulk and tensor copies (sm_90), ldmatrix, and programmatic
+// dependent launch. Included only from .cu files.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -110,6 +110,21 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t smem, const void* map, i
       " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
+}
+// cp.async of 16 bytes global -> shared (the shared address from smem_addr),
+// bypassing L1; with valid false nothing is read and the 16 bytes are zeros.
+// A thread's copies complete in groups: commit closes one, wait<N> returns
+// once at most N of its groups are still in flight.
+__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // An L2 policy for data read once: its lines are the first evicted, so a
 // stream does not push out what other kernels are about to read.

@@ -420,7 +420,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   if (t_all == 0) return;
   if (options.query_tiles) {
-    launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, options.layout,
+    launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, options.layout, bs_log2,
                        options.dependent_launch);
     return;
   }

@@ -59,18 +59,6 @@ struct TileParams {
   float scale_log2;
 };
 
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // One block: the first row of every tile, in row order.
 template <typename T>
 __global__ void __launch_bounds__(kListThreads)
@@ -165,8 +153,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
               kvh * p.strides.head + c * 8;
       }
       const uint32_t dst = smem + 2 * st * kTileBytes + tile_offset<HD>(r, c);
-      cp_async_16(dst, p.k_pool + off, valid);
-      cp_async_16(dst + kTileBytes, p.v_pool + off, valid);
+      cuda::cp_async_16(dst, p.k_pool + off, valid);
+      cuda::cp_async_16(dst + kTileBytes, p.v_pool + off, valid);
     }
   };
 
@@ -176,14 +164,14 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   for (int dt = 0; dt < kDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
 
   load(0, 0);
-  cp_async_commit();
+  cuda::cp_async_commit();
   for (int tile = 0; tile < n_kv_tiles; ++tile) {
     if (tile + 1 < n_kv_tiles) {
       load(tile + 1, (tile + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
+      cuda::cp_async_commit();
+      cuda::cp_async_wait<1>();
     } else {
-      cp_async_wait<0>();
+      cuda::cp_async_wait<0>();
     }
     __syncthreads();
     if (tile < warp_tiles) {
@@ -319,15 +307,14 @@ int query_tile_count(const PagedBatchCuda& batch, int n_rep) {
 
 void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                         const PagedBatchCuda& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
-                        const Tensor& out, cuda::Stream stream, PagedKvLayout layout, bool dependent_launch) {
+                        const Tensor& out, cuda::Stream stream, PagedKvLayout layout, int block_size_log2,
+                        bool dependent_launch) {
   const bool head_major = layout == PagedKvLayout::kHeadMajor;
-  const int64_t block_size = k_pool.dim(head_major ? 2 : 1), n_kv = k_pool.dim(head_major ? 1 : 2),
+  const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(head_major ? 1 : 2),
                 hd = k_pool.dim(3);
   const int n_tiles = query_tile_count(batch, n_rep);
   NS_CHECK(n_tiles <= int64_t{ws.max_rows()} * PagedAttentionWorkspaceCuda::kMaxSplits && n_tiles <= 65535)
       << "query tiles: " << n_tiles << " tiles exceed the workspace";
-  int bs_log2 = 0;
-  while ((int64_t{1} << bs_log2) < block_size) ++bs_log2;
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
@@ -343,7 +330,7 @@ void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_p
     p.n_heads = static_cast<int>(n_kv * n_rep);
     p.n_rep = n_rep;
     p.rows_per_tile = kSlots / n_rep;
-    p.block_size_log2 = bs_log2;
+    p.block_size_log2 = block_size_log2;
     p.max_blocks_per_seq = batch.max_blocks_per_seq();
     p.scale_log2 = scale * kLog2e;
   };

@@ -2,7 +2,7 @@
 // The query-tiled attention kernel (paged_attention_query_tiles.cu), which
 // paged_attention_cuda runs under PagedAttentionCudaOptions::query_tiles.
 // Plain C++ declarations; the arguments are paged_attention_cuda's, already
-// checked there.
+// checked there (block_size_log2: the pools' block size).
 
 #include "core/cuda/device_memory.cuh"
 #include "core/tensor.h"
@@ -15,6 +15,7 @@ int query_tile_count(const PagedBatchCuda& batch, int n_rep);
 
 void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                         const PagedBatchCuda& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
-                        const Tensor& out, cuda::Stream stream, PagedKvLayout layout, bool dependent_launch);
+                        const Tensor& out, cuda::Stream stream, PagedKvLayout layout, int block_size_log2,
+                        bool dependent_launch);
 
 }  // namespace nanoserve::paged_attention_kernels
