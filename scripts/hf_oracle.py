@@ -1,13 +1,25 @@
 #!/usr/bin/env python3
-"""The end-to-end oracle for the CUDA model: a small random LlamaForCausalLM
-(GQA, Llama-3 rope scaling, the default model's vocabulary size) run by HF
+"""The end-to-end oracle for the CUDA model: a small random model of each
+family (GQA, head_dim 64, the default model's vocabulary size) run by HF
 transformers on the GPU, saved as an HF folder that nanoserve loads.
 
-  hf_oracle.py make OUT_DIR [--tokenizer-json FILE]
-      writes OUT_DIR/{config.json, model.safetensors, tokenizer.json?} and
-      OUT_DIR/oracle.json: prompts (token ids), transformers' logits at every
-      position (f32 file oracle_logits.f32, rows in prompt order) and its greedy
-      continuations with each step's top-2 margin.
+  hf_oracle.py make OUT_DIR [--family F ...] [--tokenizer-json FILE]
+      for each family F (default: all of llama, mistral, qwen2, qwen3, phi3)
+      writes OUT_DIR/F/{config.json, model.safetensors, tokenizer.json} and
+      OUT_DIR/F/oracle.json: prompts (token ids), transformers' logits at every
+      position (f32 file oracle_logits.f32, rows in prompt order), its greedy
+      continuations with each step's top-2 margin, and the logits of the same
+      model with the family's planted error (planted_logits.f32):
+        llama    the attention scale 3% off
+        mistral  a wrong rope theta (10,000 for its 1,000,000)
+        qwen2    the q, k and v biases dropped
+        qwen3    the per-head q/k norms off
+        phi3     gate and up swapped in the fused gate_up
+      A forward that is right must sit near the first and far from the second.
+
+Every weight that a family reads, norms and biases included, is random (the
+default init leaves norms at one and biases at zero, where a dropped or
+misplaced one would not show).
 
 The weights are rounded to bf16 and saved in bf16, and transformers computes
 in f32 over those same weights, so the reference differs from nanoserve only
@@ -22,17 +34,84 @@ import sys
 import torch
 
 
-def tiny_config():
-    from transformers import LlamaConfig
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3"]
 
-    return LlamaConfig(
-        vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
-        num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=131072,
-        rms_norm_eps=1e-5, rope_theta=500000.0,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, initializer_range=0.06,
-        attention_bias=False, mlp_bias=False)
+COMMON = dict(vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+              num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-5, bos_token_id=1,
+              eos_token_id=2, initializer_range=0.06)
+
+
+def tiny_model(family):
+    import transformers as tf
+
+    if family == "llama":
+        cfg = tf.LlamaConfig(**COMMON, head_dim=64, max_position_embeddings=131072, rope_theta=500000.0,
+                             rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                             tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+        return tf.LlamaForCausalLM(cfg)
+    if family == "mistral":
+        cfg = tf.MistralConfig(**COMMON, head_dim=64, max_position_embeddings=32768, rope_theta=1000000.0,
+                               sliding_window=None, tie_word_embeddings=False)
+        return tf.MistralForCausalLM(cfg)
+    if family == "qwen2":
+        cfg = tf.Qwen2Config(**COMMON, max_position_embeddings=32768, rope_theta=1000000.0,
+                             use_sliding_window=False, tie_word_embeddings=True)
+        return tf.Qwen2ForCausalLM(cfg)
+    if family == "qwen3":
+        cfg = tf.Qwen3Config(**COMMON, head_dim=64, max_position_embeddings=40960, rope_theta=1000000.0,
+                             use_sliding_window=False, tie_word_embeddings=True, attention_bias=False)
+        return tf.Qwen3ForCausalLM(cfg)
+    if family == "phi3":
+        cfg = tf.Phi3Config(**COMMON, max_position_embeddings=4096, original_max_position_embeddings=4096,
+                            rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
+                            pad_token_id=0)
+        return tf.Phi3ForCausalLM(cfg)
+    raise ValueError(family)
+
+
+def randomize_norms_and_biases(model, g):
+    """Norm weights around one and biases around zero, drawn, not left at their init."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1 and name.endswith("bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+
+
+def plant(family, model):
+    """The family's planted error, in place; returns its description."""
+    with torch.no_grad():
+        if family == "llama":
+            for layer in model.model.layers:
+                layer.self_attn.scaling *= 1.03
+            return "attention scale x 1.03"
+        if family == "mistral":
+            rot = model.model.rotary_emb
+            d = rot.inv_freq.numel() * 2
+            rot.inv_freq.copy_(1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32,
+                                                                 device=rot.inv_freq.device) / d)))
+            if hasattr(rot, "original_inv_freq"):
+                rot.original_inv_freq = rot.inv_freq.clone()
+            return "rope theta 10000 instead of 1000000"
+        if family == "qwen2":
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.zero_()
+            return "q, k, v biases dropped"
+        if family == "qwen3":
+            for layer in model.model.layers:
+                layer.self_attn.q_norm = torch.nn.Identity()
+                layer.self_attn.k_norm = torch.nn.Identity()
+            return "q/k norms off"
+        if family == "phi3":
+            for layer in model.model.layers:
+                w = layer.mlp.gate_up_proj.weight
+                half = w.shape[0] // 2
+                w.copy_(torch.cat([w[half:], w[:half]]))
+            return "gate and up swapped"
+    raise ValueError(family)
 
 
 def byte_alphabet():
@@ -66,13 +145,12 @@ def write_byte_tokenizer(path):
         json.dump(tok, f)
 
 
-def make(out_dir, tokenizer_json):
-    from transformers import LlamaForCausalLM
-
+def make(out_dir, family, tokenizer_json):
     torch.manual_seed(1234)
     os.makedirs(out_dir, exist_ok=True)
-    cfg = tiny_config()
-    model = LlamaForCausalLM(cfg)
+    model = tiny_model(family)
+    cfg = model.config
+    randomize_norms_and_biases(model, torch.Generator().manual_seed(99))
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
@@ -103,21 +181,23 @@ def make(out_dir, tokenizer_json):
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
-    # The same model with a planted bug (attention scale 3% off): the test
-    # checks that its tolerance tells this apart from the right answer.
-    for layer in model.model.layers:
-        layer.self_attn.scaling *= 1.03
+    # The rotary frequencies before the plant (mistral's changes them).
+    rot = model.model.rotary_emb
+    inv_freq = rot.inv_freq.float().cpu().tolist()
+    attention_scaling = float(getattr(rot, "attention_scaling", 1.0))
+    # The same model with the family's planted bug: the test checks that its
+    # tolerance tells this apart from the right answer.
+    planted = plant(family, model)
     with open(os.path.join(out_dir, "planted_logits.f32"), "wb") as f, torch.no_grad():
         for ids in prompts:
             f.write(model(torch.tensor([ids], device="cuda")).logits[0].float().cpu().numpy().tobytes())
     with open(os.path.join(out_dir, "oracle.json"), "w") as f:
-        rot = model.model.rotary_emb
-        json.dump({"vocab_size": cfg.vocab_size, "prompts": prompts, "greedy": greedy,
-                   "inv_freq": rot.inv_freq.float().cpu().tolist(),
-                   "attention_scaling": float(getattr(rot, "attention_scaling", 1.0)),
+        json.dump({"family": family, "vocab_size": cfg.vocab_size, "prompts": prompts, "greedy": greedy,
+                   "inv_freq": inv_freq, "attention_scaling": attention_scaling,
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
-                   "planted": "attention scale x 1.03"}, f)
-    print(f"hf_oracle: wrote {out_dir} ({len(prompts)} prompts, lengths {lengths})")
+                   "planted": planted}, f)
+    print(f"hf_oracle: wrote {out_dir} ({family}, {len(prompts)} prompts, lengths {lengths}, "
+          f"planted: {planted})")
 
 
 def main():
@@ -125,9 +205,11 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("make")
     m.add_argument("out_dir")
+    m.add_argument("--family", action="append", choices=FAMILIES)
     m.add_argument("--tokenizer-json")
     a = ap.parse_args()
-    make(a.out_dir, a.tokenizer_json)
+    for family in a.family or FAMILIES:
+        make(os.path.join(a.out_dir, family), family, a.tokenizer_json)
     return 0
 
 

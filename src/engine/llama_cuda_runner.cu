@@ -44,6 +44,7 @@ StatusOr<std::unique_ptr<LlamaCudaRunner>> make_llama_cuda_runner(const ModelSou
   if (cuda::device_count(&why) == 0)
     return failed_precondition("--device cuda: no CUDA device (" + why + ")");
   const ModelConfig& c = source.config;
+  NS_RETURN_IF_ERROR(LlamaCudaModel::supports(c));
   if (config.kv_cache_dtype.has_value() && *config.kv_cache_dtype != DType::kBF16) {
     return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(*config.kv_cache_dtype) +
                             ": the CUDA KV cache is bf16 (auto or bf16)");

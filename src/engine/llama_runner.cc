@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "kvcache/naive_kv_cache.h"
+#include "core/logging.h"
 #include "kvcache/paged_kv_storage.h"
 #if NANOSERVE_CUDA
 #include "core/cuda/device_memory.cuh"
@@ -78,20 +79,17 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
     return invalid_argument("the tokenizer has " + std::to_string(le.tokenizer->n_vocab()) +
                             " tokens but the model's vocabulary is " + std::to_string(mc.vocab_size));
   }
-  // The CUDA runner builds llama (and Mistral, which loads as llama) only:
-  // other architectures are refused on an explicit --device cuda, and run on
-  // the CPU when the device is auto.
-  std::optional<Device> device = config.device;
-  if (mc.arch != "llama") {
-    if (device == Device::kCUDA) {
-      return unimplemented("--device cuda: architecture '" + mc.arch +
-                           "' is not built on the CUDA path (llama only); run it with --device cpu");
-    }
-    device = Device::kCPU;
-  }
-  NS_ASSIGN_OR_RETURN(le.device, resolve_device(device));
+  NS_ASSIGN_OR_RETURN(le.device, resolve_device(config.device));
   le.text = std::make_unique<TokenizerText>(*le.tokenizer);
 #if NANOSERVE_CUDA
+  // Every built family runs on both devices; a shape the CUDA kernels do not
+  // take is refused on --device cuda and runs on the CPU under auto.
+  if (le.device == Device::kCUDA && !config.device.has_value()) {
+    if (Status s = LlamaCudaModel::supports(mc); !s.ok()) {
+      NS_LOG(WARNING) << s.message() << "; running on the CPU";
+      le.device = Device::kCPU;
+    }
+  }
   if (le.device == Device::kCUDA) {
     NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaRunner> runner,
                         make_llama_cuda_runner(le.source, config, max_len, pool));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "core/cuda/cuda_check.cuh"
@@ -68,6 +69,19 @@ Tensor upload_matrix(const Tensor& src) {
 Tensor upload_vector(const Tensor& src) {
   Tensor f32 = Tensor::empty(DType::kF32, {src.numel()});
   dequantize_row(src.dtype(), src.data(), f32.data_as<float>(), src.numel());
+  return cuda::to_device(f32);
+}
+
+// Vectors of any stored dtype, one after the other, as one f32 device vector.
+Tensor upload_concat(std::initializer_list<const Tensor*> parts) {
+  int64_t n = 0;
+  for (const Tensor* t : parts) n += t->numel();
+  Tensor f32 = Tensor::empty(DType::kF32, {n});
+  int64_t at = 0;
+  for (const Tensor* t : parts) {
+    dequantize_row(t->dtype(), t->data(), f32.data_as<float>() + at, t->numel());
+    at += t->numel();
+  }
   return cuda::to_device(f32);
 }
 
@@ -158,6 +172,11 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::upload(const ModelConf
     upload_rows(hl.wq, L.wqkv, 0);
     upload_rows(hl.wk, L.wqkv, q_rows);
     upload_rows(hl.wv, L.wqkv, q_rows + kv_rows);
+    if (config.qkv_bias) L.qkv_bias = upload_concat({&hl.bq, &hl.bk, &hl.bv});
+    if (config.qk_norm) {
+      L.q_norm = upload_vector(hl.q_norm);
+      L.k_norm = upload_vector(hl.k_norm);
+    }
     L.wo = upload_matrix(hl.wo);
     L.ffn_norm = upload_vector(hl.ffn_norm);
     L.w_gate_up = cuda::empty(DType::kBF16, {2 * config.ffn_dim, dim});
@@ -171,8 +190,9 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::upload(const ModelConf
   int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm);
   if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
   for (const LlamaCudaLayer& L : w.layers) {
-    bytes += bytes_of(L.attn_norm) + bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.ffn_norm) +
-             bytes_of(L.w_gate_up) + bytes_of(L.w_down);
+    bytes += bytes_of(L.attn_norm) + bytes_of(L.wqkv) + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
+             bytes_of(L.k_norm) + bytes_of(L.wo) + bytes_of(L.ffn_norm) + bytes_of(L.w_gate_up) +
+             bytes_of(L.w_down);
   }
   m->weight_bytes_ = bytes;
   return StatusOr<std::unique_ptr<LlamaCudaModel>>(std::move(m));
@@ -201,6 +221,11 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfi
     LlamaCudaLayer L;
     L.attn_norm = device_ones(dim);
     L.wqkv = random({qkv_rows, dim});
+    if (config.qkv_bias) L.qkv_bias = device_floats(std::vector<float>(static_cast<size_t>(qkv_rows), 0.0f));
+    if (config.qk_norm) {
+      L.q_norm = device_ones(hd);
+      L.k_norm = device_ones(hd);
+    }
     L.wo = random({dim, config.n_heads * hd});
     L.ffn_norm = device_ones(dim);
     L.w_gate_up = random({2 * ffn, dim});
@@ -217,6 +242,22 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfi
 }
 
 // ---- memory ------------------------------------------------------------------------
+
+Status LlamaCudaModel::supports(const ModelConfig& c) {
+  if (c.head_dim != 64 && c.head_dim != 128) {
+    return unimplemented("--device cuda: head_dim " + std::to_string(c.head_dim) +
+                         " (the CUDA attention kernels take 64 or 128)");
+  }
+  if (c.n_rep() > 8) {
+    return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
+                         " query heads per kv head (the CUDA attention takes at most 8)");
+  }
+  if (c.rope_dim != c.head_dim) {
+    return unimplemented("--device cuda: partial rotary dims (" + std::to_string(c.rope_dim) + " of " +
+                         std::to_string(c.head_dim) + ")");
+  }
+  return Status::ok_status();
+}
 
 int64_t LlamaCudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
   return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
@@ -258,11 +299,7 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
     return invalid_argument("--block-size " + std::to_string(block_size) +
                             ": the CUDA attention needs a power of two >= 8");
   }
-  if (c.head_dim != 64 && c.head_dim != 128) {
-    return unimplemented("head_dim " + std::to_string(c.head_dim) + " on CUDA (64 or 128)");
-  }
-  if (c.n_rep() > 8) return unimplemented("more than 8 query heads per kv head on CUDA");
-  if (c.rope_dim != c.head_dim) return unimplemented("partial rotary dims on CUDA");
+  NS_RETURN_IF_ERROR(supports(c));
   auto s = std::make_unique<Step>();
   s->limits = limits;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
@@ -479,10 +516,17 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st, order(qkv_tiled));
     }
     linear_from_norm(qkv_tiled, L.wqkv, qkv);
+    RopeKvExtras extras;  // the family's bias and q/k norm, fused into the rotation
+    if (L.qkv_bias.defined()) extras.qkv_bias = L.qkv_bias.data_as<const float>();
+    if (L.q_norm.defined()) {
+      extras.q_norm = L.q_norm.data_as<const float>();
+      extras.k_norm = L.k_norm.data_as<const float>();
+      extras.norm_eps = eps;
+    }
     rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
-                       v_pools_[static_cast<size_t>(l)], st);
+                       v_pools_[static_cast<size_t>(l)], st, extras);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
                          scale, *s.attn_ws, attn, st, attention);
     linear(attn2, L.wo, proj);

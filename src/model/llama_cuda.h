@@ -36,6 +36,9 @@ struct LlamaWeights;
 struct LlamaCudaLayer {
   Tensor attn_norm;  // [dim] f32
   Tensor wqkv;       // [(n_heads + 2 n_kv_heads) * head_dim, dim] bf16: q rows, then k, then v
+  Tensor qkv_bias;   // [(n_heads + 2 n_kv_heads) * head_dim] f32, families with ArchInfo::qkv_bias
+  Tensor q_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
+  Tensor k_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
   Tensor wo;         // [dim, n_heads * head_dim] bf16
   Tensor ffn_norm;   // [dim] f32
   Tensor w_gate_up;  // [2 ffn_dim, dim] bf16: gate rows, then up
@@ -87,6 +90,10 @@ class LlamaCudaModel {
   const LlamaCudaWeights& weights() const { return weights_; }
   int64_t weight_bytes() const { return weight_bytes_; }
 
+  // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
+  // (head_dim other than 64 or 128, more than 8 query heads per kv head,
+  // partial rotary dims); OK otherwise.
+  static Status supports(const ModelConfig& config);
   // K+V bytes of one block over all layers (bf16).
   static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);
   // Device bytes the step buffers of `limits` take (for memory planning before allocate()).

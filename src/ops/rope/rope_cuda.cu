@@ -41,11 +41,10 @@ struct RopeArgs {
   const int32_t* slot_mapping;
   const float* inv_freq;  // [rope_half]
   uint16_t* q_out;        // [T, n_heads, head_dim]
-  uint16_t* k_pool;       // slot-major [num_blocks, block_size, n_kv, head_dim], or head-major
-  uint16_t* v_pool;       // [num_blocks, n_kv, block_size, head_dim]
-  int64_t num_slots;      // num_blocks * block_size
-  int32_t block_size;
-  bool head_major;
+  uint16_t* k_pool;       // [num_blocks, block_size, n_kv, head_dim]
+  uint16_t* v_pool;
+  RopeKvExtras extras;
+  int64_t num_slots;  // num_blocks * block_size
   int32_t rope_half, n_heads, n_kv, head_dim;
 };
 
@@ -76,13 +75,14 @@ __device__ __forceinline__ void store_chunk(uint16_t* p, const Chunk<C>& c) {
   }
 }
 
-// The first element of kv head kh's row of `slot` in a pool.
-__device__ __forceinline__ int64_t pool_row(const RopeArgs& a, int64_t slot, int32_t kh) {
-  if (a.head_major) {
-    const int64_t block = slot / a.block_size, offset = slot - block * a.block_size;
-    return ((block * a.n_kv + kh) * a.block_size + offset) * a.head_dim;
-  }
-  return (slot * a.n_kv + kh) * a.head_dim;
+// The sum of v over the `lanes` consecutive lanes (a power of two <= 32,
+// aligned) that hold one head; the same order in every lane, so every lane
+// gets the same bits.
+__device__ __forceinline__ float head_sum(float v, int lanes) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const unsigned mask = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1u) << (lane & ~(lanes - 1));
+  for (int off = lanes / 2; off > 0; off /= 2) v += __shfl_xor_sync(mask, v, off);
+  return v;
 }
 
 template <int C>
@@ -95,20 +95,47 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
   const int32_t chunks = a.head_dim / C;  // items per head
   const int32_t heads = a.n_heads + (write_kv ? 2 * a.n_kv : 0);
   const int32_t j = static_cast<int32_t>(blockIdx.y) * kThreads + static_cast<int32_t>(threadIdx.x);
-  if (j >= heads * chunks) return;
+  if (j >= heads * chunks) return;  // whole heads return together
   const int32_t head = j / chunks;             // in qkv order: q heads, k heads, v heads
   const int32_t e0 = (j - head * chunks) * C;  // first element of the item within its head
   const int32_t row_heads = a.n_heads + 2 * a.n_kv;
   Chunk<C> c = load_chunk<C>(a.qkv + (static_cast<int64_t>(t) * row_heads + head) * a.head_dim + e0);
   uint16_t* dst;
+  const float* norm = nullptr;
   if (head < a.n_heads) {
     dst = a.q_out + (static_cast<int64_t>(t) * a.n_heads + head) * a.head_dim + e0;
+    norm = a.extras.q_norm;
   } else if (head < a.n_heads + a.n_kv) {
-    dst = a.k_pool + pool_row(a, slot, head - a.n_heads) + e0;
+    dst = a.k_pool + (slot * a.n_kv + head - a.n_heads) * a.head_dim + e0;
+    norm = a.extras.k_norm;
   } else {
-    dst = a.v_pool + pool_row(a, slot, head - a.n_heads - a.n_kv) + e0;
+    dst = a.v_pool + (slot * a.n_kv + head - a.n_heads - a.n_kv) * a.head_dim + e0;
   }
-  if (head < a.n_heads + a.n_kv) {  // q or k: rotate the pairs below rope_dim
+  const bool rotate = head < a.n_heads + a.n_kv;
+  if (!rotate && a.extras.qkv_bias == nullptr) {  // v as is: bitwise
+    store_chunk<C>(dst, c);
+    return;
+  }
+  float x[C];
+#pragma unroll
+  for (int p = 0; p < C / 2; ++p) {
+    x[2 * p] = bf16_bits_to_f32(c.w[p] & 0xffffu);
+    x[2 * p + 1] = bf16_bits_to_f32(c.w[p] >> 16);
+  }
+  if (a.extras.qkv_bias != nullptr) {
+    const float* b = a.extras.qkv_bias + head * a.head_dim + e0;
+#pragma unroll
+    for (int e = 0; e < C; ++e) x[e] += b[e];
+  }
+  if (norm != nullptr) {  // uniform over a head's lanes: q and k heads of a norming family
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < C; ++e) ss += x[e] * x[e];
+    const float r = rsqrtf(head_sum(ss, chunks) / static_cast<float>(a.head_dim) + a.extras.norm_eps);
+#pragma unroll
+    for (int e = 0; e < C; ++e) x[e] = x[e] * r * norm[e0 + e];
+  }
+  if (rotate) {  // the pairs below rope_dim
     const float pos = static_cast<float>(a.positions[t]);
 #pragma unroll
     for (int p = 0; p < C / 2; ++p) {
@@ -117,12 +144,14 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
         const float angle = pos * a.inv_freq[i];
         float sn, cs;
         sincosf(angle, &sn, &cs);
-        const float x0 = bf16_bits_to_f32(c.w[p] & 0xffffu), x1 = bf16_bits_to_f32(c.w[p] >> 16);
-        const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
-        c.w[p] = f32_to_bf16_bits(y0) | (f32_to_bf16_bits(y1) << 16);
+        const float x0 = x[2 * p], x1 = x[2 * p + 1];
+        x[2 * p] = x0 * cs - x1 * sn;
+        x[2 * p + 1] = x0 * sn + x1 * cs;
       }
     }
   }
+#pragma unroll
+  for (int p = 0; p < C / 2; ++p) c.w[p] = f32_to_bf16_bits(x[2 * p]) | (f32_to_bf16_bits(x[2 * p + 1]) << 16);
   store_chunk<C>(dst, c);
 }
 
@@ -135,7 +164,7 @@ bool aligned16(const void* p) {
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
                         const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
-                        PagedKvLayout layout) {
+                        const RopeKvExtras& extras) {
   const char* op = "rope_kv_write_cuda";
   NS_CHECK(qkv.device() == Device::kCUDA && q_out.device() == Device::kCUDA &&
            k_pool.device() == Device::kCUDA && v_pool.device() == Device::kCUDA)
@@ -153,15 +182,13 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
            qkv.dim(1) == (n_heads + 2 * int64_t{n_kv_heads}) * hd)
       << op << ": qkv must be a contiguous [" << T << ", " << (n_heads + 2 * int64_t{n_kv_heads}) * hd
       << "] bf16 tensor, got " << dtype_name(qkv.dtype()) << qkv.shape_string();
-  const bool head_major = layout == PagedKvLayout::kHeadMajor;
   for (const Tensor* pool : {&k_pool, &v_pool}) {
     NS_CHECK(pool->dtype() == DType::kBF16 && pool->ndim() == 4 && pool->is_contiguous() &&
-             pool->dim(head_major ? 1 : 2) == n_kv_heads && pool->dim(3) == hd)
-        << op << ": a pool must be a contiguous "
-        << (head_major ? "[num_blocks, " + std::to_string(n_kv_heads) + ", block_size, "
-                       : "[num_blocks, block_size, " + std::to_string(n_kv_heads) + ", ")
-        << hd << "] bf16 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
+             pool->dim(2) == n_kv_heads && pool->dim(3) == hd)
+        << op << ": a pool must be a contiguous [num_blocks, block_size, " << n_kv_heads << ", " << hd
+        << "] bf16 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
   }
+  NS_CHECK((extras.q_norm == nullptr) == (extras.k_norm == nullptr)) << op << ": q_norm and k_norm go together";
   NS_CHECK(k_pool.shape() == v_pool.shape())
       << op << ": k_pool " << k_pool.shape_string() << " vs v_pool " << v_pool.shape_string();
   NS_CHECK(T <= INT32_MAX && (n_heads + 2 * int64_t{n_kv_heads}) * hd <= INT32_MAX) << op << ": too large";
@@ -176,9 +203,8 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
   a.q_out = q_out.data_as<uint16_t>();
   a.k_pool = k_pool.data_as<uint16_t>();
   a.v_pool = v_pool.data_as<uint16_t>();
-  a.block_size = static_cast<int32_t>(k_pool.dim(head_major ? 2 : 1));
-  a.num_slots = k_pool.dim(0) * a.block_size;
-  a.head_major = head_major;
+  a.extras = extras;
+  a.num_slots = k_pool.dim(0) * k_pool.dim(1);
   a.rope_half = rope_dim / 2;
   a.n_heads = n_heads;
   a.n_kv = n_kv_heads;
@@ -189,6 +215,11 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
   }
   const bool vec =
       hd % 8 == 0 && aligned16(a.qkv) && aligned16(a.q_out) && aligned16(a.k_pool) && aligned16(a.v_pool);
+  if (extras.q_norm != nullptr) {
+    NS_CHECK(vec && hd >= 16 && hd <= 256 && (hd & (hd - 1)) == 0)
+        << op << ": the q/k norm needs a power-of-two head_dim in [16, 256] (got " << hd
+        << ") and 16-byte aligned tensors";
+  }
   const int64_t items = (n_heads + 2 * int64_t{n_kv_heads}) * (hd / (vec ? 8 : 2));
   const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>((items + kThreads - 1) / kThreads));
   if (vec) {

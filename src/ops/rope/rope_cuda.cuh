@@ -10,29 +10,41 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/tensor.h"
-#include "ops/paged_attention/paged_attention_cuda.cuh"  // PagedKvLayout
 
 namespace nanoserve {
+
+// What some families add to the projection before the rotation, all f32
+// device pointers or null (model/arch.h):
+//   qkv_bias  [(n_heads + 2 n_kv_heads) * head_dim]  added to every row of qkv (qwen2)
+//   q_norm, k_norm  [head_dim]  an RMSNorm of each q and k head, over head_dim,
+//                   after the bias and before the rotation (qwen3); both or neither
+struct RopeKvExtras {
+  const float* qkv_bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float norm_eps = 0.0f;
+};
 
 // For every token t of the step:
 //   q_out[t, h]              = rope(q head h of qkv[t])
 //   k_pool[slot_mapping[t], kh] = rope(k head kh of qkv[t])
-//   v_pool[slot_mapping[t], kh] = v head kh of qkv[t]   (bitwise)
+//   v_pool[slot_mapping[t], kh] = v head kh of qkv[t]   (bitwise, without a bias)
+// with `extras` applied first (each element widened to f32, rounded to bf16 once).
 // where rope rotates the first rope_dim dims of a head and leaves the rest.
 //   qkv: [T, (n_heads + 2 n_kv_heads) * head_dim] bf16: q heads, then k heads, then v heads
 //   positions, slot_mapping: [T] i32 device pointers; slot = block * block_size + offset
 //   inv_freq: [rope_dim / 2] f32 device pointer (rope_inv_freqs: any scaling already applied)
 //   q_out: [T, n_heads, head_dim] bf16
-//   k_pool, v_pool: bf16, in `layout` (PagedKvLayout, as paged_attention_cuda reads them):
-//     slot-major [num_blocks, block_size, n_kv_heads, head_dim] (the default) or
-//     head-major [num_blocks, n_kv_heads, block_size, head_dim]
+//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16, as paged_attention_cuda reads them
 // A slot < 0 is not written (a token whose K/V is not kept); neither is a slot
 // >= num_blocks * block_size (it would be out of bounds: the pool is never
 // written outside itself). q is written for every token.
-// PRECOND: head_dim even, 0 < rope_dim <= head_dim, rope_dim even.
+// PRECOND: head_dim even, 0 < rope_dim <= head_dim, rope_dim even; with the
+// norms, head_dim a power of two in [16, 256] and 16-byte aligned tensors
+// (a head's lanes then share one warp).
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
                         const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
-                        PagedKvLayout layout = PagedKvLayout::kSlotMajor);
+                        const RopeKvExtras& extras = {});
 
 }  // namespace nanoserve

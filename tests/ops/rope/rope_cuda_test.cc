@@ -7,7 +7,10 @@
 // bf16 tolerance (cuda_op_check.h); the pools are NaN-filled first, and after
 // the call exactly the slots of the step's tokens hold k (bf16 tolerance) and
 // v (bitwise), while every other slot, those of tokens with slot -1 or a slot
-// past the pool included, is still NaN, byte for byte. Both pool layouts.
+// past the pool included, is still NaN, byte for byte. With the families'
+// extras (RopeKvExtras): a qkv bias (qwen2) and the per-head q/k RMSNorm
+// (qwen3), against the bias added in f32 and rmsnorm_ref over each head; v then
+// is bf16(v + bias).
 
 #include <gtest/gtest.h>
 
@@ -16,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"
 #include "model/config.h"
 #include "ops/cuda_op_check.h"
+#include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
 #include "ops/rope/rope_cuda.cuh"
 #include "ops/rope/rope_freqs.h"
@@ -44,14 +49,13 @@ std::vector<float> inv_freqs(const RopeShape& s) {
   return rope_inv_freqs(s.rope_dim, s.llama3 ? 500000.0f : 10000.0f, sc);
 }
 
-void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
-                PagedKvLayout layout = PagedKvLayout::kSlotMajor) {
-  const bool head_major = layout == PagedKvLayout::kHeadMajor;
+void check_rope(const RopeShape& s, int32_t T, bool misaligned_q, bool extras = false) {
   const uint64_t seed = fresh_seed();
   const std::string what = "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv) +
                            " head_dim " + std::to_string(s.head_dim) + " rope_dim " +
                            std::to_string(s.rope_dim) + (s.llama3 ? " llama3" : "") + " T " +
-                           std::to_string(T) + (misaligned_q ? " (q_out misaligned)" : "") + ", seed " +
+                           std::to_string(T) + (misaligned_q ? " (q_out misaligned)" : "") +
+                           (extras ? " (bias, q/k norm)" : "") + ", seed " +
                            std::to_string(seed);
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
@@ -60,7 +64,15 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
   const int64_t num_slots = num_blocks * block_size;
 
   const std::vector<uint16_t> qkv16 = to_bf16(uniform_floats(T * width, seed, 2.0f));
-  const std::vector<float> qkv = from_bf16(qkv16);
+  std::vector<float> qkv = from_bf16(qkv16);
+  constexpr float kEps = 1e-6f;
+  const std::vector<float> bias = uniform_floats(width, seed + 1, 1.0f);
+  std::vector<float> q_norm = uniform_floats(hd, seed + 2, 0.5f), k_norm = uniform_floats(hd, seed + 3, 0.5f);
+  for (float& w : q_norm) w += 1.0f;
+  for (float& w : k_norm) w += 1.0f;
+  if (extras) {
+    for (int64_t i = 0; i < T * width; ++i) qkv[static_cast<size_t>(i)] += bias[static_cast<size_t>(i % width)];
+  }
   std::vector<int32_t> positions(static_cast<size_t>(T));
   std::uniform_int_distribution<int32_t> pos(0, 100000);
   for (int32_t& p : positions) p = pos(rng);
@@ -83,6 +95,14 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
     std::copy_n(qkv.begin() + t * width, H * hd, q_ref.data_as<float>() + t * H * hd);
     std::copy_n(qkv.begin() + t * width + H * hd, KV * hd, k_ref.data_as<float>() + t * KV * hd);
   }
+  if (extras) {
+    Tensor q_heads = q_ref.reshape({T * H, hd}), k_heads = k_ref.reshape({T * KV, hd});
+    Tensor qw = Tensor::empty(DType::kF32, {hd}), kw = Tensor::empty(DType::kF32, {hd});
+    std::copy(q_norm.begin(), q_norm.end(), qw.data_as<float>());
+    std::copy(k_norm.begin(), k_norm.end(), kw.data_as<float>());
+    rmsnorm_ref(q_heads, qw, kEps, q_heads);
+    rmsnorm_ref(k_heads, kw, kEps, k_heads);
+  }
   rope_ref(q_ref, positions, inv);
   rope_ref(k_ref, positions, inv);
 
@@ -93,24 +113,29 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
   const Tensor q_buf = poisoned(DType::kBF16, {T * H * hd + 2});
   const Tensor q_out = Tensor::view(q_buf.data_as<uint16_t>() + (misaligned_q ? 2 : 0), DType::kBF16,
                                     {T, H, hd}, q_buf.owner(), Device::kCUDA);
-  const std::vector<int64_t> pool_shape = head_major ? std::vector<int64_t>{num_blocks, KV, block_size, hd}
-                                                     : std::vector<int64_t>{num_blocks, block_size, KV, hd};
+  const std::vector<int64_t> pool_shape = {num_blocks, block_size, KV, hd};
+  const Tensor bias_d = upload(bias, DType::kF32, {width});
+  const Tensor q_norm_d = upload(q_norm, DType::kF32, {hd}), k_norm_d = upload(k_norm, DType::kF32, {hd});
+  RopeKvExtras ex;
+  if (extras) {
+    ex.qkv_bias = bias_d.data_as<const float>();
+    ex.q_norm = q_norm_d.data_as<const float>();
+    ex.k_norm = k_norm_d.data_as<const float>();
+    ex.norm_eps = kEps;
+  }
   const Tensor k_pool = poisoned(DType::kBF16, pool_shape);
   const Tensor v_pool = poisoned(DType::kBF16, pool_shape);
   rope_kv_write_cuda(qkv_d, pos_d.data_as<const int32_t>(), slot_d.data_as<const int32_t>(),
                      inv_d.data_as<const float>(), s.rope_dim, s.n_heads, s.n_kv, q_out, k_pool, v_pool,
-                     nullptr, layout);
+                     nullptr, ex);
   cuda::synchronize();
 
   const std::vector<float> q_ref_v(q_ref.data_as<float>(), q_ref.data_as<float>() + T * H * hd);
   expect_close_bf16(download_f32(q_out), q_ref_v, 1e-5 * rms(q_ref_v), what + ": q");
 
   const std::vector<uint16_t> kp = download<uint16_t>(k_pool), vp = download<uint16_t>(v_pool);
-  // Element e of kv head kh's row of `slot` in a pool of this layout.
-  auto at = [&](int64_t slot, int64_t kh, int64_t e) {
-    const int64_t block = slot / block_size, offset = slot % block_size;
-    return (head_major ? (block * KV + kh) * block_size + offset : slot * KV + kh) * hd + e;
-  };
+  // Element e of kv head kh's row of `slot` in a pool.
+  auto at = [&](int64_t slot, int64_t kh, int64_t e) { return (slot * KV + kh) * hd + e; };
   std::vector<float> k_got, k_want;
   std::vector<bool> slot_written(static_cast<size_t>(num_slots), false);
   for (int32_t t = 0; t < T; ++t) {
@@ -121,7 +146,8 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q,
       for (int64_t e = 0; e < hd; ++e) {
         k_got.push_back(bf16_to_f32(kp[at(slot, kh, e)]));
         k_want.push_back(k_ref.data_as<float>()[(t * KV + kh) * hd + e]);
-        ASSERT_EQ(vp[at(slot, kh, e)], qkv16[t * width + (H + KV + kh) * hd + e])
+        const int64_t vi = t * width + (H + KV + kh) * hd + e;
+        ASSERT_EQ(vp[at(slot, kh, e)], extras ? f32_to_bf16(qkv[static_cast<size_t>(vi)]) : qkv16[vi])
             << "v of token " << t << " in slot " << slot << ", kv head " << kh << ", element " << e;
       }
     }
@@ -152,10 +178,11 @@ TEST(RopeKvWriteCuda, MatchesReference) {
   }
 }
 
-TEST(RopeKvWriteCuda, HeadMajorPoolsMatchReference) {
+TEST(RopeKvWriteCuda, BiasAndHeadNormMatchReference) {
   NS_SKIP_WITHOUT_GPU();
-  for (const RopeShape& s : kShapes) {
-    for (int32_t T : {1, 17, 300}) check_rope(s, T, false, PagedKvLayout::kHeadMajor);
+  // The norm's shapes: head_dim 64 and 128 (8 and 16 lanes a head), partial rotation.
+  for (const RopeShape& s : {kShapes[0], kShapes[1], kShapes[2]}) {
+    for (int32_t T : {1, 17, 300}) check_rope(s, T, false, true);
   }
 }
 
