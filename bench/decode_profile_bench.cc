@@ -21,10 +21,10 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 #include "engine/sampler.h"
 #include "io/gguf.h"
-#include "model/llama.h"
+#include "model/model_cpu.h"
 
 namespace nanoserve {
 namespace {
@@ -45,9 +45,9 @@ struct PhaseBytes {
   int64_t qkv = 0, o = 0, gate_up = 0, down = 0, lm_head = 0;
 };
 
-PhaseBytes phase_bytes(const LlamaWeights& w) {
+PhaseBytes phase_bytes(const ModelWeights& w) {
   PhaseBytes b;
-  for (const LlamaLayer& L : w.layers) {
+  for (const LayerWeights& L : w.layers) {
     b.qkv += L.wq.nbytes() + L.wk.nbytes() + L.wv.nbytes();
     b.o += L.wo.nbytes();
     b.gate_up += L.w_gate.nbytes() + L.w_up.nbytes();
@@ -82,18 +82,18 @@ int run(int argc, char** argv) {
   ThreadPool pool(threads);
   StatusOr<std::shared_ptr<const GgufFile>> file = GgufFile::open(model_path);
   if (!file.ok()) return fail(file.status().to_string());
-  StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::load(*file, pool);
+  StatusOr<std::unique_ptr<CpuModel>> model = CpuModel::load(*file, pool);
   if (!model.ok()) return fail(model.status().to_string());
   const ModelConfig mc = (*model)->config();
   const PhaseBytes bytes = phase_bytes((*model)->weights());
   EngineConfig ec;
   ec.max_model_len = prompt_tokens + new_tokens + 16;
-  LlamaRunnerOptions ro;
+  CpuRunnerOptions ro;
   ro.max_tokens = ec.max_num_batched_tokens;
   ro.max_num_seqs = ec.max_num_seqs;
   ro.max_context = ec.max_model_len;
-  auto runner_owned = std::make_unique<LlamaRunner>(std::move(model).value(), ro, &pool);
-  LlamaRunner* runner = runner_owned.get();
+  auto runner_owned = std::make_unique<CpuRunner>(std::move(model).value(), ro, pool);
+  CpuRunner* runner = runner_owned.get();
   StatusOr<std::unique_ptr<Engine>> engine = Engine::create(ec, std::move(runner_owned), nullptr);
   if (!engine.ok()) return fail(engine.status().to_string());
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/model_runner.h"
+#include "model/model_runner.h"
 #include "engine/rng.h"
 #include "model/model_shapes.h"
 
@@ -40,7 +40,17 @@ class NullRunner final : public ModelRunner {
   }
   const ModelConfig& config() const override { return config_; }
   int64_t kv_bytes_per_block(int32_t block_size) const override { return int64_t{block_size} * 131072; }
-  Status init_kv_cache(int32_t /*num_blocks*/, int32_t /*block_size*/) override { return Status(); }
+  Status init_kv_cache(int32_t num_blocks, int32_t block_size) override {
+    limits_.vocab_size = config_.vocab_size;
+    limits_.max_tokens = 8192;
+    limits_.max_seqs = limits_.max_logits_rows = static_cast<int32_t>(logits_.dim(0));
+    limits_.num_blocks = num_blocks;
+    limits_.block_size = block_size;
+    limits_.max_context = int64_t{num_blocks} * block_size;
+    limits_.max_blocks_per_seq = num_blocks;
+    return Status();
+  }
+  StepLimits step_limits() const override { return limits_; }
   StatusOr<Tensor> forward(const ForwardBatch& batch) override {
     rows_ = static_cast<int64_t>(batch.logits_rows.size());
     // Zeros: no plain greedy row reads its logits.
@@ -55,6 +65,7 @@ class NullRunner final : public ModelRunner {
   Tensor logits_;
   std::vector<int32_t> greedy_;
   int64_t rows_ = 0;
+  StepLimits limits_;
 };
 
 int run(int32_t B, int32_t input_len, int32_t steps) {

@@ -22,9 +22,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/check.h"
 #include "core/thread_pool.h"
 #include "kvcache/block_manager.h"
-#include "kvcache/paged_kv_storage.h"
+#include "model/kv_cpu.h"
 #include "ops/attention/attention.h"
 
 namespace nanoserve {
@@ -49,7 +50,7 @@ void fill_random(float* p, int64_t n, uint64_t& state) {
 struct Setup {
   ModelConfig config;
   std::unique_ptr<BlockManager> blocks;
-  std::unique_ptr<PagedKVStorage> cache;
+  std::unique_ptr<CpuKV> cache;
   ForwardBatch batch;
   Tensor q, k, v, out;
 
@@ -68,13 +69,13 @@ struct Setup {
     bc.max_num_seqs = static_cast<int32_t>(B);
     bc.max_seq_len = L;
     blocks = std::make_unique<BlockManager>(bc);
-    PagedKVStorageOptions o;
+    CpuKVOptions o;
     o.num_blocks = num_blocks;
     o.block_size = 16;
-    o.max_seq_len = L;
+    o.max_context = L;
     o.max_num_seqs = static_cast<int32_t>(B);
     o.fused_read = fused;
-    cache = std::move(PagedKVStorage::create(config, o, &pool)).value();
+    cache = std::move(CpuKV::create(config, o, pool)).value();
     std::vector<int32_t> seqs;
     for (int64_t b = 0; b < B; ++b) seqs.push_back(*blocks->add_sequence());
     // Grow the sequences a block at a time, round robin, so tables interleave.
@@ -95,7 +96,11 @@ struct Setup {
       batch.logits_rows.push_back(batch.num_tokens() - 1);
     }
     blocks->fill_batch(batch);
-    NS_CHECK(cache->begin_step(batch).ok());
+    StepLimits lim;
+    lim.vocab_size = 1;
+    lim.max_tokens = lim.max_seqs = lim.max_logits_rows = static_cast<int32_t>(B);
+    cache->fill_limits(lim);
+    NS_CHECK(batch.validate(lim).ok());
     q = Tensor::empty(DType::kF32, {B, s.n_heads, s.head_dim});
     k = Tensor::empty(DType::kF32, {B, s.n_kv_heads, s.head_dim});
     v = Tensor::empty(DType::kF32, {B, s.n_kv_heads, s.head_dim});
@@ -125,7 +130,7 @@ void BM_FusedRead(benchmark::State& state) {
   Setup st(s, L, B, /*fused=*/true, pool);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   for (auto _ : state) {
-    st.cache->paged_attention(0, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale, st.out);
+    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale, st.out);
     benchmark::DoNotOptimize(st.out.data());
   }
   set_counters(state, s, L, B, 1.0);
@@ -137,10 +142,8 @@ void BM_GatherRead(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(3)));
   Setup st(s, L, B, /*fused=*/false, pool);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  std::vector<float> scratch(attention_scratch_floats(pool.num_threads(), L));
   for (auto _ : state) {
-    const KVHistory h = st.cache->append(0, st.k, st.v);
-    attention(st.q, st.batch, h, static_cast<int>(s.n_heads / s.n_kv_heads), scale, st.out, pool, scratch);
+    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale, st.out);
     benchmark::DoNotOptimize(st.out.data());
   }
   set_counters(state, s, L, B, 3.0);

@@ -135,7 +135,7 @@ std::string shape_name(const Shape& s) {
 // What every call of a shape shares: the step's metadata on the device, the
 // workspace, the scale and the GQA ratio.
 struct CallState {
-  PagedBatchCuda batch;
+  DeviceBatch batch;
   PagedAttentionWorkspaceCuda ws;
   float scale;
   int n_rep;
@@ -150,19 +150,12 @@ struct CallState {
 
 // Median time per call of paged_attention_cuda, from graph replays.
 double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
-  const Shape& s = su.s;
   CallState cs(su);
   auto& [batch, ws, scale, n_rep] = cs;
   cudaStream_t stream;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  // The same bytes seen as head-major pools when the variant asks for them.
-  std::vector<Tensor> k_pools = su.k_pools, v_pools = su.v_pools;
-  if (opt.layout == PagedKvLayout::kHeadMajor) {
-    for (size_t c = 0; c < k_pools.size(); ++c) {
-      k_pools[c] = k_pools[c].reshape({su.num_blocks, s.n_kv, s.block_size, s.head_dim});
-      v_pools[c] = v_pools[c].reshape({su.num_blocks, s.n_kv, s.block_size, s.head_dim});
-    }
-  }
+  const std::vector<Tensor>& k_pools = su.k_pools;
+  const std::vector<Tensor>& v_pools = su.v_pools;
   // Warm up outside the graph (module load, first-touch).
   for (size_t c = 0; c < k_pools.size(); ++c) {
     paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
@@ -198,117 +191,6 @@ double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
   NS_CUDA_CHECK(cudaGraphDestroy(graph));
   NS_CUDA_CHECK(cudaStreamDestroy(stream));
   return 1000.0 * ms[ms.size() / 2] / kCallsPerGraph;
-}
-
-// --trace: one replay of the graph with every call's thread blocks writing
-// timestamps (PagedAttentionCudaOptions::trace), printed as a timeline of the
-// calls in the middle of the graph (the steady state), relative to the first
-// of them: when the attention grid's blocks start, issue their early copies,
-// return from the dependency wait, finish their tiles and end; when the
-// reduction's blocks start, return from their wait and end.
-void trace_attention(Setup& su, PagedAttentionCudaOptions opt) {
-  const Shape& s = su.s;
-  CallState cs(su);
-  auto& [batch, ws, scale, n_rep] = cs;
-  constexpr int64_t kPerCall = int64_t{1} << 21;
-  constexpr int kPoints = 10,
-                kSlots = 2 * kPoints;  // a block's: the %globaltimer stamps, then the cycle counts
-  Tensor trace = cuda::empty(DType::kI32, {2 * kPerCall * kCallsPerGraph});  // u64 entries
-  cuda::fill_bytes(trace, 0);
-  uint64_t* base = trace.data_as<uint64_t>();
-  cudaStream_t stream;
-  NS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < kCallsPerGraph; ++i) {
-    const size_t c = i % su.k_pools.size();
-    opt.trace = base + kPerCall * i;
-    paged_attention_cuda(su.q, su.k_pools[c], su.v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
-  }
-  NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  NS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int r = 0; r < 4; ++r) NS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  NS_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<uint64_t> t(static_cast<size_t>(kPerCall) * kCallsPerGraph);
-  NS_CUDA_CHECK(cudaMemcpy(t.data(), base, t.size() * 8, cudaMemcpyDeviceToHost));
-  NS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  NS_CUDA_CHECK(cudaGraphDestroy(graph));
-  NS_CUDA_CHECK(cudaStreamDestroy(stream));
-  // Per call and point: the earliest and the latest block, in us after the
-  // first traced call's earliest start.
-  const int first = kCallsPerGraph / 2 - 2, last = kCallsPerGraph / 2 + 2;
-  const uint64_t* t0c = t.data() + kPerCall * first;
-  uint64_t origin = ~uint64_t{0};
-  for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
-    if (t0c[kSlots * b] != 0) origin = std::min(origin, t0c[kSlots * b]);
-  }
-  auto span = [&](const uint64_t* tc, int64_t off, int slot) {
-    uint64_t lo = ~uint64_t{0}, hi = 0;
-    for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
-      const uint64_t v = tc[off + kSlots * b + slot];
-      if (v == 0) continue;
-      lo = std::min(lo, v), hi = std::max(hi, v);
-    }
-    char buf[64];
-    if (hi == 0) return std::string("        -      ");
-    std::snprintf(buf, sizeof buf, "%6.2f-%6.2f ", (static_cast<double>(lo) - origin) / 1e3,
-                  (static_cast<double>(hi) - origin) / 1e3);
-    return std::string(buf);
-  };
-  std::printf("trace %s (us, earliest-latest block; calls %d..%d of a graph of %d)\n", shape_name(s).c_str(),
-              first, last, kCallsPerGraph);
-  std::printf(
-      "call | attn start    | early issued  | wait returned | tile 0 landed | tile 0 done   | last landed   "
-      "| tiles done    | end           | reduce start  | red. waited   | reduce end\n");
-  for (int i = first; i <= last; ++i) {
-    const uint64_t* tc = t.data() + kPerCall * i;
-    std::printf("%4d | %s| %s| %s| %s| %s| %s| %s| %s| %s| %s| %s\n", i, span(tc, 0, 0).c_str(),
-                span(tc, 0, 1).c_str(), span(tc, 0, 2).c_str(), span(tc, 0, 5).c_str(),
-                span(tc, 0, 6).c_str(), span(tc, 0, 7).c_str(), span(tc, 0, 3).c_str(),
-                span(tc, 0, 4).c_str(), span(tc, int64_t{1} << 20, 0).c_str(),
-                span(tc, int64_t{1} << 20, 1).c_str(), span(tc, int64_t{1} << 20, 2).c_str());
-  }
-  // The same points from each block's own cycle counter (exact within a block,
-  // where the timer ticks coarsely), in us after its wait returned: the median
-  // and the largest over the blocks. Cycles convert at the rate the blocks ran
-  // at (timer over cycles from entry to end, summed over blocks).
-  double ns = 0, cycles = 0;
-  for (int i = first; i <= last; ++i) {
-    const uint64_t* tc = t.data() + kPerCall * i;
-    for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
-      const uint64_t* e = tc + kSlots * b;
-      if (e[0] == 0 || e[4] == 0) continue;
-      ns += static_cast<double>(e[4] - e[0]);
-      cycles += static_cast<double>(e[kPoints + 4] - e[kPoints + 0]);
-    }
-  }
-  const double ghz = ns > 0 ? cycles / ns : 1.0;
-  std::printf("per block from its cycle counter (%.2f GHz), us after its wait: median / max over blocks\n",
-              ghz);
-  std::printf(
-      "call | copies issued | q loaded      | tile 0 landed | tile 0 done   | last landed   | tiles done    "
-      "| end           | red. work\n");
-  for (int i = first; i <= last; ++i) {
-    const uint64_t* tc = t.data() + kPerCall * i;
-    auto phase = [&](int64_t off, int from, int to) {
-      std::vector<double> d;
-      for (int64_t b = 0; b < (int64_t{1} << 20) / kSlots; ++b) {
-        const uint64_t* e = tc + off + kSlots * b;
-        if (e[from] == 0 || e[to] == 0) continue;
-        d.push_back(static_cast<double>(static_cast<int64_t>(e[kPoints + to] - e[kPoints + from])) / ghz /
-                    1e3);
-      }
-      char buf[64];
-      if (d.empty()) return std::string("      -       ");
-      std::sort(d.begin(), d.end());
-      std::snprintf(buf, sizeof buf, "%5.2f / %5.2f ", d[d.size() / 2], d.back());
-      return std::string(buf);
-    };
-    std::printf("%4d | %s| %s| %s| %s| %s| %s| %s| %s\n", i, phase(0, 2, 8).c_str(), phase(0, 2, 9).c_str(),
-                phase(0, 2, 5).c_str(), phase(0, 2, 6).c_str(), phase(0, 2, 7).c_str(),
-                phase(0, 2, 3).c_str(), phase(0, 2, 4).c_str(), phase(int64_t{1} << 20, 1, 2).c_str());
-  }
 }
 
 __global__ void empty_kernel(int* p) {
@@ -422,7 +304,7 @@ void dump_problem(const std::string& dir) {
   fill_random(v_pool, 12);
   fill_random(q, 13);
   cuda::fill_bytes(out, 0xFF);
-  PagedBatchCuda batch(t, static_cast<int32_t>(seqs.size()), max_blocks);
+  DeviceBatch batch(t, static_cast<int32_t>(seqs.size()), max_blocks);
   batch.upload(fb);
   PagedAttentionWorkspaceCuda ws(t, n_heads, hd);
   paged_attention_cuda(q, k_pool, v_pool, batch, n_heads / n_kv, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
@@ -455,7 +337,7 @@ void dump_problem(const std::string& dir) {
 
 int main(int argc, char** argv) {
   std::string csv_path, dump_dir;
-  bool quick = false, trace = false;
+  bool quick = false;
   std::vector<int> only;
   std::vector<std::pair<int, int>> custom;  // --custom B:L
   std::vector<std::pair<int, int>> extend;  // --extend B:L
@@ -467,8 +349,6 @@ int main(int argc, char** argv) {
       dump_dir = argv[++i];
     } else if (a == "--quick") {
       quick = true;
-    } else if (a == "--trace") {
-      trace = true;
     } else if (a == "--shape" && i + 1 < argc) {
       only.push_back(std::atoi(argv[++i]));
     } else if (a == "--extend" && i + 1 < argc) {
@@ -488,8 +368,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--extend B:L]... "
-          "[--trace]\n",
+          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--extend B:L]...\n",
           argv[0]);
       return 2;
     }
@@ -524,18 +403,6 @@ int main(int argc, char** argv) {
     if (custom.empty()) shapes.clear();
     for (auto [b, l] : extend) shapes.push_back({b, l, 32, 8, 128, 16, false, l});
   }
-  if (trace) {
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      if (!only.empty() && std::find(only.begin(), only.end(), static_cast<int>(i)) == only.end()) continue;
-      Setup su(shapes[i], 4 * dev.l2_bytes, 100 + static_cast<uint32_t>(i));
-      trace_attention(su, {});
-      PagedAttentionCudaOptions unheld;
-      unheld.hold_first_tile = false;
-      std::printf("first tile not held in registers:\n");
-      trace_attention(su, unheld);
-    }
-    return 0;
-  }
   struct Variant {
     std::string name;
     PagedAttentionCudaOptions opt;
@@ -551,8 +418,6 @@ int main(int argc, char** argv) {
   };
   add("default", false, [](PagedAttentionCudaOptions&) {});
   add("query tiles", false, [](PagedAttentionCudaOptions& o) { o.query_tiles = true; });
-  add("head-major", false, [](PagedAttentionCudaOptions& o) { o.layout = PagedKvLayout::kHeadMajor; });
-  add("last-block", true, [](PagedAttentionCudaOptions& o) { o.reduce = SplitReduce::kLastBlock; });
   add("no early K/V", true, [](PagedAttentionCudaOptions& o) { o.early_kv = false; });
   for (int stages : {2, 3, 4}) {
     add(std::to_string(stages) + " stages", true, [=](PagedAttentionCudaOptions& o) { o.stages = stages; });

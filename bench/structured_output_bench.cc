@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 #include "server/structured/json_constraint.h"
 #include "server/structured/schema_compiler.h"
 

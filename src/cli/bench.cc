@@ -24,7 +24,7 @@
 #include "cli/model_arg.h"
 #include "core/logging.h"
 #include "engine/generate.h"
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 #include "engine/rng.h"
 
 namespace nanoserve::cli {

@@ -23,7 +23,7 @@
 #include "cli/engine_flags.h"
 #include "cli/model_arg.h"
 #include "core/thread_pool.h"
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 #include "tokenizer/chat_template.h"
 
 namespace nanoserve::cli {
@@ -44,7 +44,6 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   std::string kv_cache = "paged";
-  int32_t prefill_chunk = 512;
   EngineFlags engine;
   std::string chat_template;  // a file or the template text; empty: the model's
 };
@@ -98,10 +97,8 @@ int run_generate(GenerateArgs a) {
     std::fprintf(stderr, "nanoserve generate: give exactly one of -p PROMPT or --chat MESSAGE\n");
     return 2;
   }
-  // One request: one sequence, chunks of --prefill-chunk, and a smaller pool
-  // than the server's unless asked otherwise.
-  a.engine.config.max_num_seqs = 1;
-  a.engine.config.max_num_batched_tokens = a.prefill_chunk;
+  // One request: a smaller pool than the server's unless asked otherwise
+  // (the step's defaults, one sequence and 512-token chunks, are the flags' own).
   if (a.engine.config.num_blocks == 0 && a.engine.kv_cache_memory.empty()) a.engine.kv_cache_memory = "256M";
   StatusOr<EngineConfig> config = engine_config_from_flags(a.engine);
   if (!config.ok()) return fail(config.status().to_string());
@@ -137,6 +134,9 @@ int run_generate(GenerateArgs a) {
     auto pieces = tmpl->render_pieces(std::span<const ChatMessage>(&msg, 1), true);
     if (!pieces.ok()) return fail(pieces.status().to_string());
     prompt = encode_prompt(tok, *pieces, /*add_special=*/false);
+    // The template's own end of turn ends the reply, also when --chat-template
+    // brought a template whose turn token is not among the model's end ids.
+    if (auto end = tok.token_id(tmpl->end_of_turn())) params.stop_token_ids.push_back(*end);
   } else {
     prompt = tok.encode(a.prompt, true, true);
   }
@@ -169,9 +169,15 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--kv-cache", args->kv_cache,
                   "KV storage: paged (default, blocks of a pool) or naive (contiguous per sequence, a reference)")
       ->check(CLI::IsMember({"paged", "naive"}));
-  cmd->add_option("--prefill-chunk", args->prefill_chunk, "Prompt tokens per forward step")
-      ->check(CLI::Range(1, 1 << 16));
+  // One request: one sequence a step and 512-token prefill chunks unless the
+  // flags say otherwise (--prefill-chunk is the older name of the token budget).
+  args->engine.config.max_num_seqs = 1;
+  args->engine.config.max_num_batched_tokens = 512;
+  CLI::Option* chunk = cmd->add_option("--prefill-chunk", args->engine.config.max_num_batched_tokens,
+                                       "Prompt tokens per forward step (= --max-num-batched-tokens)")
+                           ->check(CLI::Range(1, 1 << 16));
   add_engine_flags(cmd, args->engine);
+  chunk->excludes(cmd->get_option("--max-num-batched-tokens"));
   return [args] {
     StatusOr<std::string> model = resolve_model_arg(args->model_arg);
     if (!model.ok()) {

@@ -110,9 +110,10 @@ void print_config(const ModelConfig& c) {
   if (c.rope_scaling.freq_factors_tensor) std::printf(" (rope_freqs.weight)");
   std::printf("\n  rms norm eps %g, embeddings %s\n", c.norm_eps,
               c.tied_embeddings ? "tied (no output.weight)" : "separate");
-  if (c.qkv_bias || c.qk_norm || c.fused_qkv_gate_up) {
-    std::printf("  beyond llama:%s%s%s\n", c.qkv_bias ? " q/k/v biases" : "", c.qk_norm ? " q/k head norms" : "",
-                c.fused_qkv_gate_up ? " fused qkv and gate_up" : "");
+  const ArchInfo* a = find_arch(c.arch);
+  if (a != nullptr && (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up)) {
+    std::printf("  beyond llama:%s%s%s\n", a->qkv_bias ? " q/k/v biases" : "", a->qk_norm ? " q/k head norms" : "",
+                a->fused_qkv_gate_up ? " fused qkv and gate_up" : "");
   }
 }
 

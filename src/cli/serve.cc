@@ -23,7 +23,7 @@
 #include "cli/model_arg.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 #include "server/api.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"

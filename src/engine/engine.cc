@@ -73,6 +73,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   NS_RETURN_IF_ERROR(bc.validate());
   NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
+  e->step_limits_ = model->step_limits();
 
   e->model_ = std::move(model);
   e->text_ = text;
@@ -338,7 +339,9 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     return Status();
   }
   build_batch(plan);
-  StatusOr<Tensor> logits = model_->forward(batch_);
+  // The step's one check: the runner, its pools and its kernels read what passes unchecked.
+  Status valid = batch_.validate(step_limits_);
+  StatusOr<Tensor> logits = valid.ok() ? model_->forward(batch_) : StatusOr<Tensor>(valid);
   if (!logits.ok()) {
     // Nothing of this step can be trusted: end every request in it, loudly.
     for (const ScheduledChunk& c : plan.chunks) {

@@ -26,13 +26,13 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "engine/model_runner.h"
+#include "model/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
 #include "kvcache/block_manager.h"
-#include "model/forward_batch.h"
+#include "step/forward_batch.h"
 
 namespace nanoserve {
 
@@ -167,6 +167,7 @@ class Engine {
 
   EngineConfig config_;
   std::unique_ptr<ModelRunner> model_;
+  StepLimits step_limits_;  // the runner's, read once: every batch is validated against them
   const TextStreamFactory* text_ = nullptr;
   std::vector<int32_t> eos_ids_;
   int64_t kv_pool_bytes_ = 0;

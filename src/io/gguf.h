@@ -11,7 +11,7 @@
 // Counts are bounded by the bytes left before anything is allocated from them,
 // arrays nest at most 8 deep, and at most 4M metadata values are parsed (each
 // is widened to a GgufValue). A tensor type that ggml knows but this build
-// cannot compute with (Q5_K, IQ*, ...) is UNIMPLEMENTED; an unknown one is DATA_LOSS.
+// cannot compute with (IQ*, TQ*, ...) is UNIMPLEMENTED; an unknown one is DATA_LOSS.
 // Version 1 (32-bit counts) and big-endian files are rejected.
 
 #include <cstdint>

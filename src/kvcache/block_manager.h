@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/forward_batch.h"
+#include "step/forward_batch.h"
 
 namespace nanoserve {
 

@@ -10,9 +10,9 @@ namespace {
 
 constexpr ArchInfo kArchs[] = {
     {.name = "llama"},
-    {.name = "qwen2", .qkv_bias = true, .gguf_rope_halves = true},
-    {.name = "qwen3", .qk_norm = true, .gguf_rope_halves = true},
-    {.name = "phi3", .fused_qkv_gate_up = true, .gguf_rope_halves = true},
+    {.name = "qwen2", .qkv_bias = true, .gguf_rope_pairs = RopePairs::kHalves},
+    {.name = "qwen3", .qk_norm = true, .gguf_rope_pairs = RopePairs::kHalves},
+    {.name = "phi3", .fused_qkv_gate_up = true, .gguf_rope_pairs = RopePairs::kHalves},
 };
 
 }  // namespace
@@ -36,13 +36,12 @@ Status apply_arch(ModelConfig& c) {
     return unimplemented("architecture '" + c.arch.substr(0, 64) +
                          "' is not supported (built: " + built_arch_names() + ")");
   }
-  c.qkv_bias = a->qkv_bias;
-  c.qk_norm = a->qk_norm;
-  c.fused_qkv_gate_up = a->fused_qkv_gate_up;
+  c.family = a;
   return Status::ok_status();
 }
 
-std::vector<std::string> arch_layer_tensors(const ModelConfig& c) {
+std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
+  const ArchInfo& c = config.arch_info();
   std::vector<std::string> names = {"attn_norm.weight"};
   if (c.fused_qkv_gate_up) {
     names.push_back("attn_qkv.weight");

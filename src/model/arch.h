@@ -2,11 +2,21 @@
 // The architectures the CPU forward runs, by their GGUF names, and how each
 // departs from llama. One forward (model/llama.h) serves them all:
 //
+// This table is the one place a family's arithmetic is described: the CPU
+// forward (model_cpu.cc), the CUDA forward (model_cuda.cu), the loaders and
+// inspect read its row, and each branches on a field only where the
+// arithmetic really differs. Adding a family is its row, those branches, and
+// its test against transformers (tests/model/families_*).
+//
 //   arch    GGUF general.architecture   HF model_type       differs from llama by
 //   llama   llama                       llama, mistral      -
 //   qwen2   qwen2                       qwen2               biases on q, k, v
 //   qwen3   qwen3                       qwen3               RMSNorm of each q and k head before rope
 //   phi3    phi3                        phi3                one fused qkv and one fused gate_up tensor
+//
+// What a checkpoint sets rather than its family (tied embeddings, norm eps,
+// rope theta and scaling) is in ModelConfig; config_hf.cc holds the HF config
+// classes' defaults for keys a config.json leaves out.
 //
 // Mistral is llama (llama.cpp's converter writes it as general.architecture
 // "llama"); what Mistral adds, a sliding window, is refused where it applies.
@@ -27,20 +37,28 @@ namespace nanoserve {
 
 struct ModelConfig;
 
+// How a family's GGUF files pair the q/k dims that rope rotates together.
+enum class RopePairs : uint8_t {
+  kAdjacent,  // (2i, 2i + 1): llama.cpp's converter permuted the rows ("NORM")
+  kHalves,    // (i, i + hd/2), as every HF checkpoint: permuted at load ("NEOX")
+};
+
 struct ArchInfo {
   const char* name;                // general.architecture
   bool qkv_bias = false;           // q, k, v projections add a bias
   bool qk_norm = false;            // per-head RMSNorm of q and k (over head_dim) before rope
   bool fused_qkv_gate_up = false;  // attn_qkv = [q; k; v] rows, ffn_up = [gate; up] rows
-  bool gguf_rope_halves = false;   // GGUF q/k rows in HF's half order (permuted at load)
+  RopePairs gguf_rope_pairs = RopePairs::kAdjacent;
+  // The MLP's gate activation, as HF's hidden_act names it: down(act(gate) * up).
+  const char* hidden_act = "silu";
 };
 
 // nullptr when `name` is not built.
 const ArchInfo* find_arch(std::string_view name);
 // "llama, qwen2, qwen3, phi3"
 std::string built_arch_names();
-// Sets the config's per-architecture flags from config.arch; UNIMPLEMENTED
-// naming the architecture when it is not built.
+// Points config.family at config.arch's row; UNIMPLEMENTED naming the
+// architecture when it is not built.
 Status apply_arch(ModelConfig& config);
 
 // The per-layer tensors of the config's architecture, by GGUF name without

@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/check.h"
 #include "io/gguf.h"
 #include "model/arch.h"
 
@@ -119,9 +120,11 @@ std::string ModelConfig::to_string() const {
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
   s << (tied_embeddings ? ", tied embeddings" : ", separate output");
-  if (qkv_bias) s << ", qkv bias";
-  if (qk_norm) s << ", q/k norm";
-  if (fused_qkv_gate_up) s << ", fused qkv and gate_up";
+  if (const ArchInfo* a = family != nullptr ? family : find_arch(arch)) {
+    if (a->qkv_bias) s << ", qkv bias";
+    if (a->qk_norm) s << ", q/k norm";
+    if (a->fused_qkv_gate_up) s << ", fused qkv and gate_up";
+  }
   return s.str();
 }
 
@@ -215,6 +218,13 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
     }
   }
   return c;
+}
+
+const ArchInfo& ModelConfig::arch_info() const {
+  if (family != nullptr) return *family;
+  const ArchInfo* a = find_arch(arch);
+  NS_CHECK(a != nullptr) << "architecture '" << arch << "' is not built";
+  return *a;
 }
 
 Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {

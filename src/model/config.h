@@ -6,23 +6,12 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/arch.h"
+#include "ops/rope/rope_freqs.h"  // RopeScaling
 
 namespace nanoserve {
 
 class GgufFile;
-
-struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
-  Type type = Type::kNone;
-  float factor = 1.0f;
-  float low_freq_factor = 1.0f;   // llama3
-  float high_freq_factor = 4.0f;  // llama3
-  int64_t original_context_length = 8192;
-  // rope_freqs.weight is present: per-frequency divisors [rope_dim / 2] that
-  // llama.cpp's converter stores for llama3 scaling instead of the keys above.
-  // The divisors already encode the blend, so `type` is then kNone.
-  bool freq_factors_tensor = false;
-};
 
 struct ModelConfig {
   std::string arch;  // "llama", "qwen2", "qwen3", "phi3" (model/arch.h)
@@ -39,12 +28,13 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   RopeScaling rope_scaling;
   bool tied_embeddings = false;  // true when there is no output.weight
-  // What the architecture adds to llama (model/arch.h; apply_arch sets them).
-  bool qkv_bias = false;           // qwen2
-  bool qk_norm = false;            // qwen3
-  bool fused_qkv_gate_up = false;  // phi3
+  // The family's row of model/arch.h (apply_arch sets it): what it adds to llama.
+  const ArchInfo* family = nullptr;
 
   int64_t n_rep() const { return n_heads / n_kv_heads; }
+  // *family, or arch's row when apply_arch has not run (a config made by
+  // hand); NS_CHECK that the architecture is built.
+  const ArchInfo& arch_info() const;
   // INVALID_ARGUMENT naming the field when the hyperparameters are inconsistent.
   Status validate() const;
   std::string to_string() const;

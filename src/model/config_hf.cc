@@ -174,9 +174,10 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch, int64_t context_l
     if (r.find(key) != nullptr)
       return r.unsupported(std::string("'") + key + "': logit soft-capping is not supported");
   }
-  // qwen2's q, k, v biases are part of its architecture; any other bias is not built.
+  // The family's own biases (its row in model/arch.h) are part of it; any other bias is not built.
+  const ArchInfo& family = *find_arch(arch.arch);
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (type == "qwen2" && std::string(key) == "attention_bias") continue;
+    if (family.qkv_bias && std::string(key) == "attention_bias") continue;
     bool b = false;
     NS_RETURN_IF_ERROR(r.boolean(key, &b));
     if (b) {
@@ -185,8 +186,9 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch, int64_t context_l
     }
   }
   if (const json* v = r.find("hidden_act");
-      v != nullptr && !(v->is_string() && v->get<std::string>() == "silu")) {
-    return r.unsupported("hidden_act " + v->dump().substr(0, 32) + " is not supported (silu)");
+      v != nullptr && !(v->is_string() && v->get<std::string>() == family.hidden_act)) {
+    return r.unsupported("hidden_act " + v->dump().substr(0, 32) + " is not supported (" + family.hidden_act +
+                         ")");
   }
   if (const json* v = r.find("partial_rotary_factor");
       v != nullptr && !(v->is_number() && v->get<double>() == 1.0)) {

@@ -32,7 +32,7 @@ std::optional<std::string_view> hf_layer_name(const ModelConfig& c, std::string_
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
-  if (g == "ffn_up.weight") return c.fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  if (g == "ffn_up.weight") return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
   for (const Name& n : kNames) {
     if (g == n.gguf) return n.hf;
   }

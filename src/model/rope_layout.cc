@@ -103,7 +103,7 @@ StatusOr<Tensor> rope_rows_to_pairs(const ModelConfig& c, std::string_view name,
 std::shared_ptr<const TensorSource> gguf_model_tensors(std::shared_ptr<const GgufFile> file,
                                                        const ModelConfig& config) {
   const ArchInfo* arch = find_arch(config.arch);
-  if (arch != nullptr && arch->gguf_rope_halves) {
+  if (arch != nullptr && arch->gguf_rope_pairs == RopePairs::kHalves) {
     return std::make_shared<HalfSplitGgufTensors>(std::move(file), config);
   }
   return std::make_shared<GgufTensorSource>(std::move(file));

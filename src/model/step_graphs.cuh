@@ -1,6 +1,6 @@
 #pragma once
 // The cache of captured decode steps (CUDA graphs) of the GPU model
-// (llama_cuda.cu): host code over the CUDA runtime, included only there.
+// (model_cuda.cu): host code over the CUDA runtime, included only there.
 
 #include <cuda_runtime.h>
 
@@ -16,7 +16,7 @@ namespace nanoserve {
 // What a captured step depends on besides the device buffers it reads.
 struct GraphKey {
   int32_t tokens = 0, rows = 0, table_stride = 0;
-  uint8_t output = 0;      // LlamaCudaModel::StepOutput
+  uint8_t output = 0;      // CudaModel::StepOutput
   uint64_t attention = 0;  // paged_attention_cuda_launch_key
   bool operator==(const GraphKey&) const = default;
 };

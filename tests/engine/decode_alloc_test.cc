@@ -11,7 +11,7 @@
 #include <new>
 #include <vector>
 
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 
 // AddressSanitizer owns malloc and operator new, so the counting replacements
 // below are left out of a sanitized build and these tests skip there.

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/generate.h"
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 
 namespace nanoserve {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "engine/generate.h"
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 
 namespace nanoserve {
 namespace {

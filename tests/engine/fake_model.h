@@ -1,9 +1,10 @@
 #pragma once
 // A fake model for engine tests: fast, and an exact oracle.
 //
-// It stores (token, position) as the K/V of every token in a real
-// PagedKVStorage (gather path) that it owns, as a runner does, addressed by
-// the batch's slots and block tables; it reads each sampling sequence's whole history
+// It stores (token, position) as the K/V of every token in real paged pool
+// tensors that it owns, as a runner does, written and gathered by the CPU KV
+// ops (ops/paged_attention/paged_kv.h), addressed by the batch's slots and
+// block tables; it reads each sampling sequence's whole history
 // back through the block table, checks the positions, and derives the logits
 // from a hash of the history's tokens. So its output depends on exactly what
 // the cache holds: a wrong slot, a shared block or a bad recompute changes
@@ -19,11 +20,12 @@
 #include <vector>
 
 #include "core/check.h"
-#include "engine/model_runner.h"
+#include "model/model_runner.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "engine/text_stream.h"
-#include "kvcache/paged_kv_storage.h"
+#include "core/thread_pool.h"
+#include "ops/paged_attention/paged_kv.h"
 
 namespace nanoserve::testing {
 
@@ -109,25 +111,34 @@ class FakeModel final : public ModelRunner {
   std::atomic<int> step_delay_ms{0};
 
   int64_t kv_bytes_per_block(int32_t block_size) const override {
-    return PagedKVStorage::bytes_per_block(config_, block_size, DType::kF32);
+    return 2 * int64_t{block_size} * config_.n_kv_heads * config_.head_dim * 4;  // one layer, K and V, f32
   }
   Status init_kv_cache(int32_t num_blocks, int32_t block_size) override {
-    PagedKVStorageOptions o;
-    o.num_blocks = num_blocks;
-    o.block_size = block_size;
-    o.max_seq_len = config_.context_length;
-    o.max_num_seqs = static_cast<int32_t>(logits_.dim(0));
-    o.fused_read = false;
-    NS_ASSIGN_OR_RETURN(storage_, PagedKVStorage::create(config_, o, nullptr));
+    if (num_blocks < 1 || block_size < 1) return invalid_argument("fake model: empty KV pool");
+    k_pool_ = Tensor::empty(DType::kF32, {num_blocks, block_size, 1, 2});
+    v_pool_ = Tensor::empty(DType::kF32, {num_blocks, block_size, 1, 2});
+    gather_ = Tensor::empty(DType::kF32, {int64_t{num_blocks} * block_size, 1, 2});
+    gather_v_ = Tensor::empty(DType::kF32, {int64_t{num_blocks} * block_size, 1, 2});
+    limits_.vocab_size = config_.vocab_size;
+    limits_.max_tokens = static_cast<int32_t>(kv_.dim(0));
+    limits_.max_seqs = static_cast<int32_t>(logits_.dim(0));
+    limits_.max_logits_rows = static_cast<int32_t>(logits_.dim(0));
+    limits_.max_context = std::min<int64_t>(config_.context_length, int64_t{num_blocks} * block_size);
+    limits_.num_blocks = num_blocks;
+    limits_.block_size = block_size;
+    limits_.max_blocks_per_seq = static_cast<int32_t>((limits_.max_context + block_size - 1) / block_size);
+    limits_.max_sample_vocab = device_sampling_ ? kSampleMaxVocab : 0;
     return Status();
   }
+  StepLimits step_limits() const override { return limits_; }
 
   StatusOr<Tensor> forward(const ForwardBatch& batch) override {
-    NS_CHECK(storage_ != nullptr) << "forward before init_kv_cache";
+    NS_CHECK(k_pool_.defined()) << "forward before init_kv_cache";
     if (const int d = step_delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
     if (fail_next_.exchange(false)) return internal_error("fake model: failing this forward, as asked");
-    KVCache& cache = *storage_;
-    NS_RETURN_IF_ERROR(cache.begin_step(batch));
+    // The engine validated the batch; a fake that checked less than a runner
+    // would hide a batch the engine should never have sent.
+    NS_RETURN_IF_ERROR(batch.validate(limits_));
     ++num_forwards_;
     const int32_t T = batch.num_tokens();
     tokens_computed_ += T;
@@ -138,7 +149,15 @@ class FakeModel final : public ModelRunner {
       p[2 * t] = static_cast<float>(batch.tokens[t]);
       p[2 * t + 1] = static_cast<float>(batch.positions[t]);
     }
-    const KVHistory& h = cache.append(0, kv, kv);
+    paged_kv_write(kv, kv, batch, k_pool_, v_pool_);
+    int64_t total = 0;
+    for (int32_t c : batch.context_lens) total += c;
+    if (total > gather_.dim(0)) {  // shared prefix blocks: histories longer than the pool
+      gather_ = Tensor::empty(DType::kF32, {total, 1, 2});
+      gather_v_ = Tensor::empty(DType::kF32, {total, 1, 2});
+    }
+    paged_kv_gather(k_pool_, v_pool_, batch, gather_, gather_v_, hist_, pool_, gather_scratch_);
+    const KVHistory& h = hist_;
     const int32_t R = static_cast<int32_t>(batch.logits_rows.size());
     const int32_t vocab = static_cast<int32_t>(config_.vocab_size);
     int32_t b = 0;
@@ -200,7 +219,12 @@ class FakeModel final : public ModelRunner {
   Tensor kv_;      // [max_tokens_per_step, 1, 2] (token, position)
   Tensor logits_;  // [max_seqs, vocab]
   std::vector<int32_t> history_;
-  std::unique_ptr<PagedKVStorage> storage_;
+  Tensor k_pool_, v_pool_;  // [num_blocks, block_size, 1, 2] f32: (token, position) per slot
+  Tensor gather_, gather_v_;
+  KVHistory hist_;
+  std::vector<int64_t> gather_scratch_;
+  ThreadPool pool_{1};
+  StepLimits limits_;
   int64_t num_forwards_ = 0;
   int64_t max_tokens_seen_ = 0;
   int64_t tokens_computed_ = 0;

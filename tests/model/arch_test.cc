@@ -51,9 +51,11 @@ TEST(Arch, FlagsOfEachArchitecture) {
     ModelConfig c;
     c.arch = name;
     ASSERT_TRUE(apply_arch(c).ok()) << name;
-    EXPECT_EQ(c.qkv_bias, c.arch == "qwen2");
-    EXPECT_EQ(c.qk_norm, c.arch == "qwen3");
-    EXPECT_EQ(c.fused_qkv_gate_up, c.arch == "phi3");
+    ASSERT_NE(c.family, nullptr) << name;
+    EXPECT_EQ(c.family, find_arch(name));
+    EXPECT_EQ(c.arch_info().qkv_bias, c.arch == "qwen2");
+    EXPECT_EQ(c.arch_info().qk_norm, c.arch == "qwen3");
+    EXPECT_EQ(c.arch_info().fused_qkv_gate_up, c.arch == "phi3");
   }
   ModelConfig gemma;
   gemma.arch = "gemma2";

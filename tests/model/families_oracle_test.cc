@@ -24,8 +24,8 @@
 
 #include "core/thread_pool.h"
 #include "io/safetensors.h"
-#include "kvcache/naive_kv_cache.h"
-#include "model/llama.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
 #include "model/model_source.h"
 #include "ops/rope/rope_freqs.h"
 
@@ -75,7 +75,7 @@ Reference load_reference(const std::string& family) {
 
 struct Loaded {
   ModelSource source;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<CpuModel> model;
 };
 
 Loaded load(const std::string& path, ThreadPool& pool) {
@@ -86,14 +86,14 @@ Loaded load(const std::string& path, ThreadPool& pool) {
   EXPECT_TRUE(src.ok()) << path << ": " << src.status().to_string();
   if (!src.ok()) return l;
   l.source = std::move(src).value();
-  auto model = LlamaModel::load(l.source.config, l.source.tensors, pool);
+  auto model = CpuModel::load(l.source.config, l.source.tensors, pool);
   EXPECT_TRUE(model.ok()) << path << ": " << model.status().to_string();
   if (model.ok()) l.model = std::move(model).value();
   return l;
 }
 
 // Logits of tokens [begin, end) of `ids`, the cache already holding [0, begin).
-StatusOr<std::vector<float>> step(const LlamaModel& m, KVCache& cache, Workspace& ws,
+StatusOr<std::vector<float>> step(const CpuModel& m, CpuKV& cache, Workspace& ws,
                                   const std::vector<int32_t>& ids, int32_t begin, int32_t end) {
   ForwardBatch b;
   for (int32_t t = begin; t < end; ++t) {
@@ -110,7 +110,7 @@ StatusOr<std::vector<float>> step(const LlamaModel& m, KVCache& cache, Workspace
 
 // The worst |ours - transformers| over every position of every prompt, run
 // as whole prefills and as half prefill + decode steps.
-float worst_logit_error(const LlamaModel& m, const Reference& ref) {
+float worst_logit_error(const CpuModel& m, const Reference& ref) {
   const int64_t V = m.config().vocab_size;
   float worst = 0;
   for (const Prompt& p : ref.prompts) {
@@ -118,8 +118,8 @@ float worst_logit_error(const LlamaModel& m, const Reference& ref) {
     EXPECT_EQ(static_cast<int64_t>(p.logits.size()), T * V);
     if (static_cast<int64_t>(p.logits.size()) != T * V) return INFINITY;
     for (const bool decode : {false, true}) {
-      NaiveKVCache cache(m.config(), 1, T);
-      Workspace ws = m.make_workspace(T, T, T);
+      CpuKV cache = CpuKV::per_sequence(m.config(), 1, T, m.pool());
+      Workspace ws = m.make_workspace(T, T);
       std::vector<float> ours;
       const int32_t first = decode ? T / 2 : T;
       auto pre = step(m, cache, ws, p.ids, 0, first);
@@ -184,9 +184,9 @@ TEST(Families, ConfigsCarryTheirArchitecture) {
       ASSERT_TRUE(src.ok()) << path << ": " << src.status().to_string();
       const ModelConfig& c = src->config;
       EXPECT_EQ(c.arch, w.arch) << path;
-      EXPECT_EQ(c.qkv_bias, w.qkv_bias) << path;
-      EXPECT_EQ(c.qk_norm, w.qk_norm) << path;
-      EXPECT_EQ(c.fused_qkv_gate_up, w.fused) << path;
+      EXPECT_EQ(c.arch_info().qkv_bias, w.qkv_bias) << path;
+      EXPECT_EQ(c.arch_info().qk_norm, w.qk_norm) << path;
+      EXPECT_EQ(c.arch_info().fused_qkv_gate_up, w.fused) << path;
       EXPECT_EQ(c.tied_embeddings, w.tied) << path;
     }
   }

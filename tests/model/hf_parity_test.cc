@@ -13,10 +13,10 @@
 
 #include "io/gguf.h"
 #include "io/tensor_source.h"
-#include "kvcache/naive_kv_cache.h"
+#include "model/kv_cpu.h"
 #include "model/hf_fixture.h"
-#include "model/llama.h"
-#include "model/model_runner.h"
+#include "model/model_cpu.h"
+#include "model/model_fixture.h"
 #include "model/model_source.h"
 #include "ops/dequantize/dequantize.h"
 
@@ -45,10 +45,10 @@ class DequantizedGguf final : public TensorSource {
   std::shared_ptr<const GgufFile> f_;
 };
 
-std::vector<float> all_logits(const LlamaModel& model, const std::vector<int32_t>& tokens) {
+std::vector<float> all_logits(const CpuModel& model, const std::vector<int32_t>& tokens) {
   const auto T = static_cast<int32_t>(tokens.size());
-  NaiveKVCache cache(model.config(), 1, T);
-  Workspace ws = model.make_workspace(T, T, T);
+  CpuKV cache = CpuKV::per_sequence(model.config(), 1, T, model.pool());
+  Workspace ws = model.make_workspace(T, T);
   ForwardBatch b;
   b.tokens = tokens;
   for (int32_t t = 0; t < T; ++t) b.positions.push_back(t), b.logits_rows.push_back(t);
@@ -69,7 +69,7 @@ TEST(HfParity, DefaultModelGgufAndHfFolderGiveTheSameLogits) {
   ASSERT_TRUE(gguf.ok()) << gguf.status().to_string();
   auto gguf_config = config_from_gguf(**gguf);
   ASSERT_TRUE(gguf_config.ok());
-  auto from_gguf = LlamaModel::load(*gguf_config, std::make_shared<DequantizedGguf>(*gguf), pool);
+  auto from_gguf = CpuModel::load(*gguf_config, std::make_shared<DequantizedGguf>(*gguf), pool);
   ASSERT_TRUE(from_gguf.ok()) << from_gguf.status().to_string();
 
   ModelSpec spec;
@@ -78,7 +78,7 @@ TEST(HfParity, DefaultModelGgufAndHfFolderGiveTheSameLogits) {
   ASSERT_TRUE(src.ok()) << src.status().to_string();
   EXPECT_EQ(src->format, LoadFormat::kSafetensors);
   EXPECT_EQ(src->config.to_string(), gguf_config->to_string());
-  auto from_hf = LlamaModel::load(src->config, src->tensors, pool);
+  auto from_hf = CpuModel::load(src->config, src->tensors, pool);
   ASSERT_TRUE(from_hf.ok()) << from_hf.status().to_string();
 
   auto tok = Tokenizer::from_gguf(**gguf);

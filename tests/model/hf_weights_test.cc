@@ -14,9 +14,9 @@
 
 #include "core/half.h"
 #include "io/safetensors_checkpoint.h"
-#include "kvcache/naive_kv_cache.h"
+#include "model/kv_cpu.h"
 #include "model/config_hf.h"
-#include "model/llama.h"
+#include "model/model_cpu.h"
 #include "model/rope_layout.h"
 #include "model/tiny_hf_model.h"
 
@@ -71,13 +71,13 @@ class TinyHfModel : public ::testing::Test {
     NS_ASSIGN_OR_RETURN(HfModelConfig hf, config_from_hf_file((dir_ / "config.json").string()));
     NS_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(dir_.string()));
     NS_ASSIGN_OR_RETURN(auto src, HfLlamaTensors::create(ckpt, hf.config));
-    NS_ASSIGN_OR_RETURN(auto model, LlamaModel::load(hf.config, src, pool_));
+    NS_ASSIGN_OR_RETURN(auto model, CpuModel::load(hf.config, src, pool_));
     return run(*model, tokens);
   }
-  static std::vector<std::vector<float>> run(const LlamaModel& model, const std::vector<int32_t>& tokens) {
+  static std::vector<std::vector<float>> run(const CpuModel& model, const std::vector<int32_t>& tokens) {
     const auto T = static_cast<int32_t>(tokens.size());
-    NaiveKVCache cache(model.config(), 1, T);
-    Workspace ws = model.make_workspace(T, T, T);
+    CpuKV cache = CpuKV::per_sequence(model.config(), 1, T, model.pool());
+    Workspace ws = model.make_workspace(T, T);
     ForwardBatch b;
     b.tokens = tokens;
     for (int32_t t = 0; t < T; ++t) b.positions.push_back(t), b.logits_rows.push_back(t);
@@ -154,7 +154,7 @@ TEST_F(TinyHfModel, WithoutThePermutationTheLogitsDiffer) {
   };
   auto src = std::make_shared<Unpermuted>();
   src->c = *ckpt;
-  auto model = LlamaModel::load(m.config, src, pool_);
+  auto model = CpuModel::load(m.config, src, pool_);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   EXPECT_GT(max_err(run(**model, tokens_), testing::hf_reference_logits(m, tokens_)), 1e-2);
 }

@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "kvcache/naive_kv_cache.h"
-#include "model/model_runner.h"
+#include "model/kv_cpu.h"
+#include "model/model_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
@@ -105,7 +105,7 @@ TEST(LlamaOracle, TokenizerGivesTheOraclesPromptIds) {
 
 TEST(LlamaOracle, GreedyAndLogitsAgreeWithLlamaCpp) {
   ASSERT_NE(default_model().model, nullptr) << "default model missing (scripts/fetch-model)";
-  const LlamaModel& model = *default_model().model;
+  const CpuModel& model = *default_model().model;
   const int64_t V = model.config().vocab_size;
   const auto cases = load_cases();
   const int32_t B = static_cast<int32_t>(cases.size());
@@ -115,8 +115,8 @@ TEST(LlamaOracle, GreedyAndLogitsAgreeWithLlamaCpp) {
     total_prompt += static_cast<int64_t>(c.prompt.size());
     max_len = std::max<int64_t>(max_len, static_cast<int64_t>(c.prompt.size() + c.greedy.size()));
   }
-  NaiveKVCache cache(model.config(), B, max_len);
-  Workspace ws = model.make_workspace(total_prompt, B, max_len);
+  CpuKV cache = CpuKV::per_sequence(model.config(), B, max_len, model.pool());
+  Workspace ws = model.make_workspace(total_prompt, B);
 
   std::vector<std::vector<int32_t>> ours(static_cast<size_t>(B));
   std::vector<bool> active(static_cast<size_t>(B), true);

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "io/gguf.h"
-#include "model/model_runner.h"
+#include "model/model_fixture.h"
 
 namespace nanoserve {
 namespace {

@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "kvcache/naive_kv_cache.h"
+#include "model/kv_cpu.h"
 #include "model/dummy_weights.h"
-#include "model/llama.h"
-#include "model/model_runner.h"
+#include "model/model_cpu.h"
+#include "model/model_fixture.h"
 #include "model/model_shapes.h"
 #include "model/tiny_hf_model.h"
 
@@ -142,10 +142,10 @@ TEST(DummyWeights, SmallShapeRunsOnTheCpu) {
   ASSERT_TRUE(src.ok()) << src.status().to_string();
   EXPECT_EQ(src->tokenizer->n_vocab(), 49152);
   ThreadPool pool(2);
-  auto model = LlamaModel::load(src->config, src->tensors, pool);
+  auto model = CpuModel::load(src->config, src->tensors, pool);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  NaiveKVCache cache((*model)->config(), 1, 8);
-  Workspace ws = (*model)->make_workspace(8, 1, 8);
+  CpuKV cache = CpuKV::per_sequence((*model)->config(), 1, 8, (*model)->pool());
+  Workspace ws = (*model)->make_workspace(8, 1);
   auto logits = (*model)->forward(testing::make_batch({{1, 2, 3, 4}}, {0}, {0}), cache, ws);
   ASSERT_TRUE(logits.ok()) << logits.status().to_string();
   for (int64_t i = 0; i < 49152; ++i) ASSERT_TRUE(std::isfinite(logits->data_as<const float>()[i])) << i;
@@ -157,7 +157,7 @@ TEST(DummyWeights, TooLargeForMemoryIsRefusedWithTheSizes) {
   const int64_t need = model_param_count(c) * 4;
   if (available_memory_bytes() >= need) GTEST_SKIP() << "this machine has room for 32 GB of f32 weights";
   ThreadPool pool(1);
-  auto model = LlamaModel::load(c, std::make_shared<DummyTensors>(c, "llama-3-8b", 0), pool);
+  auto model = CpuModel::load(c, std::make_shared<DummyTensors>(c, "llama-3-8b", 0), pool);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(model.status().message().find("dummy llama-3-8b (seed 0): the f32 weights need 30633 MiB"),

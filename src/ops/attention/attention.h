@@ -1,19 +1,32 @@
 #pragma once
 // Causal attention of this step's queries over each sequence's K/V history
-// (the gather path; kvcache/kv_cache.h).
+// (the gather path: ops/paged_attention/paged_kv.h, or the CPU runner's
+// per-sequence storage).
 //   q, out: [T, n_heads, head_dim] f32
 //   Token t of sequence b attends to history positions [0, positions[t]]: itself
 //   and what came before (PRECOND: positions[t] < context_lens[b], as the cache's
-//   begin_step checks). Query head h reads kv head h / n_rep (GQA by index).
+//   ForwardBatch::validate checks). Query head h reads kv head h / n_rep (GQA by index).
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kvcache/kv_cache.h"
-#include "model/forward_batch.h"
+#include "step/forward_batch.h"
 
 namespace nanoserve {
+
+// Each sequence's K/V history for one layer, as a gather read returns it.
+// K of sequence b, position p, kv head h starts at
+//   k[b] + p * pos_stride + h * head_stride   (f32, head_dim contiguous)
+// for p in [0, batch.context_lens[b]). The same for V.
+struct KVHistory {
+  std::vector<const float*> k;  // [B]
+  std::vector<const float*> v;  // [B]
+  int64_t pos_stride = 0;
+  int64_t head_stride = 0;
+};
 
 // Plain truth: double accumulation, no shared code with the fast path.
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,

@@ -1,7 +1,7 @@
 #pragma once
 // What the CUDA paged attention kernels share (device code and the launch
 // constants the host side needs): the geometry of a stage, the split plan, the
-// pool strides, the diagnostic trace, the kernels' parameters, and which rows
+// pool strides, the kernels' parameters, and which rows
 // a block computes. Included by paged_attention_kernels.cuh,
 // paged_attention_reduce.cuh and paged_kv_write.cuh, and through them only by
 // paged_attention_cuda.cu; and by paged_attention_query_tiles.cu.
@@ -96,42 +96,19 @@ __host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_spli
 struct PoolStrides {
   int64_t block, head, token;
 };
-// head_unit: one head's row (head_dim) in that unit.
-inline PoolStrides pool_strides(PagedKvLayout layout, int64_t block_size, int64_t n_kv, int64_t head_unit) {
-  if (layout == PagedKvLayout::kHeadMajor)
-    return {n_kv * block_size * head_unit, block_size * head_unit, head_unit};
+// head_unit: one head's row (head_dim) in that unit; the pool is
+// [num_blocks, block_size, n_kv_heads, head_dim].
+inline PoolStrides pool_strides(int64_t block_size, int64_t n_kv, int64_t head_unit) {
   return {block_size * n_kv * head_unit, head_unit, n_kv * head_unit};
-}
-
-// Diagnostics (PagedAttentionCudaOptions::trace): thread 0 of a block writes
-// %globaltimer (slot i) and its SM's cycle counter (slot kTracePoints + i) at
-// a few points i into kTraceSlots slots of its own.
-constexpr int kTracePoints = kPagedAttentionTracePoints;
-constexpr int kTraceSlots = 2 * kTracePoints;
-constexpr int64_t kTraceReductionBase = int64_t{1} << 20;  // the reduction's blocks after the split kernel's
-__device__ __forceinline__ int64_t block_index() {
-  return blockIdx.x +
-         static_cast<int64_t>(gridDim.x) * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
-}
-__device__ __forceinline__ void stamp(uint64_t* trace, int slot) {
-  if (trace == nullptr) return;
-  uint64_t t, c;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
-  trace[slot] = t;
-  trace[kTracePoints + slot] = c;
 }
 
 template <typename T>
 struct AttnParams {
-  // The pools ([num_blocks, block_size, n_kv_heads, HD] or [num_blocks,
-  // n_kv_heads, block_size, HD]) as 5-d tensor maps, innermost first: 64
-  // elements of a row, the row's line (HD / 64), then (head, slot) slot-major
-  // or (slot, head) head-major, then the block. A box is one line of
-  // box_rows slots of one head.
+  // The pools ([num_blocks, block_size, n_kv_heads, HD]) as 5-d tensor maps,
+  // innermost first: 64 elements of a row, the row's line (HD / 64), the
+  // head, the slot, the block. A box is one line of box_rows slots of one head.
   CUtensorMap k_map;
   CUtensorMap v_map;
-  bool head_major;
   const T* q;                // [T, n_heads, HD]
   T* out;                    // [T, n_heads, HD]
   const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
@@ -139,7 +116,6 @@ struct AttnParams {
   const int32_t* block_tables;
   float* partial_out;  // [rows, n_heads, kMaxSplits, HD]
   float* partial_lse;  // [rows, n_heads, kMaxSplits]
-  int32_t* counters;   // [rows, n_heads]
   int row_offset;      // this launch's first token row
   int row_end;         // one past its last
   bool pair_rows;      // PagedAttentionCudaOptions::pair_rows, and the step has a sequence of several rows
@@ -157,11 +133,9 @@ struct AttnParams {
   int max_splits;
   int min_split_tiles;
   int stages;  // 2..kMaxStages
-  bool reduce_in_last_block;
   bool early_kv;          // PagedAttentionCudaOptions::early_kv, with a dependent launch
   bool hold_before_wait;  // PagedAttentionCudaOptions::hold_before_wait
   float scale_log2;       // scale * log2(e)
-  uint64_t* trace;        // PagedAttentionCudaOptions::trace
 };
 
 struct RowInfo {

@@ -1,5 +1,5 @@
 // CUDA paged attention: KV write, split-KV attention (decode and extend in one
-// kernel), and the split reduction. See paged_attention_cuda.cuh for layouts and
+// kernel), and the split reduction. See paged_attention_cuda.cuh for the layout and
 // docs/kernels.md for the design, its versions, predictions and measurements.
 // This file is the host side (metadata upload, workspace, launch choices); the
 // kernels are in paged_attention_kernels.cuh, paged_attention_reduce.cuh and
@@ -42,8 +42,7 @@
 //    the pair reads each K/V tile once (the block of row p + 1 returns);
 //  - at the end the warps are merged in warp order through shared memory. A
 //    row longer than one split writes (o, lse) partials, combined in split
-//    order by one warp per head (reduce kernel, one warp a block by default,
-//    or the block that finishes last).
+//    order by one warp per head (the reduce kernel, one warp a block).
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 
@@ -93,31 +92,26 @@ int head_group_size(int n_rep) {
   return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 ? 4 : 8;
 }
 
-// block_size, n_kv_heads, head_dim of a 4-d pool in `layout`.
+// block_size, n_kv_heads, head_dim of a pool [num_blocks, block_size, n_kv_heads, head_dim].
 struct PoolDims {
   int64_t block_size, n_kv, head_dim;
 };
-PoolDims pool_dims(const Tensor& pool, PagedKvLayout layout) {
-  if (layout == PagedKvLayout::kHeadMajor) return {pool.dim(2), pool.dim(1), pool.dim(3)};
+PoolDims pool_dims(const Tensor& pool) {
   return {pool.dim(1), pool.dim(2), pool.dim(3)};
 }
 
 // The 5-d tensor map of AttnParams over `pool` (bf16 or f16, 16-byte aligned),
 // with boxes of one 128-byte line of box_rows slots of one head.
-CUtensorMap pool_tensor_map(void* encode_fn, const Tensor& pool, PagedKvLayout layout, int box_rows) {
-  const auto [block_size, n_kv, hd] = pool_dims(pool, layout);
-  const bool head_major = layout == PagedKvLayout::kHeadMajor;
+CUtensorMap pool_tensor_map(void* encode_fn, const Tensor& pool, int box_rows) {
+  const auto [block_size, n_kv, hd] = pool_dims(pool);
   const cuuint64_t row = static_cast<cuuint64_t>(hd) * 2;  // bytes of one head's row
-  // Innermost first: elements of a line, lines of a row, (head, slot) or (slot, head), block.
+  // Innermost first: elements of a line, lines of a row, head, slot, block.
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kLineElems), static_cast<cuuint64_t>(hd / kLineElems),
-                              static_cast<cuuint64_t>(head_major ? block_size : n_kv),
-                              static_cast<cuuint64_t>(head_major ? n_kv : block_size),
+                              static_cast<cuuint64_t>(n_kv), static_cast<cuuint64_t>(block_size),
                               static_cast<cuuint64_t>(pool.dim(0))};
   // Bytes, dimensions 1..4.
   const cuuint64_t strides[4] = {kLineBytes, row, row * dims[2], row * dims[2] * dims[3]};
-  const cuuint32_t box[5] = {static_cast<cuuint32_t>(kLineElems), 1,
-                             head_major ? static_cast<cuuint32_t>(box_rows) : 1,
-                             head_major ? 1 : static_cast<cuuint32_t>(box_rows), 1};
+  const cuuint32_t box[5] = {static_cast<cuuint32_t>(kLineElems), 1, 1, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   NS_CHECK(reinterpret_cast<uintptr_t>(pool.data()) % 16 == 0) << "a pool must be 16-byte aligned";
   CUtensorMap map;
@@ -138,91 +132,6 @@ int log2_exact(int64_t x) {
 
 }  // namespace
 
-// ---- PagedBatchCuda ------------------------------------------------------------
-
-PagedBatchCuda::PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq)
-    : cap_tokens_(max_tokens), cap_seqs_(max_seqs), cap_blocks_(max_blocks_per_seq) {
-  NS_CHECK(max_tokens > 0 && max_seqs > 0 && max_blocks_per_seq > 0) << "PagedBatchCuda capacity";
-  // Each array starts on a 16-byte boundary (4 elements).
-  auto take = [&](int64_t n) {
-    const int64_t at = total_;
-    total_ += (n + 3) / 4 * 4;
-    return at;
-  };
-  off_row_meta_ = take(2 * int64_t{max_tokens});
-  off_positions_ = take(max_tokens);
-  off_block_tables_ = take(int64_t{max_seqs} * max_blocks_per_seq);
-  off_slot_mapping_ = take(max_tokens);
-  off_tokens_ = take(max_tokens);
-  off_logits_rows_ = take(max_tokens);
-  dev_buf_ = cuda::empty(DType::kI32, {total_});
-  dev_ = dev_buf_.data_as<int32_t>();
-  NS_CUDA_CHECK(
-      cudaMallocHost(reinterpret_cast<void**>(&host_), static_cast<size_t>(total_) * sizeof(int32_t)));
-}
-
-PagedBatchCuda::~PagedBatchCuda() {
-  if (host_ != nullptr) cudaFreeHost(host_);
-}
-
-void PagedBatchCuda::upload(const ForwardBatch& batch, cuda::Stream stream) {
-  const int32_t b = static_cast<int32_t>(batch.seq_starts.size()) - 1;
-  const int32_t t = b >= 0 ? batch.seq_starts[b] : 0;
-  const int32_t r = static_cast<int32_t>(batch.logits_rows.size());
-  NS_CHECK(b >= 1 && b <= cap_seqs_) << "batch of " << b << " sequences, capacity " << cap_seqs_;
-  NS_CHECK(t <= cap_tokens_) << t << " tokens, capacity " << cap_tokens_;
-  NS_CHECK(r <= t) << r << " logits rows for " << t << " tokens";
-  NS_CHECK(batch.max_blocks_per_seq > 0 && batch.max_blocks_per_seq <= cap_blocks_)
-      << "max_blocks_per_seq " << batch.max_blocks_per_seq << ", capacity " << cap_blocks_;
-  NS_CHECK_EQ(static_cast<int64_t>(batch.context_lens.size()), b);
-  NS_CHECK_EQ(static_cast<int64_t>(batch.block_tables.size()),
-              static_cast<int64_t>(b) * batch.max_blocks_per_seq);
-  NS_CHECK_EQ(static_cast<int64_t>(batch.slot_mapping.size()), t);
-  NS_CHECK_EQ(static_cast<int64_t>(batch.positions.size()), t);
-  NS_CHECK_EQ(static_cast<int64_t>(batch.tokens.size()), t);
-  NS_CHECK(batch.seq_starts[0] == 0) << "seq_starts[0] must be 0";
-  int32_t* row_meta = host_ + off_row_meta_;
-  int32_t max_ctx = 0;
-  for (int32_t i = 0; i < b; ++i) {
-    const int32_t n = batch.seq_starts[i + 1] - batch.seq_starts[i];
-    NS_CHECK(n >= 0) << "seq_starts not ascending at " << i;
-    NS_CHECK(batch.context_lens[i] >= n)
-        << "sequence " << i << ": context " << batch.context_lens[i] << " < " << n << " tokens this step";
-    int32_t first = batch.context_lens[i];
-    for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
-      NS_CHECK(batch.positions[j] >= 0 && batch.positions[j] < batch.context_lens[i])
-          << "token " << j << ": position " << batch.positions[j] << " outside its context of "
-          << batch.context_lens[i];
-      first = std::min(first, batch.positions[j]);
-    }
-    for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
-      row_meta[2 * j] = i;
-      row_meta[2 * j + 1] = first;
-    }
-    max_ctx = std::max(max_ctx, batch.context_lens[i]);
-  }
-  for (int32_t i = 0; i < r; ++i) {
-    NS_CHECK(batch.logits_rows[i] >= 0 && batch.logits_rows[i] < t) << "logits row " << batch.logits_rows[i];
-  }
-  num_seqs_ = b;
-  num_tokens_ = t;
-  num_logits_rows_ = r;
-  max_blocks_per_seq_ = batch.max_blocks_per_seq;
-  max_context_len_ = max_ctx;
-  auto put = [&](int64_t off, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), host_ + off); };
-  put(off_positions_, batch.positions);
-  put(off_block_tables_, batch.block_tables);
-  put(off_slot_mapping_, batch.slot_mapping);
-  put(off_tokens_, batch.tokens);
-  put(off_logits_rows_, batch.logits_rows);
-  // One copy: everything up to the end of the last array in use. The block
-  // tables sit at a fixed offset, so the copy spans the unused tail of earlier
-  // arrays too; at these sizes one transfer costs less than several.
-  const int64_t end = off_logits_rows_ + r;
-  NS_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, static_cast<size_t>(end) * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, stream));
-}
-
 // ---- workspace -----------------------------------------------------------------
 
 PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32_t n_heads, int32_t head_dim)
@@ -231,9 +140,7 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
       << "workspace: rows " << max_rows << ", heads " << n_heads << ", head_dim " << head_dim;
   partial_out_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits, head_dim});
   partial_lse_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits});
-  counters_ = cuda::empty(DType::kI32, {max_rows, n_heads});
   items_ = cuda::empty(DType::kI32, {int64_t{max_rows} * kMaxSplits});
-  cuda::fill_bytes(counters_, 0);
   int device = 0;
   NS_CUDA_CHECK(cudaGetDevice(&device));
   NS_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -287,7 +194,7 @@ void for_each_launch(int64_t t_all, const PagedAttentionWorkspaceCuda& ws, F&& f
 }
 
 // With pair_rows, the length of a launch's block list (attention_items_kernel's), from the host's metadata.
-int launch_items(const PagedBatchCuda& batch, const LaunchPlan& lp, int64_t r0, int64_t rows) {
+int launch_items(const DeviceBatch& batch, const LaunchPlan& lp, int64_t r0, int64_t rows) {
   int n = 0;
   for (int64_t t = r0; t < r0 + rows; ++t) {
     n += row_blocks(batch.host_row_meta(), batch.host_positions(), static_cast<int>(r0),
@@ -297,7 +204,7 @@ int launch_items(const PagedBatchCuda& batch, const LaunchPlan& lp, int64_t r0, 
   return n;
 }
 
-LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int64_t hd,
+LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_t hd,
                        const PagedAttentionWorkspaceCuda& ws, const PagedAttentionCudaOptions& options) {
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
@@ -338,14 +245,14 @@ LaunchPlan plan_launch(const PagedBatchCuda& batch, int64_t n_kv, int n_rep, int
 
 }  // namespace
 
-uint64_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
+uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
                                          const PagedAttentionCudaOptions& options) {
   NS_CHECK(batch.num_tokens() <= ws.max_rows())
       << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
       << " workspace rows";
   if (options.query_tiles) return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep));
-  const auto [block_size, n_kv, hd] = pool_dims(k_pool, options.layout);
+  const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   (void)block_size;
   const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options);
   const uint64_t items =
@@ -363,15 +270,15 @@ int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionC
   return plan_splits(ctx, tile_tokens(head_dim), max_splits, min_tiles).n_splits;
 }
 
-void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda& batch, const Tensor& k_pool,
-                         const Tensor& v_pool, cuda::Stream stream, PagedKvLayout layout) {
+void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const Tensor& k_pool,
+                         const Tensor& v_pool, cuda::Stream stream) {
   NS_CHECK(k.device() == Device::kCUDA && v.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_kv_write_cuda: tensors must be on the CUDA device";
   NS_CHECK(k_pool.ndim() == 4 && k_pool.shape() == v_pool.shape()) << "pools " << k_pool.shape_string();
   NS_CHECK(k.dtype() == k_pool.dtype() && v.dtype() == k_pool.dtype() && v_pool.dtype() == k_pool.dtype())
       << "K/V dtype must equal the pool dtype";
-  const auto [block_size, n_kv, hd] = pool_dims(k_pool, layout);
+  const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   const int bs_log2 = log2_exact(block_size);
   NS_CHECK(bs_log2 >= 0) << "block_size " << block_size << " must be a power of two";
   NS_CHECK(k.ndim() == 3 && k.dim(0) == batch.num_tokens() && k.dim(1) == n_kv && k.dim(2) == hd &&
@@ -387,12 +294,12 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda&
   paged_kv_write_kernel<<<batch.num_tokens(), threads, 0, stream>>>(
       k.data_as<const uint4>(), v.data_as<const uint4>(), k_pool.data_as<uint4>(), v_pool.data_as<uint4>(),
       batch.slot_mapping(), static_cast<int>(n_kv), head_chunks, bs_log2,
-      pool_strides(layout, block_size, n_kv, head_chunks));
+      pool_strides(block_size, n_kv, head_chunks));
   NS_CUDA_CHECK_LAUNCH();
 }
 
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                          const PagedBatchCuda& batch, int n_rep, float scale,
+                          const DeviceBatch& batch, int n_rep, float scale,
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
                           const PagedAttentionCudaOptions& options) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
@@ -402,7 +309,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const DType dt = k_pool.dtype();
   NS_CHECK(q.dtype() == dt && out.dtype() == dt && v_pool.dtype() == dt)
       << "q, out and pools must share a dtype";
-  const auto [block_size, n_kv, hd] = pool_dims(k_pool, options.layout);
+  const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   const int bs_log2 = log2_exact(block_size);
   NS_CHECK(bs_log2 >= 3) << "block_size " << block_size << " must be a power of two >= 8";
   NS_CHECK(n_rep >= 1) << "n_rep " << n_rep;
@@ -420,7 +327,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   if (t_all == 0) return;
   if (options.query_tiles) {
-    launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, options.layout, bs_log2,
+    launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2,
                        options.dependent_launch);
     return;
   }
@@ -431,9 +338,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
     AttnParams<T> p{};
     const int box_rows = static_cast<int>(std::min<int64_t>(block_size, Geometry<HD>::kWarpTokens));
-    p.k_map = pool_tensor_map(ws.encode_tensor_map(), k_pool, options.layout, box_rows);
-    p.v_map = pool_tensor_map(ws.encode_tensor_map(), v_pool, options.layout, box_rows);
-    p.head_major = options.layout == PagedKvLayout::kHeadMajor;
+    p.k_map = pool_tensor_map(ws.encode_tensor_map(), k_pool, box_rows);
+    p.v_map = pool_tensor_map(ws.encode_tensor_map(), v_pool, box_rows);
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
     p.row_meta = batch.row_meta();
@@ -441,7 +347,6 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.block_tables = batch.block_tables();
     p.partial_out = ws.partial_out();
     p.partial_lse = ws.partial_lse();
-    p.counters = ws.counters();
     p.n_heads = static_cast<int>(n_heads);
     p.n_kv_heads = static_cast<int>(n_kv);
     p.n_rep = n_rep;
@@ -452,12 +357,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.min_split_tiles = min_tiles;
     p.stages = plan.stages;
     const bool hold = plan.hold;
-    p.reduce_in_last_block = options.reduce == SplitReduce::kLastBlock;
     p.early_kv = options.early_kv && options.dependent_launch;
     p.pair_rows = plan.pair_rows;
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
-    p.trace = options.trace;
     p.items = ws.items();
     for_each_launch(t_all, ws, [&](int64_t r0, int64_t rows) {
       p.row_offset = static_cast<int>(r0);
@@ -497,7 +400,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
                                            : paged_attention_split_kernel<T, HD, G, false, 1>,
                                        p));
       NS_CUDA_CHECK_LAUNCH();
-      if (grid_splits > 1 && options.reduce == SplitReduce::kKernel) {
+      if (grid_splits > 1) {
         cudaLaunchConfig_t rcfg{};
         // One warp a block: a small batch's partials spread over as many SMs as there are heads.
         rcfg.gridDim = dim3(static_cast<unsigned>(rows), static_cast<unsigned>(n_heads));

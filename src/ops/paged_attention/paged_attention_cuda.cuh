@@ -5,12 +5,10 @@
 // in paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth
 // these are tested against.
 //
-// Pools, one per layer for K and one for V, in either layout (PagedKvLayout):
-//   slot-major [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
-//   head-major [num_blocks, n_kv_heads, block_size, head_dim]
-// The slot-major layout is the CPU cache's; head-major keeps one head's K (or
-// V) of a block contiguous (block_size x head_dim), which is what one thread
-// block reads. Both give bitwise the same attention output.
+// Pools, one per layer for K and one for V, as the CPU's:
+//   [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
+// (a head-major layout, one head's rows of a block contiguous, measured no
+// faster and was removed: docs/log/kernels.md).
 // block_size: a power of two >= 8. head_dim: 64 or 128.
 // q, out: [T, n_heads, head_dim] in the pool dtype. n_heads = n_kv_heads * n_rep;
 // query head h reads kv head h / n_rep.
@@ -25,75 +23,11 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/tensor.h"
-#include "model/forward_batch.h"
+#include "step/device_batch.cuh"
 
 namespace nanoserve {
 
-// A step's metadata on the device: the model-level device batch. upload()
-// packs every array into one pinned host buffer and queues one copy, so a step
-// costs one transfer; every layer's kernels then read it. The host buffer is
-// reused, so the caller must not upload again before the previous step's copy
-// has run (the model synchronises at the end of each step).
-class PagedBatchCuda {
- public:
-  // Capacity: up to max_tokens tokens and max_seqs sequences of up to max_blocks_per_seq blocks.
-  PagedBatchCuda(int32_t max_tokens, int32_t max_seqs, int32_t max_blocks_per_seq);
-  ~PagedBatchCuda();
-  PagedBatchCuda(const PagedBatchCuda&) = delete;
-  PagedBatchCuda& operator=(const PagedBatchCuda&) = delete;
-
-  // Checks the batch against the capacity and its own consistency (NS_CHECK), then
-  // queues the copy on `stream`.
-  void upload(const ForwardBatch& batch, cuda::Stream stream = nullptr);
-
-  int32_t num_tokens() const { return num_tokens_; }
-  int32_t num_seqs() const { return num_seqs_; }
-  int32_t num_logits_rows() const { return num_logits_rows_; }
-  int32_t max_blocks_per_seq() const { return max_blocks_per_seq_; }
-  int32_t max_context_len() const { return max_context_len_; }  // over the sequences
-
-  // [T][2]: each token's sequence, and the first position of that sequence in
-  // this step (positions before it were written by earlier steps).
-  const int32_t* row_meta() const { return dev_ + off_row_meta_; }
-  const int32_t* positions() const { return dev_ + off_positions_; }        // [T]
-  const int32_t* block_tables() const { return dev_ + off_block_tables_; }  // [B, max_blocks_per_seq]
-  const int32_t* slot_mapping() const { return dev_ + off_slot_mapping_; }  // [T]
-  const int32_t* tokens() const { return dev_ + off_tokens_; }              // [T]
-  const int32_t* logits_rows() const { return dev_ + off_logits_rows_; }    // [R]
-  // The host's (pinned) copies of row_meta and positions, as of the last upload.
-  const int32_t* host_row_meta() const { return host_ + off_row_meta_; }
-  const int32_t* host_positions() const { return host_ + off_positions_; }
-
- private:
-  int32_t cap_tokens_, cap_seqs_, cap_blocks_;
-  int32_t num_tokens_ = 0, num_seqs_ = 0, num_logits_rows_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
-  // One device allocation and one pinned host buffer of the same layout: the
-  // arrays at fixed offsets (in int32 elements) sized for the capacity.
-  int64_t off_row_meta_ = 0, off_positions_ = 0, off_block_tables_ = 0, off_slot_mapping_ = 0,
-          off_tokens_ = 0, off_logits_rows_ = 0, total_ = 0;
-  Tensor dev_buf_;
-  int32_t* dev_ = nullptr;
-  int32_t* host_ = nullptr;  // pinned
-};
-
-// Which of the two pool layouts above a pool has.
-enum class PagedKvLayout {
-  kSlotMajor,  // [num_blocks, block_size, n_kv_heads, head_dim]
-  kHeadMajor,  // [num_blocks, n_kv_heads, block_size, head_dim]
-};
-
-// How the partial results of a split row are combined.
-enum class SplitReduce {
-  kKernel,     // a second kernel (launched with programmatic dependent launch)
-  kLastBlock,  // the last thread block of each (row, head group) to finish combines them
-};
-
-// Points a traced call stamps per thread block (PagedAttentionCudaOptions::trace).
-inline constexpr int kPagedAttentionTracePoints = 10;
-
 struct PagedAttentionCudaOptions {
-  PagedKvLayout layout = PagedKvLayout::kSlotMajor;  // of k_pool and v_pool
-  SplitReduce reduce = SplitReduce::kKernel;
   // The split plan (0: the defaults). It changes the order of the sums, so it is
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
@@ -134,20 +68,8 @@ struct PagedAttentionCudaOptions {
   // 64-key tiles, as flash attention lays out a prefill. Its rows are NOT
   // bitwise the split kernel's (another order of the sums): for steps that
   // gave up batch invariance (--cublas-prefill). The options above do not
-  // apply to it, but layout and dependent_launch.
+  // apply to it, but dependent_launch.
   bool query_tiles = false;
-  // Diagnostics: when set, thread 0 of every thread block writes %globaltimer
-  // (ns) at kPagedAttentionTracePoints fixed points i, and its SM's cycle
-  // counter (%clock64) at the same points: block b of the attention grid (x
-  // fastest) writes trace[2 P b + i] and trace[2 P b + P + i], P the points.
-  // Its points: 0 entry, 1 early copies issued, 2 dependency wait returned,
-  // 3 tiles done, 4 partials written, then (warp 0's view) 5 first tile
-  // landed (before 1 where it is held before the wait), 6 first tile (or the
-  // held batch) computed, 7 last tile landed, 8 the first stages' remaining
-  // copies issued, 9 q loaded (waited for here, in a traced call only).
-  // Block b of the reduction writes trace[2^20 + 2 P b + i] (and + P): 0
-  // entry, 1 wait returned, 2 done. Needs 2^21 entries.
-  uint64_t* trace = nullptr;
 };
 
 // Scratch for split rows, allocated once. Rows beyond max_rows are processed in
@@ -167,9 +89,6 @@ class PagedAttentionWorkspaceCuda {
   float* partial_lse() const {
     return partial_lse_.data_as<float>();
   }  // [max_rows, n_heads, kMaxSplits] (log2)
-  int32_t* counters() const {
-    return counters_.data_as<int32_t>();
-  }  // [max_rows, n_heads], zero between calls
   int32_t* items() const {
     return items_.data_as<int32_t>();
   }  // [max_rows * kMaxSplits], a launch's block list
@@ -180,21 +99,20 @@ class PagedAttentionWorkspaceCuda {
   int32_t max_rows_, n_heads_, head_dim_;
   int32_t sm_count_ = 0;
   void* encode_tensor_map_ = nullptr;
-  Tensor partial_out_, partial_lse_, counters_, items_;
+  Tensor partial_out_, partial_lse_, items_;
 };
 
 // Writes this step's K/V to their slots: k_pool[slot_mapping[t]] = k[t] (slot < 0: skipped).
 //   k, v: [T, n_kv_heads, head_dim] device, pool dtype
-void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const PagedBatchCuda& batch, const Tensor& k_pool,
-                         const Tensor& v_pool, cuda::Stream stream = nullptr,
-                         PagedKvLayout layout = PagedKvLayout::kSlotMajor);
+void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const Tensor& k_pool,
+                         const Tensor& v_pool, cuda::Stream stream = nullptr);
 
 // Attention of every token of the step over its sequence's paged history,
 // causal within the step: token t sees positions [0, positions[t]] of its
 // sequence (as paged_attention_reference). A decode step has one token a sequence.
 // The step's K/V must already be in the pools (paged_kv_write_cuda).
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                          const PagedBatchCuda& batch, int n_rep, float scale,
+                          const DeviceBatch& batch, int n_rep, float scale,
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream = nullptr,
                           const PagedAttentionCudaOptions& options = {});
 
@@ -203,7 +121,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
 // keys launch alike, so a CUDA graph captured for one batch replays for another
 // with the same key (and the same token count), its metadata being read from
 // the device. For a call of one launch: at most ws.max_rows() tokens (checked).
-uint64_t paged_attention_cuda_launch_key(const PagedBatchCuda& batch, const Tensor& k_pool, int n_rep,
+uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
                                          const PagedAttentionCudaOptions& options = {});
 

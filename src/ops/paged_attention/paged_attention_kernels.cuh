@@ -41,11 +41,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw) +
                ((kSwizzleAlign - cuda::smem_addr(smem_raw) % kSwizzleAlign) % kSwizzleAlign);
-  __shared__ int is_last_block;
 
   launch_dependents();  // the next kernel may be scheduled while this grid runs
-  uint64_t* trace = p.trace != nullptr && threadIdx.x == 0 ? p.trace + kTraceSlots * block_index() : nullptr;
-  stamp(trace, 0);
 
   // Head groups vary fastest in the grid: the blocks of all kv heads of one
   // (row, split) run together and read whole slots (n_kv_heads x head_dim
@@ -136,9 +133,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
       const int in_block = first & bs_mask;
       void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes;
       const CUtensorMap* map = is_v ? &p.v_map : &p.k_map;
-      const int c2 = p.head_major ? in_block : kvh, c3 = p.head_major ? kvh : in_block;
       // Evict first: the history is read once a step; q, the partials and the metadata stay cached.
-      tensor_copy_5d_hinted(dst, map, 0, h, c2, c3, blk, bars + slot, cuda::l2_evict_first_policy());
+      tensor_copy_5d_hinted(dst, map, 0, h, kvh, in_block, blk, bars + slot, cuda::l2_evict_first_policy());
     }
   };
 
@@ -190,7 +186,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   uint32_t hk[kMT][kKS][4], hv[kMT][kDT][4];
   auto hold_first_tile = [&](int part, int early_until) {
     mbarrier_wait(bars, 0);
-    stamp(trace, 5);
     const auto from_k = smem_k(warp_stages);
     const auto from_v = smem_v(warp_stages);
 #pragma unroll
@@ -238,9 +233,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     if (paced) mbarrier_wait(bars + stages - 1, 0);
     hold_first_tile(0, early_until);
   }
-  stamp(trace, 1);
   wait_primary_grid();
-  stamp(trace, 2);
   // The rest of the first stages' copies, in the stages whose tokens reach this
   // step's rows (for a decode row, at most the last split's last tile). The
   // others skip the issue code: after the wait it is the chain's first piece.
@@ -254,7 +247,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     issue(stages, 0, hold_entry, false, 1, early_until);  // the refilled tile's rows of this step
   }
 
-  stamp(trace, 8);
   // Q^T as mma B fragments: column 8 j + gid of column tile j (zero past the rows' heads).
   uint32_t qb[kNT][kKS][2];
 #pragma unroll
@@ -277,14 +269,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     }
   }
 
-  if (p.trace != nullptr) {
-#pragma unroll
-    for (int j = 0; j < kNT; ++j) {
-#pragma unroll
-      for (int ks = 0; ks < kKS; ++ks) asm volatile("" : "+r"(qb[j][ks][0]), "+r"(qb[j][ks][1]));
-    }
-    stamp(trace, 9);
-  }
   if (kHold && hold && !hold_early) hold_first_tile(2, 0);  // after q's loads, which would queue behind it
 
   // The lane's two columns of each column tile j: 8 j + 2 tig + e, e = 0, 1.
@@ -439,7 +423,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
           warp_begin[n] = begin + n * Geo::kTileTokens + warp * kWT;
           if (n > 0) mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
         }
-        if (N == n_tiles) stamp(trace, 7);
         if constexpr (N > kHoldStages) zero_v_past_end(0, warp_begin[kHoldStages]);  // a last tile
         compute_tiles(warp_begin, from_k, from_v);
       };
@@ -449,7 +432,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
         batch.template operator()<kHoldStages>();
       }
       const int done = hold_early ? kHoldStages + 1 : kHoldStages;
-      stamp(trace, 6);
       // Every lane is done reading the stages: refill them (held after the
       // wait, the first stage's refill is already in flight).
       __syncwarp();
@@ -466,8 +448,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   int32_t next_entry = table_entries(tile + stages);
   for (; tile < n_tiles; ++tile) {
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
-    if (tile == 0) stamp(trace, 5);
-    if (tile == n_tiles - 1) stamp(trace, 7);
     const uint32_t stage = warp_stages + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
     zero_v_past_end(slot, warp_begin);
@@ -476,7 +456,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
         wb, [&](int, int mt, int ks, uint32_t(&a)[4]) { smem_k(stage)(mt, ks, a); },
         [&](int, int mt, int dt, uint32_t(&a)[4]) { smem_v(stage)(mt, dt, a); });
     __syncwarp();  // every lane is done reading this stage: refill it
-    if (tile == 0) stamp(trace, 6);
     if (tile + stages < n_tiles) issue(tile + stages, slot, next_entry, true, 2, 0);
     next_entry = table_entries(tile + stages + 1);  // a whole iteration to arrive
     if (++slot == stages) slot = 0, phase ^= 1;
@@ -491,7 +470,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   }
   __syncthreads();  // every warp is done with its stages: reuse them for the merge
 
-  stamp(trace, 3);
   // Merge the warps, in warp order, through shared memory.
   // A head's row is padded by 4 floats: the 4 columns a store writes at
   // once then fall in different banks.
@@ -559,30 +537,6 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
           make_float4(a_all[0], a_all[1], a_all[2], a_all[3]);
       if (d == 0) p.partial_lse[ph * kMaxSplits + split] = m_all + log2f(l_all);
     }
-  }
-  stamp(trace, 4);
-  if (plan.n_splits == 1 || !p.reduce_in_last_block) return;
-
-  // The last block of this (row, head group) to finish combines the splits. The
-  // order of the sum is the split order, whichever block comes last.
-  __syncthreads();  // every thread's partials are written ...
-  if (tid == 0) {
-    // ... and released with the count (cumulatively, through the barrier); the
-    // last block's add acquires every earlier block's partials.
-    int32_t* counter = p.counters + static_cast<int64_t>(row_local) * p.n_heads + head_group;
-    const int prev = cuda::atomic_add_acq_rel_gpu(counter, 1);
-    is_last_block = prev == plan.n_splits - 1;
-    if (is_last_block) *counter = 0;  // every other split has counted: ready for the next call
-  }
-  __syncthreads();  // and the acquire, for the block's other threads
-  if (!is_last_block) return;
-  for (int g = warp; g < n_cols; g += kWarps) {
-    if (head0 + g % G >= p.n_rep) continue;
-    const int qh = kvh * p.n_rep + head0 + g % G;
-    const int64_t ph = static_cast<int64_t>(row_local + g / G) * p.n_heads + qh;
-    combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits,
-                          plan.n_splits, p.out + (static_cast<int64_t>(t + g / G) * p.n_heads + qh) * HD,
-                          lane);
   }
 }
 

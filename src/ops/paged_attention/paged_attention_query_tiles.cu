@@ -296,7 +296,7 @@ void launch(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream strea
 
 }  // namespace
 
-int query_tile_count(const PagedBatchCuda& batch, int n_rep) {
+int query_tile_count(const DeviceBatch& batch, int n_rep) {
   NS_CHECK(n_rep >= 1 && n_rep <= kSlots)
       << "query tiles: n_rep " << n_rep << " outside [1, " << kSlots << "]";
   int n = 0;
@@ -306,12 +306,9 @@ int query_tile_count(const PagedBatchCuda& batch, int n_rep) {
 }
 
 void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                        const PagedBatchCuda& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
-                        const Tensor& out, cuda::Stream stream, PagedKvLayout layout, int block_size_log2,
-                        bool dependent_launch) {
-  const bool head_major = layout == PagedKvLayout::kHeadMajor;
-  const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(head_major ? 1 : 2),
-                hd = k_pool.dim(3);
+                        const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
+                        const Tensor& out, cuda::Stream stream, int block_size_log2, bool dependent_launch) {
+  const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   const int n_tiles = query_tile_count(batch, n_rep);
   NS_CHECK(n_tiles <= int64_t{ws.max_rows()} * PagedAttentionWorkspaceCuda::kMaxSplits && n_tiles <= 65535)
       << "query tiles: " << n_tiles << " tiles exceed the workspace";
@@ -320,7 +317,7 @@ void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_p
     p.out = out.data_as<T>();
     p.k_pool = k_pool.data_as<const T>();
     p.v_pool = v_pool.data_as<const T>();
-    p.strides = pool_strides(layout, block_size, n_kv, hd);
+    p.strides = pool_strides(block_size, n_kv, hd);
     p.row_meta = batch.row_meta();
     p.positions = batch.positions();
     p.block_tables = batch.block_tables();

@@ -11,11 +11,11 @@
 namespace nanoserve::paged_attention_kernels {
 
 // The thread blocks a kv head of the kernel's grid: its tiles of rows.
-int query_tile_count(const PagedBatchCuda& batch, int n_rep);
+int query_tile_count(const DeviceBatch& batch, int n_rep);
 
 void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                        const PagedBatchCuda& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
-                        const Tensor& out, cuda::Stream stream, PagedKvLayout layout, int block_size_log2,
+                        const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
+                        const Tensor& out, cuda::Stream stream, int block_size_log2,
                         bool dependent_launch);
 
 }  // namespace nanoserve::paged_attention_kernels

@@ -74,10 +74,6 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
 template <typename T, int HD>
 __global__ void __launch_bounds__(32) paged_attention_reduce_kernel(const __grid_constant__ AttnParams<T> p) {
   launch_dependents();  // whatever follows may start its prologue now
-  uint64_t* trace = p.trace != nullptr && threadIdx.x == 0
-                        ? p.trace + kTraceReductionBase + kTraceSlots * block_index()
-                        : nullptr;
-  stamp(trace, 0);
   const int row_local = blockIdx.x;
   const int qh = blockIdx.y;
   const int t = p.row_offset + row_local;
@@ -85,12 +81,10 @@ __global__ void __launch_bounds__(32) paged_attention_reduce_kernel(const __grid
   const SplitPlan plan = plan_splits(ri.ctx, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles);
   if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
   wait_primary_grid();                                // the partials are complete and visible
-  stamp(trace, 1);
   const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
   combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
                         p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32);
   __syncwarp();
-  stamp(trace, 2);
 }
 
 }  // namespace nanoserve::paged_attention_kernels

@@ -8,9 +8,21 @@
 #include <span>
 #include <vector>
 
-#include "model/config.h"
-
 namespace nanoserve {
+
+// How a model scales its rotary frequencies (ModelConfig::rope_scaling).
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int64_t original_context_length = 8192;
+  // rope_freqs.weight is present: per-frequency divisors [rope_dim / 2] that
+  // llama.cpp's converter stores for llama3 scaling instead of the keys above.
+  // The divisors already encode the blend, so `type` is then kNone.
+  bool freq_factors_tensor = false;
+};
 
 // PRECOND: rope_dim even; freq_factors empty or rope_dim / 2 long.
 std::vector<float> rope_inv_freqs(int64_t rope_dim, float theta, const RopeScaling& scaling,

@@ -7,7 +7,7 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/tensor.h"
-#include "ops/sample/sample.h"
+#include "step/sample_rows.h"
 
 namespace nanoserve {
 

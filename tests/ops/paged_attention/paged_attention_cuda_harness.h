@@ -171,27 +171,8 @@ inline Tensor device_from(const std::vector<uint16_t>& v, DType dt, std::vector<
   return cuda::to_device(host);
 }
 
-// A slot-major pool [nb, bs, n_kv, hd] as head-major [nb, n_kv, bs, hd], or back.
-inline std::vector<uint16_t> permute_pool(const std::vector<uint16_t>& v, const Shape& s, int num_blocks,
-                                          bool to_head_major) {
-  std::vector<uint16_t> r(v.size());
-  const int64_t hd = s.head_dim, bs = s.block_size, nkv = s.n_kv;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    for (int64_t i = 0; i < bs; ++i) {
-      for (int64_t h = 0; h < nkv; ++h) {
-        const int64_t slot_major = ((b * bs + i) * nkv + h) * hd;
-        const int64_t head_major = ((b * nkv + h) * bs + i) * hd;
-        const int64_t from = to_head_major ? slot_major : head_major;
-        const int64_t to = to_head_major ? head_major : slot_major;
-        std::copy(v.begin() + from, v.begin() + from + hd, r.begin() + to);
-      }
-    }
-  }
-  return r;
-}
-
 struct DeviceRun {
-  Tensor k_pool, v_pool, out;  // pools in the layout the run used
+  Tensor k_pool, v_pool, out;
 };
 
 // Uploads the problem, writes the step's K/V, runs attention; returns the device tensors.
@@ -200,25 +181,18 @@ inline DeviceRun run_on_device(const Problem& p, const PagedAttentionCudaOptions
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
   DeviceRun r;
-  if (opt.layout == PagedKvLayout::kHeadMajor) {
-    r.k_pool = device_from(permute_pool(p.k_pool16, s, p.num_blocks, true), s.dtype,
-                           {p.num_blocks, s.n_kv, s.block_size, hd});
-    r.v_pool = device_from(permute_pool(p.v_pool16, s, p.num_blocks, true), s.dtype,
-                           {p.num_blocks, s.n_kv, s.block_size, hd});
-  } else {
-    r.k_pool = device_from(p.k_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
-    r.v_pool = device_from(p.v_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
-  }
+  r.k_pool = device_from(p.k_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
+  r.v_pool = device_from(p.v_pool16, s.dtype, {p.num_blocks, s.block_size, s.n_kv, hd});
   const Tensor q = device_from(p.q16, s.dtype, {p.num_tokens, p.n_heads, hd});
   const Tensor k_new = device_from(p.k_new16, s.dtype, {p.num_tokens, s.n_kv, hd});
   const Tensor v_new = device_from(p.v_new16, s.dtype, {p.num_tokens, s.n_kv, hd});
   r.out = cuda::empty(s.dtype, {p.num_tokens, p.n_heads, hd});
   cuda::fill_bytes(r.out, 0xFF);  // NaN in bf16 and f16
 
-  PagedBatchCuda batch(p.num_tokens, static_cast<int32_t>(p.batch.seq_ids.size()), p.max_blocks);
+  DeviceBatch batch(p.num_tokens, static_cast<int32_t>(p.batch.seq_ids.size()), p.max_blocks);
   batch.upload(p.batch);
   PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
-  paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool, nullptr, opt.layout);
+  paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool, nullptr);
   paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
                        r.out, nullptr, opt);
   cuda::synchronize();
@@ -313,17 +287,11 @@ inline std::vector<uint16_t> check_problem(const Shape& s, const std::vector<std
                                            std::vector<int> check = {},
                                            const PagedAttentionCudaOptions& opt = {}, uint64_t seed = 0) {
   if (seed == 0) seed = fresh_seed();
-  SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed) +
-               (opt.layout == PagedKvLayout::kHeadMajor ? ", head-major pools" : ""));
+  SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
   const Problem p = make_problem(seed, s, seqs);
   const DeviceRun r = run_on_device(p, opt);
-  const bool hm = opt.layout == PagedKvLayout::kHeadMajor;
-  auto slot_major = [&](const Tensor& pool) {
-    const std::vector<uint16_t> h = download16(pool);
-    return hm ? permute_pool(h, s, p.num_blocks, false) : h;
-  };
-  EXPECT_TRUE(slot_major(r.k_pool) == p.k_pool16_full) << "K pool after the write";
-  EXPECT_TRUE(slot_major(r.v_pool) == p.v_pool16_full) << "V pool after the write";
+  EXPECT_TRUE(download16(r.k_pool) == p.k_pool16_full) << "K pool after the write";
+  EXPECT_TRUE(download16(r.v_pool) == p.v_pool16_full) << "V pool after the write";
   if (check.empty()) {
     for (size_t b = 0; b < seqs.size(); ++b) check.push_back(static_cast<int>(b));
   }

@@ -1,7 +1,7 @@
 // The CUDA paged attention kernels' determinism: a sequence's output is
 // bitwise the same alone or in any batch, over several launches, with either
 // reduction and every launch option, and the split plan depends on a row's
-// own context only; the diagnostic trace. The harness is
+// own context only. The harness is
 // paged_attention_cuda_harness.h. Without a CUDA device every test reports
 // SKIPPED with the runtime's reason.
 
@@ -23,7 +23,7 @@ using namespace paged_attention_test;
 // The split plan depends on a row's own context only, and both reductions sum
 // the splits in split order with the same arithmetic: a sequence's output is
 // bitwise the same alone, in a batch, over several launches (small workspace),
-// with either reduction, any pipeline depth, the first K/V copies before or
+// any pipeline depth, the first K/V copies before or
 // after the dependency wait, and with or without the first tile held in
 // registers (before or after the wait).
 // Two batches: splits up to 12 and up to 29 a row.
@@ -31,11 +31,6 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   const Shape s{DType::kBF16, 128, 16, 2, 4};
   const Problem p = make_problem(fresh_seed(), s, seqs);
   const std::vector<uint16_t> base = download16(run_on_device(p).out);
-  for (SplitReduce r : {SplitReduce::kKernel, SplitReduce::kLastBlock}) {
-    PagedAttentionCudaOptions o;
-    o.reduce = r;
-    EXPECT_TRUE(download16(run_on_device(p, o).out) == base) << "reduction " << static_cast<int>(r);
-  }
   PagedAttentionCudaOptions late_kv;
   late_kv.early_kv = false;
   EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base)
@@ -85,60 +80,6 @@ TEST(PagedAttentionCuda, OutputIndependentOfBatchAndReduction) {
   NS_SKIP_WITHOUT_GPU();
   expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {300, 40}, {64, 1}});
   expect_output_independent_of_batch_and_reduction({{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}});
-}
-
-// The diagnostic trace: every thread block of the attention grid stamps its
-// points on the critical path in order, by the timer and by its cycle counter,
-// every block of the reduction its three, and the output is the untraced one.
-TEST(PagedAttentionCuda, TraceStampsEveryBlockInOrder) {
-  NS_SKIP_WITHOUT_GPU();
-  const Shape s{DType::kBF16, 128, 16, 2, 4};
-  const Problem p = make_problem(fresh_seed(), s, {{3000, 1}, {5, 1}});  // 12 splits and 1
-  const std::vector<uint16_t> base = download16(run_on_device(p).out);
-  Tensor trace = cuda::empty(DType::kI32, {int64_t{2} << 21});  // 2^21 u64 slots
-  cuda::fill_bytes(trace, 0);
-  PagedAttentionCudaOptions traced;
-  traced.trace = trace.data_as<uint64_t>();
-  EXPECT_TRUE(download16(run_on_device(p, traced).out) == base);
-  std::vector<uint64_t> t(size_t{1} << 21);
-  const Tensor host = cuda::to_host(trace);
-  std::memcpy(t.data(), host.data(), t.size() * 8);
-  constexpr int kPoints = kPagedAttentionTracePoints, kSlots = 2 * kPoints;
-  // Entry, early copies issued, wait returned, remaining copies issued, q
-  // loaded, first tile landed, tiles done, partials written.
-  const int plain_order[] = {0, 1, 2, 8, 9, 5, 3, 4};
-  // A split of four tiles (row 0's first 11; the 12th has 3) holds its first
-  // tile in registers, and it lies before the step's row, so it is held before
-  // the wait: landed before the early copies are done.
-  const int held_order[] = {0, 5, 1, 2, 8, 9, 3, 4};
-  // Attention grid: (kv heads x groups = 2, splits = 12, rows = 2); row 1 has one split.
-  int blocks = 0, idle = 0;
-  for (int b = 0; b < 2 * 12 * 2; ++b) {
-    const uint64_t* v = t.data() + kSlots * b;
-    ASSERT_NE(v[0], 0u) << "block " << b << " did not stamp its entry";
-    if (v[4] == 0) {
-      ++idle;  // a split beyond its row's plan returns early
-      continue;
-    }
-    ++blocks;
-    const int split = b / 2 % 12, row = b / 24;
-    const int* order = row == 0 && split < 11 ? held_order : plain_order;
-    for (int k = 1; k < 8; ++k) {
-      EXPECT_LE(v[order[k - 1]], v[order[k]]) << "block " << b << " point " << order[k];
-      EXPECT_LE(v[kPoints + order[k - 1]], v[kPoints + order[k]]) << "block " << b << " cycles " << order[k];
-    }
-  }
-  EXPECT_EQ(blocks, 2 * 12 + 2 * 1);
-  EXPECT_EQ(idle, 2 * 11);
-  // Reduction grid: (rows = 2, heads / 4 = 2); row 0's blocks wait and combine.
-  for (int b = 0; b < 2 * 2; ++b) {
-    const uint64_t* v = t.data() + (size_t{1} << 20) + kSlots * b;
-    ASSERT_NE(v[0], 0u) << "reduction block " << b;
-    if (b % 2 == 0) {  // row 0
-      EXPECT_LE(v[0], v[1]);
-      EXPECT_LE(v[1], v[2]);
-    }
-  }
 }
 
 TEST(PagedAttentionCuda, SplitPlanDependsOnContextOnly) {

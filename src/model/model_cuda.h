@@ -1,11 +1,13 @@
 #pragma once
-// The Llama-family forward pass on a CUDA device (docs/model_cuda.md).
+// The forward pass on a CUDA device, for every family of model/arch.h
+// (docs/model_cuda.md).
 //
 //   x = embed(tokens)                                           [T, dim] f32 residual stream
-// (every linear y = x w^T through linear_cuda, batch-invariant at any T; see LlamaCudaLimits)
+// (every linear y = x w^T through linear_cuda, batch-invariant at any T; see CudaLimits)
 //   per layer: xn = rmsnorm(x)                                  bf16 (the add of the previous
 //                                                               sublayer's output fused in)
 //              qkv = xn wqkv^T; rope(q, k) + KV write            one GEMM, one fused kernel
+//              (+ qkv bias: qwen2; per-head q/k RMSNorm: qwen3, fused into the rope kernel)
 //              x += o_proj(paged_attention(q))
 //              x += down(silu(gate) * up), gate_up = xn wgu^T   one GEMM for gate and up
 //   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, greedy argmax too
@@ -17,7 +19,7 @@
 // allocated before the first step; a step allocates nothing.
 //
 // Plain C++ (no CUDA header): the engine's .cc code built with NANOSERVE_CUDA
-// includes it; the definitions live in llama_cuda.cu.
+// includes it; the definitions live in model_cuda.cu.
 
 #include <cstdint>
 #include <memory>
@@ -27,13 +29,13 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "model/forward_batch.h"
+#include "step/forward_batch.h"
 
 namespace nanoserve {
 
-struct LlamaWeights;
+struct ModelWeights;
 
-struct LlamaCudaLayer {
+struct CudaLayer {
   Tensor attn_norm;  // [dim] f32
   Tensor wqkv;       // [(n_heads + 2 n_kv_heads) * head_dim, dim] bf16: q rows, then k, then v
   Tensor qkv_bias;   // [(n_heads + 2 n_kv_heads) * head_dim] f32, families with ArchInfo::qkv_bias
@@ -45,20 +47,21 @@ struct LlamaCudaLayer {
   Tensor w_down;     // [dim, ffn_dim] bf16
 };
 
-struct LlamaCudaWeights {
+struct CudaWeights {
   Tensor tok_embd;  // [vocab, dim] bf16
-  std::vector<LlamaCudaLayer> layers;
+  std::vector<CudaLayer> layers;
   Tensor output_norm;  // [dim] f32
   Tensor lm_head;      // [vocab, dim] bf16; tok_embd itself when the embeddings are tied
   Tensor inv_freq;     // [rope_dim / 2] f32, the scaled rotary frequencies
 };
 
 // Sizes the step buffers are allocated for.
-struct LlamaCudaLimits {
+struct CudaLimits {
   int32_t max_tokens = 512;        // tokens in one step
   int32_t max_seqs = 64;           // sequences in one step
   int32_t max_logits_rows = 64;    // rows that need logits
   int32_t max_blocks_per_seq = 0;  // block-table row stride capacity
+  int64_t max_context = 0;         // longest context (0: what the block tables hold)
   // Steps of more than 64 tokens through cuBLASLt's per-shape choice, and
   // those with a sequence of several rows through the query-tiled attention
   // (PagedAttentionCudaOptions::query_tiles): faster prefill, but a row's
@@ -73,21 +76,21 @@ struct LlamaCudaLimits {
   static constexpr int32_t kGraphMaxTokens = 64;
 };
 
-class LlamaCudaModel {
+class CudaModel {
  public:
   // Uploads the host model's weights (views into a GGUF mapping or host
   // tensors, any stored dtype) to the current device in bf16.
-  static StatusOr<std::unique_ptr<LlamaCudaModel>> upload(const ModelConfig& config, const LlamaWeights& host,
+  static StatusOr<std::unique_ptr<CudaModel>> upload(const ModelConfig& config, const ModelWeights& host,
                                                           std::span<const float> inv_freq);
   // Random weights of the config's shape (uniform, fixed seed), made on the device.
-  static StatusOr<std::unique_ptr<LlamaCudaModel>> dummy(const ModelConfig& config,
+  static StatusOr<std::unique_ptr<CudaModel>> dummy(const ModelConfig& config,
                                                          std::span<const float> inv_freq, uint64_t seed);
-  ~LlamaCudaModel();
-  LlamaCudaModel(const LlamaCudaModel&) = delete;
-  LlamaCudaModel& operator=(const LlamaCudaModel&) = delete;
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
 
   const ModelConfig& config() const { return config_; }
-  const LlamaCudaWeights& weights() const { return weights_; }
+  const CudaWeights& weights() const { return weights_; }
   int64_t weight_bytes() const { return weight_bytes_; }
 
   // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
@@ -97,10 +100,10 @@ class LlamaCudaModel {
   // K+V bytes of one block over all layers (bf16).
   static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);
   // Device bytes the step buffers of `limits` take (for memory planning before allocate()).
-  static int64_t workspace_bytes(const ModelConfig& config, const LlamaCudaLimits& limits);
+  static int64_t workspace_bytes(const ModelConfig& config, const CudaLimits& limits);
 
   // Allocates the step buffers and the KV pools. Once, before the first forward.
-  Status allocate(const LlamaCudaLimits& limits, int32_t num_blocks, int32_t block_size);
+  Status allocate(const CudaLimits& limits, int32_t num_blocks, int32_t block_size);
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
 
@@ -111,8 +114,11 @@ class LlamaCudaModel {
   // batch.sample_rows set ([R]) the device samples every row (ops/sample) and
   // only the ids, and the logprobs of rows that ask, come back: sampled() and
   // sampled_logprobs(); the returned logits are then unwritten.
-  // INVALID_ARGUMENT for a batch that does not fit the limits or the pools.
+  // PRECOND: batch.validate(step_limits()) passed (the engine validates each
+  // step once; nothing here checks it again).
   StatusOr<Tensor> forward(const ForwardBatch& batch, bool want_logits = true);
+  // What one step may hold: the limits and the pools of allocate(). After allocate().
+  StepLimits step_limits() const;
   // [R] greedy token of each logits row (ties to the lowest id), from the last forward.
   std::span<const int32_t> argmax() const;
   // [R] the device's token of each row of the last forward that had
@@ -132,14 +138,13 @@ class LlamaCudaModel {
 
  private:
   struct Step;  // device workspace, stream, GEMM handle, batch buffers
-  explicit LlamaCudaModel(ModelConfig config);
-  Status validate_batch(const ForwardBatch& batch) const;
+  explicit CudaModel(ModelConfig config);
   // What a step copies back: the argmax only, the logits, or the device sampler's ids (+ logprobs).
   enum class StepOutput : uint8_t { kArgmax, kLogits, kSampled, kSampledLogprobs };
   void enqueue_step(int64_t T, int64_t R, StepOutput output);
 
   ModelConfig config_;
-  LlamaCudaWeights weights_;
+  CudaWeights weights_;
   int64_t weight_bytes_ = 0;
   int32_t num_blocks_ = 0, block_size_ = 0;
   std::vector<Tensor> k_pools_, v_pools_;  // [n_layers] views into one allocation each

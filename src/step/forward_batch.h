@@ -1,13 +1,34 @@
 #pragma once
 // One step for many sequences, flattened over tokens in CSR form (docs/architecture.md).
-// The scheduler builds it; the model and the KV cache read it.
+// The scheduler builds it; the engine validates it once against the runner's
+// StepLimits; the runner's forward, its KV pools and its kernels then read it
+// and check nothing again.
 
 #include <cstdint>
 #include <vector>
 
-#include "ops/sample/sample.h"
+#include "core/status.h"
+#include "step/sample_rows.h"
 
 namespace nanoserve {
+
+// What a runner takes in one step: the sizes its buffers were made for and
+// the shape of its KV storage.
+struct StepLimits {
+  int64_t vocab_size = 0;          // token ids in [0, vocab_size)
+  int32_t max_tokens = 0;          // T
+  int32_t max_seqs = 0;            // B
+  int32_t max_logits_rows = 0;     // R
+  int64_t max_context = 0;         // any context_len
+  // Paged storage (num_blocks > 0): block ids in [0, num_blocks), slots in
+  // [0, num_blocks * block_size), a row stride of at most max_blocks_per_seq.
+  // Storage kept per sequence (num_blocks == 0): block_tables and
+  // slot_mapping are not read; seq_ids index it, in [0, max_seqs).
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  int32_t max_blocks_per_seq = 0;
+  int64_t max_sample_vocab = 0;  // sample_rows only where vocab_size <= this (0: never)
+};
 
 struct ForwardBatch {
   std::vector<int32_t> tokens;        // [T] input token ids of every sequence, concatenated
@@ -26,6 +47,12 @@ struct ForwardBatch {
   // samples on the device (ModelRunner::samples_on_device). The runner then
   // returns sampled_tokens() and copies back only ids (and logprobs).
   std::vector<SampleRowParams> sample_rows;
+
+  // INVALID_ARGUMENT naming the first field that breaks the CSR form or the
+  // limits (array lengths, ranges, positions inside their contexts, every
+  // block and slot a read or write follows); OK otherwise. The one check of
+  // a step: what passes can be read without a bounds check.
+  Status validate(const StepLimits& limits) const;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(seq_ids.size()); }

@@ -1,11 +1,11 @@
-// The paged storage (blocks from a block manager) under the real forward pass of the default model.
+// The CPU runner's paged storage (blocks from a block manager) under the real forward pass of the default model.
 //   - paged == naive: greedy tokens and every step's logits bitwise equal, for
 //     four prompts of 15, 16, 17 and 33 tokens batched together (their blocks
 //     interleave in the shared pool), 32 generated tokens, block sizes 1, 2,
 //     16 and 32, through the fused read. (The gather read equals the fused one
-//     in paged_kv_storage_test.cc, and the naive cache in model/llama_test.cc;
+//     in kv_cpu_test.cc, and the per-sequence storage in model_cpu_test.cc;
 //     each run here costs 33 forward steps of the model, so CI time decides.)
-//   - which read runs: a spying cache counts the calls the forward makes.
+//   - which read runs: the storage's counts of each half of attend().
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "kvcache/naive_kv_cache.h"
-#include "kvcache/paged_kv_storage.h"
-#include "model/llama.h"
-#include "model/model_runner.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
+#include "model/model_fixture.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
@@ -30,7 +29,7 @@ using testing::make_batch;
 constexpr int kNewTokens = 32;
 const std::vector<int32_t> kPromptLens = {15, 16, 17, 33};
 
-class PagedKVStorageModel : public ::testing::Test {
+class CpuKVModel : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_NE(default_model().model, nullptr)
@@ -63,16 +62,18 @@ class PagedKVStorageModel : public ::testing::Test {
   // Greedy decoding of all prompts as one batch: step 0 prefills every prompt,
   // then each step decodes one token per sequence. Returns each step's logits
   // rows [B, vocab] concatenated, and appends each sequence's tokens.
-  std::vector<float> run(KVCache& cache, const std::vector<int32_t>& seq_ids,
+  // `paged`: through a paged cache's prepare(); else `cache` directly.
+  std::vector<float> run(CpuKV& cache, testing::PagedCacheForTests* paged, const std::vector<int32_t>& seq_ids,
                          std::vector<std::vector<int32_t>>* tokens) const {
     const auto ps = prompts();
     const int64_t vocab = model_->config().vocab_size;
-    Workspace ws = model_->make_workspace(128, 4, 80);
+    Workspace ws = model_->make_workspace(128, 4);
     std::vector<float> all_logits;
     tokens->assign(ps.size(), {});
     ForwardBatch batch = make_batch(ps, {0, 0, 0, 0}, seq_ids);
     for (int step = 0; step < kNewTokens; ++step) {
-      auto logits = model_->forward(batch, cache, ws);
+      auto logits =
+          paged != nullptr ? testing::forward_paged(*model_, *paged, batch, ws) : model_->forward(batch, cache, ws);
       EXPECT_TRUE(logits.ok()) << logits.status().to_string();
       if (!logits.ok()) return all_logits;
       const float* l = logits->data_as<const float>();
@@ -89,13 +90,13 @@ class PagedKVStorageModel : public ::testing::Test {
     return all_logits;
   }
 
-  const LlamaModel* model_ = nullptr;
+  const CpuModel* model_ = nullptr;
 };
 
-TEST_F(PagedKVStorageModel, GreedyTokensAndLogitsEqualNaiveCache) {
-  NaiveKVCache naive(model_->config(), 4, 80);
+TEST_F(CpuKVModel, GreedyTokensAndLogitsEqualNaiveCache) {
+  CpuKV naive = CpuKV::per_sequence(model_->config(), 4, 80, model_->pool());
   std::vector<std::vector<int32_t>> naive_tokens;
-  const std::vector<float> naive_logits = run(naive, {0, 1, 2, 3}, &naive_tokens);
+  const std::vector<float> naive_logits = run(naive, nullptr, {0, 1, 2, 3}, &naive_tokens);
   ASSERT_EQ(naive_logits.size(), static_cast<size_t>(kNewTokens) * 4 * model_->config().vocab_size);
 
   for (int32_t block_size : {1, 2, 16, 32}) {
@@ -104,12 +105,12 @@ TEST_F(PagedKVStorageModel, GreedyTokensAndLogitsEqualNaiveCache) {
       // Room for every sequence's last partial block.
       const int32_t num_blocks = (4 * 80 + 4 * block_size + block_size - 1) / block_size;
       auto cache =
-          testing::make_paged_cache(model_->config(), block_size, num_blocks, 4, 80, true, &model_->pool());
+          testing::make_paged_cache(model_->config(), block_size, num_blocks, 4, 80, true, model_->pool());
       ASSERT_NE(cache, nullptr);
       std::vector<int32_t> seq_ids;
       for (int i = 0; i < 4; ++i) seq_ids.push_back(cache->add_sequence());
       std::vector<std::vector<int32_t>> tokens;
-      const std::vector<float> logits = run(*cache, seq_ids, &tokens);
+      const std::vector<float> logits = run(cache->kv(), cache.get(), seq_ids, &tokens);
       EXPECT_EQ(tokens, naive_tokens);
       ASSERT_EQ(logits.size(), naive_logits.size());
       const int64_t row = model_->config().vocab_size;
@@ -129,72 +130,36 @@ TEST_F(PagedKVStorageModel, GreedyTokensAndLogitsEqualNaiveCache) {
   }
 }
 
-// Forwards to a real cache and counts, per layer, the reads the model makes.
-class SpyKVCache final : public KVCache {
- public:
-  SpyKVCache(KVCache& inner, int64_t n_layers) : appends_(n_layers), fused_(n_layers), inner_(inner) {}
-
-  Status begin_step(const ForwardBatch& batch) override {
-    ++begin_steps_;
-    std::fill(appends_.begin(), appends_.end(), 0);
-    std::fill(fused_.begin(), fused_.end(), 0);
-    return inner_.begin_step(batch);
-  }
-  const KVHistory& append(int layer, const Tensor& k, const Tensor& v) override {
-    ++appends_.at(layer);
-    return inner_.append(layer, k, v);
-  }
-  bool has_fused_read() const override { return inner_.has_fused_read(); }
-  void paged_attention(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int n_rep, float scale,
-                       Tensor& out) override {
-    ++fused_.at(layer);
-    inner_.paged_attention(layer, q, k, v, n_rep, scale, out);
-  }
-
-  int begin_steps_ = 0;
-  std::vector<int> appends_, fused_;  // [n_layers] calls in the current step
-
- private:
-  KVCache& inner_;
-};
-
-void expect_reads(const SpyKVCache& spy, int appends, int fused, int step) {
-  for (size_t l = 0; l < spy.appends_.size(); ++l) {
-    EXPECT_EQ(spy.appends_[l], appends) << "append() calls, layer " << l << ", step " << step;
-    EXPECT_EQ(spy.fused_[l], fused) << "paged_attention() calls, layer " << l << ", step " << step;
-  }
-}
-
-TEST_F(PagedKVStorageModel, ForwardUsesTheFusedReadOncePerLayerWhenOffered) {
+TEST_F(CpuKVModel, ForwardUsesTheFusedReadOncePerLayerWhenOffered) {
   const int64_t n_layers = model_->config().n_layers;
-  Workspace ws = model_->make_workspace(16, 1, 32);
+  Workspace ws = model_->make_workspace(16, 1);
   const std::vector<int32_t> prompt = {1, 504, 3458, 282, 4649};
-  for (int kind = 0; kind < 3; ++kind) {  // paged fused, paged gather, naive
-    SCOPED_TRACE(kind == 0 ? "paged, fused read" : kind == 1 ? "paged, gather read" : "naive");
-    std::unique_ptr<KVCache> inner;
+  for (int kind = 0; kind < 3; ++kind) {  // paged fused, paged gather, per sequence
+    SCOPED_TRACE(kind == 0 ? "paged, fused read" : kind == 1 ? "paged, gather read" : "per sequence");
+    std::unique_ptr<testing::PagedCacheForTests> paged;
+    std::unique_ptr<CpuKV> own;
     int32_t seq = 0;
     if (kind < 2) {
-      auto c = testing::make_paged_cache(model_->config(), 4, 8, 1, 32, kind == 0, &model_->pool());
-      ASSERT_NE(c, nullptr);
-      seq = c->add_sequence();
-      inner = std::move(c);
+      paged = testing::make_paged_cache(model_->config(), 4, 8, 1, 32, kind == 0, model_->pool());
+      ASSERT_NE(paged, nullptr);
+      seq = paged->add_sequence();
     } else {
-      inner = std::make_unique<NaiveKVCache>(model_->config(), 1, 32);
+      own = std::make_unique<CpuKV>(CpuKV::per_sequence(model_->config(), 1, 32, model_->pool()));
     }
-    SpyKVCache spy(*inner, n_layers);
-    EXPECT_EQ(spy.has_fused_read(), kind == 0);
+    CpuKV& kv = paged ? paged->kv() : *own;
+    EXPECT_EQ(kv.fused_read(), kind == 0);
     ForwardBatch b = make_batch({prompt}, {0}, {seq});
-    for (int step = 0; step < 3; ++step) {
-      auto logits = model_->forward(b, spy, ws);
+    for (int64_t step = 0; step < 3; ++step) {
+      auto logits = paged ? testing::forward_paged(*model_, *paged, b, ws) : model_->forward(b, kv, ws);
       ASSERT_TRUE(logits.ok()) << logits.status().to_string();
-      EXPECT_EQ(spy.begin_steps_, step + 1);
-      if (kind == 0) {
-        expect_reads(spy, /*appends=*/0, /*fused=*/1, step);
-      } else {
-        expect_reads(spy, /*appends=*/1, /*fused=*/0, step);
-      }
+      const CpuKV::Counts& n = kv.counts();
+      const int64_t per_layer = (step + 1) * n_layers;  // once per layer and step
+      EXPECT_EQ(n.writes, per_layer) << "step " << step;
+      EXPECT_EQ(n.fused_reads, kind == 0 ? per_layer : 0) << "step " << step;
+      EXPECT_EQ(n.gathers, kind == 1 ? per_layer : 0) << "step " << step;
+      EXPECT_EQ(n.per_sequence_reads, kind == 2 ? per_layer : 0) << "step " << step;
       b = make_batch({{argmax(logits->data_as<const float>(), model_->config().vocab_size)}},
-                     {static_cast<int32_t>(prompt.size()) + step}, {seq});
+                     {static_cast<int32_t>(prompt.size()) + static_cast<int32_t>(step)}, {seq});
     }
   }
 }

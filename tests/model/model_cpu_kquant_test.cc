@@ -19,9 +19,9 @@
 #include "core/thread_pool.h"
 #include "io/gguf.h"
 #include "io/gguf_builder.h"
-#include "kvcache/naive_kv_cache.h"
-#include "model/llama.h"
-#include "model/model_runner.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
+#include "model/model_fixture.h"
 #include "ops/dequantize/dequantize.h"
 
 namespace nanoserve {
@@ -144,19 +144,19 @@ Files make_files() {
   return {q.build(), r.build()};
 }
 
-std::unique_ptr<LlamaModel> load(const std::vector<uint8_t>& bytes, ThreadPool& pool) {
+std::unique_ptr<CpuModel> load(const std::vector<uint8_t>& bytes, ThreadPool& pool) {
   auto file = GgufFile::parse(bytes.data(), bytes.size(), nullptr);
   EXPECT_TRUE(file.ok()) << file.status().to_string();
   if (!file.ok()) return nullptr;
-  auto model = LlamaModel::load(*file, pool);
+  auto model = CpuModel::load(*file, pool);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
 // Logits of a 9-token prefill's last row and of 4 decode steps after it.
-std::vector<std::vector<float>> run(const LlamaModel& m) {
-  NaiveKVCache cache(m.config(), 1, 64);
-  Workspace ws = m.make_workspace(64, 1, 64);
+std::vector<std::vector<float>> run(const CpuModel& m) {
+  CpuKV cache = CpuKV::per_sequence(m.config(), 1, 64, m.pool());
+  Workspace ws = m.make_workspace(64, 1);
   std::vector<int32_t> prompt = {1, 17, 300, 42, 5, 250, 99, 3, 128};
   std::vector<std::vector<float>> out;
   auto keep = [&](const StatusOr<Tensor>& l) {

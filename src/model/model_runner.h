@@ -5,8 +5,9 @@
 // The runner owns its KV storage, since only it knows the layers, heads, dtype
 // and device. The engine's block manager decides which blocks a sequence
 // holds; every ForwardBatch carries that (block_tables, slot_mapping), so a
-// forward needs nothing but the batch. The llama runner (engine/llama_runner.h)
-// is the CPU implementation; tests use a small fake with the same contract.
+// forward needs nothing but the batch. Runners are named by device: CpuRunner
+// (model/runner_cpu.h) and CudaRunner (model/runner_cuda.h), both over the
+// family table (model/arch.h); tests use a small fake with the same contract.
 
 #include <cstdint>
 #include <span>
@@ -14,7 +15,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
-#include "model/forward_batch.h"
+#include "step/forward_batch.h"
 
 namespace nanoserve {
 
@@ -43,11 +44,15 @@ class ModelRunner {
   // Called once by the engine, before the first forward.
   virtual Status init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;
 
-  // One step. Everything it needs is in the batch: tokens, positions,
-  // seq_starts, seq_ids, context_lens, block_tables / max_blocks_per_seq,
-  // slot_mapping and logits_rows. Returns the logits of batch.logits_rows:
-  // [R, vocab] f32 on the host, valid until the next call. An error leaves
-  // no sequence's cached K/V changed that the batch did not own.
+  // What one step may hold: the engine validates every batch against these
+  // (ForwardBatch::validate) before forward(), once. After init_kv_cache.
+  virtual StepLimits step_limits() const = 0;
+
+  // One step. PRECOND: the batch passed validate(step_limits()). Everything
+  // it needs is in the batch: tokens, positions, seq_starts, seq_ids,
+  // context_lens, block_tables / max_blocks_per_seq, slot_mapping and
+  // logits_rows. Returns the logits of batch.logits_rows:
+  // [R, vocab] f32 on the host, valid until the next call.
   virtual StatusOr<Tensor> forward(const ForwardBatch& batch) = 0;
 
   // The greedy token of each logits row of the last forward (argmax, ties to

@@ -22,19 +22,20 @@
 #include <span>
 #include <vector>
 
+#include "core/check.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kvcache/kv_cache.h"
 #include "model/config.h"
-#include "model/forward_batch.h"
+#include "model/kv_cpu.h"
+#include "step/forward_batch.h"
 
 namespace nanoserve {
 
 class GgufFile;
 class TensorSource;
 
-struct LlamaLayer {
+struct LayerWeights {
   Tensor attn_norm;   // [dim] f32
   Tensor wq;          // [n_heads * head_dim, dim]
   Tensor wk;          // [n_kv_heads * head_dim, dim]
@@ -49,9 +50,9 @@ struct LlamaLayer {
   Tensor w_down;      // [dim, ffn_dim]
 };
 
-struct LlamaWeights {
+struct ModelWeights {
   Tensor tok_embd;  // [vocab, dim]
-  std::vector<LlamaLayer> layers;
+  std::vector<LayerWeights> layers;
   Tensor output_norm;  // [dim] f32
   Tensor lm_head;      // [vocab, dim]; tok_embd itself when the embeddings are tied
 };
@@ -70,10 +71,10 @@ struct ForwardProfile {
   int64_t calls = 0;
 };
 
-// The step's buffers, sized for at most max_tokens tokens, max_logits_rows
-// logits rows and histories of max_context positions.
+// The step's buffers, sized for at most max_tokens tokens and max_logits_rows
+// logits rows (attention's scratch is the KV storage's: model/kv_cpu.h).
 struct Workspace {
-  int64_t max_tokens = 0, max_logits_rows = 0, max_context = 0;
+  int64_t max_tokens = 0, max_logits_rows = 0;
   Tensor x;                               // [max_tokens, dim] residual stream
   Tensor xn;                              // [max_tokens, dim] normed input of a block
   Tensor q;                               // [max_tokens, n_heads * head_dim]
@@ -85,47 +86,48 @@ struct Workspace {
   Tensor last;                            // [max_logits_rows, dim] the rows that need logits
   Tensor logits;                          // [max_logits_rows, vocab]
   std::vector<std::byte> matmul_scratch;  // activation blocks of the widest matmul input
-  std::vector<float> attn_scratch;        // per-thread score rows
   ForwardProfile* profile = nullptr;      // not owned; null: no timing
 };
 
-class LlamaModel {
+class CpuModel {
  public:
   // Checks the config and every tensor's name, shape and dtype; INVALID_ARGUMENT
   // or NOT_FOUND naming the tensor otherwise. `pool` must outlive the model.
   // The source's tensors keep their storage alive. A source that builds its
   // weights in memory (dummy) is refused with RESOURCE_EXHAUSTED when they
   // would not fit in the memory available.
-  static StatusOr<std::unique_ptr<LlamaModel>> load(const ModelConfig& config,
+  static StatusOr<std::unique_ptr<CpuModel>> load(const ModelConfig& config,
                                                     std::shared_ptr<const TensorSource> tensors,
                                                     ThreadPool& pool);
   // A GGUF file: config_from_gguf, then its tensors.
-  static StatusOr<std::unique_ptr<LlamaModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
+  static StatusOr<std::unique_ptr<CpuModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
 
   const ModelConfig& config() const { return config_; }
-  const LlamaWeights& weights() const { return weights_; }
+  const ModelWeights& weights() const { return weights_; }
   // The rotary frequencies the forward uses, scaling applied: [rope_dim / 2].
   const std::vector<float>& inv_freq() const { return inv_freq_; }
   ThreadPool& pool() const { return pool_; }
 
   // PRECOND: each >= 1.
-  Workspace make_workspace(int64_t max_tokens, int64_t max_logits_rows, int64_t max_context) const;
+  Workspace make_workspace(int64_t max_tokens, int64_t max_logits_rows) const;
+  // The model's half of the step limits: vocab_size, max_tokens and
+  // max_logits_rows of `ws`; the KV storage fills its half (CpuKV::fill_limits).
+  StepLimits step_limits(const Workspace& ws, const CpuKV& kv, int32_t max_seqs) const;
 
-  // One step: writes the batch's K/V into `cache` and returns the logits of
+  // One step: writes the batch's K/V into `kv` and returns the logits of
   // batch.logits_rows, in order: [R, vocab] f32, a view into ws valid until the
-  // next call. INVALID_ARGUMENT for a token id outside the vocabulary, a batch
-  // larger than the workspace, or one the cache rejects (then nothing changed).
-  StatusOr<Tensor> forward(const ForwardBatch& batch, KVCache& cache, Workspace& ws) const;
+  // next call. PRECOND: batch.validate(step_limits(ws, kv, ...)) passed (the
+  // engine validates each step once; nothing here checks it again).
+  StatusOr<Tensor> forward(const ForwardBatch& batch, CpuKV& kv, Workspace& ws) const;
 
  private:
-  LlamaModel(std::shared_ptr<const TensorSource> tensors, ModelConfig config, ThreadPool& pool)
+  CpuModel(std::shared_ptr<const TensorSource> tensors, ModelConfig config, ThreadPool& pool)
       : tensors_(std::move(tensors)), config_(std::move(config)), pool_(pool) {}
-  Status validate_batch(const ForwardBatch& batch, const Workspace& ws) const;
 
   std::shared_ptr<const TensorSource> tensors_;  // keeps the mapping alive
   ModelConfig config_;
   ThreadPool& pool_;
-  LlamaWeights weights_;
+  ModelWeights weights_;
   std::vector<float> inv_freq_;  // [rope_dim / 2]
 };
 

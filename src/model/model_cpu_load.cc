@@ -1,5 +1,5 @@
-// LlamaModel::load: the weights of every architecture (model/arch.h) by their
-// GGUF names, checked against the config, into LlamaWeights.
+// CpuModel::load: the weights of every architecture (model/arch.h) by their
+// GGUF names, checked against the config, into ModelWeights.
 
 #include <string>
 
@@ -7,7 +7,7 @@
 #include "io/tensor_source.h"
 #include "model/arch.h"
 #include "model/dummy_weights.h"
-#include "model/llama.h"
+#include "model/model_cpu.h"
 #include "model/model_shapes.h"
 #include "model/rope_layout.h"
 #include "ops/dequantize/dequantize.h"
@@ -53,13 +53,14 @@ StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int
 }
 
 // The tensors of layer `l`. phi3's fused tensors become row views of one load.
-StatusOr<LlamaLayer> load_layer(const TensorSource& f, const ModelConfig& c, int64_t l) {
+StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, int64_t l) {
+  const ArchInfo& family = c.arch_info();
   const std::string p = "blk." + std::to_string(l) + ".";
   const int64_t dim = c.dim, hd = c.head_dim, ffn = c.ffn_dim;
   const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
-  LlamaLayer L;
+  LayerWeights L;
   NS_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", dim));
-  if (c.fused_qkv_gate_up) {
+  if (family.fused_qkv_gate_up) {
     NS_ASSIGN_OR_RETURN(Tensor qkv, load_matrix(f, p + "attn_qkv.weight", {q_dim + 2 * kv_dim, dim}));
     L.wq = qkv.slice_rows(0, q_dim);
     L.wk = qkv.slice_rows(q_dim, q_dim + kv_dim);
@@ -69,18 +70,18 @@ StatusOr<LlamaLayer> load_layer(const TensorSource& f, const ModelConfig& c, int
     NS_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", {kv_dim, dim}));
     NS_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", {kv_dim, dim}));
   }
-  if (c.qkv_bias) {
+  if (family.qkv_bias) {
     NS_ASSIGN_OR_RETURN(L.bq, load_vector(f, p + "attn_q.bias", q_dim));
     NS_ASSIGN_OR_RETURN(L.bk, load_vector(f, p + "attn_k.bias", kv_dim));
     NS_ASSIGN_OR_RETURN(L.bv, load_vector(f, p + "attn_v.bias", kv_dim));
   }
-  if (c.qk_norm) {
+  if (family.qk_norm) {
     NS_ASSIGN_OR_RETURN(L.q_norm, load_vector(f, p + "attn_q_norm.weight", hd));
     NS_ASSIGN_OR_RETURN(L.k_norm, load_vector(f, p + "attn_k_norm.weight", hd));
   }
   NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
   NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
-  if (c.fused_qkv_gate_up) {
+  if (family.fused_qkv_gate_up) {
     NS_ASSIGN_OR_RETURN(Tensor gate_up, load_matrix(f, p + "ffn_up.weight", {2 * ffn, dim}));
     L.w_gate = gate_up.slice_rows(0, ffn);
     L.w_up = gate_up.slice_rows(ffn, 2 * ffn);
@@ -94,7 +95,7 @@ StatusOr<LlamaLayer> load_layer(const TensorSource& f, const ModelConfig& c, int
 
 }  // namespace
 
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const GgufFile> file,
+StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(std::shared_ptr<const GgufFile> file,
                                                        ThreadPool& pool) {
   NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
   NS_RETURN_IF_ERROR(check_gguf_supported(*file, config));
@@ -102,7 +103,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(std::shared_ptr<const Ggu
   return load(config, std::move(tensors), pool);
 }
 
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& given,
+StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(const ModelConfig& given,
                                                        std::shared_ptr<const TensorSource> tensors,
                                                        ThreadPool& pool) {
   NS_RETURN_IF_ERROR(given.validate());
@@ -117,9 +118,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& given,
                                 " MiB of memory are available; pick a smaller --model-shape");
     }
   }
-  std::unique_ptr<LlamaModel> m(new LlamaModel(tensors, config, pool));
+  std::unique_ptr<CpuModel> m(new CpuModel(tensors, config, pool));
   const TensorSource& f = *tensors;
-  LlamaWeights& w = m->weights_;
+  ModelWeights& w = m->weights_;
   NS_ASSIGN_OR_RETURN(w.tok_embd, load_matrix(f, "token_embd.weight", {config.vocab_size, config.dim}));
   NS_ASSIGN_OR_RETURN(w.output_norm, load_vector(f, "output_norm.weight", config.dim));
   if (!config.tied_embeddings) {
@@ -128,7 +129,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const ModelConfig& given,
     w.lm_head = w.tok_embd;
   }
   for (int64_t l = 0; l < config.n_layers; ++l) {
-    NS_ASSIGN_OR_RETURN(LlamaLayer L, load_layer(f, config, l));
+    NS_ASSIGN_OR_RETURN(LayerWeights L, load_layer(f, config, l));
     w.layers.push_back(std::move(L));
   }
   std::vector<float> freq_factors;

@@ -1,8 +1,8 @@
 #pragma once
 // Test helper: the default model loaded once, plain greedy stepping of
-// whole sequences through any KVCache, and a paged cache that hands out its
-// own blocks (what the engine's block manager does) for tests that drive the
-// forward directly.
+// whole sequences through per-sequence storage, and a paged cache that hands
+// out its own blocks (what the engine's block manager does) for tests that
+// drive the forward directly.
 
 #include <gtest/gtest.h>
 
@@ -12,9 +12,8 @@
 #include "core/thread_pool.h"
 #include "io/gguf.h"
 #include "kvcache/block_manager.h"
-#include "kvcache/kv_cache.h"
-#include "kvcache/paged_kv_storage.h"
-#include "model/llama.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
 
 namespace nanoserve::testing {
 
@@ -23,7 +22,7 @@ inline const char* kDefaultModel = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.
 struct LoadedModel {
   std::unique_ptr<ThreadPool> pool;
   std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<CpuModel> model;
 };
 
 // Loaded once per test binary (2 threads); fails the test when the model is missing.
@@ -34,71 +33,81 @@ inline const LoadedModel& default_model() {
     auto file = GgufFile::open(kDefaultModel);
     if (!file.ok()) return lm;
     lm->file = *file;
-    auto model = LlamaModel::load(lm->file, *lm->pool);
+    auto model = CpuModel::load(lm->file, *lm->pool);
     if (model.ok()) lm->model = std::move(model).value();
     return lm;
   }();
   return *m;
 }
 
-// A block manager and a paged storage behind the KVCache interface: each
-// begin_step grows the batch's sequences to their context_len, fills the
-// block tables and slots into a copy of the batch, and hands that to the storage.
-class PagedCacheForTests final : public KVCache {
+// A block manager and a paged CpuKV, as the engine and the CPU runner hold
+// them, for tests that drive the forward directly: prepare() grows the batch's
+// sequences to their context_len, fills the block tables and slots into a copy
+// of the batch, and validates it against the storage's limits.
+class PagedCacheForTests {
  public:
-  PagedCacheForTests(const BlockManagerConfig& bc, std::unique_ptr<PagedKVStorage> storage)
-      : blocks_(bc), storage_(std::move(storage)) {}
+  PagedCacheForTests(const BlockManagerConfig& bc, std::unique_ptr<CpuKV> kv, StepLimits limits)
+      : blocks_(bc), kv_(std::move(kv)), limits_(limits) {}
 
-  Status begin_step(const ForwardBatch& batch) override {
+  StatusOr<const ForwardBatch*> prepare(const ForwardBatch& batch) {
     step_ = batch;
     for (int32_t b = 0; b < batch.num_seqs(); ++b) {
       if (!blocks_.is_live(batch.seq_ids[b])) return invalid_argument("not a live sequence");
       NS_RETURN_IF_ERROR(blocks_.reserve(batch.seq_ids[b], batch.context_lens[b]));
     }
     blocks_.fill_batch(step_);
-    return storage_->begin_step(step_);
-  }
-  const KVHistory& append(int layer, const Tensor& k, const Tensor& v) override {
-    return storage_->append(layer, k, v);
-  }
-  bool has_fused_read() const override { return storage_->has_fused_read(); }
-  void paged_attention(int layer, const Tensor& q, const Tensor& k, const Tensor& v, int n_rep, float scale,
-                       Tensor& out) override {
-    storage_->paged_attention(layer, q, k, v, n_rep, scale, out);
+    NS_RETURN_IF_ERROR(step_.validate(limits_));
+    return &step_;
   }
 
   BlockManager& blocks() { return blocks_; }
-  PagedKVStorage& storage() { return *storage_; }
+  CpuKV& kv() { return *kv_; }
   int32_t add_sequence() { return *blocks_.add_sequence(); }
 
  private:
   BlockManager blocks_;
-  std::unique_ptr<PagedKVStorage> storage_;
+  std::unique_ptr<CpuKV> kv_;
+  StepLimits limits_;
   ForwardBatch step_;
 };
 
-// A paged cache for the model's shape: num_blocks blocks of block_size, f32 unless asked.
+// A paged cache for the model's shape: num_blocks blocks of block_size, f32
+// unless asked; steps of up to max_tokens tokens and max_num_seqs sequences.
 inline std::unique_ptr<PagedCacheForTests> make_paged_cache(const ModelConfig& config, int32_t block_size,
                                                             int32_t num_blocks, int32_t max_num_seqs,
                                                             int64_t max_seq_len, bool fused_read,
-                                                            ThreadPool* pool, DType dtype = DType::kF32) {
+                                                            ThreadPool& pool, DType dtype = DType::kF32,
+                                                            int32_t max_tokens = 512) {
   BlockManagerConfig bc;
   bc.num_blocks = num_blocks;
   bc.block_size = block_size;
   bc.max_num_seqs = max_num_seqs;
   bc.max_seq_len = max_seq_len;
   bc.enable_prefix_caching = false;
-  PagedKVStorageOptions o;
+  CpuKVOptions o;
   o.num_blocks = num_blocks;
   o.block_size = block_size;
   o.dtype = dtype;
-  o.max_seq_len = max_seq_len;
+  o.max_context = max_seq_len;
   o.max_num_seqs = max_num_seqs;
   o.fused_read = fused_read;
-  auto storage = PagedKVStorage::create(config, o, pool);
-  EXPECT_TRUE(storage.ok()) << storage.status().to_string();
-  if (!storage.ok()) return nullptr;
-  return std::make_unique<PagedCacheForTests>(bc, std::move(storage).value());
+  auto kv = CpuKV::create(config, o, pool);
+  EXPECT_TRUE(kv.ok()) << kv.status().to_string();
+  if (!kv.ok()) return nullptr;
+  StepLimits lim;
+  lim.vocab_size = config.vocab_size;
+  lim.max_tokens = max_tokens;
+  lim.max_seqs = max_num_seqs;
+  lim.max_logits_rows = max_tokens;
+  (*kv)->fill_limits(lim);
+  return std::make_unique<PagedCacheForTests>(bc, std::move(kv).value(), lim);
+}
+
+// One forward of `batch` through the paged cache (blocks reserved, tables filled, validated).
+inline StatusOr<Tensor> forward_paged(const CpuModel& model, PagedCacheForTests& cache, const ForwardBatch& batch,
+                                      Workspace& ws) {
+  NS_ASSIGN_OR_RETURN(const ForwardBatch* b, cache.prepare(batch));
+  return model.forward(*b, cache.kv(), ws);
 }
 
 // A batch of whole new segments: sequence b gets tokens segs[b] at positions
@@ -128,8 +137,8 @@ inline int32_t argmax(const float* row, int64_t n) {
   return best;
 }
 
-// Greedy continuation of `prompt` in slot `seq` of `cache`: n tokens.
-inline std::vector<int32_t> greedy(const LlamaModel& model, KVCache& cache, Workspace& ws, int32_t seq,
+// Greedy continuation of `prompt` in row `seq` of per-sequence storage `cache`: n tokens.
+inline std::vector<int32_t> greedy(const CpuModel& model, CpuKV& cache, Workspace& ws, int32_t seq,
                                    const std::vector<int32_t>& prompt, int n) {
   std::vector<int32_t> out;
   ForwardBatch b = make_batch({prompt}, {0}, {seq});

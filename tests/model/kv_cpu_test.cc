@@ -1,9 +1,11 @@
-// PagedKVStorage without a model, its blocks handed out by a BlockManager as
-// the engine does: K, V and Q are pure functions of (sequence, position,
-// layer), so a token gets the same inputs however it is batched, and any
-// difference in outputs comes from the cache.
+// The CPU runner's paged KV storage without a model, its blocks handed out
+// by a BlockManager as the engine does: K, V and Q are pure functions of
+// (sequence, position, layer), so a token gets the same inputs however it is
+// batched, and any difference in outputs comes from the storage. One write,
+// then either read: the fused read and the gather must agree bitwise, outputs
+// and pools.
 
-#include "kvcache/paged_kv_storage.h"
+#include "model/kv_cpu.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "kvcache/block_manager.h"
-#include "ops/attention/attend_row.h"
 
 namespace nanoserve {
 namespace {
@@ -42,10 +43,11 @@ float synth(int what, int key, int pos, int layer, int64_t i) {
   return static_cast<float>(h >> 40) / static_cast<float>(1ull << 23) - 1.0f;
 }
 
-// The two halves of a paged cache, as the engine holds them.
+// The two halves of a paged cache, as the engine and the runner hold them.
 struct PagedCache {
   std::unique_ptr<BlockManager> blocks;
-  std::unique_ptr<PagedKVStorage> storage;
+  std::unique_ptr<CpuKV> storage;
+  StepLimits limits;
 };
 
 // One step's work for one sequence: `n_new` tokens of logical sequence `key`
@@ -60,10 +62,9 @@ struct Part {
 // Output rows per (key, position): [n_layers][n_heads * head_dim] flattened.
 using Outputs = std::map<std::pair<int, int>, std::vector<float>>;
 
-// Runs one step over `cache`, with the fused read if it has one, else the
-// gather path plus ordinary attention through attend_row (as the model does).
+// Runs one step over `cache`, through its read (fused, or gather then attention()).
 void run_step(PagedCache& pc, const ModelConfig& c, const std::vector<Part>& parts, Outputs* outputs) {
-  PagedKVStorage& cache = *pc.storage;
+  CpuKV& cache = *pc.storage;
   ForwardBatch batch;
   batch.seq_starts.push_back(0);
   std::vector<std::pair<int, int>> token_keys;
@@ -80,7 +81,7 @@ void run_step(PagedCache& pc, const ModelConfig& c, const std::vector<Part>& par
     ASSERT_TRUE(rs.ok()) << rs.to_string();
   }
   pc.blocks->fill_batch(batch);
-  const Status st = cache.begin_step(batch);
+  const Status st = batch.validate(pc.limits);
   ASSERT_TRUE(st.ok()) << st.to_string();
   const int64_t T = batch.num_tokens(), hd = c.head_dim, n_rep = c.n_rep();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -99,24 +100,7 @@ void run_step(PagedCache& pc, const ModelConfig& c, const std::vector<Part>& par
     }
     Tensor out = Tensor::empty(DType::kF32, {T, c.n_heads, hd});
     std::fill(out.data_as<float>(), out.data_as<float>() + out.numel(), NAN);
-    if (cache.has_fused_read()) {
-      cache.paged_attention(layer, q, k, v, static_cast<int>(n_rep), scale, out);
-    } else {
-      const KVHistory& h = cache.append(layer, k, v);
-      std::vector<float> scores(pc.blocks->max_seq_len());
-      for (int32_t b = 0; b < batch.num_seqs(); ++b) {
-        for (int32_t t = batch.seq_starts[b]; t < batch.seq_starts[b + 1]; ++t) {
-          for (int64_t qh = 0; qh < c.n_heads; ++qh) {
-            const int64_t kvh = qh / n_rep;
-            auto k_row = [&](int64_t p) { return h.k[b] + p * h.pos_stride + kvh * h.head_stride; };
-            auto v_row = [&](int64_t p) { return h.v[b] + p * h.pos_stride + kvh * h.head_stride; };
-            const int64_t off = (t * c.n_heads + qh) * hd;
-            attend_row(q.data_as<float>() + off, hd, batch.positions[t] + 1, k_row, v_row, scale,
-                       scores.data(), out.data_as<float>() + off);
-          }
-        }
-      }
-    }
+    cache.attend(layer, batch, q, k, v, static_cast<int>(n_rep), scale, out);
     if (outputs) {
       for (int64_t t = 0; t < T; ++t) {
         auto& row = (*outputs)[token_keys[t]];
@@ -127,30 +111,34 @@ void run_step(PagedCache& pc, const ModelConfig& c, const std::vector<Part>& par
   }
 }
 
-PagedKVStorageOptions options(int32_t block_size, int32_t num_blocks, bool fused, DType dtype = DType::kF32) {
-  PagedKVStorageOptions o;
+CpuKVOptions options(int32_t block_size, int32_t num_blocks, bool fused, DType dtype = DType::kF32) {
+  CpuKVOptions o;
   o.block_size = block_size;
   o.num_blocks = num_blocks;
   o.max_num_seqs = 8;
-  o.max_seq_len = 256;
+  o.max_context = 256;
   o.fused_read = fused;
   o.dtype = dtype;
   return o;
 }
 
-std::unique_ptr<PagedCache> make_cache(const ModelConfig& c, const PagedKVStorageOptions& o,
-                                       ThreadPool* pool = nullptr) {
+std::unique_ptr<PagedCache> make_cache(const ModelConfig& c, const CpuKVOptions& o, ThreadPool& pool) {
   auto pc = std::make_unique<PagedCache>();
   BlockManagerConfig bc;
   bc.num_blocks = o.num_blocks;
   bc.block_size = o.block_size;
   bc.max_num_seqs = o.max_num_seqs;
-  bc.max_seq_len = o.max_seq_len;
+  bc.max_seq_len = o.max_context;
   bc.enable_prefix_caching = false;
   pc->blocks = std::make_unique<BlockManager>(bc);
-  auto r = PagedKVStorage::create(c, o, pool);
+  auto r = CpuKV::create(c, o, pool);
   EXPECT_TRUE(r.ok()) << r.status().to_string();
   pc->storage = std::move(r).value();
+  pc->limits.vocab_size = 1;
+  pc->limits.max_tokens = 64;
+  pc->limits.max_seqs = o.max_num_seqs;
+  pc->limits.max_logits_rows = 64;
+  pc->storage->fill_limits(pc->limits);
   return pc;
 }
 
@@ -207,14 +195,14 @@ Plan only_key(const Plan& plan, int key) {
   return p;
 }
 
-TEST(PagedKVStorage, FusedAndGatherReadsGiveIdenticalOutputsAndState) {
+TEST(CpuKV, FusedAndGatherReadsGiveIdenticalOutputsAndState) {
   const ModelConfig c = tiny_config();
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
     for (int32_t bs : {1, 2, 16}) {
       SCOPED_TRACE(testing::Message() << dtype_name(dt) << " block_size " << bs);
       ThreadPool pool(2);
-      auto fused = make_cache(c, options(bs, 64 / bs + 8, true, dt), &pool);
-      auto gather = make_cache(c, options(bs, 64 / bs + 8, false, dt), &pool);
+      auto fused = make_cache(c, options(bs, 64 / bs + 8, true, dt), pool);
+      auto gather = make_cache(c, options(bs, 64 / bs + 8, false, dt), pool);
       std::map<int, int32_t> hf, hg;
       const Outputs of = run_plan(*fused, c, interleaved_plan(), &hf);
       const Outputs og = run_plan(*gather, c, interleaved_plan(), &hg);
@@ -253,16 +241,17 @@ TEST(PagedKVStorage, FusedAndGatherReadsGiveIdenticalOutputsAndState) {
 
 // A 16-bit pool holds K/V rounded to its dtype: the outputs stay within that
 // rounding of the f32 pool's, and differ from them (the rounding is real).
-TEST(PagedKVStorage, HalfPoolsAreCloseToF32AndHalfTheBytes) {
+TEST(CpuKV, HalfPoolsAreCloseToF32AndHalfTheBytes) {
   const ModelConfig c = tiny_config();
-  auto f32 = make_cache(c, options(4, 24, true, DType::kF32));
+  ThreadPool pool(1);
+  auto f32 = make_cache(c, options(4, 24, true, DType::kF32), pool);
   const Outputs ref = run_plan(*f32, c, interleaved_plan());
   for (auto [dt, tol] : {std::pair{DType::kF16, 4e-3f}, std::pair{DType::kBF16, 3e-2f}}) {
     SCOPED_TRACE(dtype_name(dt));
-    auto half = make_cache(c, options(4, 24, true, dt));
+    auto half = make_cache(c, options(4, 24, true, dt), pool);
     EXPECT_EQ(half->storage->pool_bytes() * 2, f32->storage->pool_bytes());
-    EXPECT_EQ(PagedKVStorage::bytes_per_block(c, 4, dt) * 2,
-              PagedKVStorage::bytes_per_block(c, 4, DType::kF32));
+    EXPECT_EQ(CpuKV::bytes_per_block(c, 4, dt) * 2,
+              CpuKV::bytes_per_block(c, 4, DType::kF32));
     const Outputs got = run_plan(*half, c, interleaved_plan());
     float max_err = 0.0f;
     for (const auto& [key, row] : ref) {
@@ -274,13 +263,14 @@ TEST(PagedKVStorage, HalfPoolsAreCloseToF32AndHalfTheBytes) {
   }
 }
 
-TEST(PagedKVStorage, SharedPoolGivesWhatEachSequenceGivesAlone) {
+TEST(CpuKV, SharedPoolGivesWhatEachSequenceGivesAlone) {
   const ModelConfig c = tiny_config();
   const Plan plan = interleaved_plan();
+  ThreadPool pool(1);
   for (int32_t bs : {1, 4, 16}) {
     for (bool fused : {true, false}) {
       SCOPED_TRACE(testing::Message() << "block_size " << bs << (fused ? " fused" : " gather"));
-      auto shared = make_cache(c, options(bs, 64 / bs + 8, fused));
+      auto shared = make_cache(c, options(bs, 64 / bs + 8, fused), pool);
       std::map<int, int32_t> handles;
       const Outputs together = run_plan(*shared, c, plan, &handles);
       // The blocks really interleave: some sequence's table is not one contiguous run.
@@ -291,7 +281,7 @@ TEST(PagedKVStorage, SharedPoolGivesWhatEachSequenceGivesAlone) {
       }
       EXPECT_TRUE(scattered || bs == 16);
       for (int key : {0, 1, 2}) {
-        auto alone_cache = make_cache(c, options(bs, 64 / bs + 8, fused));
+        auto alone_cache = make_cache(c, options(bs, 64 / bs + 8, fused), pool);
         const Outputs alone = run_plan(*alone_cache, c, only_key(plan, key));
         for (const auto& [k, row] : alone) {
           ASSERT_TRUE(bitwise_equal(row, together.at(k))) << "seq " << k.first << " pos " << k.second;
@@ -301,30 +291,35 @@ TEST(PagedKVStorage, SharedPoolGivesWhatEachSequenceGivesAlone) {
   }
 }
 
-TEST(PagedKVStorage, PoolsAreCompactGqa) {
+TEST(CpuKV, PoolsAreCompactGqa) {
   const ModelConfig c = tiny_config(/*n_layers=*/30, /*n_heads=*/9, /*n_kv_heads=*/3, /*head_dim=*/64);
-  auto cache = make_cache(c, options(16, 10, true));
+  ThreadPool pool(1);
+  auto cache = make_cache(c, options(16, 10, true), pool);
   EXPECT_EQ(cache->storage->k_pool(0).shape(), (std::vector<int64_t>{10, 16, 3, 64}));
   EXPECT_EQ(cache->storage->v_pool(29).shape(), (std::vector<int64_t>{10, 16, 3, 64}));
   // 30 layers * (K + V) * 10 blocks * 16 tokens * 3 kv heads * 64 dims * 4 bytes.
   EXPECT_EQ(cache->storage->pool_bytes(), int64_t{30} * 2 * 10 * 16 * 3 * 64 * 4);
-  EXPECT_EQ(PagedKVStorage::bytes_per_block(c, 16, DType::kF32), int64_t{30} * 2 * 16 * 3 * 64 * 4);
-  EXPECT_EQ(PagedKVStorage::bytes_per_block(c, 16, DType::kBF16), int64_t{30} * 2 * 16 * 3 * 64 * 2);
+  EXPECT_EQ(CpuKV::bytes_per_block(c, 16, DType::kF32), int64_t{30} * 2 * 16 * 3 * 64 * 4);
+  EXPECT_EQ(CpuKV::bytes_per_block(c, 16, DType::kBF16), int64_t{30} * 2 * 16 * 3 * 64 * 2);
 }
 
-TEST(PagedKVStorage, CreateNamesTheBadOption) {
+TEST(CpuKV, CreateNamesTheBadOption) {
   const ModelConfig c = tiny_config();
-  auto r = PagedKVStorage::create(c, options(0, 4, true), nullptr);
+  ThreadPool pool(1);
+  auto r = CpuKV::create(c, options(0, 4, true), pool);
   EXPECT_NE(r.status().message().find("block_size"), std::string::npos) << r.status().message();
-  r = PagedKVStorage::create(c, options(4, 0, true), nullptr);
+  r = CpuKV::create(c, options(4, 0, true), pool);
   EXPECT_NE(r.status().message().find("num_blocks"), std::string::npos) << r.status().message();
-  r = PagedKVStorage::create(c, options(4, 4, true, DType::kQ8_0), nullptr);
+  r = CpuKV::create(c, options(4, 4, true, DType::kQ8_0), pool);
   EXPECT_NE(r.status().message().find("dtype"), std::string::npos) << r.status().message();
 }
 
-TEST(PagedKVStorage, BeginStepRejectsIndicesOutsideThePool) {
+// The batch the storage reads passed ForwardBatch::validate against the
+// storage's limits: each index a write or read follows is refused there.
+TEST(CpuKV, LimitsRefuseIndicesOutsideThePool) {
   const ModelConfig c = tiny_config(1);
-  auto cache = make_cache(c, options(4, 8, true));
+  ThreadPool pool(1);
+  auto cache = make_cache(c, options(4, 8, true), pool);
   const int32_t s = *cache->blocks->add_sequence();
   run_step(*cache, c, {{0, s, 0, 3}}, nullptr);
   ForwardBatch good;
@@ -334,9 +329,9 @@ TEST(PagedKVStorage, BeginStepRejectsIndicesOutsideThePool) {
   good.seq_ids = {s};
   good.context_lens = {4};
   cache->blocks->fill_batch(good);
-  EXPECT_TRUE(cache->storage->begin_step(good).ok());
+  EXPECT_TRUE(good.validate(cache->limits).ok());
   auto expect_bad = [&](ForwardBatch b, const char* what) {
-    const Status st = cache->storage->begin_step(b);
+    const Status st = b.validate(cache->limits);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << what;
     EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
   };
@@ -354,7 +349,7 @@ TEST(PagedKVStorage, BeginStepRejectsIndicesOutsideThePool) {
   expect_bad(b, "context_len");
   b = good;
   b.slot_mapping.clear();
-  expect_bad(b, "disagree");
+  expect_bad(b, "slot_mapping has 0 entries");
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // default model (Q4_1 weights; the GPU holds them dequantized to bf16).
 // Without a CUDA device every test reports SKIPPED with the runtime's reason.
 
-#include "model/llama_cuda.h"
+#include "model/model_cuda.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <string>
 
 #include "core/cuda/device_memory.cuh"
-#include "kvcache/naive_kv_cache.h"
-#include "model/model_runner.h"
+#include "model/kv_cpu.h"
+#include "model/model_fixture.h"
 #include "ops/rope/rope_freqs.h"
 #include "tokenizer/tokenizer.h"
 
@@ -75,13 +75,13 @@ class LlamaCuda : public ::testing::Test {
     ASSERT_NE(default_model().model, nullptr) << "default model missing: " << testing::kDefaultModel;
     cpu_ = default_model().model.get();
   }
-  std::unique_ptr<LlamaCudaModel> make_gpu(bool cuda_graphs = true) {
+  std::unique_ptr<CudaModel> make_gpu(bool cuda_graphs = true) {
     const ModelConfig& c = cpu_->config();
     const auto inv_freq = rope_inv_freqs(c.rope_dim, c.rope_theta, c.rope_scaling);
-    auto m = LlamaCudaModel::upload(c, cpu_->weights(), inv_freq);
+    auto m = CudaModel::upload(c, cpu_->weights(), inv_freq);
     EXPECT_TRUE(m.ok()) << m.status().to_string();
     if (!m.ok()) return nullptr;
-    LlamaCudaLimits lim{512, kMaxSeqs, kMaxSeqs, kBlocksPerSeq};
+    CudaLimits lim{512, kMaxSeqs, kMaxSeqs, kBlocksPerSeq};
     lim.cuda_graphs = cuda_graphs;
     const Status s = (*m)->allocate(lim, kMaxSeqs * kBlocksPerSeq, kBlockSize);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -91,7 +91,7 @@ class LlamaCuda : public ::testing::Test {
     auto tok = Tokenizer::from_gguf(*default_model().file);
     return (*tok)->encode(text, true, true);
   }
-  const LlamaModel* cpu_ = nullptr;
+  const CpuModel* cpu_ = nullptr;
 };
 
 const char* kPrompts[] = {
@@ -118,8 +118,8 @@ TEST_F(LlamaCuda, PrefillLogitsMatchCpuAtEveryPosition) {
     b.logits_rows.clear();
     for (int32_t t = 0; t < n; ++t) b.logits_rows.push_back(t);
     add_tables(b);
-    NaiveKVCache cache(cpu_->config(), kMaxSeqs, 512);
-    Workspace ws = cpu_->make_workspace(512, 512, 512);
+    CpuKV cache = CpuKV::per_sequence(cpu_->config(), kMaxSeqs, 512, cpu_->pool());
+    Workspace ws = cpu_->make_workspace(512, 512);
     auto ref = cpu_->forward(b, cache, ws);
     ASSERT_TRUE(ref.ok()) << ref.status().to_string();
     auto got = gpu->forward(b);
@@ -155,8 +155,8 @@ TEST_F(LlamaCuda, GreedyAgreesWithCpu) {
   const int64_t V = cpu_->config().vocab_size;
   int agree = 0, total = 0;
   for (int p = 0; p < 8; ++p) {
-    NaiveKVCache cache(cpu_->config(), kMaxSeqs, 512);
-    Workspace ws = cpu_->make_workspace(512, 1, 512);
+    CpuKV cache = CpuKV::per_sequence(cpu_->config(), kMaxSeqs, 512, cpu_->pool());
+    Workspace ws = cpu_->make_workspace(512, 1);
     const auto prompt = encode(kPrompts[p]);
     ForwardBatch b = testing::make_batch({prompt}, {0}, {0});
     int32_t pos = static_cast<int32_t>(prompt.size());
@@ -245,7 +245,7 @@ TEST_F(LlamaCuda, GraphReplayEqualsEagerLaunch) {
   std::vector<int32_t> pos(prompts.size(), 0), last(prompts.size());
   ForwardBatch pre = testing::make_batch(prompts, {0, 0, 0}, {0, 1, 2});
   add_tables(pre);
-  for (LlamaCudaModel* m : {graphed.get(), eager.get()}) ASSERT_TRUE(m->forward(pre).ok());
+  for (CudaModel* m : {graphed.get(), eager.get()}) ASSERT_TRUE(m->forward(pre).ok());
   for (size_t i = 0; i < prompts.size(); ++i) {
     pos[i] = static_cast<int32_t>(prompts[i].size());
     last[i] = graphed->argmax()[i];
@@ -272,18 +272,22 @@ TEST_F(LlamaCuda, GraphReplayEqualsEagerLaunch) {
   std::printf("graph captures over 300 decode steps: %lld\n", static_cast<long long>(graphed->graph_captures()));
 }
 
-TEST_F(LlamaCuda, BadBatchIsRefusedNotCrashed) {
+// The CUDA model's limits refuse what would read or write outside its
+// buffers and pools (the engine validates every step against them once).
+TEST_F(LlamaCuda, StepLimitsRefuseBadBatches) {
   NS_SKIP_WITHOUT_GPU();
   auto gpu = make_gpu();
   ASSERT_NE(gpu, nullptr);
+  const StepLimits lim = gpu->step_limits();
   ForwardBatch b = testing::make_batch({{1, 2, 3}}, {0}, {0});
   add_tables(b);
   b.tokens[1] = static_cast<int32_t>(cpu_->config().vocab_size);
-  EXPECT_FALSE(gpu->forward(b).ok());
+  EXPECT_FALSE(b.validate(lim).ok());
   b.tokens[1] = 2;
   b.block_tables[0] = kMaxSeqs * kBlocksPerSeq;  // outside the pool
-  EXPECT_FALSE(gpu->forward(b).ok());
+  EXPECT_FALSE(b.validate(lim).ok());
   b.block_tables[0] = 0;
+  ASSERT_TRUE(b.validate(lim).ok());
   EXPECT_TRUE(gpu->forward(b).ok());
 }
 

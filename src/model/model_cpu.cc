@@ -1,4 +1,4 @@
-#include "model/llama.h"
+#include "model/model_cpu.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,6 @@
 #include <cstring>
 #include <string>
 
-#include "ops/attention/attention.h"
 #include "ops/embedding/embedding.h"
 #include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
@@ -71,14 +70,13 @@ const char* forward_phase_name(ForwardPhase p) {
   return "?";
 }
 
-Workspace LlamaModel::make_workspace(int64_t max_tokens, int64_t max_logits_rows, int64_t max_context) const {
-  NS_CHECK(max_tokens >= 1 && max_logits_rows >= 1 && max_context >= 1) << "workspace sizes";
+Workspace CpuModel::make_workspace(int64_t max_tokens, int64_t max_logits_rows) const {
+  NS_CHECK(max_tokens >= 1 && max_logits_rows >= 1) << "workspace sizes";
   const ModelConfig& c = config_;
   const int64_t T = max_tokens, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
   Workspace ws;
   ws.max_tokens = T;
   ws.max_logits_rows = max_logits_rows;
-  ws.max_context = max_context;
   ws.x = Tensor::empty(DType::kF32, {T, c.dim});
   ws.xn = Tensor::empty(DType::kF32, {T, c.dim});
   ws.q = Tensor::empty(DType::kF32, {T, q_dim});
@@ -92,46 +90,20 @@ Workspace LlamaModel::make_workspace(int64_t max_tokens, int64_t max_logits_rows
   ws.logits = Tensor::empty(DType::kF32, {max_logits_rows, c.vocab_size});
   const int64_t widest = std::max({c.dim, c.ffn_dim, q_dim});
   ws.matmul_scratch.resize(static_cast<size_t>(matmul_scratch_bytes(T, widest)));
-  ws.attn_scratch.resize(static_cast<size_t>(attention_scratch_floats(pool_.num_threads(), max_context)));
   return ws;
 }
 
-Status LlamaModel::validate_batch(const ForwardBatch& batch, const Workspace& ws) const {
-  const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
-  if (T < 1) return invalid_argument("forward: empty batch");
-  if (T > ws.max_tokens) {
-    return invalid_argument("forward: " + std::to_string(T) + " tokens exceed the workspace's " +
-                            std::to_string(ws.max_tokens));
-  }
-  if (R > ws.max_logits_rows) {
-    return invalid_argument("forward: " + std::to_string(R) + " logits rows exceed the workspace's " +
-                            std::to_string(ws.max_logits_rows));
-  }
-  for (int64_t t = 0; t < T; ++t) {
-    if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
-      return invalid_argument("forward: token " + std::to_string(t) + " has id " +
-                              std::to_string(batch.tokens[t]) + " outside the vocabulary of " +
-                              std::to_string(config_.vocab_size));
-    }
-  }
-  for (int64_t r = 0; r < R; ++r) {
-    if (batch.logits_rows[r] < 0 || batch.logits_rows[r] >= T) {
-      return invalid_argument("forward: logits row " + std::to_string(batch.logits_rows[r]) +
-                              " outside the " + std::to_string(T) + " tokens");
-    }
-  }
-  for (int32_t c : batch.context_lens) {
-    if (c > ws.max_context) {
-      return invalid_argument("forward: context of " + std::to_string(c) + " exceeds the workspace's " +
-                              std::to_string(ws.max_context));
-    }
-  }
-  return Status::ok_status();
+StepLimits CpuModel::step_limits(const Workspace& ws, const CpuKV& kv, int32_t max_seqs) const {
+  StepLimits lim;
+  lim.vocab_size = config_.vocab_size;
+  lim.max_tokens = static_cast<int32_t>(ws.max_tokens);
+  lim.max_seqs = max_seqs;
+  lim.max_logits_rows = static_cast<int32_t>(ws.max_logits_rows);
+  kv.fill_limits(lim);
+  return lim;
 }
 
-StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, Workspace& ws) const {
-  NS_RETURN_IF_ERROR(validate_batch(batch, ws));
-  NS_RETURN_IF_ERROR(cache.begin_step(batch));
+StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspace& ws) const {
   const ModelConfig& c = config_;
   const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
   const int64_t hd = c.head_dim;
@@ -155,18 +127,18 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
   embedding(weights_.tok_embd, batch.tokens, x, pool);
   clock.mark(ForwardPhase::kEmbed);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LlamaLayer& L = weights_.layers[static_cast<size_t>(l)];
+    const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
     rmsnorm(x, L.attn_norm, eps, xn, pool);
     clock.mark(ForwardPhase::kAttnNorm);
     const MatmulPair qkv[] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
     matmul(qkv, xn, pool, mm_scratch);
-    if (c.qkv_bias) {
+    if (c.arch_info().qkv_bias) {
       add_bias(q, L.bq);
       add_bias(k, L.bk);
       add_bias(v, L.bv);
     }
     clock.mark(ForwardPhase::kQkv);
-    if (c.qk_norm) {  // each head normed over head_dim: [T * heads, head_dim]
+    if (c.arch_info().qk_norm) {  // each head normed over head_dim: [T * heads, head_dim]
       rmsnorm(q_heads, L.q_norm, eps, q_heads, pool);
       rmsnorm(k_heads, L.k_norm, eps, k_heads, pool);
       clock.mark(ForwardPhase::kAttnNorm);
@@ -174,12 +146,7 @@ StatusOr<Tensor> LlamaModel::forward(const ForwardBatch& batch, KVCache& cache, 
     rope(q3, positions, inv_freq_, pool);
     rope(k3, positions, inv_freq_, pool);
     clock.mark(ForwardPhase::kRope);
-    if (cache.has_fused_read()) {
-      cache.paged_attention(static_cast<int>(l), q3, k3, v3, n_rep, scale, attn3);
-    } else {
-      const KVHistory& hist = cache.append(static_cast<int>(l), k3, v3);
-      attention(q3, batch, hist, n_rep, scale, attn3, pool, ws.attn_scratch);
-    }
+    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3);
     clock.mark(ForwardPhase::kAttention);
     matmul(L.wo, attn, proj, pool, mm_scratch);
     clock.mark(ForwardPhase::kOProj);

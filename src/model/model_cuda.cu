@@ -1,4 +1,4 @@
-#include "model/llama_cuda.h"
+#include "model/model_cuda.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/cuda/device_memory.cuh"
 #include "core/half.h"
 #include "core/logging.h"
-#include "model/llama.h"
+#include "model/model_cpu.h"
 #include "model/step_graphs.cuh"
 #include "ops/argmax/argmax_cuda.cuh"
 #include "ops/dequantize/dequantize.h"
@@ -104,11 +104,11 @@ int64_t bytes_of(const Tensor& t) {
 
 // ---- the step's device state -------------------------------------------------------
 
-struct LlamaCudaModel::Step {
-  LlamaCudaLimits limits;
+struct CudaModel::Step {
+  CudaLimits limits;
   cudaStream_t stream = nullptr;
   std::unique_ptr<GemmCuda> gemm;
-  std::unique_ptr<PagedBatchCuda> batch;
+  std::unique_ptr<DeviceBatch> batch;
   std::unique_ptr<PagedAttentionWorkspaceCuda> attn_ws;
   Tensor x;        // [max_tokens, dim] f32 residual stream
   Tensor xn;       // [max_tokens, dim] bf16 normed input of a sublayer
@@ -144,36 +144,36 @@ struct LlamaCudaModel::Step {
   }
 };
 
-LlamaCudaModel::LlamaCudaModel(ModelConfig config) : config_(std::move(config)) {}
-LlamaCudaModel::~LlamaCudaModel() = default;
+CudaModel::CudaModel(ModelConfig config) : config_(std::move(config)) {}
+CudaModel::~CudaModel() = default;
 
 // ---- weights -----------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::upload(const ModelConfig& config,
-                                                                 const LlamaWeights& host,
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config,
+                                                                 const ModelWeights& host,
                                                                  std::span<const float> inv_freq) {
   NS_RETURN_IF_ERROR(config.validate());
   if (static_cast<int64_t>(host.layers.size()) != config.n_layers) {
     return invalid_argument("upload: " + std::to_string(host.layers.size()) + " layers, the config has " +
                             std::to_string(config.n_layers));
   }
-  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel(config));
-  LlamaCudaWeights& w = m->weights_;
+  std::unique_ptr<CudaModel> m(new CudaModel(config));
+  CudaWeights& w = m->weights_;
   const int64_t dim = config.dim, hd = config.head_dim;
   const int64_t q_rows = config.n_heads * hd, kv_rows = config.n_kv_heads * hd;
   w.tok_embd = upload_matrix(host.tok_embd);
   w.output_norm = upload_vector(host.output_norm);
   // Tied embeddings share one device copy, as they share one host tensor.
   w.lm_head = host.lm_head.data() == host.tok_embd.data() ? w.tok_embd : upload_matrix(host.lm_head);
-  for (const LlamaLayer& hl : host.layers) {
-    LlamaCudaLayer L;
+  for (const LayerWeights& hl : host.layers) {
+    CudaLayer L;
     L.attn_norm = upload_vector(hl.attn_norm);
     L.wqkv = cuda::empty(DType::kBF16, {q_rows + 2 * kv_rows, dim});
     upload_rows(hl.wq, L.wqkv, 0);
     upload_rows(hl.wk, L.wqkv, q_rows);
     upload_rows(hl.wv, L.wqkv, q_rows + kv_rows);
-    if (config.qkv_bias) L.qkv_bias = upload_concat({&hl.bq, &hl.bk, &hl.bv});
-    if (config.qk_norm) {
+    if (config.arch_info().qkv_bias) L.qkv_bias = upload_concat({&hl.bq, &hl.bk, &hl.bv});
+    if (config.arch_info().qk_norm) {
       L.q_norm = upload_vector(hl.q_norm);
       L.k_norm = upload_vector(hl.k_norm);
     }
@@ -189,21 +189,21 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::upload(const ModelConf
   cuda::synchronize();
   int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm);
   if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
-  for (const LlamaCudaLayer& L : w.layers) {
+  for (const CudaLayer& L : w.layers) {
     bytes += bytes_of(L.attn_norm) + bytes_of(L.wqkv) + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
              bytes_of(L.k_norm) + bytes_of(L.wo) + bytes_of(L.ffn_norm) + bytes_of(L.w_gate_up) +
              bytes_of(L.w_down);
   }
   m->weight_bytes_ = bytes;
-  return StatusOr<std::unique_ptr<LlamaCudaModel>>(std::move(m));
+  return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
 }
 
-StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfig& config,
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
                                                                 std::span<const float> inv_freq,
                                                                 uint64_t seed) {
   NS_RETURN_IF_ERROR(config.validate());
-  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel(config));
-  LlamaCudaWeights& w = m->weights_;
+  std::unique_ptr<CudaModel> m(new CudaModel(config));
+  CudaWeights& w = m->weights_;
   const int64_t dim = config.dim, hd = config.head_dim, ffn = config.ffn_dim;
   const int64_t qkv_rows = (config.n_heads + 2 * config.n_kv_heads) * hd;
   // Uniform in [-a, a] with a = sqrt(3 / fan_in) keeps each product's variance
@@ -218,11 +218,11 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfi
   w.output_norm = device_ones(dim);
   w.lm_head = config.tied_embeddings ? w.tok_embd : random({config.vocab_size, dim});
   for (int64_t l = 0; l < config.n_layers; ++l) {
-    LlamaCudaLayer L;
+    CudaLayer L;
     L.attn_norm = device_ones(dim);
     L.wqkv = random({qkv_rows, dim});
-    if (config.qkv_bias) L.qkv_bias = device_floats(std::vector<float>(static_cast<size_t>(qkv_rows), 0.0f));
-    if (config.qk_norm) {
+    if (config.arch_info().qkv_bias) L.qkv_bias = device_floats(std::vector<float>(static_cast<size_t>(qkv_rows), 0.0f));
+    if (config.arch_info().qk_norm) {
       L.q_norm = device_ones(hd);
       L.k_norm = device_ones(hd);
     }
@@ -235,15 +235,15 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::dummy(const ModelConfi
   w.inv_freq = device_floats(inv_freq);
   cuda::synchronize();
   int64_t bytes = bytes_of(w.tok_embd) + (config.tied_embeddings ? 0 : bytes_of(w.lm_head));
-  for (const LlamaCudaLayer& L : w.layers)
+  for (const CudaLayer& L : w.layers)
     bytes += bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.w_gate_up) + bytes_of(L.w_down);
   m->weight_bytes_ = bytes;
-  return StatusOr<std::unique_ptr<LlamaCudaModel>>(std::move(m));
+  return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
 }
 
 // ---- memory ------------------------------------------------------------------------
 
-Status LlamaCudaModel::supports(const ModelConfig& c) {
+Status CudaModel::supports(const ModelConfig& c) {
   if (c.head_dim != 64 && c.head_dim != 128) {
     return unimplemented("--device cuda: head_dim " + std::to_string(c.head_dim) +
                          " (the CUDA attention kernels take 64 or 128)");
@@ -259,7 +259,7 @@ Status LlamaCudaModel::supports(const ModelConfig& c) {
   return Status::ok_status();
 }
 
-int64_t LlamaCudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
+int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
   return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
 }
 
@@ -274,7 +274,7 @@ int64_t linear_scratch_elems(const ModelConfig& c, int64_t T) {
 
 }  // namespace
 
-int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLimits& lim) {
+int64_t CudaModel::workspace_bytes(const ModelConfig& c, const CudaLimits& lim) {
   const int64_t T = lim.max_tokens, R = lim.max_logits_rows;
   const int64_t q_dim = c.n_heads * c.head_dim, qkv_dim = (c.n_heads + 2 * c.n_kv_heads) * c.head_dim;
   int64_t b = T * c.dim * 4 + T * c.dim * 2 + T * qkv_dim * 2 + 2 * T * q_dim * 2 + T * c.dim * 2 +
@@ -287,9 +287,9 @@ int64_t LlamaCudaModel::workspace_bytes(const ModelConfig& c, const LlamaCudaLim
   return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
 }
 
-Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_blocks, int32_t block_size) {
+Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t block_size) {
   const ModelConfig& c = config_;
-  if (step_) return failed_precondition("LlamaCudaModel::allocate called twice");
+  if (step_) return failed_precondition("CudaModel::allocate called twice");
   if (limits.max_tokens < 1 || limits.max_seqs < 1 || limits.max_logits_rows < 1 ||
       limits.max_blocks_per_seq < 1) {
     return invalid_argument("CUDA workspace limits must all be >= 1");
@@ -309,7 +309,7 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   // steps); without the opt-in it keeps one kernel per shape for every M.
   s->gemm = std::make_unique<GemmCuda>(
       32 << 20, limits.cublas_prefill ? GemmPolicy::kPerShape : GemmPolicy::kBatchInvariant);
-  s->batch = std::make_unique<PagedBatchCuda>(limits.max_tokens, limits.max_seqs, limits.max_blocks_per_seq);
+  s->batch = std::make_unique<DeviceBatch>(limits.max_tokens, limits.max_seqs, limits.max_blocks_per_seq);
   s->attn_ws = std::make_unique<PagedAttentionWorkspaceCuda>(
       limits.max_tokens, static_cast<int32_t>(c.n_heads), static_cast<int32_t>(c.head_dim));
   s->x = cuda::empty(DType::kF32, {T, c.dim});
@@ -351,34 +351,34 @@ Status LlamaCudaModel::allocate(const LlamaCudaLimits& limits, int32_t num_block
   return Status::ok_status();
 }
 
-const Tensor& LlamaCudaModel::k_pool(int layer) const {
+const Tensor& CudaModel::k_pool(int layer) const {
   return k_pools_.at(static_cast<size_t>(layer));
 }
-const Tensor& LlamaCudaModel::v_pool(int layer) const {
+const Tensor& CudaModel::v_pool(int layer) const {
   return v_pools_.at(static_cast<size_t>(layer));
 }
 
-int64_t LlamaCudaModel::graph_captures() const {
+int64_t CudaModel::graph_captures() const {
   return step_ ? step_->graphs.captures() : 0;
 }
 
-std::span<const int32_t> LlamaCudaModel::argmax() const {
+std::span<const int32_t> CudaModel::argmax() const {
   if (!step_) return {};
   return {static_cast<const int32_t*>(step_->argmax_host.get()), static_cast<size_t>(step_->last_rows)};
 }
 
-std::span<const int32_t> LlamaCudaModel::sampled() const {
+std::span<const int32_t> CudaModel::sampled() const {
   if (!step_ || !step_->last_sampled) return {};
   return {static_cast<const int32_t*>(step_->sampled_host.get()), static_cast<size_t>(step_->last_rows)};
 }
 
-std::span<const SampleRowLogprobs> LlamaCudaModel::sampled_logprobs() const {
+std::span<const SampleRowLogprobs> CudaModel::sampled_logprobs() const {
   if (!step_ || !step_->last_sampled) return {};
   return {static_cast<const SampleRowLogprobs*>(step_->sample_logprobs_host.get()),
           static_cast<size_t>(step_->last_rows)};
 }
 
-std::span<const float> LlamaCudaModel::logits_row(int32_t row) {
+std::span<const float> CudaModel::logits_row(int32_t row) {
   NS_CHECK(step_ && row >= 0 && row < step_->last_rows) << "logits_row " << row;
   Step& s = *step_;
   const int64_t V = config_.vocab_size;
@@ -391,72 +391,21 @@ std::span<const float> LlamaCudaModel::logits_row(int32_t row) {
 
 // ---- the step ----------------------------------------------------------------------
 
-Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
-  if (!step_) return failed_precondition("forward before allocate");
-  const LlamaCudaLimits& lim = step_->limits;
-  const int64_t T = batch.num_tokens(), B = static_cast<int64_t>(batch.seq_starts.size()) - 1;
-  const int64_t R = static_cast<int64_t>(batch.logits_rows.size());
-  auto bad = [](const std::string& what) { return invalid_argument("forward: " + what); };
-  if (T < 1 || B < 1) return bad("empty batch");
-  if (T > lim.max_tokens)
-    return bad(std::to_string(T) + " tokens exceed the workspace's " + std::to_string(lim.max_tokens));
-  if (B > lim.max_seqs)
-    return bad(std::to_string(B) + " sequences exceed the workspace's " + std::to_string(lim.max_seqs));
-  if (R > lim.max_logits_rows) {
-    return bad(std::to_string(R) + " logits rows exceed the workspace's " +
-               std::to_string(lim.max_logits_rows));
-  }
-  if (batch.max_blocks_per_seq < 1 || batch.max_blocks_per_seq > lim.max_blocks_per_seq) {
-    return bad("max_blocks_per_seq " + std::to_string(batch.max_blocks_per_seq) + " outside [1, " +
-               std::to_string(lim.max_blocks_per_seq) + "]");
-  }
-  if (static_cast<int64_t>(batch.positions.size()) != T ||
-      static_cast<int64_t>(batch.slot_mapping.size()) != T ||
-      static_cast<int64_t>(batch.context_lens.size()) != B ||
-      static_cast<int64_t>(batch.block_tables.size()) != B * batch.max_blocks_per_seq) {
-    return bad("positions, slot_mapping, context_lens or block_tables have the wrong length");
-  }
-  if (batch.seq_starts[0] != 0 || batch.seq_starts[B] != T) return bad("seq_starts must run from 0 to T");
-  const int64_t slots = int64_t{num_blocks_} * block_size_;
-  for (int64_t t = 0; t < T; ++t) {
-    if (batch.tokens[t] < 0 || batch.tokens[t] >= config_.vocab_size) {
-      return bad("token " + std::to_string(t) + " has id " + std::to_string(batch.tokens[t]) +
-                 " outside the vocabulary of " + std::to_string(config_.vocab_size));
-    }
-    if (batch.slot_mapping[t] >= slots)
-      return bad("slot " + std::to_string(batch.slot_mapping[t]) + " outside the pool");
-  }
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t n = batch.seq_starts[b + 1] - batch.seq_starts[b], ctx = batch.context_lens[b];
-    if (n < 0 || ctx < n) return bad("sequence " + std::to_string(b) + ": context shorter than its tokens");
-    if (ctx > int64_t{batch.max_blocks_per_seq} * block_size_) {
-      return bad("sequence " + std::to_string(b) + ": context " + std::to_string(ctx) +
-                 " longer than its block table");
-    }
-    const int32_t used = (ctx + block_size_ - 1) / block_size_;
-    for (int32_t i = 0; i < used; ++i) {
-      const int32_t id = batch.block_tables[b * batch.max_blocks_per_seq + i];
-      if (id < 0 || id >= num_blocks_) return bad("block id " + std::to_string(id) + " outside the pool");
-    }
-    for (int32_t j = batch.seq_starts[b]; j < batch.seq_starts[b + 1]; ++j) {
-      if (batch.positions[j] < 0 || batch.positions[j] >= ctx) {
-        return bad("token " + std::to_string(j) + ": position outside its context");
-      }
-    }
-  }
-  for (int32_t r : batch.logits_rows) {
-    if (r < 0 || r >= T)
-      return bad("logits row " + std::to_string(r) + " outside the " + std::to_string(T) + " tokens");
-  }
-  if (!batch.sample_rows.empty() && static_cast<int64_t>(batch.sample_rows.size()) != R) {
-    return bad("sample_rows has " + std::to_string(batch.sample_rows.size()) + " entries for " +
-               std::to_string(R) + " logits rows");
-  }
-  if (!batch.sample_rows.empty() && config_.vocab_size > kSampleMaxVocab) {
-    return bad("sample_rows: the device sampler takes a vocabulary of at most " +
-               std::to_string(kSampleMaxVocab));
-  }
-  return Status::ok_status();
+StepLimits CudaModel::step_limits() const {
+  NS_CHECK(step_) << "step_limits before allocate";
+  const CudaLimits& lim = step_->limits;
+  StepLimits s;
+  s.vocab_size = config_.vocab_size;
+  s.max_tokens = lim.max_tokens;
+  s.max_seqs = lim.max_seqs;
+  s.max_logits_rows = lim.max_logits_rows;
+  s.num_blocks = num_blocks_;
+  s.block_size = block_size_;
+  s.max_blocks_per_seq = lim.max_blocks_per_seq;
+  const int64_t table = int64_t{lim.max_blocks_per_seq} * block_size_;
+  s.max_context = lim.max_context > 0 ? std::min(lim.max_context, table) : table;
+  s.max_sample_vocab = kSampleMaxVocab;
+  return s;
 }
 
 // The step's kernels and copies, all on the step's stream, reading the batch
@@ -464,13 +413,13 @@ Status LlamaCudaModel::validate_batch(const ForwardBatch& batch) const {
 // beyond T, R, the output kind and the attention launch plan, so a captured
 // graph of it replays for any batch that agrees on those (the sampler's
 // per-row params are in a device buffer, uploaded before the launch).
-void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
+void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
   const float eps = c.norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const int n_rep = static_cast<int>(c.n_rep());
-  const PagedBatchCuda& db = *s.batch;
+  const DeviceBatch& db = *s.batch;
 
   Tensor x = s.x.slice_rows(0, T), xn = s.xn.slice_rows(0, T), qkv = s.qkv.slice_rows(0, T);
   Tensor q = s.q.slice_rows(0, T), attn = s.attn.slice_rows(0, T), proj = s.proj.slice_rows(0, T);
@@ -507,7 +456,7 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   };
   embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    const LlamaCudaLayer& L = weights_.layers[static_cast<size_t>(l)];
+    const CudaLayer& L = weights_.layers[static_cast<size_t>(l)];
     // The previous layer's down output joins the residual inside the norm.
     const bool qkv_tiled = tiled_input(L.wqkv, qkv);
     if (l == 0) {
@@ -568,8 +517,7 @@ void LlamaCudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   }
 }
 
-StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_logits) {
-  NS_RETURN_IF_ERROR(validate_batch(batch));
+StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
@@ -587,7 +535,7 @@ StatusOr<Tensor> LlamaCudaModel::forward(const ForwardBatch& batch, bool want_lo
     NS_CUDA_CHECK(cudaMemcpyAsync(s.sample_params.data(), s.sample_params_host.get(), bytes,
                                   cudaMemcpyHostToDevice, st));
   }
-  if (s.limits.cuda_graphs && T <= LlamaCudaLimits::kGraphMaxTokens) {
+  if (s.limits.cuda_graphs && T <= CudaLimits::kGraphMaxTokens) {
     const GraphKey key{
         static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq,
         static_cast<uint8_t>(output),

@@ -1,51 +1,14 @@
-#include "engine/llama_runner.h"
+#include "engine/load_engine.h"
 
 #include <optional>
 
-#include "kvcache/naive_kv_cache.h"
 #include "core/logging.h"
-#include "kvcache/paged_kv_storage.h"
 #if NANOSERVE_CUDA
 #include "core/cuda/device_memory.cuh"
-#include "engine/llama_cuda_runner.h"
+#include "model/runner_cuda.h"
 #endif
 
 namespace nanoserve {
-
-LlamaRunner::LlamaRunner(std::unique_ptr<LlamaModel> model, const LlamaRunnerOptions& options,
-                         ThreadPool* pool)
-    : model_(std::move(model)),
-      options_(options),
-      pool_(pool),
-      ws_(model_->make_workspace(options.max_tokens, options.max_num_seqs, options.max_context)) {}
-
-int64_t LlamaRunner::kv_bytes_per_block(int32_t block_size) const {
-  return PagedKVStorage::bytes_per_block(model_->config(), block_size, options_.kv_dtype);
-}
-
-Status LlamaRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
-  if (cache_ != nullptr) return failed_precondition("init_kv_cache: the KV storage exists already");
-  if (options_.storage == KVStorageKind::kNaive) {
-    if (options_.kv_dtype != DType::kF32)
-      return invalid_argument("kv cache dtype: the naive cache is f32 only");
-    cache_ = std::make_unique<NaiveKVCache>(model_->config(), options_.max_num_seqs, options_.max_context);
-    return Status();
-  }
-  PagedKVStorageOptions o;
-  o.num_blocks = num_blocks;
-  o.block_size = block_size;
-  o.dtype = options_.kv_dtype;
-  o.max_seq_len = options_.max_context;
-  o.max_num_seqs = options_.max_num_seqs;
-  o.fused_read = options_.fused_read;
-  NS_ASSIGN_OR_RETURN(cache_, PagedKVStorage::create(model_->config(), o, pool_));
-  return Status();
-}
-
-StatusOr<Tensor> LlamaRunner::forward(const ForwardBatch& batch) {
-  if (cache_ == nullptr) return failed_precondition("forward before init_kv_cache");
-  return model_->forward(batch, *cache_, ws_);
-}
 
 StatusOr<LoadedEngine> load_engine(const std::string& model_path, const EngineConfig& config,
                                    ThreadPool& pool) {
@@ -67,6 +30,32 @@ StatusOr<Device> resolve_device(std::optional<Device> requested) {
 #endif
 }
 
+namespace {
+
+#if NANOSERVE_CUDA
+StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, const EngineConfig& config,
+                                                  int64_t max_len, ThreadPool& pool) {
+  if (config.kv_cache_dtype.has_value() && *config.kv_cache_dtype != DType::kBF16) {
+    return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(*config.kv_cache_dtype) +
+                            ": the CUDA KV cache is bf16 (auto or bf16)");
+  }
+  if (config.naive_kv_cache)
+    return invalid_argument("--kv-cache naive: the CUDA runner has only the paged cache");
+  CudaRunnerOptions o;
+  o.max_tokens = config.max_num_batched_tokens;
+  o.max_seqs = config.max_num_seqs;
+  o.max_context = max_len;
+  o.block_size = config.block_size;
+  o.cublas_prefill = config.cublas_prefill;
+  o.cuda_graphs = !config.enforce_eager;
+  o.gpu_memory_utilization = config.gpu_memory_utilization;
+  o.kv_sized_elsewhere = config.num_blocks > 0 || config.kv_cache_bytes > 0;
+  return make_cuda_runner(source, o, pool);
+}
+#endif
+
+}  // namespace
+
 StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& config, ThreadPool& pool) {
   LoadedEngine le;
   NS_ASSIGN_OR_RETURN(le.source, open_model_source(spec));
@@ -85,27 +74,26 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
   // Every built family runs on both devices; a shape the CUDA kernels do not
   // take is refused on --device cuda and runs on the CPU under auto.
   if (le.device == Device::kCUDA && !config.device.has_value()) {
-    if (Status s = LlamaCudaModel::supports(mc); !s.ok()) {
+    if (Status s = CudaModel::supports(mc); !s.ok()) {
       NS_LOG(WARNING) << s.message() << "; running on the CPU";
       le.device = Device::kCPU;
     }
   }
   if (le.device == Device::kCUDA) {
-    NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaCudaRunner> runner,
-                        make_llama_cuda_runner(le.source, config, max_len, pool));
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, cuda_runner(le.source, config, max_len, pool));
     NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
     return le;
   }
 #endif
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load(mc, le.source.tensors, pool));
-  LlamaRunnerOptions ro;
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::load(mc, le.source.tensors, pool));
+  CpuRunnerOptions ro;
   ro.max_tokens = config.max_num_batched_tokens;
   ro.max_num_seqs = config.max_num_seqs;
   ro.max_context = max_len;
-  ro.storage = config.naive_kv_cache ? KVStorageKind::kNaive : KVStorageKind::kPaged;
+  ro.kv_layout = config.naive_kv_cache ? CpuKVLayout::kPerSequence : CpuKVLayout::kPaged;
   ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);  // auto: f32 on the CPU
   ro.fused_read = config.fused_read;
-  auto runner = std::make_unique<LlamaRunner>(std::move(model), ro, &pool);
+  auto runner = std::make_unique<CpuRunner>(std::move(model), ro, pool);
   le.runner = runner.get();
   NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
   return le;

@@ -1,0 +1,51 @@
+#pragma once
+// The CPU forward as the engine's ModelRunner (docs/engine.md), with its KV
+// storage: per-layer pool tensors it owns (model/kv_cpu.h), paged
+// f32/f16/bf16 or the naive per-sequence layout.
+
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
+#include "model/model_runner.h"
+
+namespace nanoserve {
+
+struct CpuRunnerOptions {
+  int64_t max_tokens = 512;   // tokens in one step
+  int32_t max_num_seqs = 64;  // sequences in one step, and the naive layout's rows
+  int64_t max_context = 0;    // longest sequence; >= 1
+  CpuKVLayout kv_layout = CpuKVLayout::kPaged;
+  DType kv_dtype = DType::kF32;  // paged: kF32, kF16 or kBF16; per sequence: kF32
+  bool fused_read = true;        // paged: attention straight from the blocks (false: gather)
+};
+
+class CpuRunner final : public ModelRunner {
+ public:
+  // `pool` runs the forward's and the storage's threads and must outlive the runner.
+  CpuRunner(std::unique_ptr<CpuModel> model, const CpuRunnerOptions& options, ThreadPool& pool);
+
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t kv_bytes_per_block(int32_t block_size) const override;
+  bool kv_blocks_shareable() const override { return options_.kv_layout == CpuKVLayout::kPaged; }
+  Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
+  StepLimits step_limits() const override;
+  StatusOr<Tensor> forward(const ForwardBatch& batch) override;
+
+  // Times every later forward's phases into *profile (null: stop timing).
+  void set_profile(ForwardProfile* profile) { ws_.profile = profile; }
+  CpuKV* kv() { return kv_.get(); }  // null before init_kv_cache
+
+ private:
+  std::unique_ptr<CpuModel> model_;
+  CpuRunnerOptions options_;
+  ThreadPool& pool_;
+  Workspace ws_;
+  std::unique_ptr<CpuKV> kv_;
+};
+
+}  // namespace nanoserve

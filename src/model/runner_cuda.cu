@@ -1,0 +1,82 @@
+#include "model/runner_cuda.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "core/cuda/cuda_check.cuh"
+#include "core/cuda/device_memory.cuh"
+#include "core/thread_pool.h"
+#include "model/model_cpu.h"
+#include "ops/rope/rope_freqs.h"
+
+namespace nanoserve {
+
+namespace {
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return buf;
+}
+
+}  // namespace
+
+CudaRunner::CudaRunner(std::unique_ptr<CudaModel> model, const CudaLimits& limits,
+                                 int64_t kv_budget_bytes)
+    : model_(std::move(model)), limits_(limits), kv_budget_bytes_(kv_budget_bytes) {}
+
+Status CudaRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
+  CudaLimits lim = limits_;
+  // The block tables' row stride is the longest sequence's table.
+  lim.max_blocks_per_seq = std::max(lim.max_blocks_per_seq, 1);
+  return model_->allocate(lim, num_blocks, block_size);
+}
+
+StatusOr<Tensor> CudaRunner::forward(const ForwardBatch& batch) {
+  return model_->forward(batch, batch.need_logits);
+}
+
+StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source, const CudaRunnerOptions& o,
+                                                       ThreadPool& pool) {
+  const ModelConfig& c = source.config;
+  NS_RETURN_IF_ERROR(CudaModel::supports(c));  // by name, before the device is asked for
+  std::string why;
+  if (cuda::device_count(&why) == 0)
+    return failed_precondition("--device cuda: no CUDA device (" + why + ")");
+  std::unique_ptr<CudaModel> model;
+  if (source.format == LoadFormat::kDummy) {
+    const auto inv_freq = rope_inv_freqs(c.rope_dim, c.rope_theta, c.rope_scaling);
+    NS_ASSIGN_OR_RETURN(model, CudaModel::dummy(c, inv_freq, 0x5eed));
+  } else {
+    // The host model views the stored tensors (a GGUF mapping, safetensors
+    // files): nothing is copied on the host but one row at a time.
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> host, CpuModel::load(c, source.tensors, pool));
+    NS_ASSIGN_OR_RETURN(model, CudaModel::upload(host->config(), host->weights(), host->inv_freq()));
+  }
+  CudaLimits lim;
+  lim.max_tokens = o.max_tokens;
+  lim.max_seqs = o.max_seqs;
+  lim.max_logits_rows = o.max_seqs;
+  lim.max_context = o.max_context;
+  lim.max_blocks_per_seq = static_cast<int32_t>((o.max_context + o.block_size - 1) / o.block_size);
+  lim.cublas_prefill = o.cublas_prefill;
+  lim.cuda_graphs = o.cuda_graphs;
+  const int64_t workspace = CudaModel::workspace_bytes(model->config(), lim);
+  size_t free_b = 0, total_b = 0;
+  NS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const double util = o.gpu_memory_utilization;
+  if (!(util > 0.0 && util <= 1.0)) {
+    return invalid_argument("--gpu-memory-utilization " + std::to_string(util) + " must be in (0, 1]");
+  }
+  const int64_t total = static_cast<int64_t>(total_b), in_use = static_cast<int64_t>(total_b - free_b);
+  const int64_t budget = static_cast<int64_t>(util * static_cast<double>(total)) - in_use - workspace;
+  if (budget <= 0 && !o.kv_sized_elsewhere) {
+    return resource_exhausted("--gpu-memory-utilization " + std::to_string(util) + " of " + gib(total) +
+                              " leaves no room for the KV cache: " + gib(in_use) + " in use (weights " +
+                              gib(model->weight_bytes()) + "), step buffers " + gib(workspace));
+  }
+  return std::make_unique<CudaRunner>(std::move(model), lim, std::max<int64_t>(budget, 0));
+}
+
+}  // namespace nanoserve

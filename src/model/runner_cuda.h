@@ -1,0 +1,75 @@
+#pragma once
+// The CUDA forward as the engine's ModelRunner (docs/model_cuda.md): every
+// family of the table (model/arch.h). The same engine, scheduler, block
+// manager and sampler as on the CPU; underneath, model/model_cuda.h with its
+// bf16 KV pools.
+//
+// Plain C++ (no CUDA header); defined in runner_cuda.cu, so only a build
+// with NANOSERVE_CUDA has it.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "model/model_runner.h"
+#include "model/model_cuda.h"
+#include "model/model_source.h"
+
+namespace nanoserve {
+
+class ThreadPool;
+
+struct CudaRunnerOptions {
+  int32_t max_tokens = 512;   // tokens in one step
+  int32_t max_seqs = 64;      // sequences (and logits rows) in one step
+  int64_t max_context = 0;    // longest sequence; >= 1
+  int32_t block_size = 16;    // the engine's KV block size
+  bool cublas_prefill = false;  // CudaLimits::cublas_prefill
+  bool cuda_graphs = true;      // CudaLimits::cuda_graphs
+  // The share of the device's memory for weights, KV and step buffers
+  // together (vLLM's --gpu-memory-utilization); in (0, 1].
+  double gpu_memory_utilization = 0.9;
+  bool kv_sized_elsewhere = false;  // --num-blocks or --kv-cache-memory set the pool
+};
+
+class CudaRunner final : public ModelRunner {
+ public:
+  // kv_budget_bytes: what --gpu-memory-utilization leaves for the pools once
+  // the weights are resident and the step buffers of `limits` are counted.
+  CudaRunner(std::unique_ptr<CudaModel> model, const CudaLimits& limits,
+                  int64_t kv_budget_bytes);
+
+  const ModelConfig& config() const override { return model_->config(); }
+  int64_t kv_bytes_per_block(int32_t block_size) const override {
+    return CudaModel::kv_bytes_per_block(model_->config(), block_size);
+  }
+  int64_t kv_cache_budget_bytes() const override { return kv_budget_bytes_; }
+  Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
+  StepLimits step_limits() const override { return model_->step_limits(); }
+  StatusOr<Tensor> forward(const ForwardBatch& batch) override;
+  std::span<const int32_t> greedy_tokens() const override { return model_->argmax(); }
+  bool samples_on_device() const override { return true; }
+  std::span<const int32_t> sampled_tokens() const override { return model_->sampled(); }
+  std::span<const SampleRowLogprobs> sampled_logprobs() const override { return model_->sampled_logprobs(); }
+  std::span<const float> logits_row(int32_t row) override { return model_->logits_row(row); }
+
+  CudaModel& model() { return *model_; }
+
+ private:
+  std::unique_ptr<CudaModel> model_;
+  CudaLimits limits_;
+  int64_t kv_budget_bytes_;
+};
+
+// The CUDA runner for an opened model source: GGUF or safetensors weights
+// uploaded (converted or dequantized to bf16), or dummy weights made on the
+// device. The KV budget is gpu_memory_utilization of the device's memory
+// (vLLM's meaning: weights, KV and workspace together) less what is in use.
+// `pool` serves the host model that views the weights while they upload.
+// UNIMPLEMENTED (CudaModel::supports) for a shape the kernels do not take.
+StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source, const CudaRunnerOptions& options,
+                                                       ThreadPool& pool);
+
+}  // namespace nanoserve
