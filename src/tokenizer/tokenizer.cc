@@ -5,7 +5,6 @@
 
 #include "io/gguf.h"
 #include "tokenizer/byte_level.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/hf_pipeline.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
@@ -122,15 +121,22 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
   for (int32_t id : vd.extra_eos_ids) {
     if (id >= 0) eos.push_back(id);
   }
-  if (!vd.chat_template.empty()) {
-    auto tmpl = ChatTemplate::parse(vd.chat_template);
-    if (tmpl.ok()) {
-      if (auto end = t->token_id(tmpl->end_of_turn())) eos.push_back(*end);
-    }
+  const std::string_view end_of_turn = chat_end_of_turn(vd.chat_template);
+  if (!end_of_turn.empty()) {
+    if (auto end = t->token_id(end_of_turn)) eos.push_back(*end);
   }
   std::sort(eos.begin(), eos.end());
   eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
   return t;
+}
+
+std::string_view chat_end_of_turn(std::string_view chat_template) {
+  static constexpr std::string_view kEndOfTurn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|eot|>",
+                                                    "<end_of_turn>"};
+  for (std::string_view eot : kEndOfTurn) {
+    if (chat_template.find(eot) != std::string_view::npos) return eot;
+  }
+  return {};
 }
 
 TokenType Tokenizer::token_type(int32_t id) const {

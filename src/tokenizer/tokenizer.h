@@ -60,6 +60,11 @@ namespace nanoserve {
 
 class GgufFile;
 
+// The end-of-turn token a chat template spells (<|im_end|>, <|eot_id|>,
+// <|end|>, <|eot|>, <end_of_turn>, the first found), or empty. It ends
+// generation (Tokenizer::eos_ids); template/chat_template.h reports the same.
+std::string_view chat_end_of_turn(std::string_view chat_template);
+
 // One stretch of text for encode(pieces): whether CONTROL-token text in it may
 // become CONTROL tokens.
 struct TextPiece {
