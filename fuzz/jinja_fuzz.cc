@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/jinja_render.h"
+#include "template/jinja_render.h"
 
 #define FUZZ_REQUIRE(cond)                                                        \
   do {                                                                            \

@@ -1,6 +1,6 @@
 // Writes the Jinja fuzzer's seed corpus into the directory given as argv[1]:
 // small templates, one or a few constructs each, and the malformed ones the
-// conformance suite expects to fail (tests/tokenizer/constructs.py); scripts/fuzz
+// conformance suite expects to fail (tests/template/constructs.py); scripts/fuzz
 // adds the family templates of tests/fixtures/chat_templates/.
 
 #include <cstdio>

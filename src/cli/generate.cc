@@ -24,7 +24,7 @@
 #include "cli/model_arg.h"
 #include "core/thread_pool.h"
 #include "engine/load_engine.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 namespace nanoserve::cli {
 

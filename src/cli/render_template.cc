@@ -20,8 +20,8 @@
 
 #include "cli/commands.h"
 #include "model/model_source.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja_render.h"
+#include "template/chat_template.h"
+#include "template/jinja_render.h"
 
 namespace nanoserve::cli {
 

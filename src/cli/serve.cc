@@ -29,7 +29,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/tokenizer_codec.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 namespace nanoserve::cli {
 

@@ -20,7 +20,7 @@
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
 #include "server/structured/response_format.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 namespace nanoserve::server {
 

@@ -2,7 +2,7 @@
 // The model's Tokenizer and chat template as the server's ModelCodec.
 
 #include "server/model_codec.h"
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve::server {

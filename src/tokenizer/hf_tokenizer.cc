@@ -1,9 +1,12 @@
 #include "tokenizer/hf_tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 
 #include "io/json_file.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/hf_pipeline.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/spm.h"
 
@@ -231,60 +234,106 @@ Status read_spm_pipeline(const Ctx& c, const json& j, VocabData* v) {
   return Status::ok_status();
 }
 
-// BOS/EOS from a TemplateProcessing's single template.
-Status read_template(const Ctx& c, const json& tp, const std::vector<std::string>& tokens, VocabData* v) {
+// The special tokens a TemplateProcessing's single template puts before and after $A: at most one
+// id on each side, which become BOS and EOS.
+Status read_template(const Ctx& c, const json& tp, const std::string& path, VocabData* v) {
   auto single = tp.find("single");
   if (single == tp.end() || !single->is_array() || single->empty()) {
-    return c.bad("post_processor.single", "missing or empty");
+    return c.bad(path + ".single", "missing or empty");
   }
-  auto special_id = [&](const json& piece) -> int32_t {
-    if (!piece.is_object() || !piece.contains("SpecialToken")) return -1;
-    const json& st = piece["SpecialToken"];
-    if (!st.is_object() || !st.contains("id") || !st["id"].is_string()) return -1;
-    const std::string& text = st["id"].get_ref<const std::string&>();
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (tokens[i] == text) return static_cast<int32_t>(i);
+  auto specials = tp.find("special_tokens");
+  std::vector<int32_t> before, after;
+  bool seen_a = false;
+  for (size_t i = 0; i < single->size(); ++i) {
+    const json& piece = (*single)[i];
+    const std::string field = path + ".single[" + std::to_string(i) + "]";
+    if (piece.is_object() && piece.contains("Sequence")) {
+      const json& sq = piece["Sequence"];
+      if (!sq.is_object() || sq.value("id", "") != "A" || seen_a) {
+        return c.bad(field, "the single template holds the sequence $A once");
+      }
+      seen_a = true;
+      continue;
     }
-    return -1;
-  };
-  const int32_t first = special_id(single->front()), last = special_id(single->back());
-  if (first >= 0) {
-    v->add_bos = true;
-    v->bos_id = first;
+    if (!piece.is_object() || !piece.contains("SpecialToken") || !piece["SpecialToken"].is_object() ||
+        !piece["SpecialToken"].contains("id") || !piece["SpecialToken"]["id"].is_string()) {
+      return c.bad(field, "expected {\"SpecialToken\": {\"id\": ...}} or {\"Sequence\": ...}");
+    }
+    const std::string& name = piece["SpecialToken"]["id"].get_ref<const std::string&>();
+    if (specials == tp.end() || !specials->is_object() || !specials->contains(name) ||
+        !(*specials)[name].is_object() || !(*specials)[name].contains("ids") ||
+        !(*specials)[name]["ids"].is_array()) {
+      return c.bad(path + ".special_tokens", "'" + name.substr(0, 40) + "' is missing");
+    }
+    for (const json& id : (*specials)[name]["ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxVocabSize) {
+        return c.bad(path + ".special_tokens." + name.substr(0, 40) + ".ids", "not a token id");
+      }
+      (seen_a ? after : before).push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
   }
-  if (last >= 0 && single->size() > 1) {
+  if (!seen_a) return c.bad(path + ".single", "no $A");
+  if (before.size() > 1 || after.size() > 1) {
+    return c.unsupported(path + ".single", "more than one special token before or after $A is not supported");
+  }
+  if (!before.empty()) {
+    v->add_bos = true;
+    v->bos_id = before[0];
+  }
+  if (!after.empty()) {
     v->add_eos = true;
-    v->eos_id = last;
+    v->eos_id = after[0];
   }
   return Status::ok_status();
 }
 
-Status read_post_processor(const Ctx& c, const json& pp, VocabData* v) {
+// RobertaProcessing and BertProcessing: cls $A sep.
+Status read_cls_sep(const Ctx& c, const json& pp, const std::string& path, VocabData* v) {
+  int32_t ids[2];
+  const char* keys[2] = {"cls", "sep"};
+  for (int k = 0; k < 2; ++k) {
+    auto it = pp.find(keys[k]);
+    if (it == pp.end() || !it->is_array() || it->size() != 2 || !(*it)[1].is_number_integer() ||
+        (*it)[1].get<int64_t>() < 0 || (*it)[1].get<int64_t>() >= kMaxVocabSize) {
+      return c.bad(path + "." + keys[k], "expected [token, id]");
+    }
+    ids[k] = static_cast<int32_t>((*it)[1].get<int64_t>());
+  }
+  v->add_bos = true;
+  v->bos_id = ids[0];
+  v->add_eos = true;
+  v->eos_id = ids[1];
+  return Status::ok_status();
+}
+
+constexpr const char* kPostProcessorTypes =
+    "Sequence, TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing";
+
+Status read_post_processor(const Ctx& c, const json& pp, const std::string& path, VocabData* v) {
   if (pp.is_null()) return Status::ok_status();
-  if (!pp.is_object()) return c.bad("post_processor", "not an object");
+  if (!pp.is_object()) return c.bad(path, "not an object");
   const std::string type = type_of(pp);
   if (type == "ByteLevel") return Status::ok_status();  // offsets only; the ids are unchanged
-  if (type == "TemplateProcessing") return read_template(c, pp, v->tokens, v);
+  if (type == "TemplateProcessing") return read_template(c, pp, path, v);
+  if (type == "RobertaProcessing" || type == "BertProcessing") return read_cls_sep(c, pp, path, v);
   if (type == "Sequence") {
     auto items = pp.find("processors");
-    if (items == pp.end() || !items->is_array()) return c.bad("post_processor.processors", "not a list");
-    for (const json& p : *items) {
-      if (!p.is_object() || (type_of(p) != "ByteLevel" && type_of(p) != "TemplateProcessing")) {
-        return c.unsupported("post_processor.processors",
-                             "'" + (p.is_object() ? type_of(p) : "?") + "' is not supported");
-      }
-      if (type_of(p) == "TemplateProcessing") NS_RETURN_IF_ERROR(read_template(c, p, v->tokens, v));
+    if (items == pp.end() || !items->is_array()) return c.bad(path + ".processors", "not a list");
+    for (size_t i = 0; i < items->size(); ++i) {
+      NS_RETURN_IF_ERROR(
+          read_post_processor(c, (*items)[i], path + ".processors[" + std::to_string(i) + "]", v));
     }
     return Status::ok_status();
   }
-  return c.unsupported("post_processor.type", "'" + type.substr(0, 40) + "' is not supported");
+  return c.unsupported(path,
+                       "'" + type.substr(0, 40) + "' is not supported (" + kPostProcessorTypes + " are)");
 }
 
 Status read_model(const Ctx& c, const json& m, VocabData* v, std::string* unk, bool* ignore_merges) {
   if (!m.is_object()) return c.bad("model", "not an object");
   const std::string type = type_of(m);
   if (type != "BPE") {
-    return c.unsupported("model.type", "'" + type.substr(0, 40) + "' is not supported; only byte-level BPE");
+    return c.unsupported("model", "'" + type.substr(0, 40) + "' is not supported (BPE is)");
   }
   if (auto d = m.find("dropout");
       d != m.end() && !d->is_null() && !(d->is_number() && d->get<double>() == 0.0)) {
@@ -436,7 +485,67 @@ Status read_tokenizer_config(const Ctx& c, const json& cfg, VocabData* v) {
 
 }  // namespace
 
-StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std::string& name) {
+namespace {
+
+// A component with nested Sequences flattened, an empty Sequence as null and a Sequence of one as
+// that one: what it does, in the one shape the fast paths below recognise.
+json canonical(const json& x, const char* list_key) {
+  if (!x.is_object() || type_of(x) != "Sequence") return x;
+  auto list = x.find(list_key);
+  if (list == x.end() || !list->is_array()) return x;
+  json items = json::array();
+  for (const json& child : *list) {
+    json cc = canonical(child, list_key);
+    if (cc.is_null()) continue;
+    if (cc.is_object() && type_of(cc) == "Sequence" && cc.contains(list_key)) {
+      for (const json& g : cc[list_key]) items.push_back(g);
+    } else {
+      items.push_back(std::move(cc));
+    }
+  }
+  if (items.empty()) return json();
+  if (items.size() == 1) return items[0];
+  json out = x;
+  out[list_key] = std::move(items);
+  return out;
+}
+
+// The pipelines with a fast path of their own (the header's list); not OK for anything else.
+Status read_fast_path(const Ctx& c, const json& j, bool ignore_merges, VocabData* v) {
+  json canon = json::object();
+  for (auto [key, list] : {std::pair{"normalizer", "normalizers"},
+                           std::pair{"pre_tokenizer", "pretokenizers"}, std::pair{"decoder", "decoders"}}) {
+    auto it = j.find(key);
+    canon[key] = it == j.end() ? json() : canonical(*it, list);
+  }
+  const json& dec = canon["decoder"];
+  if (dec.is_object() && type_of(dec) == "ByteLevel") {
+    if (const json& n = canon["normalizer"]; !n.is_null()) {
+      if (!n.is_object() || type_of(n) != "NFC") return c.unsupported("normalizer", "no fast path");
+      v->normalize_nfc = true;
+    }
+    if (v->byte_fallback) return c.unsupported("model.byte_fallback", "no fast path");
+    NS_ASSIGN_OR_RETURN(v->pre, pre_tokenizer_name(c, canon["pre_tokenizer"]));
+    if (ignore_merges != (v->pre == "llama-bpe")) return c.unsupported("model.ignore_merges", "no fast path");
+    if (!v->fuse_unk) {
+      // The byte-level model fuses runs of bytes without a token into one unknown token.
+      for (int b = 0; b < 256; ++b) {
+        std::string ch;
+        byte_level::encode(std::string(1, static_cast<char>(b)), ch);
+        if (std::find(v->tokens.begin(), v->tokens.end(), ch) == v->tokens.end()) {
+          return c.unsupported("model.fuse_unk", "no fast path");
+        }
+      }
+    }
+    return Status::ok_status();
+  }
+  if (ignore_merges) return c.unsupported("model.ignore_merges", "no fast path");
+  return read_spm_pipeline(c, canon, v);
+}
+
+}  // namespace
+
+StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std::string& name, HfPath path) {
   Ctx c(name);
   if (!j.is_object()) return c.bad("(top level)", "not an object");
   VocabData v;
@@ -450,36 +559,26 @@ StatusOr<VocabData> vocab_from_hf_json(const json& j, const json* cfg, const std
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     if (v.tokens[i].empty()) return c.bad("model.vocab", "id " + std::to_string(i) + " has no token");
   }
-  // The decoder tells the two kinds apart: ByteLevel (GPT-2 style) or the SentencePiece-style Sequence.
-  auto dec = j.find("decoder");
-  if (dec != j.end() && dec->is_object() && type_of(*dec) == "ByteLevel") {
-    if (auto n = j.find("normalizer"); n != j.end() && !n->is_null()) {
-      const std::string t = n->is_object() ? type_of(*n) : "?";
-      if (t != "NFC")
-        return c.unsupported("normalizer", "'" + t.substr(0, 40) + "' is not supported; NFC is");
-      if (!normalizer::nfc_available()) {
-        return c.unsupported("normalizer", "'NFC' needs a build with ICU (libicu-dev)");
-      }
-      v.normalize_nfc = true;
-    }
-    if (v.byte_fallback) return c.unsupported("model.byte_fallback", "true with a ByteLevel decoder");
-    auto pre = j.find("pre_tokenizer");
-    NS_ASSIGN_OR_RETURN(v.pre, pre_tokenizer_name(c, pre == j.end() ? json() : *pre));
-    if (ignore_merges != (v.pre == "llama-bpe")) {
-      return c.unsupported("model.ignore_merges", std::string(ignore_merges ? "true" : "false") +
-                                                      " with the '" + v.pre +
-                                                      "' pre-tokenizer is not supported");
-    }
-  } else {
-    if (ignore_merges) return c.unsupported("model.ignore_merges", "true is not supported here");
-    NS_RETURN_IF_ERROR(read_spm_pipeline(c, j, &v));
+  // Every component is read here, whichever path runs it, so that what is not supported is refused
+  // by its name and path.
+  auto pipeline = HfPipeline::parse(j);
+  if (!pipeline.ok()) return Status(pipeline.status().code(), name + ": " + pipeline.status().message());
+  if (auto pp = j.find("post_processor"); pp != j.end()) {
+    NS_RETURN_IF_ERROR(read_post_processor(c, *pp, "post_processor", &v));
   }
-  if (auto pp = j.find("post_processor"); pp != j.end()) NS_RETURN_IF_ERROR(read_post_processor(c, *pp, &v));
   if (!unk.empty()) {
     for (size_t i = 0; i < v.tokens.size(); ++i) {
       if (v.tokens[i] == unk) v.unk_id = static_cast<int32_t>(i);
     }
     if (v.unk_id < 0) return c.bad("model.unk_token", "'" + unk.substr(0, 40) + "' is not in the vocabulary");
+  }
+  VocabData fast = v;
+  if (path == HfPath::kFastest && read_fast_path(c, j, ignore_merges, &fast).ok()) {
+    v = std::move(fast);
+  } else {
+    v.pre = "tokenizer.json";
+    v.ignore_merges = ignore_merges;
+    v.hf_pipeline = std::move(pipeline).value();
   }
   if (cfg != nullptr) NS_RETURN_IF_ERROR(read_tokenizer_config(c, *cfg, &v));
   Status st = validate_vocab(v);

@@ -44,10 +44,15 @@
 
 namespace nanoserve {
 
+// kFastest takes a fast path where the file's pipeline has one; kPipeline
+// always runs the components as read (tests hold the two equal).
+enum class HfPath { kFastest, kPipeline };
+
 // `tokenizer_config` may be null. `name` starts every message.
 StatusOr<VocabData> vocab_from_hf_json(const nlohmann::json& tokenizer,
                                        const nlohmann::json* tokenizer_config,
-                                       const std::string& name = "tokenizer.json");
+                                       const std::string& name = "tokenizer.json",
+                                       HfPath path = HfPath::kFastest);
 // Reads FOLDER/tokenizer.json and, when present, FOLDER/tokenizer_config.json.
 StatusOr<VocabData> vocab_from_hf_folder(const std::string& folder);
 

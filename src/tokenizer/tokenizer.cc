@@ -5,7 +5,7 @@
 
 #include "io/gguf.h"
 #include "tokenizer/byte_level.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/hf_pipeline.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/utf8.h"
 
@@ -59,14 +59,19 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& gguf) 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
   NS_RETURN_IF_ERROR(validate_vocab(v));
   const bool spm = v.model == "llama";
-  // A llama vocab splits no regex pieces; the gpt2 pre-tokenizer is built only to fill the member.
-  NS_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create(spm ? "gpt2" : v.pre));
+  const bool hf = v.hf_pipeline != nullptr;
+  // A llama vocab or a tokenizer.json pipeline splits no regex pieces here; the gpt2 pre-tokenizer is
+  // built only to fill the member.
+  NS_ASSIGN_OR_RETURN(PreTokenizer pre, PreTokenizer::create(spm || hf ? "gpt2" : v.pre));
   std::unordered_map<std::string, int32_t> ids;
   ids.reserve(v.tokens.size());
   for (size_t i = 0; i < v.tokens.size(); ++i) ids.try_emplace(v.tokens[i], static_cast<int32_t>(i));
   std::optional<SpmModel> spm_model;
   BpeModel bpe;
-  if (!spm) {
+  if (hf) {
+    NS_ASSIGN_OR_RETURN(
+        bpe, BpeModel::create_chars(v.tokens, ids, v.merges, v.unk_id, v.byte_fallback, v.fuse_unk));
+  } else if (!spm) {
     NS_ASSIGN_OR_RETURN(bpe, BpeModel::create(v.tokens, ids, v.merges, v.unk_id));
   } else if (v.merges.empty()) {
     NS_ASSIGN_OR_RETURN(spm_model, SpmModel::create(v));
@@ -84,7 +89,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
     const int32_t id = static_cast<int32_t>(i);
     std::string& piece = t->pieces_[i];
     const TokenType type = t->token_type(id);
-    if (spm) {
+    if (hf) {
+      piece = vd.hf_pipeline->decode({vd.tokens[i]}, /*stream=*/true);
+    } else if (spm) {
       // "<0x0A>" is the byte; every other token its text with "▁" as a space (HF's Replace decoder).
       const int b = type == TokenType::kByte ? SpmModel::parse_byte_token(vd.tokens[i]) : -1;
       if (b >= 0) {
@@ -114,15 +121,22 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_vocab(VocabData v) {
   for (int32_t id : vd.extra_eos_ids) {
     if (id >= 0) eos.push_back(id);
   }
-  if (!vd.chat_template.empty()) {
-    auto tmpl = ChatTemplate::parse(vd.chat_template);
-    if (tmpl.ok()) {
-      if (auto end = t->token_id(tmpl->end_of_turn())) eos.push_back(*end);
-    }
+  const std::string_view end_of_turn = chat_end_of_turn(vd.chat_template);
+  if (!end_of_turn.empty()) {
+    if (auto end = t->token_id(end_of_turn)) eos.push_back(*end);
   }
   std::sort(eos.begin(), eos.end());
   eos.erase(std::unique(eos.begin(), eos.end()), eos.end());
   return t;
+}
+
+std::string_view chat_end_of_turn(std::string_view chat_template) {
+  static constexpr std::string_view kEndOfTurn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|eot|>",
+                                                    "<end_of_turn>"};
+  for (std::string_view eot : kEndOfTurn) {
+    if (chat_template.find(eot) != std::string_view::npos) return eot;
+  }
+  return {};
 }
 
 TokenType Tokenizer::token_type(int32_t id) const {
@@ -165,6 +179,10 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
       return;
     }
   }
+  encode_cached(piece, out);
+}
+
+void Tokenizer::encode_cached(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.size() == 1 || piece.size() > kCacheMaxWordBytes) {
     bpe_.encode_word(piece, out);
     return;
@@ -230,6 +248,21 @@ void Tokenizer::encode_spm_run(std::string_view text, bool at_start, std::vector
 }
 
 void Tokenizer::encode_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
+  if (const HfPipeline* hf = vocab_.hf_pipeline.get()) {
+    std::vector<hf::Piece> pieces;
+    hf->split(text, at_start, pieces);
+    for (const hf::Piece& p : pieces) {
+      if (vocab_.ignore_merges) {
+        auto it = token_ids_.find(p.text);
+        if (it != token_ids_.end()) {
+          out.push_back(it->second);
+          continue;
+        }
+      }
+      encode_cached(p.text, out);
+    }
+    return;
+  }
   if (vocab_.normalize_nfc && !normalizer::trivially_nfc(text)) {
     const std::string normalized = normalizer::nfc(text);
     if (normalized != text) {
@@ -246,6 +279,10 @@ void Tokenizer::encode_run(std::string_view text, bool at_start, std::vector<int
 
 void Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
+  if (vocab_.hf_pipeline) {
+    encode_run(text, /*at_start=*/true, out);
+    return;
+  }
   if (is_spm()) {
     encode_spm_run(text, /*at_start=*/true, out);
     return;
@@ -332,6 +369,18 @@ std::vector<int32_t> Tokenizer::encode(std::span<const TextPiece> pieces, bool a
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (const HfPipeline* hf = vocab_.hf_pipeline.get()) {
+    // As HF: the vocab text of each token through the decoder chain; skip_special drops the added
+    // tokens marked special (CONTROL), not the others.
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id < 0 || id >= n_vocab() || (skip_special && token_type(id) == TokenType::kControl)) continue;
+      tokens.push_back(vocab_.tokens[id]);
+    }
+    std::string text = hf->decode(std::move(tokens), /*stream=*/false);
+    return utf8::is_valid(text) ? text : utf8::sanitize(text);
+  }
   std::string bytes;
   for (int32_t id : ids) {
     if (skip_special && is_special(id)) continue;

@@ -28,6 +28,10 @@
 // it is ordinary text. The text between two special tokens is pre-tokenized as
 // one run across piece boundaries, so pieces that hold no special text encode
 // exactly as their concatenation would.
+// A tokenizer.json without a fast path (VocabData::hf_pipeline) runs its own
+// components instead: each run of step 3 is normalized and pre-tokenized as
+// the file says, each piece BPE-merged over its characters; decode runs the
+// file's decoders.
 // decode(ids): byte-level (gpt2) or "▁" and <0xXX> (llama) back to bytes,
 // CONTROL / USER_DEFINED / UNKNOWN tokens as their text (or skipped), invalid
 // UTF-8 in the result replaced as in step 1. A llama vocab with
@@ -55,6 +59,11 @@
 namespace nanoserve {
 
 class GgufFile;
+
+// The end-of-turn token a chat template spells (<|im_end|>, <|eot_id|>,
+// <|end|>, <|eot|>, <end_of_turn>, the first found), or empty. It ends
+// generation (Tokenizer::eos_ids); template/chat_template.h reports the same.
+std::string_view chat_end_of_turn(std::string_view chat_template);
 
 // One stretch of text for encode(pieces): whether CONTROL-token text in it may
 // become CONTROL tokens.
@@ -104,6 +113,8 @@ class Tokenizer {
  private:
   Tokenizer(VocabData vocab, PreTokenizer pre, BpeModel bpe, std::optional<SpmModel> spm);
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+  // BPE of one piece (raw bytes, or characters with a tokenizer.json pipeline), through the cache.
+  void encode_cached(std::string_view piece, std::vector<int32_t>& out) const;
   // One run of text between special tokens; `at_start`: it begins the text.
   void encode_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void encode_spm_run(std::string_view text, bool at_start, std::vector<int32_t>& out) const;

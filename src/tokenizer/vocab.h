@@ -4,6 +4,7 @@
 // or anything a test builds by hand.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 namespace nanoserve {
 
 class GgufFile;
+class HfPipeline;
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class TokenType : int32_t {
@@ -66,6 +68,11 @@ struct VocabData {
   bool add_eos = false;                // tokenizer.ggml.add_eos_token
   std::string chat_template;           // tokenizer.chat_template, empty if absent
   std::vector<int32_t> extra_eos_ids;  // more ids that end generation (config.json's eos_token_id list)
+  // A tokenizer.json without a fast path (tokenizer/hf_pipeline.h): when set, encode runs its
+  // normalizer and pre-tokenizer, then BPE over characters (`merges`, byte_fallback, fuse_unk,
+  // ignore_merges); decode runs its decoders.
+  std::shared_ptr<const HfPipeline> hf_pipeline;
+  bool ignore_merges = false;  // HF BPE: a piece that is itself a token is not merged
 };
 
 // Bounds every count and length and checks ids and merges; DATA_LOSS naming

@@ -76,7 +76,7 @@ TEST(HfTokenizer, TemplateProcessingAddsBos) {
   json j = testing::tiny_tokenizer_json();
   j["post_processor"] = json::parse(R"({"type": "TemplateProcessing",
       "single": [{"SpecialToken": {"id": "<|begin|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-      "pair": [], "special_tokens": {}})");
+      "pair": [], "special_tokens": {"<|begin|>": {"id": "<|begin|>", "ids": [256], "tokens": ["<|begin|>"]}}})");
   auto t = build(j);
   ASSERT_TRUE(t);
   EXPECT_TRUE(t->add_bos());
@@ -103,6 +103,42 @@ TEST(HfTokenizer, KnownPreTokenizersAreRecognised) {
   EXPECT_EQ(v->pre, "llama-bpe");
 }
 
+// Shapes that used to be refused for not being a known pipeline: they load, through the components.
+TEST(HfTokenizer, PipelinesWithoutAFastPathLoadThroughTheComponents) {
+  const std::function<void(json&)> edits[] = {
+      [](json& j) {
+        j["normalizer"] = {{"type", "NFKC"}};
+      },
+      [](json& j) {
+        j["normalizer"] = {{"type", "Lowercase"}};
+      },
+      [](json& j) { j["pre_tokenizer"] = nullptr; },
+      [](json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; },
+      [](json& j) { j["model"]["byte_fallback"] = true; },
+      [](json& j) { j["model"]["ignore_merges"] = true; },
+      [](json& j) {
+        j["pre_tokenizer"] = json::parse(R"({"type": "Sequence", "pretokenizers": [
+           {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": false},
+           {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})");
+      },
+      [](json& j) {
+        j["pre_tokenizer"] = {
+            {"type", "Sequence"},
+            {"pretokenizers", {{{"type", "Whitespace"}}, {{"type", "Digits"}}, {{"type", "ByteLevel"}}}}};
+      },
+  };
+  for (size_t i = 0; i < std::size(edits); ++i) {
+    json j = testing::tiny_tokenizer_json();
+    edits[i](j);
+    auto v = vocab_from_hf_json(j, nullptr);
+    ASSERT_TRUE(v.ok()) << i << ": " << v.status().to_string();
+    EXPECT_NE(v->hf_pipeline, nullptr) << i;
+    auto t = Tokenizer::from_vocab(std::move(v).value());
+    ASSERT_TRUE(t.ok()) << i << ": " << t.status().to_string();
+    EXPECT_FALSE((*t)->encode("hello 12", false, true).empty()) << i;
+  }
+}
+
 struct Refusal {
   const char* what;
   std::function<void(json&)> edit;
@@ -113,50 +149,69 @@ struct Refusal {
 TEST(HfTokenizer, RefusesOtherKindsByName) {
   const StatusCode kUn = StatusCode::kUnimplemented, kDL = StatusCode::kDataLoss;
   const Refusal cases[] = {
-      {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, kUn, "'model.type': 'WordPiece'"},
+      {"wordpiece", [](json& j) { j["model"]["type"] = "WordPiece"; }, kUn, "'model': 'WordPiece'"},
       {"unigram", [](json& j) { j["model"]["type"] = "Unigram"; }, kUn, "'Unigram' is not supported"},
-      {"nfkc",
+      {"precompiled",
        [](json& j) {
-         j["normalizer"] = {{"type", "NFKC"}};
+         j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}};
        },
-       kUn, "'normalizer': 'NFKC'"},
-      {"metaspace",
+       kUn, "'normalizer': 'Precompiled' is not supported"},
+      {"nested normalizer",
        [](json& j) {
-         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+         j["normalizer"] = {
+             {"type", "Sequence"},
+             {"normalizers",
+              {{{"type", "NFC"}}, {{"type", "Sequence"}, {"normalizers", {{{"type", "Nmt"}}}}}}}};
        },
-       kUn, "'Metaspace' is not supported"},
-      {"no pre", [](json& j) { j["pre_tokenizer"] = nullptr; }, kUn, "'pre_tokenizer'"},
-      {"prefix space", [](json& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }, kUn,
-       "'pre_tokenizer.add_prefix_space'"},
-      {"split unknown",
+       kUn, "'normalizer.normalizers[1].normalizers[0]': 'Nmt'"},
+      {"unicode scripts",
        [](json& j) {
-         j["pre_tokenizer"] = json::parse(R"({"type": "Sequence", "pretokenizers": [
-           {"type": "Split", "pattern": {"Regex": "\\w+"}, "behavior": "Isolated", "invert": false},
-           {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})");
+         j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
        },
-       kUn, "not one of the known ones"},
-      {"sequence of three",
+       kUn, "'pre_tokenizer': 'UnicodeScripts'"},
+      {"fixed length in a sequence",
        [](json& j) {
          j["pre_tokenizer"] = {
              {"type", "Sequence"},
-             {"pretokenizers", {{{"type", "Whitespace"}}, {{"type", "Digits"}}, {{"type", "ByteLevel"}}}}};
+             {"pretokenizers",
+              {{{"type", "Whitespace"}}, {{"type", "FixedLength"}}, {{"type", "ByteLevel"}}}}};
        },
-       kUn, "Sequence[Whitespace, Digits, ByteLevel]"},
+       kUn, "'pre_tokenizer.pretokenizers[1]': 'FixedLength'"},
+      {"regex without a PCRE2 spelling",
+       [](json& j) {
+         j["pre_tokenizer"] = json::parse(R"({"type": "Split", "pattern": {"Regex": "[\\S\\d]+"},
+                                              "behavior": "Isolated", "invert": false})");
+       },
+       kUn, "'pre_tokenizer.pattern'"},
+      {"split behavior",
+       [](json& j) {
+         j["pre_tokenizer"] = json::parse(R"({"type": "Split", "pattern": {"String": " "},
+                                              "behavior": "Sideways", "invert": false})");
+       },
+       kDL, "'pre_tokenizer.behavior': 'Sideways'"},
       {"decoder",
        [](json& j) {
-         j["decoder"] = {{"type", "Metaspace"}};
+         j["decoder"] = {{"type", "WordPiece"}};
        },
-       kUn, "'decoder': 'Metaspace'"},
+       kUn, "'decoder': 'WordPiece'"},
+      {"decoder in a sequence",
+       [](json& j) {
+         j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "CTC"}}}}};
+       },
+       kUn, "'decoder.decoders[1]': 'CTC'"},
       {"post",
+       [](json& j) {
+         j["post_processor"] = {{"type", "Postprocessor9"}};
+       },
+       kUn, "'post_processor': 'Postprocessor9'"},
+      {"post without cls",
        [](json& j) {
          j["post_processor"] = {{"type", "BertProcessing"}};
        },
-       kUn, "'BertProcessing'"},
-      {"byte fallback", [](json& j) { j["model"]["byte_fallback"] = true; }, kUn, "'model.byte_fallback'"},
+       kDL, "'post_processor.cls'"},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }, kUn, "'model.dropout'"},
       {"suffix", [](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; }, kUn,
        "'model.end_of_word_suffix'"},
-      {"ignore merges", [](json& j) { j["model"]["ignore_merges"] = true; }, kUn, "'model.ignore_merges'"},
       {"single word", [](json& j) { j["added_tokens"][0]["single_word"] = true; }, kUn,
        "'added_tokens[0].single_word'"},
       {"added conflict", [](json& j) { j["added_tokens"][1]["id"] = 104; }, kDL, "'added_tokens[1]'"},

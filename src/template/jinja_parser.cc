@@ -1,10 +1,10 @@
-#include "tokenizer/jinja_parser.h"
+#include "template/jinja_parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_parse_expr.h"
+#include "template/jinja_builtins.h"
+#include "template/jinja_parse_expr.h"
 
 namespace nanoserve::jinja {
 

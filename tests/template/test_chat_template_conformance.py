@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BINARY = os.path.join(ROOT, "build", "nanoserve")
 FAMILIES = os.path.join(ROOT, "tests", "fixtures", "chat_templates")
 
-from constructs import CONSTRUCTS, DATA, ERRORS, LEFT_OUT  # noqa: E402  (tests/tokenizer/constructs.py)
+from constructs import CONSTRUCTS, DATA, ERRORS, LEFT_OUT  # noqa: E402  (tests/template/constructs.py)
 
 
 @pytest.fixture(scope="module")

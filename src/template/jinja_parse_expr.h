@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_parser.h"
+#include "template/jinja_ast.h"
+#include "template/jinja_lexer.h"
+#include "template/jinja_parser.h"
 
 namespace nanoserve::jinja {
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_lexer.h"
+#include "template/jinja_ast.h"
+#include "template/jinja_lexer.h"
 
 namespace nanoserve::jinja {
 

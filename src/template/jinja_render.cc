@@ -1,12 +1,12 @@
-#include "tokenizer/jinja_render.h"
+#include "template/jinja_render.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
 
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_parser.h"
+#include "template/jinja_builtins.h"
+#include "template/jinja_parser.h"
 
 namespace nanoserve::jinja {
 

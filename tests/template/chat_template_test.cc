@@ -1,9 +1,11 @@
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "tokenizer/default_tokenizer.h"
 #include "tokenizer/tiny_vocab.h"
@@ -11,8 +13,17 @@
 namespace nanoserve {
 namespace {
 
+// tests/fixtures/template/NAME.
+std::string template_fixture(const std::string& name) {
+  std::ifstream f(std::string(NS_SOURCE_DIR "/tests/fixtures/template/") + name, std::ios::binary);
+  EXPECT_TRUE(f.good()) << "missing fixture " << name;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 nlohmann::json fixture() {
-  return nlohmann::json::parse(testing::read_fixture("chat_template.json"));
+  return nlohmann::json::parse(template_fixture("chat_template.json"));
 }
 
 // Renderings by jinja2 (make_chat_template_fixture.py), byte for byte.
@@ -27,15 +38,14 @@ TEST(ChatTemplate, RendersLikeJinja) {
     for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
     auto text = tmpl->render(messages, c["add_generation_prompt"].get<bool>());
     ASSERT_TRUE(text.ok()) << text.status().to_string();
-    EXPECT_EQ(*text, c["rendered"].get<std::string>())
-        << name << " with " << c["messages"].dump();
+    EXPECT_EQ(*text, c["rendered"].get<std::string>()) << name << " with " << c["messages"].dump();
     ++n;
   }
   EXPECT_GE(n, 30u);
 }
 
 // Templates the ChatML recogniser used to refuse (and replace by ChatML) now render as written
-// (tests/tokenizer/test_chat_template_conformance.py holds their output against jinja2's).
+// (tests/template/test_chat_template_conformance.py holds their output against jinja2's).
 TEST(ChatTemplate, RendersTemplatesThatAreNotChatMl) {
   auto j = fixture();
   const std::vector<ChatMessage> msgs = {{"user", "Hi"}};
@@ -67,7 +77,8 @@ TEST(ChatTemplate, RenderErrorsNameLineAndColumn) {
   ASSERT_TRUE(t.ok());
   auto text = t->render(std::vector<ChatMessage>{{"user", "x"}}, true);
   ASSERT_FALSE(text.ok());
-  EXPECT_EQ(text.status().message(), "chat template: line 2, column 6: raise_exception: roles must alternate");
+  EXPECT_EQ(text.status().message(),
+            "chat template: line 2, column 6: raise_exception: roles must alternate");
 }
 
 TEST(ChatTemplate, ModelWithoutTemplateIsRefusedNotChatMl) {
@@ -89,9 +100,10 @@ TEST(ChatTemplate, DefaultModelHasSmolLmSystemPrompt) {
   std::vector<ChatMessage> msgs = {{"user", "Hi"}};
   auto text = tmpl->render(msgs, true);
   ASSERT_TRUE(text.ok()) << text.status().to_string();
-  EXPECT_EQ(*text,
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      *text,
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   auto ids = tok.encode(*text, false, /*parse_special=*/true);
   ASSERT_FALSE(ids.empty());
   EXPECT_EQ(ids.front(), *tok.token_id("<|im_start|>"));
@@ -104,7 +116,7 @@ TEST(ChatTemplate, DefaultModelHasSmolLmSystemPrompt) {
 // tokenizer with special tokens parsed in the template's text only).
 TEST(ChatTemplate, ContentNeverBecomesSpecialTokens) {
   const Tokenizer& tok = testing::default_tokenizer();
-  const auto j = nlohmann::json::parse(testing::read_fixture("chat_tokens.json"));
+  const auto j = nlohmann::json::parse(template_fixture("chat_tokens.json"));
   const int32_t im_start = *tok.token_id("<|im_start|>"), im_end = *tok.token_id("<|im_end|>");
   size_t n = 0, injecting = 0, separable = 0;
   for (const auto& c : j["cases"]) {

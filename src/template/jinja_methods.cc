@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "tokenizer/jinja_builtins.h"
+#include "template/jinja_builtins.h"
 
 namespace nanoserve::jinja {
 

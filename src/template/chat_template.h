@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "tokenizer/jinja_render.h"
+#include "template/jinja_render.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {

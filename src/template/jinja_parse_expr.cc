@@ -1,7 +1,7 @@
 // The expression half of the Jinja parser (jinja_parse_expr.h): jinja2's
 // grammar from conditional expressions down to literals, with filters and tests.
 
-#include "tokenizer/jinja_parse_expr.h"
+#include "template/jinja_parse_expr.h"
 
 namespace nanoserve::jinja {
 

@@ -16,7 +16,7 @@ the five families the engine runs first among them: none needs a construct we
 leave out (those are refused by name; test_chat_template_conformance.py's
 LEFT_OUT lists them).
 
-`python tests/tokenizer/test_real_chat_templates.py` prints the counts per
+`python tests/template/test_real_chat_templates.py` prints the counts per
 template.
 """
 import json

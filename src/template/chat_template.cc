@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template.h"
+#include "template/chat_template.h"
 
 #include <algorithm>
 #include <fstream>
@@ -25,7 +25,6 @@ constexpr std::string_view kReserved[] = {"messages",
                                           "loop"};
 
 // End-of-turn tokens in the families we serve, in the order they are looked for.
-constexpr std::string_view kEndOfTurn[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<|eot|>", "<end_of_turn>"};
 
 std::vector<PromptPiece> to_pieces(const jinja::Str& s) {
   std::vector<PromptPiece> out;
@@ -88,12 +87,7 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view src, ChatSpecialToke
   t.source_ = std::string(src);
   t.specials_ = std::move(specials);
   t.names_ = t.compiled_.names();
-  for (std::string_view eot : kEndOfTurn) {
-    if (src.find(eot) != std::string_view::npos) {
-      t.end_of_turn_ = std::string(eot);
-      break;
-    }
-  }
+  t.end_of_turn_ = std::string(chat_end_of_turn(src));
   return t;
 }
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_value.h"
+#include "template/jinja_ast.h"
+#include "template/jinja_lexer.h"
+#include "template/jinja_value.h"
 
 namespace nanoserve::jinja {
 

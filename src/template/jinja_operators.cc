@@ -6,7 +6,7 @@
 #include <cmath>
 #include <ctime>
 
-#include "tokenizer/jinja_builtins.h"
+#include "template/jinja_builtins.h"
 
 namespace nanoserve::jinja {
 
