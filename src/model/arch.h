@@ -1,6 +1,7 @@
 #pragma once
 // The architectures the CPU forward runs, by their GGUF names, and how each
-// departs from llama. One forward (model/llama.h) serves them all:
+// departs from llama. One forward a device (model/model_cpu.h,
+// model/model_cuda.h) serves them all:
 //
 // This table is the one place a family's arithmetic is described: the CPU
 // forward (model_cpu.cc), the CUDA forward (model_cuda.cu), the loaders and
