@@ -18,7 +18,7 @@
 #include "server/model_codec.h"
 #include "server/parse_budget.h"
 #include "server/protocol.h"
-#include "server/structured/structured_output.h"
+#include "server/structured_output.h"
 
 namespace nanoserve::server {
 

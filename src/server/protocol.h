@@ -19,7 +19,7 @@
 
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
-#include "server/structured/response_format.h"
+#include "server/response_format.h"
 #include "tokenizer/chat_template.h"
 
 namespace nanoserve::server {
