@@ -381,6 +381,31 @@ TEST_F(HttpServerTest, DisconnectWhileWaitingNonStreamingAborts) {
   EXPECT_FALSE(engine().has_unfinished());
 }
 
+// Issue 36 item 8: an orderly close (what most clients do when they give up), not a reset,
+// of a non-streaming request that is running and of one still queued: both are aborted within
+// a step and counted as aborted.
+TEST_F(HttpServerTest, NonStreamingClientThatClosesIsAbortedRunningOrQueued) {
+  rig_options_.max_num_seqs = 1;
+  start();
+  rig_->model->step_delay_ms = 10;
+  const std::string body = R"({"prompt": "abc", "max_tokens": 60, "ignore_eos": true})";
+  int running = testing::open_request(port_, "POST", "/v1/completions", body);
+  ASSERT_GE(running, 0);
+  for (int i = 0; i < 400 && engine().stats().num_running < 1; ++i) std::this_thread::sleep_for(5ms);
+  int queued = testing::open_request(port_, "POST", "/v1/completions", body);
+  ASSERT_GE(queued, 0);
+  for (int i = 0; i < 400 && engine().stats().num_waiting < 1; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine().stats().num_waiting, 1);
+  ::close(queued);
+  ::close(running);
+  for (int i = 0; i < 400 && engine().stats().num_aborted < 2; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(engine().stats().num_aborted, 2);
+  EXPECT_FALSE(engine().has_unfinished());
+  const std::string series = "nanoserve:request_success_total{model_name=\"fake\",finished_reason=\"abort\"}";
+  for (int i = 0; i < 100 && metric(series) < 2; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(metric(series), 2.0);
+}
+
 TEST_F(HttpServerTest, HalfClosedClientStillGetsItsReply) {
   start();
   rig_->model->step_delay_ms = 2;
