@@ -19,6 +19,7 @@
 #include "server/parse_budget.h"
 #include "server/protocol.h"
 #include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace nanoserve::server {
 
@@ -39,6 +40,9 @@ struct RouteSpec {
 // The route at `path` (the target without its query), or nullptr.
 const RouteSpec* find_route(std::string_view path);
 
+// A tool call's id: "call_" + 24 letters and digits, or (mistral) 9 of them.
+std::string new_call_id(bool mistral);
+
 using Outcome = std::variant<Reply, std::unique_ptr<GenerationJob>>;
 
 class Api {
@@ -46,6 +50,13 @@ class Api {
   // metrics_require_key: /metrics needs the key too (it is public by default, as in vLLM).
   Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
       ParseBudget::Options parse_budget = {}, bool metrics_require_key = false);
+
+  // Tool calls and reasoning output (serve's --tool-call-parser, --enable-auto-tool-choice,
+  // --reasoning-parser); before set_ready.
+  void set_output_options(const ToolOptions& tools, bool reasoning) {
+    tool_options_ = tools;
+    reasoning_ = reasoning;
+  }
 
   // Once the model is loaded: from here on the generation endpoints work and /health says 200.
   void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
@@ -89,6 +100,8 @@ class Api {
   ProtocolLimits limits_;
   ParseBudget parse_budget_;
   StructuredOutput structured_;
+  ToolOptions tool_options_;
+  bool reasoning_ = false;
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;
 };

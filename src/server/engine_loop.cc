@@ -38,6 +38,7 @@ SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<s
   s.top_logprobs = std::max(0, p.top_logprobs);
   s.n = 1;
   s.constraint = p.constraint;
+  s.skip_special_tokens = p.skip_special_tokens;
   return s;
 }
 

@@ -6,7 +6,8 @@
 namespace nanoserve::server {
 
 GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
-                             const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text)
+                             const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text,
+                             OutputShape shape)
     : loop_(loop),
       handle_(std::move(handle)),
       meta_(std::move(meta)),
@@ -17,7 +18,83 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       candidates_(std::max(request.n, request.best_of)),
       prompt_tokens_(prompt_tokens),
       token_text_(std::move(token_text)),
-      choices_(handle_.ids.size()) {}
+      choices_(handle_.ids.size()),
+      shape_(std::move(shape)) {
+  for (Choice& c : choices_) {
+    if (shape_.reasoning) c.reasoning_parser.emplace(shape_.prompt_tail);
+    if (shape_.tool_format != ToolFormat::kNone) c.tool_parser.emplace(shape_.tool_format, shape_.new_call_id);
+  }
+}
+
+void GenerationJob::shape(Choice& c, std::string_view text, bool final, ChunkPart* part) {
+  if (!c.reasoning_parser && !c.tool_parser) {
+    (part != nullptr ? part->text : c.text).append(text);
+    return;
+  }
+  std::string reasoning, content;
+  if (c.reasoning_parser) {
+    c.reasoning_parser->feed(text, &reasoning, &content);
+    if (final) c.reasoning_parser->finish(&reasoning, &content);
+  } else {
+    content.assign(text);
+  }
+  ParsedText parsed;
+  if (c.tool_parser) {
+    c.tool_parser->feed(content, &parsed);
+    if (final) c.tool_parser->finish(&parsed);
+  } else {
+    parsed.content = std::move(content);
+  }
+  if (part != nullptr) {
+    part->text += parsed.content;
+    part->reasoning += reasoning;
+    if (!parsed.calls.empty()) {
+      nlohmann::json deltas = call_deltas_json(parsed.calls);
+      if (shape_.legacy_functions) {
+        // One call: its name first, then argument fragments, as function_call deltas.
+        nlohmann::json fc = nlohmann::json::object();
+        std::string args;
+        for (const ToolCallDelta& d : parsed.calls) {
+          if (d.index != 0) continue;
+          if (d.first) fc["name"] = d.name;
+          args += d.arguments;
+        }
+        if (!fc.empty() || !args.empty()) {
+          fc["arguments"] = args;
+          part->function_call = fc;
+        }
+      } else if (part->tool_calls.is_null()) {
+        part->tool_calls = std::move(deltas);
+      } else {
+        for (auto& d : deltas) part->tool_calls.push_back(std::move(d));
+      }
+    }
+  } else {
+    c.text += parsed.content;
+    c.reasoning += reasoning;
+  }
+}
+
+nlohmann::json GenerationJob::call_deltas_json(const std::vector<ToolCallDelta>& deltas) const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ToolCallDelta& d : deltas) {
+    nlohmann::json fn{{"arguments", d.arguments}};
+    nlohmann::json e{{"index", d.index}};
+    if (d.first) {
+      e["id"] = d.id;
+      e["type"] = "function";
+      fn["name"] = d.name;
+    }
+    e["function"] = std::move(fn);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+const char* GenerationJob::finish_name(const Choice& c, FinishReason finish) const {
+  if (finish != FinishReason::kStop || !c.tool_parser || c.tool_parser->calls().empty()) return nullptr;
+  return shape_.legacy_functions ? "function_call" : "tool_calls";
+}
 
 GenerationJob::~GenerationJob() {
   handle_.stream->set_on_ready({});
@@ -74,14 +151,12 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
           c.logprobs.push_back(std::move(item));
       }
     }
-    if (stream_)
-      part.text += ev.text;
-    else
-      c.text += ev.text;
+    shape(c, ev.text, ev.finish != FinishReason::kNone, stream_ ? &part : nullptr);
     c.text_offset += static_cast<int64_t>(ev.text.size());
     if (ev.finish != FinishReason::kNone) {
       c.finish = ev.finish;
       part.finish = ev.finish;
+      part.finish_name = finish_name(c, ev.finish);
       ++n_finished_;
       if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAbort) {
         error_message =
@@ -110,7 +185,8 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
   if (stream_) {
     for (size_t i = 0; i < parts.size(); ++i) {
       if (!touched[i]) continue;
-      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone)
+      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone &&
+          parts[i].reasoning.empty() && parts[i].tool_calls.is_null() && parts[i].function_call.is_null())
         continue;
       *sse_out += sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
     }
@@ -142,8 +218,29 @@ std::string GenerationJob::final_body() const {
     }
     for (int j = 0; j < n_; ++j) {
       const Choice& c = choices_[order[j]];
-      results.push_back(
-          ChoiceResult{static_cast<int>(results.size()), c.text, c.finish, with_logprobs_, c.logprobs});
+      ChoiceResult res;
+      res.index = static_cast<int>(results.size());
+      res.text = c.text;
+      res.reasoning = c.reasoning;
+      res.finish = c.finish;
+      res.finish_name = finish_name(c, c.finish);
+      res.with_logprobs = with_logprobs_;
+      res.logprobs = c.logprobs;
+      if (c.tool_parser && !c.tool_parser->calls().empty()) {
+        const auto& calls = c.tool_parser->calls();
+        if (shape_.legacy_functions) {
+          res.function_call = nlohmann::json{{"name", calls[0].name}, {"arguments", calls[0].arguments}};
+        } else {
+          res.tool_calls = nlohmann::json::array();
+          for (const ToolCall& call : calls) {
+            res.tool_calls.push_back(nlohmann::json{
+                {"id", call.id},
+                {"type", "function"},
+                {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          }
+        }
+      }
+      results.push_back(std::move(res));
     }
   }
   return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));

@@ -13,9 +13,20 @@
 #include "server/api_error.h"
 #include "server/engine_loop.h"
 #include "server/protocol.h"
+#include "server/reasoning_parser.h"
 #include "server/responses.h"
+#include "server/tool_parser.h"
 
 namespace nanoserve::server {
+
+// How a chat choice's text is shaped into the message: reasoning split off, tool calls parsed.
+struct OutputShape {
+  ToolFormat tool_format = ToolFormat::kNone;  // kNone: the text is content
+  bool legacy_functions = false;               // calls answered as function_call
+  bool reasoning = false;                      // --reasoning-parser
+  std::string prompt_tail;                     // the rendered prompt's end (a thought opened there?)
+  std::function<std::string()> new_call_id;
+};
 
 class GenerationJob {
  public:
@@ -23,7 +34,8 @@ class GenerationJob {
   // max(n, best_of) choices per prompt, prompt by prompt; with best_of > n the n with the highest
   // cumulative logprob of each prompt are returned (the handle's choices must carry logprobs).
   GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
-                const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text);
+                const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text,
+                OutputShape shape = {});
   ~GenerationJob();  // aborts what is unfinished
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;
@@ -53,7 +65,14 @@ class GenerationJob {
     FinishReason finish = FinishReason::kNone;
     int64_t text_offset = 0;          // bytes of text streamed so far
     double cumulative_logprob = 0.0;  // of its tokens, under the model's raw distribution (best_of)
+    std::string reasoning;
+    std::optional<ReasoningParser> reasoning_parser;
+    std::optional<ToolCallParser> tool_parser;
   };
+  // Routes new text of choice `c` through its parsers into the choice (or, streaming, the part).
+  void shape(Choice& c, std::string_view text, bool final, ChunkPart* part);
+  nlohmann::json call_deltas_json(const std::vector<ToolCallDelta>& deltas) const;
+  const char* finish_name(const Choice& c, FinishReason finish) const;
 
   EngineLoop& loop_;
   EngineLoop::Handle handle_;
@@ -72,6 +91,7 @@ class GenerationJob {
   bool done_ = false;
   std::optional<ApiError> error_;
   std::vector<TokenEvent> events_;  // scratch, reused by poll()
+  OutputShape shape_;
 };
 
 }  // namespace nanoserve::server

@@ -20,6 +20,7 @@
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
 #include "server/response_format.h"
+#include "server/tool_protocol.h"
 #include "tokenizer/chat_template.h"
 
 namespace nanoserve::server {
@@ -46,6 +47,10 @@ struct ChatTemplateRequest {
   bool add_generation_prompt = true;
   std::optional<std::string> chat_template;      // the request's own template, rendered instead of the model's
   std::optional<nlohmann::ordered_json> kwargs;  // chat_template_kwargs (an object), key order as sent
+  // The messages as the template sees them when some carry tool parts (tool_calls, tool_call_id,
+  // name); unset: {"role", "content"} of each ChatMessage.
+  std::optional<nlohmann::ordered_json> messages;
+  std::optional<nlohmann::ordered_json> tools;  // the template's `tools`
 };
 
 // One completions prompt: text to encode, or token ids given directly.
@@ -67,7 +72,8 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;                // end tokens besides the model's eos
   int64_t min_tokens = 0;                             // vLLM's meaning (SamplingParams::min_tokens)
   std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked, biases clamped to [-100, 100]
-  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format; null: free text
+  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format or tools; null: free text
+  bool skip_special_tokens = true;                           // false: tool-call markers that are special tokens
 };
 
 enum class Endpoint { kChat, kCompletion };
@@ -86,6 +92,7 @@ struct GenerateRequest {
   bool include_usage = false;               // stream_options.include_usage
   std::vector<std::string> unknown_fields;  // top-level fields no endpoint reads: ignored, counted
   ResponseFormat response_format;
+  ToolRequest tools;  // chat
 };
 
 // A parse result: the request, or the error to return.
