@@ -114,9 +114,10 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-// Waits until GET /health says 200 (or the server has no /health: 404), for at most
-// `timeout_s`: a server still loading its model answers 503, one still starting refuses
-// connections. Says once what it waits for; the error says what it saw last.
+// Waits while GET /health answers 503 (a server still loading its model), for at most
+// `timeout_s`; any other answer (200, a 404 or 401 from another server) ends the wait, and a
+// connection error is left to the first real request to report. Says once what it waits for;
+// the error says what it saw last.
 Status wait_until_ready(const ServerUrl& url, const std::string& key, double timeout_s) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
@@ -124,14 +125,13 @@ Status wait_until_ready(const ServerUrl& url, const std::string& key, double tim
   bool said = false;
   while (true) {
     StatusOr<HttpReply> r = http_fetch(url, "GET", "/health", "", key, kSetupTimeoutS);
-    if (r.ok() && (r->status == 200 || r->status == 404)) return Status();
-    last = r.ok() ? "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200) : r.status().message();
-    if (r.ok() && r->status != 503) return failed_precondition("GET /health: " + last);
+    if (!r.ok() || r->status != 503) return Status();
+    last = "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200);
     if (Clock::now() >= deadline) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.0f", timeout_s);
       return failed_precondition("the server is not ready after " + std::string(secs) +
-                         " s (--ready-check-timeout-sec); last: " + last);
+                                 " s (--ready-check-timeout-sec); last: " + last);
     }
     if (!said) {
       std::fprintf(stderr, "nanoserve bench serve: the server is not ready (%s); waiting up to %.0f s\n",

@@ -49,7 +49,7 @@ struct ServeOptions {
   int http_threads = server::HttpOptions{}.num_threads;
   int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
-  std::string chat_template;  // a file or the template text; empty: the model's
+  std::string chat_template;     // a file or the template text; empty: the model's
   std::string tool_call_parser;  // empty: from the chat template
   bool enable_auto_tool_choice = false;
   std::string reasoning_parser;  // empty: none
@@ -255,14 +255,16 @@ CommandRun add_serve_command(CLI::App& app) {
                   "format of tool calls: hermes (also qwen), llama3_json, mistral; default: the chat "
                   "template's, else hermes")
       ->check([](const std::string& v) {
-        return server::tool_format_named(v) ? std::string() : "unknown parser '" + v + "' (hermes, llama3_json, mistral)";
+        return server::tool_format_named(v) ? std::string()
+                                            : "unknown parser '" + v + "' (hermes, llama3_json, mistral)";
       });
   cmd->add_flag("--enable-auto-tool-choice", opt->enable_auto_tool_choice,
                 "allow tool_choice \"auto\": the model decides; a call it opens is decoded under its schema");
   cmd->add_option("--reasoning-parser", opt->reasoning_parser,
                   "split <think>...</think> into reasoning_content: deepseek_r1, qwen3")
       ->check([](const std::string& v) {
-        return server::reasoning_format_named(v) ? std::string() : "unknown parser '" + v + "' (deepseek_r1, qwen3)";
+        return server::reasoning_format_named(v) ? std::string()
+                                                 : "unknown parser '" + v + "' (deepseek_r1, qwen3)";
       });
   cmd->add_option("--max-parse-bytes", opt->max_parse_bytes,
                   "request-body bytes parsed at once (parsing costs up to 40x the body); "

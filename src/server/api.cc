@@ -195,10 +195,11 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
           "'response_format' cannot be combined with tool calls; give '" + choice + "': \"none\" to use it.",
           "response_format"));
     if (r.tools.choice != ToolRequest::Choice::kAuto && (r.params.ignore_eos || r.params.min_tokens > 0))
-      return error_reply(bad_request(std::string("'") + (r.params.ignore_eos ? "ignore_eos" : "min_tokens") +
-                                         "' cannot be combined with a required tool call: the output ends when "
-                                         "the calls do.",
-                                     r.params.ignore_eos ? "ignore_eos" : "min_tokens"));
+      return error_reply(
+          bad_request(std::string("'") + (r.params.ignore_eos ? "ignore_eos" : "min_tokens") +
+                          "' cannot be combined with a required tool call: the output ends when "
+                          "the calls do.",
+                      r.params.ignore_eos ? "ignore_eos" : "min_tokens"));
     const std::string source =
         r.chat_template.chat_template ? *r.chat_template.chat_template : codec_->chat_template_source();
     auto setup = setup_tools(r.tools, tool_options_, source, *codec_, structured_.cache(*codec_));
@@ -213,7 +214,8 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   if (endpoint == Endpoint::kChat) {
     auto ids = codec_->encode_chat(r.messages, r.chat_template);
     if (!ids.ok()) {
-      return error_reply(bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
+      return error_reply(
+          bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
     }
     prompts.push_back(std::move(*ids));
   } else {
@@ -274,11 +276,13 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
     shape.reasoning = reasoning_;
     const std::vector<int32_t>& ids = prompts.front();
     const size_t tail = std::min<size_t>(ids.size(), 8);
-    if (reasoning_) shape.prompt_tail = codec_->decode(std::span<const int32_t>(ids).subspan(ids.size() - tail));
+    if (reasoning_)
+      shape.prompt_tail = codec_->decode(std::span<const int32_t>(ids).subspan(ids.size() - tail));
     shape.new_call_id = [mistral = tools.format == ToolFormat::kMistral] { return new_call_id(mistral); };
   }
-  return std::make_unique<GenerationJob>(*loop_, std::move(*handle), std::move(meta), r, prompt_tokens,
-                                         [codec](int32_t id) { return codec->token_text(id); }, std::move(shape));
+  return std::make_unique<GenerationJob>(
+      *loop_, std::move(*handle), std::move(meta), r, prompt_tokens,
+      [codec](int32_t id) { return codec->token_text(id); }, std::move(shape));
 }
 
 }  // namespace nanoserve::server

@@ -22,7 +22,8 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       shape_(std::move(shape)) {
   for (Choice& c : choices_) {
     if (shape_.reasoning) c.reasoning_parser.emplace(shape_.prompt_tail);
-    if (shape_.tool_format != ToolFormat::kNone) c.tool_parser.emplace(shape_.tool_format, shape_.new_call_id);
+    if (shape_.tool_format != ToolFormat::kNone)
+      c.tool_parser.emplace(shape_.tool_format, shape_.new_call_id);
   }
 }
 
@@ -233,10 +234,10 @@ std::string GenerationJob::final_body() const {
         } else {
           res.tool_calls = nlohmann::json::array();
           for (const ToolCall& call : calls) {
-            res.tool_calls.push_back(nlohmann::json{
-                {"id", call.id},
-                {"type", "function"},
-                {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+            res.tool_calls.push_back(
+                nlohmann::json{{"id", call.id},
+                               {"type", "function"},
+                               {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
           }
         }
       }

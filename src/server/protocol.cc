@@ -269,7 +269,8 @@ bool read_message_list(const json* v, std::vector<ChatMessage>* out, Fields& f, 
     }
     if (content != m.end() && !read_content(*content, &msg.content, f, param + ".content")) return false;
     ordered_json tm{{"role", msg.role}};
-    tm["content"] = content == m.end() || content->is_null() ? ordered_json(nullptr) : ordered_json(msg.content);
+    tm["content"] =
+        content == m.end() || content->is_null() ? ordered_json(nullptr) : ordered_json(msg.content);
     if (!extras.empty()) any_extras = true;
     for (auto& [k, v] : extras.items()) tm[k] = v;
     for_template.push_back(std::move(tm));
@@ -302,7 +303,8 @@ void read_chat_template(Fields& f, std::string_view body, ChatTemplateRequest* o
 }
 
 // tools and the tool-choice fields (tool_protocol.h); the template gets the tools in the order sent.
-void read_tool_fields(Fields& f, const json& j, std::string_view body, ToolRequest* out, ChatTemplateRequest* ct) {
+void read_tool_fields(Fields& f, const json& j, std::string_view body, ToolRequest* out,
+                      ChatTemplateRequest* ct) {
   if (f.failed()) return;
   ordered_json ordered = ordered_json::object();
   if (j.contains("tools") || j.contains("functions")) {

@@ -31,7 +31,8 @@ std::optional<ReasoningFormat> reasoning_format_named(std::string_view name) {
 
 ReasoningParser::ReasoningParser(std::string_view prompt_tail) {
   const size_t end = prompt_tail.find_last_not_of(" \t\r\n");
-  const std::string_view t = end == std::string_view::npos ? std::string_view() : prompt_tail.substr(0, end + 1);
+  const std::string_view t =
+      end == std::string_view::npos ? std::string_view() : prompt_tail.substr(0, end + 1);
   if (t.size() >= kOpen.size() && t.substr(t.size() - kOpen.size()) == kOpen) mode_ = Mode::kReasoning;
 }
 

@@ -26,9 +26,11 @@ std::variant<ToolSetup, ApiError> setup_tools(const ToolRequest& t, const ToolOp
   const bool automatic = t.choice == ToolRequest::Choice::kAuto;
   const std::string choice_param = t.legacy ? "function_call" : "tool_choice";
   if (automatic && !options.enable_auto_tool_choice) {
-    return bad_request("\"auto\" tool choice needs the server started with --enable-auto-tool-choice; give "
-                       "'" + choice_param + "': \"required\", a named function, or \"none\".",
-                       choice_param);
+    return bad_request(
+        "\"auto\" tool choice needs the server started with --enable-auto-tool-choice; give "
+        "'" +
+            choice_param + "': \"required\", a named function, or \"none\".",
+        choice_param);
   }
   // The template's own format, else the one named at start-up, else Hermes (the most common).
   ToolFormat f = options.parser.value_or(tool_format_of_template(template_source));
@@ -41,7 +43,8 @@ std::variant<ToolSetup, ApiError> setup_tools(const ToolRequest& t, const ToolOp
   const bool array = f == ToolFormat::kMistral;
   std::string key = "tools\n" + std::string(tool_format_name(f)) + (t.parallel ? "\nparallel" : "\nsingle");
   for (const auto& s : schemas) key += "\n" + s.name + "\n" + s.parameters.dump();
-  auto json = cache.get(key, [&] { return structured::tool_call_grammar(schemas, args_key, array, t.parallel); });
+  auto json =
+      cache.get(key, [&] { return structured::tool_call_grammar(schemas, args_key, array, t.parallel); });
   if (!json.ok()) {
     const std::string list = t.legacy ? "functions" : "tools";
     return bad_request("'" + list + "': " + json.status().message() + ".", list);
@@ -70,8 +73,7 @@ std::variant<ToolSetup, ApiError> setup_tools(const ToolRequest& t, const ToolOp
       fr.trigger = "[TOOL_CALLS]";
       out.keep_special_text = true;
       break;
-    case ToolFormat::kNone:
-      break;
+    case ToolFormat::kNone: break;
   }
   out.constraint = std::make_shared<structured::ToolCallConstraintFactory>(*json, std::move(fr));
   return out;

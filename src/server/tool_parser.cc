@@ -170,7 +170,8 @@ const char* tool_format_name(ToolFormat f) {
 ToolFormat tool_format_of_template(std::string_view src) {
   if (src.find(kMistralOpen) != std::string_view::npos) return ToolFormat::kMistral;
   if (src.find(kHermesOpen) != std::string_view::npos) return ToolFormat::kHermes;
-  if (src.find(kPythonTag) != std::string_view::npos || src.find("\"parameters\": ") != std::string_view::npos)
+  if (src.find(kPythonTag) != std::string_view::npos ||
+      src.find("\"parameters\": ") != std::string_view::npos)
     return ToolFormat::kLlama3Json;
   return ToolFormat::kNone;
 }
@@ -386,12 +387,14 @@ bool ToolCallParser::step_call(ParsedText* out, bool final) {
     return true;
   }
   // Complete: it must parse as a whole.
-  auto whole = nlohmann::json::parse(std::string_view(buf_).substr(cs.begin, cs.end - cs.begin), nullptr, false);
+  auto whole =
+      nlohmann::json::parse(std::string_view(buf_).substr(cs.begin, cs.end - cs.begin), nullptr, false);
   if (whole.is_discarded() || !cs.name) return give_up();
   ToolCall call{o.id, *cs.name, "{}"};
   if (cs.args_begin != std::string::npos) {
     if (cs.args_is_string) {
-      auto s = nlohmann::json::parse(std::string_view(buf_).substr(cs.args_begin, cs.args_end - cs.args_begin));
+      auto s =
+          nlohmann::json::parse(std::string_view(buf_).substr(cs.args_begin, cs.args_end - cs.args_begin));
       call.arguments = s.get<std::string>();
       push_args(call.arguments);
     } else {

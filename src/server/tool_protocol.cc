@@ -40,7 +40,8 @@ std::optional<ApiError> read_function(const json& f, const std::string& param, T
   spec->name = name->get<std::string>();
   spec->parameters = json::object();
   if (auto p = f.find("parameters"); p != f.end() && !p->is_null()) {
-    if (!p->is_object()) return bad_request("'" + param + ".parameters' must be a JSON schema object.", param + ".parameters");
+    if (!p->is_object())
+      return bad_request("'" + param + ".parameters' must be a JSON schema object.", param + ".parameters");
     spec->parameters = *p;
   }
   return std::nullopt;
@@ -67,9 +68,9 @@ std::optional<ApiError> read_tools(const json& body, const ordered_json& ordered
   if (list != nullptr) {
     if (!list->is_array()) return bad_request(std::string("'") + list_name + "' must be a list.", list_name);
     if (list->size() > kMaxTools)
-      return bad_request(std::string("'") + list_name + "' has more than " + std::to_string(kMaxTools) +
-                             " entries.",
-                         list_name);
+      return bad_request(
+          std::string("'") + list_name + "' has more than " + std::to_string(kMaxTools) + " entries.",
+          list_name);
     ordered_json for_template = ordered_json::array();
     const ordered_json& olist = ordered.at(list_name);
     for (size_t i = 0; i < list->size(); ++i) {
@@ -130,7 +131,8 @@ std::optional<ApiError> read_tools(const json& body, const ordered_json& ordered
     } else if (c->is_object()) {
       const json* fn = choice != nullptr ? field(*c, "function") : c;
       if (choice != nullptr && (!c->contains("type") || (*c)["type"] != "function"))
-        return bad_request("'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}.", p);
+        return bad_request("'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                           p);
       if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
         return bad_request("'" + p + "' must name a function: " +
                                (choice != nullptr ? "{\"type\": \"function\", \"function\": {\"name\": ...}}."
@@ -144,12 +146,13 @@ std::optional<ApiError> read_tools(const json& body, const ordered_json& ordered
     if (out->choice != ToolRequest::Choice::kNone && out->specs.empty())
       return bad_request("'" + p + "' asks for a tool call but no 'tools' are given.", p);
     if (out->choice == ToolRequest::Choice::kNamed && out->callable().empty())
-      return bad_request("'" + p + "' names the function '" + quote_excerpt(out->named) +
-                             "', which is not among the tools.",
-                         p);
+      return bad_request(
+          "'" + p + "' names the function '" + quote_excerpt(out->named) + "', which is not among the tools.",
+          p);
   }
   if (const json* par = field(body, "parallel_tool_calls")) {
-    if (!par->is_boolean()) return bad_request("'parallel_tool_calls' must be a boolean.", "parallel_tool_calls");
+    if (!par->is_boolean())
+      return bad_request("'parallel_tool_calls' must be a boolean.", "parallel_tool_calls");
     out->parallel = par->get<bool>();
   }
   if (out->legacy) out->parallel = false;  // function_call returns one call
@@ -167,7 +170,9 @@ std::optional<ApiError> read_message_tool_parts(const json& m, const std::string
       const json& c = (*calls)[i];
       const std::string pi = p + "[" + std::to_string(i) + "]";
       if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
-        return bad_request("'" + pi + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}.", pi);
+        return bad_request(
+            "'" + pi + "' must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}.",
+            pi);
       const json& fn = c["function"];
       if (!fn.contains("name") || !fn["name"].is_string())
         return bad_request("'" + pi + ".function.name' must be a string.", pi + ".function.name");
@@ -190,7 +195,8 @@ std::optional<ApiError> read_message_tool_parts(const json& m, const std::string
         } else if (a->is_object()) {
           f["arguments"] = ordered_json::parse(a->dump());
         } else {
-          return bad_request("'" + pi + ".function.arguments' must be a string of JSON.", pi + ".function.arguments");
+          return bad_request("'" + pi + ".function.arguments' must be a string of JSON.",
+                             pi + ".function.arguments");
         }
       } else {
         f["arguments"] = ordered_json::object();

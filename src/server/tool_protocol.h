@@ -28,9 +28,9 @@ struct ToolRequest {
   std::optional<nlohmann::ordered_json> tools;  // for the template: [{"type": "function", "function": {...}}]
   std::vector<ToolSpec> specs;
   Choice choice = Choice::kNone;
-  std::string named;      // kNamed
-  bool parallel = true;   // parallel_tool_calls
-  bool legacy = false;    // sent as functions / function_call
+  std::string named;     // kNamed
+  bool parallel = true;  // parallel_tool_calls
+  bool legacy = false;   // sent as functions / function_call
   bool calls() const { return choice != Choice::kNone && !specs.empty(); }
   // The tools a call may name: all of them, or the named one.
   std::vector<ToolSpec> callable() const;

@@ -42,8 +42,8 @@ void ToolCallConstraint::enter_json() {
 // The JSON value is complete and the next token is not part of it.
 void ToolCallConstraint::after_json() {
   const CallFraming& fr = f_.framing();
-  const Phase after_close = fr.automatic ? (fr.repeat ? Phase::kFree : Phase::kEnd)
-                                         : (fr.repeat ? Phase::kBetween : Phase::kEnd);
+  const Phase after_close =
+      fr.automatic ? (fr.repeat ? Phase::kFree : Phase::kEnd) : (fr.repeat ? Phase::kBetween : Phase::kEnd);
   if (!fr.close.empty()) return start_forced(&fr.close, 0, after_close);
   phase_ = after_close;
 }
@@ -58,16 +58,12 @@ void ToolCallConstraint::compute_mask() {
     for (int32_t id : vocab_.eos_ids()) mask_set(mask_, id);
   };
   switch (phase_) {
-    case Phase::kFree:
-      free_ = true;
-      break;
+    case Phase::kFree: free_ = true; break;
     case Phase::kForced:
       mask_.assign(words, 0);
       mask_set(mask_, (*tokens_)[pos_]);
       break;
-    case Phase::kEnd:
-      only_end();
-      break;
+    case Phase::kEnd: only_end(); break;
     case Phase::kBetween:
       only_end();
       if (!fr.next.empty()) mask_set(mask_, fr.next[0]);
@@ -177,8 +173,7 @@ void ToolCallConstraint::accept(int32_t token) {
       else
         phase_ = Phase::kEnd;
       return;
-    case Phase::kEnd:
-      return;
+    case Phase::kEnd: return;
   }
 }
 

@@ -73,11 +73,11 @@ class ToolCallConstraint final : public TokenConstraint {
   size_t pos_ = 0;
   Phase forced_then_ = Phase::kJson;
   JsonState state_;
-  std::string tail_;        // kFree: the last bytes generated (trigger search)
-  bool any_text_ = false;   // kFree: a non-blank byte was generated
-  TokenMask mask_;          // of the current state, once apply() ran
+  std::string tail_;       // kFree: the last bytes generated (trigger search)
+  bool any_text_ = false;  // kFree: a non-blank byte was generated
+  TokenMask mask_;         // of the current state, once apply() ran
   bool mask_valid_ = false;
-  bool free_ = false;       // the mask allows everything
+  bool free_ = false;  // the mask allows everything
   std::string key_;
   std::vector<JsonState> scratch_;
 };

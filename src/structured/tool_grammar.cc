@@ -23,8 +23,8 @@ int32_t append_grammar(Grammar& g, const Grammar& part) {
 
 }  // namespace
 
-StatusOr<Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, std::string_view args_key, bool array,
-                                    bool parallel) {
+StatusOr<Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, std::string_view args_key,
+                                    bool array, bool parallel) {
   if (tools.empty()) return invalid_argument("no tools to call");
   if (tools.size() > kMaxConstrainedTools)
     return invalid_argument("more than " + std::to_string(kMaxConstrainedTools) +
@@ -33,8 +33,8 @@ StatusOr<Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, std::s
   std::vector<int32_t> calls;
   for (const ToolSchema& t : tools) {
     nlohmann::json schema = t.parameters;
-    if (schema.is_object() && !schema.contains("type") && !schema.contains("anyOf") && !schema.contains("$ref") &&
-        !schema.contains("enum") && !schema.contains("const"))
+    if (schema.is_object() && !schema.contains("type") && !schema.contains("anyOf") &&
+        !schema.contains("$ref") && !schema.contains("enum") && !schema.contains("const"))
       schema["type"] = "object";
     StatusOr<Grammar> part = compile_schema(schema);
     if (!part.ok()) return invalid_argument("tool '" + t.name + "': " + part.status().message());
@@ -70,7 +70,8 @@ StatusOr<Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, std::s
   }
   g.root = root;
   compute_min_depth(g);
-  if (!g.fits(g.root, 0)) return invalid_argument("the tool call cannot be finished within the nesting limit");
+  if (!g.fits(g.root, 0))
+    return invalid_argument("the tool call cannot be finished within the nesting limit");
   return g;
 }
 

@@ -25,7 +25,7 @@ inline constexpr size_t kMaxConstrainedTools = 16;
 
 // `array`: a JSON list of calls, at least one, at most one unless `parallel`.
 // The error names the tool (and the schema keyword, as compile_schema does).
-StatusOr<Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, std::string_view args_key, bool array,
-                                    bool parallel);
+StatusOr<Grammar> tool_call_grammar(const std::vector<ToolSchema>& tools, std::string_view args_key,
+                                    bool array, bool parallel);
 
 }  // namespace nanoserve::structured

@@ -138,7 +138,8 @@ TEST(ProtocolFields, ChatReadsToolsAndRefusesBadShapesByName) {
   ASSERT_TRUE(r.chat_template.tools.has_value());
   // The template sees the tools in the order sent.
   EXPECT_EQ((*r.chat_template.tools)[0]["function"]["parameters"]["properties"].begin().key(), "z");
-  GenerateRequest none = ok(chat(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none")"));
+  GenerateRequest none =
+      ok(chat(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none")"));
   EXPECT_FALSE(none.tools.calls());
   EXPECT_TRUE(none.chat_template.tools.has_value());  // the template still sees them
   GenerateRequest legacy = ok(chat(R"("functions": [{"name": "f"}], "function_call": {"name": "f"})"));

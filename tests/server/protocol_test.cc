@@ -119,7 +119,8 @@ TEST(Protocol, EveryMessageNeedsContentAndAKnownRole) {
        "messages[0].tool_calls[0]"},
       {R"({"messages": [{"role": "user", "content": "x", "function_call": {"name": "f"}}]})",
        "messages[0].function_call"},
-      {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})", "messages[0].tool_call_id"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})",
+       "messages[0].tool_call_id"},
       {R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role"},
       {R"({"messages": [{"role": 7, "content": "x"}]})", "messages[0].role"},
   };

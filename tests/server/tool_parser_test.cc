@@ -66,8 +66,10 @@ void expect_stream_invariant(ToolFormat f, const std::string& text) {
 
 TEST(ToolParser, HermesCallsBetweenTextNoMarkupInContent) {
   const std::string text =
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n"
-      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": [1, {\"b\": \"}\"}]}}\n</tool_call>";
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+      "\"days\": 3}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": [1, {\"b\": "
+      "\"}\"}]}}\n</tool_call>";
   const Result r = parse(ToolFormat::kHermes, text);
   EXPECT_EQ(r.content, "Let me check.\n");
   ASSERT_EQ(r.calls.size(), 2u);
@@ -79,7 +81,8 @@ TEST(ToolParser, HermesCallsBetweenTextNoMarkupInContent) {
 }
 
 TEST(ToolParser, HermesTextThatOnlyLooksLikeAMarkerIsContent) {
-  for (const std::string text : {"a < b and <tool> x", "ends with <tool_ca", "<tool_call>not json</tool_call> ok"}) {
+  for (const std::string text :
+       {"a < b and <tool> x", "ends with <tool_ca", "<tool_call>not json</tool_call> ok"}) {
     const Result r = parse(ToolFormat::kHermes, text);
     EXPECT_TRUE(r.calls.empty()) << text;
     EXPECT_EQ(r.content, text);
@@ -116,8 +119,9 @@ TEST(ToolParser, Llama3JsonWithAndWithoutPythonTag) {
     EXPECT_EQ(r.content, "");
     expect_stream_invariant(ToolFormat::kLlama3Json, text);
   }
-  const Result two = parse(ToolFormat::kLlama3Json,
-                           "{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"parameters\": {\"a\": 1}}");
+  const Result two =
+      parse(ToolFormat::kLlama3Json,
+            "{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"parameters\": {\"a\": 1}}");
   ASSERT_EQ(two.calls.size(), 2u);
   EXPECT_EQ(two.calls[1].name, "g");
 }
@@ -133,7 +137,8 @@ TEST(ToolParser, Llama3JsonPlainTextAndObjectsWithoutNameAreContent) {
 
 TEST(ToolParser, MistralList) {
   const std::string text =
-      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": \"[x]\"}}, {\"name\": \"g\", \"arguments\": {}}]";
+      "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"a\": \"[x]\"}}, {\"name\": \"g\", \"arguments\": "
+      "{}}]";
   const Result r = parse(ToolFormat::kMistral, text);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].arguments, "{\"a\": \"[x]\"}");
@@ -153,7 +158,8 @@ TEST(ToolParser, FormatFromTemplateAndName) {
   EXPECT_FALSE(tool_format_named("nope").has_value());
 }
 
-void split_reasoning(std::string_view tail, const std::string& text, size_t piece, std::string* r, std::string* c) {
+void split_reasoning(std::string_view tail, const std::string& text, size_t piece, std::string* r,
+                     std::string* c) {
   ReasoningParser p(tail);
   for (size_t i = 0; i < text.size(); i += piece) p.feed(std::string_view(text).substr(i, piece), r, c);
   p.finish(r, c);
