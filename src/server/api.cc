@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "server/anthropic.h"
 #include "server/auth.h"
 
 namespace nanoserve::server {
@@ -89,6 +90,7 @@ const RouteSpec* find_route(std::string_view path) {
       {Route::kDetokenize, "/detokenize", "POST"},
       {Route::kChat, "/v1/chat/completions", "POST"},
       {Route::kCompletion, "/v1/completions", "POST"},
+      {Route::kMessages, "/v1/messages", "POST"},
   };
   for (const RouteSpec& r : kRoutes) {
     if (r.path == path) return &r;
@@ -111,12 +113,31 @@ Outcome Api::handle(Route route, std::string_view body) {
     case Route::kDetokenize: return detokenize(body);
     case Route::kChat: return generate(Endpoint::kChat, body);
     case Route::kCompletion: return generate(Endpoint::kCompletion, body);
+    case Route::kMessages: return messages(body);
   }
   return error_reply(from_http_status(404));
 }
 
 bool Api::authorized(std::string_view authorization_header) const {
   return bearer_authorized(authorization_header, api_key_);
+}
+
+bool Api::key_authorized(std::string_view x_api_key_header) const {
+  return api_key_.empty() || constant_time_equal(x_api_key_header, api_key_);
+}
+
+Outcome Api::messages(std::string_view body) {
+  auto anthropic_reply = [](const Reply& r) {
+    return Reply{r.status, anthropic_error_from_openai(r.status, r.body)};
+  };
+  if (!ready()) return anthropic_reply(error_reply(not_ready()));
+  auto chat = anthropic_to_chat(body);
+  if (auto* e = std::get_if<ApiError>(&chat)) return Reply{e->http_status, anthropic_error_body(*e)};
+  Outcome out = generate(Endpoint::kChat, dump_json(std::get<json>(chat)));
+  if (auto* r = std::get_if<Reply>(&out)) return anthropic_reply(*r);
+  std::string id = new_call_id(false);
+  std::get<std::unique_ptr<GenerationJob>>(out)->set_anthropic("msg_" + id.substr(5));
+  return out;
 }
 
 Reply Api::health() const {

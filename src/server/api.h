@@ -31,7 +31,7 @@ struct Reply {
 
 // The routes the server answers. The transport finds the route by path first
 // (unknown: 404, before any key check), then checks the method (405 with Allow).
-enum class Route { kHealth, kModels, kMetrics, kTokenize, kDetokenize, kChat, kCompletion };
+enum class Route { kHealth, kModels, kMetrics, kTokenize, kDetokenize, kChat, kCompletion, kMessages };
 struct RouteSpec {
   Route route;
   std::string_view path;
@@ -66,6 +66,8 @@ class Api {
   // and (unless metrics_require_key) /metrics.
   bool needs_auth(Route route) const;
   bool authorized(std::string_view authorization_header) const;
+  // Anthropic's clients send the key as `x-api-key: KEY`.
+  bool key_authorized(std::string_view x_api_key_header) const;
 
   // Runs the route's endpoint on `body`. May block (parse budget, tokenization):
   // the transport calls it off its I/O threads.
@@ -76,6 +78,9 @@ class Api {
   Reply metrics() const;
   Reply tokenize(std::string_view body);
   Reply detokenize(std::string_view body);
+
+  // POST /v1/messages (Anthropic): the chat path with Anthropic's request, reply and errors.
+  Outcome messages(std::string_view body);
 
   // A Reply when the request fails before it reaches the engine, else the job.
   std::variant<Reply, std::unique_ptr<GenerationJob>> generate(Endpoint endpoint, std::string_view body);

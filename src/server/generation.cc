@@ -112,7 +112,9 @@ void GenerationJob::abort() {
 
 bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout) {
   if (done_) return true;
-  if (stream_ && !started_ && meta_.endpoint == Endpoint::kChat) {
+  if (stream_ && !started_ && anthropic_) {
+    *sse_out += anthropic_->start(prompt_tokens_);
+  } else if (stream_ && !started_ && meta_.endpoint == Endpoint::kChat) {
     // The first chunk of every choice carries the role, before any token.
     for (size_t i = 0; i < choices_.size(); ++i) {
       ChunkPart part;
@@ -156,6 +158,7 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
     c.text_offset += static_cast<int64_t>(ev.text.size());
     if (ev.finish != FinishReason::kNone) {
       c.finish = ev.finish;
+      c.stop_string = ev.stop_string;
       part.finish = ev.finish;
       part.finish_name = finish_name(c, ev.finish);
       ++n_finished_;
@@ -176,8 +179,12 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
                        : internal(error_message);
     loop_.abort(handle_);
     if (stream_) {
-      *sse_out += sse_event(error_->to_json());
-      *sse_out += kSseDone;
+      if (anthropic_) {
+        *sse_out += "event: error\ndata: " + anthropic_error_body(*error_) + "\n\n";
+      } else {
+        *sse_out += sse_event(error_->to_json());
+        *sse_out += kSseDone;
+      }
     }
     done_ = true;
     return true;
@@ -189,11 +196,14 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
       if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone &&
           parts[i].reasoning.empty() && parts[i].tool_calls.is_null() && parts[i].function_call.is_null())
         continue;
-      *sse_out += sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
+      *sse_out += anthropic_ ? anthropic_->part(parts[i])
+                             : sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
     }
   }
   if (n_finished_ == static_cast<int>(choices_.size())) {
-    if (stream_) {
+    if (stream_ && anthropic_) {
+      *sse_out += anthropic_->finish(choices_[0].finish, choices_[0].stop_string, completion_tokens_);
+    } else if (stream_) {
       if (include_usage_)
         *sse_out += sse_event(usage_chunk_json(meta_, Usage{prompt_tokens_, completion_tokens_}));
       *sse_out += kSseDone;
@@ -204,7 +214,7 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
 }
 
 std::string GenerationJob::final_body() const {
-  if (error_) return error_->body();
+  if (error_) return anthropic_ ? anthropic_error_body(*error_) : error_->body();
   std::vector<ChoiceResult> results;
   // Per prompt, its candidates in order; best_of keeps the n most likely (ties: the earlier one).
   // Usage counts every candidate's tokens: they were all generated.
@@ -244,6 +254,10 @@ std::string GenerationJob::final_body() const {
       results.push_back(std::move(res));
     }
   }
+  if (anthropic_)
+    return dump_json(anthropic_message(anthropic_->id(), meta_.model, results.front(),
+                                       choices_[order[0]].stop_string,
+                                       Usage{prompt_tokens_, completion_tokens_}));
   return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
 }
 

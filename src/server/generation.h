@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "server/anthropic.h"
 #include "server/api_error.h"
 #include "server/engine_loop.h"
 #include "server/protocol.h"
@@ -55,6 +56,9 @@ class GenerationJob {
   int final_status() const { return error_ ? error_->http_status : 200; }
   std::string final_body() const;
 
+  // Answer in Anthropic's Messages shape (POST /v1/messages) instead of OpenAI's chat shape.
+  void set_anthropic(const std::string& id) { anthropic_.emplace(id, meta_.model); }
+
   // The client is gone: abort every unfinished choice (idempotent).
   void abort();
 
@@ -66,6 +70,7 @@ class GenerationJob {
     int64_t text_offset = 0;          // bytes of text streamed so far
     double cumulative_logprob = 0.0;  // of its tokens, under the model's raw distribution (best_of)
     std::string reasoning;
+    std::string stop_string;  // the stop string that finished it
     std::optional<ReasoningParser> reasoning_parser;
     std::optional<ToolCallParser> tool_parser;
   };
@@ -92,6 +97,7 @@ class GenerationJob {
   std::optional<ApiError> error_;
   std::vector<TokenEvent> events_;  // scratch, reused by poll()
   OutputShape shape_;
+  std::optional<AnthropicStream> anthropic_;
 };
 
 }  // namespace nanoserve::server

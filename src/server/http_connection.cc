@@ -220,7 +220,15 @@ void Connection::on_head() {
     auto [first, last] = req.equal_range(http::field::authorization);
     // Exactly one Authorization header, its bytes as received.
     const bool one = first != last && std::next(first) == last;
-    if (!one || !server_.api.authorized(sv(first->value()))) {
+    auto [kfirst, klast] = req.equal_range("x-api-key");
+    const bool one_key = kfirst != klast && std::next(kfirst) == klast;
+    const bool ok = (one && server_.api.authorized(sv(first->value()))) ||
+                    (first == last && one_key && server_.api.key_authorized(sv(kfirst->value())));
+    if (!ok) {
+      if (route->route == Route::kMessages) {
+        keep_alive_ = keep_alive_ && parser_->is_done();
+        return send_reply(Reply{401, anthropic_error_body(unauthorized())}, {{"WWW-Authenticate", "Bearer"}});
+      }
       return send_error(unauthorized(), {{"WWW-Authenticate", "Bearer"}});
     }
   }
