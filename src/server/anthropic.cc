@@ -114,9 +114,7 @@ std::variant<json, ApiError> anthropic_to_chat(std::string_view body) {
       }
     }
     if (!calls.empty()) {
-      json a{{"role", "assistant"},
-             {"content", text.empty() ? json(nullptr) : json(text)},
-             {"tool_calls", calls}};
+      json a{{"role", "assistant"}, {"content", text}, {"tool_calls", calls}};
       messages.push_back(std::move(a));
     } else if (!text.empty() || c.empty()) {
       messages.push_back({{"role", role}, {"content", text}});

@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "server/anthropic.h"
 #include "server/auth.h"
+#include "server/openai_responses.h"
 
 namespace nanoserve::server {
 
@@ -91,6 +92,7 @@ const RouteSpec* find_route(std::string_view path) {
       {Route::kChat, "/v1/chat/completions", "POST"},
       {Route::kCompletion, "/v1/completions", "POST"},
       {Route::kMessages, "/v1/messages", "POST"},
+      {Route::kResponses, "/v1/responses", "POST"},
   };
   for (const RouteSpec& r : kRoutes) {
     if (r.path == path) return &r;
@@ -114,6 +116,7 @@ Outcome Api::handle(Route route, std::string_view body) {
     case Route::kChat: return generate(Endpoint::kChat, body);
     case Route::kCompletion: return generate(Endpoint::kCompletion, body);
     case Route::kMessages: return messages(body);
+    case Route::kResponses: return responses(body);
   }
   return error_reply(from_http_status(404));
 }
@@ -124,6 +127,16 @@ bool Api::authorized(std::string_view authorization_header) const {
 
 bool Api::key_authorized(std::string_view x_api_key_header) const {
   return api_key_.empty() || constant_time_equal(x_api_key_header, api_key_);
+}
+
+Outcome Api::responses(std::string_view body) {
+  if (!ready()) return error_reply(not_ready());
+  auto chat = responses_to_chat(body);
+  if (auto* e = std::get_if<ApiError>(&chat)) return error_reply(*e);
+  Outcome out = generate(Endpoint::kChat, dump_json(std::get<json>(chat)));
+  if (auto* job = std::get_if<std::unique_ptr<GenerationJob>>(&out))
+    (*job)->set_responses("resp_" + new_call_id(false).substr(5));
+  return out;
 }
 
 Outcome Api::messages(std::string_view body) {

@@ -31,7 +31,17 @@ struct Reply {
 
 // The routes the server answers. The transport finds the route by path first
 // (unknown: 404, before any key check), then checks the method (405 with Allow).
-enum class Route { kHealth, kModels, kMetrics, kTokenize, kDetokenize, kChat, kCompletion, kMessages };
+enum class Route {
+  kHealth,
+  kModels,
+  kMetrics,
+  kTokenize,
+  kDetokenize,
+  kChat,
+  kCompletion,
+  kMessages,
+  kResponses
+};
 struct RouteSpec {
   Route route;
   std::string_view path;
@@ -81,6 +91,8 @@ class Api {
 
   // POST /v1/messages (Anthropic): the chat path with Anthropic's request, reply and errors.
   Outcome messages(std::string_view body);
+  // POST /v1/responses (OpenAI Responses API, stateless).
+  Outcome responses(std::string_view body);
 
   // A Reply when the request fails before it reaches the engine, else the job.
   std::variant<Reply, std::unique_ptr<GenerationJob>> generate(Endpoint endpoint, std::string_view body);

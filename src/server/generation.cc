@@ -28,8 +28,10 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
 }
 
 void GenerationJob::shape(Choice& c, std::string_view text, bool final, ChunkPart* part) {
+  // The choice keeps its whole text when streaming too: the Responses stream ends with the whole response.
   if (!c.reasoning_parser && !c.tool_parser) {
-    (part != nullptr ? part->text : c.text).append(text);
+    if (part != nullptr) part->text.append(text);
+    if (part == nullptr || responses_) c.text.append(text);
     return;
   }
   std::string reasoning, content;
@@ -70,7 +72,8 @@ void GenerationJob::shape(Choice& c, std::string_view text, bool final, ChunkPar
         for (auto& d : deltas) part->tool_calls.push_back(std::move(d));
       }
     }
-  } else {
+  }
+  if (part == nullptr || responses_) {
     c.text += parsed.content;
     c.reasoning += reasoning;
   }
@@ -114,6 +117,8 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
   if (done_) return true;
   if (stream_ && !started_ && anthropic_) {
     *sse_out += anthropic_->start(prompt_tokens_);
+  } else if (stream_ && !started_ && responses_) {
+    *sse_out += responses_->start();
   } else if (stream_ && !started_ && meta_.endpoint == Endpoint::kChat) {
     // The first chunk of every choice carries the role, before any token.
     for (size_t i = 0; i < choices_.size(); ++i) {
@@ -181,6 +186,10 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
     if (stream_) {
       if (anthropic_) {
         *sse_out += "event: error\ndata: " + anthropic_error_body(*error_) + "\n\n";
+      } else if (responses_) {
+        nlohmann::json e{
+            {"type", "error"}, {"message", error_->message}, {"code", error_->code}, {"param", nullptr}};
+        *sse_out += "event: error\ndata: " + dump_json(e) + "\n\n";
       } else {
         *sse_out += sse_event(error_->to_json());
         *sse_out += kSseDone;
@@ -196,13 +205,19 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
       if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone &&
           parts[i].reasoning.empty() && parts[i].tool_calls.is_null() && parts[i].function_call.is_null())
         continue;
-      *sse_out += anthropic_ ? anthropic_->part(parts[i])
-                             : sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
+      *sse_out += anthropic_   ? anthropic_->part(parts[i])
+                  : responses_ ? responses_->part(parts[i])
+                               : sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
     }
   }
   if (n_finished_ == static_cast<int>(choices_.size())) {
     if (stream_ && anthropic_) {
       *sse_out += anthropic_->finish(choices_[0].finish, choices_[0].stop_string, completion_tokens_);
+    } else if (stream_ && responses_) {
+      std::vector<size_t> order;
+      *sse_out += responses_->finish(responses_object(responses_->id(), meta_.model, responses_->created(),
+                                                      choice_results(&order).front(),
+                                                      Usage{prompt_tokens_, completion_tokens_}));
     } else if (stream_) {
       if (include_usage_)
         *sse_out += sse_event(usage_chunk_json(meta_, Usage{prompt_tokens_, completion_tokens_}));
@@ -215,10 +230,23 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
 
 std::string GenerationJob::final_body() const {
   if (error_) return anthropic_ ? anthropic_error_body(*error_) : error_->body();
+  std::vector<size_t> order;
+  std::vector<ChoiceResult> results = choice_results(&order);
+  if (anthropic_)
+    return dump_json(anthropic_message(anthropic_->id(), meta_.model, results.front(),
+                                       choices_[order[0]].stop_string,
+                                       Usage{prompt_tokens_, completion_tokens_}));
+  if (responses_)
+    return dump_json(responses_object(responses_->id(), meta_.model, responses_->created(), results.front(),
+                                      Usage{prompt_tokens_, completion_tokens_}));
+  return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
+}
+
+std::vector<ChoiceResult> GenerationJob::choice_results(std::vector<size_t>* order_out) const {
   std::vector<ChoiceResult> results;
   // Per prompt, its candidates in order; best_of keeps the n most likely (ties: the earlier one).
   // Usage counts every candidate's tokens: they were all generated.
-  std::vector<size_t> order;
+  std::vector<size_t>& order = *order_out;
   for (size_t first = 0; first < choices_.size(); first += candidates_) {
     order.clear();
     for (size_t i = first; i < first + candidates_; ++i) order.push_back(i);
@@ -254,11 +282,7 @@ std::string GenerationJob::final_body() const {
       results.push_back(std::move(res));
     }
   }
-  if (anthropic_)
-    return dump_json(anthropic_message(anthropic_->id(), meta_.model, results.front(),
-                                       choices_[order[0]].stop_string,
-                                       Usage{prompt_tokens_, completion_tokens_}));
-  return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
+  return results;
 }
 
 }  // namespace nanoserve::server

@@ -13,6 +13,7 @@
 #include "server/anthropic.h"
 #include "server/api_error.h"
 #include "server/engine_loop.h"
+#include "server/openai_responses.h"
 #include "server/protocol.h"
 #include "server/reasoning_parser.h"
 #include "server/responses.h"
@@ -58,6 +59,8 @@ class GenerationJob {
 
   // Answer in Anthropic's Messages shape (POST /v1/messages) instead of OpenAI's chat shape.
   void set_anthropic(const std::string& id) { anthropic_.emplace(id, meta_.model); }
+  // Answer in the Responses API's shape (POST /v1/responses).
+  void set_responses(const std::string& id) { responses_.emplace(id, meta_.model, meta_.created); }
 
   // The client is gone: abort every unfinished choice (idempotent).
   void abort();
@@ -98,6 +101,9 @@ class GenerationJob {
   std::vector<TokenEvent> events_;  // scratch, reused by poll()
   OutputShape shape_;
   std::optional<AnthropicStream> anthropic_;
+  std::optional<ResponsesStream> responses_;
+  // The returned choices, in order (best_of applied); `order` gets the choice index of each.
+  std::vector<ChoiceResult> choice_results(std::vector<size_t>* order) const;
 };
 
 }  // namespace nanoserve::server
