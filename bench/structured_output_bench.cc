@@ -17,14 +17,14 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/load_engine.h"
-#include "server/structured/json_constraint.h"
-#include "server/structured/schema_compiler.h"
+#include "structured/json_constraint.h"
+#include "structured/schema_compiler.h"
 
 namespace nanoserve {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using server::structured::JsonConstraintFactory;
+using structured::JsonConstraintFactory;
 
 struct Timing {
   std::atomic<int64_t> ns{0};
@@ -127,7 +127,7 @@ int main_impl(int argc, char** argv) {
     special.push_back(tok.is_special(id));
   }
   const auto t_vocab = Clock::now();
-  auto vocab = std::make_shared<server::structured::TokenVocab>(std::move(pieces), special, tok.eos_ids());
+  auto vocab = std::make_shared<structured::TokenVocab>(std::move(pieces), special, tok.eos_ids());
   std::printf("vocabulary trie: %d tokens, %zu nodes, built in %.1f ms\n", vocab->size(),
               vocab->trie().size(),
               std::chrono::duration<double, std::milli>(Clock::now() - t_vocab).count());
@@ -137,7 +137,7 @@ int main_impl(int argc, char** argv) {
     "color":{"enum":["black","white","orange","grey"]},"indoor":{"type":"boolean"},
     "weight":{"type":"number","minimum":0,"maximum":20}},
     "required":["name","age","color"],"additionalProperties":false}})");
-  auto grammar = server::structured::compile_schema(schema);
+  auto grammar = structured::compile_schema(schema);
   NS_CHECK(grammar.ok()) << grammar.status().to_string();
   auto factory = std::make_shared<JsonConstraintFactory>(std::move(*grammar), vocab);
 
@@ -182,13 +182,13 @@ int main_impl(int argc, char** argv) {
   }
 
   // A miss in the costliest state: inside a free string, where almost every token is allowed.
-  server::structured::JsonState s(&factory->grammar());
+  structured::JsonState s(&factory->grammar());
   NS_CHECK(s.feed(R"([{"age": 3, "color": "grey", "name": "Tom)"));
-  std::vector<server::structured::JsonState> scratch;
-  server::structured::TokenMask m;
+  std::vector<structured::JsonState> scratch;
+  structured::TokenMask m;
   const auto t0 = Clock::now();
   constexpr int kReps = 5;
-  for (int i = 0; i < kReps; ++i) server::structured::compute_mask(*vocab, s, scratch, m);
+  for (int i = 0; i < kReps; ++i) structured::compute_mask(*vocab, s, scratch, m);
   int64_t allowed = 0;
   for (uint64_t w : m) allowed += __builtin_popcountll(w);
   std::printf("one mask miss inside a string (trie walk): %.2f ms, %lld of %d tokens allowed\n",

@@ -29,6 +29,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/bench_serve.h"
@@ -94,6 +95,7 @@ struct BenchServeArgs {
   std::string result_dir;
   std::string result_filename;
   bool no_progress = false;
+  double ready_timeout_s = 600;
 };
 
 int fail_setup(const std::string& msg) {
@@ -110,6 +112,34 @@ std::vector<std::string> split_commas(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
+}
+
+// Waits while GET /health answers 503 (a server still loading its model), for at most
+// `timeout_s`; any other answer (200, a 404 or 401 from another server) ends the wait, and a
+// connection error is left to the first real request to report. Says once what it waits for;
+// the error says what it saw last.
+Status wait_until_ready(const ServerUrl& url, const std::string& key, double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string last;
+  bool said = false;
+  while (true) {
+    StatusOr<HttpReply> r = http_fetch(url, "GET", "/health", "", key, kSetupTimeoutS);
+    if (!r.ok() || r->status != 503) return Status();
+    last = "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200);
+    if (Clock::now() >= deadline) {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.0f", timeout_s);
+      return failed_precondition("the server is not ready after " + std::string(secs) +
+                                 " s (--ready-check-timeout-sec); last: " + last);
+    }
+    if (!said) {
+      std::fprintf(stderr, "nanoserve bench serve: the server is not ready (%s); waiting up to %.0f s\n",
+                   last.c_str(), timeout_s);
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
 }
 
 // The served model: the first of GET /v1/models.
@@ -344,6 +374,8 @@ int run_bench_serve(BenchServeArgs a) {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
 
+  if (Status ready = wait_until_ready(*url, a.api_key, a.ready_timeout_s); !ready.ok())
+    return fail_setup(ready.message());
   std::string model = a.model;
   if (model.empty()) {
     StatusOr<std::string> m = first_model(*url, a.api_key);
@@ -484,6 +516,10 @@ CommandRun add_bench_serve_command(CLI::App& bench) {
   sub->add_option("--result-dir", a->result_dir, "Folder of the JSON file");
   sub->add_option("--result-filename", a->result_filename, "Name of the JSON file (implies --save-result)");
   sub->add_flag("--no-progress", a->no_progress, "No progress bar or lines");
+  sub->add_option("--ready-check-timeout-sec", a->ready_timeout_s,
+                  "Seconds to wait for the server to be ready (GET /health 200) before the run")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   return [a] {
     try {
       return run_bench_serve(*a);

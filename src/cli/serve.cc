@@ -28,7 +28,9 @@
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/reasoning_parser.h"
 #include "server/tokenizer_codec.h"
+#include "server/tool_parser.h"
 #include "template/chat_template.h"
 
 namespace nanoserve::cli {
@@ -47,7 +49,10 @@ struct ServeOptions {
   int http_threads = server::HttpOptions{}.num_threads;
   int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
-  std::string chat_template;  // a file or the template text; empty: the model's
+  std::string chat_template;     // a file or the template text; empty: the model's
+  std::string tool_call_parser;  // empty: from the chat template
+  bool enable_auto_tool_choice = false;
+  std::string reasoning_parser;  // empty: none
 };
 
 // The chat template chats render with: --chat-template, else the model's own. A model without
@@ -149,6 +154,10 @@ int run_serve(const ServeOptions& opt) {
   server::ParseBudget::Options parse_budget;
   parse_budget.capacity_bytes = static_cast<size_t>(opt.max_parse_bytes);
   server::Api api(served_name, api_key, metrics, parse_budget, opt.metrics_require_key);
+  server::ToolOptions tool_options;
+  if (!opt.tool_call_parser.empty()) tool_options.parser = server::tool_format_named(opt.tool_call_parser);
+  tool_options.enable_auto_tool_choice = opt.enable_auto_tool_choice;
+  api.set_output_options(tool_options, !opt.reasoning_parser.empty());
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;
@@ -242,6 +251,21 @@ CommandRun add_serve_command(CLI::App& app) {
   // The smallest budget still admits one body of the largest size HTTP accepts, beside the small reserve.
   const auto min_parse_bytes = static_cast<int64_t>(server::HttpOptions{}.max_body_bytes +
                                                     server::ParseBudget::Options{}.small_reserve_bytes);
+  cmd->add_option("--tool-call-parser", opt->tool_call_parser,
+                  "format of tool calls: hermes (also qwen), llama3_json, mistral; default: the chat "
+                  "template's, else hermes")
+      ->check([](const std::string& v) {
+        return server::tool_format_named(v) ? std::string()
+                                            : "unknown parser '" + v + "' (hermes, llama3_json, mistral)";
+      });
+  cmd->add_flag("--enable-auto-tool-choice", opt->enable_auto_tool_choice,
+                "allow tool_choice \"auto\": the model decides; a call it opens is decoded under its schema");
+  cmd->add_option("--reasoning-parser", opt->reasoning_parser,
+                  "split <think>...</think> into reasoning_content: deepseek_r1, qwen3")
+      ->check([](const std::string& v) {
+        return server::reasoning_format_named(v) ? std::string()
+                                                 : "unknown parser '" + v + "' (deepseek_r1, qwen3)";
+      });
   cmd->add_option("--max-parse-bytes", opt->max_parse_bytes,
                   "request-body bytes parsed at once (parsing costs up to 40x the body); "
                   "a body that finds no room within 1 s gets 503")

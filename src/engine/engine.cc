@@ -153,7 +153,9 @@ StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingPar
   }
   const RequestId id = next_id_.fetch_add(1);
   const uint64_t seed = params.seed.has_value() ? *params.seed : mix_seed(config_.seed, id);
-  std::unique_ptr<TextStream> stream = text_ != nullptr ? text_->open(prompt) : nullptr;
+  std::unique_ptr<TextStream> stream = text_ == nullptr             ? nullptr
+                                       : params.skip_special_tokens ? text_->open(prompt)
+                                                                    : text_->open_keeping_special(prompt);
   auto r =
       std::make_unique<Request>(id, std::move(prompt), std::move(params), seed, eos_ids_, std::move(stream));
   {

@@ -53,6 +53,10 @@ struct SamplingParams {
 
   int32_t n = 1;  // completions per prompt; the server fans out n requests
 
+  // The text leaves special tokens out (as OpenAI servers do); false keeps their text, for
+  // tool-call markers that are special tokens ([TOOL_CALLS], <|python_tag|>). End tokens never show.
+  bool skip_special_tokens = true;
+
   // Structured output: which tokens may come next (each request starts its own state). Null: any.
   std::shared_ptr<const TokenConstraintFactory> constraint;
 

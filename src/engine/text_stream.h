@@ -30,6 +30,10 @@ class TextStreamFactory {
   virtual std::vector<int32_t> eos_ids() const = 0;
   // A fresh stream for one request; the prompt is the context its text follows.
   virtual std::unique_ptr<TextStream> open(std::span<const int32_t> prompt) const = 0;
+  // The same, keeping special tokens' text (SamplingParams::skip_special_tokens false).
+  virtual std::unique_ptr<TextStream> open_keeping_special(std::span<const int32_t> prompt) const {
+    return open(prompt);
+  }
 };
 
 }  // namespace nanoserve

@@ -2,7 +2,7 @@
 // A per-request rule on which token may come next (structured output).
 //
 // The engine knows only this interface; the server fills it (a JSON-schema
-// automaton, server/structured/). Each step, for a constrained request, the
+// automaton, structured/). Each step, for a constrained request, the
 // engine copies the logits row, lets the constraint set every forbidden token
 // to -inf (apply), samples from that row as usual (greedy included: a
 // constrained request is never plain greedy), and tells the constraint which

@@ -17,6 +17,7 @@ class TokenizerText final : public TextStreamFactory {
   explicit TokenizerText(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
   std::vector<int32_t> eos_ids() const override { return tokenizer_.eos_ids(); }
   std::unique_ptr<TextStream> open(std::span<const int32_t> prompt) const override;
+  std::unique_ptr<TextStream> open_keeping_special(std::span<const int32_t> prompt) const override;
 
  private:
   const Tokenizer& tokenizer_;

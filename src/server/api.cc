@@ -11,7 +11,9 @@
 #include <utility>
 
 #include "core/logging.h"
+#include "server/anthropic.h"
 #include "server/auth.h"
+#include "server/openai_responses.h"
 
 namespace nanoserve::server {
 
@@ -27,6 +29,15 @@ std::string chat_error_param(const Status& st, const ChatTemplateRequest& r) {
 }
 
 }  // namespace
+
+std::string new_call_id(bool mistral) {
+  // Mistral's template accepts only 9 letters and digits; OpenAI's ids are "call_" and 24 more.
+  static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  std::string id = mistral ? "" : "call_";
+  for (int i = 0; i < (mistral ? 9 : 24); ++i) id.push_back(kAlnum[rng() % (sizeof(kAlnum) - 1)]);
+  return id;
+}
 
 Api::Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
          ParseBudget::Options parse_budget, bool metrics_require_key)
@@ -80,6 +91,8 @@ const RouteSpec* find_route(std::string_view path) {
       {Route::kDetokenize, "/detokenize", "POST"},
       {Route::kChat, "/v1/chat/completions", "POST"},
       {Route::kCompletion, "/v1/completions", "POST"},
+      {Route::kMessages, "/v1/messages", "POST"},
+      {Route::kResponses, "/v1/responses", "POST"},
   };
   for (const RouteSpec& r : kRoutes) {
     if (r.path == path) return &r;
@@ -102,12 +115,42 @@ Outcome Api::handle(Route route, std::string_view body) {
     case Route::kDetokenize: return detokenize(body);
     case Route::kChat: return generate(Endpoint::kChat, body);
     case Route::kCompletion: return generate(Endpoint::kCompletion, body);
+    case Route::kMessages: return messages(body);
+    case Route::kResponses: return responses(body);
   }
   return error_reply(from_http_status(404));
 }
 
 bool Api::authorized(std::string_view authorization_header) const {
   return bearer_authorized(authorization_header, api_key_);
+}
+
+bool Api::key_authorized(std::string_view x_api_key_header) const {
+  return api_key_.empty() || constant_time_equal(x_api_key_header, api_key_);
+}
+
+Outcome Api::responses(std::string_view body) {
+  if (!ready()) return error_reply(not_ready());
+  auto chat = responses_to_chat(body);
+  if (auto* e = std::get_if<ApiError>(&chat)) return error_reply(*e);
+  Outcome out = generate(Endpoint::kChat, dump_json(std::get<json>(chat)));
+  if (auto* job = std::get_if<std::unique_ptr<GenerationJob>>(&out))
+    (*job)->set_responses("resp_" + new_call_id(false).substr(5));
+  return out;
+}
+
+Outcome Api::messages(std::string_view body) {
+  auto anthropic_reply = [](const Reply& r) {
+    return Reply{r.status, anthropic_error_from_openai(r.status, r.body)};
+  };
+  if (!ready()) return anthropic_reply(error_reply(not_ready()));
+  auto chat = anthropic_to_chat(body);
+  if (auto* e = std::get_if<ApiError>(&chat)) return Reply{e->http_status, anthropic_error_body(*e)};
+  Outcome out = generate(Endpoint::kChat, dump_json(std::get<json>(chat)));
+  if (auto* r = std::get_if<Reply>(&out)) return anthropic_reply(*r);
+  std::string id = new_call_id(false);
+  std::get<std::unique_ptr<GenerationJob>>(out)->set_anthropic("msg_" + id.substr(5));
+  return out;
 }
 
 Reply Api::health() const {
@@ -178,13 +221,35 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   auto constraint = structured_.constraint_for(r, *codec_);
   if (auto* e = std::get_if<ApiError>(&constraint)) return error_reply(*e);
   r.params.constraint = std::get<std::shared_ptr<const TokenConstraintFactory>>(std::move(constraint));
+  ToolSetup tools;
+  if (endpoint == Endpoint::kChat && r.tools.calls()) {
+    const std::string choice = r.tools.legacy ? "function_call" : "tool_choice";
+    if (r.params.constraint)
+      return error_reply(bad_request(
+          "'response_format' cannot be combined with tool calls; give '" + choice + "': \"none\" to use it.",
+          "response_format"));
+    if (r.tools.choice != ToolRequest::Choice::kAuto && (r.params.ignore_eos || r.params.min_tokens > 0))
+      return error_reply(
+          bad_request(std::string("'") + (r.params.ignore_eos ? "ignore_eos" : "min_tokens") +
+                          "' cannot be combined with a required tool call: the output ends when "
+                          "the calls do.",
+                      r.params.ignore_eos ? "ignore_eos" : "min_tokens"));
+    const std::string source =
+        r.chat_template.chat_template ? *r.chat_template.chat_template : codec_->chat_template_source();
+    auto setup = setup_tools(r.tools, tool_options_, source, *codec_, structured_.cache(*codec_));
+    if (auto* e = std::get_if<ApiError>(&setup)) return error_reply(*e);
+    tools = std::get<ToolSetup>(std::move(setup));
+    r.params.constraint = tools.constraint;
+    if (tools.keep_special_text) r.params.skip_special_tokens = false;
+  }
 
   // Encode every prompt and resolve max_tokens against the context.
   std::vector<std::vector<int32_t>> prompts;
   if (endpoint == Endpoint::kChat) {
     auto ids = codec_->encode_chat(r.messages, r.chat_template);
     if (!ids.ok()) {
-      return error_reply(bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
+      return error_reply(
+          bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
     }
     prompts.push_back(std::move(*ids));
   } else {
@@ -238,8 +303,20 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   }
   ResponseMeta meta{endpoint, new_id(endpoint), static_cast<int64_t>(std::time(nullptr)), served_model_name_};
   const ModelCodec* codec = codec_;
-  return std::make_unique<GenerationJob>(*loop_, std::move(*handle), std::move(meta), r, prompt_tokens,
-                                         [codec](int32_t id) { return codec->token_text(id); });
+  OutputShape shape;
+  if (endpoint == Endpoint::kChat) {
+    shape.tool_format = tools.format;
+    shape.legacy_functions = r.tools.legacy;
+    shape.reasoning = reasoning_;
+    const std::vector<int32_t>& ids = prompts.front();
+    const size_t tail = std::min<size_t>(ids.size(), 8);
+    if (reasoning_)
+      shape.prompt_tail = codec_->decode(std::span<const int32_t>(ids).subspan(ids.size() - tail));
+    shape.new_call_id = [mistral = tools.format == ToolFormat::kMistral] { return new_call_id(mistral); };
+  }
+  return std::make_unique<GenerationJob>(
+      *loop_, std::move(*handle), std::move(meta), r, prompt_tokens,
+      [codec](int32_t id) { return codec->token_text(id); }, std::move(shape));
 }
 
 }  // namespace nanoserve::server

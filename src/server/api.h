@@ -18,7 +18,8 @@
 #include "server/model_codec.h"
 #include "server/parse_budget.h"
 #include "server/protocol.h"
-#include "server/structured/structured_output.h"
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace nanoserve::server {
 
@@ -30,7 +31,17 @@ struct Reply {
 
 // The routes the server answers. The transport finds the route by path first
 // (unknown: 404, before any key check), then checks the method (405 with Allow).
-enum class Route { kHealth, kModels, kMetrics, kTokenize, kDetokenize, kChat, kCompletion };
+enum class Route {
+  kHealth,
+  kModels,
+  kMetrics,
+  kTokenize,
+  kDetokenize,
+  kChat,
+  kCompletion,
+  kMessages,
+  kResponses
+};
 struct RouteSpec {
   Route route;
   std::string_view path;
@@ -38,6 +49,9 @@ struct RouteSpec {
 };
 // The route at `path` (the target without its query), or nullptr.
 const RouteSpec* find_route(std::string_view path);
+
+// A tool call's id: "call_" + 24 letters and digits, or (mistral) 9 of them.
+std::string new_call_id(bool mistral);
 
 using Outcome = std::variant<Reply, std::unique_ptr<GenerationJob>>;
 
@@ -47,6 +61,13 @@ class Api {
   Api(std::string served_model_name, std::string api_key, ServerMetrics& metrics,
       ParseBudget::Options parse_budget = {}, bool metrics_require_key = false);
 
+  // Tool calls and reasoning output (serve's --tool-call-parser, --enable-auto-tool-choice,
+  // --reasoning-parser); before set_ready.
+  void set_output_options(const ToolOptions& tools, bool reasoning) {
+    tool_options_ = tools;
+    reasoning_ = reasoning;
+  }
+
   // Once the model is loaded: from here on the generation endpoints work and /health says 200.
   void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
   bool ready() const { return ready_.load(std::memory_order_acquire); }
@@ -55,6 +76,8 @@ class Api {
   // and (unless metrics_require_key) /metrics.
   bool needs_auth(Route route) const;
   bool authorized(std::string_view authorization_header) const;
+  // Anthropic's clients send the key as `x-api-key: KEY`.
+  bool key_authorized(std::string_view x_api_key_header) const;
 
   // Runs the route's endpoint on `body`. May block (parse budget, tokenization):
   // the transport calls it off its I/O threads.
@@ -65,6 +88,11 @@ class Api {
   Reply metrics() const;
   Reply tokenize(std::string_view body);
   Reply detokenize(std::string_view body);
+
+  // POST /v1/messages (Anthropic): the chat path with Anthropic's request, reply and errors.
+  Outcome messages(std::string_view body);
+  // POST /v1/responses (OpenAI Responses API, stateless).
+  Outcome responses(std::string_view body);
 
   // A Reply when the request fails before it reaches the engine, else the job.
   std::variant<Reply, std::unique_ptr<GenerationJob>> generate(Endpoint endpoint, std::string_view body);
@@ -89,6 +117,8 @@ class Api {
   ProtocolLimits limits_;
   ParseBudget parse_budget_;
   StructuredOutput structured_;
+  ToolOptions tool_options_;
+  bool reasoning_ = false;
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;
 };

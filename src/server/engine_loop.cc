@@ -38,6 +38,7 @@ SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<s
   s.top_logprobs = std::max(0, p.top_logprobs);
   s.n = 1;
   s.constraint = p.constraint;
+  s.skip_special_tokens = p.skip_special_tokens;
   return s;
 }
 
@@ -172,20 +173,22 @@ void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
     }
     if (o.finished()) {
       finish_locked(o.id, t, o.finish_reason, o.arrival_time,
-                    o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string());
+                    o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string(),
+                    o.stop_string);
       tracked_.erase(it);
     }
   }
 }
 
 void EngineLoop::finish_locked(RequestId, Tracked& t, FinishReason reason, Clock::time_point arrival,
-                               const std::string& error) {
+                               const std::string& error, const std::string& stop_string) {
   metrics_.e2e_request_latency_seconds.observe(seconds_between(arrival, Clock::now()));
   metrics_.request_finished(reason);
   TokenEvent ev;
   ev.choice = t.choice;
   ev.finish = reason;
   ev.error = error;
+  ev.stop_string = stop_string;
   t.stream->push(std::move(ev));
 }
 

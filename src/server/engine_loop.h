@@ -79,7 +79,8 @@ class EngineLoop {
   void handle_outputs(const std::vector<RequestOutput>& outputs);
   // Under mu_: the choice's last event and its metrics; the caller untracks it.
   void finish_locked(RequestId id, Tracked& t, FinishReason reason,
-                     std::chrono::steady_clock::time_point arrival, const std::string& error);
+                     std::chrono::steady_clock::time_point arrival, const std::string& error,
+                     const std::string& stop_string = {});
   void update_gauges();
 
   Engine& engine_;

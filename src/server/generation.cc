@@ -6,7 +6,8 @@
 namespace nanoserve::server {
 
 GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
-                             const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text)
+                             const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text,
+                             OutputShape shape)
     : loop_(loop),
       handle_(std::move(handle)),
       meta_(std::move(meta)),
@@ -17,7 +18,87 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       candidates_(std::max(request.n, request.best_of)),
       prompt_tokens_(prompt_tokens),
       token_text_(std::move(token_text)),
-      choices_(handle_.ids.size()) {}
+      choices_(handle_.ids.size()),
+      shape_(std::move(shape)) {
+  for (Choice& c : choices_) {
+    if (shape_.reasoning) c.reasoning_parser.emplace(shape_.prompt_tail);
+    if (shape_.tool_format != ToolFormat::kNone)
+      c.tool_parser.emplace(shape_.tool_format, shape_.new_call_id);
+  }
+}
+
+void GenerationJob::shape(Choice& c, std::string_view text, bool final, ChunkPart* part) {
+  // The choice keeps its whole text when streaming too: the Responses stream ends with the whole response.
+  if (!c.reasoning_parser && !c.tool_parser) {
+    if (part != nullptr) part->text.append(text);
+    if (part == nullptr || responses_) c.text.append(text);
+    return;
+  }
+  std::string reasoning, content;
+  if (c.reasoning_parser) {
+    c.reasoning_parser->feed(text, &reasoning, &content);
+    if (final) c.reasoning_parser->finish(&reasoning, &content);
+  } else {
+    content.assign(text);
+  }
+  ParsedText parsed;
+  if (c.tool_parser) {
+    c.tool_parser->feed(content, &parsed);
+    if (final) c.tool_parser->finish(&parsed);
+  } else {
+    parsed.content = std::move(content);
+  }
+  if (part != nullptr) {
+    part->text += parsed.content;
+    part->reasoning += reasoning;
+    if (!parsed.calls.empty()) {
+      nlohmann::json deltas = call_deltas_json(parsed.calls);
+      if (shape_.legacy_functions) {
+        // One call: its name first, then argument fragments, as function_call deltas.
+        nlohmann::json fc = nlohmann::json::object();
+        std::string args;
+        for (const ToolCallDelta& d : parsed.calls) {
+          if (d.index != 0) continue;
+          if (d.first) fc["name"] = d.name;
+          args += d.arguments;
+        }
+        if (!fc.empty() || !args.empty()) {
+          fc["arguments"] = args;
+          part->function_call = fc;
+        }
+      } else if (part->tool_calls.is_null()) {
+        part->tool_calls = std::move(deltas);
+      } else {
+        for (auto& d : deltas) part->tool_calls.push_back(std::move(d));
+      }
+    }
+  }
+  if (part == nullptr || responses_) {
+    c.text += parsed.content;
+    c.reasoning += reasoning;
+  }
+}
+
+nlohmann::json GenerationJob::call_deltas_json(const std::vector<ToolCallDelta>& deltas) const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ToolCallDelta& d : deltas) {
+    nlohmann::json fn{{"arguments", d.arguments}};
+    nlohmann::json e{{"index", d.index}};
+    if (d.first) {
+      e["id"] = d.id;
+      e["type"] = "function";
+      fn["name"] = d.name;
+    }
+    e["function"] = std::move(fn);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+const char* GenerationJob::finish_name(const Choice& c, FinishReason finish) const {
+  if (finish != FinishReason::kStop || !c.tool_parser || c.tool_parser->calls().empty()) return nullptr;
+  return shape_.legacy_functions ? "function_call" : "tool_calls";
+}
 
 GenerationJob::~GenerationJob() {
   handle_.stream->set_on_ready({});
@@ -34,7 +115,11 @@ void GenerationJob::abort() {
 
 bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout) {
   if (done_) return true;
-  if (stream_ && !started_ && meta_.endpoint == Endpoint::kChat) {
+  if (stream_ && !started_ && anthropic_) {
+    *sse_out += anthropic_->start(prompt_tokens_);
+  } else if (stream_ && !started_ && responses_) {
+    *sse_out += responses_->start();
+  } else if (stream_ && !started_ && meta_.endpoint == Endpoint::kChat) {
     // The first chunk of every choice carries the role, before any token.
     for (size_t i = 0; i < choices_.size(); ++i) {
       ChunkPart part;
@@ -74,14 +159,13 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
           c.logprobs.push_back(std::move(item));
       }
     }
-    if (stream_)
-      part.text += ev.text;
-    else
-      c.text += ev.text;
+    shape(c, ev.text, ev.finish != FinishReason::kNone, stream_ ? &part : nullptr);
     c.text_offset += static_cast<int64_t>(ev.text.size());
     if (ev.finish != FinishReason::kNone) {
       c.finish = ev.finish;
+      c.stop_string = ev.stop_string;
       part.finish = ev.finish;
+      part.finish_name = finish_name(c, ev.finish);
       ++n_finished_;
       if (ev.finish == FinishReason::kError || ev.finish == FinishReason::kAbort) {
         error_message =
@@ -100,8 +184,16 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
                        : internal(error_message);
     loop_.abort(handle_);
     if (stream_) {
-      *sse_out += sse_event(error_->to_json());
-      *sse_out += kSseDone;
+      if (anthropic_) {
+        *sse_out += "event: error\ndata: " + anthropic_error_body(*error_) + "\n\n";
+      } else if (responses_) {
+        nlohmann::json e{
+            {"type", "error"}, {"message", error_->message}, {"code", error_->code}, {"param", nullptr}};
+        *sse_out += "event: error\ndata: " + dump_json(e) + "\n\n";
+      } else {
+        *sse_out += sse_event(error_->to_json());
+        *sse_out += kSseDone;
+      }
     }
     done_ = true;
     return true;
@@ -110,13 +202,23 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
   if (stream_) {
     for (size_t i = 0; i < parts.size(); ++i) {
       if (!touched[i]) continue;
-      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone)
+      if (parts[i].text.empty() && parts[i].logprobs.empty() && parts[i].finish == FinishReason::kNone &&
+          parts[i].reasoning.empty() && parts[i].tool_calls.is_null() && parts[i].function_call.is_null())
         continue;
-      *sse_out += sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
+      *sse_out += anthropic_   ? anthropic_->part(parts[i])
+                  : responses_ ? responses_->part(parts[i])
+                               : sse_event(chunk_json(meta_, parts[i], include_usage_, token_text_));
     }
   }
   if (n_finished_ == static_cast<int>(choices_.size())) {
-    if (stream_) {
+    if (stream_ && anthropic_) {
+      *sse_out += anthropic_->finish(choices_[0].finish, choices_[0].stop_string, completion_tokens_);
+    } else if (stream_ && responses_) {
+      std::vector<size_t> order;
+      *sse_out += responses_->finish(responses_object(responses_->id(), meta_.model, responses_->created(),
+                                                      choice_results(&order).front(),
+                                                      Usage{prompt_tokens_, completion_tokens_}));
+    } else if (stream_) {
       if (include_usage_)
         *sse_out += sse_event(usage_chunk_json(meta_, Usage{prompt_tokens_, completion_tokens_}));
       *sse_out += kSseDone;
@@ -127,11 +229,24 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
 }
 
 std::string GenerationJob::final_body() const {
-  if (error_) return error_->body();
+  if (error_) return anthropic_ ? anthropic_error_body(*error_) : error_->body();
+  std::vector<size_t> order;
+  std::vector<ChoiceResult> results = choice_results(&order);
+  if (anthropic_)
+    return dump_json(anthropic_message(anthropic_->id(), meta_.model, results.front(),
+                                       choices_[order[0]].stop_string,
+                                       Usage{prompt_tokens_, completion_tokens_}));
+  if (responses_)
+    return dump_json(responses_object(responses_->id(), meta_.model, responses_->created(), results.front(),
+                                      Usage{prompt_tokens_, completion_tokens_}));
+  return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
+}
+
+std::vector<ChoiceResult> GenerationJob::choice_results(std::vector<size_t>* order_out) const {
   std::vector<ChoiceResult> results;
   // Per prompt, its candidates in order; best_of keeps the n most likely (ties: the earlier one).
   // Usage counts every candidate's tokens: they were all generated.
-  std::vector<size_t> order;
+  std::vector<size_t>& order = *order_out;
   for (size_t first = 0; first < choices_.size(); first += candidates_) {
     order.clear();
     for (size_t i = first; i < first + candidates_; ++i) order.push_back(i);
@@ -142,11 +257,32 @@ std::string GenerationJob::final_body() const {
     }
     for (int j = 0; j < n_; ++j) {
       const Choice& c = choices_[order[j]];
-      results.push_back(
-          ChoiceResult{static_cast<int>(results.size()), c.text, c.finish, with_logprobs_, c.logprobs});
+      ChoiceResult res;
+      res.index = static_cast<int>(results.size());
+      res.text = c.text;
+      res.reasoning = c.reasoning;
+      res.finish = c.finish;
+      res.finish_name = finish_name(c, c.finish);
+      res.with_logprobs = with_logprobs_;
+      res.logprobs = c.logprobs;
+      if (c.tool_parser && !c.tool_parser->calls().empty()) {
+        const auto& calls = c.tool_parser->calls();
+        if (shape_.legacy_functions) {
+          res.function_call = nlohmann::json{{"name", calls[0].name}, {"arguments", calls[0].arguments}};
+        } else {
+          res.tool_calls = nlohmann::json::array();
+          for (const ToolCall& call : calls) {
+            res.tool_calls.push_back(
+                nlohmann::json{{"id", call.id},
+                               {"type", "function"},
+                               {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          }
+        }
+      }
+      results.push_back(std::move(res));
     }
   }
-  return dump_json(response_json(meta_, results, Usage{prompt_tokens_, completion_tokens_}, token_text_));
+  return results;
 }
 
 }  // namespace nanoserve::server

@@ -10,12 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "server/anthropic.h"
 #include "server/api_error.h"
 #include "server/engine_loop.h"
+#include "server/openai_responses.h"
 #include "server/protocol.h"
+#include "server/reasoning_parser.h"
 #include "server/responses.h"
+#include "server/tool_parser.h"
 
 namespace nanoserve::server {
+
+// How a chat choice's text is shaped into the message: reasoning split off, tool calls parsed.
+struct OutputShape {
+  ToolFormat tool_format = ToolFormat::kNone;  // kNone: the text is content
+  bool legacy_functions = false;               // calls answered as function_call
+  bool reasoning = false;                      // --reasoning-parser
+  std::string prompt_tail;                     // the rendered prompt's end (a thought opened there?)
+  std::function<std::string()> new_call_id;
+};
 
 class GenerationJob {
  public:
@@ -23,7 +36,8 @@ class GenerationJob {
   // max(n, best_of) choices per prompt, prompt by prompt; with best_of > n the n with the highest
   // cumulative logprob of each prompt are returned (the handle's choices must carry logprobs).
   GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, ResponseMeta meta,
-                const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text);
+                const GenerateRequest& request, int64_t prompt_tokens, TokenTextFn token_text,
+                OutputShape shape = {});
   ~GenerationJob();  // aborts what is unfinished
   GenerationJob(const GenerationJob&) = delete;
   GenerationJob& operator=(const GenerationJob&) = delete;
@@ -43,6 +57,11 @@ class GenerationJob {
   int final_status() const { return error_ ? error_->http_status : 200; }
   std::string final_body() const;
 
+  // Answer in Anthropic's Messages shape (POST /v1/messages) instead of OpenAI's chat shape.
+  void set_anthropic(const std::string& id) { anthropic_.emplace(id, meta_.model); }
+  // Answer in the Responses API's shape (POST /v1/responses).
+  void set_responses(const std::string& id) { responses_.emplace(id, meta_.model, meta_.created); }
+
   // The client is gone: abort every unfinished choice (idempotent).
   void abort();
 
@@ -53,7 +72,15 @@ class GenerationJob {
     FinishReason finish = FinishReason::kNone;
     int64_t text_offset = 0;          // bytes of text streamed so far
     double cumulative_logprob = 0.0;  // of its tokens, under the model's raw distribution (best_of)
+    std::string reasoning;
+    std::string stop_string;  // the stop string that finished it
+    std::optional<ReasoningParser> reasoning_parser;
+    std::optional<ToolCallParser> tool_parser;
   };
+  // Routes new text of choice `c` through its parsers into the choice (or, streaming, the part).
+  void shape(Choice& c, std::string_view text, bool final, ChunkPart* part);
+  nlohmann::json call_deltas_json(const std::vector<ToolCallDelta>& deltas) const;
+  const char* finish_name(const Choice& c, FinishReason finish) const;
 
   EngineLoop& loop_;
   EngineLoop::Handle handle_;
@@ -72,6 +99,11 @@ class GenerationJob {
   bool done_ = false;
   std::optional<ApiError> error_;
   std::vector<TokenEvent> events_;  // scratch, reused by poll()
+  OutputShape shape_;
+  std::optional<AnthropicStream> anthropic_;
+  std::optional<ResponsesStream> responses_;
+  // The returned choices, in order (best_of applied); `order` gets the choice index of each.
+  std::vector<ChoiceResult> choice_results(std::vector<size_t>* order) const;
 };
 
 }  // namespace nanoserve::server

@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <cerrno>
+
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -90,6 +92,26 @@ void Connection::watch_peer() {
   });
 }
 
+void Connection::watch_eof() {
+  stream_.socket().async_wait(
+      tcp::socket::wait_read, [self = shared_from_this(), generation = job_generation_](error_code ec) {
+        if (ec || self->closed_ || !self->job_ || self->job_generation_ != generation) return;
+        char byte;
+        const ssize_t n = ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) return;  // the next pipelined request: left in the socket for the reader
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return self->watch_eof();
+        if (n < 0) return self->close_now();  // a reset: the client is gone
+        // End of stream: a half-close (the client still reads) or a client that left. Only a
+        // write tells them apart: an interim 100 Continue, which every HTTP/1.1 client must
+        // accept before the final response; a socket closed for good answers it with a reset,
+        // which watch_peer sees. HTTP/1.0 has no interim responses: there it stays a half-close.
+        if (self->version_ == 11 && !self->write_in_flight_) {
+          self->out_.append(kContinue.data(), kContinue.size());
+          self->flush();
+        }
+      });
+}
+
 void Connection::wait_for_request() {
   if (closed_) return;
   state_ = State::kIdle;
@@ -121,10 +143,16 @@ void Connection::read_head() {
 
 void Connection::on_read_error(const error_code& ec) {
   if (ec == http::error::header_limit) {
-    // Nothing of the head was consumed: a request line longer than the target limit is a 414.
-    std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    size_t eol = data.find('\n');
-    if ((eol == std::string_view::npos ? data.size() : eol) > opt_.max_target_bytes) {
+    // The parser consumes the request line and each whole header line as it goes. With the
+    // request line parsed, its target is known; else the line is what the buffer starts with.
+    // Only a target beyond its own limit is a 414; a long header line is a 431.
+    size_t target_bytes = parser_->get().target().size();
+    if (target_bytes == 0) {
+      std::string_view data(static_cast<const char*>(buffer_.data().data()), buffer_.size());
+      size_t eol = data.find('\n');
+      target_bytes = eol == std::string_view::npos ? data.size() : eol;
+    }
+    if (target_bytes > opt_.max_target_bytes) {
       return send_error(http_error(
           414, "Request target is longer than " + std::to_string(opt_.max_target_bytes) + " bytes.",
           "uri_too_long"));
@@ -192,7 +220,15 @@ void Connection::on_head() {
     auto [first, last] = req.equal_range(http::field::authorization);
     // Exactly one Authorization header, its bytes as received.
     const bool one = first != last && std::next(first) == last;
-    if (!one || !server_.api.authorized(sv(first->value()))) {
+    auto [kfirst, klast] = req.equal_range("x-api-key");
+    const bool one_key = kfirst != klast && std::next(kfirst) == klast;
+    const bool ok = (one && server_.api.authorized(sv(first->value()))) ||
+                    (first == last && one_key && server_.api.key_authorized(sv(kfirst->value())));
+    if (!ok) {
+      if (route->route == Route::kMessages) {
+        keep_alive_ = keep_alive_ && parser_->is_done();
+        return send_reply(Reply{401, anthropic_error_body(unauthorized())}, {{"WWW-Authenticate", "Bearer"}});
+      }
       return send_error(unauthorized(), {{"WWW-Authenticate", "Bearer"}});
     }
   }
@@ -259,6 +295,8 @@ void Connection::on_outcome(Outcome outcome) {
   if (closed_) return;   // a job dropped here aborts its choices
   if (auto* reply = std::get_if<Reply>(&outcome)) return send_reply(*reply);
   job_ = std::move(std::get<std::unique_ptr<GenerationJob>>(outcome));
+  ++job_generation_;
+  if (!job_->streaming()) watch_eof();
   if (job_->streaming()) {
     chunked_ = version_ == 11;  // HTTP/1.0 has no chunks: the stream ends with the connection
     if (!chunked_) keep_alive_ = false;

@@ -91,6 +91,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // unanswered under connection churn), and a wait op does not look at the fd.
   void watch_peer();
   void wait_for_request();
+  // While a non-streaming job runs nothing is written or read: this notices a client that
+  // leaves (end of stream, then a probe; or a reset), so that its request is aborted.
+  void watch_eof();
   void read_head();
   void on_read_error(const error_code& ec);
   void on_head();
@@ -133,6 +136,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool holds_large_body_ = false;
   std::unique_ptr<GenerationJob> job_;
+  uint64_t job_generation_ = 0;  // watch_eof's wake belongs to the job it was armed for
   std::shared_ptr<std::atomic<bool>> pump_posted_ = std::make_shared<std::atomic<bool>>(false);
   std::string out_;      // bytes queued, not yet handed to a write
   std::string writing_;  // bytes of the write in flight

@@ -36,6 +36,8 @@ class ModelCodec {
   // Structured output: control tokens are never allowed as text; end tokens close the output.
   virtual bool is_special(int32_t) const { return false; }
   virtual std::vector<int32_t> eos_ids() const { return {}; }
+  // The model's chat template source (empty when it has none): tool calls take its format.
+  virtual std::string chat_template_source() const { return {}; }
 };
 
 }  // namespace nanoserve::server

@@ -12,6 +12,7 @@
 namespace nanoserve::server {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 
@@ -215,7 +216,8 @@ bool read_content(const json& v, std::string* out, Fields& f, const std::string&
   return true;
 }
 
-bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
+bool read_message_list(const json* v, std::vector<ChatMessage>* out, Fields& f, ordered_json& for_template,
+                       bool& any_extras) {
   if (v == nullptr) {
     f.fail("'messages' is required.", "messages");
     return false;
@@ -253,25 +255,36 @@ bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f) {
              param + ".role");
       return false;
     }
-    // Tool calls are not supported (protocol_fields.cc), so every message needs its content,
-    // the assistant's too: OpenAI allows it without content only beside tool_calls.
-    for (const char* calls : {"tool_calls", "function_call"}) {
-      if (auto c = m.find(calls); c != m.end() && !c->is_null()) {
-        f.fail("'" + param + "." + calls +
-                   "' is not supported: this server does not do tool or function calling.",
-               param + "." + calls);
-        return false;
-      }
+    ordered_json extras = ordered_json::object();
+    if (auto e = read_message_tool_parts(m, param, &extras)) {
+      f.fail(e->message, e->param);
+      return false;
     }
     auto content = m.find("content");
-    if (content == m.end() || content->is_null()) {
+    // OpenAI allows an assistant message without content only beside its tool_calls.
+    const bool content_optional = extras.contains("tool_calls");
+    if (!content_optional && (content == m.end() || content->is_null())) {
       f.fail("'" + param + ".content' is required.", param + ".content");
       return false;
     }
-    if (!read_content(*content, &msg.content, f, param + ".content")) return false;
+    if (content != m.end() && !read_content(*content, &msg.content, f, param + ".content")) return false;
+    ordered_json tm{{"role", msg.role}};
+    tm["content"] =
+        content == m.end() || content->is_null() ? ordered_json(nullptr) : ordered_json(msg.content);
+    if (!extras.empty()) any_extras = true;
+    for (auto& [k, v] : extras.items()) tm[k] = v;
+    for_template.push_back(std::move(tm));
     out->push_back(std::move(msg));
   }
   return true;
+}
+
+bool read_messages(const json* v, std::vector<ChatMessage>* out, Fields& f, ChatTemplateRequest* ct) {
+  ordered_json for_template = ordered_json::array();
+  bool any_extras = false;
+  const bool ok = read_message_list(v, out, f, for_template, any_extras);
+  if (ok && any_extras) ct->messages = std::move(for_template);
+  return ok;
 }
 
 // chat_template (a string) and chat_template_kwargs (an object, re-read from the body in its key order).
@@ -287,6 +300,19 @@ void read_chat_template(Fields& f, std::string_view body, ChatTemplateRequest* o
       out->kwargs = ordered["chat_template_kwargs"];
     }
   }
+}
+
+// tools and the tool-choice fields (tool_protocol.h); the template gets the tools in the order sent.
+void read_tool_fields(Fields& f, const json& j, std::string_view body, ToolRequest* out,
+                      ChatTemplateRequest* ct) {
+  if (f.failed()) return;
+  ordered_json ordered = ordered_json::object();
+  if (j.contains("tools") || j.contains("functions")) {
+    ordered = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (!ordered.is_object()) return f.fail("Request body is not valid JSON.", "");
+  }
+  if (auto e = read_tools(j, ordered, out)) return f.fail(e->message, e->param);
+  ct->tools = out->tools;
 }
 
 bool read_stop(Fields& f, std::vector<std::string>* out) {
@@ -488,8 +514,9 @@ Parsed<GenerateRequest> parse_chat_request(std::string_view body, const Protocol
   r.endpoint = Endpoint::kChat;
   std::optional<ApiError> model_error;
   check_model(f, limits, &r.model, &model_error);
-  read_messages(f.get("messages"), &r.messages, f);
+  read_messages(f.get("messages"), &r.messages, f, &r.chat_template);
   read_chat_template(f, body, &r.chat_template);
+  read_tool_fields(f, j, body, &r.tools, &r.chat_template);
   read_common(f, &r, limits);
   // Chat: logprobs is a bool; top_logprobs (0..20) needs it.
   bool logprobs = f.boolean("logprobs").value_or(false);
@@ -544,8 +571,10 @@ Parsed<TokenizeRequest> parse_tokenize_request(std::string_view body, const Prot
     else
       r.prompt = prompt->get<std::string>();
   } else {
-    read_messages(messages, &r.messages, f);
+    read_messages(messages, &r.messages, f, &r.chat_template);
     read_chat_template(f, body, &r.chat_template);
+    ToolRequest tools;
+    read_tool_fields(f, j, body, &tools, &r.chat_template);
   }
   if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
   if (auto v = f.boolean("add_generation_prompt")) r.chat_template.add_generation_prompt = *v;

@@ -19,7 +19,8 @@
 
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
-#include "server/structured/response_format.h"
+#include "server/response_format.h"
+#include "server/tool_protocol.h"
 #include "template/chat_template.h"
 
 namespace nanoserve::server {
@@ -44,8 +45,12 @@ using ChatMessage = nanoserve::ChatMessage;
 // The chat-template fields of a chat or tokenize request (docs/chat_template.md).
 struct ChatTemplateRequest {
   bool add_generation_prompt = true;
-  std::optional<std::string> chat_template;      // the request's own template, rendered instead of the model's
+  std::optional<std::string> chat_template;  // the request's own template, rendered instead of the model's
   std::optional<nlohmann::ordered_json> kwargs;  // chat_template_kwargs (an object), key order as sent
+  // The messages as the template sees them when some carry tool parts (tool_calls, tool_call_id,
+  // name); unset: {"role", "content"} of each ChatMessage.
+  std::optional<nlohmann::ordered_json> messages;
+  std::optional<nlohmann::ordered_json> tools;  // the template's `tools`
 };
 
 // One completions prompt: text to encode, or token ids given directly.
@@ -64,10 +69,11 @@ struct GenerationParams {
   float repetition_penalty = 1.0f;
   bool ignore_eos = false;
   int top_logprobs = -1;  // -1: no logprobs; 0..kMaxTopLogprobs: sampled token + that many alternatives
-  std::vector<int32_t> stop_token_ids;                // end tokens besides the model's eos
-  int64_t min_tokens = 0;                             // vLLM's meaning (SamplingParams::min_tokens)
-  std::vector<std::pair<int32_t, float>> logit_bias;  // ids checked, biases clamped to [-100, 100]
-  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format; null: free text
+  std::vector<int32_t> stop_token_ids;                       // end tokens besides the model's eos
+  int64_t min_tokens = 0;                                    // vLLM's meaning (SamplingParams::min_tokens)
+  std::vector<std::pair<int32_t, float>> logit_bias;         // ids checked, biases clamped to [-100, 100]
+  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format or tools; null: free text
+  bool skip_special_tokens = true;  // false: tool-call markers that are special tokens
 };
 
 enum class Endpoint { kChat, kCompletion };
@@ -86,6 +92,7 @@ struct GenerateRequest {
   bool include_usage = false;               // stream_options.include_usage
   std::vector<std::string> unknown_fields;  // top-level fields no endpoint reads: ignored, counted
   ResponseFormat response_format;
+  ToolRequest tools;  // chat
 };
 
 // A parse result: the request, or the error to return.

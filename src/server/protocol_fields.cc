@@ -138,8 +138,8 @@ std::optional<ApiError> read_best_of(const json& body, GenerateRequest* r, const
   return std::nullopt;
 }
 
-// Tool calling needs the chat template to render tools and a parser for the calls; until then
-// each field is refused by name unless it asks for nothing.
+// Completions have no tools (chat reads them: tool_protocol.h): each field is refused by name
+// unless it asks for nothing.
 std::optional<ApiError> refuse_tools(const json& body) {
   struct NoOp {
     const char* name;
@@ -158,7 +158,7 @@ std::optional<ApiError> refuse_tools(const json& body) {
     const json* v = field(body, f.name);
     if (v == nullptr || f.is_no_op(*v)) continue;
     return bad_request(
-        std::string("'") + f.name + "' is not supported: this server does not do tool or function calling.",
+        std::string("'") + f.name + "' is not supported by /v1/completions: tools are a chat feature.",
         f.name);
   }
   return std::nullopt;
@@ -191,7 +191,8 @@ std::optional<ApiError> read_extra_fields(const json& body, GenerateRequest* r,
   if (auto e = read_min_tokens(body, r->params)) return e;
   if (auto e = read_logit_bias(body, r->params, limits)) return e;
   if (auto e = read_best_of(body, r, limits)) return e;
-  return refuse_tools(body);
+  if (r->endpoint == Endpoint::kCompletion) return refuse_tools(body);
+  return std::nullopt;
 }
 
 std::vector<std::string> unknown_fields(const json& body, Endpoint endpoint) {

@@ -35,6 +35,7 @@ struct TokenEvent {
   FinishReason finish = FinishReason::kNone;  // set on the sequence's last event
   std::string error;                          // engine failure message (finish == kError)
   bool rejected = false;                      // the engine refused the request at admission: a 400
+  std::string stop_string;                    // the stop string that finished it, if any
 };
 
 class RequestStream {

@@ -82,14 +82,24 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
   for (const ChoiceResult& c : choices) {
     json choice{{"index", c.index}};
     if (meta.endpoint == Endpoint::kChat) {
-      choice["message"] = json{{"role", "assistant"}, {"content", c.text}};
+      json message{{"role", "assistant"}, {"content", c.text}};
+      if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
+      if (!c.tool_calls.is_null()) {
+        message["tool_calls"] = c.tool_calls;
+        if (c.text.empty()) message["content"] = nullptr;  // as OpenAI answers a call
+      }
+      if (!c.function_call.is_null()) {
+        message["function_call"] = c.function_call;
+        if (c.text.empty()) message["content"] = nullptr;
+      }
+      choice["message"] = std::move(message);
       choice["logprobs"] = c.with_logprobs ? chat_logprobs_json(c.logprobs, token_text) : json(nullptr);
     } else {
       choice["text"] = c.text;
       choice["logprobs"] =
           c.with_logprobs ? completion_logprobs_json(c.logprobs, token_text, 0) : json(nullptr);
     }
-    choice["finish_reason"] = finish_reason_json(c.finish);
+    choice["finish_reason"] = c.finish_name != nullptr ? json(c.finish_name) : finish_reason_json(c.finish);
     arr.push_back(std::move(choice));
   }
   out["choices"] = std::move(arr);
@@ -105,6 +115,9 @@ json chunk_json(const ResponseMeta& meta, const ChunkPart& part, bool include_us
     json delta = json::object();
     if (part.first) delta["role"] = "assistant";
     if (part.first || !part.text.empty()) delta["content"] = part.text;
+    if (!part.reasoning.empty()) delta["reasoning_content"] = part.reasoning;
+    if (!part.tool_calls.is_null()) delta["tool_calls"] = part.tool_calls;
+    if (!part.function_call.is_null()) delta["function_call"] = part.function_call;
     choice["delta"] = std::move(delta);
     choice["logprobs"] = part.with_logprobs ? chat_logprobs_json(part.logprobs, token_text) : json(nullptr);
   } else {
@@ -113,7 +126,8 @@ json chunk_json(const ResponseMeta& meta, const ChunkPart& part, bool include_us
                              ? completion_logprobs_json(part.logprobs, token_text, part.text_offset)
                              : json(nullptr);
   }
-  choice["finish_reason"] = finish_reason_json(part.finish);
+  choice["finish_reason"] =
+      part.finish_name != nullptr ? json(part.finish_name) : finish_reason_json(part.finish);
   out["choices"] = json::array({std::move(choice)});
   if (include_usage) out["usage"] = nullptr;
   return out;

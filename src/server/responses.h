@@ -38,10 +38,14 @@ struct ResponseMeta {
 
 struct ChoiceResult {
   int index = 0;
-  std::string text;
+  std::string text;  // chat: the content
   FinishReason finish = FinishReason::kNone;
   bool with_logprobs = false;
   std::vector<LogprobItem> logprobs;
+  std::string reasoning;              // chat: reasoning_content (--reasoning-parser), when not empty
+  nlohmann::json tool_calls;          // chat: the message's tool_calls (an array), or null
+  nlohmann::json function_call;       // chat, legacy functions: the message's function_call, or null
+  const char* finish_name = nullptr;  // overrides finish: "tool_calls", "function_call"
 };
 
 struct Usage {
@@ -71,6 +75,10 @@ struct ChunkPart {
   int index = 0;
   bool first = false;
   std::string text;
+  std::string reasoning;              // chat: reasoning_content delta
+  nlohmann::json tool_calls;          // chat: tool_calls delta entries (an array), or null
+  nlohmann::json function_call;       // chat, legacy functions: the function_call delta, or null
+  const char* finish_name = nullptr;  // overrides finish
   FinishReason finish = FinishReason::kNone;
   bool with_logprobs = false;
   std::vector<LogprobItem> logprobs;

@@ -16,7 +16,9 @@ StatusOr<std::vector<int32_t>> TokenizerCodec::encode_chat(const std::vector<Cha
   ChatTemplateInputs in;
   in.add_generation_prompt = options.add_generation_prompt;
   in.kwargs = options.kwargs ? &*options.kwargs : nullptr;
-  auto pieces = t->render_pieces(ChatTemplate::messages_json(messages), in);
+  in.tools = options.tools ? &*options.tools : nullptr;
+  auto pieces = options.messages ? t->render_pieces(*options.messages, in)
+                                 : t->render_pieces(ChatTemplate::messages_json(messages), in);
   if (!pieces.ok()) return pieces.status();
   // Content and roles never become special tokens: only the template's text does.
   return encode_prompt(tokenizer_, *pieces, /*add_special=*/false);

@@ -28,6 +28,9 @@ class TokenizerCodec final : public ModelCodec {
   int64_t vocab_size() const override { return tokenizer_.n_vocab(); }
   bool is_special(int32_t id) const override { return tokenizer_.is_special(id); }
   std::vector<int32_t> eos_ids() const override { return tokenizer_.eos_ids(); }
+  std::string chat_template_source() const override {
+    return template_.ok() ? template_->source() : std::string();
+  }
 
  private:
   const Tokenizer& tokenizer_;

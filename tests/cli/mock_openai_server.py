@@ -39,7 +39,10 @@ def main():
     ap.add_argument("--hang-every", type=int, default=0)
     ap.add_argument("--error-every", type=int, default=0)
     ap.add_argument("--api-key", default="")
+    ap.add_argument("--loading-s", type=float, default=0,
+                    help="answer 503 'still loading' (as nanoserve does) for this long after start")
     args = ap.parse_args()
+    ready_at = time.monotonic() + args.loading_s
     lock = threading.Lock()
     seen = []  # one dict per completions request, in arrival order
     vocab = {}
@@ -74,8 +77,18 @@ def main():
             else:
                 self.chunk(data)
 
+        def loading(self):
+            if time.monotonic() >= ready_at:
+                return False
+            self.reply_json(503, {"error": {"message": "The model is still loading.",
+                                            "type": "service_unavailable"}})
+            return True
+
         def do_GET(self):
-            if self.path == "/v1/models":
+            if self.path == "/health":
+                if not self.loading():
+                    self.reply_json(200, {"status": "ok"})
+            elif self.path == "/v1/models":
                 self.reply_json(200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]})
             elif self.path == "/stats":
                 with lock:
@@ -87,6 +100,8 @@ def main():
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
             if args.api_key and self.headers.get("Authorization") != "Bearer " + args.api_key:
                 return self.reply_json(401, {"error": {"message": "bad key", "type": "auth"}})
+            if self.path in ("/tokenize", "/v1/completions", "/v1/chat/completions") and self.loading():
+                return
             if self.path == "/tokenize":
                 words = body.get("prompt", "").split()
                 with lock:

@@ -258,3 +258,17 @@ def test_offline_bench_takes_vllm_random_dataset_names():
     assert ours == vllm and ours != ("36", "9")  # the same draws, and the ratio spread them
     r = subprocess.run([BINARY, "bench", "--dataset-name", "sharegpt"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--dataset-name" in r.stderr
+
+
+def test_a_server_still_loading_is_waited_for_not_blamed_on_the_prompts(mock, tmp_path):
+    """Issue 36 item 8: a 503 "still loading" means wait (with a bound), not "use --prompt-kind text"."""
+    m = mock("--ttft-ms", "5", "--itl-ms", "1", "--loading-s", "1.5")
+    r, res = bench(tmp_path, m.url, "--num-prompts", "2", "--random-input-len", "4", "--random-output-len", "2")
+    assert r.returncode == 0, r.stderr
+    assert "not ready" in r.stderr and "--prompt-kind" not in r.stderr
+    assert res["completed"] == 2 and all(s["prompt_is_ids"] for s in m.stats())
+    # The bound: a server that stays loading fails the run once it is spent, and says why.
+    m2 = mock("--loading-s", "3600")
+    r, res = bench(tmp_path, m2.url, "--num-prompts", "2", "--ready-check-timeout-sec", "1", timeout=30)
+    assert r.returncode != 0 and res is None
+    assert "not ready after 1 s" in r.stderr and "503" in r.stderr and "--prompt-kind" not in r.stderr

@@ -79,11 +79,13 @@ class HttpServerTest : public ::testing::Test {
   static std::string oracle(const std::vector<int32_t>& prompt, int32_t n, bool ignore_eos = true) {
     std::string s;
     for (int32_t t : nanoserve::testing::fake_greedy(prompt, static_cast<int32_t>(testing::kFakeVocab), n,
-                                                      ignore_eos ? -1 : testing::kFakeEos))
+                                                     ignore_eos ? -1 : testing::kFakeEos))
       s += testing::fake_token_text(t);
     return s;
   }
-  static std::string oracle(const std::string& prompt, int32_t n) { return oracle(EngineRig::bytes(prompt), n); }
+  static std::string oracle(const std::string& prompt, int32_t n) {
+    return oracle(EngineRig::bytes(prompt), n);
+  }
   std::vector<int32_t> chat_ids(const std::string& content) {
     return *codec_.encode_chat({ChatMessage{"user", content}}, true);
   }
@@ -123,7 +125,8 @@ TEST_F(HttpServerTest, HealthIs503UntilReady) {
 
 TEST_F(HttpServerTest, Completion) {
   start();
-  HttpResult r = post("/v1/completions", R"({"model": "fake", "prompt": "abc", "max_tokens": 5, "temperature": 0,
+  HttpResult r =
+      post("/v1/completions", R"({"model": "fake", "prompt": "abc", "max_tokens": 5, "temperature": 0,
       "ignore_eos": true})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["content-type"], "application/json");
@@ -150,7 +153,8 @@ TEST_F(HttpServerTest, CompletionBatchOfPromptsTimesN) {
   // Choice i of a seeded request samples with seed + i: the same request gives
   // the same choices, and its two choices differ.
   const std::string seeded = R"({"prompt": "ab", "max_tokens": 12, "n": 2, "seed": 7, "ignore_eos": true})";
-  json s1 = json::parse(post("/v1/completions", seeded).body), s2 = json::parse(post("/v1/completions", seeded).body);
+  json s1 = json::parse(post("/v1/completions", seeded).body),
+       s2 = json::parse(post("/v1/completions", seeded).body);
   EXPECT_EQ(s1["choices"][0]["text"], s2["choices"][0]["text"]);
   EXPECT_EQ(s1["choices"][1]["text"], s2["choices"][1]["text"]);
   EXPECT_NE(s1["choices"][0]["text"], s1["choices"][1]["text"]);
@@ -163,8 +167,13 @@ TEST_F(HttpServerTest, ChatWithStopAndLogprobs) {
   const std::string full = oracle(prompt, 20);
   ASSERT_GE(full.size(), 6u);
   const std::string stop = full.substr(3, 2);
-  json body = {{"messages", {{{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 20}, {"temperature", 0},
-               {"ignore_eos", true}, {"stop", {stop}}, {"logprobs", true}, {"top_logprobs", 2}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "hello"}}}},
+               {"max_tokens", 20},
+               {"temperature", 0},
+               {"ignore_eos", true},
+               {"stop", {stop}},
+               {"logprobs", true},
+               {"top_logprobs", 2}};
   HttpResult r = post("/v1/chat/completions", body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   json j = json::parse(r.body);
@@ -173,7 +182,8 @@ TEST_F(HttpServerTest, ChatWithStopAndLogprobs) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   const json& lp = j["choices"][0]["logprobs"]["content"];
   EXPECT_EQ(lp.size(), j["usage"]["completion_tokens"].get<size_t>());
-  const int32_t first = nanoserve::testing::fake_greedy(prompt, static_cast<int32_t>(testing::kFakeVocab), 1, -1)[0];
+  const int32_t first =
+      nanoserve::testing::fake_greedy(prompt, static_cast<int32_t>(testing::kFakeVocab), 1, -1)[0];
   EXPECT_EQ(lp[0]["token"], codec_.token_text(first));
   EXPECT_EQ(lp[0]["top_logprobs"].size(), 2u);
 }
@@ -222,8 +232,7 @@ TEST_F(HttpServerTest, ChatStreamSseFormat) {
 
 TEST_F(HttpServerTest, CompletionStream) {
   start();
-  HttpResult r =
-      post("/v1/completions", R"({"prompt": "ab", "max_tokens": 3, "stream": true, "logprobs": 1,
+  HttpResult r = post("/v1/completions", R"({"prompt": "ab", "max_tokens": 3, "stream": true, "logprobs": 1,
           "temperature": 0, "ignore_eos": true})");
   ASSERT_EQ(r.status, 200);
   auto events = sse_data(r.body);
@@ -276,11 +285,12 @@ TEST_F(HttpServerTest, ApiKey) {
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})"), 401);
   expect_error_shape(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer nope"}), 401);
-  EXPECT_EQ(get("/metrics").status, 200);  // public unless --metrics-require-key, as in vLLM
-  expect_error_shape(get("/no/such/route"), 404);  // unknown paths are 404, key or not
+  EXPECT_EQ(get("/metrics").status, 200);           // public unless --metrics-require-key, as in vLLM
+  expect_error_shape(get("/no/such/route"), 404);   // unknown paths are 404, key or not
   expect_error_shape(get("/v1/completions"), 405);  // the method is checked before the key
   expect_error_shape(
-      post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret%00"}), 401);
+      post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret%00"}),
+      401);
   expect_error_shape(post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})",
                           {"Authorization: Bearer sekret", "Authorization: Bearer sekret"}),
                      401);
@@ -349,8 +359,9 @@ TEST_F(HttpServerTest, RequestThatCanNeverBeAdmittedIs400) {
 TEST_F(HttpServerTest, DisconnectMidStreamAborts) {
   start();
   rig_->model->step_delay_ms = 5;
-  int fd = testing::open_request(port_, "POST", "/v1/completions",
-                                 R"({"prompt": "abc", "max_tokens": 60, "stream": true, "ignore_eos": true})");
+  int fd =
+      testing::open_request(port_, "POST", "/v1/completions",
+                            R"({"prompt": "abc", "max_tokens": 60, "stream": true, "ignore_eos": true})");
   ASSERT_GE(fd, 0);
   char buf[4096];
   ASSERT_GT(::recv(fd, buf, sizeof(buf), 0), 0);  // headers and the first chunks arrived
@@ -381,10 +392,37 @@ TEST_F(HttpServerTest, DisconnectWhileWaitingNonStreamingAborts) {
   EXPECT_FALSE(engine().has_unfinished());
 }
 
+// Issue 36 item 8: an orderly close (what most clients do when they give up), not a reset,
+// of a non-streaming request that is running and of one still queued: both are aborted within
+// a step and counted as aborted.
+TEST_F(HttpServerTest, NonStreamingClientThatClosesIsAbortedRunningOrQueued) {
+  rig_options_.max_num_seqs = 1;
+  start();
+  rig_->model->step_delay_ms = 10;
+  const std::string body = R"({"prompt": "abc", "max_tokens": 60, "ignore_eos": true})";
+  int running = testing::open_request(port_, "POST", "/v1/completions", body);
+  ASSERT_GE(running, 0);
+  for (int i = 0; i < 400 && engine().stats().num_running < 1; ++i) std::this_thread::sleep_for(5ms);
+  int queued = testing::open_request(port_, "POST", "/v1/completions", body);
+  ASSERT_GE(queued, 0);
+  for (int i = 0; i < 400 && engine().stats().num_waiting < 1; ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(engine().stats().num_waiting, 1);
+  ::close(queued);
+  ::close(running);
+  for (int i = 0; i < 400 && engine().stats().num_aborted < 2; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(engine().stats().num_aborted, 2);
+  EXPECT_FALSE(engine().has_unfinished());
+  const std::string series = "nanoserve:request_success_total{model_name=\"fake\",finished_reason=\"abort\"}";
+  for (int i = 0; i < 100 && metric(series) < 2; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(metric(series), 2.0);
+}
+
 TEST_F(HttpServerTest, HalfClosedClientStillGetsItsReply) {
   start();
   rig_->model->step_delay_ms = 2;
-  int fd = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": "abc", "max_tokens": 20, "temperature": 0, "ignore_eos": true})");
+  int fd =
+      testing::open_request(port_, "POST", "/v1/completions",
+                            R"({"prompt": "abc", "max_tokens": 20, "temperature": 0, "ignore_eos": true})");
   ASSERT_GE(fd, 0);
   ::shutdown(fd, SHUT_WR);
   HttpResult r = testing::parse_response(testing::read_all(fd));
@@ -399,8 +437,9 @@ TEST_F(HttpServerTest, PipelinedRequestsAnsweredInOrder) {
   int fd = testing::connect_loopback(port_);
   ASSERT_GE(fd, 0);
   const std::string body = R"({"prompt": "xy", "max_tokens": 3, "temperature": 0, "ignore_eos": true})";
-  const std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string one =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
   ASSERT_TRUE(testing::send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + one +
                                         "GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
   std::string raw = testing::read_all(fd);
@@ -422,8 +461,9 @@ TEST_F(HttpServerTest, ShutdownEndsEveryInFlightRequestCleanly) {
   rig_->model->step_delay_ms = 5;
   std::vector<int> streams;
   for (int i = 0; i < 6; ++i) {
-    streams.push_back(testing::open_request(port_, "POST", "/v1/completions",
-                                            R"({"prompt": "abc", "max_tokens": 60, "stream": true, "ignore_eos": true})"));
+    streams.push_back(
+        testing::open_request(port_, "POST", "/v1/completions",
+                              R"({"prompt": "abc", "max_tokens": 60, "stream": true, "ignore_eos": true})"));
   }
   int plain = testing::open_request(port_, "POST", "/v1/completions",
                                     R"({"prompt": "abc", "max_tokens": 60, "ignore_eos": true})");
@@ -486,8 +526,8 @@ TEST_F(HttpServerTest, LargeBodiesInFlightAreCapped) {
   int first = testing::connect_loopback(port_);
   ASSERT_TRUE(testing::send_all(first, head + "{\"prompt\": \""));  // holds the one slot, body unfinished
   std::this_thread::sleep_for(100ms);
-  int second = testing::open_request(port_, "POST", "/v1/completions", R"({"prompt": ")" +
-                                     std::string(100000, 'a') + "\"}");
+  int second = testing::open_request(port_, "POST", "/v1/completions",
+                                     R"({"prompt": ")" + std::string(100000, 'a') + "\"}");
   HttpResult refused = testing::parse_response(testing::read_all(second));
   ::close(second);
   expect_error_shape(refused, 503);
@@ -530,8 +570,9 @@ TEST_F(HttpServerTest, BusyPortIsAnErrorNamingIt) {
 TEST_F(HttpServerTest, EngineErrorMidStreamSendsErrorEvent) {
   start();
   rig_->model->step_delay_ms = 5;
-  int fd = testing::open_request(port_, "POST", "/v1/completions",
-                                 R"({"prompt": "abc", "max_tokens": 60, "stream": true, "ignore_eos": true})");
+  int fd =
+      testing::open_request(port_, "POST", "/v1/completions",
+                            R"({"prompt": "abc", "max_tokens": 60, "stream": true, "ignore_eos": true})");
   char buf[4096];
   std::string raw;
   ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
@@ -556,9 +597,9 @@ TEST_F(HttpServerTest, ManyConcurrentStreams) {
   for (int i = 0; i < 12; ++i) {
     clients.emplace_back([&, i] {
       std::string prompt(1, static_cast<char>('a' + i));
-      HttpResult r =
-          post("/v1/completions", R"({"prompt": ")" + prompt +
-                                      R"(", "max_tokens": 8, "stream": true, "temperature": 0, "ignore_eos": true})");
+      HttpResult r = post("/v1/completions",
+                          R"({"prompt": ")" + prompt +
+                              R"(", "max_tokens": 8, "stream": true, "temperature": 0, "ignore_eos": true})");
       std::string text;
       for (const std::string& e : sse_data(r.body)) {
         if (e != "[DONE]") text += json::parse(e)["choices"][0]["text"].get<std::string>();

@@ -99,7 +99,11 @@ inline std::string dechunk(const std::string& s) {
   return out;
 }
 
-inline HttpResult parse_response(const std::string& raw) {
+// The final response in `raw`: interim 1xx responses before it are skipped, as HTTP/1.1 clients do.
+inline HttpResult parse_response(std::string raw) {
+  while (raw.size() >= 12 && raw.compare(0, 10, "HTTP/1.1 1") == 0 &&
+         raw.find("\r\n\r\n") != std::string::npos)
+    raw.erase(0, raw.find("\r\n\r\n") + 4);
   HttpResult r;
   size_t head_end = raw.find("\r\n\r\n");
   if (raw.size() < 12 || head_end == std::string::npos) return r;

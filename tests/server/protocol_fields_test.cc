@@ -108,7 +108,7 @@ TEST(ProtocolFields, BestOfIsAtLeastNWithinMaxNumSeqsAndNotStreamed) {
   EXPECT_NE(error(completion(R"("best_of": 2, "stream": true)")).message.find("stream"), std::string::npos);
 }
 
-TEST(ProtocolFields, ToolFieldsAreRefusedByNameUnlessTheyAskForNothing) {
+TEST(ProtocolFields, CompletionsRefuseToolFieldsByNameUnlessTheyAskForNothing) {
   const std::pair<const char*, const char*> refused[] = {
       {R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
       {R"("tools": {})", "tools"},
@@ -119,16 +119,50 @@ TEST(ProtocolFields, ToolFieldsAreRefusedByNameUnlessTheyAskForNothing) {
       {R"("parallel_tool_calls": true)", "parallel_tool_calls"},
   };
   for (const auto& [body, name] : refused) {
-    for (bool is_chat : {true, false}) {
-      ApiError e = error(is_chat ? chat(body) : completion(body));
-      EXPECT_EQ(e.http_status, 400) << body;
-      EXPECT_EQ(e.param, name) << body;
-      EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
-    }
+    ApiError e = error(completion(body));
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, name) << body;
+    EXPECT_NE(e.message.find("not supported"), std::string::npos) << e.message;
   }
-  GenerateRequest r = ok(chat(R"("tools": [], "tool_choice": "none", "functions": [], "function_call": "none",
-                                  "parallel_tool_calls": false)"));
+  GenerateRequest r = ok(completion(R"("tools": [], "tool_choice": "none", "functions": [],
+                                        "function_call": "none", "parallel_tool_calls": false)"));
   EXPECT_TRUE(r.unknown_fields.empty()) << "refused fields are known ones";
+}
+
+TEST(ProtocolFields, ChatReadsToolsAndRefusesBadShapesByName) {
+  GenerateRequest r = ok(chat(R"("tools": [{"type": "function", "function": {"name": "f", "parameters":
+      {"type": "object", "properties": {"z": {}, "a": {}}}}}], "tool_choice": "required", "parallel_tool_calls": false)"));
+  ASSERT_EQ(r.tools.specs.size(), 1u);
+  EXPECT_EQ(r.tools.choice, ToolRequest::Choice::kRequired);
+  EXPECT_FALSE(r.tools.parallel);
+  ASSERT_TRUE(r.chat_template.tools.has_value());
+  // The template sees the tools in the order sent.
+  EXPECT_EQ((*r.chat_template.tools)[0]["function"]["parameters"]["properties"].begin().key(), "z");
+  GenerateRequest none =
+      ok(chat(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none")"));
+  EXPECT_FALSE(none.tools.calls());
+  EXPECT_TRUE(none.chat_template.tools.has_value());  // the template still sees them
+  GenerateRequest legacy = ok(chat(R"("functions": [{"name": "f"}], "function_call": {"name": "f"})"));
+  EXPECT_EQ(legacy.tools.choice, ToolRequest::Choice::kNamed);
+  EXPECT_TRUE(legacy.tools.legacy);
+  EXPECT_EQ((*legacy.chat_template.tools)[0]["type"], "function");
+  const std::pair<const char*, const char*> refused[] = {
+      {R"("tools": {})", "tools"},
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])",
+       "tools"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])",
+       "tools[0].function.parameters"},
+      {R"("tool_choice": "auto")", "tool_choice"},
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function"})",
+       "tool_choice"},
+      {R"("functions": [{"name": "f"}], "function_call": "required")", "function_call"},
+      {R"("tools": [], "functions": [])", "functions"},
+  };
+  for (const auto& [body, name] : refused) {
+    ApiError e = error(chat(body));
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.param, name) << body << ": " << e.message;
+  }
 }
 
 TEST(ProtocolFields, UnknownTopLevelFieldsAreIgnoredAndNamed) {

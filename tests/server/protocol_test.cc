@@ -116,9 +116,11 @@ TEST(Protocol, EveryMessageNeedsContentAndAKnownRole) {
        "messages[1].content"},
       {R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}]})", "messages[1].content"},
       {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c"}]}]})",
-       "messages[0].tool_calls"},
-      {R"({"messages": [{"role": "assistant", "content": "x", "function_call": {"name": "f"}}]})",
+       "messages[0].tool_calls[0]"},
+      {R"({"messages": [{"role": "user", "content": "x", "function_call": {"name": "f"}}]})",
        "messages[0].function_call"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]})",
+       "messages[0].tool_call_id"},
       {R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role"},
       {R"({"messages": [{"role": 7, "content": "x"}]})", "messages[0].role"},
   };

@@ -13,7 +13,9 @@ std::string text_of(int32_t id) {
 
 TEST(Responses, ChatResponseShape) {
   ResponseMeta meta{Endpoint::kChat, "chatcmpl-1", 1700000000, "m"};
-  ChoiceResult c{0, "hello", FinishReason::kLength, false, {}};
+  ChoiceResult c;
+  c.text = "hello";
+  c.finish = FinishReason::kLength;
   json j = response_json(meta, {c}, Usage{5, 3}, text_of);
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["id"], "chatcmpl-1");

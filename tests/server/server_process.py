@@ -20,7 +20,7 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
 
 
 class Server:
-    def __init__(self, *extra_args, api_key=API_KEY):
+    def __init__(self, *extra_args, api_key=API_KEY, switches=()):
         assert os.path.exists(BINARY), "build nanoserve first (scripts/build)"
         self.log_path = os.path.join(LOG_DIR, f"serve-test-{os.getpid()}-{time.monotonic_ns()}.log")
         flags = {"--port": "0", "--max-model-len": str(MAX_MODEL_LEN), "--max-num-seqs": str(MAX_NUM_SEQS),
@@ -29,6 +29,7 @@ class Server:
         flags.update(zip(env_args[::2], env_args[1::2]))
         flags.update(zip(extra_args[::2], extra_args[1::2]))  # extra_args: flag, value, ...
         args = [BINARY, "serve"] + [x for kv in flags.items() for x in kv]
+        args += list(switches)  # options without a value (--enable-auto-tool-choice)
         if api_key:
             args += ["--api-key", api_key]
         self.api_key = api_key

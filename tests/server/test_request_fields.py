@@ -108,7 +108,7 @@ def test_best_of_limits(server):
     ([{"role": "user", "content": None}], "messages[0].content"),
     ([{"role": "user", "content": "hi"}, {"role": "assistant"}], "messages[1].content"),
     ([{"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function"}]}],
-     "messages[0].tool_calls"),
+     "messages[0].tool_calls[0]"),
     ([{"role": "wizard", "content": "hi"}], "messages[0].role"),
 ])
 def test_messages_need_content_and_a_known_role(server, messages, param):
@@ -121,9 +121,9 @@ def test_messages_need_content_and_a_known_role(server, messages, param):
     ("tool_choice", "auto"), ("functions", [{"name": "f"}]), ("function_call", "auto"),
     ("parallel_tool_calls", True),
 ])
-def test_tool_calling_is_refused_by_name(server, field, value):
-    r = server.post("/v1/chat/completions", {"model": server.model, "max_tokens": 1, field: value,
-                                             "messages": [{"role": "user", "content": "hi"}]})
+def test_tool_fields_are_refused_by_name_on_completions(server, field, value):
+    # Chat reads them (tests/server/test_tool_calls.py); completions have no tools.
+    r = server.post("/v1/completions", {"model": server.model, "max_tokens": 1, field: value, "prompt": "hi"})
     err = assert_error(r, 400, param=field)
     assert "not supported" in err["message"]
 

@@ -1,12 +1,12 @@
 // The schema compiler: what it builds, and what it refuses (by keyword and place).
 
-#include "server/structured/schema_compiler.h"
+#include "structured/schema_compiler.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 namespace {
 
 using nlohmann::json;
@@ -66,4 +66,4 @@ TEST(SchemaCompiler, BuildsNodes) {
 }
 
 }  // namespace
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "server/structured/grammar.h"
+#include "structured/grammar.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 enum class FrameKind : uint8_t { kValue, kObject, kArray, kString, kKey, kLiteral, kNumber };
 
@@ -63,4 +63,4 @@ class JsonState {
   std::vector<int32_t> ws_;    // [threads] length of the current whitespace run
 };
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

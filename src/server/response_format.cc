@@ -1,4 +1,4 @@
-#include "server/structured/response_format.h"
+#include "server/response_format.h"
 
 namespace nanoserve::server {
 

@@ -9,14 +9,14 @@
 
 #include <cstdint>
 
-#include "server/structured/grammar.h"
-#include "server/structured/json_automaton.h"
+#include "structured/grammar.h"
+#include "structured/json_automaton.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 // Consumes b into the number when it continues it; false leaves f as it was.
 bool number_step(const Grammar& g, Frame& f, uint8_t b);
 // The number read so far is a whole value in range (it may end here).
 bool number_complete(const Grammar& g, const Frame& f);
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 enum class Kind : uint8_t {
   kAny,       // any JSON value
@@ -91,4 +91,4 @@ Grammar base_grammar();
 // Recomputes every node's min_depth (a fixpoint over the graph).
 void compute_min_depth(Grammar& g);
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

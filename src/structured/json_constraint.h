@@ -15,11 +15,11 @@
 #include <unordered_map>
 
 #include "engine/token_constraint.h"
-#include "server/structured/grammar.h"
-#include "server/structured/json_automaton.h"
-#include "server/structured/token_vocab.h"
+#include "structured/grammar.h"
+#include "structured/json_automaton.h"
+#include "structured/token_vocab.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 // The mask of `state` by the trie walk. `scratch` holds one state per trie depth.
 void compute_mask(const TokenVocab& vocab, const JsonState& state, std::vector<JsonState>& scratch,
@@ -75,4 +75,4 @@ class JsonConstraint final : public TokenConstraint {
   std::vector<JsonState> scratch_;
 };
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 // One bit per token id: set = allowed. [ceil(vocab / 64)] words.
 using TokenMask = std::vector<uint64_t>;
@@ -53,4 +53,4 @@ class TokenVocab {
   int32_t max_len_ = 0;
 };
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -2,7 +2,7 @@
 // bytes fed on their own), on a small hand-made vocabulary and on the default
 // model's 49,152 tokens; and the constraint's contract (end tokens, specials).
 
-#include "server/structured/json_constraint.h"
+#include "structured/json_constraint.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "io/gguf.h"
-#include "server/structured/schema_compiler.h"
+#include "structured/schema_compiler.h"
 #include "tokenizer/tokenizer.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 namespace {
 
 using nlohmann::json;
@@ -157,4 +157,4 @@ TEST_F(ModelVocab, TrieMatchesBruteForce) {
 }
 
 }  // namespace
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

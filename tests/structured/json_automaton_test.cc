@@ -1,7 +1,7 @@
 // The JSON automaton: whole documents it must accept, prefixes it must refuse,
 // and a random walk whose every finished output must parse as JSON.
 
-#include "server/structured/json_automaton.h"
+#include "structured/json_automaton.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/structured/schema_compiler.h"
+#include "structured/schema_compiler.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 namespace {
 
 using nlohmann::json;
@@ -236,4 +236,4 @@ TEST(JsonAutomaton, RandomWalksParse) {
 }
 
 }  // namespace
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

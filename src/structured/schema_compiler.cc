@@ -1,4 +1,4 @@
-#include "server/structured/schema_compiler.h"
+#include "structured/schema_compiler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 using nlohmann::json;
 
@@ -449,4 +449,4 @@ Grammar json_object_grammar() {
   return g;
 }
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

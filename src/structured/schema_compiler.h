@@ -7,13 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "server/structured/grammar.h"
+#include "structured/grammar.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 // response_format json_schema: the value the schema describes.
 StatusOr<Grammar> compile_schema(const nlohmann::json& schema);
 // response_format json_object: any JSON object.
 Grammar json_object_grammar();
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -1,11 +1,11 @@
-#include "server/structured/token_vocab.h"
+#include "structured/token_vocab.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "core/check.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 TokenVocab::TokenVocab(std::vector<std::string> pieces, const std::vector<bool>& special,
                        std::vector<int32_t> eos_ids)
@@ -59,4 +59,4 @@ bool TokenVocab::is_eos(int32_t id) const {
   return std::binary_search(eos_ids_.begin(), eos_ids_.end(), id);
 }
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -1,6 +1,6 @@
-#include "server/structured/json_number.h"
+#include "structured/json_number.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 namespace {
 
@@ -134,4 +134,4 @@ bool number_complete(const Grammar& g, const Frame& f) {
   return int_in_range(g.nodes[f.node], f);
 }
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -1,4 +1,4 @@
-#include "server/structured/json_constraint.h"
+#include "structured/json_constraint.h"
 
 #include <algorithm>
 #include <limits>
@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 void compute_mask(const TokenVocab& vocab, const JsonState& state, std::vector<JsonState>& scratch,
                   TokenMask& out) {
@@ -113,4 +113,4 @@ void JsonConstraint::accept(int32_t token) {
   state_.feed(vocab.piece(token));  // a refused token leaves the state dead: only an end may follow
 }
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

@@ -1,12 +1,12 @@
-#include "server/structured/json_automaton.h"
+#include "structured/json_automaton.h"
 
 #include <cstring>
 #include <utility>
 
 #include "core/check.h"
-#include "server/structured/json_number.h"
+#include "structured/json_number.h"
 
-namespace nanoserve::server::structured {
+namespace nanoserve::structured {
 
 namespace {
 
@@ -486,4 +486,4 @@ bool JsonState::feed(std::string_view bytes) {
   return true;
 }
 
-}  // namespace nanoserve::server::structured
+}  // namespace nanoserve::structured

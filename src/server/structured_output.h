@@ -1,23 +1,19 @@
 #pragma once
 // Structured output for the API: turns a request's response_format into the
-// engine's TokenConstraintFactory. Compiled schemas are cached by their
-// canonical text (a bounded LRU), so a schema sent again is not compiled
-// again and its masks are already warm. The vocabulary trie is built from the
+// engine's TokenConstraintFactory, through the model's ConstraintCache
+// (structured/constraint_cache.h). The vocabulary trie is built from the
 // codec on first use. Safe to call from every HTTP thread.
 
-#include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <variant>
 
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
 #include "server/model_codec.h"
 #include "server/protocol.h"
-#include "server/structured/token_vocab.h"
+#include "structured/constraint_cache.h"
 
 namespace nanoserve::server {
 
@@ -28,18 +24,14 @@ class StructuredOutput {
   // Null for free text; a 400 naming response_format (and the schema keyword) when refused.
   Result constraint_for(const GenerateRequest& request, const ModelCodec& codec);
 
-  static constexpr size_t kMaxCachedSchemas = 32;
+  // The cache itself, once a codec has been seen (tool calls build their own grammars in it).
+  structured::ConstraintCache& cache(const ModelCodec& codec);
+
+  static constexpr size_t kMaxCachedSchemas = structured::ConstraintCache::kDefaultCapacity;
 
  private:
-  std::once_flag vocab_once_;
-  std::shared_ptr<const structured::TokenVocab> vocab_;
-  std::mutex mu_;
-  std::list<std::string> lru_;  // most recent first
-  struct Entry {
-    std::shared_ptr<const TokenConstraintFactory> factory;
-    std::list<std::string>::iterator pos;
-  };
-  std::unordered_map<std::string, Entry> cache_;
+  std::once_flag once_;
+  std::unique_ptr<structured::ConstraintCache> cache_;
 };
 
 // The vocabulary of a codec: each token's bytes, its special flag, the end tokens.
