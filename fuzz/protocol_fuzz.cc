@@ -62,11 +62,11 @@ bool unit_interval(float x, bool open_at_zero) {
 void check_generate(const GenerateRequest& r, const ProtocolLimits& limits) {
   FUZZ_REQUIRE(r.model == limits.served_model_name);
   FUZZ_REQUIRE(r.n >= 1 && r.n <= limits.max_num_seqs);
-  FUZZ_REQUIRE(r.stop.size() <= kMaxStopStrings);
-  for (const std::string& s : r.stop) FUZZ_REQUIRE(!s.empty() && s.size() <= kMaxStopStringBytes);
+  const SamplingParams& p = r.params;
+  FUZZ_REQUIRE(p.stop.size() <= kMaxStopStrings);
+  for (const std::string& s : p.stop) FUZZ_REQUIRE(!s.empty() && s.size() <= kMaxStopStringBytes);
   FUZZ_REQUIRE(!r.include_usage || r.stream);
-  const GenerationParams& p = r.params;
-  FUZZ_REQUIRE(!p.max_tokens || *p.max_tokens >= 1);
+  FUZZ_REQUIRE(!r.max_tokens || *r.max_tokens >= 1);
   FUZZ_REQUIRE(std::isfinite(p.temperature) && p.temperature >= 0 && p.temperature <= 100);
   FUZZ_REQUIRE(unit_interval(p.top_p, /*open_at_zero=*/true));
   FUZZ_REQUIRE(unit_interval(p.min_p, /*open_at_zero=*/false));
@@ -75,10 +75,10 @@ void check_generate(const GenerateRequest& r, const ProtocolLimits& limits) {
   FUZZ_REQUIRE(std::isfinite(p.frequency_penalty) && std::fabs(p.frequency_penalty) <= 2);
   FUZZ_REQUIRE(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0 &&
                p.repetition_penalty <= 100);
-  FUZZ_REQUIRE(p.top_logprobs >= -1 && p.top_logprobs <= kMaxTopLogprobs);
+  FUZZ_REQUIRE(p.top_logprobs >= 0 && p.top_logprobs <= kMaxTopLogprobs && (p.logprobs || p.top_logprobs == 0));
   FUZZ_REQUIRE(r.best_of == 0 || (r.best_of >= r.n && r.best_of <= limits.max_num_seqs));
   FUZZ_REQUIRE(r.best_of <= 1 || !r.stream);
-  FUZZ_REQUIRE(p.min_tokens >= 0 && (!p.max_tokens || p.min_tokens <= *p.max_tokens));
+  FUZZ_REQUIRE(p.min_tokens >= 0 && (!r.max_tokens || p.min_tokens <= *r.max_tokens));
   FUZZ_REQUIRE(p.stop_token_ids.size() <= kMaxStopTokenIds);
   for (int32_t id : p.stop_token_ids) FUZZ_REQUIRE(id >= 0 && id < limits.vocab_size);
   FUZZ_REQUIRE(p.logit_bias.size() <= kMaxLogitBias);
@@ -104,7 +104,7 @@ void check_generate(const GenerateRequest& r, const ProtocolLimits& limits) {
     }
   }
   // What the server does next with the prompt's length must not fail either.
-  (void)check_context_length(1, p.max_tokens, limits.max_model_len);
+  (void)check_context_length(1, r.max_tokens, limits.max_model_len);
 }
 
 // The request's text goes back out as a stream chunk, as an echo of the prompt would.
@@ -115,7 +115,7 @@ void serialise(const GenerateRequest& r) {
   for (const Prompt& p : r.prompts) {
     if (const auto* s = std::get_if<std::string>(&p)) part.text += *s;
   }
-  for (const std::string& s : r.stop) part.text += s;
+  for (const std::string& s : r.params.stop) part.text += s;
   ResponseMeta meta{r.endpoint, "cmpl-x", 0, r.model};
   std::string event =
       sse_event(chunk_json(meta, part, r.include_usage, [](int32_t) { return std::string(); }));

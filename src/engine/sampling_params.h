@@ -89,7 +89,8 @@ struct SamplingParams {
   }
 
   // Checks every field's range; the message names the field.
-  Status validate(int32_t vocab_size) const;
+  // When `field` is given, a failure sets it to the offending field's name.
+  Status validate(int32_t vocab_size, std::string* field = nullptr) const;
 };
 
 }  // namespace nanoserve

@@ -267,10 +267,11 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
   int64_t prompt_tokens = 0;
   // best_of > n: that many candidates per prompt, ranked by their cumulative logprob at the end.
   const int candidates = std::max(r.n, r.best_of);
-  GenerationParams params = r.params;
-  if (candidates > r.n) params.top_logprobs = std::max(params.top_logprobs, 0);
+  SamplingParams params = r.params;
+  params.n = 1;  // the server fans out the choices
+  if (candidates > r.n) params.logprobs = true;  // the candidates are ranked by their logprob
   for (std::vector<int32_t>& ids : prompts) {
-    auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.params.max_tokens,
+    auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.max_tokens,
                                            limits_.max_model_len, endpoint);
     if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
     if (r.params.min_tokens > std::get<int64_t>(max_tokens)) {
@@ -284,10 +285,10 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
       EngineRequest er;
       er.prompt = ids;
       er.params = params;
-      er.params.max_tokens = std::get<int64_t>(max_tokens);
+      er.params.max_tokens = static_cast<int32_t>(
+          std::min<int64_t>(std::get<int64_t>(max_tokens), std::numeric_limits<int32_t>::max()));
       // Choice i of a seeded request samples with seed + i: reproducible, yet the choices differ.
       if (r.params.seed) er.params.seed = *r.params.seed + choices.size();
-      er.stop = r.stop;
       choices.push_back(std::move(er));
     }
   }

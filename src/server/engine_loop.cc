@@ -17,31 +17,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }
 }  // namespace
 
-SamplingParams to_sampling_params(const GenerationParams& p, const std::vector<std::string>& stop) {
-  SamplingParams s;
-  s.temperature = p.temperature;
-  s.top_k = p.top_k == 0 ? -1 : p.top_k;
-  s.top_p = p.top_p;
-  s.min_p = p.min_p;
-  s.repetition_penalty = p.repetition_penalty;
-  s.presence_penalty = p.presence_penalty;
-  s.frequency_penalty = p.frequency_penalty;
-  s.seed = p.seed;
-  s.max_tokens =
-      static_cast<int32_t>(std::min<int64_t>(p.max_tokens.value_or(1), std::numeric_limits<int32_t>::max()));
-  s.stop = stop;
-  s.ignore_eos = p.ignore_eos;
-  s.stop_token_ids = p.stop_token_ids;
-  s.min_tokens = static_cast<int32_t>(p.min_tokens);  // protocol: [0, int32 max]; the Api: <= max_tokens
-  s.logit_bias = p.logit_bias;
-  s.logprobs = p.top_logprobs >= 0;
-  s.top_logprobs = std::max(0, p.top_logprobs);
-  s.n = 1;
-  s.constraint = p.constraint;
-  s.skip_special_tokens = p.skip_special_tokens;
-  return s;
-}
-
 EngineLoop::EngineLoop(Engine& engine, ServerMetrics& metrics, Options options)
     : engine_(engine), metrics_(metrics), options_(options) {}
 
@@ -79,7 +54,7 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
   NS_CHECK(!choices.empty()) << "a request needs at least one choice";
   Handle handle;
   size_t capacity = 0;
-  for (const EngineRequest& r : choices) capacity += static_cast<size_t>(r.params.max_tokens.value_or(0)) + 1;
+  for (const EngineRequest& r : choices) capacity += static_cast<size_t>(r.params.max_tokens) + 1;
   handle.stream = std::make_shared<RequestStream>(static_cast<int>(choices.size()), capacity);
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -95,7 +70,7 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
   for (size_t i = 0; i < choices.size(); ++i) {
     const int64_t prompt_len = static_cast<int64_t>(choices[i].prompt.size());
     StatusOr<RequestId> id = engine_.add_request(std::move(choices[i].prompt),
-                                                 to_sampling_params(choices[i].params, choices[i].stop));
+                                                 choices[i].params);
     if (!id.ok()) {
       handle.ids.push_back(0);
       metrics_.request_finished(FinishReason::kError);

@@ -25,12 +25,8 @@ namespace nanoserve::server {
 // One choice of an HTTP request, before it becomes the Engine's request.
 struct EngineRequest {
   std::vector<int32_t> prompt;  // token ids, non-empty
-  GenerationParams params;      // params.max_tokens is set (resolved against the context)
-  std::vector<std::string> stop;
+  SamplingParams params;        // as parsed, max_tokens resolved against the context, n = 1
 };
-
-// The Engine's sampling parameters for one choice (n is fanned out by the server).
-SamplingParams to_sampling_params(const GenerationParams& params, const std::vector<std::string>& stop);
 
 class EngineLoop {
  public:

@@ -13,7 +13,7 @@ GenerationJob::GenerationJob(EngineLoop& loop, EngineLoop::Handle handle, Respon
       meta_(std::move(meta)),
       stream_(request.stream),
       include_usage_(request.include_usage),
-      with_logprobs_(request.params.top_logprobs >= 0),
+      with_logprobs_(request.params.logprobs),
       n_(request.n),
       candidates_(std::max(request.n, request.best_of)),
       prompt_tokens_(prompt_tokens),

@@ -148,27 +148,22 @@ class Fields {
   // A finite number whose float value is accepted by `ok`; `range_text` describes the accepted range.
   // The range is checked on the float the engine will use, not on the double JSON gave: 1e-50 is
   // in (0, 1] but rounds to 0.
-  template <typename Pred>
-  std::optional<float> number(const char* name, Pred ok, const char* range_text) {
+  // A JSON number as the 32-bit float the engine takes; its range is the
+  // engine's to judge (SamplingParams::validate).
+  std::optional<float> real(const char* name) {
     const json* v = get(name);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number()) {
       fail(std::string("'") + name + "' must be a number.", name);
       return std::nullopt;
     }
-    double x = v->get<double>();
+    const double x = v->get<double>();
     // Beyond float's range the conversion is undefined, so test before converting.
     if (!std::isfinite(x) || std::fabs(x) > static_cast<double>(std::numeric_limits<float>::max())) {
       fail(std::string("'") + name + "' must be a finite number.", name);
       return std::nullopt;
     }
-    float f = static_cast<float>(x);
-    if (!ok(static_cast<double>(f))) {
-      std::string rounded = ok(x) ? " (" + json(f).dump() + " as a 32-bit float)" : "";
-      fail(std::string("'") + name + "' must be " + range_text + ", got " + v->dump() + rounded + ".", name);
-      return std::nullopt;
-    }
-    return f;
+    return static_cast<float>(x);
   }
 
  private:
@@ -437,31 +432,20 @@ bool read_prompts(const json* v, std::vector<Prompt>* out, Fields& f, const Prot
 // The fields both endpoints share.
 void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
   constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-  GenerationParams& p = r->params;
-  if (auto v = f.integer("max_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
-  if (auto v = f.integer("max_completion_tokens", 1, kMaxInt, "at least 1")) p.max_tokens = *v;
-  if (auto v = f.number(
-          "temperature", [](double x) { return x >= 0 && x <= 100; }, "in [0, 100]"))
-    p.temperature = *v;
-  if (auto v = f.number(
-          "top_p", [](double x) { return x > 0 && x <= 1; }, "in (0, 1]"))
-    p.top_p = *v;
-  if (auto v = f.integer("top_k", -1, kMaxInt, "-1 (disabled) or at least 0")) p.top_k = static_cast<int>(*v);
-  if (auto v = f.number(
-          "min_p", [](double x) { return x >= 0 && x <= 1; }, "in [0, 1]"))
-    p.min_p = *v;
-  if (auto v = f.number(
-          "presence_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
-    p.presence_penalty = *v;
-  }
-  if (auto v = f.number(
-          "frequency_penalty", [](double x) { return x >= -2 && x <= 2; }, "in [-2, 2]")) {
-    p.frequency_penalty = *v;
-  }
-  if (auto v = f.number(
-          "repetition_penalty", [](double x) { return x > 0 && x <= 100; }, "in (0, 100]")) {
-    p.repetition_penalty = *v;
-  }
+  SamplingParams& p = r->params;
+  // Types here; every range once, in SamplingParams::validate (check_sampling).
+  if (auto v = f.integer("max_tokens", std::numeric_limits<int64_t>::min(), kMaxInt, "an integer"))
+    r->max_tokens = *v;
+  if (auto v = f.integer("max_completion_tokens", std::numeric_limits<int64_t>::min(), kMaxInt, "an integer"))
+    r->max_tokens = *v;
+  if (auto v = f.real("temperature")) p.temperature = *v;
+  if (auto v = f.real("top_p")) p.top_p = *v;
+  if (auto v = f.integer("top_k", std::numeric_limits<int32_t>::min(), kMaxInt, "an integer"))
+    p.top_k = *v == 0 ? -1 : static_cast<int32_t>(*v);  // 0 and -1 both mean off
+  if (auto v = f.real("min_p")) p.min_p = *v;
+  if (auto v = f.real("presence_penalty")) p.presence_penalty = *v;
+  if (auto v = f.real("frequency_penalty")) p.frequency_penalty = *v;
+  if (auto v = f.real("repetition_penalty")) p.repetition_penalty = *v;
   if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                          "a 64-bit integer")) {
     p.seed = static_cast<uint64_t>(*v);
@@ -471,7 +455,7 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
                          ("in [1, " + std::to_string(limits.max_num_seqs) + "] (max_num_seqs)").c_str())) {
     r->n = static_cast<int>(*v);
   }
-  read_stop(f, &r->stop);
+  read_stop(f, &r->params.stop);
   if (auto v = f.boolean("stream")) r->stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) {
@@ -494,6 +478,21 @@ void read_extras(Fields& f, const json& j, GenerateRequest* r, const ProtocolLim
   if (f.failed()) return;
   if (auto e = read_extra_fields(j, r, limits)) return f.fail(e->message, e->param);
   r->unknown_fields = unknown_fields(j, r->endpoint);
+}
+
+// The request's sampling fields, each range checked once, by the engine's own
+// rule; the 400 names the field. max_tokens is the request's (the largest
+// int32 when unset: the Api resolves it against the context).
+void check_sampling(Fields& f, GenerateRequest& r, const ProtocolLimits& limits, const char* logprobs_param) {
+  if (f.failed()) return;
+  SamplingParams p = r.params;
+  p.max_tokens = static_cast<int32_t>(r.max_tokens.value_or(std::numeric_limits<int32_t>::max()));
+  std::string field;
+  if (Status st = p.validate(static_cast<int32_t>(limits.vocab_size), &field); !st.ok()) {
+    if (field == "top_logprobs") field = logprobs_param;
+    if (field == "max_tokens" && f.get("max_completion_tokens") != nullptr) field = "max_completion_tokens";
+    f.fail(st.message() + ".", field);
+  }
 }
 
 template <typename T>
@@ -522,8 +521,12 @@ Parsed<GenerateRequest> parse_chat_request(std::string_view body, const Protocol
   bool logprobs = f.boolean("logprobs").value_or(false);
   auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs, "in [0, 20]");
   if (top && !logprobs) f.fail("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs");
-  if (logprobs) r.params.top_logprobs = static_cast<int>(top.value_or(0));
+  if (logprobs) {
+    r.params.logprobs = true;
+    r.params.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  }
   read_extras(f, j, &r, limits);
+  check_sampling(f, r, limits, "top_logprobs");
   return finish(f, model_error, std::move(r));
 }
 
@@ -540,10 +543,14 @@ Parsed<GenerateRequest> parse_completion_request(std::string_view body, const Pr
   read_common(f, &r, limits);
   // Completions: logprobs is the number of alternatives (0..20).
   if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs, "in [0, 20]"))
-    r.params.top_logprobs = static_cast<int>(*v);
+  {
+    r.params.logprobs = true;
+    r.params.top_logprobs = static_cast<int32_t>(*v);
+  }
   if (auto echo = f.boolean("echo"); echo && *echo) f.fail("'echo' is not supported.", "echo");
   if (const json* s = f.get("suffix"); s != nullptr) f.fail("'suffix' is not supported.", "suffix");
   read_extras(f, j, &r, limits);
+  check_sampling(f, r, limits, "logprobs");
   if (!f.failed() && !model_error &&
       r.prompts.size() * static_cast<size_t>(std::max(r.n, r.best_of)) >
           static_cast<size_t>(limits.max_num_seqs) * kMaxPrompts) {

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/sampling_params.h"
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
 #include "server/response_format.h"
@@ -57,25 +58,6 @@ struct ChatTemplateRequest {
 using Prompt = std::variant<std::string, std::vector<int32_t>>;
 
 // Sampling as the engine sees it. Defaults follow the OpenAI API.
-struct GenerationParams {
-  std::optional<int64_t> max_tokens;  // unset: up to the context length
-  float temperature = 1.0f;           // 0: greedy
-  float top_p = 1.0f;
-  int top_k = -1;  // -1 or 0: disabled
-  float min_p = 0.0f;
-  std::optional<uint64_t> seed;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  float repetition_penalty = 1.0f;
-  bool ignore_eos = false;
-  int top_logprobs = -1;  // -1: no logprobs; 0..kMaxTopLogprobs: sampled token + that many alternatives
-  std::vector<int32_t> stop_token_ids;                       // end tokens besides the model's eos
-  int64_t min_tokens = 0;                                    // vLLM's meaning (SamplingParams::min_tokens)
-  std::vector<std::pair<int32_t, float>> logit_bias;         // ids checked, biases clamped to [-100, 100]
-  std::shared_ptr<const TokenConstraintFactory> constraint;  // from response_format or tools; null: free text
-  bool skip_special_tokens = true;  // false: tool-call markers that are special tokens
-};
-
 enum class Endpoint { kChat, kCompletion };
 
 struct GenerateRequest {
@@ -84,10 +66,14 @@ struct GenerateRequest {
   std::vector<ChatMessage> messages;  // chat
   ChatTemplateRequest chat_template;  // chat
   std::vector<Prompt> prompts;        // completions
-  GenerationParams params;
+  // The sampler's and the stop checker's fields, parsed straight into the
+  // engine's type and checked once, by SamplingParams::validate (a 400 naming
+  // the field); max_tokens there is the request's, resolved by the Api against
+  // the context (unset here: up to the context length).
+  SamplingParams params;
+  std::optional<int64_t> max_tokens;
   int n = 1;
   int best_of = 0;  // 0: not given (n); else >= n candidates, the n most likely returned
-  std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;               // stream_options.include_usage
   std::vector<std::string> unknown_fields;  // top-level fields no endpoint reads: ignored, counted

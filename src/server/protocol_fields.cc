@@ -32,12 +32,7 @@ std::optional<int64_t> integer_in(const json& v, int64_t lo, int64_t hi) {
   return x >= lo && x <= hi ? std::optional<int64_t>(x) : std::nullopt;
 }
 
-std::string vocab_range(const ProtocolLimits& limits) {
-  return "[0, " + std::to_string(limits.vocab_size) + ")";
-}
-
-std::optional<ApiError> read_stop_token_ids(const json& body, GenerationParams& p,
-                                            const ProtocolLimits& limits) {
+std::optional<ApiError> read_stop_token_ids(const json& body, SamplingParams& p) {
   const json* v = field(body, "stop_token_ids");
   if (v == nullptr) return std::nullopt;
   if (!v->is_array()) return bad_request("'stop_token_ids' must be a list of token ids.", "stop_token_ids");
@@ -47,10 +42,10 @@ std::optional<ApiError> read_stop_token_ids(const json& body, GenerationParams& 
                        "stop_token_ids");
   }
   for (const json& t : *v) {
-    auto id = integer_in(t, 0, limits.vocab_size - 1);
+    // The vocabulary range is SamplingParams::validate's, with every other range.
+    auto id = integer_in(t, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
     if (!id) {
-      return bad_request("'stop_token_ids' holds " + quote_excerpt(t.dump()) +
-                             ", which is not a token id in the vocabulary " + vocab_range(limits) + ".",
+      return bad_request("'stop_token_ids' holds " + quote_excerpt(t.dump()) + ", which is not a token id.",
                          "stop_token_ids");
     }
     p.stop_token_ids.push_back(static_cast<int32_t>(*id));
@@ -58,17 +53,12 @@ std::optional<ApiError> read_stop_token_ids(const json& body, GenerationParams& 
   return std::nullopt;
 }
 
-std::optional<ApiError> read_min_tokens(const json& body, GenerationParams& p) {
+std::optional<ApiError> read_min_tokens(const json& body, SamplingParams& p) {
   const json* v = field(body, "min_tokens");
   if (v == nullptr) return std::nullopt;
-  auto x = integer_in(*v, 0, std::numeric_limits<int32_t>::max());
-  if (!x) return bad_request("'min_tokens' must be an integer in [0, 2147483647].", "min_tokens");
-  if (p.max_tokens && *x > *p.max_tokens) {
-    return bad_request("'min_tokens' (" + std::to_string(*x) + ") must not exceed 'max_tokens' (" +
-                           std::to_string(*p.max_tokens) + ").",
-                       "min_tokens");
-  }
-  p.min_tokens = *x;
+  auto x = integer_in(*v, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
+  if (!x) return bad_request("'min_tokens' must be a 32-bit integer.", "min_tokens");
+  p.min_tokens = static_cast<int32_t>(*x);  // its range, against max_tokens, is SamplingParams::validate's
   return std::nullopt;
 }
 
@@ -83,7 +73,7 @@ std::optional<int64_t> key_token_id(const std::string& key) {
   return id;
 }
 
-std::optional<ApiError> read_logit_bias(const json& body, GenerationParams& p, const ProtocolLimits& limits) {
+std::optional<ApiError> read_logit_bias(const json& body, SamplingParams& p) {
   const json* v = field(body, "logit_bias");
   if (v == nullptr) return std::nullopt;
   if (!v->is_object()) {
@@ -97,10 +87,8 @@ std::optional<ApiError> read_logit_bias(const json& body, GenerationParams& p, c
   }
   for (auto it = v->begin(); it != v->end(); ++it) {
     auto id = key_token_id(it.key());
-    if (!id || *id >= limits.vocab_size) {
-      return bad_request("'logit_bias' key '" + quote_excerpt(it.key()) +
-                             "' is not a token id in the vocabulary " + vocab_range(limits) + ".",
-                         "logit_bias");
+    if (!id || *id > std::numeric_limits<int32_t>::max()) {
+      return bad_request("'logit_bias' key '" + quote_excerpt(it.key()) + "' is not a token id.", "logit_bias");
     }
     if (!it->is_number()) {
       return bad_request("'logit_bias' values must be numbers; the one for token " + it.key() + " is not.",
@@ -108,13 +96,8 @@ std::optional<ApiError> read_logit_bias(const json& body, GenerationParams& p, c
     }
     // Clamped, as OpenAI documents the range; a JSON number is always finite.
     const double b = std::clamp(it->get<double>(), -double{kMaxLogitBiasValue}, double{kMaxLogitBiasValue});
-    const auto tid = static_cast<int32_t>(*id);
-    const bool seen = std::any_of(p.logit_bias.begin(), p.logit_bias.end(),
-                                  [tid](const std::pair<int32_t, float>& e) { return e.first == tid; });
-    if (seen) {
-      return bad_request("'logit_bias' names token " + std::to_string(tid) + " twice.", "logit_bias");
-    }
-    p.logit_bias.emplace_back(tid, static_cast<float>(b));
+    // The vocabulary range and repeats are SamplingParams::validate's.
+    p.logit_bias.emplace_back(static_cast<int32_t>(*id), static_cast<float>(b));
   }
   return std::nullopt;
 }
@@ -187,9 +170,9 @@ bool contains(const std::array<std::string_view, N>& names, const std::string& k
 
 std::optional<ApiError> read_extra_fields(const json& body, GenerateRequest* r,
                                           const ProtocolLimits& limits) {
-  if (auto e = read_stop_token_ids(body, r->params, limits)) return e;
+  if (auto e = read_stop_token_ids(body, r->params)) return e;
   if (auto e = read_min_tokens(body, r->params)) return e;
-  if (auto e = read_logit_bias(body, r->params, limits)) return e;
+  if (auto e = read_logit_bias(body, r->params)) return e;
   if (auto e = read_best_of(body, r, limits)) return e;
   if (r->endpoint == Endpoint::kCompletion) return refuse_tools(body);
   return std::nullopt;

@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 EngineRequest make_request(std::vector<int32_t> prompt, int64_t max_tokens) {
   EngineRequest r;
   r.prompt = std::move(prompt);
-  r.params.max_tokens = max_tokens;
+  r.params.max_tokens = static_cast<int32_t>(max_tokens);
   r.params.temperature = 0.0f;
   r.params.ignore_eos = true;
   return r;
