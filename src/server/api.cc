@@ -252,6 +252,17 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
           bad_request(ids.status().message(), chat_error_param(ids.status(), r.chat_template)));
     }
     prompts.push_back(std::move(*ids));
+    // The template's end of turn ends the reply, where the model's eos ids lack it (an
+    // overriding --chat-template or the request's chat_template).
+    if (auto eot = codec_->chat_end_of_turn_id(r.chat_template)) {
+      const std::vector<int32_t> eos = codec_->eos_ids();
+      std::vector<int32_t>& stops = r.params.stop_token_ids;
+      if (stops.size() < static_cast<size_t>(SamplingParams::kMaxStops) &&
+          std::find(eos.begin(), eos.end(), *eot) == eos.end() &&
+          std::find(stops.begin(), stops.end(), *eot) == stops.end()) {
+        stops.push_back(*eot);
+      }
+    }
   } else {
     for (Prompt& p : r.prompts) {
       if (auto* text = std::get_if<std::string>(&p)) {

@@ -4,6 +4,7 @@
 // so implementations must be safe for concurrent const use.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -36,6 +37,10 @@ class ModelCodec {
   // Structured output: control tokens are never allowed as text; end tokens close the output.
   virtual bool is_special(int32_t) const { return false; }
   virtual std::vector<int32_t> eos_ids() const { return {}; }
+  // The end-of-turn token of the template a chat renders with (the request's own when it gives
+  // one), when the template ends turns with one the vocabulary holds: the reply ends on it, also
+  // where it is not among the model's eos ids (an overriding template's).
+  virtual std::optional<int32_t> chat_end_of_turn_id(const ChatTemplateRequest&) const { return std::nullopt; }
   // The model's chat template source (empty when it has none): tool calls take its format.
   virtual std::string chat_template_source() const { return {}; }
 };

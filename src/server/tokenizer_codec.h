@@ -28,6 +28,12 @@ class TokenizerCodec final : public ModelCodec {
   int64_t vocab_size() const override { return tokenizer_.n_vocab(); }
   bool is_special(int32_t id) const override { return tokenizer_.is_special(id); }
   std::vector<int32_t> eos_ids() const override { return tokenizer_.eos_ids(); }
+  std::optional<int32_t> chat_end_of_turn_id(const ChatTemplateRequest& options) const override {
+    const std::string_view eot = chat_end_of_turn(options.chat_template ? std::string_view(*options.chat_template)
+                                                  : template_.ok()       ? std::string_view(template_->source())
+                                                                         : std::string_view());
+    return eot.empty() ? std::nullopt : tokenizer_.token_id(eot);
+  }
   std::string chat_template_source() const override {
     return template_.ok() ? template_->source() : std::string();
   }

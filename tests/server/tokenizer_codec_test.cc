@@ -48,5 +48,23 @@ TEST(TokenizerCodec, CompletionPromptsStillParseSpecialTokens) {
   EXPECT_EQ(ids->back(), *tok.token_id("<|im_end|>"));
 }
 
+// The end of turn a chat renders toward: the request's template's when it brings one, else the
+// codec's; none when the template ends turns with no token the vocabulary holds.
+TEST(TokenizerCodec, EndOfTurnIsTheRenderingTemplates) {
+  const Tokenizer& tok = testing::default_tokenizer();
+  auto tmpl = ChatTemplate::parse(tok.chat_template());
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+  TokenizerCodec codec(tok, *tmpl);
+  const int32_t im_end = *tok.token_id("<|im_end|>");
+  ChatTemplateRequest own;
+  EXPECT_EQ(codec.chat_end_of_turn_id(own), im_end);  // the model's ChatML template
+  own.chat_template = "{% for m in messages %}{{ m.content }}<|eot_id|>{% endfor %}";
+  EXPECT_EQ(codec.chat_end_of_turn_id(own), std::nullopt);  // not a token of this vocabulary
+  own.chat_template = "{% for m in messages %}{{ m.content }}\n{% endfor %}";
+  EXPECT_EQ(codec.chat_end_of_turn_id(own), std::nullopt);  // no end-of-turn token at all
+  own.chat_template = "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}";
+  EXPECT_EQ(codec.chat_end_of_turn_id(own), im_end);
+}
+
 }  // namespace
 }  // namespace nanoserve::server
