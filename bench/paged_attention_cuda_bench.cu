@@ -34,6 +34,7 @@
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/device_memory.cuh"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
+#include "ops/paged_attention/paged_attention_tuning.cuh"
 
 using namespace nanoserve;
 
@@ -149,7 +150,7 @@ struct CallState {
 };
 
 // Median time per call of paged_attention_cuda, from graph replays.
-double time_attention(Setup& su, const PagedAttentionCudaOptions& opt) {
+double time_attention(Setup& su, const PagedAttentionTuning& opt) {
   CallState cs(su);
   auto& [batch, ws, scale, n_rep] = cs;
   cudaStream_t stream;
@@ -405,31 +406,31 @@ int main(int argc, char** argv) {
   }
   struct Variant {
     std::string name;
-    PagedAttentionCudaOptions opt;
+    PagedAttentionTuning opt;
     bool targets_only;
   };
   std::vector<Variant> variants;
   // The default (every shape), then other options one at a time (the target
   // shapes only): set(o) changes the default options o.
   auto add = [&](std::string name, bool targets_only, auto set) {
-    PagedAttentionCudaOptions o;
+    PagedAttentionTuning o;
     set(o);
     variants.push_back({std::move(name), o, targets_only});
   };
-  add("default", false, [](PagedAttentionCudaOptions&) {});
-  add("query tiles", false, [](PagedAttentionCudaOptions& o) { o.query_tiles = true; });
-  add("no early K/V", true, [](PagedAttentionCudaOptions& o) { o.early_kv = false; });
+  add("default", false, [](PagedAttentionTuning&) {});
+  add("query tiles", false, [](PagedAttentionTuning& o) { o.query_tiles = true; });
+  add("no early K/V", true, [](PagedAttentionTuning& o) { o.early_kv = false; });
   for (int stages : {2, 3, 4}) {
-    add(std::to_string(stages) + " stages", true, [=](PagedAttentionCudaOptions& o) { o.stages = stages; });
+    add(std::to_string(stages) + " stages", true, [=](PagedAttentionTuning& o) { o.stages = stages; });
   }
   for (int tiles : {2, 3}) {
     add("split>=" + std::to_string(tiles) + " tiles", true,
-        [=](PagedAttentionCudaOptions& o) { o.min_split_tiles = tiles; });
+        [=](PagedAttentionTuning& o) { o.min_split_tiles = tiles; });
   }
-  add("no held tile", true, [](PagedAttentionCudaOptions& o) { o.hold_first_tile = false; });
-  add("held after wait", true, [](PagedAttentionCudaOptions& o) { o.hold_before_wait = false; });
-  add("split>=8 tiles", true, [](PagedAttentionCudaOptions& o) { o.min_split_tiles = 8; });
-  add("single rows", true, [](PagedAttentionCudaOptions& o) { o.pair_rows = false; });
+  add("no held tile", true, [](PagedAttentionTuning& o) { o.hold_first_tile = false; });
+  add("held after wait", true, [](PagedAttentionTuning& o) { o.hold_before_wait = false; });
+  add("split>=8 tiles", true, [](PagedAttentionTuning& o) { o.min_split_tiles = 8; });
+  add("single rows", true, [](PagedAttentionTuning& o) { o.pair_rows = false; });
 
   std::vector<Result> results;
   const int64_t min_cycled = 4 * dev.l2_bytes;

@@ -438,8 +438,9 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // of several rows runs attention on the query-tiled kernel; a step of
   // single decode rows keeps the split kernel, whose splits serve one row
   // better than one block a row and kv head.
-  PagedAttentionCudaOptions attention;
-  attention.query_tiles = !small_step && db.num_tokens() > db.num_seqs();
+  const PagedAttentionKernel attention = !small_step && db.num_tokens() > db.num_seqs()
+                                             ? PagedAttentionKernel::kQueryTiles
+                                             : PagedAttentionKernel::kSplit;
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).

@@ -64,7 +64,7 @@ struct CudaLimits {
   int64_t max_context = 0;         // longest context (0: what the block tables hold)
   // Steps of more than 64 tokens through cuBLASLt's per-shape choice, and
   // those with a sequence of several rows through the query-tiled attention
-  // (PagedAttentionCudaOptions::query_tiles): faster prefill, but a row's
+  // (PagedAttentionKernel::kQueryTiles): faster prefill, but a row's
   // bits then depend on the step it ran in. Off: every
   // linear whose shape linear_cuda runs goes through it, at any step size,
   // and attention through the split kernel.

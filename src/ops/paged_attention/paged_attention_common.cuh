@@ -118,7 +118,7 @@ struct AttnParams {
   float* partial_lse;  // [rows, n_heads, kMaxSplits]
   int row_offset;      // this launch's first token row
   int row_end;         // one past its last
-  bool pair_rows;      // PagedAttentionCudaOptions::pair_rows, and the step has a sequence of several rows
+  bool pair_rows;      // PagedAttentionTuning::pair_rows, and the step has a sequence of several rows
   // With pair_rows, the launch's blocks (beyond the head groups) are this
   // list's: (leading row - row_offset) << kItemSplitBits | split, written by
   // attention_items_kernel, n_items of them.
@@ -133,8 +133,8 @@ struct AttnParams {
   int max_splits;
   int min_split_tiles;
   int stages;  // 2..kMaxStages
-  bool early_kv;          // PagedAttentionCudaOptions::early_kv, with a dependent launch
-  bool hold_before_wait;  // PagedAttentionCudaOptions::hold_before_wait
+  bool early_kv;          // PagedAttentionTuning::early_kv, with a dependent launch
+  bool hold_before_wait;  // PagedAttentionTuning::hold_before_wait
   float scale_log2;       // scale * log2(e)
 };
 
@@ -154,7 +154,7 @@ __device__ __forceinline__ RowInfo row_info(const AttnParams<T>& p, int t) {
 
 // Rows of one sequence at consecutive positions within one aligned window of
 // window_rows(G, kNT) positions share a thread block
-// (PagedAttentionCudaOptions::pair_rows): 8 kNT columns of the mma hold G
+// (PagedAttentionTuning::pair_rows): 8 kNT columns of the mma hold G
 // heads of each. A window divides the tile, so its rows' contexts end in the
 // same tile: they have the same split plan and the same tiles in every split.
 // The block of the first of them in the launch computes them all; the blocks

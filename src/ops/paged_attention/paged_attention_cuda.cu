@@ -45,6 +45,7 @@
 //    order by one warp per head (the reduce kernel, one warp a block).
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
+#include "ops/paged_attention/paged_attention_tuning.cuh"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -177,7 +178,7 @@ namespace {
 struct LaunchPlan {
   int n_groups = 0, grid_splits = 0, stages = 0;
   bool hold = false;
-  bool pair_rows = false;  // PagedAttentionCudaOptions::pair_rows, with a sequence of several rows
+  bool pair_rows = false;  // PagedAttentionTuning::pair_rows, with a sequence of several rows
   int col_tiles = 1;       // the kernel's column tiles: 2 where rows share blocks and no tile is held
   int window = 1;          // with pair_rows, the rows of a window (window_rows)
   int tile = 0, max_splits = 0, min_tiles = 0;
@@ -205,7 +206,7 @@ int launch_items(const DeviceBatch& batch, const LaunchPlan& lp, int64_t r0, int
 }
 
 LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_t hd,
-                       const PagedAttentionWorkspaceCuda& ws, const PagedAttentionCudaOptions& options) {
+                       const PagedAttentionWorkspaceCuda& ws, const PagedAttentionTuning& options) {
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   LaunchPlan lp;
@@ -247,7 +248,7 @@ LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_
 
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
-                                         const PagedAttentionCudaOptions& options) {
+                                         const PagedAttentionTuning& options) {
   NS_CHECK(batch.num_tokens() <= ws.max_rows())
       << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
       << " workspace rows";
@@ -264,7 +265,7 @@ uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor&
 
 // ---- entry points --------------------------------------------------------------
 
-int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options) {
+int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionTuning& options) {
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   return plan_splits(ctx, tile_tokens(head_dim), max_splits, min_tiles).n_splits;
@@ -301,7 +302,7 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale,
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
-                          const PagedAttentionCudaOptions& options) {
+                          const PagedAttentionTuning& options) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
@@ -413,6 +414,27 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       }
     });
   });
+}
+
+namespace {
+
+PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
+  PagedAttentionTuning t;
+  t.query_tiles = kernel == PagedAttentionKernel::kQueryTiles;
+  return t;
+}
+
+}  // namespace
+
+void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
+                          int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
+                          cuda::Stream stream, PagedAttentionKernel kernel) {
+  paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel));
+}
+
+uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
+                                         const PagedAttentionWorkspaceCuda& ws, PagedAttentionKernel kernel) {
+  return paged_attention_cuda_launch_key(batch, k_pool, n_rep, ws, tuning_of(kernel));
 }
 
 }  // namespace nanoserve

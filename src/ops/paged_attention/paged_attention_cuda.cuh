@@ -27,50 +27,14 @@
 
 namespace nanoserve {
 
-struct PagedAttentionCudaOptions {
-  // The split plan (0: the defaults). It changes the order of the sums, so it is
-  // a process-wide constant in the engine; other values are for benchmarks.
-  int max_splits = 0;       // 1..kMaxSplits
-  int min_split_tiles = 0;  // >= 1
-  // Pipeline stages in flight per warp, 2..4. Changes no sum. 0: from the grid
-  // size: 3 when every thread block of the launch fits at two an SM, else 2
-  // (three blocks an SM), and never more than the longest split has tiles.
-  int stages = 0;
-  // Launch with programmatic dependent launch, so this call's launch overlaps
-  // the tail of the kernel before it (the kernel waits before reading q, the
-  // partials, or pool positions this step writes).
-  bool dependent_launch = true;
-  // With it, a thread block copies the rows of its first stages whose
-  // positions lie before its sequence's first position in this step (written
-  // by earlier steps, so stable) before that wait, the others after, paced: a
-  // warp issues stage i's once stage i - 1 has landed, so the next call's
-  // copies reach memory as a stream rather than one burst in front of this
-  // call's q, refills and partials. Changes no sum.
-  bool early_kv = true;
-  // The rows of one sequence in an aligned window of positions share a thread
-  // block, each (row, head) one column of the mma with its own causal end, so
-  // an extend chunk reads each K/V tile once for the window: 16 columns (two
-  // mma column tiles) of G heads, so 4 rows at G = 4, where no tile is held;
-  // else 8 columns. Changes no sum.
-  bool pair_rows = true;
-  // In a launch whose blocks fit at two an SM, a split with more tiles than
-  // stages reads its first tile into registers and refills that stage at
-  // once, instead of once q has arrived and the tile is computed, and
-  // computes its resident tiles as one batch. Changes no sum.
-  bool hold_first_tile = true;
-  // Where the first tile lies wholly before this step's rows, hold it and
-  // issue the refill of its stage before the dependency wait, paced as one
-  // more stage, so that no refill is on the chain after the wait (the next
-  // call's early copies then move the whole split). Changes no sum.
-  bool hold_before_wait = true;
-  // Every row through the query-tiled kernel instead (paged_attention_query_tiles.cu):
-  // 64 (row, head) slots of one sequence a block, on tensor cores, over whole
-  // 64-key tiles, as flash attention lays out a prefill. Its rows are NOT
-  // bitwise the split kernel's (another order of the sums): for steps that
-  // gave up batch invariance (--cublas-prefill). The options above do not
-  // apply to it, but dependent_launch.
-  bool query_tiles = false;
-};
+// Which kernel a call runs. kSplit, the default, is batch-invariant: a row's
+// output bits depend on its own context alone. kQueryTiles (the query-tiled
+// kernel, paged_attention_query_tiles.cu: 64 (row, head) slots of one sequence
+// a block, on tensor cores, over whole 64-key tiles, as flash attention lays
+// out a prefill) is faster on prefill but sums in another order: for steps
+// that gave up batch invariance (--cublas-prefill). The split kernel's tuning
+// knobs, for benchmarks and tests, are in paged_attention_tuning.cuh.
+enum class PagedAttentionKernel : uint8_t { kSplit, kQueryTiles };
 
 // Scratch for split rows, allocated once. Rows beyond max_rows are processed in
 // several launches (same result: the split plan is per row).
@@ -114,7 +78,7 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale,
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream = nullptr,
-                          const PagedAttentionCudaOptions& options = {});
+                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit);
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,
 // pipeline depth, kernel variant, the length of the block list), packed: equal
@@ -123,9 +87,6 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
 // the device. For a call of one launch: at most ws.max_rows() tokens (checked).
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
-                                         const PagedAttentionCudaOptions& options = {});
-
-// How many thread blocks a row of context ctx is split over (1: no partials). For tests and benchmarks.
-int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionCudaOptions& options = {});
+                                         PagedAttentionKernel kernel = PagedAttentionKernel::kSplit);
 
 }  // namespace nanoserve

@@ -1,4 +1,4 @@
-// The query-tiled attention kernel (PagedAttentionCudaOptions::query_tiles):
+// The query-tiled attention kernel (PagedAttentionTuning::query_tiles):
 // prefill on tensor cores the way flash attention lays it out, for the steps
 // that gave up batch invariance (--cublas-prefill).
 //

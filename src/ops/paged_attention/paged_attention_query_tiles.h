@@ -1,6 +1,6 @@
 #pragma once
 // The query-tiled attention kernel (paged_attention_query_tiles.cu), which
-// paged_attention_cuda runs under PagedAttentionCudaOptions::query_tiles.
+// paged_attention_cuda runs under PagedAttentionTuning::query_tiles.
 // Plain C++ declarations; the arguments are paged_attention_cuda's, already
 // checked there (block_size_log2: the pools' block size).
 

@@ -21,6 +21,7 @@
 #include "core/half.h"
 #include "ops/paged_attention/paged_attention.h"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
+#include "ops/paged_attention/paged_attention_tuning.cuh"
 
 namespace nanoserve::paged_attention_test {
 
@@ -176,7 +177,7 @@ struct DeviceRun {
 };
 
 // Uploads the problem, writes the step's K/V, runs attention; returns the device tensors.
-inline DeviceRun run_on_device(const Problem& p, const PagedAttentionCudaOptions& opt = {},
+inline DeviceRun run_on_device(const Problem& p, const PagedAttentionTuning& opt = {},
                                int max_rows = 0) {
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
@@ -285,7 +286,7 @@ inline uint64_t fresh_seed() {
 // Returns the output.
 inline std::vector<uint16_t> check_problem(const Shape& s, const std::vector<std::pair<int, int>>& seqs,
                                            std::vector<int> check = {},
-                                           const PagedAttentionCudaOptions& opt = {}, uint64_t seed = 0) {
+                                           const PagedAttentionTuning& opt = {}, uint64_t seed = 0) {
   if (seed == 0) seed = fresh_seed();
   SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
   const Problem p = make_problem(seed, s, seqs);

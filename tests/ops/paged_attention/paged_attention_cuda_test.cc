@@ -121,7 +121,7 @@ TEST(PagedAttentionCuda, ExtendChunksMatchReference) {
 TEST(PagedAttentionCuda, PairedExtendRowsEqualSingleRows) {
   NS_SKIP_WITHOUT_GPU();
   const std::vector<std::pair<int, int>> seqs{{1024, 1024}, {778, 301}, {5, 1}, {300, 40}, {2, 2}, {9, 3}};
-  PagedAttentionCudaOptions single;
+  PagedAttentionTuning single;
   single.pair_rows = false;
   for (const Shape& s : {Shape{DType::kBF16, 128, 16, 2, 4}, Shape{DType::kBF16, 64, 16, 2, 2},
                          Shape{DType::kF16, 128, 32, 1, 3}, Shape{DType::kBF16, 64, 8, 2, 1},
@@ -143,7 +143,7 @@ TEST(PagedAttentionCuda, PairedExtendRowsEqualSingleRows) {
 // bf16 and f16.
 TEST(PagedAttentionCuda, QueryTilesMatchReference) {
   NS_SKIP_WITHOUT_GPU();
-  PagedAttentionCudaOptions tiles;
+  PagedAttentionTuning tiles;
   tiles.query_tiles = true;
   const std::vector<std::pair<int, int>> seqs{{1, 1},     {37, 37}, {120, 20}, {1000, 300},
                                               {2048, 1},  {5, 2},   {130, 65}, {700, 1}};

@@ -31,21 +31,21 @@ void expect_output_independent_of_batch_and_reduction(const std::vector<std::pai
   const Shape s{DType::kBF16, 128, 16, 2, 4};
   const Problem p = make_problem(fresh_seed(), s, seqs);
   const std::vector<uint16_t> base = download16(run_on_device(p).out);
-  PagedAttentionCudaOptions late_kv;
+  PagedAttentionTuning late_kv;
   late_kv.early_kv = false;
   EXPECT_TRUE(download16(run_on_device(p, late_kv).out) == base)
       << "K/V copies all after the dependency wait";
-  PagedAttentionCudaOptions unheld;
+  PagedAttentionTuning unheld;
   unheld.hold_first_tile = false;
   EXPECT_TRUE(download16(run_on_device(p, unheld).out) == base) << "first tile not held in registers";
-  PagedAttentionCudaOptions single;
+  PagedAttentionTuning single;
   single.pair_rows = false;
   EXPECT_TRUE(download16(run_on_device(p, single).out) == base) << "extend rows one a block";
-  PagedAttentionCudaOptions held_late;
+  PagedAttentionTuning held_late;
   held_late.hold_before_wait = false;
   EXPECT_TRUE(download16(run_on_device(p, held_late).out) == base) << "first tile held after the wait";
   for (int stages : {2, 3, 4}) {
-    PagedAttentionCudaOptions deeper;
+    PagedAttentionTuning deeper;
     deeper.stages = stages;
     deeper.dependent_launch = false;
     EXPECT_TRUE(download16(run_on_device(p, deeper).out) == base) << stages << " pipeline stages";
@@ -89,7 +89,7 @@ TEST(PagedAttentionCuda, SplitPlanDependsOnContextOnly) {
   EXPECT_GT(paged_attention_cuda_num_splits(4096, 128), 1);
   EXPECT_LE(paged_attention_cuda_num_splits(1 << 20, 128), PagedAttentionWorkspaceCuda::kMaxSplits);
   for (int ctx : {1, 17, 97, 2048, 16384, 100000}) {
-    PagedAttentionCudaOptions four;
+    PagedAttentionTuning four;
     four.max_splits = 4;
     EXPECT_LE(paged_attention_cuda_num_splits(ctx, 64, four), 4);
   }
