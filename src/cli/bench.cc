@@ -135,9 +135,15 @@ int run_bench(const BenchArgs& a) {
     std::fprintf(stderr, "nanoserve bench: %s\n", config.status().to_string().c_str());
     return 2;
   }
-  ThreadPool pool(a.engine.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
+  if (spec.ok()) {
+    if (Status st = check_flags_against_model(a.engine, *spec); !st.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
+  ThreadPool pool(a.engine.threads);
   StatusOr<LoadedEngine> le =
       spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
   if (!le.ok()) {

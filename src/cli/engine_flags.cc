@@ -2,9 +2,13 @@
 
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <thread>
 
 #include "cli/commands.h"
+#include "core/logging.h"
 #include "model/model_shapes.h"
 
 namespace nanoserve::cli {
@@ -51,8 +55,12 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
                   "Token budget of one step (prefill chunk)")
       ->capture_default_str();
   sub->add_option("--max-model-len", c.max_model_len,
-                  "Longest prompt + output (0: the model's context length)")
+                  "Longest prompt + output (0: the model's context length; more than it needs "
+                  "--allow-long-max-model-len)")
       ->capture_default_str();
+  sub->add_flag("--allow-long-max-model-len", f.allow_long_max_model_len,
+                "Take a --max-model-len above the model's context length (as vLLM's "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, also read); positions past it were never trained");
   sub->add_option("--block-size", c.block_size, "Tokens per KV block")->capture_default_str();
   sub->add_option("--num-blocks", c.num_blocks, "KV pool size in blocks (overrides --kv-cache-memory)");
   sub->add_option("--kv-cache-memory", f.kv_cache_memory,
@@ -111,11 +119,44 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
     return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
   }
+  // Below one the runner's step buffers would be empty: refused here, by name,
+  // before a command starts anything.
+  if (c.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be >= 1");
+  if (c.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be >= 1");
+  if (c.max_model_len < 0)
+    return invalid_argument("--max-model-len must be >= 0 (0: the model's context length)");
   if (c.num_blocks < 0) return invalid_argument("--num-blocks must be >= 0");
   if (c.block_size < 1) return invalid_argument("--block-size must be >= 1");
   if (f.threads < 0) return invalid_argument("--threads must be >= 0");
   NS_RETURN_IF_ERROR(model_spec_from_flags(f, "").status());
   return c;
+}
+
+Status check_flags_against_model(const EngineFlags& f, const ModelSpec& spec) {
+  // More threads than cores only contend for them (every step waits on its
+  // slowest thread); the count is still honoured.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && f.threads > static_cast<int>(cores)) {
+    NS_LOG(WARNING) << "--threads " << f.threads << " is more than the " << cores
+                    << " cores here: the extra threads only contend for them and slow each step";
+  }
+  const int64_t asked = f.config.max_model_len;
+  if (asked <= 0) return Status::ok_status();
+  NS_ASSIGN_OR_RETURN(ModelConfig mc, read_model_config(spec));
+  if (mc.context_length <= 0 || asked <= mc.context_length) return Status::ok_status();
+  const char* env = std::getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN");
+  const bool allowed = f.allow_long_max_model_len || (env != nullptr && std::strcmp(env, "1") == 0);
+  const std::string what = "--max-model-len " + std::to_string(asked) +
+                           " is above the model's context length " + std::to_string(mc.context_length);
+  if (!allowed) {
+    return invalid_argument(what +
+                            " (context_length / max_position_embeddings of its config); positions past it "
+                            "were never trained. Pass --allow-long-max-model-len (or set "
+                            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) to take it anyway");
+  }
+  NS_LOG(WARNING) << what << "; taken as asked (--allow-long-max-model-len): output past "
+                  << mc.context_length << " tokens may be wrong";
+  return Status::ok_status();
 }
 
 StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& f, const std::string& model_arg) {

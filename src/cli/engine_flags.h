@@ -15,18 +15,26 @@ namespace nanoserve::cli {
 
 struct EngineFlags {
   EngineConfig config;
-  std::string kv_cache_memory;  // "1073741824", "512M", "2G"
+  std::string kv_cache_memory;          // "1073741824", "512M", "2G"
   std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16
-  int threads = 0;              // 0: all cores
-  std::string device = "auto";  // auto | cpu | cuda
-  std::string load_format = "auto";  // auto | gguf | safetensors | dummy
-  std::string model_shape;           // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m
+  int threads = 0;                      // 0: all cores
+  std::string device = "auto";          // auto | cpu | cuda
+  std::string load_format = "auto";     // auto | gguf | safetensors | dummy
+  std::string model_shape;              // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m
+  // --max-model-len above the model's context length is refused unless this
+  // (or vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) allows it.
+  bool allow_long_max_model_len = false;
 };
 
 void add_engine_flags(CLI::App* sub, EngineFlags& flags);
 
 // The EngineConfig the flags describe; INVALID_ARGUMENT naming the flag.
 StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& flags);
+
+// The checks that need the model's config (read without its weights):
+// --max-model-len against the model's context length. Call before anything
+// starts. Also warns, once, when --threads exceeds the cores.
+Status check_flags_against_model(const EngineFlags& flags, const ModelSpec& spec);
 
 // Where the model comes from: `model_arg` (-m; empty: the default model) with
 // --load-format and --model-shape. With a shape the weights are dummy and the

@@ -25,6 +25,21 @@ int main(int argc, char** argv) {
   add(add_serve_command(app));
   add(add_bench_command(app));
   add(add_render_template_command(app));
+  // A first word that is no command and no flag: say which, rather than
+  // CLI11's "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "nanoserve: unknown command '%s' (commands: %s); see nanoserve --help\n", argv[1],
+                   names.c_str());
+      return 2;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   if (version->parsed()) {
     std::printf("%s\n", version_line.c_str());

@@ -124,6 +124,20 @@ StatusOr<std::unique_ptr<Tokenizer>> open_model_tokenizer(const std::string& pat
   return std::move(t.tokenizer);
 }
 
+StatusOr<ModelConfig> read_model_config(const ModelSpec& spec) {
+  if (spec.format == LoadFormat::kDummy && !spec.model_shape.empty()) return model_shape(spec.model_shape);
+  LoadFormat format = spec.format;
+  if (format == LoadFormat::kAuto || format == LoadFormat::kDummy) {
+    NS_ASSIGN_OR_RETURN(format, detect_load_format(spec.path));
+  }
+  if (format == LoadFormat::kGguf) {
+    NS_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::open(spec.path));
+    return config_from_gguf(*gguf);
+  }
+  NS_ASSIGN_OR_RETURN(HfModelConfig hf, config_from_hf_file((fs::path(spec.path) / "config.json").string()));
+  return hf.config;
+}
+
 std::string ModelSource::describe() const {
   return std::string(load_format_name(format)) + " " + path + " (" +
          (tensors ? tensors->describe() : std::string("no tensors")) + ")";

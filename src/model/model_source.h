@@ -58,6 +58,12 @@ StatusOr<LoadFormat> detect_load_format(const std::string& path);
 
 StatusOr<ModelSource> open_model_source(const ModelSpec& spec);
 
+// Only the ModelConfig the spec describes (a GGUF file's metadata, config.json,
+// or the named shape), with no tensor or tokenizer read: what a command checks
+// its flags against (e.g. --max-model-len against context_length) before it
+// starts anything.
+StatusOr<ModelConfig> read_model_config(const ModelSpec& spec);
+
 // Only the tokenizer of a GGUF file or HF folder (no weights are read), with
 // the same end-of-generation ids as open_model_source.
 StatusOr<std::unique_ptr<Tokenizer>> open_model_tokenizer(const std::string& path);
