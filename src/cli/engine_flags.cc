@@ -8,7 +8,9 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/vllm_flags.h"
 #include "core/logging.h"
+#include "engine/load_engine.h"
 #include "model/model_shapes.h"
 
 namespace nanoserve::cli {
@@ -74,10 +76,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--device", f.device, "auto (CUDA when built with it and a GPU is present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  sub->add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
-                  "CUDA: fraction of GPU memory for weights, KV cache and buffers together; the KV pool gets "
-                  "what is left (unless --num-blocks or --kv-cache-memory sets it)")
-      ->capture_default_str();
+  sub->add_option(
+      "--gpu-memory-utilization", f.gpu_memory_utilization,
+      "CUDA: fraction of GPU memory for weights, KV cache and buffers together (default 0.9); the "
+      "KV pool gets what is left (unless --num-blocks or --kv-cache-memory sets it)");
   sub->add_flag("--cublas-prefill", c.cublas_prefill,
                 "CUDA: run steps of more than 64 tokens through cuBLASLt's per-shape kernels (and, where a "
                 "sequence has several rows, the query-tiled attention): faster prefill, but greedy output is "
@@ -93,6 +95,7 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--model-shape", f.model_shape,
                   "With --load-format dummy: the shape of the random model (" + shapes +
                       "); the tokenizer is -m's or the default model's");
+  add_vllm_engine_flags(sub, f);
 }
 
 StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
@@ -116,8 +119,11 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   } else if (f.device != "auto") {
     return invalid_argument("--device: '" + f.device + "' is not auto, cpu or cuda");
   }
-  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
-    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  if (f.gpu_memory_utilization.has_value()) {
+    c.gpu_memory_utilization = *f.gpu_memory_utilization;
+    if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
+      return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+    }
   }
   // Below one the runner's step buffers would be empty: refused here, by name,
   // before a command starts anything.
@@ -128,11 +134,24 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   if (c.num_blocks < 0) return invalid_argument("--num-blocks must be >= 0");
   if (c.block_size < 1) return invalid_argument("--block-size must be >= 1");
   if (f.threads < 0) return invalid_argument("--threads must be >= 0");
-  NS_RETURN_IF_ERROR(model_spec_from_flags(f, "").status());
+  // --load-format and --model-shape alone; the model itself is model_spec_from_flags'.
+  NS_RETURN_IF_ERROR(parse_load_format(f.load_format).status());
+  if (!f.model_shape.empty()) NS_RETURN_IF_ERROR(model_shape(f.model_shape).status());
+  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
+  NS_RETURN_IF_ERROR(apply_vllm_engine_flags(f, device, &c));
   return c;
 }
 
 Status check_flags_against_model(const EngineFlags& f, const ModelSpec& spec) {
+  if (auto device = resolve_device(f.device == "cpu"    ? std::optional<Device>(Device::kCPU)
+                                   : f.device == "cuda" ? std::optional<Device>(Device::kCUDA)
+                                                        : std::nullopt);
+      device.ok()) {
+    note_vllm_engine_flags(f, *device);
+  }
+  if (!f.download_dir.empty()) {
+    NS_LOG(INFO) << "--download-dir: MODEL '" << spec.path << "' is a local path; nothing is downloaded";
+  }
   // More threads than cores only contend for them (every step waits on its
   // slowest thread); the count is still honoured.
   const unsigned cores = std::thread::hardware_concurrency();
@@ -170,6 +189,16 @@ StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& f, const std::strin
     NS_RETURN_IF_ERROR(model_shape(f.model_shape).status());
     spec.model_shape = f.model_shape;
     spec.tokenizer_path = spec.path;
+  }
+  if (!f.tokenizer.empty()) {
+    if (!f.model_shape.empty())
+      return invalid_argument("--tokenizer: with --model-shape the tokenizer is -m's");
+    spec.tokenizer_path = f.tokenizer;
+  }
+  if (!f.revision.empty()) {
+    return invalid_argument("--revision " + f.revision +
+                            ": a revision is of a hub model (org/name); MODEL '" + spec.path +
+                            "' is a local path");
   }
   return spec;
 }

@@ -2,12 +2,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/vllm_flags.h"
 
 int main(int argc, char** argv) {
   using namespace nanoserve::cli;
@@ -40,7 +42,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  CLI11_PARSE(app, argc, argv);
+  // vLLM's -tp/-pp/-dp are two-letter short flags, which CLI11 does not take: given their long names.
+  std::vector<std::string> args = expand_vllm_short_flags(argc, argv);
+  args.erase(args.begin());
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+  try {
+    app.parse(std::move(args));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   if (version->parsed()) {
     std::printf("%s\n", version_line.c_str());
     return 0;

@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_arg.h"
+#include "cli/vllm_flags.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/load_engine.h"
@@ -48,6 +49,7 @@ struct ServeOptions {
   int http_threads = server::HttpOptions{}.num_threads;
   int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
+  VllmServeFlags vllm;
   std::string chat_template;  // a file or the template text; empty: the model's
 };
 
@@ -141,6 +143,7 @@ int run_serve(const ServeOptions& opt) {
   StatusOr<ModelSpec> spec =
       config.ok() ? model_spec_from_flags(opt.engine, opt.model) : StatusOr<ModelSpec>(config.status());
   Status checked = spec.ok() ? check_flags_against_model(opt.engine, *spec) : spec.status();
+  if (checked.ok()) checked = apply_vllm_serve_flags(opt.vllm, spec->path, &*config);
   if (!checked.ok()) {
     std::fprintf(stderr, "nanoserve serve: %s\n", checked.to_string().c_str());
     return 2;
@@ -256,6 +259,7 @@ CommandRun add_serve_command(CLI::App& app) {
                   "is the one served")
       ->expected(1, -1);
   add_engine_flags(cmd, opt->engine);
+  add_vllm_serve_flags(cmd, opt->vllm);
   cmd->add_option("--chat-template", opt->chat_template,
                   "Chat template to use instead of the model's: a Jinja file, or the template text itself");
   cmd->add_option("--max-waiting-requests", opt->max_waiting_requests,

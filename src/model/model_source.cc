@@ -79,6 +79,15 @@ StatusOr<Tokenized> open_config_and_tokenizer(const std::string& path) {
   return f == LoadFormat::kGguf ? open_gguf(path) : open_hf(path);
 }
 
+// --tokenizer: the tokenizer of another file or folder replaces the model's
+// (load_engine still checks that it fits the model's vocabulary).
+Status use_tokenizer_of(const ModelSpec& spec, ModelSource* src) {
+  if (spec.tokenizer_path.empty() || spec.tokenizer_path == spec.path) return Status::ok_status();
+  NS_ASSIGN_OR_RETURN(Tokenized t, open_config_and_tokenizer(spec.tokenizer_path));
+  src->tokenizer = std::move(t.tokenizer);
+  return Status::ok_status();
+}
+
 }  // namespace
 
 const char* load_format_name(LoadFormat f) {
@@ -185,6 +194,7 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
     src.tokenizer = std::move(t.tokenizer);
     src.gguf = t.gguf;
     src.tensors = gguf_model_tensors(t.gguf, t.config);
+    NS_RETURN_IF_ERROR(use_tokenizer_of(spec, &src));
     return src;
   }
 
@@ -196,6 +206,7 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
   NS_ASSIGN_OR_RETURN(src.tensors, HfLlamaTensors::create(std::move(ckpt), t.config));
   src.config = t.config;
   src.tokenizer = std::move(t.tokenizer);
+  NS_RETURN_IF_ERROR(use_tokenizer_of(spec, &src));
   return src;
 }
 

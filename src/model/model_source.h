@@ -38,7 +38,8 @@ struct ModelSpec {
   std::string path;  // a .gguf file or an HF folder
   LoadFormat format = LoadFormat::kAuto;
   std::string model_shape;     // dummy only: a name of model_shape_names()
-  std::string tokenizer_path;  // dummy with a shape: GGUF file or HF folder of the tokenizer
+  std::string tokenizer_path;  // a GGUF file or HF folder whose tokenizer replaces the model's (dummy
+                               // with a shape: the only tokenizer)
   uint64_t seed = 0;           // dummy weights
 };
 
