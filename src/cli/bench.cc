@@ -219,7 +219,7 @@ int run_bench(const BenchArgs& a) {
   if (a.compare_prefix_cache) {
     EngineConfig off = *config;
     off.enable_prefix_caching = !config->enable_prefix_caching;
-    StatusOr<LoadedEngine> le2 = load_engine(path, off, pool);
+    StatusOr<LoadedEngine> le2 = load_engine(spec->path, off, pool);
     if (!le2.ok()) {
       std::fprintf(stderr, "nanoserve bench: %s\n", le2.status().to_string().c_str());
       return 1;

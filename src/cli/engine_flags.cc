@@ -7,6 +7,8 @@
 #include <limits>
 #include <thread>
 
+#include <unistd.h>
+
 #include "cli/commands.h"
 #include "cli/vllm_flags.h"
 #include "core/logging.h"
@@ -149,7 +151,7 @@ Status check_flags_against_model(const EngineFlags& f, const ModelSpec& spec) {
       device.ok()) {
     note_vllm_engine_flags(f, *device);
   }
-  if (!f.download_dir.empty()) {
+  if (!f.download_dir.empty() && spec.hub_id.empty()) {
     NS_LOG(INFO) << "--download-dir: MODEL '" << spec.path << "' is a local path; nothing is downloaded";
   }
   // More threads than cores only contend for them (every step waits on its
@@ -195,10 +197,17 @@ StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& f, const std::strin
       return invalid_argument("--tokenizer: with --model-shape the tokenizer is -m's");
     spec.tokenizer_path = f.tokenizer;
   }
-  if (!f.revision.empty()) {
-    return invalid_argument("--revision " + f.revision +
-                            ": a revision is of a hub model (org/name); MODEL '" + spec.path +
-                            "' is a local path");
+  // A hub id is looked up in the cache and downloaded when absent; a path is taken as it is.
+  const bool progress = isatty(STDERR_FILENO) != 0;
+  NS_ASSIGN_OR_RETURN(ResolvedModel model,
+                      resolve_model_path(spec.path, f.revision, f.download_dir, progress));
+  if (spec.tokenizer_path == spec.path) spec.tokenizer_path = model.path;
+  spec.path = model.path;
+  spec.hub_id = model.hub_id;
+  if (!spec.tokenizer_path.empty() && spec.tokenizer_path != spec.path) {
+    NS_ASSIGN_OR_RETURN(ResolvedModel tok,
+                        resolve_model_path(spec.tokenizer_path, "", f.download_dir, progress));
+    spec.tokenizer_path = tok.path;
   }
   return spec;
 }

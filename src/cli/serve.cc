@@ -157,7 +157,7 @@ int run_serve(const ServeOptions& opt) {
   if (api_key.empty()) {
     if (const char* env = std::getenv("NANOSERVE_API_KEY")) api_key = env;
   }
-  const std::string model_path = opt.model.empty() ? default_model_path() : opt.model;
+  const std::string& model_path = spec->path;
   std::string served_name = opt.served_model_names.empty() ? "" : opt.served_model_names[0];
   if (opt.served_model_names.size() > 1) {
     std::string rest;
@@ -167,6 +167,7 @@ int run_serve(const ServeOptions& opt) {
                     << "'; requests naming '" << rest
                     << "' get 404 (answering several names is not there yet)";
   }
+  if (served_name.empty() && !spec->hub_id.empty()) served_name = spec->hub_id;  // as vLLM names it
   if (served_name.empty()) {
     std::filesystem::path p(model_path);
     if (p.filename().empty()) p = p.parent_path();  // "models/hf/": the folder's name

@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "io/gguf.h"
+#include "io/hf_cache.h"
+#include "io/hf_hub.h"
 #include "io/json_file.h"
 #include "io/safetensors_checkpoint.h"
 #include "model/config_hf.h"
@@ -131,6 +133,24 @@ StatusOr<LoadFormat> detect_load_format(const std::string& path) {
 StatusOr<std::unique_ptr<Tokenizer>> open_model_tokenizer(const std::string& path) {
   NS_ASSIGN_OR_RETURN(Tokenized t, open_config_and_tokenizer(path));
   return std::move(t.tokenizer);
+}
+
+StatusOr<ResolvedModel> resolve_model_path(const std::string& model, const std::string& revision,
+                                           const std::string& download_dir, bool progress) {
+  std::error_code ec;
+  if (fs::exists(model, ec) || !is_hub_repo_id(model)) {
+    if (!revision.empty()) {
+      return invalid_argument("--revision " + revision +
+                              ": a revision is of a hub model (org/name); MODEL '" + model +
+                              "' is a local path");
+    }
+    return ResolvedModel{model, ""};
+  }
+  HubOptions o;
+  o.cache_dir = hf_cache_dir(download_dir);
+  o.progress = progress;
+  NS_ASSIGN_OR_RETURN(std::string snapshot, hub_model_snapshot(model, revision, o));
+  return ResolvedModel{snapshot, model};
 }
 
 StatusOr<ModelConfig> read_model_config(const ModelSpec& spec) {
