@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_dataset.h"
 #include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
@@ -51,6 +52,7 @@ struct BenchArgs {
   bool compare_prefix_cache = false;
   int num_warmups = 0;
   std::string dataset_name = "random";
+  DatasetFlags dataset;    // sharegpt, custom: cli/bench_dataset.h
   bool ignore_eos = true;  // --ignore-eos: what the bench always does
 };
 
@@ -121,6 +123,10 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
 }
 
 int run_bench(const BenchArgs& a) {
+  if (a.dataset_name == "random" && !a.dataset.path.empty()) {
+    std::fprintf(stderr, "nanoserve bench: --dataset-path needs --dataset-name sharegpt or custom\n");
+    return 2;
+  }
   if (a.num_prompts < 1 || a.input_len < 1 || a.output_len < 1 || a.range_ratio < 0 || a.range_ratio >= 1 ||
       a.min_input_len < 0 || a.min_input_len > a.input_len || a.min_output_len < 0 ||
       a.min_output_len > a.output_len) {
@@ -135,9 +141,15 @@ int run_bench(const BenchArgs& a) {
     std::fprintf(stderr, "nanoserve bench: %s\n", config.status().to_string().c_str());
     return 2;
   }
-  ThreadPool pool(a.engine.threads);
   const std::string path = a.model.empty() ? default_model_path() : a.model;
   StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
+  if (spec.ok()) {
+    if (Status st = check_flags_against_model(a.engine, *spec); !st.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
+  ThreadPool pool(a.engine.threads);
   StatusOr<LoadedEngine> le =
       spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
   if (!le.ok()) {
@@ -161,11 +173,32 @@ int run_bench(const BenchArgs& a) {
     p.min_p = a.min_p;
   };
   int64_t prompt_tokens = 0, output_tokens = 0;
+  std::vector<DatasetPrompt> from_file;
+  if (a.dataset_name != "random") {
+    const Tokenizer& tok = *le->tokenizer;
+    // As vLLM counts them: the tokenizer's special tokens included.
+    auto count = [&tok](const std::string& text) -> StatusOr<int64_t> {
+      return static_cast<int64_t>(tok.encode(text, /*add_special=*/true, /*parse_special=*/false).size());
+    };
+    StatusOr<std::vector<DatasetPrompt>> d =
+        load_dataset(a.dataset_name, a.dataset, a.num_prompts, a.seed, count);
+    if (!d.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", d.status().to_string().c_str());
+      return 2;
+    }
+    from_file = std::move(*d);
+  }
   for (int i = 0; i < a.num_prompts; ++i) {
-    prompts[i].resize(draw_len(rng, a.input_len, a.min_input_len, a.range_ratio));
-    for (int32_t& t : prompts[i]) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
+    if (!from_file.empty()) {
+      // The text as a request would carry it: the tokenizer's own special tokens (BOS) included.
+      prompts[i] = le->tokenizer->encode(from_file[i].prompt, /*add_special=*/true, /*parse_special=*/false);
+      params[i].max_tokens = from_file[i].output_len;
+    } else {
+      prompts[i].resize(draw_len(rng, a.input_len, a.min_input_len, a.range_ratio));
+      for (int32_t& t : prompts[i]) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
+      params[i].max_tokens = draw_len(rng, a.output_len, a.min_output_len, a.range_ratio);
+    }
     prompts[i].insert(prompts[i].begin(), prefix.begin(), prefix.end());
-    params[i].max_tokens = draw_len(rng, a.output_len, a.min_output_len, a.range_ratio);
     sampling(params[i]);
     params[i].seed = a.seed * 1000003 + static_cast<uint64_t>(i);
     prompt_tokens += static_cast<int64_t>(prompts[i].size());
@@ -213,7 +246,7 @@ int run_bench(const BenchArgs& a) {
   if (a.compare_prefix_cache) {
     EngineConfig off = *config;
     off.enable_prefix_caching = !config->enable_prefix_caching;
-    StatusOr<LoadedEngine> le2 = load_engine(path, off, pool);
+    StatusOr<LoadedEngine> le2 = load_engine(spec->path, off, pool);
     if (!le2.ok()) {
       std::fprintf(stderr, "nanoserve bench: %s\n", le2.status().to_string().c_str());
       return 1;
@@ -283,9 +316,12 @@ CommandRun add_bench_command(CLI::App& app) {
   sub->add_option("--range-ratio,--random-range-ratio", args->range_ratio,
                   "Lengths uniform in [L(1-R), L(1+R)]")
       ->capture_default_str();
-  sub->add_option("--dataset-name", args->dataset_name, "Prompts: random token ids (the only dataset)")
-      ->check(CLI::IsMember({"random"}))
+  sub->add_option("--dataset-name", args->dataset_name,
+                  "Prompts: random token ids, sharegpt (a ShareGPT JSON file) or custom (JSON Lines of "
+                  "{\"prompt\": ...}), as vLLM's benchmarks read them")
+      ->check(CLI::IsMember({"random", "sharegpt", "custom"}))
       ->capture_default_str();
+  add_dataset_flags(sub, args->dataset);
   sub->add_flag("--ignore-eos", args->ignore_eos,
                 "Every request makes its output length (always the case here)");
   sub->add_option("--temperature", args->temperature, "Sampling temperature of every request (0: greedy)")

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_dataset.h"
 #include "cli/bench_serve.h"
 #include "cli/commands.h"
 
@@ -74,6 +75,7 @@ struct BenchServeArgs {
   std::string model;
   std::string api_key;
   std::string dataset_name = "random";
+  DatasetFlags dataset;  // sharegpt, custom: cli/bench_dataset.h
   int num_prompts = 1000;
   int input_len = 1024;
   int output_len = 128;
@@ -306,6 +308,39 @@ StatusOr<Dataset> make_dataset(const BenchServeArgs& a, const std::string& model
   return d;
 }
 
+// The prompts of a sharegpt or custom file, counted by the server's /tokenize.
+StatusOr<Dataset> file_dataset(const BenchServeArgs& a, const std::string& model, bool chat, Tokenizer* tok,
+                               const json& extra) {
+  auto count = [tok](const std::string& text) -> StatusOr<int64_t> {
+    StatusOr<std::vector<int64_t>> t = tok->tokenize(text);
+    if (!t.ok())
+      return Status(t.status().code(),
+                    "--dataset-name needs the server's /tokenize: " + t.status().message());
+    return static_cast<int64_t>(t->size());
+  };
+  NS_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> prompts,
+                      load_dataset(a.dataset_name, a.dataset, a.num_prompts, a.seed, count));
+  Dataset d;
+  for (const DatasetPrompt& p : prompts) {
+    json body = {{"model", model},
+                 {"temperature", a.temperature},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}};
+    if (chat) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", p.prompt}}});
+      body["max_completion_tokens"] = p.output_len;
+    } else {
+      body["prompt"] = p.prompt;
+      body["max_tokens"] = p.output_len;
+    }
+    if (a.ignore_eos) body["ignore_eos"] = true;
+    for (const auto& [k, v] : extra.items()) body[k] = v;
+    d.requests.push_back({body.dump(), p.prompt_len, p.output_len});
+  }
+  d.how = a.dataset_name + " " + a.dataset.path + " (text, counted by /tokenize)";
+  return d;
+}
+
 std::string default_result_name(const BenchServeArgs& a, const std::string& model) {
   std::string base = model.substr(model.find_last_of('/') + 1);
   char date[32];
@@ -322,13 +357,17 @@ int run_bench_serve(BenchServeArgs a) {
     std::fprintf(stderr, "nanoserve bench serve: %s\n", m.c_str());
     return 2;
   };
-  if (a.dataset_name != "random")
-    return bad("--dataset-name: only 'random' is supported, got '" + a.dataset_name + "'");
+  if (a.dataset_name != "random" && a.dataset_name != "sharegpt" && a.dataset_name != "custom")
+    return bad("--dataset-name: '" + a.dataset_name + "' is not random, sharegpt or custom");
+  if (a.dataset_name == "random" && !a.dataset.path.empty())
+    return bad("--dataset-path needs --dataset-name sharegpt or custom");
+  if (a.dataset_name != "random" && a.prompt_kind == "ids")
+    return bad("--prompt-kind ids is the random dataset's");
   if (a.endpoint != "/v1/completions" && a.endpoint != "/v1/chat/completions") {
     return bad("--endpoint must be /v1/completions or /v1/chat/completions, got '" + a.endpoint + "'");
   }
   const bool chat = a.endpoint == "/v1/chat/completions";
-  if (a.prompt_kind == "auto") a.prompt_kind = chat ? "text" : "ids";
+  if (a.prompt_kind == "auto") a.prompt_kind = chat || a.dataset_name != "random" ? "text" : "ids";
   if (a.prompt_kind != "ids" && a.prompt_kind != "text")
     return bad("--prompt-kind must be auto, ids or text");
   if (chat && a.prompt_kind == "ids") return bad("--prompt-kind ids needs --endpoint /v1/completions");
@@ -383,7 +422,13 @@ int run_bench_serve(BenchServeArgs a) {
     model = *m;
   }
   Tokenizer tok(*url, model, a.api_key);
-  StatusOr<std::vector<PoolWord>> pool = word_pool(&tok);
+  StatusOr<Dataset> d = Dataset{};
+  if (a.dataset_name != "random") {
+    d = file_dataset(a, model, chat, &tok, extra);
+    if (!d.ok()) return fail_setup(d.status().message());
+  }
+  StatusOr<std::vector<PoolWord>> pool =
+      a.dataset_name == "random" ? word_pool(&tok) : StatusOr<std::vector<PoolWord>>(std::vector<PoolWord>());
   bool tokenizer_ok = pool.ok();
   if (!pool.ok()) {
     if (a.prompt_kind == "ids") {
@@ -395,9 +440,10 @@ int run_bench_serve(BenchServeArgs a) {
     pool = std::vector<PoolWord>();
     for (const char* w : kWords) pool->push_back({std::string(" ") + w, -1});
   }
-  StatusOr<Dataset> d =
-      make_dataset(a, model, chat, a.prompt_kind == "ids", &tok, *pool, tokenizer_ok, extra);
-  if (!d.ok()) return fail_setup(d.status().message());
+  if (a.dataset_name == "random") {
+    d = make_dataset(a, model, chat, a.prompt_kind == "ids", &tok, *pool, tokenizer_ok, extra);
+    if (!d.ok()) return fail_setup(d.status().message());
+  }
 
   LoadOptions o;
   o.endpoint = a.endpoint;
@@ -468,7 +514,11 @@ CommandRun add_bench_serve_command(CLI::App& bench) {
       ->capture_default_str();
   sub->add_option("--model", a->model, "Model name sent in requests (default: the first of /v1/models)");
   sub->add_option("--api-key", a->api_key, "Bearer key (default: $OPENAI_API_KEY)");
-  sub->add_option("--dataset-name", a->dataset_name, "Dataset: random")->capture_default_str();
+  sub->add_option(
+         "--dataset-name", a->dataset_name,
+         "Dataset: random, sharegpt (a ShareGPT JSON file) or custom (JSON Lines of {\"prompt\": ...})")
+      ->capture_default_str();
+  add_dataset_flags(sub, a->dataset);
   sub->add_option("--num-prompts", a->num_prompts, "Requests")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();

@@ -2,9 +2,17 @@
 
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
+#include <thread>
+
+#include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/vllm_flags.h"
+#include "core/logging.h"
+#include "engine/load_engine.h"
 #include "model/model_shapes.h"
 
 namespace nanoserve::cli {
@@ -51,8 +59,12 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
                   "Token budget of one step (prefill chunk)")
       ->capture_default_str();
   sub->add_option("--max-model-len", c.max_model_len,
-                  "Longest prompt + output (0: the model's context length)")
+                  "Longest prompt + output (0: the model's context length; more than it needs "
+                  "--allow-long-max-model-len)")
       ->capture_default_str();
+  sub->add_flag("--allow-long-max-model-len", f.allow_long_max_model_len,
+                "Take a --max-model-len above the model's context length (as vLLM's "
+                "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, also read); positions past it were never trained");
   sub->add_option("--block-size", c.block_size, "Tokens per KV block")->capture_default_str();
   sub->add_option("--num-blocks", c.num_blocks, "KV pool size in blocks (overrides --kv-cache-memory)");
   sub->add_option("--kv-cache-memory", f.kv_cache_memory,
@@ -66,10 +78,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--device", f.device, "auto (CUDA when built with it and a GPU is present), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
-  sub->add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
-                  "CUDA: fraction of GPU memory for weights, KV cache and buffers together; the KV pool gets "
-                  "what is left (unless --num-blocks or --kv-cache-memory sets it)")
-      ->capture_default_str();
+  sub->add_option(
+      "--gpu-memory-utilization", f.gpu_memory_utilization,
+      "CUDA: fraction of GPU memory for weights, KV cache and buffers together (default 0.9); the "
+      "KV pool gets what is left (unless --num-blocks or --kv-cache-memory sets it)");
   sub->add_flag("--cublas-prefill", c.cublas_prefill,
                 "CUDA: run steps of more than 64 tokens through cuBLASLt's per-shape kernels (and, where a "
                 "sequence has several rows, the query-tiled attention): faster prefill, but greedy output is "
@@ -85,6 +97,7 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--model-shape", f.model_shape,
                   "With --load-format dummy: the shape of the random model (" + shapes +
                       "); the tokenizer is -m's or the default model's");
+  add_vllm_engine_flags(sub, f);
 }
 
 StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
@@ -108,14 +121,63 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   } else if (f.device != "auto") {
     return invalid_argument("--device: '" + f.device + "' is not auto, cpu or cuda");
   }
-  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
-    return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+  if (f.gpu_memory_utilization.has_value()) {
+    c.gpu_memory_utilization = *f.gpu_memory_utilization;
+    if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
+      return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
+    }
   }
+  // Below one the runner's step buffers would be empty: refused here, by name,
+  // before a command starts anything.
+  if (c.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be >= 1");
+  if (c.max_num_batched_tokens < 1) return invalid_argument("--max-num-batched-tokens must be >= 1");
+  if (c.max_model_len < 0)
+    return invalid_argument("--max-model-len must be >= 0 (0: the model's context length)");
   if (c.num_blocks < 0) return invalid_argument("--num-blocks must be >= 0");
   if (c.block_size < 1) return invalid_argument("--block-size must be >= 1");
   if (f.threads < 0) return invalid_argument("--threads must be >= 0");
-  NS_RETURN_IF_ERROR(model_spec_from_flags(f, "").status());
+  // --load-format and --model-shape alone; the model itself is model_spec_from_flags'.
+  NS_RETURN_IF_ERROR(parse_load_format(f.load_format).status());
+  if (!f.model_shape.empty()) NS_RETURN_IF_ERROR(model_shape(f.model_shape).status());
+  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
+  NS_RETURN_IF_ERROR(apply_vllm_engine_flags(f, device, &c));
   return c;
+}
+
+Status check_flags_against_model(const EngineFlags& f, const ModelSpec& spec) {
+  if (auto device = resolve_device(f.device == "cpu"    ? std::optional<Device>(Device::kCPU)
+                                   : f.device == "cuda" ? std::optional<Device>(Device::kCUDA)
+                                                        : std::nullopt);
+      device.ok()) {
+    note_vllm_engine_flags(f, *device);
+  }
+  if (!f.download_dir.empty() && spec.hub_id.empty()) {
+    NS_LOG(INFO) << "--download-dir: MODEL '" << spec.path << "' is a local path; nothing is downloaded";
+  }
+  // More threads than cores only contend for them (every step waits on its
+  // slowest thread); the count is still honoured.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && f.threads > static_cast<int>(cores)) {
+    NS_LOG(WARNING) << "--threads " << f.threads << " is more than the " << cores
+                    << " cores here: the extra threads only contend for them and slow each step";
+  }
+  const int64_t asked = f.config.max_model_len;
+  if (asked <= 0) return Status::ok_status();
+  NS_ASSIGN_OR_RETURN(ModelConfig mc, read_model_config(spec));
+  if (mc.context_length <= 0 || asked <= mc.context_length) return Status::ok_status();
+  const char* env = std::getenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN");
+  const bool allowed = f.allow_long_max_model_len || (env != nullptr && std::strcmp(env, "1") == 0);
+  const std::string what = "--max-model-len " + std::to_string(asked) +
+                           " is above the model's context length " + std::to_string(mc.context_length);
+  if (!allowed) {
+    return invalid_argument(what +
+                            " (context_length / max_position_embeddings of its config); positions past it "
+                            "were never trained. Pass --allow-long-max-model-len (or set "
+                            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) to take it anyway");
+  }
+  NS_LOG(WARNING) << what << "; taken as asked (--allow-long-max-model-len): output past "
+                  << mc.context_length << " tokens may be wrong";
+  return Status::ok_status();
 }
 
 StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& f, const std::string& model_arg) {
@@ -129,6 +191,23 @@ StatusOr<ModelSpec> model_spec_from_flags(const EngineFlags& f, const std::strin
     NS_RETURN_IF_ERROR(model_shape(f.model_shape).status());
     spec.model_shape = f.model_shape;
     spec.tokenizer_path = spec.path;
+  }
+  if (!f.tokenizer.empty()) {
+    if (!f.model_shape.empty())
+      return invalid_argument("--tokenizer: with --model-shape the tokenizer is -m's");
+    spec.tokenizer_path = f.tokenizer;
+  }
+  // A hub id is looked up in the cache and downloaded when absent; a path is taken as it is.
+  const bool progress = isatty(STDERR_FILENO) != 0;
+  NS_ASSIGN_OR_RETURN(ResolvedModel model,
+                      resolve_model_path(spec.path, f.revision, f.download_dir, progress));
+  if (spec.tokenizer_path == spec.path) spec.tokenizer_path = model.path;
+  spec.path = model.path;
+  spec.hub_id = model.hub_id;
+  if (!spec.tokenizer_path.empty() && spec.tokenizer_path != spec.path) {
+    NS_ASSIGN_OR_RETURN(ResolvedModel tok,
+                        resolve_model_path(spec.tokenizer_path, "", f.download_dir, progress));
+    spec.tokenizer_path = tok.path;
   }
   return spec;
 }

@@ -105,9 +105,12 @@ int run_generate(GenerateArgs a) {
   config->naive_kv_cache = a.kv_cache == "naive";
 
   const std::string path = a.model.empty() ? default_model_path() : a.model;
+  StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
+  if (spec.ok()) {
+    if (Status st = check_flags_against_model(a.engine, *spec); !st.ok()) return fail(st.to_string());
+  }
   const auto t_load = Clock::now();
   ThreadPool pool(a.engine.threads);
-  StatusOr<ModelSpec> spec = model_spec_from_flags(a.engine, a.model);
   StatusOr<LoadedEngine> le =
       spec.ok() ? load_engine(*spec, *config, pool) : StatusOr<LoadedEngine>(spec.status());
   if (!le.ok()) return fail(path + ": " + le.status().to_string());
@@ -150,8 +153,7 @@ int run_generate(GenerateArgs a) {
 
 CommandRun add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd =
-      app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt, streaming to stdout");
   add_model_arg(cmd, args->model_arg,
                 "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (special tokens like <|im_start|> are parsed)");
@@ -166,8 +168,9 @@ CommandRun add_generate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "Sampling seed (default: random)");
   cmd->add_option("--stop", args->stop, "Stop string (repeatable); not printed");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end tokens (benchmarks)");
-  cmd->add_option("--kv-cache", args->kv_cache,
-                  "KV storage: paged (default, blocks of a pool) or naive (contiguous per sequence, a reference)")
+  cmd->add_option(
+         "--kv-cache", args->kv_cache,
+         "KV storage: paged (default, blocks of a pool) or naive (contiguous per sequence, a reference)")
       ->check(CLI::IsMember({"paged", "naive"}));
   // One request: one sequence a step and 512-token prefill chunks unless the
   // flags say otherwise (--prefill-chunk is the older name of the token budget).

@@ -2,12 +2,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/vllm_flags.h"
 
 int main(int argc, char** argv) {
   using namespace nanoserve::cli;
@@ -25,7 +27,30 @@ int main(int argc, char** argv) {
   add(add_serve_command(app));
   add(add_bench_command(app));
   add(add_render_template_command(app));
-  CLI11_PARSE(app, argc, argv);
+  // A first word that is no command and no flag: say which, rather than
+  // CLI11's "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "nanoserve: unknown command '%s' (commands: %s); see nanoserve --help\n", argv[1],
+                   names.c_str());
+      return 2;
+    }
+  }
+  // vLLM's -tp/-pp/-dp are two-letter short flags, which CLI11 does not take: given their long names.
+  std::vector<std::string> args = expand_vllm_short_flags(argc, argv);
+  args.erase(args.begin());
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
+  try {
+    app.parse(std::move(args));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
   if (version->parsed()) {
     std::printf("%s\n", version_line.c_str());
     return 0;

@@ -17,10 +17,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_arg.h"
+#include "cli/vllm_flags.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "engine/load_engine.h"
@@ -44,11 +46,12 @@ struct ServeOptions {
   int port = 8000;
   std::string api_key;
   bool metrics_require_key = false;
-  std::string served_model_name;
+  std::vector<std::string> served_model_names;  // vLLM takes several; the first is the API's name
   int64_t max_waiting_requests = 256;
   int http_threads = server::HttpOptions{}.num_threads;
   int64_t max_parse_bytes = int64_t{16} << 20;
   EngineFlags engine;
+  VllmServeFlags vllm;
   std::string chat_template;     // a file or the template text; empty: the model's
   std::string tool_call_parser;  // empty: from the chat template
   bool enable_auto_tool_choice = false;
@@ -124,6 +127,11 @@ class StopSignals {
   std::thread thread_;
 };
 
+// A host as it goes into a URL: an IPv6 address in brackets (RFC 3986).
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host;
+}
+
 // Thousands of connections need as many descriptors: take the hard limit.
 void raise_open_file_limit() {
   rlimit lim{};
@@ -134,6 +142,18 @@ void raise_open_file_limit() {
 }
 
 int run_serve(const ServeOptions& opt) {
+  // Every flag is checked, against the model's config too, before anything
+  // starts: a bad value is a usage error naming it, never a later abort.
+  auto config = engine_config_from_flags(opt.engine);
+  StatusOr<ModelSpec> spec =
+      config.ok() ? model_spec_from_flags(opt.engine, opt.model) : StatusOr<ModelSpec>(config.status());
+  Status checked = spec.ok() ? check_flags_against_model(opt.engine, *spec) : spec.status();
+  if (checked.ok()) checked = apply_vllm_serve_flags(opt.vllm, spec->path, &*config);
+  if (!checked.ok()) {
+    std::fprintf(stderr, "nanoserve serve: %s\n", checked.to_string().c_str());
+    return 2;
+  }
+
   StopSignals signals;
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
   raise_open_file_limit();
@@ -142,8 +162,17 @@ int run_serve(const ServeOptions& opt) {
   if (api_key.empty()) {
     if (const char* env = std::getenv("NANOSERVE_API_KEY")) api_key = env;
   }
-  const std::string model_path = opt.model.empty() ? default_model_path() : opt.model;
-  std::string served_name = opt.served_model_name;
+  const std::string& model_path = spec->path;
+  std::string served_name = opt.served_model_names.empty() ? "" : opt.served_model_names[0];
+  if (opt.served_model_names.size() > 1) {
+    std::string rest;
+    for (size_t i = 1; i < opt.served_model_names.size(); ++i)
+      rest += (i > 1 ? "', '" : "") + opt.served_model_names[i];
+    NS_LOG(WARNING) << "--served-model-name: the API serves the first name, '" << served_name
+                    << "'; requests naming '" << rest
+                    << "' get 404 (answering several names is not there yet)";
+  }
+  if (served_name.empty() && !spec->hub_id.empty()) served_name = spec->hub_id;  // as vLLM names it
   if (served_name.empty()) {
     std::filesystem::path p(model_path);
     if (p.filename().empty()) p = p.parent_path();  // "models/hf/": the folder's name
@@ -169,14 +198,12 @@ int run_serve(const ServeOptions& opt) {
     return 1;
   }
   std::thread http_thread([&] { http.serve(); });
-  std::printf("nanoserve: listening on http://%s:%d (model loading)\n", opt.host.c_str(), *port);
+  const std::string host = url_host(opt.host);
+  std::printf("nanoserve: listening on http://%s:%d (model loading)\n", host.c_str(), *port);
   std::fflush(stdout);
 
-  auto config = engine_config_from_flags(opt.engine);
   ThreadPool pool(opt.engine.threads);
-  StatusOr<LoadedEngine> loaded =
-      config.ok() ? load_engine(*model_spec_from_flags(opt.engine, opt.model), *config, pool)
-                  : StatusOr<LoadedEngine>(config.status());
+  StatusOr<LoadedEngine> loaded = load_engine(*spec, *config, pool);
   if (!loaded.ok()) {
     std::fprintf(stderr, "nanoserve serve: %s\n", loaded.status().to_string().c_str());
     http.stop();
@@ -208,7 +235,7 @@ int run_serve(const ServeOptions& opt) {
   api.set_ready(codec, loop, limits);
   NS_LOG(INFO) << m.engine->capacity_line();
   std::printf("nanoserve: ready, serving '%s' (max_model_len %lld) on http://%s:%d\n", served_name.c_str(),
-              static_cast<long long>(limits.max_model_len), opt.host.c_str(), *port);
+              static_cast<long long>(limits.max_model_len), host.c_str(), *port);
   std::fflush(stdout);
 
   signals.set_ready();
@@ -230,14 +257,19 @@ CommandRun add_serve_command(CLI::App& app) {
   add_model_arg(cmd, opt->model_arg,
                 "GGUF file or Hugging Face folder (default: the bundled SmolLM2-135M-Instruct)");
   cmd->add_option("--host", opt->host, "address to listen on (loopback by default)")->capture_default_str();
-  cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")->capture_default_str();
+  cmd->add_option("--port", opt->port, "port; 0 picks a free one (printed)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--api-key", opt->api_key,
                   "require 'Authorization: Bearer KEY' (or env NANOSERVE_API_KEY)");
   cmd->add_flag("--metrics-require-key", opt->metrics_require_key,
                 "/metrics needs the API key too (public by default, as in vLLM)");
-  cmd->add_option("--served-model-name", opt->served_model_name,
-                  "model name in the API (default: file stem)");
+  cmd->add_option("--served-model-name", opt->served_model_names,
+                  "model name in the API (default: file stem); vLLM's several names are taken, the first "
+                  "is the one served")
+      ->expected(1, -1);
   add_engine_flags(cmd, opt->engine);
+  add_vllm_serve_flags(cmd, opt->vllm);
   cmd->add_option("--chat-template", opt->chat_template,
                   "Chat template to use instead of the model's: a Jinja file, or the template text itself");
   cmd->add_option("--max-waiting-requests", opt->max_waiting_requests,

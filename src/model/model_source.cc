@@ -3,6 +3,8 @@
 #include <filesystem>
 
 #include "io/gguf.h"
+#include "io/hf_cache.h"
+#include "io/hf_hub.h"
 #include "io/json_file.h"
 #include "io/safetensors_checkpoint.h"
 #include "model/config_hf.h"
@@ -79,6 +81,15 @@ StatusOr<Tokenized> open_config_and_tokenizer(const std::string& path) {
   return f == LoadFormat::kGguf ? open_gguf(path) : open_hf(path);
 }
 
+// --tokenizer: the tokenizer of another file or folder replaces the model's
+// (load_engine still checks that it fits the model's vocabulary).
+Status use_tokenizer_of(const ModelSpec& spec, ModelSource* src) {
+  if (spec.tokenizer_path.empty() || spec.tokenizer_path == spec.path) return Status::ok_status();
+  NS_ASSIGN_OR_RETURN(Tokenized t, open_config_and_tokenizer(spec.tokenizer_path));
+  src->tokenizer = std::move(t.tokenizer);
+  return Status::ok_status();
+}
+
 }  // namespace
 
 const char* load_format_name(LoadFormat f) {
@@ -122,6 +133,38 @@ StatusOr<LoadFormat> detect_load_format(const std::string& path) {
 StatusOr<std::unique_ptr<Tokenizer>> open_model_tokenizer(const std::string& path) {
   NS_ASSIGN_OR_RETURN(Tokenized t, open_config_and_tokenizer(path));
   return std::move(t.tokenizer);
+}
+
+StatusOr<ResolvedModel> resolve_model_path(const std::string& model, const std::string& revision,
+                                           const std::string& download_dir, bool progress) {
+  std::error_code ec;
+  if (fs::exists(model, ec) || !is_hub_repo_id(model)) {
+    if (!revision.empty()) {
+      return invalid_argument("--revision " + revision +
+                              ": a revision is of a hub model (org/name); MODEL '" + model +
+                              "' is a local path");
+    }
+    return ResolvedModel{model, ""};
+  }
+  HubOptions o;
+  o.cache_dir = hf_cache_dir(download_dir);
+  o.progress = progress;
+  NS_ASSIGN_OR_RETURN(std::string snapshot, hub_model_snapshot(model, revision, o));
+  return ResolvedModel{snapshot, model};
+}
+
+StatusOr<ModelConfig> read_model_config(const ModelSpec& spec) {
+  if (spec.format == LoadFormat::kDummy && !spec.model_shape.empty()) return model_shape(spec.model_shape);
+  LoadFormat format = spec.format;
+  if (format == LoadFormat::kAuto || format == LoadFormat::kDummy) {
+    NS_ASSIGN_OR_RETURN(format, detect_load_format(spec.path));
+  }
+  if (format == LoadFormat::kGguf) {
+    NS_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> gguf, GgufFile::open(spec.path));
+    return config_from_gguf(*gguf);
+  }
+  NS_ASSIGN_OR_RETURN(HfModelConfig hf, config_from_hf_file((fs::path(spec.path) / "config.json").string()));
+  return hf.config;
 }
 
 std::string ModelSource::describe() const {
@@ -171,6 +214,7 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
     src.tokenizer = std::move(t.tokenizer);
     src.gguf = t.gguf;
     src.tensors = gguf_model_tensors(t.gguf, t.config);
+    NS_RETURN_IF_ERROR(use_tokenizer_of(spec, &src));
     return src;
   }
 
@@ -182,6 +226,7 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
   NS_ASSIGN_OR_RETURN(src.tensors, HfLlamaTensors::create(std::move(ckpt), t.config));
   src.config = t.config;
   src.tokenizer = std::move(t.tokenizer);
+  NS_RETURN_IF_ERROR(use_tokenizer_of(spec, &src));
   return src;
 }
 

@@ -35,10 +35,12 @@ const char* load_format_name(LoadFormat f);
 StatusOr<LoadFormat> parse_load_format(std::string_view name);
 
 struct ModelSpec {
-  std::string path;  // a .gguf file or an HF folder
+  std::string path;    // a .gguf file or an HF folder
+  std::string hub_id;  // "org/name" when `path` is that hub model's snapshot (resolve_model_path)
   LoadFormat format = LoadFormat::kAuto;
   std::string model_shape;     // dummy only: a name of model_shape_names()
-  std::string tokenizer_path;  // dummy with a shape: GGUF file or HF folder of the tokenizer
+  std::string tokenizer_path;  // a GGUF file or HF folder whose tokenizer replaces the model's (dummy
+                               // with a shape: the only tokenizer)
   uint64_t seed = 0;           // dummy weights
 };
 
@@ -57,6 +59,25 @@ struct ModelSource {
 StatusOr<LoadFormat> detect_load_format(const std::string& path);
 
 StatusOr<ModelSource> open_model_source(const ModelSpec& spec);
+
+// MODEL as a command takes it. A path that exists is that path (never a
+// download). Otherwise "org/name" is a hub id: its snapshot folder at
+// `revision` ("" = main) in the Hugging Face cache (`download_dir`, else the
+// environment's; io/hf_cache.h), downloaded there when absent (io/hf_hub.h;
+// a progress line per file when `progress`). This is the one place a
+// download starts. Anything else is NOT_FOUND naming it.
+struct ResolvedModel {
+  std::string path;
+  std::string hub_id;  // empty for a local path
+};
+StatusOr<ResolvedModel> resolve_model_path(const std::string& model, const std::string& revision,
+                                           const std::string& download_dir, bool progress);
+
+// Only the ModelConfig the spec describes (a GGUF file's metadata, config.json,
+// or the named shape), with no tensor or tokenizer read: what a command checks
+// its flags against (e.g. --max-model-len against context_length) before it
+// starts anything.
+StatusOr<ModelConfig> read_model_config(const ModelSpec& spec);
 
 // Only the tokenizer of a GGUF file or HF folder (no weights are read), with
 // the same end-of-generation ids as open_model_source.

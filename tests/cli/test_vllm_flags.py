@@ -1,0 +1,165 @@
+"""vLLM's serve flags, one by one: each is honoured where it has a meaning
+here (and the effect is checked), or refused naming the flag and the reason;
+none is taken and silently dropped."""
+import json
+import os
+import re
+import shutil
+
+import pytest
+import requests
+
+from cli_process import QWEN2_GGUF, QWEN2_HF, SMALL, Serve, run
+
+
+def refused(*args, env=None):
+    r = run("serve", QWEN2_GGUF, "--port", "0", *args, *SMALL, env=env)
+    assert r.returncode not in (0, 134) and r.returncode > 0, (r.returncode, r.stdout, r.stderr)
+    assert "listening" not in r.stdout
+    return r.stderr
+
+
+def kv_tokens(stderr):
+    m = re.search(r"KV cache: \d+ blocks x \d+ tokens = (\d+) tokens", stderr)
+    assert m, stderr
+    return int(m.group(1))
+
+
+def sample(*args):
+    """The token log-probabilities of one unseeded temperature-2 completion
+    from a fresh server (the fixture's text is mostly stray bytes, so the
+    tokens are compared through their log-probabilities)."""
+    with Serve(QWEN2_GGUF, "--port", "0", *args, *SMALL) as s:
+        assert s.started(), s.stderr
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 32, "temperature": 2.0,
+                                                           "ignore_eos": True, "logprobs": 0}, timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()["choices"][0]["logprobs"]["token_logprobs"]
+
+
+def test_seed_is_the_engine_seed_of_unseeded_requests():
+    assert sample("--seed", "7") == sample("--seed", "7")
+    assert sample("--seed", "7") != sample("--seed", "8")
+
+
+def test_dtype_on_the_cpu_sets_the_kv_cache_dtype():
+    tokens = {}
+    for dtype in ("float32", "bfloat16", "half"):
+        with Serve(QWEN2_GGUF, "--port", "0", "--dtype", dtype, *SMALL) as s:
+            assert s.started(), s.stderr
+            _, err = s.stop()
+            tokens[dtype] = kv_tokens(err)
+            if dtype != "float32":
+                assert err.count(f"--dtype {dtype}: the CPU computes in float32") == 1, err
+    # The same bytes hold twice the tokens at two bytes an element.
+    assert tokens["bfloat16"] == tokens["half"] == 2 * tokens["float32"], tokens
+    assert "--dtype" in refused("--dtype", "int8")
+
+
+def test_uvicorn_log_level_is_the_log_level():
+    for level, shown in (("warning", False), ("info", True)):
+        with Serve(QWEN2_GGUF, "--port", "0", "--uvicorn-log-level", level, *SMALL) as s:
+            assert s.started(), s.stderr
+            _, err = s.stop()
+            assert ("[I] KV cache" in err) == shown, err
+
+
+def test_trust_remote_code_is_taken_and_said_once():
+    with Serve(QWEN2_GGUF, "--port", "0", "--trust-remote-code", *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+        assert err.count("--trust-remote-code: no effect") == 1, err
+
+
+@pytest.mark.parametrize("args", [["-tp", "1"], ["--tensor-parallel-size", "1"], ["-tp=1", "-pp", "1"]])
+def test_one_device_parallel_sizes_start(args):
+    with Serve(QWEN2_GGUF, "--port", "0", *args, *SMALL) as s:
+        assert s.started(), s.stderr
+
+
+@pytest.mark.parametrize("args,flag", [(["-tp", "2"], "--tensor-parallel-size 2"),
+                                       (["-tp=8"], "--tensor-parallel-size 8"),
+                                       (["--pipeline-parallel-size", "2"], "--pipeline-parallel-size 2"),
+                                       (["-dp", "4"], "--data-parallel-size 4")])
+def test_parallel_sizes_above_one_are_refused_by_name(args, flag):
+    err = refused(*args)
+    assert flag in err and "one device" in err, err
+
+
+@pytest.mark.parametrize("args,flag", [(["--gpu-memory-utilization", "0.9"], "--gpu-memory-utilization"),
+                                       (["--cublas-prefill"], "--cublas-prefill")])
+def test_gpu_only_flags_on_a_cpu_run_are_refused(args, flag):
+    err = refused("--device", "cpu", *args)
+    assert f"{flag}: this run is on the CPU" in err, err
+
+
+def test_enforce_eager_on_a_cpu_run_is_honoured_and_said():
+    with Serve(QWEN2_GGUF, "--port", "0", "--device", "cpu", "--enforce-eager", *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+        assert err.count("--enforce-eager: the CPU runner always runs each step eagerly") == 1, err
+
+
+def test_generation_config(tmp_path):
+    # vllm: the request's fields and neutral defaults, which is what is served.
+    with Serve(QWEN2_HF, "--port", "0", "--generation-config", "vllm", *SMALL) as s:
+        assert s.started(), s.stderr
+    # auto: the model's own generation_config.json; the fixture's has none, so nothing to apply.
+    with Serve(QWEN2_HF, "--port", "0", "--generation-config", "auto", *SMALL) as s:
+        assert s.started(), s.stderr
+    # A folder whose generation_config.json sets sampling defaults: refused, naming them.
+    with_defaults = tmp_path / "with_defaults"
+    with_defaults.mkdir()
+    (with_defaults / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.9,
+                                                                      "eos_token_id": 0}))
+    err = refused("--generation-config", str(with_defaults))
+    assert "--generation-config" in err and "temperature 0.6" in err and "top_p 0.9" in err, err
+    # The same through auto, on a copy of the model with that file.
+    model = tmp_path / "model"
+    shutil.copytree(QWEN2_HF, model)
+    shutil.copy(with_defaults / "generation_config.json", model)
+    r = run("serve", str(model), "--port", "0", "--generation-config", "auto", *SMALL)
+    assert r.returncode == 2 and "--generation-config auto" in r.stderr and "temperature" in r.stderr, r.stderr
+    # Only end-of-generation ids: nothing left to apply, so it starts.
+    eos_only = tmp_path / "eos_only"
+    eos_only.mkdir()
+    (eos_only / "generation_config.json").write_text(json.dumps({"eos_token_id": [0]}))
+    with Serve(QWEN2_GGUF, "--port", "0", "--generation-config", str(eos_only), *SMALL) as s:
+        assert s.started(), s.stderr
+    assert "not a folder" in refused("--generation-config", str(tmp_path / "absent"))
+
+
+def test_flags_taken_for_pasted_lines_start():
+    with Serve(QWEN2_GGUF, "--port", "0", "--disable-log-requests", "--disable-log-stats", "--enable-chunked-prefill",
+               "--swap-space", "4", "--distributed-executor-backend", "mp", "--no-trust-remote-code",
+               "--dtype", "auto", *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+        assert "--swap-space: no effect" in err and "--distributed-executor-backend mp: no effect" in err, err
+
+
+@pytest.mark.parametrize("args,flag", [(["--quantization", "awq"], "--quantization awq"),
+                                       (["--enable-lora"], "--enable-lora"),
+                                       (["--lora-modules", "sql=/x"], "--lora-modules"),
+                                       (["--revision", "main"], "--revision main")])
+def test_unsupported_features_are_refused_by_name(args, flag):
+    err = refused(*args)
+    assert flag + ":" in err, err
+
+
+def test_tokenizer_of_another_folder_replaces_the_models():
+    gguf = run("generate", QWEN2_GGUF, "-p", "The quick brown", "-n", "6", "--temperature", "0", *SMALL)
+    hf_tok = run("generate", QWEN2_GGUF, "--tokenizer", QWEN2_HF, "-p", "The quick brown", "-n", "6",
+                 "--temperature", "0", *SMALL)
+    assert gguf.returncode == 0 and hf_tok.returncode == 0, (gguf.stderr, hf_tok.stderr)
+    assert gguf.stdout == hf_tok.stdout and gguf.stdout.strip()
+    missing = run("generate", QWEN2_GGUF, "--tokenizer", "/nonexistent/tok", "-p", "x", "-n", "1", *SMALL)
+    assert missing.returncode != 0 and "/nonexistent/tok" in missing.stderr, missing.stderr
+
+
+def test_download_dir_with_a_local_model_is_said():
+    with Serve(QWEN2_GGUF, "--port", "0", "--download-dir", "/tmp/nowhere", *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+        assert "--download-dir: MODEL" in err and "nothing is downloaded" in err, err
+        assert not os.path.exists("/tmp/nowhere")
