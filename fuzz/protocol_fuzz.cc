@@ -62,7 +62,7 @@ bool unit_interval(float x, bool open_at_zero) {
 void check_generate(const GenerateRequest& r, const ProtocolLimits& limits) {
   FUZZ_REQUIRE(r.model == limits.served_model_name);
   FUZZ_REQUIRE(r.n >= 1 && r.n <= limits.max_num_seqs);
-  const SamplingParams& p = r.params;
+  const nanoserve::SamplingParams& p = r.params;
   FUZZ_REQUIRE(p.stop.size() <= kMaxStopStrings);
   for (const std::string& s : p.stop) FUZZ_REQUIRE(!s.empty() && s.size() <= kMaxStopStringBytes);
   FUZZ_REQUIRE(!r.include_usage || r.stream);

@@ -29,7 +29,8 @@ FAMILIES = [("qwen2", "qwen25_tools.jinja", "hermes"), ("llama3", "llama3.jinja"
 def test_forced_call_in_the_family_format(family, template, fmt):
     model = os.path.join(ROOT, "tests/fixtures/families", family, "hf")
     s = Server("-m", model, "--chat-template", os.path.join(ROOT, "tests/fixtures/chat_templates", template),
-               "--max-model-len", "2048", *(["--tool-call-parser", fmt] if fmt == "mistral" else []))
+               "--max-model-len", "2048", *(["--tool-call-parser", fmt] if fmt == "mistral" else []),
+               switches=("--allow-long-max-model-len",))  # the tiny fixtures say 256 tokens
     try:
         oai = openai.OpenAI(base_url=s.url + "/v1", api_key=s.api_key, max_retries=0)
         kw = dict(model=s.model, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[TOOL],
