@@ -232,13 +232,14 @@ int run_serve(const ServeOptions& opt) {
   }
   limits.max_num_seqs = config->max_num_seqs;
   limits.vocab_size = codec.vocab_size();
-  api.set_ready(codec, loop, limits);
+  // Said before /health turns 200, so whoever waits for it finds these lines written.
   NS_LOG(INFO) << m.engine->capacity_line();
   std::printf("nanoserve: ready, serving '%s' (max_model_len %lld) on http://%s:%d\n", served_name.c_str(),
               static_cast<long long>(limits.max_model_len), host.c_str(), *port);
   std::fflush(stdout);
+  signals.set_ready();  // from here a stop signal shuts down in order, as it will once /health is 200
+  api.set_ready(codec, loop, limits);
 
-  signals.set_ready();
   const int sig = signals.wait();
   NS_LOG(INFO) << "signal " << sig << ": shutting down";
   // The engine first: every request in flight ends with an error event (streams) or a 503,
