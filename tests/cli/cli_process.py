@@ -36,8 +36,20 @@ class Serve:
         self.rc = None
         self.stderr = ""
 
+    def _first_line(self):
+        # A byte at a time from the pipe itself: readline() on the text wrapper may read the
+        # lines after it into its own buffer, where stop()'s communicate() would never see them.
+        out = b""
+        fd = self.proc.stdout.fileno()
+        while not out.endswith(b"\n"):
+            b = os.read(fd, 1)
+            if not b:
+                break
+            out += b
+        return out.decode()
+
     def started(self):
-        line = self.proc.stdout.readline()
+        line = self._first_line()
         if line:
             self.stdout_lines.append(line)
         m = re.search(r"http://(\S+):(\d+)", line)
