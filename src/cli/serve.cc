@@ -232,13 +232,14 @@ int run_serve(const ServeOptions& opt) {
   }
   limits.max_num_seqs = config->max_num_seqs;
   limits.vocab_size = codec.vocab_size();
-  // Said before /health turns 200, so whoever waits for it finds these lines written.
+  // A stop signal shuts down in order from here, before /health can turn 200; "ready" is said
+  // once requests are taken (a client that waits for the line may send at once).
+  signals.set_ready();
+  api.set_ready(codec, loop, limits);
   NS_LOG(INFO) << m.engine->capacity_line();
   std::printf("nanoserve: ready, serving '%s' (max_model_len %lld) on http://%s:%d\n", served_name.c_str(),
               static_cast<long long>(limits.max_model_len), host.c_str(), *port);
   std::fflush(stdout);
-  signals.set_ready();  // from here a stop signal shuts down in order, as it will once /health is 200
-  api.set_ready(codec, loop, limits);
 
   const int sig = signals.wait();
   NS_LOG(INFO) << "signal " << sig << ": shutting down";
