@@ -31,10 +31,14 @@
 #include "model/kv_cpu.h"
 #include "model/model_cpu.h"
 #include "model/model_cuda.h"
+#include "model/model_fixture.h"
 #include "model/model_source.h"
 
 namespace nanoserve {
 namespace {
+
+using testing::argmax;
+using testing::nmse;
 
 using nlohmann::json;
 
@@ -44,23 +48,6 @@ std::vector<float> read_floats(const std::string& path) {
   f.seekg(0);
   f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
   return v;
-}
-
-double nmse(const float* a, const float* ref, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return num / std::max(den, 1e-30);
-}
-
-int32_t argmax(const float* row, int64_t n) {
-  int32_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (row[i] > row[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
 }
 
 constexpr int32_t kBlockSize = 16, kBlocksPerSeq = 32;

@@ -21,6 +21,9 @@
 namespace nanoserve {
 namespace {
 
+using testing::argmax;
+using testing::nmse;
+
 using testing::default_model;
 
 #define NS_SKIP_WITHOUT_GPU()                                                     \
@@ -44,15 +47,6 @@ void add_tables(ForwardBatch& b) {
       b.slot_mapping.push_back(b.seq_ids[i] * kBlocksPerSeq * kBlockSize + b.positions[t]);
     }
   }
-}
-
-double nmse(const float* a, const float* ref, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += double(ref[i]) * ref[i];
-  }
-  return num / std::max(den, 1e-30);
 }
 
 // Top-1 minus top-2 of a row.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -127,6 +128,16 @@ inline ForwardBatch make_batch(const std::vector<std::vector<int32_t>>& segs,
     b.logits_rows.push_back(static_cast<int32_t>(b.tokens.size()) - 1);
   }
   return b;
+}
+
+// Normalized mean squared error of a against ref: sum (a - ref)^2 / sum ref^2.
+inline double nmse(const float* a, const float* ref, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return num / std::max(den, 1e-30);
 }
 
 inline int32_t argmax(const float* row, int64_t n) {
