@@ -84,6 +84,7 @@ Status ModelConfig::validate() const {
   NS_RETURN_IF_ERROR(check_range("ffn_dim", ffn_dim, 1, kMaxFfnDim));
   NS_RETURN_IF_ERROR(check_range("vocab_size", vocab_size, 1, kMaxVocab));
   NS_RETURN_IF_ERROR(check_range("context_length", context_length, 1, kMaxContext));
+  NS_RETURN_IF_ERROR(check_range("sliding_window", sliding_window, 0, kMaxContext));
   NS_RETURN_IF_ERROR(check_positive_finite("rope_theta", rope_theta));
   NS_RETURN_IF_ERROR(check_positive_finite("norm_eps", norm_eps));
   if (norm_eps >= 1.0f)
@@ -119,6 +120,7 @@ std::string ModelConfig::to_string() const {
       break;
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
+  if (sliding_window > 0) s << ", sliding window " << sliding_window;
   s << (tied_embeddings ? ", tied embeddings" : ", separate output");
   if (const ArchInfo* a = family != nullptr ? family : find_arch(arch)) {
     if (a->qkv_bias) s << ", qkv bias";
@@ -157,6 +159,8 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   NS_RETURN_IF_ERROR(read_int(f, p + "rope.dimension_count", false, &c.rope_dim));
   NS_RETURN_IF_ERROR(read_float(f, p + "rope.freq_base", &c.rope_theta));
   NS_RETURN_IF_ERROR(read_float(f, p + "attention.layer_norm_rms_epsilon", &c.norm_eps));
+  NS_RETURN_IF_ERROR(read_int(f, p + "attention.sliding_window", false, &c.sliding_window));
+  if (c.sliding_window >= c.context_length) c.sliding_window = 0;  // a window that never slides
 
   // Vocabulary: the explicit key, else the tokenizer's token list.
   if (f.find(p + "vocab_size") != nullptr) {
@@ -232,15 +236,6 @@ Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {
   NS_RETURN_IF_ERROR(apply_arch(arch_checked));
   const std::string p = c.arch + ".";
   // Keys of features this forward does not have; present and not 0, they would change the output.
-  if (f.find(p + "attention.sliding_window") != nullptr) {
-    auto w = f.get_int(p + "attention.sliding_window");
-    if (!w.ok()) return w.status();
-    if (*w > 0 && *w < c.context_length) {
-      return unimplemented("metadata '" + p + "attention.sliding_window' = " + std::to_string(*w) +
-                           ": sliding-window attention (a window below the context of " +
-                           std::to_string(c.context_length) + ") is not supported");
-    }
-  }
   for (const char* key : {"expert_count", "expert_used_count"}) {
     auto n = f.get_int(p + key);
     if (n.ok() && *n > 0) {

@@ -28,6 +28,10 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   RopeScaling rope_scaling;
   bool tied_embeddings = false;  // true when there is no output.weight
+  // Sliding-window attention (Mistral 7B v0.1): a token attends itself and
+  // the sliding_window - 1 positions before it, in every layer; 0: none (a
+  // window at or above the context is none).
+  int64_t sliding_window = 0;
   // The family's row of model/arch.h (apply_arch sets it): what it adds to llama.
   const ArchInfo* family = nullptr;
 
@@ -45,8 +49,8 @@ struct ModelConfig {
 StatusOr<ModelConfig> config_from_gguf(const GgufFile& file);
 
 // UNIMPLEMENTED naming the key or tensor when the file needs what the forward
-// does not have: an architecture outside model/arch.h, a sliding window below
-// the context, experts, logit soft-capping, partial rotary (beyond llama),
+// does not have: an architecture outside model/arch.h, experts, logit
+// soft-capping, partial rotary (beyond llama),
 // longrope factors, or any tensor the forward would not read.
 Status check_gguf_supported(const GgufFile& file, const ModelConfig& config);
 

@@ -149,21 +149,14 @@ std::string built_hf_names() {
 
 // Features the forward does not have, refused by name wherever they would
 // change the output.
-Status refuse_unsupported(const Reader& r, const HfArch& arch, int64_t context_length) {
+Status refuse_unsupported(const Reader& r, const HfArch& arch) {
   const std::string type = arch.model_type;
   if (type == "qwen2" || type == "qwen3") {
-    // Qwen applies its window only with use_sliding_window.
+    // Qwen applies its window only with use_sliding_window, and then only
+    // from layer max_window_layers on: not a window of every layer.
     bool use = false;
     NS_RETURN_IF_ERROR(r.boolean("use_sliding_window", &use));
-    if (use) return r.unsupported("use_sliding_window = true: sliding-window attention is not supported");
-  } else if (const json* v = r.find("sliding_window");
-             v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    if (!v->is_number_integer()) return r.error("sliding_window", "expected an integer or null");
-    if (v->get<int64_t>() < context_length) {
-      return r.unsupported("sliding_window = " + std::to_string(v->get<int64_t>()) +
-                           " is below max_position_embeddings = " + std::to_string(context_length) +
-                           ": sliding-window attention is not supported");
-    }
+    if (use) return r.unsupported("use_sliding_window = true: Qwen's per-layer sliding windows are not supported");
   }
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"}) {
     if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
@@ -250,7 +243,15 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   c.rope_theta = 10000.0f;
   c.norm_eps = arch->rms_norm_eps;
   NS_RETURN_IF_ERROR(r.integer("max_position_embeddings", false, &c.context_length));
-  NS_RETURN_IF_ERROR(refuse_unsupported(r, *arch, c.context_length));
+  NS_RETURN_IF_ERROR(refuse_unsupported(r, *arch));
+  // Mistral's window, in every layer (Qwen's is refused above; it keeps the
+  // key with use_sliding_window false, and then has none).
+  if (const json* v = r.find("sliding_window"); v != nullptr && type != "qwen2" && type != "qwen3" &&
+                                                 !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {
+    if (!v->is_number_integer() || v->get<int64_t>() < 1)
+      return r.error("sliding_window", "expected a positive integer, false or null");
+    c.sliding_window = v->get<int64_t>() < c.context_length ? v->get<int64_t>() : 0;
+  }
   NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
   NS_RETURN_IF_ERROR(r.number("rms_norm_eps", &c.norm_eps));
   if (const json* rs = r.find("rope_scaling")) NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));

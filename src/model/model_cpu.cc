@@ -146,7 +146,7 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
     rope(q3, positions, inv_freq_, pool);
     rope(k3, positions, inv_freq_, pool);
     clock.mark(ForwardPhase::kRope);
-    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3);
+    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3, c.sliding_window);
     clock.mark(ForwardPhase::kAttention);
     matmul(L.wo, attn, proj, pool, mm_scratch);
     clock.mark(ForwardPhase::kOProj);

@@ -252,6 +252,10 @@ Status CudaModel::supports(const ModelConfig& c) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
+  if (c.sliding_window > 0) {
+    return unimplemented("--device cuda: sliding-window attention (a window of " +
+                         std::to_string(c.sliding_window) + "); it runs on the CPU");
+  }
   if (c.rope_dim != c.head_dim) {
     return unimplemented("--device cuda: partial rotary dims (" + std::to_string(c.rope_dim) + " of " +
                          std::to_string(c.head_dim) + ")");

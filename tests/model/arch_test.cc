@@ -95,10 +95,19 @@ TEST(Arch, GgufRefusalsNameTheKeyOrTensor) {
   expect_unimplemented(supported(header("llama", {"blk.0.attn_q.bias"})), "'blk.0.attn_q.bias'");
   EXPECT_TRUE(supported(header("qwen2", {"blk.0.attn_q.bias"})).ok());
   expect_unimplemented(supported(header("phi3", {"rope_factors_long.weight"})), "longrope");
-  expect_unimplemented(supported(header("phi3", {}).kv_u32("phi3.attention.sliding_window", 128)),
-                       "'phi3.attention.sliding_window' = 128");
+  // A sliding window is read (every layer's); at or above the context, it is none.
+  EXPECT_TRUE(supported(header("phi3", {}).kv_u32("phi3.attention.sliding_window", 128)).ok());
   EXPECT_TRUE(supported(header("phi3", {}).kv_u32("phi3.attention.sliding_window", 0)).ok());
   EXPECT_TRUE(supported(header("phi3", {}).kv_u32("phi3.attention.sliding_window", 256)).ok());
+  for (auto [window, want] : {std::pair<uint32_t, int64_t>{128, 128}, {256, 0}, {0, 0}}) {
+    auto owned = std::make_shared<std::vector<uint8_t>>(
+        header("phi3", {}).kv_u32("phi3.attention.sliding_window", window).build());
+    auto file = GgufFile::parse(owned->data(), owned->size(), owned);
+    ASSERT_TRUE(file.ok());
+    auto c = config_from_gguf(**file);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->sliding_window, want) << "window " << window;
+  }
   expect_unimplemented(supported(header("qwen2", {}).kv_u32("qwen2.expert_count", 8)),
                        "'qwen2.expert_count'");
   expect_unimplemented(supported(header("llama", {}).kv_f32("llama.final_logit_softcapping", 30.0f)),

@@ -107,6 +107,23 @@ TEST(ConfigHf, DefaultsFollowLlamaConfig) {
   EXPECT_EQ(got->config.rope_scaling.type, RopeScaling::Type::kNone);
 }
 
+// Mistral's window: below the context it is read (every layer's); at or
+// above it, or null or false, there is none.
+TEST(ConfigHf, SlidingWindowIsReadBelowTheContext) {
+  json j = {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"}, {"hidden_size", 64},
+            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100},
+            {"max_position_embeddings", 32768}, {"sliding_window", 4096}};
+  auto got = config_from_hf_json(j);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->config.sliding_window, 4096);
+  for (json none : {json(32768), json(nullptr), json(false)}) {
+    j["sliding_window"] = none;
+    got = config_from_hf_json(j);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(got->config.sliding_window, 0) << none;
+  }
+}
+
 struct Refusal {
   const char* what;
   std::function<void(json&)> edit;
@@ -132,14 +149,9 @@ TEST(ConfigHf, RefusesByName) {
          j["use_sliding_window"] = true;
        },
        StatusCode::kUnimplemented, "use_sliding_window = true"},
-      {"mistral window",
-       [](json& j) {
-         j["architectures"] = {"MistralForCausalLM"};
-         j["model_type"] = "mistral";
-         j["max_position_embeddings"] = 32768;
-         j["sliding_window"] = 4096;
-       },
-       StatusCode::kUnimplemented, "sliding_window = 4096 is below max_position_embeddings = 32768"},
+      {"window of 0", [](json& j) { j["sliding_window"] = 0; }, StatusCode::kInvalidArgument, "sliding_window"},
+      {"window as text", [](json& j) { j["sliding_window"] = "4096"; }, StatusCode::kInvalidArgument,
+       "sliding_window"},
       {"phi3 longrope",
        [](json& j) {
          j["architectures"] = {"Phi3ForCausalLM"};
@@ -171,12 +183,6 @@ TEST(ConfigHf, RefusesByName) {
        StatusCode::kUnimplemented, "partial_rotary_factor 0.75"},
       {"arch mismatch", [](json& j) { j["architectures"] = {"LlamaForSequenceClassification"}; },
        StatusCode::kUnimplemented, "LlamaForSequenceClassification"},
-      {"sliding window",
-       [](json& j) {
-         j["max_position_embeddings"] = 8192;
-         j["sliding_window"] = 4096;
-       },
-       StatusCode::kUnimplemented, "sliding_window = 4096"},
       {"moe", [](json& j) { j["num_local_experts"] = 8; }, StatusCode::kUnimplemented, "num_local_experts"},
       {"attention bias", [](json& j) { j["attention_bias"] = true; }, StatusCode::kUnimplemented,
        "'attention_bias' = true"},

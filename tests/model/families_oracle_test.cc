@@ -8,6 +8,10 @@
 // CPU forward: once as one prefill of each whole prompt, once as a prefill of
 // half the prompt followed by one decode step per token.
 //
+// mistral_window (make_window.py) is the mistral model with a sliding window
+// of 5 positions, shorter than every prompt: its logits are transformers'
+// with the window, and a window one longer (an off-by-one) must miss them.
+//
 // Tolerance. The logits spread with a std of about 1.5 (qwen2, tied: 8).
 // Measured worst |ours - transformers| (2026-12-01): 6e-6 to 1.1e-5, 4.2e-5
 // for qwen2, the same from GGUF and HF. kMaxAbs = 2e-3 sits 50x above that
@@ -161,8 +165,33 @@ TEST_P(Families, GgufAndHfFolderMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Oracle, Families, ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "phi3"),
+INSTANTIATE_TEST_SUITE_P(Oracle, Families,
+                         ::testing::Values("llama3", "mistral", "mistral_window", "qwen2", "qwen3", "phi3"),
                          [](const auto& info) { return std::string(info.param); });
+
+// The window read from each format, and an off-by-one window (6 for 5, or
+// none) far outside the tolerance: the fixture's prompts do exercise it.
+TEST(Families, SlidingWindowIsReadAndAnOffByOneIsSeen) {
+  const Reference ref = load_reference("mistral_window");
+  ThreadPool pool(2);
+  for (const std::string& path : {kDir + "mistral_window/model.gguf", kDir + "mistral_window/hf"}) {
+    ModelSpec spec;
+    spec.path = path;
+    auto src = open_model_source(spec);
+    ASSERT_TRUE(src.ok()) << path << ": " << src.status().to_string();
+    EXPECT_EQ(src->config.sliding_window, 5) << path;
+    for (const int64_t wrong : {int64_t{6}, int64_t{4}, int64_t{0}}) {
+      ModelConfig c = src->config;
+      c.sliding_window = wrong;
+      auto m = CpuModel::load(c, src->tensors, pool);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      const float worst = worst_logit_error(**m, ref);
+      std::printf("%s with a window of %lld for 5: max |logit - transformers| = %.3g\n", path.c_str(),
+                  static_cast<long long>(wrong), worst);
+      EXPECT_GT(worst, 10 * kMaxAbs) << path << ": a window of " << wrong << " passes";
+    }
+  }
+}
 
 // The families exercise what they are meant to.
 TEST(Families, ConfigsCarryTheirArchitecture) {

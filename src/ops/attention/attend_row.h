@@ -53,16 +53,17 @@ inline float attn_dot_fixed(const float* a, const float* b) {
 // of 8: the dot products and the value accumulators unroll and stay in
 // registers) or not (kHD == 0). The same arithmetic either way.
 template <int64_t kHD, typename KRow, typename VRow>
-inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t n_ctx,
-                             KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
+inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t p_begin,
+                             int64_t n_ctx, KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
                              int64_t out_stride) {
   static_assert(kHD % 8 == 0, "a fixed head_dim is whole vectors");
   const int64_t hd = kHD > 0 ? kHD : head_dim;
+  const int64_t len = n_ctx - p_begin;  // positions attended: [p_begin, n_ctx)
   constexpr int64_t kMaxRows = 16;  // rows per pass; more rows take another pass
   for (int64_t r0 = 0; r0 < n_q; r0 += kMaxRows) {
     const int64_t n = n_q - r0 < kMaxRows ? n_q - r0 : kMaxRows;
     // Scores, position by position: each K row is loaded once for all rows.
-    for (int64_t p = 0; p < n_ctx; ++p) {
+    for (int64_t p = p_begin; p < n_ctx; ++p) {
       const float* k = k_row(p);
       for (int64_t r = 0; r < n; ++r) {
         const float* qr = q + (r0 + r) * q_stride;
@@ -72,15 +73,15 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
         } else {
           dot = attn_dot(qr, k, hd);
         }
-        scores[r * n_ctx + p] = dot * scale;
+        scores[r * len + (p - p_begin)] = dot * scale;
       }
     }
     for (int64_t r = 0; r < n; ++r) {
-      float* s = scores + r * n_ctx;
+      float* s = scores + r * len;
       float max_score = -INFINITY;
-      for (int64_t p = 0; p < n_ctx; ++p) max_score = s[p] > max_score ? s[p] : max_score;
+      for (int64_t p = 0; p < len; ++p) max_score = s[p] > max_score ? s[p] : max_score;
       float sum = 0.0f;
-      for (int64_t p = 0; p < n_ctx; ++p) {
+      for (int64_t p = 0; p < len; ++p) {
         s[p] = std::exp(s[p] - max_score);
         sum += s[p];
       }
@@ -91,9 +92,9 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
       if constexpr (kHD > 0) {
         AttnVec8 acc[kHD / 8];
         for (int64_t j = 0; j < kHD / 8; ++j) acc[j] = AttnVec8{0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t p = 0; p < n_ctx; ++p) {
+        for (int64_t p = 0; p < len; ++p) {
           const float w = s[p] * inv;
-          const float* v = v_row(p);
+          const float* v = v_row(p_begin + p);
           for (int64_t j = 0; j < kHD / 8; ++j) acc[j] += w * attn_load8(v + 8 * j);
         }
         std::memcpy(o, acc, sizeof acc);
@@ -102,9 +103,9 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
           const int64_t nd = hd - d0 < kAttnAccDims ? hd - d0 : kAttnAccDims;
           float acc[kAttnAccDims];
           for (int64_t d = 0; d < nd; ++d) acc[d] = 0.0f;
-          for (int64_t p = 0; p < n_ctx; ++p) {
+          for (int64_t p = 0; p < len; ++p) {
             const float w = s[p] * inv;
-            const float* v = v_row(p) + d0;
+            const float* v = v_row(p_begin + p) + d0;
             for (int64_t d = 0; d < nd; ++d) acc[d] += w * v[d];
           }
           for (int64_t d = 0; d < nd; ++d) o[d0 + d] = acc[d];
@@ -114,35 +115,46 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
   }
 }
 
-// out[n_q rows] = softmax(scale * q_r·K[0..n_ctx)) · V[0..n_ctx) for n_q query
-// rows over one shared K/V history (the n_rep query heads of one kv head under
-// GQA). Each K row is loaded once for all n_q queries, which is what keeps a
+// out[n_q rows] = softmax(scale * q_r·K[p_begin..n_ctx)) · V[p_begin..n_ctx)
+// for n_q query rows over one shared K/V history (the n_rep query heads of
+// one kv head under GQA); p_begin > 0 is a sliding window's first position
+// (attention_window_begin). Each K row is loaded once for all n_q queries, which is what keeps a
 // long history from being streamed from memory n_rep times. Row r's arithmetic
 // does not depend on the other rows: scores in position order, max, exp and
 // sum in position order, values accumulated in position order.
 //   q + r * q_stride, out + r * out_stride: row r (head_dim floats)
 //   k_row(p) / v_row(p): the head_dim floats of position p
-//   scores: scratch of min(n_q, 16) * n_ctx floats
+//   scores: scratch of min(n_q, 16) * (n_ctx - p_begin) floats
 template <typename KRow, typename VRow>
-inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t n_ctx,
-                        KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
+inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t p_begin,
+                        int64_t n_ctx, KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
                         int64_t out_stride) {
   if (head_dim == 64) {
-    attend_rows_impl<64>(q, q_stride, n_q, head_dim, n_ctx, k_row, v_row, scale, scores, out, out_stride);
+    attend_rows_impl<64>(q, q_stride, n_q, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out,
+                         out_stride);
   } else if (head_dim == 128) {
-    attend_rows_impl<128>(q, q_stride, n_q, head_dim, n_ctx, k_row, v_row, scale, scores, out, out_stride);
+    attend_rows_impl<128>(q, q_stride, n_q, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out,
+                          out_stride);
   } else {
-    attend_rows_impl<0>(q, q_stride, n_q, head_dim, n_ctx, k_row, v_row, scale, scores, out, out_stride);
+    attend_rows_impl<0>(q, q_stride, n_q, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out,
+                        out_stride);
   }
 }
 
 // One query row: attend_rows with n_q = 1, so every path that uses either
 // gives bitwise the same output for a row.
-//   scores: scratch of n_ctx floats
+//   scores: scratch of n_ctx - p_begin floats
 template <typename KRow, typename VRow>
-inline void attend_row(const float* q, int64_t head_dim, int64_t n_ctx, KRow&& k_row, VRow&& v_row,
-                       float scale, float* scores, float* out) {
-  attend_rows(q, head_dim, 1, head_dim, n_ctx, k_row, v_row, scale, scores, out, head_dim);
+inline void attend_row(const float* q, int64_t head_dim, int64_t p_begin, int64_t n_ctx, KRow&& k_row,
+                       VRow&& v_row, float scale, float* scores, float* out) {
+  attend_rows(q, head_dim, 1, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out, head_dim);
+}
+
+// The first position a query at `position` attends with a sliding window of
+// `window` positions (itself and the window - 1 before it, as transformers'
+// q - k < window); 0 without one (window 0).
+inline int64_t attention_window_begin(int64_t position, int64_t window) {
+  return window > 0 && position + 1 > window ? position + 1 - window : 0;
 }
 
 }  // namespace nanoserve

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -7,7 +8,7 @@
 namespace nanoserve {
 
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-                   Tensor& out) {
+                   Tensor& out, int64_t window) {
   const int64_t n_heads = q.dim(1), head_dim = q.dim(2);
   const float* qs = q.data_as<const float>();
   float* os = out.data_as<float>();
@@ -19,9 +20,15 @@ void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& 
       for (int64_t h = 0; h < n_heads; ++h) {
         const int64_t kvh = h / n_rep;
         const float* qv = qs + (t * n_heads + h) * head_dim;
+        // A sliding window masks what lies before its first position.
+        const int64_t first = window > 0 ? std::max<int64_t>(0, n_ctx - window) : 0;
         std::vector<double> s(static_cast<size_t>(n_ctx));
         double mx = -INFINITY;
         for (int64_t p = 0; p < n_ctx; ++p) {
+          if (p < first) {
+            s[p] = -INFINITY;
+            continue;
+          }
           const float* k = hist.k[b] + p * hist.pos_stride + kvh * hist.head_stride;
           double d = 0;
           for (int64_t i = 0; i < head_dim; ++i) d += static_cast<double>(qv[i]) * k[i];

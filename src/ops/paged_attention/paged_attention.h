@@ -49,6 +49,9 @@ struct PagedAttentionArgs {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  // A sliding window: a token at position p attends [p + 1 - window, p]
+  // (attention_window_begin); 0 attends the whole history.
+  int32_t window = 0;
 
   // 16-bit pools, read by paged_attention_cpu only: when kv_dtype is kF16 or
   // kBF16, k_pool16/v_pool16 (same layout) are read instead of k_pool/v_pool,

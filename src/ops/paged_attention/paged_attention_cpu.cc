@@ -62,6 +62,7 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
     const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t) - a.seq_starts - 1;
     const int32_t* table = a.block_tables + b * a.max_blocks_per_seq;
     const int64_t n_ctx = static_cast<int64_t>(a.positions[t]) + 1;
+    const int64_t p0 = attention_window_begin(a.positions[t], a.window);
     NS_CHECK(n_rep * n_ctx <= scores_stride)
         << n_rep << " rows of context " << n_ctx << " exceed the scores scratch " << scores_stride;
     const auto* k_base = k_pool + kvh * hd;
@@ -70,13 +71,13 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
     if constexpr (std::is_same_v<Rows, F32Rows>) {
       auto k_row = [&](int64_t p) { return k_base + slot_of(table, p) * row_stride; };
       auto v_row = [&](int64_t p) { return v_base + slot_of(table, p) * row_stride; };
-      attend_rows(a.q + off, hd, rows, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
+      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
     } else {
       // attend_rows uses a K row before it asks for the next, and a V row
       // likewise, so one buffer each suffices.
       auto k_row = [&](int64_t p) { return Rows::row(k_base + slot_of(table, p) * row_stride, kbuf, hd); };
       auto v_row = [&](int64_t p) { return Rows::row(v_base + slot_of(table, p) * row_stride, vbuf, hd); };
-      attend_rows(a.q + off, hd, rows, hd, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
+      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
     }
   }
 }

@@ -29,6 +29,7 @@ Status validate_paged_attention_args(const PagedAttentionArgs& a) {
     return invalid_argument("paged_attention: null pointer argument");
   }
   if (a.seq_starts[0] != 0) return invalid_argument("paged_attention: seq_starts[0] != 0");
+  if (a.window < 0) return invalid_argument("paged_attention: window " + std::to_string(a.window) + " < 0");
   if (a.seq_starts[a.num_seqs] != a.num_tokens) {
     return invalid_argument(
         "paged_attention: seq_starts[num_seqs] = " + std::to_string(a.seq_starts[a.num_seqs]) +
@@ -83,8 +84,14 @@ void paged_attention_reference(const PagedAttentionArgs& a) {
               static_cast<int64_t>(table[p / a.block_size]) * a.block_size + p % a.block_size;
           return pool + (slot * a.n_kv_heads + kvh) * hd;
         };
+        // Positions before a sliding window's first weigh nothing.
+        const int64_t first = a.window > 0 && n_ctx > a.window ? n_ctx - a.window : 0;
         double max_score = -INFINITY;
         for (int64_t p = 0; p < n_ctx; ++p) {
+          if (p < first) {
+            scores[p] = -INFINITY;
+            continue;
+          }
           const float* k = row(a.k_pool, p);
           double dot = 0.0;
           for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * static_cast<double>(k[d]);

@@ -30,6 +30,7 @@ struct Problem {
   std::vector<float> q, k_pool, v_pool;
   std::vector<int32_t> block_tables, context_lens, seq_starts, positions;
   int32_t num_blocks = 0, max_blocks_per_seq = 0, num_tokens = 0;
+  int32_t window = 0;  // sliding window (0: none)
 
   PagedAttentionArgs args(float* out) const {
     PagedAttentionArgs a;
@@ -50,6 +51,7 @@ struct Problem {
     a.n_kv_heads = n_kv_heads;
     a.head_dim = head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    a.window = window;
     return a;
   }
 };
@@ -174,7 +176,7 @@ std::vector<float> run_gather_attend_row(const Problem& p) {
       for (int64_t qh = 0; qh < p.n_heads; ++qh) {
         const int64_t kvh = qh / n_rep, off = (int64_t{t} * p.n_heads + qh) * hd;
         attend_row(
-            p.q.data() + off, hd, p.positions[t] + 1,
+            p.q.data() + off, hd, attention_window_begin(p.positions[t], p.window), p.positions[t] + 1,
             [&](int64_t i) { return k.data() + i * row + kvh * hd; },
             [&](int64_t i) { return v.data() + i * row + kvh * hd; },
             1.0f / std::sqrt(static_cast<float>(hd)), scores.data(), out.data() + off);
@@ -202,6 +204,39 @@ TEST(PagedAttention, CpuIsBitwiseTheGatherPathsAttendRow) {
       }
     }
   }
+}
+
+// Sliding windows of 1, 7, 16 (a block) and 40 positions over decode tokens
+// and prefill chunks that cross them: near the reference, bitwise the gather
+// path's, and a window one longer (an off-by-one) lands far outside the
+// tolerance.
+TEST(PagedAttention, SlidingWindowMatchesReferenceAndGather) {
+  std::mt19937 rng(41);
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {6, 1}, {97, 1}, {97, 17}, {40, 40}, {300, 3}};
+  for (int32_t window : {1, 7, 16, 40}) {
+    for (int32_t block_size : {1, 16}) {
+      SCOPED_TRACE(testing::Message() << "window " << window << " block_size " << block_size);
+      Problem p = make_problem(rng, block_size, /*n_kv_heads=*/2, /*n_rep=*/4, 64, seqs);
+      p.window = window;
+      const std::vector<float> ref = run_ref(p), fast = run_cpu(p, 2), gather = run_gather_attend_row(p);
+      Problem wider = p;
+      wider.window = window + 1;
+      const std::vector<float> off_by_one = run_ref(wider);
+      float worst_planted = 0.0f;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const float tol = kAtol + kRtol * std::fabs(ref[i]);
+        ASSERT_LE(std::fabs(fast[i] - ref[i]), tol) << "element " << i << ": " << fast[i] << " vs " << ref[i];
+        ASSERT_EQ(std::memcmp(&gather[i], &fast[i], sizeof(float)), 0) << "element " << i;
+        worst_planted = std::max(worst_planted, std::fabs(off_by_one[i] - fast[i]) / tol);
+      }
+      EXPECT_GT(worst_planted, 100.0f) << "a window one longer would pass";
+    }
+  }
+  // No window equals a window as long as the longest context.
+  Problem p = make_problem(rng, 16, 2, 2, 64, seqs);
+  const std::vector<float> none = run_cpu(p, 2);
+  p.window = 300;
+  EXPECT_EQ(run_cpu(p, 2), none);
 }
 
 TEST(PagedAttention, SingleContextCopiesV) {
