@@ -220,6 +220,7 @@ RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& output
   o.top_logprobs.clear();
   o.prompt_logprobs.clear();
   o.prompt_top_logprobs.clear();
+  o.prompt_ranks.clear();
   o.finish_reason = FinishReason::kNone;
   o.stop_string.clear();
   o.error.clear();
@@ -481,7 +482,11 @@ void Engine::record_prompt_logprobs(const Tensor& logits) {
     NS_CHECK_EQ(p, r->prompt_logprobs_next);  // rows come in position order, each once
     const std::span<const float> row_logits(logits.data_as<const float>() + row * vocab_size_, vocab_size_);
     std::vector<TokenLogprob>& top = r->prompt_top_logprobs.emplace_back();
-    r->prompt_logprobs.push_back(sampler_->logprobs(row_logits, r->prompt[p + 1], r->params.prompt_logprobs, top));
+    const int32_t token = r->prompt[p + 1];
+    r->prompt_logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.prompt_logprobs, top));
+    int32_t above = 0;
+    for (const float l : row_logits) above += l > row_logits[token] ? 1 : 0;
+    r->prompt_ranks.push_back(above + 1);
     r->prompt_logprobs_next = p + 1;
   }
 }
@@ -490,8 +495,10 @@ void Engine::take_prompt_logprobs(Request& r, RequestOutput& out) {
   if (r.params.prompt_logprobs < 0) return;
   out.prompt_logprobs = std::move(r.prompt_logprobs);
   out.prompt_top_logprobs = std::move(r.prompt_top_logprobs);
+  out.prompt_ranks = std::move(r.prompt_ranks);
   r.prompt_logprobs.clear();
   r.prompt_top_logprobs.clear();
+  r.prompt_ranks.clear();
 }
 
 int32_t Engine::sample_constrained(Request& r, std::span<const float> logits) {

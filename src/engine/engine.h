@@ -78,6 +78,7 @@ struct RequestOutput {
   // [prompt - 1] the logprob of prompt token p + 1 at position p, and its top.
   std::vector<float> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  std::vector<int32_t> prompt_ranks;  // 1 + the tokens with a higher logit (vLLM's rank)
   FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
   std::string stop_string;                           // the stop string that finished it, if any
   std::string error;                                 // set, with kError, when the step failed under it

@@ -58,6 +58,7 @@ struct Request {
   // are recorded, and the lists move to the output that ends the prefill.
   std::vector<float> prompt_logprobs;                     // [prompt_logprobs_next] while prefilling
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // same, the top params.prompt_logprobs of each
+  std::vector<int32_t> prompt_ranks;  // same, each token's rank at its position (1: the most likely)
   int64_t prompt_logprobs_next = 0;
 
   Clock::time_point arrival_time;
