@@ -146,7 +146,8 @@ const SchedulerStep& Scheduler::schedule() {
       // A cached prefix has no logits: a request that still needs its prompt rows computes them all.
       const bool lookup = !r->wants_prompt_rows();
       const int64_t hit = lookup ? blocks_.attach_cached_prefix(*seq, tokens_of(r)) : 0;
-      const int64_t want = fit_rows(r, hit, std::min(r->num_tokens() - hit, budget), max_rows - step_.num_rows);
+      const int64_t want =
+          fit_rows(r, hit, std::min(r->num_tokens() - hit, budget), max_rows - step_.num_rows);
       if (want <= 0 || !blocks_.can_reserve(*seq, hit + want)) {
         blocks_.free_sequence(*seq);  // the hit blocks go back to the cache
         break;

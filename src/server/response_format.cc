@@ -116,7 +116,8 @@ std::optional<ApiError> read_choice(const json& v, const std::string& param, Res
     return refuse(param, "must be a list of 1 to 256 non-empty strings.");
   out->choices.clear();
   for (const json& c : v) {
-    if (!c.is_string() || c.get_ref<const std::string&>().empty() || c.get_ref<const std::string&>().size() > 1024)
+    if (!c.is_string() || c.get_ref<const std::string&>().empty() ||
+        c.get_ref<const std::string&>().size() > 1024)
       return refuse(param, "must be a list of non-empty strings (at most 1024 bytes each).");
     out->choices.push_back(c.get<std::string>());
   }
@@ -149,13 +150,15 @@ std::optional<ApiError> read_structured_outputs(const json& v, std::string_view 
       out->type = ResponseFormat::Type::kJsonObject;
       out->param = name;
     } else if (k == "grammar" || k == "structural_tag") {
-      return refuse(name, "is not supported: this server decodes JSON schemas, regular expressions and "
-                          "choices only.");
+      return refuse(name,
+                    "is not supported: this server decodes JSON schemas, regular expressions and "
+                    "choices only.");
     } else if (k == "whitespace_pattern") {
       return refuse(name, "is not supported: whitespace between JSON tokens is the decoder's own.");
     } else if (k == "disable_any_whitespace") {
       if (!x.is_boolean()) return refuse(name, "must be a boolean.");
-      if (x.get<bool>()) return refuse(name, "is not supported: the decoder may write whitespace between tokens.");
+      if (x.get<bool>())
+        return refuse(name, "is not supported: the decoder may write whitespace between tokens.");
     } else if (k == "disable_fallback" || k == "disable_additional_properties") {
       // Honoured as they are: there is no fallback backend, and a schema without
       // additionalProperties never gets other keys here.
@@ -177,12 +180,14 @@ std::optional<ApiError> read_guided_fields(const json& fields, std::string_view 
     auto it = fields.find(name);
     return it == fields.end() || it->is_null() ? nullptr : &*it;
   };
-  if (const json* g = get("guided_grammar"))
-    return refuse("guided_grammar", "is not supported: this server decodes JSON schemas (guided_json), regular "
-                                    "expressions (guided_regex) and choices (guided_choice) only.");
-  if (const json* w = get("guided_whitespace_pattern"))
-    return refuse("guided_whitespace_pattern",
-                  "is not supported: whitespace between JSON tokens is the decoder's own (at most 16 bytes).");
+  if (get("guided_grammar") != nullptr)
+    return refuse("guided_grammar",
+                  "is not supported: this server decodes JSON schemas (guided_json), regular "
+                  "expressions (guided_regex) and choices (guided_choice) only.");
+  if (get("guided_whitespace_pattern") != nullptr)
+    return refuse(
+        "guided_whitespace_pattern",
+        "is not supported: whitespace between JSON tokens is the decoder's own (at most 16 bytes).");
   if (const json* b = get("guided_decoding_backend")) {
     if (!b->is_string() || b->get_ref<const std::string&>() != "auto")
       return refuse("guided_decoding_backend",

@@ -38,7 +38,8 @@ StructuredOutput::Result StructuredOutput::constraint_for(const GenerateRequest&
   if (f.type == ResponseFormat::Type::kJsonObject)
     return std::shared_ptr<const TokenConstraintFactory>(cache(codec).json_object());
   if (f.type == ResponseFormat::Type::kRegex || f.type == ResponseFormat::Type::kChoice) {
-    auto factory = f.type == ResponseFormat::Type::kRegex ? cache(codec).regex(f.regex) : cache(codec).choice(f.choices);
+    auto factory =
+        f.type == ResponseFormat::Type::kRegex ? cache(codec).regex(f.regex) : cache(codec).choice(f.choices);
     if (!factory.ok()) return bad_request("'" + f.param + "': " + factory.status().message() + ".", f.param);
     return std::move(*factory);
   }

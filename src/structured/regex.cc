@@ -18,8 +18,8 @@ constexpr int32_t kMaxRepeat = 256;  // the largest m or n of {m,n}
 // The pattern as a tree; repeats are expanded when the NFA is built.
 struct Re {
   enum Kind : uint8_t { kSet, kConcat, kAlt, kRepeat } kind = kConcat;
-  ByteSet set;             // kSet: one byte of these
-  std::vector<Re> kids;    // kConcat, kAlt; kRepeat: one
+  ByteSet set;               // kSet: one byte of these
+  std::vector<Re> kids;      // kConcat, kAlt; kRepeat: one
   int32_t min = 0, max = 0;  // kRepeat; max -1 = unbounded
 };
 
@@ -287,16 +287,17 @@ class Parser {
         *out = v;
         return true;
       };
-      bool ok = comma == std::string_view::npos ? number(body, &lo) && (hi = lo, true)
-                                                : number(body.substr(0, comma), &lo) &&
-                                                      (comma + 1 == body.size() ? (hi = -1, true)
-                                                                                : number(body.substr(comma + 1), &hi));
+      bool ok = comma == std::string_view::npos
+                    ? number(body, &lo) && (hi = lo, true)
+                    : number(body.substr(0, comma), &lo) &&
+                          (comma + 1 == body.size() ? (hi = -1, true) : number(body.substr(comma + 1), &hi));
       if (!ok) {
         fail("quantifier '{" + std::string(body) + "}' must be {m}, {m,} or {m,n}");
         return;
       }
       if ((hi >= 0 && hi < lo) || lo > kMaxRepeat || hi > kMaxRepeat) {
-        fail("quantifier '{" + std::string(body) + "}': m <= n <= " + std::to_string(kMaxRepeat) + " required");
+        fail("quantifier '{" + std::string(body) + "}': m <= n <= " + std::to_string(kMaxRepeat) +
+             " required");
         return;
       }
       i_ = close;
@@ -424,7 +425,8 @@ bool ByteDfa::matches(std::string_view text) const {
   return accepting(s);
 }
 
-StatusOr<std::shared_ptr<const ByteDfa>> compile_regex(std::string_view pattern, const RegexOptions& options) {
+StatusOr<std::shared_ptr<const ByteDfa>> compile_regex(std::string_view pattern,
+                                                       const RegexOptions& options) {
   if (pattern.size() > 4096) return invalid_argument("a pattern longer than 4096 bytes");
   NS_ASSIGN_OR_RETURN(Re re, Parser(pattern).parse());
   Nfa nfa;
@@ -469,7 +471,8 @@ StatusOr<std::shared_ptr<const ByteDfa>> compile_regex(std::string_view pattern,
   const auto n = static_cast<int32_t>(sets.size());
   auto dfa = std::make_shared<ByteDfa>();
   dfa->accepting_.assign(n, 0);
-  for (int32_t d = 0; d < n; ++d) dfa->accepting_[d] = std::binary_search(sets[d].begin(), sets[d].end(), accept);
+  for (int32_t d = 0; d < n; ++d)
+    dfa->accepting_[d] = std::binary_search(sets[d].begin(), sets[d].end(), accept);
 
   // Keep only states that can still reach an accepting one: a walk never strands.
   std::vector<std::vector<int32_t>> into(n);

@@ -8,8 +8,8 @@
 
 namespace nanoserve::structured {
 
-void compute_regex_mask(const TokenVocab& vocab, const ByteDfa& dfa, int32_t state, std::vector<int32_t>& scratch,
-                        TokenMask& out) {
+void compute_regex_mask(const TokenVocab& vocab, const ByteDfa& dfa, int32_t state,
+                        std::vector<int32_t>& scratch, TokenMask& out) {
   out.assign((static_cast<size_t>(vocab.size()) + 63) / 64, 0);
   scratch.resize(static_cast<size_t>(vocab.max_piece_length()) + 1);
   scratch[0] = state;
@@ -42,7 +42,8 @@ std::unique_ptr<TokenConstraint> RegexConstraintFactory::start() const {
   return std::make_unique<RegexConstraint>(shared_from_this());
 }
 
-std::shared_ptr<const TokenMask> RegexConstraintFactory::mask(int32_t state, std::vector<int32_t>& scratch) const {
+std::shared_ptr<const TokenMask> RegexConstraintFactory::mask(int32_t state,
+                                                              std::vector<int32_t>& scratch) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (masks_[state] != nullptr) return masks_[state];

@@ -16,8 +16,8 @@
 namespace nanoserve::structured {
 
 // The mask of DFA state `state` by the trie walk. `scratch` holds one state per trie depth.
-void compute_regex_mask(const TokenVocab& vocab, const ByteDfa& dfa, int32_t state, std::vector<int32_t>& scratch,
-                        TokenMask& out);
+void compute_regex_mask(const TokenVocab& vocab, const ByteDfa& dfa, int32_t state,
+                        std::vector<int32_t>& scratch, TokenMask& out);
 
 class RegexConstraintFactory final : public TokenConstraintFactory,
                                      public std::enable_shared_from_this<RegexConstraintFactory> {

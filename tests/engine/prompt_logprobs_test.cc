@@ -21,7 +21,7 @@ using testing::FakeModel;
 
 constexpr int32_t kVocab = 64;
 
-struct Setup {
+struct ScoreSetup {
   int32_t num_blocks = 256;
   int32_t block_size = 4;
   int32_t max_num_seqs = 4;
@@ -30,7 +30,7 @@ struct Setup {
   bool prefix_caching = true;
 };
 
-std::unique_ptr<Engine> make_engine(const Setup& s) {
+std::unique_ptr<Engine> make_engine(const ScoreSetup& s) {
   EngineConfig c;
   c.num_blocks = s.num_blocks;
   c.block_size = s.block_size;
@@ -115,7 +115,7 @@ TEST(PromptLogprobs, EqualTheOracleAtEveryChunkSizeAndRowBound) {
   const std::vector<int32_t> prompt = prompt_of(7, 45);
   for (int32_t budget : {4, 7, 16, 64}) {
     for (int32_t rows : {0, 9}) {
-      Setup s;
+      ScoreSetup s;
       s.max_num_batched_tokens = budget;
       s.max_logits_rows = rows;
       auto e = make_engine(s);
@@ -139,12 +139,13 @@ TEST(PromptLogprobs, IdenticalAloneAndInABatch) {
   Scored alone = run(*alone_engine)[alone_id];
   expect_oracle(prompt, 2, alone);
 
-  Setup s;
+  ScoreSetup s;
   s.max_num_seqs = 6;
   s.max_num_batched_tokens = 12;
   auto e = make_engine(s);
   std::vector<RequestId> others;
-  for (int i = 0; i < 3; ++i) others.push_back(*e->add_request(prompt_of(100 + i, 5 + 9 * i), scoring(-1, 6)));
+  for (int i = 0; i < 3; ++i)
+    others.push_back(*e->add_request(prompt_of(100 + i, 5 + 9 * i), scoring(-1, 6)));
   const RequestId other_scored = *e->add_request(prompt_of(200, 21), scoring(1, 1));
   const RequestId id = *e->add_request(prompt, scoring(2, 4));
   auto got = run(*e);
@@ -177,7 +178,7 @@ TEST(PromptLogprobs, WarmPrefixCacheIsSkippedForScoring) {
 // max_tokens 0: the request ends (length) once its prompt is computed, with
 // its prompt's logprobs and no token.
 TEST(PromptLogprobs, MaxTokensZeroScoresThePromptAndGeneratesNothing) {
-  Setup s;
+  ScoreSetup s;
   s.max_num_batched_tokens = 8;
   auto e = make_engine(s);
   const std::vector<int32_t> prompt = prompt_of(17, 26);
@@ -199,7 +200,7 @@ TEST(PromptLogprobs, MaxTokensZeroScoresThePromptAndGeneratesNothing) {
 // recompute records only the positions still missing, and every result still
 // equals the oracle.
 TEST(PromptLogprobs, PreemptionMidPrefillKeepsTheRecordedRows) {
-  Setup s;
+  ScoreSetup s;
   s.num_blocks = 14;  // 56 tokens for three prompts of 30
   s.block_size = 4;
   s.max_num_seqs = 3;

@@ -65,14 +65,22 @@ TEST(Regex, MatchesWhatPythonFullmatchMatches) {
 
 TEST(Regex, RefusesWhatIsOutsideTheSubsetByName) {
   const std::vector<std::pair<const char*, const char*>> cases = {
-      {"(a)\\1", "escape '\\1'"},          {"(?=a)b", "lookaround"},
-      {"(?P<x>a)", "named groups"},        {"a\\bb", "escape '\\b'"},
-      {"\\p{L}", "escape '\\p'"},          {"a^b", "anchor '^'"},
-      {"a$b", "anchor '$'"},               {"(ab", "unbalanced '('"},
-      {"ab)", "unbalanced ')'"},           {"[ab", "unbalanced '['"},
-      {"*a", "nothing to repeat"},         {"a{2,1}", "m <= n"},
-      {"a{1000}", "m <= n <= 256"},        {"a++", "quantifier after a quantifier"},
-      {"[[:alpha:]]", "POSIX classes"},    {"[é]", "non-ASCII character in a class"},
+      {"(a)\\1", "escape '\\1'"},
+      {"(?=a)b", "lookaround"},
+      {"(?P<x>a)", "named groups"},
+      {"a\\bb", "escape '\\b'"},
+      {"\\p{L}", "escape '\\p'"},
+      {"a^b", "anchor '^'"},
+      {"a$b", "anchor '$'"},
+      {"(ab", "unbalanced '('"},
+      {"ab)", "unbalanced ')'"},
+      {"[ab", "unbalanced '['"},
+      {"*a", "nothing to repeat"},
+      {"a{2,1}", "m <= n"},
+      {"a{1000}", "m <= n <= 256"},
+      {"a++", "quantifier after a quantifier"},
+      {"[[:alpha:]]", "POSIX classes"},
+      {"[é]", "non-ASCII character in a class"},
       {"a{x}", "must be {m}, {m,} or {m,n}"},
   };
   for (const auto& [pattern, words] : cases) {
@@ -105,7 +113,8 @@ TEST(Regex, EveryLiveStateCanFinish) {
     for (int walk = 0; walk < 200; ++walk) {
       int32_t s = d->start();
       std::string text;
-      for (int step = 0; step < 64 && !(d->accepting(s) && (!d->continues(s) || rng.next_double() < 0.3)); ++step) {
+      for (int step = 0; step < 64 && !(d->accepting(s) && (!d->continues(s) || rng.next_double() < 0.3));
+           ++step) {
         std::vector<int> bytes;
         for (int b = 0; b < 256; ++b)
           if (d->next(s, static_cast<uint8_t>(b)) != ByteDfa::kDead) bytes.push_back(b);
@@ -114,7 +123,9 @@ TEST(Regex, EveryLiveStateCanFinish) {
         text.push_back(static_cast<char>(b));
         s = d->next(s, static_cast<uint8_t>(b));
       }
-      if (d->accepting(s)) EXPECT_TRUE(d->matches(text)) << p << ": " << text;
+      if (d->accepting(s)) {
+        EXPECT_TRUE(d->matches(text)) << p << ": " << text;
+      }
     }
   }
 }
@@ -207,7 +218,9 @@ TEST(RegexConstraint, FollowsTokensAndEndsOnlyWhenAccepted) {
   c->apply(logits);
   EXPECT_TRUE(c->allows(eos));
   for (int32_t id = 0; id < vocab->size(); ++id) {
-    if (id != eos) EXPECT_EQ(logits[id], -INFINITY) << vocab->piece(id);
+    if (id != eos) {
+      EXPECT_EQ(logits[id], -INFINITY) << vocab->piece(id);
+    }
   }
 }
 
@@ -230,11 +243,12 @@ TEST(SchemaPattern, StringsFollowTheirPatternAndFormat) {
 
 TEST(SchemaPattern, RefusalsNameTheKeywordAndPlace) {
   const std::vector<std::pair<const char*, const char*>> cases = {
-      {R"({"type":"string","pattern":"(?=x)"})", "'pattern' at #: group syntax"},
-      {R"({"type":"string","format":"hostname"})", "unsupported format 'hostname' at #"},
-      {R"({"type":"string","pattern":"a+","maxLength":3})", "'pattern' with 'minLength' or 'maxLength' at #"},
-      {R"({"type":"string","pattern":"a","format":"date"})", "'pattern' and 'format' together at #"},
-      {R"({"properties":{"q":{"pattern":"\"+"}}})", "'pattern' at #/properties/q"},
+      {R"j({"type":"string","pattern":"(?=x)"})j", "'pattern' at #: group syntax"},
+      {R"j({"type":"string","format":"hostname"})j", "unsupported format 'hostname' at #"},
+      {R"j({"type":"string","pattern":"a+","maxLength":3})j",
+       "'pattern' with 'minLength' or 'maxLength' at #"},
+      {R"j({"type":"string","pattern":"a","format":"date"})j", "'pattern' and 'format' together at #"},
+      {R"j({"properties":{"q":{"pattern":"\"+"}}})j", "'pattern' at #/properties/q"},
   };
   for (const auto& [schema, words] : cases) {
     auto g = compile_schema(nlohmann::ordered_json::parse(schema));
