@@ -258,8 +258,9 @@ void GenerationJob::start_choice(size_t index, TokenEvent& ev, ChunkPart* part) 
       nlohmann::json at = nlohmann::json::object();
       for (size_t j = 0; j < ev.prompt_top_logprobs[p].size(); ++j) {
         const TopLogprob& t = ev.prompt_top_logprobs[p][j];
-        at[std::to_string(t.token)] = {
-            {"logprob", t.logprob}, {"rank", static_cast<int>(j) + 1}, {"decoded_token", token_text_(t.token)}};
+        at[std::to_string(t.token)] = {{"logprob", t.logprob},
+                                       {"rank", static_cast<int>(j) + 1},
+                                       {"decoded_token", token_text_(t.token)}};
       }
       at[std::to_string(ids[p + 1])] = {{"logprob", ev.prompt_logprobs[p]},
                                         {"rank", ev.prompt_ranks[p]},

@@ -190,7 +190,10 @@ TEST_F(EngineModel, PromptLogprobsIdenticalAcrossChunkingBatchAndCache) {
   };
   const std::vector<int32_t>& a = (*prompts_)[3];
   std::vector<int32_t> longer = a;
-  for (int i = 0; i < 3; ++i) longer.insert(longer.end(), (*prompts_)[10 + i].begin(), (*prompts_)[10 + i].end());
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t>& more = (*prompts_)[10 + i];
+    longer.insert(longer.end(), more.begin(), more.end());
+  }
   ModelSetup wide;
   LoadedEngine ref_engine = load(wide);
   const auto ref = score(*ref_engine.engine, {longer})[0];
