@@ -53,7 +53,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   SchedulerConfig sc;
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_num_batched_tokens = config.max_num_batched_tokens;
-  sc.max_logits_rows = model->step_limits().max_logits_rows;
   NS_RETURN_IF_ERROR(sc.validate());
   const ModelConfig& mc = model->config();
   if (config.max_model_len < 0) return invalid_argument("max_model_len must be >= 0");
@@ -75,6 +74,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
   e->step_limits_ = model->step_limits();
+  sc.max_logits_rows = e->step_limits_.max_logits_rows;  // the runner's R bounds each step's rows
+  NS_RETURN_IF_ERROR(sc.validate());
 
   e->model_ = std::move(model);
   e->text_ = text;

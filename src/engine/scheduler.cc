@@ -92,6 +92,13 @@ int64_t Scheduler::fit_rows(const Request* r, int64_t computed, int64_t want, in
   return lo;
 }
 
+void Scheduler::commit(const SchedulerStep& step) {
+  for (const ScheduledChunk& c : step.chunks) {
+    Request* r = c.request;
+    blocks_.commit(r->seq, tokens_of(r), blocks_.seq_len(r->seq) + c.num_tokens);
+  }
+}
+
 const SchedulerStep& Scheduler::schedule() {
   step_.chunks.clear();
   step_.num_tokens = 0;

@@ -21,7 +21,7 @@ def tokenize(server, text):
 def test_completions_default_to_16_tokens_chat_runs_to_the_context(server):
     r = post(server, "/v1/completions", prompt="Once upon a time", temperature=0, ignore_eos=True).json()
     assert r["usage"]["completion_tokens"] == 16 and r["choices"][0]["finish_reason"] == "length"
-    msgs = [{"role": "user", "content": "Count to a thousand."}]
+    msgs = [{"role": "user", "content": "Count these words: " + "word " * 150}]  # leaves ~80 tokens
     c = post(server, "/v1/chat/completions", messages=msgs, temperature=0, ignore_eos=True).json()
     assert c["usage"]["completion_tokens"] == MAX_MODEL_LEN - c["usage"]["prompt_tokens"]
     # A prompt that leaves fewer than 16 tokens: the default shrinks to what is left, as vLLM does.

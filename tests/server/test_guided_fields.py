@@ -52,7 +52,7 @@ PATTERNS = [
     r"\$\d+\.\d\d",
     r"(red|green|blue) (car|bike)",
     r"[-+]?\d{1,3}(,\d{3})*",
-    r"é+t[eé]",
+    r"é+t(e|é)",
     r"a.b.c",
 ]
 
@@ -100,7 +100,7 @@ def test_schema_keys_keep_the_schemas_order(server):
 def test_formats_and_patterns_validate_under_jsonschema_and_re(server):
     checker = jsonschema.FormatChecker()
     with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(chat, server, "Make up a record.", max_tokens=200, seed=s,
+        futures = [pool.submit(chat, server, "Make up a record.", max_tokens=230, seed=s,
                                temperature=0 if s == 0 else 1.0, guided_json=FORMATS) for s in range(4)]
         results = finished_texts(f.result() for f in futures)
     finished = 0

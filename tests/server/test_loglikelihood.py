@@ -141,10 +141,9 @@ def test_vllm_prompt_logprobs_shape_and_values(hf_server):
         entry = pl[i]
         mine = entry[str(ids[i])]
         assert abs(mine["logprob"] - case["token_logprobs"][i - 1]) <= TOL
-        assert (mine["rank"] == 1) == (ids[i] == case["argmax_ids"][i - 1]) or \
-            case["argmax_logprobs"][i - 1] - case["second_logprobs"][i - 1] <= TOL
-        ranked = sorted((v["rank"], v["logprob"]) for v in entry.values())
-        assert [rk for rk, _ in ranked][:2] == [1, 2] or mine["rank"] <= 2
+        if case["argmax_logprobs"][i - 1] - case["second_logprobs"][i - 1] > TOL:  # no near tie
+            assert (mine["rank"] == 1) == (ids[i] == case["argmax_ids"][i - 1])
+        assert {1, 2} <= {v["rank"] for v in entry.values()} and len(entry) <= 3
         assert all(isinstance(v["decoded_token"], str) for v in entry.values())
         top1 = [v for v in entry.values() if v["rank"] == 1][0]
         assert abs(top1["logprob"] - case["argmax_logprobs"][i - 1]) <= TOL
