@@ -64,7 +64,10 @@ StatusOr<std::shared_ptr<const TokenConstraintFactory>> ConstraintCache::choice(
   std::string pattern;
   for (size_t i = 0; i < choices.size(); ++i) {
     if (choices[i].empty()) return invalid_argument("choice " + std::to_string(i) + " is empty");
-    pattern += (i > 0 ? "|" : "") + ("(?:" + regex_escape(choices[i]) + ")");
+    if (i > 0) pattern.push_back('|');
+    pattern.append("(?:");
+    pattern.append(regex_escape(choices[i]));
+    pattern.push_back(')');
   }
   return regex(pattern);
 }
