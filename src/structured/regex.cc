@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bitset>
-#include <cstdio>
 #include <map>
 #include <utility>
 
@@ -36,13 +35,6 @@ ByteSet digits() {
 }
 ByteSet word() {
   return range('a', 'z') | range('A', 'Z') | digits() | range('_', '_');
-}
-
-std::string describe(char c) {
-  if (c >= 0x20 && c < 0x7f) return std::string("'") + c + "'";
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "0x%02x", static_cast<unsigned char>(c));
-  return buf;
 }
 
 class Parser {
