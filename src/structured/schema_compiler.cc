@@ -327,7 +327,8 @@ class Compiler {
     if (f != s.end()) {
       StatusOr<std::string> fp = format_pattern(regex);
       if (!fp.ok()) {
-        fail(fp.status().message() + " at " + path);
+        fail("unsupported format '" + regex + "' at " + path +
+             " (supported: date, date-time, time, email, uuid, ipv4)");
         return false;
       }
       regex = *fp;

@@ -201,10 +201,11 @@ TEST(PromptLogprobs, MaxTokensZeroScoresThePromptAndGeneratesNothing) {
 // equals the oracle.
 TEST(PromptLogprobs, PreemptionMidPrefillKeepsTheRecordedRows) {
   ScoreSetup s;
-  s.num_blocks = 14;  // 56 tokens for three prompts of 30
+  s.num_blocks = 12;  // 48 tokens for three prompts of 30 (+ 3 generated each)
   s.block_size = 4;
   s.max_num_seqs = 3;
-  s.max_num_batched_tokens = 6;
+  s.max_num_batched_tokens = 12;
+  s.max_logits_rows = 24;
   auto e = make_engine(s);
   std::vector<std::pair<RequestId, std::vector<int32_t>>> reqs;
   for (int i = 0; i < 3; ++i) {
