@@ -25,7 +25,8 @@ def test_completions_default_to_16_tokens_chat_runs_to_the_context(server):
     c = post(server, "/v1/chat/completions", messages=msgs, temperature=0, ignore_eos=True).json()
     assert c["usage"]["completion_tokens"] == MAX_MODEL_LEN - c["usage"]["prompt_tokens"]
     # A prompt that leaves fewer than 16 tokens: the default shrinks to what is left, as vLLM does.
-    ids = tokenize(server, "word " * 200)[: MAX_MODEL_LEN - 5]
+    ids = tokenize(server, "word " * 400)[: MAX_MODEL_LEN - 5]
+    assert len(ids) == MAX_MODEL_LEN - 5
     r = post(server, "/v1/completions", prompt=ids, temperature=0, ignore_eos=True)
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
 

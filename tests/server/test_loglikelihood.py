@@ -13,8 +13,9 @@ every continuation token's logprob is the max of its top_logprobs.
 
 Tolerance: both sides compute in f32 over the same f32 weights, in different
 summation orders (our fixed per-element order, torch's BLAS); on these short
-sequences the logprobs agree to about 1e-4 (measured: docs/server.md), so a
-per-token gap of 2e-3 is allowed. A position shifted by one, or a logprob off
+sequences the logprobs agree to 1.8e-5 at worst (measured 2026-12-04 on the
+2-core development machine, printed by the first test), so a per-token gap of
+2e-4 is allowed: ten times that, for other SIMD paths. A position shifted by one, or a logprob off
 by 0.05, is far outside it (the planted-error test shows the check failing)."""
 import json
 import os
@@ -26,7 +27,7 @@ from server_process import ROOT, Server
 
 FOLDER = os.path.join(ROOT, "build", "fixtures", "hf", "smollm2-135m")
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "loglikelihood", "hf_logprobs.json")
-TOL = 2e-3
+TOL = 2e-4
 
 with open(FIXTURE) as f:
     ORACLE = json.load(f)
