@@ -66,7 +66,9 @@ void check_generate(const GenerateRequest& r, const ProtocolLimits& limits) {
   FUZZ_REQUIRE(p.stop.size() <= kMaxStopStrings);
   for (const std::string& s : p.stop) FUZZ_REQUIRE(!s.empty() && s.size() <= kMaxStopStringBytes);
   FUZZ_REQUIRE(!r.include_usage || r.stream);
-  FUZZ_REQUIRE(!r.max_tokens || *r.max_tokens >= 1);
+  // 0 only asks to score or echo the prompt (completions).
+  const bool may_be_zero = (r.echo || r.prompt_logprobs) && r.endpoint == Endpoint::kCompletion;
+  FUZZ_REQUIRE(!r.max_tokens || *r.max_tokens >= (may_be_zero ? 0 : 1));
   FUZZ_REQUIRE(std::isfinite(p.temperature) && p.temperature >= 0 && p.temperature <= 100);
   FUZZ_REQUIRE(unit_interval(p.top_p, /*open_at_zero=*/true));
   FUZZ_REQUIRE(unit_interval(p.min_p, /*open_at_zero=*/false));

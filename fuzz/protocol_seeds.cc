@@ -109,7 +109,22 @@ std::vector<std::pair<std::string, std::string>> seeds() {
   s.emplace_back("bad_top_logprobs", "{" + kMsgs + R"(, "logprobs": true, "top_logprobs": 30})");
   s.emplace_back("bad_completion_logprobs", completion_with("logprobs", "21"));
   s.emplace_back("bad_completion_logprobs_bool", completion_with("logprobs", "true"));
-  s.emplace_back("bad_echo", completion_with("echo", "true"));
+  s.emplace_back("echo", completion_with("echo", "true"));
+  s.emplace_back(
+      "echo_score",
+      "{" + std::string(R"("prompt": [1, 2, 3], "echo": true, "logprobs": 1, "max_tokens": 0)") + "}");
+  s.emplace_back("prompt_logprobs", chat_with("prompt_logprobs", "5"));
+  s.emplace_back("bad_max_tokens_zero", completion_with("max_tokens", "0"));
+  s.emplace_back("guided_json",
+                 completion_with("guided_json", R"({"properties": {"b": {}, "a": {"pattern": "x+"}}})"));
+  s.emplace_back("guided_json_text", chat_with("guided_json", R"("{"type": "string", "format": "date"}")"));
+  s.emplace_back("guided_regex", completion_with("guided_regex", R"("(a|b){2,3}\d")"));
+  s.emplace_back("guided_choice", chat_with("guided_choice", R"(["yes", "no"])"));
+  s.emplace_back("structured_outputs",
+                 completion_with("structured_outputs", R"({"choice": ["x"], "json": null})"));
+  s.emplace_back("bad_guided_grammar", chat_with("guided_grammar", R"("root ::= x")"));
+  s.emplace_back("bad_structured_outputs",
+                 chat_with("structured_outputs", R"({"regex": "a", "choice": ["b"]})"));
   s.emplace_back("bad_suffix", completion_with("suffix", R"("x")"));
   s.emplace_back("bad_logit_bias", chat_with("logit_bias", R"({"50256": -100})"));
   s.emplace_back("bad_stream_options", chat_with("stream_options", R"({"include_usage": true})"));

@@ -74,6 +74,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
   e->step_limits_ = model->step_limits();
+  sc.max_logits_rows = e->step_limits_.max_logits_rows;  // the runner's R bounds each step's rows
+  NS_RETURN_IF_ERROR(sc.validate());
 
   e->model_ = std::move(model);
   e->text_ = text;
@@ -92,8 +94,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->batch_.context_lens.reserve(B);
   e->batch_.block_tables.reserve(B * e->block_manager().max_blocks_per_seq());
   e->batch_.slot_mapping.reserve(T);
-  e->batch_.logits_rows.reserve(B);
-  e->row_owner_.reserve(B);
+  const size_t R = std::max<size_t>(B, static_cast<size_t>(std::max(0, e->step_limits_.max_logits_rows)));
+  e->batch_.logits_rows.reserve(R);
+  e->row_owner_.reserve(R);
+  e->row_prompt_pos_.reserve(R);
   e->taken_.reserve(64);
   e->taken_aborts_.reserve(64);
   e->publish_stats();
@@ -215,6 +219,9 @@ RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& output
   o.text.clear();
   o.logprobs.clear();
   o.top_logprobs.clear();
+  o.prompt_logprobs.clear();
+  o.prompt_top_logprobs.clear();
+  o.prompt_ranks.clear();
   o.finish_reason = FinishReason::kNone;
   o.stop_string.clear();
   o.error.clear();
@@ -282,6 +289,7 @@ void Engine::build_batch(const SchedulerStep& plan) {
   b.block_tables.clear();
   b.slot_mapping.clear();
   row_owner_.clear();
+  row_prompt_pos_.clear();
   b.seq_starts.push_back(0);
   for (const ScheduledChunk& c : plan.chunks) {
     Request* r = c.request;
@@ -293,18 +301,32 @@ void Engine::build_batch(const SchedulerStep& plan) {
     b.seq_starts.push_back(static_cast<int32_t>(b.tokens.size()));
     b.seq_ids.push_back(r->seq);
     b.context_lens.push_back(static_cast<int32_t>(start + c.num_tokens));
-    if (c.samples) {
+    // Prompt rows first (they come before the chunk's last token), in position order.
+    const auto [lo, hi] = r->prompt_rows(start, c.num_tokens);
+    const int32_t first_row = b.seq_starts[b.seq_starts.size() - 2];
+    for (int64_t p = lo; p < hi; ++p) {
+      b.logits_rows.push_back(first_row + static_cast<int32_t>(p - start));
+      row_owner_.push_back(r);
+      row_prompt_pos_.push_back(p);
+    }
+    // A max_tokens 0 request ends with its prefill: it samples nothing.
+    if (c.samples && r->params.max_tokens > 0) {
       b.logits_rows.push_back(static_cast<int32_t>(b.tokens.size()) - 1);
       row_owner_.push_back(r);
+      row_prompt_pos_.push_back(-1);
     }
   }
   b.need_logits = false;
-  for (const Request* r : row_owner_) b.need_logits |= !r->params.plain_greedy();
+  bool prompt_rows = false;
+  for (size_t i = 0; i < row_owner_.size(); ++i) {
+    prompt_rows |= row_prompt_pos_[i] >= 0;
+    b.need_logits |= row_prompt_pos_[i] >= 0 || !row_owner_[i]->params.plain_greedy();
+  }
   // The device samples the step when it can take every row: then only ids
   // (and logprobs) come back. Each sampled row's uniform comes from its own
   // Rng, one draw, as the CPU Sampler would make it.
   b.sample_rows.clear();
-  bool device = b.need_logits && model_->samples_on_device();
+  bool device = b.need_logits && !prompt_rows && model_->samples_on_device();
   for (const Request* r : row_owner_) device = device && r->params.device_sampleable(r->output.size());
   if (device) {
     row_rng_.resize(row_owner_.size());
@@ -360,6 +382,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   NS_CHECK(logits->ndim() == 2 && logits->dim(0) == static_cast<int64_t>(row_owner_.size()) &&
            logits->dim(1) == vocab_size_)
       << "logits " << logits->shape_string() << " for " << row_owner_.size() << " rows";
+  record_prompt_logprobs(*logits);
 
   int64_t prompt_tokens = 0, generation_tokens = 0;
   // A decode-only step: one token per sequence, every one past its prompt.
@@ -376,6 +399,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   NS_CHECK(batch_.sample_rows.empty() || use_sampled)
       << "the runner sampled " << sampled.size() << " of " << row_owner_.size() << " rows";
   for (size_t row = 0; row < row_owner_.size(); ++row) {
+    if (row_prompt_pos_[row] >= 0) continue;  // scored by record_prompt_logprobs
     Request* r = row_owner_[row];
     std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
     bool on_device = use_sampled && sampled[row] != kSampleOnHost;
@@ -405,6 +429,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     if (r->output.empty()) {
       r->first_token_time = Clock::now();
       prompt_tokens += static_cast<int64_t>(r->prompt.size());
+      take_prompt_logprobs(*r, out);
     }
     r->output.push_back(token);
     if (r->constraint != nullptr) r->constraint->accept(token);
@@ -423,6 +448,17 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
       requests_.erase(r->id);
     }
   }
+  // A max_tokens 0 request is done once its prompt is: its output is the prompt's logprobs.
+  for (const ScheduledChunk& c : plan.chunks) {
+    Request* r = c.request;
+    if (!c.samples || r->params.max_tokens > 0) continue;
+    RequestOutput& out = output_for(r, outputs);
+    prompt_tokens += static_cast<int64_t>(r->prompt.size());
+    take_prompt_logprobs(*r, out);
+    out.num_preemptions = r->num_preemptions;
+    finish(r, FinishReason::kLength, out);
+    requests_.erase(r->id);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.prompt_tokens += prompt_tokens;
@@ -437,6 +473,33 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   }
   publish_stats();
   return Status();
+}
+
+void Engine::record_prompt_logprobs(const Tensor& logits) {
+  for (size_t row = 0; row < row_owner_.size(); ++row) {
+    const int64_t p = row_prompt_pos_[row];
+    if (p < 0) continue;
+    Request* r = row_owner_[row];
+    NS_CHECK_EQ(p, r->prompt_logprobs_next);  // rows come in position order, each once
+    const std::span<const float> row_logits(logits.data_as<const float>() + row * vocab_size_, vocab_size_);
+    std::vector<TokenLogprob>& top = r->prompt_top_logprobs.emplace_back();
+    const int32_t token = r->prompt[p + 1];
+    r->prompt_logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.prompt_logprobs, top));
+    int32_t above = 0;
+    for (const float l : row_logits) above += l > row_logits[token] ? 1 : 0;
+    r->prompt_ranks.push_back(above + 1);
+    r->prompt_logprobs_next = p + 1;
+  }
+}
+
+void Engine::take_prompt_logprobs(Request& r, RequestOutput& out) {
+  if (r.params.prompt_logprobs < 0) return;
+  out.prompt_logprobs = std::move(r.prompt_logprobs);
+  out.prompt_top_logprobs = std::move(r.prompt_top_logprobs);
+  out.prompt_ranks = std::move(r.prompt_ranks);
+  r.prompt_logprobs.clear();
+  r.prompt_top_logprobs.clear();
+  r.prompt_ranks.clear();
 }
 
 int32_t Engine::sample_constrained(Request& r, std::span<const float> logits) {

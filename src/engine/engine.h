@@ -73,6 +73,12 @@ struct RequestOutput {
   // When the request asked for logprobs: one entry per new token.
   std::vector<float> logprobs;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // When the request asked for prompt_logprobs, on the output that ends its
+  // prefill (its first token's, or the finish of a max_tokens 0 request):
+  // [prompt - 1] the logprob of prompt token p + 1 at position p, and its top.
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  std::vector<int32_t> prompt_ranks;  // 1 + the tokens with a higher logit (vLLM's rank)
   FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
   std::string stop_string;                           // the stop string that finished it, if any
   std::string error;                                 // set, with kError, when the step failed under it
@@ -164,6 +170,10 @@ class Engine {
   // A constrained request's token: the row masked by its constraint, then sampled as usual.
   int32_t sample_constrained(Request& r, std::span<const float> logits);
   void publish_stats();
+  // The step's prompt rows (row_prompt_pos_ >= 0): each prompt token's logprob, into its request.
+  void record_prompt_logprobs(const Tensor& logits);
+  // Moves a finished prefill's prompt logprobs into its output.
+  static void take_prompt_logprobs(Request& r, RequestOutput& out);
 
   EngineConfig config_;
   std::unique_ptr<ModelRunner> model_;
@@ -179,7 +189,8 @@ class Engine {
   // Step thread only.
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
   ForwardBatch batch_;               // reused every step
-  std::vector<Request*> row_owner_;  // [R] the request each logits row samples for
+  std::vector<Request*> row_owner_;  // [R] the request each logits row samples (or scores) for
+  std::vector<int64_t> row_prompt_pos_;  // [R] -1: the row samples; else the prompt position it scores
   std::vector<Rng> row_rng_;         // [R] each row's Rng before its device draw (a row handed back redraws)
   size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
   std::string new_text_;             // scratch

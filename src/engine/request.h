@@ -10,14 +10,17 @@
 // preemption by recompute frees the sequence and keeps the output, so
 // re-admission prefills prompt ++ output (from its cached prefix) and carries on.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/rng.h"
+#include "engine/sampler.h"
 #include "engine/sampling_params.h"
 #include "engine/stop_checker.h"
 #include "engine/text_stream.h"
@@ -49,6 +52,15 @@ struct Request {
   std::unique_ptr<TextStream> text;             // null: no detokenizer, no text
   std::unique_ptr<TokenConstraint> constraint;  // from params.constraint; null: unconstrained
 
+  // Prompt logprobs (params.prompt_logprobs >= 0): the logits row at prompt
+  // position p scores prompt token p + 1. Rows come in position order, over
+  // as many steps as the prefill takes; positions below prompt_logprobs_next
+  // are recorded, and the lists move to the output that ends the prefill.
+  std::vector<float> prompt_logprobs;                     // [prompt_logprobs_next] while prefilling
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // same, the top params.prompt_logprobs of each
+  std::vector<int32_t> prompt_ranks;  // same, each token's rank at its position (1: the most likely)
+  int64_t prompt_logprobs_next = 0;
+
   Clock::time_point arrival_time;
   Clock::time_point first_token_time;  // valid once output is non-empty
   Clock::time_point finish_time;       // valid once finished
@@ -57,6 +69,18 @@ struct Request {
   int32_t token_at(int64_t i) const {
     const int64_t np = static_cast<int64_t>(prompt.size());
     return i < np ? prompt[i] : output[i - np];
+  }
+  // True while prompt rows still need logits: such a request computes its
+  // prompt from position 0 (no cached prefix) and asks a logits row of each.
+  bool wants_prompt_rows() const {
+    return params.prompt_logprobs >= 0 && prompt_logprobs_next + 1 < static_cast<int64_t>(prompt.size());
+  }
+  // The prompt positions of tokens [start, start + n) that need a logits row for the prompt's logprobs.
+  std::pair<int64_t, int64_t> prompt_rows(int64_t start, int64_t n) const {
+    if (params.prompt_logprobs < 0) return {start, start};
+    const int64_t lo = std::max(start, prompt_logprobs_next);
+    const int64_t hi = std::min(start + n, static_cast<int64_t>(prompt.size()) - 1);
+    return lo < hi ? std::pair<int64_t, int64_t>{lo, hi} : std::pair<int64_t, int64_t>{start, start};
   }
   bool is_finished() const { return status == RequestStatus::kFinished; }
 };

@@ -35,7 +35,7 @@ Status SamplingParams::validate(int32_t vocab_size, std::string* field) const {
     return bad("presence_penalty", "presence_penalty must be in [-2, 2], got " + num(presence_penalty));
   if (!std::isfinite(frequency_penalty) || frequency_penalty < -2.0f || frequency_penalty > 2.0f)
     return bad("frequency_penalty", "frequency_penalty must be in [-2, 2], got " + num(frequency_penalty));
-  if (max_tokens < 1) return bad("max_tokens", "max_tokens must be >= 1, got " + std::to_string(max_tokens));
+  if (max_tokens < 0) return bad("max_tokens", "max_tokens must be >= 0, got " + std::to_string(max_tokens));
   if (static_cast<int32_t>(stop.size()) > kMaxStops)
     return bad("stop", "stop: at most " + std::to_string(kMaxStops) + " stop strings, got " +
                             std::to_string(stop.size()));
@@ -75,6 +75,9 @@ Status SamplingParams::validate(int32_t vocab_size, std::string* field) const {
     return bad("top_logprobs", "top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
                             std::to_string(top_logprobs));
   if (top_logprobs > 0 && !logprobs) return bad("top_logprobs", "top_logprobs needs logprobs to be enabled");
+  if (prompt_logprobs < -1 || prompt_logprobs > kMaxTopLogprobs)
+    return bad("prompt_logprobs", "prompt_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) +
+                                      "], got " + std::to_string(prompt_logprobs));
   if (n < 1 || n > kMaxN)
     return bad("n", "n must be in [1, " + std::to_string(kMaxN) + "], got " + std::to_string(n));
   return Status();

@@ -33,7 +33,9 @@ struct SamplingParams {
   // admission, so output is still a function of (logits, seed) only.
   std::optional<uint64_t> seed;
 
-  int32_t max_tokens = 16;              // generated tokens, >= 1
+  // Generated tokens, >= 0. 0 generates nothing: the request ends (kLength)
+  // once its prompt is computed, for scoring a prompt (prompt_logprobs).
+  int32_t max_tokens = 16;
   std::vector<std::string> stop;        // stop strings, matched on detokenized text, not emitted
   std::vector<int32_t> stop_token_ids;  // extra end tokens besides the model's eos ids
   bool ignore_eos = false;              // keep going past eos (benchmarks)
@@ -50,6 +52,12 @@ struct SamplingParams {
   // returns by default: the chosen token's, plus the top_logprobs most likely.
   bool logprobs = false;
   int32_t top_logprobs = 0;  // 0..kMaxTopLogprobs, needs logprobs
+
+  // vLLM's prompt_logprobs: -1 off; k in [0, kMaxTopLogprobs]: the logprob of
+  // every prompt token after the first (under the raw distribution at the
+  // position before it), plus the k most likely there. The request needs the
+  // logits of every prompt row, so it skips the prefix cache (docs/engine.md).
+  int32_t prompt_logprobs = -1;
 
   int32_t n = 1;  // completions per prompt; the server fans out n requests
 

@@ -15,6 +15,11 @@ Status SchedulerConfig::validate() const {
                             ") must be >= max_num_seqs (" + std::to_string(max_num_seqs) +
                             "), so every running sequence can decode in one step");
   }
+  if (max_logits_rows != 0 && max_logits_rows < max_num_seqs) {
+    return invalid_argument("max_logits_rows (" + std::to_string(max_logits_rows) +
+                            ") must be >= max_num_seqs (" + std::to_string(max_num_seqs) +
+                            "), so every running sequence can sample in one step");
+  }
   return Status();
 }
 
@@ -64,8 +69,27 @@ void Scheduler::push_chunk(Request* r, int64_t n) {
   c.request = r;
   c.num_tokens = static_cast<int32_t>(n);
   c.samples = computed + n == r->num_tokens();
+  c.num_rows = static_cast<int32_t>(rows_of(r, computed, n));
   step_.chunks.push_back(c);
   step_.num_tokens += c.num_tokens;
+  step_.num_rows += c.num_rows;
+}
+
+int64_t Scheduler::rows_of(const Request* r, int64_t computed, int64_t n) {
+  const auto [lo, hi] = r->prompt_rows(computed, n);
+  return (hi - lo) + (computed + n == r->num_tokens() ? 1 : 0);
+}
+
+int64_t Scheduler::fit_rows(const Request* r, int64_t computed, int64_t want, int64_t rows) {
+  if (want <= 0 || rows_of(r, computed, want) <= rows) return want;
+  if (rows < 0) return 0;
+  // rows_of grows with n (by at most one a token): the largest n with rows_of(n) <= rows.
+  int64_t lo = 0, hi = want;  // rows_of(lo) <= rows < rows_of(hi)
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (rows_of(r, computed, mid) <= rows ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 void Scheduler::commit(const SchedulerStep& step) {
@@ -78,8 +102,10 @@ void Scheduler::commit(const SchedulerStep& step) {
 const SchedulerStep& Scheduler::schedule() {
   step_.chunks.clear();
   step_.num_tokens = 0;
+  step_.num_rows = 0;
   step_.num_preempted = 0;
   int64_t budget = config_.max_num_batched_tokens;
+  const int64_t max_rows = config_.max_logits_rows > 0 ? config_.max_logits_rows : config_.max_num_seqs;
   const int64_t block_size = blocks_.block_size();
 
   // 1. Running, oldest first. Decodes behind the current request keep one
@@ -91,8 +117,10 @@ const SchedulerStep& Scheduler::schedule() {
     const bool decode = !prefilling(r);
     if (decode) --decodes_behind;
     int64_t want = decode ? 1 : std::min(uncomputed(r), budget - decodes_behind);
-    if (want <= 0) continue;
     const int64_t computed = num_computed(r);
+    // Every decode behind keeps its row too (decodes take one; so did every chunk before).
+    want = fit_rows(r, computed, want, max_rows - step_.num_rows - decodes_behind);
+    if (want <= 0) continue;
     if (!decode) {
       // Shrink a prefill chunk to the blocks it holds plus the available ones.
       const int64_t room = blocks_.seq_capacity(r->seq) - computed +
@@ -110,6 +138,8 @@ const SchedulerStep& Scheduler::schedule() {
       preempt_newest();
     }
     if (self_preempted) break;  // r was the newest: nothing runs behind it
+    want = fit_rows(r, computed, want, max_rows - step_.num_rows - decodes_behind);  // after a shrink
+    if (want <= 0) continue;
     push_chunk(r, want);
     budget -= want;
   }
@@ -120,9 +150,12 @@ const SchedulerStep& Scheduler::schedule() {
       Request* r = waiting_.front();
       StatusOr<int32_t> seq = blocks_.add_sequence();
       NS_CHECK(seq.ok()) << seq.status().to_string();
-      const int64_t hit = blocks_.attach_cached_prefix(*seq, tokens_of(r));
-      const int64_t want = std::min(r->num_tokens() - hit, budget);
-      if (!blocks_.can_reserve(*seq, hit + want)) {
+      // A cached prefix has no logits: a request that still needs its prompt rows computes them all.
+      const bool lookup = !r->wants_prompt_rows();
+      const int64_t hit = lookup ? blocks_.attach_cached_prefix(*seq, tokens_of(r)) : 0;
+      const int64_t want =
+          fit_rows(r, hit, std::min(r->num_tokens() - hit, budget), max_rows - step_.num_rows);
+      if (want <= 0 || !blocks_.can_reserve(*seq, hit + want)) {
         blocks_.free_sequence(*seq);  // the hit blocks go back to the cache
         break;
       }
@@ -130,8 +163,10 @@ const SchedulerStep& Scheduler::schedule() {
       r->seq = *seq;
       r->status = RequestStatus::kRunning;
       running_.push_back(r);
-      prefix_queries_ += r->num_tokens();
-      prefix_hits_ += hit;
+      if (lookup) {
+        prefix_queries_ += r->num_tokens();
+        prefix_hits_ += hit;
+      }
       push_chunk(r, want);
       budget -= want;
     }

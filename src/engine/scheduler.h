@@ -18,6 +18,11 @@
 //      first one that does not fit stops admission, so none jumps the queue.
 //      An admitted request first takes the cached blocks of its longest
 //      cached prefix (prefix caching), and computes only the rest.
+// Logits rows are bounded too (max_logits_rows, the runner's R): every chunk
+// that samples takes one, and a request that asks for prompt logprobs takes
+// one per prompt token of its chunk, so its chunk shrinks to the rows left
+// after one for every decode behind it. Such a request skips the prefix cache
+// until its prompt's rows are all recorded: a cached block has K/V but no logits.
 // Every admitted chunk has its blocks reserved before the step runs, so the
 // forward pass never runs out.
 //
@@ -38,6 +43,9 @@ namespace nanoserve {
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 512;  // >= max_num_seqs, so every decode fits a step
+  // Logits rows per step (the runner's StepLimits::max_logits_rows); 0: max_num_seqs.
+  // >= max_num_seqs, so every sampling chunk has its row.
+  int32_t max_logits_rows = 0;
 
   Status validate() const;
 };
@@ -47,11 +55,13 @@ struct ScheduledChunk {
   Request* request = nullptr;
   int32_t num_tokens = 0;
   bool samples = false;  // the chunk ends at the last known token: sample the next
+  int32_t num_rows = 0;  // logits rows: its prompt rows (Request::prompt_rows), plus one if it samples
 };
 
 struct SchedulerStep {
   std::vector<ScheduledChunk> chunks;  // batch order
   int32_t num_tokens = 0;
+  int32_t num_rows = 0;
   int32_t num_preempted = 0;
   bool empty() const { return chunks.empty(); }
 };
@@ -90,6 +100,9 @@ class Scheduler {
  private:
   void preempt_newest();
   void push_chunk(Request* r, int64_t n);
+  // Logits rows of a chunk of n tokens from `computed`, and the largest n <= want whose rows fit `rows`.
+  static int64_t rows_of(const Request* r, int64_t computed, int64_t n);
+  static int64_t fit_rows(const Request* r, int64_t computed, int64_t want, int64_t rows);
   int64_t uncomputed(const Request* r) const { return r->num_tokens() - num_computed(r); }
   bool prefilling(const Request* r) const { return uncomputed(r) > 1; }
   static TokenSeq tokens_of(const Request* r) { return {r->prompt, r->output}; }

@@ -326,6 +326,15 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
       shape.prompt_tail = codec_->decode(std::span<const int32_t>(ids).subspan(ids.size() - tail));
     shape.new_call_id = [mistral = tools.format == ToolFormat::kMistral] { return new_call_id(mistral); };
   }
+  // echo and prompt_logprobs show the prompt: its ids (and echo's text) go with the job.
+  if (r.echo || r.prompt_logprobs) {
+    shape.prompts = prompts;
+    shape.prompt_logprobs = r.prompt_logprobs.has_value();
+    for (size_t i = 0; r.echo && i < prompts.size(); ++i) {
+      const auto* text = i < r.prompts.size() ? std::get_if<std::string>(&r.prompts[i]) : nullptr;
+      shape.echo_texts.push_back(text != nullptr ? *text : codec_->decode(prompts[i]));
+    }
+  }
   return std::make_unique<GenerationJob>(
       *loop_, std::move(*handle), std::move(meta), r, prompt_tokens,
       [codec](int32_t id) { return codec->token_text(id); }, std::move(shape));

@@ -112,6 +112,18 @@ void EngineLoop::run() {
   }
 }
 
+namespace {
+
+void take_prompt_logprobs(const RequestOutput& o, TokenEvent& ev) {
+  if (o.prompt_ranks.empty()) return;
+  ev.prompt_scored = true;
+  ev.prompt_logprobs = o.prompt_logprobs;
+  ev.prompt_top_logprobs = o.prompt_top_logprobs;
+  ev.prompt_ranks = o.prompt_ranks;
+}
+
+}  // namespace
+
 void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -136,8 +148,16 @@ void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
         if (i < o.top_logprobs.size()) ev.top_logprobs = o.top_logprobs[i];
       }
       if (i + 1 == o.new_tokens.size()) ev.text = o.text;  // the step's text rides on its last token
+      if (i == 0) take_prompt_logprobs(o, ev);
       const bool fits = t.stream->push(std::move(ev));
       NS_CHECK(fits) << "request " << o.id << " produced more tokens than its max_tokens";
+    }
+    if (o.new_tokens.empty() && !o.prompt_ranks.empty()) {
+      // A request that generates nothing (max_tokens 0): its prompt's scores come alone.
+      TokenEvent ev;
+      ev.choice = t.choice;
+      take_prompt_logprobs(o, ev);
+      t.stream->push(std::move(ev));
     }
     if (o.new_tokens.empty() && !o.text.empty()) {
       // Held-back text released at the finish, with no new token.

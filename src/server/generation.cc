@@ -148,6 +148,7 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
     Choice& c = choices_[ev.choice];
     ChunkPart& part = parts[ev.choice];
     touched[ev.choice] = true;
+    if (!c.started) start_choice(static_cast<size_t>(ev.choice), ev, stream_ ? &part : nullptr);
     if (ev.token >= 0) {
       ++completion_tokens_;
       c.cumulative_logprob += ev.logprob;
@@ -228,6 +229,48 @@ bool GenerationJob::poll(std::string* sse_out, std::chrono::milliseconds timeout
   return done_;
 }
 
+void GenerationJob::start_choice(size_t index, TokenEvent& ev, ChunkPart* part) {
+  Choice& c = choices_[index];
+  c.started = true;
+  const size_t prompt = index / static_cast<size_t>(candidates_);
+  if (prompt >= shape_.prompts.size()) return;
+  const std::vector<int32_t>& ids = shape_.prompts[prompt];
+  const size_t scored = ev.prompt_scored ? std::min(ev.prompt_logprobs.size(), ids.size() - 1) : 0;
+  if (prompt < shape_.echo_texts.size()) {
+    const std::string& text = shape_.echo_texts[prompt];
+    shape(c, text, false, part);
+    c.text_offset += static_cast<int64_t>(text.size());
+    if (with_logprobs_) {
+      // The prompt's tokens as OpenAI echoes them: the first has no logprob (null).
+      std::vector<LogprobItem>& items = part != nullptr ? part->logprobs : c.logprobs;
+      LogprobItem first{ids.front(), 0.0f, {}};
+      first.none = true;
+      items.push_back(std::move(first));
+      for (size_t p = 0; p < scored; ++p)
+        items.push_back(LogprobItem{ids[p + 1], ev.prompt_logprobs[p], ev.prompt_top_logprobs[p]});
+    }
+  }
+  if (shape_.prompt_logprobs) {
+    // vLLM's shape: null for the first token, then {"<id>": {"logprob", "rank", "decoded_token"}} holding
+    // the prompt's token and the top alternatives at each position.
+    nlohmann::json out = nlohmann::json::array({nullptr});
+    for (size_t p = 0; p < scored; ++p) {
+      nlohmann::json at = nlohmann::json::object();
+      for (size_t j = 0; j < ev.prompt_top_logprobs[p].size(); ++j) {
+        const TopLogprob& t = ev.prompt_top_logprobs[p][j];
+        at[std::to_string(t.token)] = {{"logprob", t.logprob},
+                                       {"rank", static_cast<int>(j) + 1},
+                                       {"decoded_token", token_text_(t.token)}};
+      }
+      at[std::to_string(ids[p + 1])] = {{"logprob", ev.prompt_logprobs[p]},
+                                        {"rank", ev.prompt_ranks[p]},
+                                        {"decoded_token", token_text_(ids[p + 1])}};
+      out.push_back(std::move(at));
+    }
+    c.prompt_logprobs = std::move(out);
+  }
+}
+
 std::string GenerationJob::final_body() const {
   if (error_) return anthropic_ ? anthropic_error_body(*error_) : error_->body();
   std::vector<size_t> order;
@@ -265,6 +308,7 @@ std::vector<ChoiceResult> GenerationJob::choice_results(std::vector<size_t>* ord
       res.finish_name = finish_name(c, c.finish);
       res.with_logprobs = with_logprobs_;
       res.logprobs = c.logprobs;
+      res.prompt_logprobs = c.prompt_logprobs;
       if (c.tool_parser && !c.tool_parser->calls().empty()) {
         const auto& calls = c.tool_parser->calls();
         if (shape_.legacy_functions) {

@@ -28,6 +28,11 @@ struct OutputShape {
   bool reasoning = false;                      // --reasoning-parser
   std::string prompt_tail;                     // the rendered prompt's end (a thought opened there?)
   std::function<std::string()> new_call_id;
+  // Each prompt's ids, by prompt index, when the output shows the prompt: completions' echo (its text
+  // first, and with logprobs its tokens' logprobs, the first null) and prompt_logprobs.
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> echo_texts;  // with echo: each prompt's text
+  bool prompt_logprobs = false;         // the response carries vLLM's "prompt_logprobs"
 };
 
 class GenerationJob {
@@ -76,7 +81,11 @@ class GenerationJob {
     std::string stop_string;  // the stop string that finished it
     std::optional<ReasoningParser> reasoning_parser;
     std::optional<ToolCallParser> tool_parser;
+    bool started = false;            // its first event was seen (echo and prompt scores go first)
+    nlohmann::json prompt_logprobs;  // vLLM's shape, when asked for
   };
+  // The choice's first event: the echoed prompt and its scores, before any token.
+  void start_choice(size_t index, TokenEvent& ev, ChunkPart* part);
   // Routes new text of choice `c` through its parsers into the choice (or, streaming, the part).
   void shape(Choice& c, std::string_view text, bool final, ChunkPart* part);
   nlohmann::json call_deltas_json(const std::vector<ToolCallDelta>& deltas) const;

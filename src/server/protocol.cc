@@ -317,6 +317,16 @@ void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
   }
   if (auto e = read_response_format(f.get("response_format"), &r->response_format))
     f.fail(e->message, e->param);
+  if (auto v = f.integer("prompt_logprobs", 0, kMaxTopLogprobs, "in [0, 20]")) {
+    r->prompt_logprobs = static_cast<int32_t>(*v);
+    if (r->stream) f.fail("'prompt_logprobs' is not available when 'stream' is true.", "prompt_logprobs");
+  }
+}
+
+// vLLM's guided_* and structured_outputs, and the schema's key order (response_format.h).
+void read_guided(Fields& f, const json& j, std::string_view body, GenerateRequest* r) {
+  if (f.failed()) return;
+  if (auto e = read_guided_fields(j, body, &r->response_format)) f.fail(e->message, e->param);
 }
 
 // stop_token_ids, min_tokens, logit_bias, best_of, the refused tool fields, and the unknown
@@ -332,8 +342,20 @@ void read_extras(Fields& f, const json& j, GenerateRequest* r, const ProtocolLim
 // int32 when unset: the Api resolves it against the context).
 void check_sampling(Fields& f, GenerateRequest& r, const ProtocolLimits& limits, const char* logprobs_param) {
   if (f.failed()) return;
+  // Echo with logprobs scores the prompt too, at the request's top count.
+  const int32_t echo_scores = r.echo && r.params.logprobs ? r.params.top_logprobs : -1;
+  r.params.prompt_logprobs = std::max(r.prompt_logprobs.value_or(-1), echo_scores);
   SamplingParams p = r.params;
   p.max_tokens = static_cast<int32_t>(r.max_tokens.value_or(std::numeric_limits<int32_t>::max()));
+  const char* max_name = f.get("max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
+  // Generating nothing is asked only to score or echo the prompt (completions).
+  const bool may_be_zero = r.endpoint == Endpoint::kCompletion && (r.echo || r.prompt_logprobs);
+  const int64_t asked = r.max_tokens.value_or(1);  // int64: a cast could turn -2^32 into 0
+  if (asked < 1 && !(asked == 0 && may_be_zero)) {
+    return f.fail("max_tokens must be >= 1, got " + std::to_string(asked) +
+                      " (0 only with 'echo' or 'prompt_logprobs' on /v1/completions).",
+                  max_name);
+  }
   std::string field;
   if (Status st = p.validate(static_cast<int32_t>(limits.vocab_size), &field); !st.ok()) {
     if (field == "top_logprobs") field = logprobs_param;
@@ -364,6 +386,7 @@ Parsed<GenerateRequest> parse_chat_request(std::string_view body, const Protocol
   read_chat_template(f, body, &r.chat_template);
   read_tool_fields(f, j, body, &r.tools, &r.chat_template);
   read_common(f, &r, limits);
+  read_guided(f, j, body, &r);
   // Chat: logprobs is a bool; top_logprobs (0..20) needs it.
   bool logprobs = f.boolean("logprobs").value_or(false);
   auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs, "in [0, 20]");
@@ -388,13 +411,14 @@ Parsed<GenerateRequest> parse_completion_request(std::string_view body, const Pr
   check_model(f, limits, &r.model, &model_error);
   read_prompts(f.get("prompt"), &r.prompts, f, limits);
   read_common(f, &r, limits);
+  read_guided(f, j, body, &r);
   // Completions: logprobs is the number of alternatives (0..20).
   if (auto v = f.integer("logprobs", 0, kMaxTopLogprobs, "in [0, 20]"))
   {
     r.params.logprobs = true;
     r.params.top_logprobs = static_cast<int32_t>(*v);
   }
-  if (auto echo = f.boolean("echo"); echo && *echo) f.fail("'echo' is not supported.", "echo");
+  if (auto echo = f.boolean("echo")) r.echo = *echo;
   if (const json* s = f.get("suffix"); s != nullptr) f.fail("'suffix' is not supported.", "suffix");
   read_extras(f, j, &r, limits);
   check_sampling(f, r, limits, "logprobs");
@@ -457,7 +481,8 @@ Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_
                                      int64_t max_model_len, Endpoint endpoint) {
   if (prompt_tokens < 1) return bad_request("The prompt is empty after tokenization.", "prompt");
   int64_t want = max_tokens.value_or(0);
-  if (prompt_tokens + std::max<int64_t>(want, 1) > max_model_len) {
+  // max_tokens 0 (scoring) needs no room after the prompt; otherwise at least one token's.
+  if (prompt_tokens + (max_tokens && want == 0 ? 0 : std::max<int64_t>(want, 1)) > max_model_len) {
     const std::string input = endpoint == Endpoint::kChat ? "messages" : "prompt";
     std::string msg = "This model's maximum context length is " + std::to_string(max_model_len) +
                       " tokens. However, you requested " + std::to_string(prompt_tokens + want) +
@@ -466,7 +491,9 @@ Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_
                       " or completion.";
     return ApiError{400, std::move(msg), "invalid_request_error", input, "context_length_exceeded"};
   }
-  return max_tokens ? *max_tokens : max_model_len - prompt_tokens;
+  if (max_tokens) return *max_tokens;
+  const int64_t left = max_model_len - prompt_tokens;
+  return endpoint == Endpoint::kCompletion ? std::min(left, kDefaultCompletionMaxTokens) : left;
 }
 
 }  // namespace nanoserve::server

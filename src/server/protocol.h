@@ -71,7 +71,11 @@ struct GenerateRequest {
   // the field); max_tokens there is the request's, resolved by the Api against
   // the context (unset here: up to the context length).
   SamplingParams params;
-  std::optional<int64_t> max_tokens;
+  std::optional<int64_t> max_tokens;  // completions: 16 when unset (check_context_length)
+  bool echo = false;                  // completions: the prompt's text (and logprobs) before the output
+  // vLLM's prompt_logprobs as asked (the response's "prompt_logprobs"); the engine's
+  // params.prompt_logprobs may be set by echo with logprobs alone.
+  std::optional<int32_t> prompt_logprobs;
   int n = 1;
   int best_of = 0;  // 0: not given (n); else >= n candidates, the n most likely returned
   bool stream = false;
@@ -103,9 +107,13 @@ struct DetokenizeRequest {
 };
 Parsed<DetokenizeRequest> parse_detokenize_request(std::string_view body, const ProtocolLimits& limits);
 
+// Completions without max_tokens generate at most this many tokens, as OpenAI and vLLM do.
+inline constexpr int64_t kDefaultCompletionMaxTokens = 16;
+
 // The prompt plus the tokens to generate must fit the context. Returns the
-// effective max_tokens (the request's, or what is left of the context). The
-// error names the endpoint's input: `messages` for chat, `prompt` for completions.
+// effective max_tokens: the request's; unset, what is left of the context
+// (chat) or the least of that and kDefaultCompletionMaxTokens (completions).
+// The error names the endpoint's input: `messages` for chat, `prompt` for completions.
 Parsed<int64_t> check_context_length(int64_t prompt_tokens, std::optional<int64_t> max_tokens,
                                      int64_t max_model_len, Endpoint endpoint = Endpoint::kChat);
 

@@ -150,12 +150,14 @@ std::optional<ApiError> refuse_tools(const json& body) {
 // What each endpoint reads or refuses. response_format and chat_template(_kwargs) have their own
 // readers; `user` is accepted and has no effect, as in OpenAI's API.
 // clang-format off
-constexpr std::array<std::string_view, 28> kSharedFields = {
+constexpr std::array<std::string_view, 37> kSharedFields = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "n",
     "best_of", "stop", "stop_token_ids", "seed", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "ignore_eos", "min_tokens", "logit_bias", "logprobs", "stream",
     "stream_options", "response_format", "user", "tools", "tool_choice", "parallel_tool_calls",
-    "functions", "function_call"};
+    "functions", "function_call", "prompt_logprobs", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", "guided_whitespace_pattern", "guided_decoding_backend", "structured_outputs",
+    "guided_json_object"};
 // clang-format on
 constexpr std::array<std::string_view, 4> kChatFields = {"messages", "top_logprobs", "chat_template",
                                                          "chat_template_kwargs"};

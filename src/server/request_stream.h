@@ -36,6 +36,12 @@ struct TokenEvent {
   std::string error;                          // engine failure message (finish == kError)
   bool rejected = false;                      // the engine refused the request at admission: a 400
   std::string stop_string;                    // the stop string that finished it, if any
+  // Prompt logprobs (the request asked for them): on the choice's first event,
+  // [prompt - 1] entries, position p scoring prompt token p + 1.
+  bool prompt_scored = false;
+  std::vector<float> prompt_logprobs;
+  std::vector<std::vector<TopLogprob>> prompt_top_logprobs;
+  std::vector<int32_t> prompt_ranks;
 };
 
 class RequestStream {

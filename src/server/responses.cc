@@ -61,13 +61,18 @@ json completion_logprobs_json(const std::vector<LogprobItem>& items, const Token
   for (const LogprobItem& it : items) {
     std::string text = token_text(it.token);
     tokens.push_back(text);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(text.size());
+    if (it.none) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(it.logprob);
     json top = json::object();
     for (const TopLogprob& t : it.top) top[token_text(t.token)] = t.logprob;
     top[text] = it.logprob;  // the sampled token is always listed, as vLLM does
     top_logprobs.push_back(top);
-    offsets.push_back(text_offset);
-    text_offset += static_cast<int64_t>(text.size());
   }
   return json{{"tokens", tokens},
               {"token_logprobs", token_logprobs},
@@ -98,12 +103,16 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
       choice["text"] = c.text;
       choice["logprobs"] =
           c.with_logprobs ? completion_logprobs_json(c.logprobs, token_text, 0) : json(nullptr);
+      if (!c.prompt_logprobs.is_null()) choice["prompt_logprobs"] = c.prompt_logprobs;
     }
     choice["finish_reason"] = c.finish_name != nullptr ? json(c.finish_name) : finish_reason_json(c.finish);
     arr.push_back(std::move(choice));
   }
   out["choices"] = std::move(arr);
   out["usage"] = usage_json(usage);
+  // Chat: one prompt, so vLLM gives its scores once, beside the choices.
+  if (meta.endpoint == Endpoint::kChat && !choices.empty() && !choices.front().prompt_logprobs.is_null())
+    out["prompt_logprobs"] = choices.front().prompt_logprobs;
   return out;
 }
 

@@ -27,6 +27,7 @@ struct LogprobItem {
   int32_t token = 0;
   float logprob = 0.0f;
   std::vector<TopLogprob> top;
+  bool none = false;  // echo's first prompt token: no logprob (null, and null alternatives)
 };
 
 struct ResponseMeta {
@@ -46,6 +47,8 @@ struct ChoiceResult {
   nlohmann::json tool_calls;          // chat: the message's tool_calls (an array), or null
   nlohmann::json function_call;       // chat, legacy functions: the message's function_call, or null
   const char* finish_name = nullptr;  // overrides finish: "tool_calls", "function_call"
+  // vLLM's prompt_logprobs (when asked): per choice on completions, top level on chat. Null otherwise.
+  nlohmann::json prompt_logprobs;
 };
 
 struct Usage {

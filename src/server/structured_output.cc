@@ -28,21 +28,26 @@ StructuredOutput::Result StructuredOutput::constraint_for(const GenerateRequest&
   const ResponseFormat& f = r.response_format;
   if (f.type == ResponseFormat::Type::kText) return std::shared_ptr<const TokenConstraintFactory>();
   if (r.params.ignore_eos)
-    return bad_request(
-        "'ignore_eos' cannot be combined with 'response_format': the output must end when the "
-        "value is complete.",
-        "ignore_eos");
+    return bad_request("'ignore_eos' cannot be combined with '" + f.param +
+                           "': the output must end when the value is complete.",
+                       "ignore_eos");
   if (r.params.min_tokens > 0)
-    return bad_request(
-        "'min_tokens' cannot be combined with 'response_format': once the value is complete only "
-        "its end may follow.",
-        "min_tokens");
+    return bad_request("'min_tokens' cannot be combined with '" + f.param +
+                           "': once the value is complete only its end may follow.",
+                       "min_tokens");
   if (f.type == ResponseFormat::Type::kJsonObject)
     return std::shared_ptr<const TokenConstraintFactory>(cache(codec).json_object());
+  if (f.type == ResponseFormat::Type::kRegex || f.type == ResponseFormat::Type::kChoice) {
+    auto factory =
+        f.type == ResponseFormat::Type::kRegex ? cache(codec).regex(f.regex) : cache(codec).choice(f.choices);
+    if (!factory.ok()) return bad_request("'" + f.param + "': " + factory.status().message() + ".", f.param);
+    return std::move(*factory);
+  }
   auto factory = cache(codec).json_schema(f.schema);
-  if (!factory.ok())
-    return bad_request("'response_format.json_schema.schema': " + factory.status().message() + ".",
-                       "response_format");
+  if (!factory.ok()) {
+    const std::string where = f.param == "response_format" ? "response_format.json_schema.schema" : f.param;
+    return bad_request("'" + where + "': " + factory.status().message() + ".", f.param);
+  }
   return std::shared_ptr<const TokenConstraintFactory>(std::move(*factory));
 }
 

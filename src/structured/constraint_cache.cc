@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "structured/regex_constraint.h"
 #include "structured/schema_compiler.h"
 
 namespace nanoserve::structured {
@@ -41,8 +42,34 @@ ConstraintCache::Factory ConstraintCache::json_object() {
   return *f;  // the object grammar always compiles
 }
 
-StatusOr<ConstraintCache::Factory> ConstraintCache::json_schema(const nlohmann::json& schema) {
+StatusOr<ConstraintCache::Factory> ConstraintCache::json_schema(const nlohmann::ordered_json& schema) {
   return get("json_schema\n" + schema.dump(), [&] { return compile_schema(schema); });
+}
+
+StatusOr<std::shared_ptr<const TokenConstraintFactory>> ConstraintCache::regex(const std::string& pattern) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = regexes_.find(pattern); it != regexes_.end()) return it->second;
+  }
+  NS_ASSIGN_OR_RETURN(std::shared_ptr<const ByteDfa> dfa, compile_regex(pattern, RegexOptions{}));
+  auto factory = std::make_shared<RegexConstraintFactory>(std::move(dfa), vocab());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (regexes_.size() >= capacity_) regexes_.clear();
+  return regexes_.emplace(pattern, std::move(factory)).first->second;
+}
+
+StatusOr<std::shared_ptr<const TokenConstraintFactory>> ConstraintCache::choice(
+    const std::vector<std::string>& choices) {
+  if (choices.empty()) return invalid_argument("at least one choice is required");
+  std::string pattern;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (choices[i].empty()) return invalid_argument("choice " + std::to_string(i) + " is empty");
+    if (i > 0) pattern.push_back('|');
+    pattern.append("(?:");
+    pattern.append(regex_escape(choices[i]));
+    pattern.push_back(')');
+  }
+  return regex(pattern);
 }
 
 std::shared_ptr<const TokenVocab> vocab_of(const Tokenizer& tokenizer) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,7 +35,12 @@ class ConstraintCache {
   // Any JSON object.
   Factory json_object();
   // One value valid against `schema`; the error says which keyword was refused and where.
-  StatusOr<Factory> json_schema(const nlohmann::json& schema);
+  // Keys in their order: the same schema with another property order is another constraint.
+  StatusOr<Factory> json_schema(const nlohmann::ordered_json& schema);
+  // Raw text that the whole pattern (structured/regex.h) matches: guided_regex.
+  StatusOr<std::shared_ptr<const TokenConstraintFactory>> regex(const std::string& pattern);
+  // Exactly one of `choices` (guided_choice). At least one, each non-empty.
+  StatusOr<std::shared_ptr<const TokenConstraintFactory>> choice(const std::vector<std::string>& choices);
   // A grammar built by the caller, cached under `key` (its canonical description).
   StatusOr<Factory> get(const std::string& key, const std::function<StatusOr<Grammar>()>& build);
 
@@ -54,6 +60,8 @@ class ConstraintCache {
     std::list<std::string>::iterator pos;
   };
   std::unordered_map<std::string, Entry> cache_;
+  // Regular-language constraints by pattern; cleared when full (they are cheap to rebuild).
+  std::unordered_map<std::string, std::shared_ptr<const TokenConstraintFactory>> regexes_;
 };
 
 // The vocabulary of a tokenizer: each token's bytes, its special flag, the end tokens.

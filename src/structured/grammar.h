@@ -10,8 +10,11 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "structured/regex.h"
 
 namespace nanoserve::structured {
 
@@ -19,7 +22,7 @@ enum class Kind : uint8_t {
   kAny,       // any JSON value
   kInteger,   // digits in [int_min, int_max]
   kNumber,    // integer part in [int_min, int_max]; fraction / exponent as below
-  kString,    // code points in [min_len, max_len]
+  kString,    // code points in [min_len, max_len], or the body `pattern` accepts
   kLiterals,  // one of `literals` (enum, const, true/false, null), byte for byte
   kArray,     // elements of `items`, count in [min_items, max_items]
   kObject,    // `props` in declared order, then keys of `additional` if any
@@ -65,6 +68,8 @@ struct Node {
   double hi = std::numeric_limits<double>::infinity();   // inclusive or exclusive alike
   // kString: code points; kArray: elements. max -1 = unbounded.
   int32_t min_len = 0, max_len = -1;
+  // kString with `pattern` or `format`: the string's body (raw bytes, no escapes) walks this DFA.
+  std::shared_ptr<const ByteDfa> pattern;
   std::vector<std::string> literals;  // kLiterals: canonical JSON texts
   int32_t items = kNoNode;            // kArray: element node
   std::vector<Property> props;        // kObject, in declared order

@@ -362,6 +362,18 @@ class ThreadStepper {
   void string(std::vector<Frame>& st, uint8_t b) {
     Frame& f = st.back();
     const Node& n = g_.nodes[f.node];
+    if (n.pattern != nullptr) {
+      // count = the DFA's state; it only ever takes bytes that keep an accepting state in reach.
+      if (b == '"') {
+        if (!n.pattern->accepting(f.count)) return;
+        st.pop_back();
+        return emit(st, 0);
+      }
+      const int32_t next = n.pattern->next(f.count, b);
+      if (next == ByteDfa::kDead) return;
+      f.count = next;
+      return emit(st, 0);
+    }
     if (b == '"' && f.esc == 0 && (f.utf8 & 3) == 0) {
       if (f.count < n.min_len) return;
       st.pop_back();

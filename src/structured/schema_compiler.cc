@@ -10,7 +10,8 @@
 
 namespace nanoserve::structured {
 
-using nlohmann::json;
+// Ordered: properties are generated in the order the schema lists them.
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -39,7 +40,9 @@ const std::set<std::string>& supported() {
                                           "exclusiveMinimum",
                                           "exclusiveMaximum",
                                           "minLength",
-                                          "maxLength"};
+                                          "maxLength",
+                                          "pattern",
+                                          "format"};
   return k;
 }
 
@@ -183,7 +186,7 @@ class Compiler {
       for (const auto& [k, v] : s.items()) {
         if (k == "properties" || k == "required" || k == "additionalProperties") implied.insert("object");
         if (k == "items" || k == "minItems" || k == "maxItems") implied.insert("array");
-        if (k == "minLength" || k == "maxLength") implied.insert("string");
+        if (k == "minLength" || k == "maxLength" || k == "pattern" || k == "format") implied.insert("string");
         if (k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum")
           implied.insert("number");
       }
@@ -302,6 +305,45 @@ class Compiler {
     return add(std::move(n));
   }
 
+  // `pattern` (the regex subset of structured/regex.h) or `format` (a pattern of its own) into n.pattern.
+  bool compile_pattern(const json& s, const std::string& path, Node& n) {
+    const auto p = s.find("pattern"), f = s.find("format");
+    if (p == s.end() && f == s.end()) return true;
+    if (p != s.end() && f != s.end()) {
+      fail("'pattern' and 'format' together at " + path + " are not supported");
+      return false;
+    }
+    const char* word = p != s.end() ? "pattern" : "format";
+    const json& v = p != s.end() ? *p : *f;
+    if (!v.is_string()) {
+      fail(std::string("'") + word + "' at " + path + " must be a string");
+      return false;
+    }
+    if (s.contains("minLength") || s.contains("maxLength")) {
+      fail(std::string("'") + word + "' with 'minLength' or 'maxLength' at " + path + " is not supported");
+      return false;
+    }
+    std::string regex = v.get<std::string>();
+    if (f != s.end()) {
+      StatusOr<std::string> fp = format_pattern(regex);
+      if (!fp.ok()) {
+        fail("unsupported format '" + regex + "' at " + path +
+             " (supported: date, date-time, time, email, uuid, ipv4)");
+        return false;
+      }
+      regex = *fp;
+    }
+    RegexOptions options;
+    options.json_string = true;
+    auto dfa = compile_regex(regex, options);
+    if (!dfa.ok()) {
+      fail(std::string("'") + word + "' at " + path + ": " + dfa.status().message());
+      return false;
+    }
+    n.pattern = std::move(*dfa);
+    return true;
+  }
+
   int32_t compile_typed(const json& s, const std::string& type, const std::string& path, int depth) {
     if (type == "null") return kNullNode;
     if (type == "boolean") return kBoolNode;
@@ -312,6 +354,7 @@ class Compiler {
       n.min_len = count(s, "minLength", path).value_or(0);
       n.max_len = count(s, "maxLength", path).value_or(-1);
       if (n.max_len >= 0 && n.min_len > n.max_len) return fail("minLength > maxLength at " + path);
+      if (!compile_pattern(s, path, n)) return kAnyNode;
       return error_.ok() ? add(std::move(n)) : kAnyNode;
     }
     if (type == "array") {
@@ -365,8 +408,8 @@ class Compiler {
         n.additional = compile(*it, path + "/additionalProperties", depth + 1);
       }
     }
-    // props are in the order the parsed object iterates them (sorted names), and that is the
-    // order the automaton generates them in.
+    // props are in the schema's order (ordered_json keeps it), and that is the order the
+    // automaton generates them in: reason-then-answer schemas stay so.
     return error_.ok() ? add(std::move(n)) : kAnyNode;
   }
 

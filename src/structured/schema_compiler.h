@@ -11,8 +11,10 @@
 
 namespace nanoserve::structured {
 
-// response_format json_schema: the value the schema describes.
-StatusOr<Grammar> compile_schema(const nlohmann::json& schema);
+// response_format json_schema: the value the schema describes. Objects keep
+// the schema's property order, so an ordered_json schema (as the request
+// sent it) is generated in that order; a sorted json one in sorted order.
+StatusOr<Grammar> compile_schema(const nlohmann::ordered_json& schema);
 // response_format json_object: any JSON object.
 Grammar json_object_grammar();
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -159,6 +160,52 @@ TEST_F(EngineModel, GreedyIdenticalAfterPreemptionAndRecompute) {
   LoadedEngine le = load(s);
   EXPECT_EQ(run(*le.engine, 16, 16, greedy(kNew)), slice(solo(), 16, 16));
   EXPECT_GT(le.engine->stats().num_preemptions, 0) << "the pool was sized to force preemption";
+}
+
+// Prompt logprobs (every prompt row's logits) are the same floats whatever the
+// chunking (budgets 5 and 256, with max_num_seqs 2: two logits rows a step),
+// the batch around the prompt, or a warm prefix cache (skipped for scoring).
+TEST_F(EngineModel, PromptLogprobsIdenticalAcrossChunkingBatchAndCache) {
+  auto score = [](Engine& e, std::vector<std::vector<int32_t>> prompts) {
+    std::vector<RequestId> ids;
+    for (auto& p : prompts) {
+      SamplingParams sp = greedy(1);
+      sp.prompt_logprobs = 3;
+      ids.push_back(*e.add_request(p, sp));
+    }
+    std::map<RequestId, std::vector<float>> lp;
+    std::map<RequestId, std::vector<int32_t>> top;
+    std::vector<RequestOutput> outs;
+    while (e.has_unfinished()) {
+      NS_CHECK(e.step(outs).ok());
+      for (const RequestOutput& o : outs) {
+        lp[o.id].insert(lp[o.id].end(), o.prompt_logprobs.begin(), o.prompt_logprobs.end());
+        for (const auto& t : o.prompt_top_logprobs)
+          for (const TokenLogprob& x : t) top[o.id].push_back(x.token);
+      }
+    }
+    std::vector<std::pair<std::vector<float>, std::vector<int32_t>>> out;
+    for (RequestId id : ids) out.emplace_back(lp[id], top[id]);
+    return out;
+  };
+  const std::vector<int32_t>& a = (*prompts_)[3];
+  std::vector<int32_t> longer = a;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<int32_t>& more = (*prompts_)[10 + i];
+    longer.insert(longer.end(), more.begin(), more.end());
+  }
+  ModelSetup wide;
+  LoadedEngine ref_engine = load(wide);
+  const auto ref = score(*ref_engine.engine, {longer})[0];
+  ASSERT_EQ(ref.first.size(), longer.size() - 1);
+  for (float x : ref.first) EXPECT_TRUE(x <= 0.0f && x > -60.0f);
+  ModelSetup narrow;
+  narrow.max_num_seqs = 2;
+  narrow.max_num_batched_tokens = 5;
+  LoadedEngine chunked = load(narrow);
+  EXPECT_EQ(score(*chunked.engine, {longer})[0], ref) << "chunks of 5, 2 logits rows a step";
+  const auto batched = score(*ref_engine.engine, {(*prompts_)[20], longer, a});
+  EXPECT_EQ(batched[1], ref) << "in a batch, after the same prompt warmed the prefix cache";
 }
 
 TEST_F(EngineModel, SeededSamplingIdenticalAloneAndBatched) {

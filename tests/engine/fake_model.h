@@ -74,11 +74,14 @@ inline std::vector<int32_t> fake_greedy(std::vector<int32_t> tokens, int32_t voc
 
 class FakeModel final : public ModelRunner {
  public:
-  FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20)
+  // max_logits_rows: R of its StepLimits, at least max_seqs.
+  FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20,
+            int32_t max_logits_rows = 0)
       : config_(fake_config(vocab, context_length)),
         kv_(Tensor::empty(DType::kF32, {max_tokens_per_step, 1, 2})),
-        logits_(Tensor::empty(DType::kF32, {max_seqs, vocab})),
-        sampler_(vocab) {}
+        logits_(Tensor::empty(DType::kF32, {std::max(max_seqs, max_logits_rows), vocab})),
+        sampler_(vocab),
+        max_seqs_(max_seqs) {}
 
   // Acts as a runner that samples on the device (ops/sample/sample.h): a step
   // with sample_rows is drawn by the CPU Sampler with each row's uniform
@@ -121,7 +124,7 @@ class FakeModel final : public ModelRunner {
     gather_v_ = Tensor::empty(DType::kF32, {int64_t{num_blocks} * block_size, 1, 2});
     limits_.vocab_size = config_.vocab_size;
     limits_.max_tokens = static_cast<int32_t>(kv_.dim(0));
-    limits_.max_seqs = static_cast<int32_t>(logits_.dim(0));
+    limits_.max_seqs = max_seqs_;
     limits_.max_logits_rows = static_cast<int32_t>(logits_.dim(0));
     limits_.max_context = std::min<int64_t>(config_.context_length, int64_t{num_blocks} * block_size);
     limits_.num_blocks = num_blocks;
@@ -164,8 +167,11 @@ class FakeModel final : public ModelRunner {
     for (int32_t r = 0; r < R; ++r) {
       const int32_t row = batch.logits_rows[r];
       while (batch.seq_starts[b + 1] <= row) ++b;
-      NS_CHECK_EQ(row, batch.seq_starts[b + 1] - 1);  // the last token of its sequence
-      const int32_t ctx = batch.context_lens[b];
+      // The history up to this row's token: the whole context for a sampling
+      // row (the last of its sequence), a prefix of it for a prompt row.
+      const int32_t ctx = batch.positions[row] + 1;
+      NS_CHECK(ctx <= batch.context_lens[b] &&
+               (row == batch.seq_starts[b + 1] - 1 || ctx < batch.context_lens[b]));
       history_.clear();
       for (int32_t pos = 0; pos < ctx; ++pos) {
         const float* e = h.k[b] + pos * h.pos_stride;
@@ -217,7 +223,7 @@ class FakeModel final : public ModelRunner {
  private:
   ModelConfig config_;
   Tensor kv_;      // [max_tokens_per_step, 1, 2] (token, position)
-  Tensor logits_;  // [max_seqs, vocab]
+  Tensor logits_;  // [max(max_seqs, max_logits_rows), vocab]
   std::vector<int32_t> history_;
   Tensor k_pool_, v_pool_;  // [num_blocks, block_size, 1, 2] f32: (token, position) per slot
   Tensor gather_, gather_v_;
@@ -230,6 +236,7 @@ class FakeModel final : public ModelRunner {
   int64_t tokens_computed_ = 0;
   std::atomic<bool> fail_next_{false};
   Sampler sampler_;
+  int32_t max_seqs_;
   bool device_sampling_ = false;
   int hand_back_every_ = 0;
   int64_t num_sampled_ = 0, device_steps_ = 0, host_steps_ = 0, handed_back_ = 0;
