@@ -50,6 +50,7 @@ struct Request {
   std::unique_ptr<TokenConstraint> constraint;  // from params.constraint; null: unconstrained
 
   Clock::time_point arrival_time;
+  Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} before
   Clock::time_point first_token_time;  // valid once output is non-empty
   Clock::time_point finish_time;       // valid once finished
 

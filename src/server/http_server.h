@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "server/api.h"
+#include "server/cors.h"
 
 namespace nanoserve::server {
 
@@ -38,6 +40,11 @@ struct HttpOptions {
   int write_timeout_ms = 60000;      // a client that reads nothing for this long is gone
   // At stop(): how long in-flight responses get to finish before connections are cut.
   int shutdown_grace_ms = 5000;
+  // Cross-origin requests (server/cors.h); nullopt: no CORS headers and no preflight answers.
+  // serve always sets it, to vLLM's defaults unless its flags say otherwise.
+  std::optional<CorsOptions> cors;
+  // One log line per request (serve's default; --disable-log-requests turns it off).
+  bool log_requests = false;
 };
 
 class HttpServer {
