@@ -224,6 +224,7 @@ void Connection::on_head() {
     case Route::kCompletion:
     case Route::kMessages:
     case Route::kResponses: record_.api_endpoint = true; break;
+    case Route::kHealth: record_.probe = true; break;
     default: break;
   }
   head_only_ = method == "HEAD" && route->method == "GET";

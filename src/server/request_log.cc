@@ -5,7 +5,7 @@
 namespace nanoserve::server {
 
 void log_request_line(const RequestRecord& r, int status, RequestRecord::Clock::time_point now) {
-  const bool info = r.api_endpoint || status >= 400;
+  const bool info = !r.probe && (r.api_endpoint || status >= 400);
   if ((info ? LogLevel::kInfo : LogLevel::kDebug) < log_level()) return;
   LogMessage line(info ? LogLevel::kInfo : LogLevel::kDebug);
   line.field("id", r.id).field("method", r.method).field("path", r.path).field("status", status);

@@ -1,8 +1,8 @@
 #pragma once
 // The request log: one line per answered request (serve logs them unless
 // --disable-log-requests), at info for the API's endpoints and for every
-// error, at debug for probes and scrapes (/health, /metrics, /version,
-// /v1/models, preflights) that answer 2xx:
+// error, at debug for /health (a probe, whatever it answers) and for scrapes
+// and listings (/metrics, /version, /v1/models, preflights) that answer 2xx:
 //
 //   request id=chatcmpl-3f.. method=POST path=/v1/chat/completions status=200
 //           prompt_tokens=21 output_tokens=8 ttft_s=0.034 total_s=0.121
@@ -27,6 +27,7 @@ struct RequestRecord {
   std::string method = "-";
   std::string path = "-";
   bool api_endpoint = false;  // an endpoint that does work (generation, tokenize): logged at info
+  bool probe = false;         // /health: at debug whatever it answers (503 while the model loads)
   Clock::time_point start;
   std::optional<Clock::time_point> first_token;
   std::string id = "-";
