@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_arg.h"
@@ -31,7 +32,6 @@
 #include "engine/load_engine.h"
 #include "server/api.h"
 #include "server/cors.h"
-#include <nlohmann/json.hpp>
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -78,7 +78,8 @@ StatusOr<std::vector<std::string>> name_list(const char* flag, const std::string
     nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
     if (!j.is_array()) return invalid_argument(std::string(flag) + ": not a JSON list: " + value);
     for (const nlohmann::json& e : j) {
-      if (!e.is_string()) return invalid_argument(std::string(flag) + ": every entry must be a string: " + value);
+      if (!e.is_string())
+        return invalid_argument(std::string(flag) + ": every entry must be a string: " + value);
       out.push_back(e.get<std::string>());
     }
     return out;
@@ -117,7 +118,8 @@ void log_engine(const LoadedEngine& m, const EngineConfig& config, const ThreadP
   const int64_t tokens = static_cast<int64_t>(bm.num_blocks()) * bm.block_size();
   const double mib = static_cast<double>(engine.runner().kv_bytes_per_block(bm.block_size())) *
                      static_cast<double>(bm.num_blocks()) / (1024.0 * 1024.0);
-  NS_LOG(INFO).field("device", cpu ? "cpu" : "cuda")
+  NS_LOG(INFO)
+          .field("device", cpu ? "cpu" : "cuda")
           .field("dtype", cpu ? "float32" : "bfloat16")
           .field("kv_cache_dtype", kv_dtype)
           .field("threads", pool.num_threads())
@@ -266,7 +268,8 @@ int run_serve(const ServeOptions& opt) {
   std::vector<std::string> aliases;
   for (size_t i = 1; i < opt.served_model_names.size(); ++i) {
     const std::string& n = opt.served_model_names[i];
-    if (n != served_name && std::find(aliases.begin(), aliases.end(), n) == aliases.end()) aliases.push_back(n);
+    if (n != served_name && std::find(aliases.begin(), aliases.end(), n) == aliases.end())
+      aliases.push_back(n);
   }
   if (served_name.empty() && !spec->hub_id.empty()) served_name = spec->hub_id;  // as vLLM names it
   if (served_name.empty()) {
@@ -408,8 +411,9 @@ CommandRun add_serve_command(CLI::App& app) {
                   "text (default) or json: one JSON object per line, for log shippers")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  cmd->add_option("--metrics-prefix", opt->metrics_prefix,
-                  "the prefix of the metric names; vllm publishes as vLLM does (vllm:...), for its dashboards")
+  cmd->add_option(
+         "--metrics-prefix", opt->metrics_prefix,
+         "the prefix of the metric names; vllm publishes as vLLM does (vllm:...), for its dashboards")
       ->check([](const std::string& v) {
         bool ok = !v.empty() && !std::isdigit(static_cast<unsigned char>(v[0]));
         for (char c : v) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');

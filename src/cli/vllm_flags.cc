@@ -125,11 +125,13 @@ void add_vllm_serve_flags(CLI::App* serve, VllmServeFlags& f) {
   serve->add_option(
       "--seed", f.seed,
       "Seed of the requests that bring none (each request's own seed is derived from it and its id)");
-  serve->add_option(
-      "--generation-config", f.generation_config,
-      "auto (default, as vLLM): the model folder's generation_config.json sets the sampling defaults "
-      "(temperature, top_p, top_k, min_p, repetition_penalty; max_new_tokens caps max_tokens) of requests "
-      "that omit them; FOLDER: that folder's file; vllm: none (neutral defaults)")
+  serve
+      ->add_option(
+          "--generation-config", f.generation_config,
+          "auto (default, as vLLM): the model folder's generation_config.json sets the sampling defaults "
+          "(temperature, top_p, top_k, min_p, repetition_penalty; max_new_tokens caps max_tokens) of "
+          "requests "
+          "that omit them; FOLDER: that folder's file; vllm: none (neutral defaults)")
       ->capture_default_str();
   serve->add_flag("--disable-log-requests", f.disable_log_requests, "No log line per request");
   serve->add_flag("--disable-log-stats", f.disable_log_stats, "No periodic statistics line");
@@ -163,7 +165,8 @@ Status apply_vllm_serve_flags(const VllmServeFlags& f, const std::string& model_
   StatusOr<nlohmann::json> j = read_json_file(file.string(), uint64_t{1} << 20);
   if (!j.ok()) return invalid_argument("--generation-config " + g + ": " + j.status().message());
   StatusOr<server::SamplingDefaults> d = server::sampling_defaults_from_generation_config(*j);
-  if (!d.ok()) return invalid_argument("--generation-config " + g + ": " + file.string() + ": " + d.status().message());
+  if (!d.ok())
+    return invalid_argument("--generation-config " + g + ": " + file.string() + ": " + d.status().message());
   *defaults = *d;
   if (!defaults->empty()) {
     NS_LOG(INFO) << "--generation-config " << g << ": requests that omit them get " << file.string()

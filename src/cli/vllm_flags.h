@@ -41,7 +41,7 @@ Status apply_vllm_engine_flags(const EngineFlags& flags, Device device, EngineCo
 void note_vllm_engine_flags(const EngineFlags& flags, Device device);
 
 struct VllmServeFlags {
-  std::optional<uint64_t> seed;   // the engine seed of requests that bring none
+  std::optional<uint64_t> seed;  // the engine seed of requests that bring none
   // auto (vLLM's default): the model folder's generation_config.json; FOLDER: that folder's;
   // vllm: none. Its sampling defaults apply to the fields a request leaves out.
   std::string generation_config = "auto";

@@ -74,16 +74,24 @@ void format_time(int64_t now_ms, char* buf, size_t size) {
   const std::time_t secs = static_cast<std::time_t>(now_ms / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
-  std::snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(now_ms % 1000));
+  std::snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(now_ms % 1000));
 }
 
 }  // namespace
 
-LogLevel log_level() { return level_ref().load(std::memory_order_relaxed); }
-void set_log_level(LogLevel level) { level_ref().store(level); }
-LogFormat log_format() { return format_ref().load(std::memory_order_relaxed); }
-void set_log_format(LogFormat format) { format_ref().store(format); }
+LogLevel log_level() {
+  return level_ref().load(std::memory_order_relaxed);
+}
+void set_log_level(LogLevel level) {
+  level_ref().store(level);
+}
+LogFormat log_format() {
+  return format_ref().load(std::memory_order_relaxed);
+}
+void set_log_format(LogFormat format) {
+  format_ref().store(format);
+}
 
 std::string json_escape(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -102,7 +102,8 @@ const RouteSpec* find_route(std::string_view path) {
   for (const RouteSpec& r : kRoutes) {
     if (r.path == path) return &r;
   }
-  if (path.size() > kModelPrefix.size() && path.substr(0, kModelPrefix.size()) == kModelPrefix) return &kModel;
+  if (path.size() > kModelPrefix.size() && path.substr(0, kModelPrefix.size()) == kModelPrefix)
+    return &kModel;
   return nullptr;
 }
 

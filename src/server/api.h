@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
-#include <optional>
 #include <string_view>
 #include <variant>
 #include <vector>

@@ -84,7 +84,8 @@ CorsPolicy::Preflight CorsPolicy::preflight(std::string_view origin, std::string
   if (!contains(methods_, method)) failures.push_back("method");
   if (all_headers_) {
     // Every header is allowed: the answer repeats what was asked for.
-    if (request_headers) p.headers.emplace_back("Access-Control-Allow-Headers", std::string(*request_headers));
+    if (request_headers)
+      p.headers.emplace_back("Access-Control-Allow-Headers", std::string(*request_headers));
   } else {
     p.headers.emplace_back("Access-Control-Allow-Headers", headers_text_);
     if (request_headers) {

@@ -72,8 +72,7 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
   auto tally = std::make_shared<RequestTally>();
   for (size_t i = 0; i < choices.size(); ++i) {
     const int64_t prompt_len = static_cast<int64_t>(choices[i].prompt.size());
-    StatusOr<RequestId> id = engine_.add_request(std::move(choices[i].prompt),
-                                                 choices[i].params);
+    StatusOr<RequestId> id = engine_.add_request(std::move(choices[i].prompt), choices[i].params);
     if (!id.ok()) {
       handle.ids.push_back(0);
       metrics_.request_finished(FinishReason::kError);
@@ -158,7 +157,8 @@ void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
     }
     if (o.finished()) {
       observe_finished(t, o, now);
-      finish_locked(t, o, o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string());
+      finish_locked(t, o,
+                    o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string());
       tracked_.erase(it);
     }
   }
@@ -179,9 +179,11 @@ void EngineLoop::observe_finished(Tracked& t, const RequestOutput& o, Clock::tim
   // (-> last token); inference is prefill + decode.
   metrics_.e2e_request_latency_seconds.observe(seconds_between(o.arrival_time, now));
   const bool scheduled = o.first_scheduled_time != Clock::time_point{};
-  if (scheduled) metrics_.request_queue_time_seconds.observe(seconds_between(o.arrival_time, o.first_scheduled_time));
+  if (scheduled)
+    metrics_.request_queue_time_seconds.observe(seconds_between(o.arrival_time, o.first_scheduled_time));
   if (scheduled && o.num_output_tokens > 0) {
-    metrics_.request_prefill_time_seconds.observe(seconds_between(o.first_scheduled_time, o.first_token_time));
+    metrics_.request_prefill_time_seconds.observe(
+        seconds_between(o.first_scheduled_time, o.first_token_time));
     metrics_.request_decode_time_seconds.observe(seconds_between(o.first_token_time, now));
     metrics_.request_inference_time_seconds.observe(seconds_between(o.first_scheduled_time, now));
   }

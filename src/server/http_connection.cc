@@ -295,8 +295,8 @@ void Connection::dispatch() {
   state_ = State::kHandling;
   std::string body = std::move(parser_->get().body());
   parser_.reset();
-  asio::post(server_.handlers, [self = shared_from_this(), route = route_, body = std::move(body), path = path_,
-                                guard = asio::make_work_guard(server_.ioc)]() mutable {
+  asio::post(server_.handlers, [self = shared_from_this(), route = route_, body = std::move(body),
+                                path = path_, guard = asio::make_work_guard(server_.ioc)]() mutable {
     Outcome outcome = self->server_.run(route, body, path);
     asio::post(self->stream_.get_executor(),
                [self, outcome = std::move(outcome), guard = std::move(guard)]() mutable {
@@ -320,7 +320,8 @@ bool Connection::handle_cors() {
     send_reply(Reply{p.status, std::move(p.body), "text/plain; charset=utf-8"}, p.headers);
     return true;
   }
-  cors_headers_ = server_.cors->response_headers(sv(origin->value()), req.find(http::field::cookie) != req.end());
+  cors_headers_ =
+      server_.cors->response_headers(sv(origin->value()), req.find(http::field::cookie) != req.end());
   return false;
 }
 
@@ -370,7 +371,8 @@ void Connection::pump() {
   if (closed_ || !job_ || write_in_flight_) return;
   std::string sse;
   const bool done = job_->poll(&sse, milliseconds(0));
-  if (!record_.first_token && job_->completion_tokens() > 0) record_.first_token = RequestRecord::Clock::now();
+  if (!record_.first_token && job_->completion_tokens() > 0)
+    record_.first_token = RequestRecord::Clock::now();
   if (done) {
     record_.id = job_->request_id();
     record_.prompt_tokens = job_->prompt_tokens();

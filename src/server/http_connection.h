@@ -134,7 +134,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   State state_ = State::kIdle;
   Route route_ = Route::kHealth;
-  std::string path_;  // the request's target without its query
+  std::string path_;      // the request's target without its query
   Headers cors_headers_;  // added to every response to this request
   RequestRecord record_;  // what the request log line says
   unsigned version_ = 11;

@@ -24,12 +24,12 @@ struct HttpOptions {
   // Handler threads: the Api's endpoints (JSON parse, tokenization, the parse
   // budget's wait) run here, so a large body never stalls the I/O threads.
   int num_handler_threads = 4;
-  size_t max_body_bytes = size_t{4} << 20;   // larger bodies (chunked too) get 413
-  size_t max_header_bytes = size_t{16} << 10;  // request line + header lines: beyond, 431
+  size_t max_body_bytes = size_t{4} << 20;         // larger bodies (chunked too) get 413
+  size_t max_header_bytes = size_t{16} << 10;      // request line + header lines: beyond, 431
   size_t max_header_line_bytes = size_t{8} << 10;  // one header line: beyond, 431
   size_t max_target_bytes = size_t{8} << 10;       // the request target: beyond, 414
   int max_headers = 100;                           // header lines: beyond, 431
-  int max_connections = 8192;  // open connections; more are closed at once
+  int max_connections = 8192;                      // open connections; more are closed at once
   // Bodies over 64 KiB (or chunked) received or handled at once; more get 503 + Retry-After.
   // Bounds the memory of bodies in flight (about 7 MiB resident per 4 MiB body) to about 450 MiB.
   int max_large_bodies = 64;

@@ -183,11 +183,12 @@ ServerMetrics::ServerMetrics(const std::string& model_name, const std::string& p
           registry.gauge(prefix + ":kv_cache_usage_perc",
                          "KV-cache usage: the fraction of blocks in use, 1 means 100 percent.",
                          {{"model_name", model_name}})),
-      gpu_cache_usage_perc(registry.gauge(
-          prefix + ":gpu_cache_usage_perc",
-          "KV-cache usage, as kv_cache_usage_perc (vLLM's older name; also on a CPU run).",
-          {{"model_name", model_name}})),
-      prompt_tokens_total(registry.counter(prefix + ":prompt_tokens_total", "Number of prompt tokens admitted.",
+      gpu_cache_usage_perc(
+          registry.gauge(prefix + ":gpu_cache_usage_perc",
+                         "KV-cache usage, as kv_cache_usage_perc (vLLM's older name; also on a CPU run).",
+                         {{"model_name", model_name}})),
+      prompt_tokens_total(registry.counter(prefix + ":prompt_tokens_total",
+                                           "Number of prompt tokens admitted.",
                                            {{"model_name", model_name}})),
       generation_tokens_total(registry.counter(prefix + ":generation_tokens_total",
                                                "Number of generated tokens.", {{"model_name", model_name}})),
@@ -213,27 +214,28 @@ ServerMetrics::ServerMetrics(const std::string& model_name, const std::string& p
       inter_token_latency_seconds(registry.histogram(prefix + ":inter_token_latency_seconds",
                                                      "Time between consecutive tokens of a sequence.",
                                                      itl_buckets(), {{"model_name", model_name}})),
-      time_per_output_token_seconds(
-          registry.histogram(prefix + ":time_per_output_token_seconds",
-                             "Time between consecutive tokens, as inter_token_latency_seconds (vLLM's older name).",
-                             itl_buckets(), {{"model_name", model_name}})),
+      time_per_output_token_seconds(registry.histogram(
+          prefix + ":time_per_output_token_seconds",
+          "Time between consecutive tokens, as inter_token_latency_seconds (vLLM's older name).",
+          itl_buckets(), {{"model_name", model_name}})),
       e2e_request_latency_seconds(registry.histogram(prefix + ":e2e_request_latency_seconds",
                                                      "Time from arrival to the last token.", e2e_buckets(),
                                                      {{"model_name", model_name}})),
-      request_queue_time_seconds(registry.histogram(prefix + ":request_queue_time_seconds",
-                                                    "Time from arrival to the first step that runs the request.",
-                                                    e2e_buckets(), {{"model_name", model_name}})),
-      request_prefill_time_seconds(registry.histogram(
-          prefix + ":request_prefill_time_seconds",
-          "Time from the first step that runs the request to its first token.", e2e_buckets(),
-          {{"model_name", model_name}})),
+      request_queue_time_seconds(
+          registry.histogram(prefix + ":request_queue_time_seconds",
+                             "Time from arrival to the first step that runs the request.", e2e_buckets(),
+                             {{"model_name", model_name}})),
+      request_prefill_time_seconds(
+          registry.histogram(prefix + ":request_prefill_time_seconds",
+                             "Time from the first step that runs the request to its first token.",
+                             e2e_buckets(), {{"model_name", model_name}})),
       request_decode_time_seconds(registry.histogram(prefix + ":request_decode_time_seconds",
                                                      "Time from the first token to the last.", e2e_buckets(),
                                                      {{"model_name", model_name}})),
-      request_inference_time_seconds(registry.histogram(
-          prefix + ":request_inference_time_seconds",
-          "Time from the first step that runs the request to its last token.", e2e_buckets(),
-          {{"model_name", model_name}})) {
+      request_inference_time_seconds(
+          registry.histogram(prefix + ":request_inference_time_seconds",
+                             "Time from the first step that runs the request to its last token.",
+                             e2e_buckets(), {{"model_name", model_name}})) {
   model_name_ = model_name;
   prefix_ = prefix;
   const char* help = "Count of finished requests by finish reason.";

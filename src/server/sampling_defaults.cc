@@ -17,8 +17,7 @@ StatusOr<std::optional<double>> number(const json& j, const char* key, std::opti
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::optional<double>();
   if (!it->is_number() || it->is_boolean()) {
-    return invalid_argument(std::string("'") + key + "' must be a number, got " +
-                            it->dump());
+    return invalid_argument(std::string("'") + key + "' must be a number, got " + it->dump());
   }
   const double v = it->get<double>();
   if (!std::isfinite(v)) return invalid_argument(std::string("'") + key + "' is not finite");
@@ -93,7 +92,8 @@ void apply_sampling_defaults(const SamplingDefaults& d, const Fields& f, Samplin
   if (d.top_p && f.get("top_p") == nullptr) p->top_p = *d.top_p;
   if (d.top_k && f.get("top_k") == nullptr) p->top_k = *d.top_k;
   if (d.min_p && f.get("min_p") == nullptr) p->min_p = *d.min_p;
-  if (d.repetition_penalty && f.get("repetition_penalty") == nullptr) p->repetition_penalty = *d.repetition_penalty;
+  if (d.repetition_penalty && f.get("repetition_penalty") == nullptr)
+    p->repetition_penalty = *d.repetition_penalty;
 }
 
 }  // namespace nanoserve::server
