@@ -23,6 +23,7 @@ std::optional<StatsLog::Line> StatsLog::due(Clock::time_point now, const EngineS
   at_last_ = s;
   if (!busy) return std::nullopt;
   Line line;
+  line.interval_s = elapsed;
   line.prompt_throughput = static_cast<double>(prompt) / elapsed;
   line.generation_throughput = static_cast<double>(generated) / elapsed;
   line.running = s.num_running;
@@ -41,6 +42,7 @@ void StatsLog::tick(Clock::time_point now, const EngineStats& stats) {
   const std::optional<Line> l = due(now, stats);
   if (!l) return;
   NS_LOG(INFO)
+          .field("interval_s", l->interval_s, 3)
           .field("prompt_throughput", l->prompt_throughput, 1)
           .field("generation_throughput", l->generation_throughput, 1)
           .field("running", l->running)

@@ -2,8 +2,8 @@
 // The periodic statistics line of a busy server (vLLM's "Avg prompt
 // throughput ..." line), one every interval while there is work:
 //
-//   stats prompt_throughput=152.3 generation_throughput=41.0 running=3 waiting=0
-//         kv_cache_usage_pct=1.2 prefix_cache_hit_rate_pct=37.5
+//   stats interval_s=10.012 prompt_throughput=152.3 generation_throughput=41.0 running=3
+//         waiting=0 kv_cache_usage_pct=1.2 prefix_cache_hit_rate_pct=37.5
 //
 // Throughputs are tokens per second over the interval. The hit rate is that
 // of the interval's prompt-token lookups (the whole run's when the interval
@@ -24,6 +24,7 @@ class StatsLog {
   using Clock = std::chrono::steady_clock;
 
   struct Line {
+    double interval_s = 0.0;             // the seconds this line covers, since the last
     double prompt_throughput = 0.0;      // tokens/s
     double generation_throughput = 0.0;  // tokens/s
     int32_t running = 0;

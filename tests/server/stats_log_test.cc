@@ -27,6 +27,7 @@ TEST(StatsLog, OneLinePerIntervalWhileBusyWithThatIntervalsThroughput) {
   EXPECT_FALSE(log.due(t0 + milliseconds(9999), stats(100, 50, 2, 1)));
   const auto l = log.due(t0 + milliseconds(10000), stats(100, 50, 2, 1, 80, 20));
   ASSERT_TRUE(l);
+  EXPECT_DOUBLE_EQ(l->interval_s, 10.0);
   EXPECT_DOUBLE_EQ(l->prompt_throughput, 10.0);
   EXPECT_DOUBLE_EQ(l->generation_throughput, 5.0);
   EXPECT_EQ(l->running, 2);
