@@ -10,7 +10,11 @@ namespace nanoserve::server {
 namespace {
 
 // What "*" in --allowed-methods stands for, as Starlette spells it out.
-constexpr const char* kAllMethods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"};
+constexpr const char* kAllMethods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "QUERY"};
+// A preflight's answer depends on these request headers: caches must key on them.
+constexpr const char* kPreflightVary =
+    "Origin, Access-Control-Request-Method, Access-Control-Request-Headers, "
+    "Access-Control-Request-Private-Network";
 // Headers a browser may always send (the Fetch standard's CORS-safelisted request headers).
 constexpr const char* kSafelisted[] = {"Accept", "Accept-Language", "Content-Language", "Content-Type"};
 constexpr int kMaxAgeSeconds = 600;
@@ -63,14 +67,14 @@ bool CorsPolicy::origin_allowed(std::string_view origin) const {
 }
 
 CorsPolicy::Preflight CorsPolicy::preflight(std::string_view origin, std::string_view method,
-                                            std::optional<std::string_view> request_headers) const {
+                                            std::optional<std::string_view> request_headers,
+                                            bool private_network) const {
   Preflight p;
-  // Every origin without credentials may be answered with "*"; otherwise the
-  // answer names the origin, and so varies with it.
+  p.headers.emplace_back("Vary", kPreflightVary);
+  // Every origin without credentials may be answered with "*"; otherwise the answer names the origin.
   const bool explicit_origin = !all_origins_ || options_.allow_credentials;
   std::vector<std::string> failures;
   if (explicit_origin) {
-    p.headers.emplace_back("Vary", "Origin");
     if (origin_allowed(origin)) {
       p.headers.emplace_back("Access-Control-Allow-Origin", std::string(origin));
     } else {
@@ -103,6 +107,7 @@ CorsPolicy::Preflight CorsPolicy::preflight(std::string_view origin, std::string
     }
   }
   if (options_.allow_credentials) p.headers.emplace_back("Access-Control-Allow-Credentials", "true");
+  if (private_network) failures.push_back("private-network");  // vLLM does not allow it
   if (failures.empty()) {
     p.body = "OK";
   } else {
@@ -112,16 +117,17 @@ CorsPolicy::Preflight CorsPolicy::preflight(std::string_view origin, std::string
   return p;
 }
 
-Headers CorsPolicy::response_headers(std::string_view origin, bool has_cookie) const {
+Headers CorsPolicy::response_headers(std::optional<std::string_view> origin) const {
   Headers h;
-  if (all_origins_ && !has_cookie) {
+  if (origin && all_origins_ && !options_.allow_credentials) {
     h.emplace_back("Access-Control-Allow-Origin", "*");
-  } else if (origin_allowed(origin)) {
-    // A request with cookies cannot be answered with "*": the origin is named instead.
-    h.emplace_back("Access-Control-Allow-Origin", std::string(origin));
-    h.emplace_back("Vary", "Origin");
+  } else if (origin && origin_allowed(*origin)) {
+    // Credentials cannot be answered with "*": the origin is named instead.
+    h.emplace_back("Access-Control-Allow-Origin", std::string(*origin));
   }
-  if (options_.allow_credentials) h.emplace_back("Access-Control-Allow-Credentials", "true");
+  if (origin && options_.allow_credentials) h.emplace_back("Access-Control-Allow-Credentials", "true");
+  // The answer depends on the Origin, whether or not this request sent one.
+  h.emplace_back("Vary", "Origin");
   return h;
 }
 

@@ -1,18 +1,20 @@
 #pragma once
-// Cross-origin requests, as vLLM answers them (its CORS middleware, Starlette's,
-// with --allowed-origins, --allowed-methods, --allowed-headers and
-// --allow-credentials; vLLM's defaults allow every origin, method and header,
-// without credentials):
+// Cross-origin requests, as vLLM answers them: its CORS middleware is
+// Starlette's (checked against Starlette 1.10 itself by tests/server/
+// test_cors_oracle.py), configured by --allowed-origins, --allowed-methods,
+// --allowed-headers and --allow-credentials; vLLM's defaults allow every
+// origin, method and header, without credentials.
 //
-// - A request without an Origin header gets no CORS headers.
 // - A preflight (OPTIONS with Origin and Access-Control-Request-Method, on any
 //   path, before routing and without the key) is answered here: 200 "OK", or
-//   400 "Disallowed CORS origin, method, headers" naming what failed, with
-//   Access-Control-Allow-Methods, -Max-Age 600, -Allow-Headers and the origin.
-// - Any other response to a request with an Origin gets
-//   Access-Control-Allow-Origin (* when every origin is allowed and the request
-//   carries no cookie, else the origin itself when allowed, with Vary: Origin)
-//   and, with credentials, Access-Control-Allow-Credentials: true.
+//   400 "Disallowed CORS origin, method, headers, private-network" naming what
+//   failed, with Vary, Access-Control-Allow-Methods, -Max-Age 600,
+//   -Allow-Headers and the allowed origin. A private-network preflight is
+//   refused (vLLM does not allow it).
+// - Every other response gets Vary: Origin and, to a request with an allowed
+//   Origin, Access-Control-Allow-Origin (* when every origin is allowed without
+//   credentials, else the origin itself) and, with credentials,
+//   Access-Control-Allow-Credentials: true.
 
 #include <optional>
 #include <string>
@@ -39,12 +41,13 @@ class CorsPolicy {
     std::string body;  // text/plain
     Headers headers;
   };
-  // `request_headers`: the Access-Control-Request-Headers value, when sent.
+  // `request_headers`: the Access-Control-Request-Headers value, when sent; `private_network`:
+  // whether Access-Control-Request-Private-Network was sent.
   Preflight preflight(std::string_view origin, std::string_view method,
-                      std::optional<std::string_view> request_headers) const;
+                      std::optional<std::string_view> request_headers, bool private_network = false) const;
 
-  // The headers of any other response to a request that sent `origin`.
-  Headers response_headers(std::string_view origin, bool has_cookie) const;
+  // The headers of any other response; `origin`: the request's Origin, if it sent one.
+  Headers response_headers(std::optional<std::string_view> origin) const;
 
  private:
   bool origin_allowed(std::string_view origin) const;

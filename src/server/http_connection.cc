@@ -309,19 +309,21 @@ bool Connection::handle_cors() {
   if (!server_.cors) return false;
   const auto& req = parser_->get();
   const auto origin = req.find(http::field::origin);
-  if (origin == req.end()) return false;
   const auto method = req.find(http::field::access_control_request_method);
-  if (req.method() == http::verb::options && method != req.end()) {
+  if (origin != req.end() && req.method() == http::verb::options && method != req.end()) {
     const auto asked = req.find(http::field::access_control_request_headers);
     std::optional<std::string_view> headers;
     if (asked != req.end()) headers = sv(asked->value());
-    CorsPolicy::Preflight p = server_.cors->preflight(sv(origin->value()), sv(method->value()), headers);
+    const bool private_network = req.find("Access-Control-Request-Private-Network") != req.end();
+    CorsPolicy::Preflight p =
+        server_.cors->preflight(sv(origin->value()), sv(method->value()), headers, private_network);
     keep_alive_ = keep_alive_ && parser_->is_done();
     send_reply(Reply{p.status, std::move(p.body), "text/plain; charset=utf-8"}, p.headers);
     return true;
   }
-  cors_headers_ =
-      server_.cors->response_headers(sv(origin->value()), req.find(http::field::cookie) != req.end());
+  std::optional<std::string_view> o;
+  if (origin != req.end()) o = sv(origin->value());
+  cors_headers_ = server_.cors->response_headers(o);
   return false;
 }
 

@@ -8,6 +8,10 @@
 namespace nanoserve::server {
 namespace {
 
+constexpr const char* kVary =
+    "Origin, Access-Control-Request-Method, Access-Control-Request-Headers, "
+    "Access-Control-Request-Private-Network";
+
 std::map<std::string, std::string> as_map(const Headers& h) {
   std::map<std::string, std::string> m;
   for (const auto& [k, v] : h) {
@@ -23,20 +27,24 @@ TEST(Cors, VllmDefaultsAllowEverythingWithAStar) {
   EXPECT_EQ(pf.body, "OK");
   EXPECT_EQ(as_map(pf.headers),
             (std::map<std::string, std::string>{
+                {"Vary", kVary},
                 {"Access-Control-Allow-Origin", "*"},
-                {"Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"},
+                {"Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT, QUERY"},
                 {"Access-Control-Max-Age", "600"},
                 {"Access-Control-Allow-Headers", "Authorization, Content-Type"}}));
   // No headers asked for: none echoed.
   EXPECT_EQ(as_map(p.preflight("https://a.example", "GET", std::nullopt).headers)
                 .count("Access-Control-Allow-Headers"),
             0u);
-  EXPECT_EQ(as_map(p.response_headers("https://a.example", false)),
-            (std::map<std::string, std::string>{{"Access-Control-Allow-Origin", "*"}}));
-  // A cookie: the origin is named, and the answer varies with it.
-  EXPECT_EQ(as_map(p.response_headers("https://a.example", true)),
-            (std::map<std::string, std::string>{{"Access-Control-Allow-Origin", "https://a.example"},
-                                                {"Vary", "Origin"}}));
+  EXPECT_EQ(as_map(p.response_headers("https://a.example")),
+            (std::map<std::string, std::string>{{"Access-Control-Allow-Origin", "*"}, {"Vary", "Origin"}}));
+  // No Origin: the answer still varies with it.
+  EXPECT_EQ(as_map(p.response_headers(std::nullopt)),
+            (std::map<std::string, std::string>{{"Vary", "Origin"}}));
+  // A private-network preflight is refused, as vLLM's middleware refuses it.
+  const auto pn = p.preflight("https://a.example", "GET", std::nullopt, /*private_network=*/true);
+  EXPECT_EQ(pn.status, 400);
+  EXPECT_EQ(pn.body, "Disallowed CORS private-network");
 }
 
 TEST(Cors, ListedOriginsMethodsAndHeaders) {
@@ -50,7 +58,7 @@ TEST(Cors, ListedOriginsMethodsAndHeaders) {
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(as_map(ok.headers),
             (std::map<std::string, std::string>{
-                {"Vary", "Origin"},
+                {"Vary", kVary},
                 {"Access-Control-Allow-Origin", "https://ok.example"},
                 {"Access-Control-Allow-Methods", "GET, POST"},
                 {"Access-Control-Max-Age", "600"},
@@ -66,12 +74,13 @@ TEST(Cors, ListedOriginsMethodsAndHeaders) {
   EXPECT_EQ(all.status, 400);
   EXPECT_EQ(all.body, "Disallowed CORS origin, method, headers");
   EXPECT_EQ(as_map(all.headers).count("Access-Control-Allow-Origin"), 0u);
-  EXPECT_EQ(as_map(p.response_headers("https://ok.example", false)),
+  EXPECT_EQ(as_map(p.response_headers("https://ok.example")),
             (std::map<std::string, std::string>{{"Access-Control-Allow-Origin", "https://ok.example"},
                                                 {"Vary", "Origin"},
                                                 {"Access-Control-Allow-Credentials", "true"}}));
-  EXPECT_EQ(as_map(p.response_headers("https://evil.example", false)),
-            (std::map<std::string, std::string>{{"Access-Control-Allow-Credentials", "true"}}));
+  EXPECT_EQ(
+      as_map(p.response_headers("https://evil.example")),
+      (std::map<std::string, std::string>{{"Access-Control-Allow-Credentials", "true"}, {"Vary", "Origin"}}));
 }
 
 TEST(Cors, EveryOriginWithCredentialsNamesTheOrigin) {
@@ -80,8 +89,11 @@ TEST(Cors, EveryOriginWithCredentialsNamesTheOrigin) {
   const CorsPolicy p(o);
   const auto m = as_map(p.preflight("https://a.example", "GET", std::nullopt).headers);
   EXPECT_EQ(m.at("Access-Control-Allow-Origin"), "https://a.example");
-  EXPECT_EQ(m.at("Vary"), "Origin");
+  EXPECT_EQ(m.at("Vary"), kVary);
   EXPECT_EQ(m.at("Access-Control-Allow-Credentials"), "true");
+  const auto r = as_map(p.response_headers("https://a.example"));
+  EXPECT_EQ(r.at("Access-Control-Allow-Origin"), "https://a.example");
+  EXPECT_EQ(r.at("Access-Control-Allow-Credentials"), "true");
 }
 
 TEST(Cors, NoOriginAllowed) {
@@ -89,7 +101,8 @@ TEST(Cors, NoOriginAllowed) {
   o.allowed_origins = {};
   const CorsPolicy p(o);
   EXPECT_EQ(p.preflight("https://a.example", "GET", std::nullopt).status, 400);
-  EXPECT_TRUE(p.response_headers("https://a.example", false).empty());
+  EXPECT_EQ(as_map(p.response_headers("https://a.example")),
+            (std::map<std::string, std::string>{{"Vary", "Origin"}}));
 }
 
 }  // namespace
