@@ -289,6 +289,7 @@ int run_serve(const ServeOptions& opt) {
   api.set_model_aliases(aliases);
   api.set_sampling_defaults(sampling_defaults);
   api.set_version(NANOSERVE_VERSION);
+  api.set_model_root(spec->hub_id.empty() ? model_path : spec->hub_id);
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;

@@ -198,12 +198,12 @@ Reply Api::version() const {
 }
 
 json Api::model_json(const std::string& id) const {
-  // vLLM's model card: every name is a card of the same model, with the first name as its root.
+  // vLLM's model card: every name is a card of the same model, whose root is what was loaded.
   json model{{"id", id},
              {"object", "model"},
              {"created", created_},
              {"owned_by", "nanoserve"},
-             {"root", served_model_name_},
+             {"root", model_root_.empty() ? served_model_name_ : model_root_},
              {"parent", nullptr}};
   if (ready()) model["max_model_len"] = limits_.max_model_len;
   return model;

@@ -83,6 +83,8 @@ class Api {
   void set_sampling_defaults(const SamplingDefaults& defaults) { sampling_defaults_ = defaults; }
   // What GET /version reports.
   void set_version(std::string version) { version_ = std::move(version); }
+  // The model cards' `root`: what was loaded (a path or hub id), as vLLM reports it.
+  void set_model_root(std::string root) { model_root_ = std::move(root); }
 
   // Once the model is loaded: from here on the generation endpoints work and /health says 200.
   void set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLimits& limits);
@@ -129,6 +131,7 @@ class Api {
   std::vector<std::string> aliases_;
   SamplingDefaults sampling_defaults_;
   std::string version_ = "unknown";
+  std::string model_root_;  // empty: the first served name
   const std::string api_key_;
   const bool metrics_require_key_;
   const int64_t created_;

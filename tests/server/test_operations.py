@@ -274,6 +274,7 @@ def test_version_and_one_model(jserver):
     m = jserver.get(f"/v1/models/{jserver.model}")
     assert m.status_code == 200 and m.json()["id"] == jserver.model and m.json()["object"] == "model"
     assert m.json() == jserver.get("/v1/models").json()["data"][0]
+    assert m.json()["root"].endswith(".gguf"), m.json()  # what was loaded, as vLLM's root
     escaped = jserver.get("/v1/models/" + requests.utils.quote(jserver.model, safe=""))
     assert escaped.status_code == 200 and escaped.json()["id"] == jserver.model
     r = jserver.get("/v1/models/org/no-such-model")
