@@ -9,6 +9,9 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/model_arg.h"
@@ -27,6 +31,7 @@
 #include "core/thread_pool.h"
 #include "engine/load_engine.h"
 #include "server/api.h"
+#include "server/cors.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
@@ -56,7 +61,84 @@ struct ServeOptions {
   std::string tool_call_parser;  // empty: from the chat template
   bool enable_auto_tool_choice = false;
   std::string reasoning_parser;  // empty: none
+  std::string log_format = "text";
+  std::string metrics_prefix = "nanoserve";
+  // vLLM's CORS flags: JSON lists (vLLM's form) or comma-separated names; vLLM's defaults.
+  std::string allowed_origins = "[\"*\"]";
+  std::string allowed_methods = "[\"*\"]";
+  std::string allowed_headers = "[\"*\"]";
+  bool allow_credentials = false;
 };
+
+// A CORS flag's names: a JSON list of strings, as vLLM takes them (--allowed-origins
+// '["https://a.example"]'), or the names separated by commas.
+StatusOr<std::vector<std::string>> name_list(const char* flag, const std::string& value) {
+  std::vector<std::string> out;
+  if (!value.empty() && value.front() == '[') {
+    nlohmann::json j = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array()) return invalid_argument(std::string(flag) + ": not a JSON list: " + value);
+    for (const nlohmann::json& e : j) {
+      if (!e.is_string())
+        return invalid_argument(std::string(flag) + ": every entry must be a string: " + value);
+      out.push_back(e.get<std::string>());
+    }
+    return out;
+  }
+  size_t start = 0;
+  while (start <= value.size()) {
+    const size_t comma = value.find(',', start);
+    std::string name = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!name.empty() && name.front() == ' ') name.erase(name.begin());
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    if (!name.empty()) out.push_back(std::move(name));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+StatusOr<server::CorsOptions> cors_options(const ServeOptions& opt) {
+  server::CorsOptions c;
+  NS_ASSIGN_OR_RETURN(c.allowed_origins, name_list("--allowed-origins", opt.allowed_origins));
+  NS_ASSIGN_OR_RETURN(c.allowed_methods, name_list("--allowed-methods", opt.allowed_methods));
+  NS_ASSIGN_OR_RETURN(c.allowed_headers, name_list("--allowed-headers", opt.allowed_headers));
+  c.allow_credentials = opt.allow_credentials;
+  return c;
+}
+
+// The start-up lines that say what runs: device, dtypes, threads, batch limits, the KV pool and
+// max_model_len, all as the server will use them (max_model_len after any lowering to the pool).
+void log_engine(const LoadedEngine& m, const EngineConfig& config, const ThreadPool& pool,
+                int64_t max_model_len) {
+  Engine& engine = *m.engine;
+  const BlockManager& bm = engine.block_manager();
+  const bool cpu = m.device == Device::kCPU;
+  std::string kv_dtype = dtype_name(cpu ? config.kv_cache_dtype.value_or(DType::kF32) : DType::kBF16);
+  for (char& c : kv_dtype) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const int64_t tokens = static_cast<int64_t>(bm.num_blocks()) * bm.block_size();
+  const double mib = static_cast<double>(engine.runner().kv_bytes_per_block(bm.block_size())) *
+                     static_cast<double>(bm.num_blocks()) / (1024.0 * 1024.0);
+  NS_LOG(INFO)
+          .field("device", cpu ? "cpu" : "cuda")
+          .field("dtype", cpu ? "float32" : "bfloat16")
+          .field("kv_cache_dtype", kv_dtype)
+          .field("threads", pool.num_threads())
+          .field("max_num_seqs", config.max_num_seqs)
+          .field("max_num_batched_tokens", config.max_num_batched_tokens)
+          .field("block_size", bm.block_size())
+          .field("kv_cache_blocks", bm.num_blocks())
+          .field("kv_cache_tokens", tokens)
+          .field("max_model_len", max_model_len)
+      << "engine";
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "KV cache: %d blocks x %d tokens = %lld tokens (%.1f MiB); up to %.2f sequences of "
+                "max_model_len %lld; prefix caching %s",
+                bm.num_blocks(), bm.block_size(), static_cast<long long>(tokens), mib,
+                static_cast<double>(tokens) / static_cast<double>(max_model_len),
+                static_cast<long long>(max_model_len), bm.prefix_caching() ? "on" : "off");
+  NS_LOG(INFO) << line;
+}
 
 // The chat template chats render with: --chat-template, else the model's own. A model without
 // one, or whose template does not compile, still serves completions; its chat requests get a
@@ -127,6 +209,21 @@ class StopSignals {
   std::thread thread_;
 };
 
+// The periodic statistics line's interval: vLLM's VLLM_LOG_STATS_INTERVAL (seconds), else 10.
+double log_stats_interval_s() {
+  constexpr double kDefault = 10.0;
+  const char* env = std::getenv("VLLM_LOG_STATS_INTERVAL");
+  if (env == nullptr || *env == '\0') return kDefault;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(v > 0) || !std::isfinite(v)) {
+    NS_LOG(WARNING) << "VLLM_LOG_STATS_INTERVAL='" << env << "' is not a positive number of seconds; using "
+                    << kDefault;
+    return kDefault;
+  }
+  return v;
+}
+
 // A host as it goes into a URL: an IPv6 address in brackets (RFC 3986).
 std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos && host.front() != '[' ? "[" + host + "]" : host;
@@ -148,7 +245,10 @@ int run_serve(const ServeOptions& opt) {
   StatusOr<ModelSpec> spec =
       config.ok() ? model_spec_from_flags(opt.engine, opt.model) : StatusOr<ModelSpec>(config.status());
   Status checked = spec.ok() ? check_flags_against_model(opt.engine, *spec) : spec.status();
-  if (checked.ok()) checked = apply_vllm_serve_flags(opt.vllm, spec->path, &*config);
+  server::SamplingDefaults sampling_defaults;
+  if (checked.ok()) checked = apply_vllm_serve_flags(opt.vllm, spec->path, &*config, &sampling_defaults);
+  StatusOr<server::CorsOptions> cors = cors_options(opt);
+  if (checked.ok() && !cors.ok()) checked = cors.status();
   if (!checked.ok()) {
     std::fprintf(stderr, "nanoserve serve: %s\n", checked.to_string().c_str());
     return 2;
@@ -163,14 +263,13 @@ int run_serve(const ServeOptions& opt) {
     if (const char* env = std::getenv("NANOSERVE_API_KEY")) api_key = env;
   }
   const std::string& model_path = spec->path;
+  // vLLM's several names: each is answered; the first names the model in responses and metrics.
   std::string served_name = opt.served_model_names.empty() ? "" : opt.served_model_names[0];
-  if (opt.served_model_names.size() > 1) {
-    std::string rest;
-    for (size_t i = 1; i < opt.served_model_names.size(); ++i)
-      rest += (i > 1 ? "', '" : "") + opt.served_model_names[i];
-    NS_LOG(WARNING) << "--served-model-name: the API serves the first name, '" << served_name
-                    << "'; requests naming '" << rest
-                    << "' get 404 (answering several names is not there yet)";
+  std::vector<std::string> aliases;
+  for (size_t i = 1; i < opt.served_model_names.size(); ++i) {
+    const std::string& n = opt.served_model_names[i];
+    if (n != served_name && std::find(aliases.begin(), aliases.end(), n) == aliases.end())
+      aliases.push_back(n);
   }
   if (served_name.empty() && !spec->hub_id.empty()) served_name = spec->hub_id;  // as vLLM names it
   if (served_name.empty()) {
@@ -179,7 +278,7 @@ int run_serve(const ServeOptions& opt) {
     served_name = std::filesystem::is_directory(p) ? p.filename().string() : p.stem().string();
   }
 
-  server::ServerMetrics metrics(served_name);
+  server::ServerMetrics metrics(served_name, opt.metrics_prefix);
   server::ParseBudget::Options parse_budget;
   parse_budget.capacity_bytes = static_cast<size_t>(opt.max_parse_bytes);
   server::Api api(served_name, api_key, metrics, parse_budget, opt.metrics_require_key);
@@ -187,10 +286,16 @@ int run_serve(const ServeOptions& opt) {
   if (!opt.tool_call_parser.empty()) tool_options.parser = server::tool_format_named(opt.tool_call_parser);
   tool_options.enable_auto_tool_choice = opt.enable_auto_tool_choice;
   api.set_output_options(tool_options, !opt.reasoning_parser.empty());
+  api.set_model_aliases(aliases);
+  api.set_sampling_defaults(sampling_defaults);
+  api.set_version(NANOSERVE_VERSION);
+  api.set_model_root(spec->hub_id.empty() ? model_path : spec->hub_id);
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;
   http_opts.num_threads = opt.http_threads;
+  http_opts.cors = *cors;
+  http_opts.log_requests = !opt.vllm.disable_log_requests;
   server::HttpServer http(api, http_opts);
   auto port = http.bind();
   if (!port.ok()) {
@@ -220,7 +325,10 @@ int run_serve(const ServeOptions& opt) {
     return 1;
   }
   server::TokenizerCodec codec(*m.tokenizer, std::move(chat_template));
-  server::EngineLoop loop(*m.engine, metrics, server::EngineLoop::Options{opt.max_waiting_requests});
+  server::EngineLoop::Options loop_options;
+  loop_options.max_waiting = opt.max_waiting_requests;
+  loop_options.log_stats_interval_s = opt.vllm.disable_log_stats ? 0.0 : log_stats_interval_s();
+  server::EngineLoop loop(*m.engine, metrics, loop_options);
   loop.start();
   server::ProtocolLimits limits;
   limits.max_model_len = m.engine->max_model_len();
@@ -236,7 +344,7 @@ int run_serve(const ServeOptions& opt) {
   // once requests are taken (a client that waits for the line may send at once).
   signals.set_ready();
   api.set_ready(codec, loop, limits);
-  NS_LOG(INFO) << m.engine->capacity_line();
+  log_engine(m, *config, pool, limits.max_model_len);
   std::printf("nanoserve: ready, serving '%s' (max_model_len %lld) on http://%s:%d\n", served_name.c_str(),
               static_cast<long long>(limits.max_model_len), host.c_str(), *port);
   std::fflush(stdout);
@@ -267,8 +375,8 @@ CommandRun add_serve_command(CLI::App& app) {
   cmd->add_flag("--metrics-require-key", opt->metrics_require_key,
                 "/metrics needs the API key too (public by default, as in vLLM)");
   cmd->add_option("--served-model-name", opt->served_model_names,
-                  "model name in the API (default: file stem); vLLM's several names are taken, the first "
-                  "is the one served")
+                  "model names in the API (default: the file's stem or the hub id); each is answered, the "
+                  "first names the model in responses and metrics")
       ->expected(1, -1);
   add_engine_flags(cmd, opt->engine);
   add_vllm_serve_flags(cmd, opt->vllm);
@@ -300,12 +408,34 @@ CommandRun add_serve_command(CLI::App& app) {
         return server::reasoning_format_named(v) ? std::string()
                                                  : "unknown parser '" + v + "' (deepseek_r1, qwen3)";
       });
+  cmd->add_option("--log-format", opt->log_format,
+                  "text (default) or json: one JSON object per line, for log shippers")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--metrics-prefix", opt->metrics_prefix,
+         "the prefix of the metric names; vllm publishes as vLLM does (vllm:...), for its dashboards")
+      ->check([](const std::string& v) {
+        bool ok = !v.empty() && !std::isdigit(static_cast<unsigned char>(v[0]));
+        for (char c : v) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+        return ok ? std::string() : "a metric prefix is letters, digits and '_', not starting with a digit";
+      })
+      ->capture_default_str();
+  cmd->add_option("--allowed-origins", opt->allowed_origins,
+                  "CORS: origins allowed, a JSON list as vLLM takes it (or comma-separated)")
+      ->capture_default_str();
+  cmd->add_option("--allowed-methods", opt->allowed_methods, "CORS: methods allowed (a JSON list)")
+      ->capture_default_str();
+  cmd->add_option("--allowed-headers", opt->allowed_headers, "CORS: request headers allowed (a JSON list)")
+      ->capture_default_str();
+  cmd->add_flag("--allow-credentials", opt->allow_credentials, "CORS: allow credentials (cookies)");
   cmd->add_option("--max-parse-bytes", opt->max_parse_bytes,
                   "request-body bytes parsed at once (parsing costs up to 40x the body); "
                   "a body that finds no room within 1 s gets 503")
       ->check(CLI::Range(min_parse_bytes, int64_t{1} << 40))
       ->capture_default_str();
   return [opt] {
+    set_log_format(opt->log_format == "json" ? LogFormat::kJson : LogFormat::kText);
     StatusOr<std::string> model = resolve_model_arg(opt->model_arg);
     if (!model.ok()) {
       std::fprintf(stderr, "nanoserve serve: %s\n", model.status().message().c_str());

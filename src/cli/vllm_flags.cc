@@ -19,10 +19,6 @@ Status refuse_parallel(const char* flag, int n, const char* what) {
                           ": nanoserve runs a model on one device (" + what + " is not there yet); use 1");
 }
 
-// The value of a sampling default in generation_config.json, as vLLM reads them.
-constexpr const char* kSamplingDefaults[] = {"temperature",        "top_p",         "top_k", "min_p",
-                                             "repetition_penalty", "max_new_tokens"};
-
 }  // namespace
 
 void add_vllm_engine_flags(CLI::App* sub, EngineFlags& f) {
@@ -129,10 +125,14 @@ void add_vllm_serve_flags(CLI::App* serve, VllmServeFlags& f) {
   serve->add_option(
       "--seed", f.seed,
       "Seed of the requests that bring none (each request's own seed is derived from it and its id)");
-  serve->add_option(
-      "--generation-config", f.generation_config,
-      "vllm (default here): requests use their own fields, else neutral defaults; auto or FOLDER: "
-      "refused when its generation_config.json sets sampling defaults, which are not applied");
+  serve
+      ->add_option(
+          "--generation-config", f.generation_config,
+          "auto (default, as vLLM): the model folder's generation_config.json sets the sampling defaults "
+          "(temperature, top_p, top_k, min_p, repetition_penalty; max_new_tokens caps max_tokens) of "
+          "requests "
+          "that omit them; FOLDER: that folder's file; vllm: none (neutral defaults)")
+      ->capture_default_str();
   serve->add_flag("--disable-log-requests", f.disable_log_requests, "No log line per request");
   serve->add_flag("--disable-log-stats", f.disable_log_stats, "No periodic statistics line");
   serve
@@ -141,7 +141,8 @@ void add_vllm_serve_flags(CLI::App* serve, VllmServeFlags& f) {
       ->check(CLI::IsMember({"critical", "error", "warning", "info", "debug", "trace"}));
 }
 
-Status apply_vllm_serve_flags(const VllmServeFlags& f, const std::string& model_path, EngineConfig* config) {
+Status apply_vllm_serve_flags(const VllmServeFlags& f, const std::string& model_path, EngineConfig* config,
+                              server::SamplingDefaults* defaults) {
   if (f.seed.has_value()) config->seed = *f.seed;
   if (!f.uvicorn_log_level.empty()) {
     const std::string& l = f.uvicorn_log_level;
@@ -150,6 +151,7 @@ Status apply_vllm_serve_flags(const VllmServeFlags& f, const std::string& model_
                   : l == "warning"             ? LogLevel::kWarning
                                                : LogLevel::kError);
   }
+  *defaults = {};
   const std::string& g = f.generation_config;
   if (g.empty() || g == "vllm") return Status::ok_status();
   const fs::path dir = g == "auto" ? fs::path(model_path) : fs::path(g);
@@ -160,18 +162,18 @@ Status apply_vllm_serve_flags(const VllmServeFlags& f, const std::string& model_
   }
   const fs::path file = dir / "generation_config.json";
   if (!fs::is_directory(dir) || !fs::exists(file)) return Status::ok_status();  // no defaults to apply
-  NS_ASSIGN_OR_RETURN(nlohmann::json j, read_json_file(file.string(), uint64_t{1} << 20));
-  std::string set;
-  for (const char* k : kSamplingDefaults) {
-    if (j.is_object() && j.contains(k) && !j[k].is_null()) {
-      set += (set.empty() ? "" : ", ") + std::string(k) + " " + j[k].dump();
-    }
+  StatusOr<nlohmann::json> j = read_json_file(file.string(), uint64_t{1} << 20);
+  if (!j.ok()) return invalid_argument("--generation-config " + g + ": " + j.status().message());
+  StatusOr<server::SamplingDefaults> d = server::sampling_defaults_from_generation_config(*j);
+  if (!d.ok())
+    return invalid_argument("--generation-config " + g + ": " + file.string() + ": " + d.status().message());
+  *defaults = *d;
+  if (!defaults->empty()) {
+    NS_LOG(INFO) << "--generation-config " << g << ": requests that omit them get " << file.string()
+                 << "'s sampling defaults: " << defaults->describe()
+                 << " (--generation-config vllm for neutral defaults)";
   }
-  if (set.empty()) return Status::ok_status();
-  return invalid_argument("--generation-config " + g + ": " + file.string() + " sets sampling defaults (" +
-                          set +
-                          ") that the server does not apply; requests use their own fields, else neutral "
-                          "defaults. Pass --generation-config vllm (the default here) for that");
+  return Status::ok_status();
 }
 
 std::vector<std::string> expand_vllm_short_flags(int argc, char** argv) {

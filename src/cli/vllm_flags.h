@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/engine.h"
+#include "server/sampling_defaults.h"
 
 namespace nanoserve::cli {
 
@@ -40,8 +41,10 @@ Status apply_vllm_engine_flags(const EngineFlags& flags, Device device, EngineCo
 void note_vllm_engine_flags(const EngineFlags& flags, Device device);
 
 struct VllmServeFlags {
-  std::optional<uint64_t> seed;   // the engine seed of requests that bring none
-  std::string generation_config;  // "" or "vllm": no model defaults; "auto" or a folder: checked
+  std::optional<uint64_t> seed;  // the engine seed of requests that bring none
+  // auto (vLLM's default): the model folder's generation_config.json; FOLDER: that folder's;
+  // vllm: none. Its sampling defaults apply to the fields a request leaves out.
+  std::string generation_config = "auto";
   bool disable_log_requests = false;
   bool disable_log_stats = false;
   std::string uvicorn_log_level;  // critical | error | warning | info | debug | trace
@@ -49,13 +52,13 @@ struct VllmServeFlags {
 
 void add_vllm_serve_flags(CLI::App* serve, VllmServeFlags& flags);
 
-// Applies the serve flags: the seed into `config`, the log level. For
-// --generation-config auto (the model folder's generation_config.json) or
-// FOLDER: INVALID_ARGUMENT naming the sampling defaults it sets, since the
-// server does not apply a model's defaults (requests use their own fields,
-// else vLLM's neutral defaults, which is --generation-config vllm).
+// Applies the serve flags: the seed into `config`, the log level, and the
+// sampling defaults of --generation-config into `defaults` (none for vllm, or
+// when the folder has no generation_config.json; a model file's folder is not
+// read: a GGUF carries no generation config). INVALID_ARGUMENT naming the flag
+// for a FOLDER that is not one, or a file with a bad value.
 Status apply_vllm_serve_flags(const VllmServeFlags& flags, const std::string& model_path,
-                              EngineConfig* config);
+                              EngineConfig* config, server::SamplingDefaults* defaults);
 
 // vLLM's two-letter short flags (-tp 2, -tp=2, and -pp, -dp) as their long
 // names, which CLI11 takes; every other argument is kept as it is.

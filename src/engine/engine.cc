@@ -232,6 +232,7 @@ RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& output
   o.id = r->id;
   o.num_prompt_tokens = static_cast<int32_t>(r->prompt.size());
   o.arrival_time = r->arrival_time;
+  o.first_scheduled_time = r->first_scheduled_time;
   return o;
 }
 
@@ -361,6 +362,9 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   if (plan.empty()) {
     publish_stats();
     return Status();
+  }
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (c.request->first_scheduled_time == Clock::time_point{}) c.request->first_scheduled_time = step_start;
   }
   build_batch(plan);
   // The step's one check: the runner, its pools and its kernels read what passes unchecked.

@@ -86,6 +86,7 @@ struct RequestOutput {
   int32_t num_output_tokens = 0;  // so far, including new_tokens
   int32_t num_preemptions = 0;
   Clock::time_point arrival_time;
+  Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} if none did
   Clock::time_point first_token_time;  // valid when num_output_tokens > 0
   Clock::time_point finish_time;       // valid when finished
 

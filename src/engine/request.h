@@ -62,6 +62,7 @@ struct Request {
   int64_t prompt_logprobs_next = 0;
 
   Clock::time_point arrival_time;
+  Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} before
   Clock::time_point first_token_time;  // valid once output is non-empty
   Clock::time_point finish_time;       // valid once finished
 

@@ -79,12 +79,15 @@ void Api::set_ready(const ModelCodec& codec, EngineLoop& loop, const ProtocolLim
   loop_ = &loop;
   limits_ = limits;
   limits_.served_model_name = served_model_name_;
+  limits_.served_model_aliases = aliases_;
+  limits_.sampling_defaults = sampling_defaults_;
   ready_.store(true, std::memory_order_release);
 }
 
 const RouteSpec* find_route(std::string_view path) {
   static constexpr RouteSpec kRoutes[] = {
       {Route::kHealth, "/health", "GET"},
+      {Route::kVersion, "/version", "GET"},
       {Route::kModels, "/v1/models", "GET"},
       {Route::kMetrics, "/metrics", "GET"},
       {Route::kTokenize, "/tokenize", "POST"},
@@ -94,22 +97,54 @@ const RouteSpec* find_route(std::string_view path) {
       {Route::kMessages, "/v1/messages", "POST"},
       {Route::kResponses, "/v1/responses", "POST"},
   };
+  static constexpr RouteSpec kModel{Route::kModel, "/v1/models/{id}", "GET"};
+  static constexpr std::string_view kModelPrefix = "/v1/models/";
   for (const RouteSpec& r : kRoutes) {
     if (r.path == path) return &r;
   }
+  if (path.size() > kModelPrefix.size() && path.substr(0, kModelPrefix.size()) == kModelPrefix)
+    return &kModel;
   return nullptr;
+}
+
+std::optional<std::string> model_id_of_path(std::string_view path) {
+  constexpr std::string_view kPrefix = "/v1/models/";
+  if (path.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
+  const std::string_view raw = path.substr(kPrefix.size());
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string id;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] != '%') {
+      id.push_back(raw[i]);
+      continue;
+    }
+    if (i + 2 >= raw.size()) return std::nullopt;  // '%' needs two hex digits after it
+    const int a = hex(raw[i + 1]);
+    const int b = hex(raw[i + 2]);
+    if (a < 0 || b < 0) return std::nullopt;
+    id.push_back(static_cast<char>(a * 16 + b));
+    i += 2;
+  }
+  return id;
 }
 
 bool Api::needs_auth(Route route) const {
   if (api_key_.empty()) return false;
   if (route == Route::kMetrics) return metrics_require_key_;
-  return !(route == Route::kHealth || route == Route::kModels);
+  return !(route == Route::kHealth || route == Route::kVersion);
 }
 
-Outcome Api::handle(Route route, std::string_view body) {
+Outcome Api::handle(Route route, std::string_view body, std::string_view path) {
   switch (route) {
     case Route::kHealth: return health();
+    case Route::kVersion: return version();
     case Route::kModels: return models();
+    case Route::kModel: return model(path);
     case Route::kMetrics: return metrics();
     case Route::kTokenize: return tokenize(body);
     case Route::kDetokenize: return detokenize(body);
@@ -158,11 +193,34 @@ Reply Api::health() const {
   return Reply{200, "{\"status\":\"ok\"}"};
 }
 
-Reply Api::models() const {
-  json model{
-      {"id", served_model_name_}, {"object", "model"}, {"created", created_}, {"owned_by", "nanoserve"}};
+Reply Api::version() const {
+  return Reply{200, dump_json(json{{"version", version_}})};
+}
+
+json Api::model_json(const std::string& id) const {
+  // vLLM's model card: every name is a card of the same model, whose root is what was loaded.
+  json model{{"id", id},
+             {"object", "model"},
+             {"created", created_},
+             {"owned_by", "nanoserve"},
+             {"root", model_root_.empty() ? served_model_name_ : model_root_},
+             {"parent", nullptr}};
   if (ready()) model["max_model_len"] = limits_.max_model_len;
-  return Reply{200, dump_json(json{{"object", "list"}, {"data", json::array({model})}})};
+  return model;
+}
+
+Reply Api::models() const {
+  json data = json::array({model_json(served_model_name_)});
+  for (const std::string& alias : aliases_) data.push_back(model_json(alias));
+  return Reply{200, dump_json(json{{"object", "list"}, {"data", std::move(data)}})};
+}
+
+Reply Api::model(std::string_view path) const {
+  const std::optional<std::string> id = model_id_of_path(path);
+  if (!id) return error_reply(bad_request("The model id in the path has a malformed %-escape.", "model"));
+  if (*id == served_model_name_ || std::find(aliases_.begin(), aliases_.end(), *id) != aliases_.end())
+    return Reply{200, dump_json(model_json(*id))};
+  return error_reply(model_not_found(*id));
 }
 
 Reply Api::metrics() const {
@@ -215,7 +273,7 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
     const std::string label = quote_excerpt(name);  // a label, not a 4 MiB key
     if (metrics_.unknown_field(label)) {
       NS_LOG(WARNING) << "request field '" << label << "' is not known and is ignored; counted in "
-                      << "nanoserve:request_unknown_fields_total, logged once";
+                      << metrics_.name("request_unknown_fields_total") << ", logged once";
     }
   }
   auto constraint = structured_.constraint_for(r, *codec_);
@@ -285,6 +343,8 @@ std::variant<Reply, std::unique_ptr<GenerationJob>> Api::generate(Endpoint endpo
     auto max_tokens = check_context_length(static_cast<int64_t>(ids.size()), r.max_tokens,
                                            limits_.max_model_len, endpoint);
     if (auto* e = std::get_if<ApiError>(&max_tokens)) return error_reply(*e);
+    if (const auto cap = limits_.sampling_defaults.max_tokens)  // generation_config's max_new_tokens
+      std::get<int64_t>(max_tokens) = std::min(std::get<int64_t>(max_tokens), *cap);
     if (r.params.min_tokens > std::get<int64_t>(max_tokens)) {
       return error_reply(bad_request(
           "'min_tokens' (" + std::to_string(r.params.min_tokens) + ") is more than the " +

@@ -18,7 +18,9 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 EngineLoop::EngineLoop(Engine& engine, ServerMetrics& metrics, Options options)
-    : engine_(engine), metrics_(metrics), options_(options) {}
+    : engine_(engine), metrics_(metrics), options_(options), stats_log_(options.log_stats_interval_s) {
+  metrics_.set_max_model_len(engine_.max_model_len());
+}
 
 EngineLoop::~EngineLoop() {
   stop();
@@ -67,10 +69,10 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
   }
   if (engine_.stats().num_waiting + static_cast<int64_t>(choices.size()) > options_.max_waiting)
     return resource_exhausted("waiting queue is full");
+  auto tally = std::make_shared<RequestTally>();
   for (size_t i = 0; i < choices.size(); ++i) {
     const int64_t prompt_len = static_cast<int64_t>(choices[i].prompt.size());
-    StatusOr<RequestId> id = engine_.add_request(std::move(choices[i].prompt),
-                                                 choices[i].params);
+    StatusOr<RequestId> id = engine_.add_request(std::move(choices[i].prompt), choices[i].params);
     if (!id.ok()) {
       handle.ids.push_back(0);
       metrics_.request_finished(FinishReason::kError);
@@ -83,7 +85,8 @@ StatusOr<EngineLoop::Handle> EngineLoop::submit(std::vector<EngineRequest> choic
       continue;
     }
     handle.ids.push_back(*id);
-    tracked_.emplace(*id, Tracked{handle.stream, static_cast<int>(i), now});
+    tracked_.emplace(*id, Tracked{handle.stream, static_cast<int>(i), now, tally});
+    ++tally->unfinished;
     metrics_.prompt_tokens_total.inc(static_cast<double>(prompt_len));
   }
   return handle;
@@ -99,7 +102,10 @@ void EngineLoop::abort(const Handle& handle) {
 void EngineLoop::run() {
   outputs_.reserve(1024);
   while (!stop_flag_.load()) {
-    if (!engine_.wait_for_work(std::chrono::milliseconds(50))) continue;
+    if (!engine_.wait_for_work(std::chrono::milliseconds(50))) {
+      stats_log_.tick(Clock::now(), engine_.stats());  // the interval that went idle gets its line
+      continue;
+    }
     const Status s = engine_.step(outputs_);
     num_steps_.fetch_add(1);
     // Gauges first: a client that reacts to its token must already see this step's queue.
@@ -109,6 +115,7 @@ void EngineLoop::run() {
       NS_LOG(ERROR) << "engine step failed: " << s.to_string();
     }
     handle_outputs(outputs_);
+    stats_log_.tick(Clock::now(), engine_.stats());
   }
 }
 
@@ -137,7 +144,9 @@ void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
       if (o.num_output_tokens - static_cast<int32_t>(o.new_tokens.size() - i) == 0) {
         metrics_.time_to_first_token_seconds.observe(seconds_between(o.arrival_time, now));
       } else {
-        metrics_.inter_token_latency_seconds.observe(seconds_between(t.last_token, now));
+        const double itl = seconds_between(t.last_token, now);
+        metrics_.inter_token_latency_seconds.observe(itl);
+        metrics_.time_per_output_token_seconds.observe(itl);
       }
       t.last_token = now;
       TokenEvent ev;
@@ -167,24 +176,41 @@ void EngineLoop::handle_outputs(const std::vector<RequestOutput>& outputs) {
       t.stream->push(std::move(ev));
     }
     if (o.finished()) {
-      finish_locked(o.id, t, o.finish_reason, o.arrival_time,
-                    o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string(),
-                    o.stop_string);
+      observe_finished(t, o, now);
+      finish_locked(t, o,
+                    o.finish_reason == FinishReason::kError ? "engine error: " + o.error : std::string());
       tracked_.erase(it);
     }
   }
 }
 
-void EngineLoop::finish_locked(RequestId, Tracked& t, FinishReason reason, Clock::time_point arrival,
-                               const std::string& error, const std::string& stop_string) {
-  metrics_.e2e_request_latency_seconds.observe(seconds_between(arrival, Clock::now()));
-  metrics_.request_finished(reason);
+void EngineLoop::finish_locked(Tracked& t, const RequestOutput& o, const std::string& error) {
+  metrics_.request_finished(o.finish_reason);
   TokenEvent ev;
   ev.choice = t.choice;
-  ev.finish = reason;
+  ev.finish = o.finish_reason;
   ev.error = error;
-  ev.stop_string = stop_string;
+  ev.stop_string = o.stop_string;
   t.stream->push(std::move(ev));
+}
+
+void EngineLoop::observe_finished(Tracked& t, const RequestOutput& o, Clock::time_point now) {
+  // vLLM's intervals: queued (arrival -> first scheduled), prefill (-> first token), decode
+  // (-> last token); inference is prefill + decode.
+  metrics_.e2e_request_latency_seconds.observe(seconds_between(o.arrival_time, now));
+  const bool scheduled = o.first_scheduled_time != Clock::time_point{};
+  if (scheduled)
+    metrics_.request_queue_time_seconds.observe(seconds_between(o.arrival_time, o.first_scheduled_time));
+  if (scheduled && o.num_output_tokens > 0) {
+    metrics_.request_prefill_time_seconds.observe(
+        seconds_between(o.first_scheduled_time, o.first_token_time));
+    metrics_.request_decode_time_seconds.observe(seconds_between(o.first_token_time, now));
+    metrics_.request_inference_time_seconds.observe(seconds_between(o.first_scheduled_time, now));
+  }
+  metrics_.observe_request_tokens(o.num_prompt_tokens, o.num_output_tokens);
+  RequestTally& tally = *t.tally;
+  tally.max_generation_tokens = std::max<int64_t>(tally.max_generation_tokens, o.num_output_tokens);
+  if (--tally.unfinished == 0) metrics_.observe_max_generation_tokens(tally.max_generation_tokens);
 }
 
 void EngineLoop::update_gauges() {

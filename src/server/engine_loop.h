@@ -19,6 +19,7 @@
 #include "server/metrics.h"
 #include "server/protocol.h"
 #include "server/request_stream.h"
+#include "server/stats_log.h"
 
 namespace nanoserve::server {
 
@@ -33,6 +34,9 @@ class EngineLoop {
   struct Options {
     // Sequences that may wait in the Engine before submit refuses with RESOURCE_EXHAUSTED.
     int64_t max_waiting = 256;
+    // The periodic statistics line (server/stats_log.h) every this many seconds while busy;
+    // 0: none (--disable-log-stats).
+    double log_stats_interval_s = 0.0;
   };
 
   // A submitted request: its stream and the Engine's ids of its choices (0
@@ -65,18 +69,24 @@ class EngineLoop {
   uint64_t num_steps() const { return num_steps_.load(); }
 
  private:
+  // What the choices of one request share: how many are unfinished, and the most tokens one made.
+  struct RequestTally {
+    int unfinished = 0;
+    int64_t max_generation_tokens = 0;
+  };
   struct Tracked {
     std::shared_ptr<RequestStream> stream;
     int choice = 0;
     std::chrono::steady_clock::time_point last_token;
+    std::shared_ptr<RequestTally> tally;
   };
 
   void run();
   void handle_outputs(const std::vector<RequestOutput>& outputs);
   // Under mu_: the choice's last event and its metrics; the caller untracks it.
-  void finish_locked(RequestId id, Tracked& t, FinishReason reason,
-                     std::chrono::steady_clock::time_point arrival, const std::string& error,
-                     const std::string& stop_string = {});
+  void finish_locked(Tracked& t, const RequestOutput& o, const std::string& error);
+  // The request-level histograms of a choice that finished with output `o`, at `now`.
+  void observe_finished(Tracked& t, const RequestOutput& o, std::chrono::steady_clock::time_point now);
   void update_gauges();
 
   Engine& engine_;
@@ -92,6 +102,7 @@ class EngineLoop {
   std::vector<RequestOutput> outputs_;
   int64_t last_preemptions_ = 0, last_prefix_queries_ = 0, last_prefix_hits_ = 0;
   std::atomic<uint64_t> num_steps_{0};
+  StatsLog stats_log_;
 
   std::thread thread_;
 };

@@ -48,6 +48,10 @@ class GenerationJob {
   GenerationJob& operator=(const GenerationJob&) = delete;
 
   bool streaming() const { return stream_; }
+  // For the request log: the response's id and the usage so far.
+  const std::string& request_id() const { return meta_.id; }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  int64_t completion_tokens() const { return completion_tokens_; }
 
   // Waits up to `timeout` for events and processes them. When streaming,
   // appends the SSE text to send (the first call also sends the role chunks).

@@ -30,6 +30,7 @@ using std::chrono::milliseconds;
 constexpr int kLingerMs = 2000;                 // after a closing reply: reading what the client still sends
 constexpr size_t kReadChunk = 16384;            // bytes asked for by one read
 constexpr uint64_t kLargeBodyBytes = 64 << 10;  // bodies above (or chunked) count against max_large_bodies
+constexpr size_t kMaxLoggedPath = 256;          // a longer path is cut in the request log
 
 std::string_view sv(beast::string_view s) {
   return {s.data(), s.size()};
@@ -117,6 +118,8 @@ void Connection::wait_for_request() {
   state_ = State::kIdle;
   if (stop_requested_) return close_now();
   parser_.emplace();
+  cors_headers_.clear();
+  record_ = RequestRecord{};
   parser_->header_limit(static_cast<std::uint32_t>(opt_.max_header_bytes));
   parser_->body_limit(static_cast<std::uint64_t>(opt_.max_body_bytes));
   head_only_ = false;
@@ -203,10 +206,27 @@ void Connection::on_head() {
         501, "Method '" + quote_excerpt(std::string(sv(req.method_string()))) + "' is not implemented.",
         "method_not_implemented"));
   }
-  // Unknown paths are 404 before any key check; only known protected routes say 401.
-  const RouteSpec* route = find_route(target.substr(0, target.find('?')));
-  if (route == nullptr) return send_error(from_http_status(404));
   const std::string_view method = sv(req.method_string());
+  path_ = std::string(target.substr(0, target.find('?')));
+  record_.active = true;
+  record_.start = RequestRecord::Clock::now();
+  record_.method = std::string(method);
+  record_.path = path_.size() <= kMaxLoggedPath ? path_ : path_.substr(0, kMaxLoggedPath) + "...";
+  // A preflight is answered before routing and without the key, as vLLM's middleware does.
+  if (handle_cors()) return;
+  // Unknown paths are 404 before any key check; only known protected routes say 401.
+  const RouteSpec* route = find_route(path_);
+  if (route == nullptr) return send_error(from_http_status(404));
+  switch (route->route) {
+    case Route::kTokenize:
+    case Route::kDetokenize:
+    case Route::kChat:
+    case Route::kCompletion:
+    case Route::kMessages:
+    case Route::kResponses: record_.api_endpoint = true; break;
+    case Route::kHealth: record_.probe = true; break;
+    default: break;
+  }
   head_only_ = method == "HEAD" && route->method == "GET";
   if (method != route->method && !head_only_) {
     std::string allow = route->method == "GET" ? "GET, HEAD" : std::string(route->method);
@@ -276,13 +296,42 @@ void Connection::dispatch() {
   std::string body = std::move(parser_->get().body());
   parser_.reset();
   asio::post(server_.handlers, [self = shared_from_this(), route = route_, body = std::move(body),
-                                guard = asio::make_work_guard(server_.ioc)]() mutable {
-    Outcome outcome = self->server_.run(route, body);
+                                path = path_, guard = asio::make_work_guard(server_.ioc)]() mutable {
+    Outcome outcome = self->server_.run(route, body, path);
     asio::post(self->stream_.get_executor(),
                [self, outcome = std::move(outcome), guard = std::move(guard)]() mutable {
                  self->on_outcome(std::move(outcome));
                });
   });
+}
+
+bool Connection::handle_cors() {
+  if (!server_.cors) return false;
+  const auto& req = parser_->get();
+  const auto origin = req.find(http::field::origin);
+  const auto method = req.find(http::field::access_control_request_method);
+  if (origin != req.end() && req.method() == http::verb::options && method != req.end()) {
+    const auto asked = req.find(http::field::access_control_request_headers);
+    std::optional<std::string_view> headers;
+    if (asked != req.end()) headers = sv(asked->value());
+    const bool private_network = req.find("Access-Control-Request-Private-Network") != req.end();
+    CorsPolicy::Preflight p =
+        server_.cors->preflight(sv(origin->value()), sv(method->value()), headers, private_network);
+    keep_alive_ = keep_alive_ && parser_->is_done();
+    send_reply(Reply{p.status, std::move(p.body), "text/plain; charset=utf-8"}, p.headers);
+    return true;
+  }
+  std::optional<std::string_view> o;
+  if (origin != req.end()) o = sv(origin->value());
+  cors_headers_ = server_.cors->response_headers(o);
+  return false;
+}
+
+void Connection::log_request(int status) {
+  if (!server_.options.log_requests) return;
+  if (!record_.active && status < 400) return;  // nothing of this request was read: not one to log
+  log_request_line(record_, status, RequestRecord::Clock::now());
+  record_.active = false;
 }
 
 void Connection::release_large_body() {
@@ -301,9 +350,10 @@ void Connection::on_outcome(Outcome outcome) {
     chunked_ = version_ == 11;  // HTTP/1.0 has no chunks: the stream ends with the connection
     if (!chunked_) keep_alive_ = false;
     keep_alive_ = keep_alive_ && !server_.stopping.load();
+    Headers extra{{"Cache-Control", "no-cache"}};
+    extra.insert(extra.end(), cors_headers_.begin(), cors_headers_.end());
     out_ += response_head(200, reason_of(200), "text/event-stream",
-                          chunked_ ? Framing::kChunked : Framing::kClose, 0, keep_alive_,
-                          {{"Cache-Control", "no-cache"}});
+                          chunked_ ? Framing::kChunked : Framing::kClose, 0, keep_alive_, extra);
   }
   // Engine thread: cheap and non-blocking. One wake-up is in flight at a time.
   std::weak_ptr<Connection> weak = shared_from_this();
@@ -323,11 +373,19 @@ void Connection::pump() {
   if (closed_ || !job_ || write_in_flight_) return;
   std::string sse;
   const bool done = job_->poll(&sse, milliseconds(0));
+  if (!record_.first_token && job_->completion_tokens() > 0)
+    record_.first_token = RequestRecord::Clock::now();
+  if (done) {
+    record_.id = job_->request_id();
+    record_.prompt_tokens = job_->prompt_tokens();
+    record_.output_tokens = job_->completion_tokens();
+  }
   if (job_->streaming()) {
     if (!sse.empty()) out_ += chunked_ ? chunk_frame(sse) : sse;
     if (done) {
       if (chunked_) out_ += kLastChunk;
       end_job();
+      log_request(200);
     }
     return flush();
   }
@@ -352,8 +410,16 @@ void Connection::send_error(const ApiError& e, const Headers& extra) {
 void Connection::send_reply(const Reply& reply, const Headers& extra) {
   state_ = State::kHandling;
   keep_alive_ = keep_alive_ && !server_.stopping.load() && !stop_requested_;
+  const Headers* headers = &extra;
+  Headers with_cors;
+  if (!cors_headers_.empty()) {
+    with_cors = extra;
+    with_cors.insert(with_cors.end(), cors_headers_.begin(), cors_headers_.end());
+    headers = &with_cors;
+  }
   out_ += response_head(reply.status, reason_of(reply.status), reply.content_type, Framing::kLength,
-                        reply.body.size(), keep_alive_, extra);
+                        reply.body.size(), keep_alive_, *headers);
+  log_request(reply.status);
   if (!head_only_) out_ += reply.body;
   response_complete_ = true;
   flush();
@@ -410,6 +476,14 @@ void Connection::on_server_stop() {
 void Connection::close_now() {
   if (closed_) return;
   closed_ = true;
+  if (record_.active && state_ == State::kHandling) {
+    if (job_) {
+      record_.id = job_->request_id();
+      record_.prompt_tokens = job_->prompt_tokens();
+      record_.output_tokens = job_->completion_tokens();
+    }
+    log_request(kClientClosedStatus);
+  }
   if (state_ != State::kHandling) release_large_body();  // else the handler still holds the body
   if (job_) {
     job_->set_on_ready({});

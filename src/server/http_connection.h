@@ -33,6 +33,7 @@
 #include "server/api.h"
 #include "server/http_framing.h"
 #include "server/http_server.h"
+#include "server/request_log.h"
 
 namespace nanoserve::server {
 
@@ -51,10 +52,11 @@ struct HttpServer::Impl {
   void accept();
   void begin_stop();
   void drain(std::chrono::steady_clock::time_point deadline);
-  Outcome run(Route route, std::string_view body);
+  Outcome run(Route route, std::string_view body, std::string_view path);
 
   Api& api;
   const HttpOptions options;
+  const std::optional<CorsPolicy> cors;
   std::atomic<bool> stopping{false};
   std::atomic<int> num_connections{0};
   std::atomic<int> num_large_bodies{0};
@@ -104,6 +106,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void release_large_body();
   void on_outcome(Outcome outcome);
 
+  // The request's CORS headers (from its Origin), or its preflight answered; true when answered.
+  bool handle_cors();
+  // The request log line (server/request_log.h) of the request answered with `status`.
+  void log_request(int status);
+
   // Takes what the job has (never waits) and writes it; one write in flight at a time.
   void pump();
   void end_job();
@@ -127,6 +134,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   State state_ = State::kIdle;
   Route route_ = Route::kHealth;
+  std::string path_;      // the request's target without its query
+  Headers cors_headers_;  // added to every response to this request
+  RequestRecord record_;  // what the request log line says
   unsigned version_ = 11;
   bool first_request_ = true;
   bool keep_alive_ = true;

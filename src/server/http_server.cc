@@ -26,6 +26,7 @@ using std::chrono::milliseconds;
 HttpServer::Impl::Impl(Api& api, HttpOptions options)
     : api(api),
       options(std::move(options)),
+      cors(this->options.cors ? std::optional<CorsPolicy>(CorsPolicy(*this->options.cors)) : std::nullopt),
       ioc(std::max(1, this->options.num_threads)),
       acceptor(ioc),
       retry_timer(ioc),
@@ -37,9 +38,9 @@ HttpServer::Impl::~Impl() {
   handlers.join();
 }
 
-Outcome HttpServer::Impl::run(Route route, std::string_view body) {
+Outcome HttpServer::Impl::run(Route route, std::string_view body, std::string_view path) {
   try {
-    return api.handle(route, body);
+    return api.handle(route, body, path);
   } catch (const std::exception& e) {
     NS_LOG(ERROR) << "request handler threw: " << e.what();
     return Api::error_reply(internal(std::string("internal server error: ") + e.what()));

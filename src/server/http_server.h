@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 #include "server/api.h"
+#include "server/cors.h"
 
 namespace nanoserve::server {
 
@@ -22,12 +24,12 @@ struct HttpOptions {
   // Handler threads: the Api's endpoints (JSON parse, tokenization, the parse
   // budget's wait) run here, so a large body never stalls the I/O threads.
   int num_handler_threads = 4;
-  size_t max_body_bytes = size_t{4} << 20;   // larger bodies (chunked too) get 413
-  size_t max_header_bytes = size_t{16} << 10;  // request line + header lines: beyond, 431
+  size_t max_body_bytes = size_t{4} << 20;         // larger bodies (chunked too) get 413
+  size_t max_header_bytes = size_t{16} << 10;      // request line + header lines: beyond, 431
   size_t max_header_line_bytes = size_t{8} << 10;  // one header line: beyond, 431
   size_t max_target_bytes = size_t{8} << 10;       // the request target: beyond, 414
   int max_headers = 100;                           // header lines: beyond, 431
-  int max_connections = 8192;  // open connections; more are closed at once
+  int max_connections = 8192;                      // open connections; more are closed at once
   // Bodies over 64 KiB (or chunked) received or handled at once; more get 503 + Retry-After.
   // Bounds the memory of bodies in flight (about 7 MiB resident per 4 MiB body) to about 450 MiB.
   int max_large_bodies = 64;
@@ -38,6 +40,11 @@ struct HttpOptions {
   int write_timeout_ms = 60000;      // a client that reads nothing for this long is gone
   // At stop(): how long in-flight responses get to finish before connections are cut.
   int shutdown_grace_ms = 5000;
+  // Cross-origin requests (server/cors.h); nullopt: no CORS headers and no preflight answers.
+  // serve always sets it, to vLLM's defaults unless its flags say otherwise.
+  std::optional<CorsOptions> cors;
+  // One log line per request (serve's default; --disable-log-requests turns it off).
+  bool log_requests = false;
 };
 
 class HttpServer {

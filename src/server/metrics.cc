@@ -161,57 +161,116 @@ std::vector<double> e2e_buckets() {
 }
 }  // namespace
 
-ServerMetrics::ServerMetrics(const std::string& model_name)
-    : num_requests_running(registry.gauge("nanoserve:num_requests_running",
+std::vector<double> one_two_five_buckets(int64_t max) {
+  std::vector<double> out;
+  for (int64_t scale = 1;; scale *= 10) {
+    for (int64_t m : {1, 2, 5}) {
+      if (m * scale > max) return out.empty() ? std::vector<double>{1.0} : out;
+      out.push_back(static_cast<double>(m * scale));
+    }
+    if (scale > (int64_t{1} << 58)) return out;
+  }
+}
+
+ServerMetrics::ServerMetrics(const std::string& model_name, const std::string& prefix)
+    : num_requests_running(registry.gauge(prefix + ":num_requests_running",
                                           "Number of requests in the running batch.",
                                           {{"model_name", model_name}})),
-      num_requests_waiting(registry.gauge("nanoserve:num_requests_waiting",
+      num_requests_waiting(registry.gauge(prefix + ":num_requests_waiting",
                                           "Number of requests waiting to run.",
                                           {{"model_name", model_name}})),
       kv_cache_usage_perc(
-          registry.gauge("nanoserve:kv_cache_usage_perc",
+          registry.gauge(prefix + ":kv_cache_usage_perc",
                          "KV-cache usage: the fraction of blocks in use, 1 means 100 percent.",
                          {{"model_name", model_name}})),
-      prompt_tokens_total(registry.counter("nanoserve:prompt_tokens_total",
+      gpu_cache_usage_perc(
+          registry.gauge(prefix + ":gpu_cache_usage_perc",
+                         "KV-cache usage, as kv_cache_usage_perc (vLLM's older name; also on a CPU run).",
+                         {{"model_name", model_name}})),
+      prompt_tokens_total(registry.counter(prefix + ":prompt_tokens_total",
                                            "Number of prompt tokens admitted.",
                                            {{"model_name", model_name}})),
-      generation_tokens_total(registry.counter("nanoserve:generation_tokens_total",
+      generation_tokens_total(registry.counter(prefix + ":generation_tokens_total",
                                                "Number of generated tokens.", {{"model_name", model_name}})),
-      num_preemptions_total(registry.counter("nanoserve:num_preemptions_total",
+      num_preemptions_total(registry.counter(prefix + ":num_preemptions_total",
                                              "Cumulative number of preemptions by the scheduler.",
                                              {{"model_name", model_name}})),
-      prefix_cache_queries_total(registry.counter("nanoserve:prefix_cache_queries_total",
+      prefix_cache_queries_total(registry.counter(prefix + ":prefix_cache_queries_total",
                                                   "Prompt tokens looked up in the prefix cache.",
                                                   {{"model_name", model_name}})),
-      prefix_cache_hits_total(registry.counter("nanoserve:prefix_cache_hits_total",
+      prefix_cache_hits_total(registry.counter(prefix + ":prefix_cache_hits_total",
                                                "Prompt tokens found in the prefix cache.",
                                                {{"model_name", model_name}})),
-      prefix_cache_hit_rate(registry.gauge("nanoserve:prefix_cache_hit_rate",
+      prefix_cache_hit_rate(registry.gauge(prefix + ":prefix_cache_hit_rate",
                                            "Prefix cache hits over queries, in tokens, since start.",
                                            {{"model_name", model_name}})),
       parse_budget_refused_total(registry.counter(
-          "nanoserve:parse_budget_refused_total",
+          prefix + ":parse_budget_refused_total",
           "Requests refused with 503 because their body did not fit the parse budget in time.",
           {{"model_name", model_name}})),
-      time_to_first_token_seconds(registry.histogram("nanoserve:time_to_first_token_seconds",
+      time_to_first_token_seconds(registry.histogram(prefix + ":time_to_first_token_seconds",
                                                      "Time from arrival to the first generated token.",
                                                      ttft_buckets(), {{"model_name", model_name}})),
-      inter_token_latency_seconds(registry.histogram("nanoserve:inter_token_latency_seconds",
+      inter_token_latency_seconds(registry.histogram(prefix + ":inter_token_latency_seconds",
                                                      "Time between consecutive tokens of a sequence.",
                                                      itl_buckets(), {{"model_name", model_name}})),
-      e2e_request_latency_seconds(registry.histogram("nanoserve:e2e_request_latency_seconds",
+      time_per_output_token_seconds(registry.histogram(
+          prefix + ":time_per_output_token_seconds",
+          "Time between consecutive tokens, as inter_token_latency_seconds (vLLM's older name).",
+          itl_buckets(), {{"model_name", model_name}})),
+      e2e_request_latency_seconds(registry.histogram(prefix + ":e2e_request_latency_seconds",
                                                      "Time from arrival to the last token.", e2e_buckets(),
-                                                     {{"model_name", model_name}})) {
+                                                     {{"model_name", model_name}})),
+      request_queue_time_seconds(
+          registry.histogram(prefix + ":request_queue_time_seconds",
+                             "Time from arrival to the first step that runs the request.", e2e_buckets(),
+                             {{"model_name", model_name}})),
+      request_prefill_time_seconds(
+          registry.histogram(prefix + ":request_prefill_time_seconds",
+                             "Time from the first step that runs the request to its first token.",
+                             e2e_buckets(), {{"model_name", model_name}})),
+      request_decode_time_seconds(registry.histogram(prefix + ":request_decode_time_seconds",
+                                                     "Time from the first token to the last.", e2e_buckets(),
+                                                     {{"model_name", model_name}})),
+      request_inference_time_seconds(
+          registry.histogram(prefix + ":request_inference_time_seconds",
+                             "Time from the first step that runs the request to its last token.",
+                             e2e_buckets(), {{"model_name", model_name}})) {
   model_name_ = model_name;
+  prefix_ = prefix;
   const char* help = "Count of finished requests by finish reason.";
   auto success = [&](const char* reason) {
-    return &registry.counter("nanoserve:request_success_total", help,
+    return &registry.counter(prefix + ":request_success_total", help,
                              {{"model_name", model_name}, {"finished_reason", reason}});
   };
   success_stop_ = success("stop");
   success_length_ = success("length");
   success_abort_ = success("abort");
   success_error_ = success("error");
+}
+
+void ServerMetrics::set_max_model_len(int64_t max_model_len) {
+  if (request_prompt_tokens_.load() != nullptr) return;
+  const std::vector<double> buckets = one_two_five_buckets(max_model_len);
+  const Labels labels{{"model_name", model_name_}};
+  request_max_num_generation_tokens_.store(
+      &registry.histogram(name("request_max_num_generation_tokens"),
+                          "The most tokens generated by one choice of a request.", buckets, labels));
+  request_generation_tokens_.store(&registry.histogram(
+      name("request_generation_tokens"), "Tokens generated by a finished sequence.", buckets, labels));
+  request_prompt_tokens_.store(&registry.histogram(name("request_prompt_tokens"),
+                                                   "Prompt tokens of a finished sequence.", buckets, labels));
+}
+
+void ServerMetrics::observe_request_tokens(int64_t prompt_tokens, int64_t generation_tokens) {
+  Histogram* prompt = request_prompt_tokens_.load();
+  if (prompt == nullptr) return;
+  prompt->observe(static_cast<double>(prompt_tokens));
+  request_generation_tokens_.load()->observe(static_cast<double>(generation_tokens));
+}
+
+void ServerMetrics::observe_max_generation_tokens(int64_t tokens) {
+  if (Histogram* h = request_max_num_generation_tokens_.load()) h->observe(static_cast<double>(tokens));
 }
 
 void ServerMetrics::request_finished(FinishReason reason) {
@@ -225,7 +284,7 @@ void ServerMetrics::request_finished(FinishReason reason) {
 }
 
 bool ServerMetrics::unknown_field(const std::string& name) {
-  constexpr const char* kName = "nanoserve:request_unknown_fields_total";
+  const std::string metric = prefix_ + ":request_unknown_fields_total";
   constexpr const char* kHelp = "Top-level request fields that were not known and were ignored, by name.";
   std::lock_guard<std::mutex> lock(unknown_mu_);
   for (auto& [seen, counter] : unknown_fields_) {
@@ -235,14 +294,14 @@ bool ServerMetrics::unknown_field(const std::string& name) {
     }
   }
   if (unknown_fields_.size() < kMaxUnknownFieldNames) {
-    Counter& c = registry.counter(kName, kHelp, {{"model_name", model_name_}, {"field", name}});
+    Counter& c = registry.counter(metric, kHelp, {{"model_name", model_name_}, {"field", name}});
     unknown_fields_.emplace_back(name, &c);
     c.inc();
     return true;
   }
   const bool first = unknown_other_ == nullptr;
   if (first)
-    unknown_other_ = &registry.counter(kName, kHelp, {{"model_name", model_name_}, {"field", kOtherField}});
+    unknown_other_ = &registry.counter(metric, kHelp, {{"model_name", model_name_}, {"field", kOtherField}});
   unknown_other_->inc();
   return first;
 }

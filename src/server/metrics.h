@@ -1,6 +1,7 @@
 #pragma once
 // A small metrics registry rendered in the Prometheus text format (0.0.4),
-// and the server's metrics under vLLM's names with the `nanoserve:` prefix.
+// and the server's metrics under vLLM's names, with the `nanoserve:` prefix
+// or (--metrics-prefix vllm) vLLM's own.
 //
 // Counters and gauges are lock-free; a histogram takes its own mutex. The
 // engine thread updates, an HTTP thread renders.
@@ -86,14 +87,20 @@ class MetricsRegistry {
   std::deque<Family> families_;
 };
 
-// The server's metrics, named as vLLM names them (vllm:x -> nanoserve:x).
+// The server's metrics, named as vLLM names them, under `prefix` (nanoserve:x by default;
+// --metrics-prefix vllm gives vllm:x, so vLLM's dashboards read them unchanged). Every series
+// carries model_name, the first served model name, as vLLM labels it.
 struct ServerMetrics {
-  explicit ServerMetrics(const std::string& model_name);
+  explicit ServerMetrics(const std::string& model_name, const std::string& prefix = "nanoserve");
+
+  // prefix:name, e.g. "nanoserve:prompt_tokens_total".
+  std::string name(const std::string& short_name) const { return prefix_ + ":" + short_name; }
 
   MetricsRegistry registry;
   Gauge& num_requests_running;
   Gauge& num_requests_waiting;
-  Gauge& kv_cache_usage_perc;  // fraction in [0, 1], as vLLM reports it
+  Gauge& kv_cache_usage_perc;   // fraction in [0, 1], as vLLM reports it
+  Gauge& gpu_cache_usage_perc;  // the same value under vLLM's older name, which its dashboard reads
   Counter& prompt_tokens_total;
   Counter& generation_tokens_total;
   Counter& num_preemptions_total;
@@ -103,7 +110,20 @@ struct ServerMetrics {
   Counter& parse_budget_refused_total;  // requests answered 503 because the parse budget stayed full
   Histogram& time_to_first_token_seconds;
   Histogram& inter_token_latency_seconds;
+  Histogram& time_per_output_token_seconds;  // the same observations, under vLLM's older name
   Histogram& e2e_request_latency_seconds;
+  Histogram& request_queue_time_seconds;      // arrival -> first scheduled
+  Histogram& request_prefill_time_seconds;    // first scheduled -> first token
+  Histogram& request_decode_time_seconds;     // first token -> last token
+  Histogram& request_inference_time_seconds;  // first scheduled -> last token
+
+  // The token-count histograms' buckets are 1, 2, 5, 10, ... up to max_model_len, as vLLM's;
+  // they exist once this is called (the engine loop does, when the model is known).
+  void set_max_model_len(int64_t max_model_len);
+  // One finished sequence (a choice): its token counts. No-op before set_max_model_len.
+  void observe_request_tokens(int64_t prompt_tokens, int64_t generation_tokens);
+  // One finished request: the most tokens any of its choices generated.
+  void observe_max_generation_tokens(int64_t tokens);
 
   void request_finished(FinishReason reason);  // request_success_total{finished_reason=...}
 
@@ -117,6 +137,7 @@ struct ServerMetrics {
 
  private:
   std::string model_name_;
+  std::string prefix_;
   std::mutex unknown_mu_;
   std::vector<std::pair<std::string, Counter*>> unknown_fields_;  // names with their own series
   Counter* unknown_other_ = nullptr;
@@ -124,6 +145,12 @@ struct ServerMetrics {
   Counter* success_length_;
   Counter* success_abort_;
   Counter* success_error_;
+  std::atomic<Histogram*> request_prompt_tokens_{nullptr};
+  std::atomic<Histogram*> request_generation_tokens_{nullptr};
+  std::atomic<Histogram*> request_max_num_generation_tokens_{nullptr};
 };
+
+// 1, 2, 5, 10, 20, 50, ... while <= max (at least {1}): vLLM's bounds for token counts.
+std::vector<double> one_two_five_buckets(int64_t max);
 
 }  // namespace nanoserve::server

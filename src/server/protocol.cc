@@ -27,7 +27,9 @@ void check_model(Fields& f, const ProtocolLimits& limits, std::string* model,
   }
   if (!v->is_string()) return f.fail("'model' must be a string.", "model");
   *model = v->get<std::string>();
-  if (*model != limits.served_model_name) *not_found = model_not_found(*model);
+  const auto& aliases = limits.served_model_aliases;
+  if (*model != limits.served_model_name && std::find(aliases.begin(), aliases.end(), *model) == aliases.end())
+    *not_found = model_not_found(*model);
 }
 
 // Message content: a string, or a list of {"type": "text", "text": ...} parts joined by newlines.
@@ -280,6 +282,7 @@ bool read_prompts(const json* v, std::vector<Prompt>* out, Fields& f, const Prot
 void read_common(Fields& f, GenerateRequest* r, const ProtocolLimits& limits) {
   constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
   SamplingParams& p = r->params;
+  apply_sampling_defaults(limits.sampling_defaults, f, &p);  // the fields below override them
   // Types here; every range once, in SamplingParams::validate (check_sampling).
   if (auto v = f.integer("max_tokens", std::numeric_limits<int64_t>::min(), kMaxInt, "an integer"))
     r->max_tokens = *v;

@@ -21,6 +21,7 @@
 #include "engine/token_constraint.h"
 #include "server/api_error.h"
 #include "server/response_format.h"
+#include "server/sampling_defaults.h"
 #include "server/tool_protocol.h"
 #include "template/chat_template.h"
 
@@ -35,6 +36,8 @@ inline constexpr size_t kMaxMessages = 4096;
 
 struct ProtocolLimits {
   std::string served_model_name;
+  std::vector<std::string> served_model_aliases;  // --served-model-name's other names: answered too
+  SamplingDefaults sampling_defaults;             // --generation-config: for the fields a request omits
   int64_t max_model_len = 2048;
   int max_num_seqs = 256;
   int64_t vocab_size = 0;  // token-id prompts must lie in [0, vocab_size)

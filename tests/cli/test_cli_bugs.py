@@ -75,14 +75,20 @@ def test_ipv6_host_is_printed_in_brackets():
         assert re.search(r"ready, serving .* on http://\[::1\]:\d+", out), out
 
 
-def test_several_served_model_names_are_taken_the_first_is_the_api_name():
+def test_several_served_model_names_each_answer():
     with Serve(QWEN2_GGUF, "--port", "0", "--served-model-name", "alpha", "beta", *SMALL) as s:
         assert s.started(), s.stderr
         ids = [m["id"] for m in requests.get(s.url + "/v1/models", timeout=5).json()["data"]]
-        assert ids[0] == "alpha", ids
-        r = requests.post(s.url + "/v1/completions", json={"model": "alpha", "prompt": "a b", "max_tokens": 2},
+        assert ids == ["alpha", "beta"], ids
+        # Each name is answered; responses name the model by its first name, as vLLM's do.
+        for name in ("alpha", "beta"):
+            r = requests.post(s.url + "/v1/completions", json={"model": name, "prompt": "a b", "max_tokens": 2},
+                              timeout=30)
+            assert r.status_code == 200 and r.json()["model"] == "alpha", r.text
+            assert requests.get(s.url + "/v1/models/" + name, timeout=5).json()["id"] == name
+        r = requests.post(s.url + "/v1/completions", json={"model": "gamma", "prompt": "a b", "max_tokens": 2},
                           timeout=30)
-        assert r.status_code == 200 and r.json()["model"] == "alpha", r.text
+        assert r.status_code == 404 and "gamma" in r.json()["error"]["message"], r.text
 
 
 def test_unknown_command_is_named():

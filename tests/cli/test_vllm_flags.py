@@ -100,33 +100,66 @@ def test_enforce_eager_on_a_cpu_run_is_honoured_and_said():
         assert err.count("--enforce-eager: the CPU runner always runs each step eagerly") == 1, err
 
 
-def test_generation_config(tmp_path):
-    # vllm: the request's fields and neutral defaults, which is what is served.
-    with Serve(QWEN2_HF, "--port", "0", "--generation-config", "vllm", *SMALL) as s:
-        assert s.started(), s.stderr
-    # auto: the model's own generation_config.json; the fixture's has none, so nothing to apply.
-    with Serve(QWEN2_HF, "--port", "0", "--generation-config", "auto", *SMALL) as s:
-        assert s.started(), s.stderr
-    # A folder whose generation_config.json sets sampling defaults: refused, naming them.
-    with_defaults = tmp_path / "with_defaults"
-    with_defaults.mkdir()
-    (with_defaults / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.9,
-                                                                      "eos_token_id": 0}))
-    err = refused("--generation-config", str(with_defaults))
-    assert "--generation-config" in err and "temperature 0.6" in err and "top_p 0.9" in err, err
-    # The same through auto, on a copy of the model with that file.
+def completions(url, n, **fields):
+    """The token logprobs of n unseeded completions of one prompt."""
+    out = []
+    for _ in range(n):
+        r = requests.post(url + "/v1/completions", json={"prompt": "a b c", "ignore_eos": True, "logprobs": 0,
+                                                          **fields}, timeout=30)
+        assert r.status_code == 200, r.text
+        out.append(r.json()["choices"][0]["logprobs"]["token_logprobs"])
+    return out
+
+
+def test_generation_config_auto_applies_the_models_defaults_to_requests_that_omit_them(tmp_path):
+    # vLLM's default is auto: the model folder's generation_config.json.
     model = tmp_path / "model"
     shutil.copytree(QWEN2_HF, model)
-    shutil.copy(with_defaults / "generation_config.json", model)
-    r = run("serve", str(model), "--port", "0", "--generation-config", "auto", *SMALL)
-    assert r.returncode == 2 and "--generation-config auto" in r.stderr and "temperature" in r.stderr, r.stderr
-    # Only end-of-generation ids: nothing left to apply, so it starts.
-    eos_only = tmp_path / "eos_only"
-    eos_only.mkdir()
-    (eos_only / "generation_config.json").write_text(json.dumps({"eos_token_id": [0]}))
-    with Serve(QWEN2_GGUF, "--port", "0", "--generation-config", str(eos_only), *SMALL) as s:
+    (model / "generation_config.json").write_text(json.dumps({"temperature": 0.0, "max_new_tokens": 5,
+                                                              "eos_token_id": 0}))
+    with Serve(str(model), "--port", "0", *SMALL) as s:
         assert s.started(), s.stderr
+        greedy = completions(s.url, 1, temperature=0.0, max_tokens=5)[0]
+        # Without temperature: the file's 0 (greedy, the same every time); without max_tokens: its 5.
+        assert completions(s.url, 2) == [greedy, greedy]
+        # A request's own field wins; max_new_tokens caps a larger max_tokens, as vLLM does.
+        hot = completions(s.url, 3, temperature=2.0, max_tokens=20)
+        assert all(len(h) == 5 for h in hot) and any(h != greedy for h in hot), hot
+        _, err = s.stop()
+        assert err.count("--generation-config auto: requests that omit them get") == 1, err
+        assert "temperature=0 max_tokens=5" in err, err
+    # vllm: the file is not read; an unseeded request samples at temperature 1 for 32 tokens.
+    with Serve(str(model), "--port", "0", "--generation-config", "vllm", *SMALL) as s:
+        assert s.started(), s.stderr
+        a, b = completions(s.url, 2, max_tokens=32)
+        assert len(a) == len(b) == 32 and a != b
+
+
+def test_generation_config_folder(tmp_path):
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    # top_k 1 makes temperature-1 sampling greedy; top_p 1.0 is Hugging Face's default, so no default.
+    (folder / "generation_config.json").write_text(json.dumps({"top_k": 1, "top_p": 1.0}))
+    with Serve(QWEN2_GGUF, "--port", "0", "--generation-config", str(folder), *SMALL) as s:
+        assert s.started(), s.stderr
+        greedy = completions(s.url, 1, temperature=0.0, max_tokens=8)[0]
+        assert completions(s.url, 2, max_tokens=8) == [greedy, greedy]
+        assert any(c != greedy for c in completions(s.url, 3, max_tokens=8, top_k=-1))
+        _, err = s.stop()
+        assert "sampling defaults: top_k=1 (" in err, err
+    # Bad values and a folder that is none: refused at start-up, naming the flag and the key.
+    (folder / "generation_config.json").write_text(json.dumps({"temperature": -1}))
+    err = refused("--generation-config", str(folder))
+    assert "--generation-config" in err and "'temperature' is -1" in err, err
+    (folder / "generation_config.json").write_text(json.dumps({"max_new_tokens": "many"}))
+    assert "'max_new_tokens' must be a number" in refused("--generation-config", str(folder))
     assert "not a folder" in refused("--generation-config", str(tmp_path / "absent"))
+    # Only end-of-generation ids: nothing to apply, nothing said.
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [0]}))
+    with Serve(QWEN2_GGUF, "--port", "0", "--generation-config", str(folder), *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+        assert "sampling defaults" not in err, err
 
 
 def test_flags_taken_for_pasted_lines_start():

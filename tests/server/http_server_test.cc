@@ -190,8 +190,13 @@ TEST_F(HttpServerTest, ApiKey) {
   EXPECT_EQ(
       post("/v1/completions", R"({"prompt": "a", "max_tokens": 1})", {"Authorization: Bearer sekret"}).status,
       200);
-  EXPECT_EQ(get("/health").status, 200);     // public
-  EXPECT_EQ(get("/v1/models").status, 200);  // public
+  EXPECT_EQ(get("/health").status, 200);   // public
+  EXPECT_EQ(get("/version").status, 200);  // public
+  // Every /v1 path needs the key, as in vLLM: the model list too.
+  expect_error_shape(get("/v1/models"), 401);
+  expect_error_shape(get("/v1/models/fake"), 401);
+  EXPECT_EQ(get("/v1/models", {"Authorization: Bearer sekret"}).status, 200);
+  EXPECT_EQ(get("/v1/models/fake", {"Authorization: Bearer sekret"}).status, 200);
 }
 
 TEST_F(HttpServerTest, MetricsRequireKeyWhenAsked) {
@@ -202,7 +207,7 @@ TEST_F(HttpServerTest, MetricsRequireKeyWhenAsked) {
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("nanoserve:num_requests_running"), std::string::npos);
   EXPECT_EQ(get("/health").status, 200);
-  EXPECT_EQ(get("/v1/models").status, 200);
+  EXPECT_EQ(get("/v1/models", {"Authorization: Bearer sekret"}).status, 200);
 }
 
 TEST_F(HttpServerTest, ModelsTokenizeDetokenize) {

@@ -72,6 +72,28 @@ TEST(Metrics, UnknownFieldsAreCountedWithBoundedCardinality) {
   EXPECT_EQ(series, ServerMetrics::kMaxUnknownFieldNames + 1);
 }
 
+TEST(Metrics, PrefixNamesEveryFamily) {
+  ServerMetrics m("smol", "vllm");
+  m.set_max_model_len(300);
+  m.observe_request_tokens(7, 3);
+  const std::string text = m.registry.render();
+  for (size_t at = text.find("\n# TYPE "); at != std::string::npos; at = text.find("\n# TYPE ", at + 1))
+    EXPECT_EQ(text.compare(at + 8, 5, "vllm:"), 0) << text.substr(at, 80);
+  EXPECT_EQ(text.find("nanoserve:"), std::string::npos);
+  EXPECT_TRUE(has_line(text, "vllm:request_prompt_tokens_bucket{model_name=\"smol\",le=\"5\"} 0")) << text;
+  EXPECT_TRUE(has_line(text, "vllm:request_prompt_tokens_bucket{model_name=\"smol\",le=\"10\"} 1")) << text;
+  EXPECT_TRUE(has_line(text, "vllm:request_generation_tokens_sum{model_name=\"smol\"} 3")) << text;
+  EXPECT_TRUE(has_line(text, "# TYPE vllm:gpu_cache_usage_perc gauge")) << text;
+  EXPECT_EQ(m.name("x"), "vllm:x");
+}
+
+TEST(Metrics, OneTwoFiveBucketsUpToMaxModelLen) {
+  EXPECT_EQ(one_two_five_buckets(8192),
+            (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000}));
+  EXPECT_EQ(one_two_five_buckets(10), (std::vector<double>{1, 2, 5, 10}));
+  EXPECT_EQ(one_two_five_buckets(0), (std::vector<double>{1}));
+}
+
 TEST(Metrics, LabelValuesAreEscaped) {
   MetricsRegistry reg;
   reg.counter("x_total", "X.", {{"model_name", "a\"b\\c\nd"}}).inc();

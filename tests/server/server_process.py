@@ -50,7 +50,7 @@ class Server:
                 pass
             assert time.monotonic() < deadline, "server not ready within 120 s"
             time.sleep(0.1)
-        self.model = requests.get(self.url + "/v1/models", timeout=5).json()["data"][0]["id"]
+        self.model = requests.get(self.url + "/v1/models", headers=self.headers(), timeout=5).json()["data"][0]["id"]
 
     def log_text(self):
         self.log.flush()

@@ -22,7 +22,7 @@ def greedy_completion(client, model, prompt, max_tokens=12, **kw):
 
 def test_health_and_models(server):
     assert server.get("/health", headers={}).json() == {"status": "ok"}
-    models = server.get("/v1/models", headers={}).json()
+    models = server.get("/v1/models").json()
     assert models["object"] == "list"
     assert [m["id"] for m in models["data"]] == [server.model]
 

@@ -113,9 +113,13 @@ def test_api_key(server):
     assert_error(server.post("/v1/completions", {"prompt": "a"}, headers={"Authorization": "test-key"}), 401)
     assert_error(server.post("/tokenize", {"prompt": "a"}, headers={}), 401)
     assert_error(server.post("/detokenize", {"tokens": [1]}, headers={}), 401)
-    # Public: /metrics too, unless --metrics-require-key (as in vLLM).
+    # Every /v1 path needs the key, as in vLLM: the model list too.
+    assert_error(server.get("/v1/models", headers={}), 401)
+    assert_error(server.get(f"/v1/models/{server.model}", headers={}), 401)
+    assert server.get("/v1/models").status_code == 200
+    # Public: /health, /version, and /metrics unless --metrics-require-key (as in vLLM).
     assert server.get("/health", headers={}).status_code == 200
-    assert server.get("/v1/models", headers={}).status_code == 200
+    assert server.get("/version", headers={}).status_code == 200
     assert server.get("/metrics", headers={}).status_code == 200
 
 
