@@ -2,7 +2,7 @@
 // A Hugging Face config.json into ModelConfig. Built: LlamaForCausalLM and
 // MistralForCausalLM (arch llama), Qwen2ForCausalLM, Qwen3ForCausalLM and
 // Phi3ForCausalLM (model/arch.h). Any other architecture, and features the
-// forward does not have (a sliding window where it applies, experts, logit
+// forward does not have (Qwen's per-layer sliding windows, experts, logit
 // soft-capping, attention or MLP biases beyond qwen2's, partial rotary,
 // activations other than silu, rope types other than default / linear /
 // llama3: longrope, su, yarn, dynamic ...), are refused by name. A wrong type or a value
