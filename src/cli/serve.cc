@@ -56,6 +56,7 @@ struct ServeOptions {
   std::string tool_call_parser;  // empty: from the chat template
   bool enable_auto_tool_choice = false;
   std::string reasoning_parser;  // empty: none
+  bool disable_frontend = false;  // no chat page at /
 };
 
 // The chat template chats render with: --chat-template, else the model's own. A model without
@@ -187,6 +188,7 @@ int run_serve(const ServeOptions& opt) {
   if (!opt.tool_call_parser.empty()) tool_options.parser = server::tool_format_named(opt.tool_call_parser);
   tool_options.enable_auto_tool_choice = opt.enable_auto_tool_choice;
   api.set_output_options(tool_options, !opt.reasoning_parser.empty());
+  api.set_frontend(!opt.disable_frontend);
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;
@@ -300,6 +302,7 @@ CommandRun add_serve_command(CLI::App& app) {
         return server::reasoning_format_named(v) ? std::string()
                                                  : "unknown parser '" + v + "' (deepseek_r1, qwen3)";
       });
+  cmd->add_flag("--disable-frontend", opt->disable_frontend, "no chat page at / (the API alone)");
   cmd->add_option("--max-parse-bytes", opt->max_parse_bytes,
                   "request-body bytes parsed at once (parsing costs up to 40x the body); "
                   "a body that finds no room within 1 s gets 503")

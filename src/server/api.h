@@ -40,7 +40,8 @@ enum class Route {
   kChat,
   kCompletion,
   kMessages,
-  kResponses
+  kResponses,
+  kChatPage  // GET /: the chat page (chat_page.h), unless --disable-frontend
 };
 struct RouteSpec {
   Route route;
@@ -83,6 +84,10 @@ class Api {
   // the transport calls it off its I/O threads.
   Outcome handle(Route route, std::string_view body);
 
+  // The chat page at / (on by default; serve's --disable-frontend turns it off: 404).
+  void set_frontend(bool enabled) { frontend_ = enabled; }
+  Reply chat_page() const;
+
   Reply health() const;
   Reply models() const;
   Reply metrics() const;
@@ -119,6 +124,7 @@ class Api {
   StructuredOutput structured_;
   ToolOptions tool_options_;
   bool reasoning_ = false;
+  bool frontend_ = true;
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;
 };
