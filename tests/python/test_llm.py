@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 from gguf import GGUFReader
 
-from conftest import MODEL, ROOT
+from package_paths import MODEL, ROOT
 from nanoserve import CompletionOutput, LLM, RequestOutput, SamplingParams, StructuredOutputsParams
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Three colors are", "Once upon a time"]
