@@ -130,7 +130,7 @@ class LLM:
         params = _params_list(sampling_params, len(conversations))
         bodies = []
         for c, sp in zip(conversations, params):
-            body = {"messages": list(c), "add_generation_prompt": add_generation_prompt}
+            body = {"messages": list(c)}
             if chat_template is not None:
                 body["chat_template"] = chat_template
             if chat_template_kwargs is not None:
@@ -140,14 +140,14 @@ class LLM:
                 fields["top_logprobs"] = fields.pop("logprobs")
                 fields["logprobs"] = True
             bodies.append(json.dumps({**body, **fields}))
-        results = self._run("chat", bodies, use_tqdm)
+        results = self._run("chat", bodies, use_tqdm, add_generation_prompt=bool(add_generation_prompt))
         return [_request_output(i, self._engine.decode(ids), ids, choices, params[i], self._engine)
                 for i, (ids, choices) in enumerate(results)]
 
-    def _run(self, endpoint: str, bodies: list[str], use_tqdm: bool):
+    def _run(self, endpoint: str, bodies: list[str], use_tqdm: bool, add_generation_prompt: bool = True):
         bar = _progress(len(bodies)) if use_tqdm and len(bodies) > 1 else None
         try:
-            status, *rest = self._engine.run(endpoint, bodies, bar.update if bar else None)
+            status, *rest = self._engine.run(endpoint, bodies, bar.update if bar else None, add_generation_prompt)
         finally:
             if bar:
                 bar.close()

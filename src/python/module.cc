@@ -16,6 +16,7 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,13 +48,13 @@ std::unique_ptr<OfflineLlm> make_llm(const std::string& model, const std::string
                                      uint64_t seed, int32_t threads, const std::string& chat_template) {
   LlmOptions options{model,           device, max_model_len, max_num_seqs,
                      kv_cache_memory, seed,   threads,       chat_template};
-  StatusOr<std::unique_ptr<OfflineLlm>> llm;
+  std::optional<StatusOr<std::unique_ptr<OfflineLlm>>> llm;
   {
     nb::gil_scoped_release release;  // loading takes seconds; other Python threads go on
-    llm = OfflineLlm::create(options);
+    llm.emplace(OfflineLlm::create(options));
   }
-  if (!llm.ok()) raise_status(llm.status());
-  return std::move(*llm);
+  if (!llm->ok()) raise_status(llm->status());
+  return std::move(**llm);
 }
 
 nb::dict choice_dict(const OfflineLlm& llm, const ChoiceOutput& c) {
@@ -85,14 +86,14 @@ nb::dict choice_dict(const OfflineLlm& llm, const ChoiceOutput& c) {
 // endpoint: "completion" or "chat"; bodies: one request body (JSON) per prompt. Returns
 // ("error", index, param, message) when a body is refused, else ("ok", [(prompt_ids, [choice])]).
 nb::tuple run(OfflineLlm& llm, const std::string& endpoint, const std::vector<std::string>& bodies,
-              nb::object progress) {
+              nb::object progress, bool add_generation_prompt) {
   const server::Endpoint ep = endpoint == "chat" ? server::Endpoint::kChat : server::Endpoint::kCompletion;
   std::vector<PreparedRequest> prepared;
   prepared.reserve(bodies.size());
   {
     nb::gil_scoped_release release;  // encoding and schema compiling run outside the GIL
     for (size_t i = 0; i < bodies.size(); ++i) {
-      auto p = llm.prepare(ep, bodies[i]);
+      auto p = llm.prepare(ep, bodies[i], add_generation_prompt);
       if (auto* e = std::get_if<server::ApiError>(&p)) {
         nb::gil_scoped_acquire acquire;
         return nb::make_tuple("error", i, e->param, e->message);
@@ -193,7 +194,9 @@ NB_MODULE(_nanoserve, m) {
       .def(
           "run",
           [](PyEngine& e, const std::string& endpoint, const std::vector<std::string>& bodies,
-             nb::object progress) { return nanoserve::python::run(*e.llm, endpoint, bodies, progress); },
-          "endpoint"_a, "bodies"_a, "progress"_a.none());
+             nb::object progress, bool add_generation_prompt) {
+            return nanoserve::python::run(*e.llm, endpoint, bodies, progress, add_generation_prompt);
+          },
+          "endpoint"_a, "bodies"_a, "progress"_a.none(), "add_generation_prompt"_a = true);
   m.def("check_request", &nanoserve::python::check_request, "fields"_a);
 }

@@ -132,8 +132,8 @@ std::string OfflineLlm::device_name() const {
   return loaded_.device == Device::kCUDA ? "cuda" : "cpu";
 }
 
-std::variant<PreparedRequest, ApiError> OfflineLlm::prepare(server::Endpoint endpoint,
-                                                            std::string_view body) {
+std::variant<PreparedRequest, ApiError> OfflineLlm::prepare(server::Endpoint endpoint, std::string_view body,
+                                                            bool add_generation_prompt) {
   const bool chat = endpoint == server::Endpoint::kChat;
   auto parsed =
       chat ? server::parse_chat_request(body, limits_) : server::parse_completion_request(body, limits_);
@@ -153,6 +153,7 @@ std::variant<PreparedRequest, ApiError> OfflineLlm::prepare(server::Endpoint end
   // The prompt, encoded as the server encodes it.
   PreparedRequest out;
   if (chat) {
+    r.chat_template.add_generation_prompt = add_generation_prompt;
     auto ids = codec_->encode_chat(r.messages, r.chat_template);
     if (!ids.ok()) return bad_request(ids.status().message(), "messages");
     out.prompt = std::move(*ids);

@@ -104,7 +104,10 @@ class OfflineLlm {
 
   // A completions body (prompt: text or token ids) or a chat body (messages), with the
   // sampling fields the server reads. The error is the server's 400, naming the field.
-  std::variant<PreparedRequest, server::ApiError> prepare(server::Endpoint endpoint, std::string_view body);
+  // add_generation_prompt: chat, end the prompt with the assistant's turn opened (vLLM's LLM.chat
+  // argument; the HTTP chat endpoint always opens it).
+  std::variant<PreparedRequest, server::ApiError> prepare(server::Endpoint endpoint, std::string_view body,
+                                                          bool add_generation_prompt = true);
   // Hands every request to the engine at once.
   StatusOr<std::unique_ptr<OfflineBatch>> submit(std::vector<PreparedRequest> requests);
 
