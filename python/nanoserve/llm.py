@@ -187,8 +187,8 @@ class _progress:
 
     def update(self, done: int, total: int, output_tokens: int):
         if self.bar is not None:
-            self.bar.update(done - self.done)
             self.bar.set_postfix_str(f"{output_tokens} output tokens", refresh=False)
+            self.bar.update(done - self.done)
         else:
             sys.stderr.write(f"\rProcessed prompts: {done}/{total}, {output_tokens} output tokens")
         self.done = done
