@@ -172,6 +172,11 @@ class _Tokenizer:
     def decode(self, ids: list[int]) -> str:
         return self._engine.decode(list(ids))
 
+    @property
+    def chat_template(self) -> str:
+        """The Jinja chat template LLM.chat renders (the model's, or LLM's chat_template)."""
+        return self._engine.chat_template
+
 
 class _progress:
     """tqdm's bar when tqdm is there (on stderr), else one line redrawn."""

@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -47,6 +48,7 @@ namespace nanoserve::cli {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;  // records keep OpenAI's field order
 
 struct RunBatchOptions {
   ModelArg model_arg;
@@ -76,23 +78,24 @@ std::string batch_request_id() {
 
 std::string error_record(const json& custom_id, int64_t line, const std::string& code,
                          const std::string& message) {
-  json r{{"id", batch_request_id()},
-         {"custom_id", custom_id},
-         {"response", nullptr},
-         {"error", {{"code", code}, {"message", "line " + std::to_string(line) + ": " + message}}}};
-  return r.dump(-1, ' ', false, json::error_handler_t::replace);
+  ordered_json r{{"id", batch_request_id()},
+                 {"custom_id", custom_id},
+                 {"response", nullptr},
+                 {"error", {{"code", code}, {"message", "line " + std::to_string(line) + ": " + message}}}};
+  return r.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 std::string response_record(const json& custom_id, int status, const std::string& body) {
-  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  ordered_json parsed = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
   std::string request_id = parsed.is_object() && parsed.contains("id") && parsed["id"].is_string()
                                ? parsed["id"].get<std::string>()
                                : batch_request_id();
-  json r{{"id", batch_request_id()},
-         {"custom_id", custom_id},
-         {"response", {{"status_code", status}, {"request_id", request_id}, {"body", std::move(parsed)}}},
-         {"error", nullptr}};
-  return r.dump(-1, ' ', false, json::error_handler_t::replace);
+  ordered_json r{
+      {"id", batch_request_id()},
+      {"custom_id", custom_id},
+      {"response", {{"status_code", status}, {"request_id", request_id}, {"body", std::move(parsed)}}},
+      {"error", nullptr}};
+  return r.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
 }
 
 // The custom_id of an input line, for resuming: null when it has none or is not JSON.
@@ -253,6 +256,7 @@ int run_batch(const RunBatchOptions& opt) {
   std::deque<Pending> window;
   std::string text;
   int64_t line_no = 0, skipped = 0, written = 0, errors = 0;
+  size_t max_window = 0;  // the most lines held at once (read, not yet written)
   bool eof = false;
   while (!eof || !window.empty()) {
     // Read ahead up to the window.
@@ -268,6 +272,7 @@ int run_batch(const RunBatchOptions& opt) {
         continue;
       }
       window.push_back(start(api, text, line_no));
+      max_window = std::max(max_window, window.size());
       if (window.back().job) window.back().job->set_on_ready(wake);
     }
     // Advance every job; write the finished prefix.
@@ -302,9 +307,9 @@ int run_batch(const RunBatchOptions& opt) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr,
                "nanoserve run-batch: %lld written (%lld with an error), %lld already in '%s' skipped, "
-               "%.1f s\n",
+               "at most %zu lines held at once, %.1f s\n",
                static_cast<long long>(written), static_cast<long long>(errors),
-               static_cast<long long>(skipped), opt.output.c_str(), secs);
+               static_cast<long long>(skipped), opt.output.c_str(), max_window, secs);
   if (skipped < *done) {
     std::fprintf(stderr, "nanoserve run-batch: the output holds %lld records, the input only %lld lines\n",
                  static_cast<long long>(*done), static_cast<long long>(skipped));

@@ -181,6 +181,7 @@ NB_MODULE(_nanoserve, m) {
       .def_prop_ro("max_model_len", [](const PyEngine& e) { return e.llm->max_model_len(); })
       .def_prop_ro("device", [](const PyEngine& e) { return e.llm->device_name(); })
       .def_prop_ro("capacity_line", [](const PyEngine& e) { return e.llm->capacity_line(); })
+      .def_prop_ro("chat_template", [](const PyEngine& e) { return e.llm->codec().chat_template_source(); })
       .def(
           "encode",
           [](const PyEngine& e, const std::string& text, bool add_special_tokens) {

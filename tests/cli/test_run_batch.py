@@ -113,25 +113,29 @@ def test_resume_skips_what_is_there(tmp_path):
 
 
 def peak_rss_kb(args):
-    """The peak resident memory of one run, measured in a fresh process of its own."""
-    code = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True); "
-            "assert r.returncode == 0, r.stderr; print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    return int(subprocess.check_output([sys.executable, "-c", code, *args], timeout=300))
+    """The peak resident memory of one run, measured in a fresh process of its own, and its stderr."""
+    code = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "assert r.returncode == 0, r.stderr; sys.stderr.write(r.stderr); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout), r.stderr
 
 
 def test_memory_is_bounded(tmp_path):
-    """400 lines of 100 kB each (40 MB) cost no more memory than 400 small lines: at most
-    --max-in-flight lines are held."""
+    """At most --max-in-flight lines are held at once, and a line is not kept once read: 160 lines
+    of 250 kB each (40 MB) run in the memory of 160 small lines."""
     small = {"prompt": "Hi", "max_tokens": 1, "temperature": 0}
-    big = {**small, "user": "x" * 100_000}  # accepted and ignored by the API
+    big = {**small, "user": "x" * 250_000}  # accepted and ignored by the API
     for name, body in (("small", small), ("big", big)):
         with open(tmp_path / f"{name}.jsonl", "w") as f:
-            for i in range(400):
+            for i in range(160):
                 f.write(line(f"r{i}", "/v1/completions", body) + "\n")
     base = [BINARY, "run-batch", MODEL, *ENGINE, "--max-in-flight", "8"]
-    rss_small = peak_rss_kb(base + ["-i", str(tmp_path / "small.jsonl"), "-o", str(tmp_path / "small.out")])
-    rss_big = peak_rss_kb(base + ["-i", str(tmp_path / "big.jsonl"), "-o", str(tmp_path / "big.out")])
-    assert len(records(tmp_path / "big.out")) == 400
+    rss_small, _ = peak_rss_kb(base + ["-i", str(tmp_path / "small.jsonl"), "-o", str(tmp_path / "small.out")])
+    rss_big, log = peak_rss_kb(base + ["-i", str(tmp_path / "big.jsonl"), "-o", str(tmp_path / "big.out")])
+    assert len(records(tmp_path / "big.out")) == 160
+    assert "at most 8 lines held at once" in log, log
     assert rss_big - rss_small < 16_000, (rss_small, rss_big)  # kB; holding the file would be 40,000+
 
 

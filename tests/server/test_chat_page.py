@@ -56,6 +56,8 @@ def last_reply(b):
 def test_page_is_served_without_a_key_and_self_contained(page_server):
     r = requests.get(page_server.url + "/", timeout=10)  # no Authorization header
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
+    with open(os.path.join(ROOT, "web", "index.html"), "rb") as f:
+        assert r.content == f.read()  # the page as committed, compiled into the binary
     assert "<script" in r.text and "src=\"http" not in r.text and "href=\"http" not in r.text
     assert requests.post(page_server.url + "/", timeout=10).status_code == 405
 
