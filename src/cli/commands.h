@@ -19,6 +19,7 @@ CommandRun add_bench_command(CLI::App& app);
 // `bench serve`, a subcommand of `bench` (bench_serve.cc).
 CommandRun add_bench_serve_command(CLI::App& bench);
 CommandRun add_render_template_command(CLI::App& app);
+CommandRun add_run_batch_command(CLI::App& app);
 
 // The default model: $NANOSERVE_MODEL, else models/<default> beside the
 // source tree or the working directory.

@@ -1,4 +1,4 @@
-// nanoserve: generate | serve | bench | inspect | tokenize | version
+// nanoserve: generate | serve | bench | inspect | tokenize | run-batch | version
 
 #include <CLI/CLI.hpp>
 
@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   add(add_serve_command(app));
   add(add_bench_command(app));
   add(add_render_template_command(app));
+  add(add_run_batch_command(app));
   // A first word that is no command and no flag: say which, rather than
   // CLI11's "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {

@@ -68,6 +68,7 @@ struct ServeOptions {
   std::string allowed_methods = "[\"*\"]";
   std::string allowed_headers = "[\"*\"]";
   bool allow_credentials = false;
+  bool disable_frontend = false;  // no chat page at /
 };
 
 // A CORS flag's names: a JSON list of strings, as vLLM takes them (--allowed-origins
@@ -290,6 +291,7 @@ int run_serve(const ServeOptions& opt) {
   api.set_sampling_defaults(sampling_defaults);
   api.set_version(NANOSERVE_VERSION);
   api.set_model_root(spec->hub_id.empty() ? model_path : spec->hub_id);
+  api.set_frontend(!opt.disable_frontend);
   server::HttpOptions http_opts;
   http_opts.host = opt.host;
   http_opts.port = opt.port;
@@ -429,6 +431,7 @@ CommandRun add_serve_command(CLI::App& app) {
   cmd->add_option("--allowed-headers", opt->allowed_headers, "CORS: request headers allowed (a JSON list)")
       ->capture_default_str();
   cmd->add_flag("--allow-credentials", opt->allow_credentials, "CORS: allow credentials (cookies)");
+  cmd->add_flag("--disable-frontend", opt->disable_frontend, "no chat page at / (the API alone)");
   cmd->add_option("--max-parse-bytes", opt->max_parse_bytes,
                   "request-body bytes parsed at once (parsing costs up to 40x the body); "
                   "a body that finds no room within 1 s gets 503")

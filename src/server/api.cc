@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "server/anthropic.h"
 #include "server/auth.h"
+#include "server/chat_page.h"
 #include "server/openai_responses.h"
 
 namespace nanoserve::server {
@@ -96,6 +97,7 @@ const RouteSpec* find_route(std::string_view path) {
       {Route::kCompletion, "/v1/completions", "POST"},
       {Route::kMessages, "/v1/messages", "POST"},
       {Route::kResponses, "/v1/responses", "POST"},
+      {Route::kChatPage, "/", "GET"},
   };
   static constexpr RouteSpec kModel{Route::kModel, "/v1/models/{id}", "GET"};
   static constexpr std::string_view kModelPrefix = "/v1/models/";
@@ -136,7 +138,8 @@ std::optional<std::string> model_id_of_path(std::string_view path) {
 bool Api::needs_auth(Route route) const {
   if (api_key_.empty()) return false;
   if (route == Route::kMetrics) return metrics_require_key_;
-  return !(route == Route::kHealth || route == Route::kVersion);
+  // The chat page asks for the key itself and sends it with each request.
+  return !(route == Route::kHealth || route == Route::kVersion || route == Route::kChatPage);
 }
 
 Outcome Api::handle(Route route, std::string_view body, std::string_view path) {
@@ -152,6 +155,7 @@ Outcome Api::handle(Route route, std::string_view body, std::string_view path) {
     case Route::kCompletion: return generate(Endpoint::kCompletion, body);
     case Route::kMessages: return messages(body);
     case Route::kResponses: return responses(body);
+    case Route::kChatPage: return chat_page();
   }
   return error_reply(from_http_status(404));
 }
@@ -186,6 +190,11 @@ Outcome Api::messages(std::string_view body) {
   std::string id = new_call_id(false);
   std::get<std::unique_ptr<GenerationJob>>(out)->set_anthropic("msg_" + id.substr(5));
   return out;
+}
+
+Reply Api::chat_page() const {
+  if (!frontend_) return error_reply(from_http_status(404));
+  return Reply{200, std::string(chat_page_html()), "text/html; charset=utf-8"};
 }
 
 Reply Api::health() const {

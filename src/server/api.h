@@ -45,7 +45,8 @@ enum class Route {
   kChat,
   kCompletion,
   kMessages,
-  kResponses
+  kResponses,
+  kChatPage  // GET /: the chat page (chat_page.h), unless --disable-frontend
 };
 struct RouteSpec {
   Route route;
@@ -101,6 +102,10 @@ class Api {
   // reads). May block (parse budget, tokenization): the transport calls it off its I/O threads.
   Outcome handle(Route route, std::string_view body, std::string_view path = {});
 
+  // The chat page at / (on by default; serve's --disable-frontend turns it off: 404).
+  void set_frontend(bool enabled) { frontend_ = enabled; }
+  Reply chat_page() const;
+
   Reply health() const;
   Reply version() const;
   Reply models() const;
@@ -144,6 +149,7 @@ class Api {
   StructuredOutput structured_;
   ToolOptions tool_options_;
   bool reasoning_ = false;
+  bool frontend_ = true;
   std::mutex id_mu_;
   std::mt19937_64 id_rng_;
 };
