@@ -49,6 +49,13 @@ struct Request {
   std::unique_ptr<TextStream> text;             // null: no detokenizer, no text
   std::unique_ptr<TokenConstraint> constraint;  // from params.constraint; null: unconstrained
 
+  // Speculative decoding (engine/speculative.h): the tokens proposed to
+  // follow the last known one, verified in the next step and then cleared;
+  // and the request's acceptance so far (decayed counts of accepted proposed
+  // tokens and of rejections), which sizes its next proposals.
+  std::vector<int32_t> draft;
+  double spec_accepted = 0.0, spec_rejected = 0.0;
+
   Clock::time_point arrival_time;
   Clock::time_point first_token_time;  // valid once output is non-empty
   Clock::time_point finish_time;       // valid once finished

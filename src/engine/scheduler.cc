@@ -50,6 +50,7 @@ void Scheduler::preempt_newest() {
   blocks_.free_sequence(victim->seq);  // its cached blocks stay cached, for its own re-admission
   victim->seq = -1;                    // recompute prompt ++ output on re-admission
   victim->status = RequestStatus::kWaiting;
+  victim->draft.clear();
   ++victim->num_preemptions;
   waiting_.push_front(victim);
   ++num_preemptions_;
@@ -63,15 +64,22 @@ void Scheduler::push_chunk(Request* r, int64_t n) {
   ScheduledChunk c;
   c.request = r;
   c.num_tokens = static_cast<int32_t>(n);
-  c.samples = computed + n == r->num_tokens();
+  c.samples = computed + n == r->num_tokens();  // a decode with proposals: set by the caller
   step_.chunks.push_back(c);
   step_.num_tokens += c.num_tokens;
 }
 
-void Scheduler::commit(const SchedulerStep& step) {
-  for (const ScheduledChunk& c : step.chunks) {
+void Scheduler::commit(const SchedulerStep& step, std::span<const int32_t> rejected) {
+  NS_CHECK(rejected.empty() || rejected.size() == step.chunks.size())
+      << rejected.size() << " rejection counts for " << step.chunks.size() << " chunks";
+  for (size_t i = 0; i < step.chunks.size(); ++i) {
+    const ScheduledChunk& c = step.chunks[i];
     Request* r = c.request;
-    blocks_.commit(r->seq, tokens_of(r), blocks_.seq_len(r->seq) + c.num_tokens);
+    const int32_t dropped = rejected.empty() ? 0 : rejected[i];
+    NS_CHECK(dropped >= 0 && dropped <= c.num_draft) << dropped << " rejected of " << c.num_draft << " proposed";
+    const int64_t len = blocks_.seq_len(r->seq) + c.num_tokens - dropped;
+    blocks_.commit(r->seq, tokens_of(r), len);
+    if (c.num_draft > 0) blocks_.shrink_to(r->seq, len);  // the blocks reserved for rejected tokens go back
   }
 }
 
@@ -80,6 +88,7 @@ const SchedulerStep& Scheduler::schedule() {
   step_.num_tokens = 0;
   step_.num_preempted = 0;
   int64_t budget = config_.max_num_batched_tokens;
+  int64_t draft_rows = config_.max_draft_rows;
   const int64_t block_size = blocks_.block_size();
 
   // 1. Running, oldest first. Decodes behind the current request keep one
@@ -110,8 +119,18 @@ const SchedulerStep& Scheduler::schedule() {
       preempt_newest();
     }
     if (self_preempted) break;  // r was the newest: nothing runs behind it
-    push_chunk(r, want);
-    budget -= want;
+    int64_t extra = 0;
+    if (decode && !r->draft.empty()) {
+      // Proposed tokens only from what is spare; never at another's expense.
+      extra = std::min({static_cast<int64_t>(r->draft.size()), budget - decodes_behind - want, draft_rows});
+      while (extra > 0 && !blocks_.can_reserve(r->seq, computed + want + extra)) --extra;
+      extra = std::max<int64_t>(extra, 0);
+      draft_rows -= extra;
+    }
+    push_chunk(r, want + extra);
+    step_.chunks.back().num_draft = static_cast<int32_t>(extra);
+    step_.chunks.back().samples = step_.chunks.back().samples || extra > 0;
+    budget -= want + extra;
   }
 
   // 2. Admit from the waiting queue, in order, each from its cached prefix on.

@@ -18,6 +18,9 @@
 //      first one that does not fit stops admission, so none jumps the queue.
 //      An admitted request first takes the cached blocks of its longest
 //      cached prefix (prefix caching), and computes only the rest.
+// A decode that carries proposed tokens (speculative decoding) takes them
+// only from what is left: budget after one token for every decode behind it,
+// the step's spare logits rows, and free blocks; a proposal never preempts.
 // Every admitted chunk has its blocks reserved before the step runs, so the
 // forward pass never runs out.
 //
@@ -27,6 +30,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -38,6 +42,9 @@ namespace nanoserve {
 struct SchedulerConfig {
   int32_t max_num_seqs = 64;
   int32_t max_num_batched_tokens = 512;  // >= max_num_seqs, so every decode fits a step
+  // Speculative decoding: logits rows a step may spend on proposed tokens,
+  // beyond one per sequence (0: proposals never run).
+  int32_t max_draft_rows = 0;
 
   Status validate() const;
 };
@@ -47,6 +54,10 @@ struct ScheduledChunk {
   Request* request = nullptr;
   int32_t num_tokens = 0;
   bool samples = false;  // the chunk ends at the last known token: sample the next
+  // Speculative decoding: the chunk is a decode followed by the first
+  // num_draft of the request's proposed tokens (Request::draft), all scored
+  // in this step; num_tokens counts them. 0 for every other chunk.
+  int32_t num_draft = 0;
 };
 
 struct SchedulerStep {
@@ -74,7 +85,11 @@ class Scheduler {
   int64_t num_computed(const Request* r) const { return r->seq >= 0 ? blocks_.seq_len(r->seq) : 0; }
   // Records that the step's chunks were computed: each sequence's length grows
   // by its chunk, and newly full blocks enter the prefix cache. After a successful forward.
-  void commit(const SchedulerStep& step);
+  // rejected (empty, or one per chunk): proposed tokens of the chunk that were
+  // not accepted; their K/V is dropped (the length grows by num_tokens -
+  // rejected) and the blocks past the new length go back, so a rejected
+  // token is never cached nor held.
+  void commit(const SchedulerStep& step, std::span<const int32_t> rejected = {});
 
   // Prefix cache counters, in tokens, over admissions (vLLM's
   // prefix_cache_queries / prefix_cache_hits).

@@ -44,15 +44,16 @@ inline ModelConfig fake_config(int32_t vocab, int64_t context_length = 1 << 20) 
   return c;
 }
 
-inline uint64_t history_hash(std::span<const int32_t> tokens) {
-  uint64_t h = 1469598103934665603ull;
+inline uint64_t history_hash(std::span<const int32_t> tokens, uint64_t salt = 0) {
+  uint64_t h = 1469598103934665603ull ^ salt;
   for (int32_t t : tokens) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
   return h;
 }
 
 // The logits the fake model gives after `tokens`: [vocab] in (-4, 4).
-inline void fake_logits(std::span<const int32_t> tokens, int32_t vocab, float* out) {
-  Rng rng(history_hash(tokens));
+// A non-zero salt gives another model over the same vocabulary (a draft that disagrees).
+inline void fake_logits(std::span<const int32_t> tokens, int32_t vocab, float* out, uint64_t salt = 0) {
+  Rng rng(history_hash(tokens, salt));
   for (int32_t v = 0; v < vocab; ++v) out[v] = static_cast<float>(8.0 * rng.next_double() - 4.0);
 }
 
@@ -74,11 +75,17 @@ inline std::vector<int32_t> fake_greedy(std::vector<int32_t> tokens, int32_t voc
 
 class FakeModel final : public ModelRunner {
  public:
-  FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20)
+  // max_logits_rows: 0 means max_seqs (one per sequence); more lets a step
+  // score proposed tokens (speculative decoding). salt: 0 is the model that
+  // fake_greedy() predicts; another value is a different model.
+  FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20,
+            int32_t max_logits_rows = 0, uint64_t salt = 0)
       : config_(fake_config(vocab, context_length)),
         kv_(Tensor::empty(DType::kF32, {max_tokens_per_step, 1, 2})),
-        logits_(Tensor::empty(DType::kF32, {max_seqs, vocab})),
-        sampler_(vocab) {}
+        logits_(Tensor::empty(DType::kF32, {max_logits_rows > 0 ? max_logits_rows : max_seqs, vocab})),
+        sampler_(vocab),
+        max_seqs_(max_seqs),
+        salt_(salt) {}
 
   // Acts as a runner that samples on the device (ops/sample/sample.h): a step
   // with sample_rows is drawn by the CPU Sampler with each row's uniform
@@ -121,7 +128,7 @@ class FakeModel final : public ModelRunner {
     gather_v_ = Tensor::empty(DType::kF32, {int64_t{num_blocks} * block_size, 1, 2});
     limits_.vocab_size = config_.vocab_size;
     limits_.max_tokens = static_cast<int32_t>(kv_.dim(0));
-    limits_.max_seqs = static_cast<int32_t>(logits_.dim(0));
+    limits_.max_seqs = max_seqs_;
     limits_.max_logits_rows = static_cast<int32_t>(logits_.dim(0));
     limits_.max_context = std::min<int64_t>(config_.context_length, int64_t{num_blocks} * block_size);
     limits_.num_blocks = num_blocks;
@@ -164,15 +171,16 @@ class FakeModel final : public ModelRunner {
     for (int32_t r = 0; r < R; ++r) {
       const int32_t row = batch.logits_rows[r];
       while (batch.seq_starts[b + 1] <= row) ++b;
-      NS_CHECK_EQ(row, batch.seq_starts[b + 1] - 1);  // the last token of its sequence
-      const int32_t ctx = batch.context_lens[b];
+      // Any token row of its sequence: the history up to and including it.
+      const int32_t ctx = batch.positions[row] + 1;
+      NS_CHECK(ctx <= batch.context_lens[b]) << "a logits row past its context";
       history_.clear();
       for (int32_t pos = 0; pos < ctx; ++pos) {
         const float* e = h.k[b] + pos * h.pos_stride;
         NS_CHECK_EQ(static_cast<int32_t>(e[1]), pos);  // the cache gave back this sequence's own slots
         history_.push_back(static_cast<int32_t>(e[0]));
       }
-      fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab);
+      fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab, salt_);
     }
     last_rows_ = R;
     sampled_.clear();
@@ -234,6 +242,8 @@ class FakeModel final : public ModelRunner {
   int hand_back_every_ = 0;
   int64_t num_sampled_ = 0, device_steps_ = 0, host_steps_ = 0, handed_back_ = 0;
   int32_t last_rows_ = 0;
+  int32_t max_seqs_;
+  uint64_t salt_;
   std::vector<int32_t> sampled_;
   std::vector<SampleRowLogprobs> sampled_lp_;
 };
