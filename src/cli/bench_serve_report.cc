@@ -233,7 +233,8 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     line("Accepted tokens:", format("%.0f", accepted));
     std::string per_pos;
     for (const json& v : sd["accepted_per_pos"]) {
-      per_pos += (per_pos.empty() ? "" : " ") + fixed2(drafts > 0 ? 100.0 * v.get<double>() / drafts : 0.0);
+      if (!per_pos.empty()) per_pos += ' ';
+      per_pos += fixed2(drafts > 0 ? 100.0 * v.get<double>() / drafts : 0.0);
     }
     if (!per_pos.empty()) line("Per-position acceptance (%):", per_pos);
   }
