@@ -118,11 +118,13 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
     const int64_t proposed = st.spec_num_draft_tokens - (before ? before->spec_num_draft_tokens : 0);
     const int64_t accepted = st.spec_num_accepted_tokens - (before ? before->spec_num_accepted_tokens : 0);
     if (drafts > 0) {
-      std::printf("%-8s speculative: %lld drafts, %lld proposed tokens, %lld accepted | acceptance rate %.1f%% | "
-                  "mean acceptance length %.2f\n",
-                  label, static_cast<long long>(drafts), static_cast<long long>(proposed),
-                  static_cast<long long>(accepted), 100.0 * static_cast<double>(accepted) / static_cast<double>(proposed),
-                  1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
+      std::printf(
+          "%-8s speculative: %lld drafts, %lld proposed tokens, %lld accepted | acceptance rate %.1f%% | "
+          "mean acceptance length %.2f\n",
+          label, static_cast<long long>(drafts), static_cast<long long>(proposed),
+          static_cast<long long>(accepted),
+          100.0 * static_cast<double>(accepted) / static_cast<double>(proposed),
+          1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
     }
   }
   if (engine != nullptr) {
@@ -315,7 +317,8 @@ int run_bench(const BenchArgs& a) {
           std::fprintf(stderr, "nanoserve bench: %s\n", again.status().to_string().c_str());
           return 1;
         }
-        best_spec = std::max(best_spec, report("spec", *again, again_s, prompt_tokens, &engine, &b).output_tps);
+        best_spec =
+            std::max(best_spec, report("spec", *again, again_s, prompt_tokens, &engine, &b).output_tps);
         for (int i = 0; i < a.num_prompts; ++i) same = same && (*again)[i].tokens == (*batched)[i].tokens;
       }
       const EngineStats b = le2->engine->stats();
@@ -326,13 +329,14 @@ int run_bench(const BenchArgs& a) {
         std::fprintf(stderr, "nanoserve bench: %s\n", plain.status().to_string().c_str());
         return 1;
       }
-      best_plain = std::max(best_plain, report("plain", *plain, plain_s, prompt_tokens, le2->engine.get(), &b).output_tps);
+      best_plain = std::max(
+          best_plain, report("plain", *plain, plain_s, prompt_tokens, le2->engine.get(), &b).output_tps);
       for (int i = 0; i < a.num_prompts; ++i) same = same && (*plain)[i].tokens == (*batched)[i].tokens;
     }
-    std::printf("best of %d: speculative %.1f tok/s, plain %.1f tok/s | speed-up %.2fx\n", std::max(1, a.rounds),
-                best_spec, best_plain, best_spec / best_plain);
-    std::printf("outputs identical with and without speculative decoding: %s (%d requests)\n", same ? "yes" : "NO",
-                a.num_prompts);
+    std::printf("best of %d: speculative %.1f tok/s, plain %.1f tok/s | speed-up %.2fx\n",
+                std::max(1, a.rounds), best_spec, best_plain, best_spec / best_plain);
+    std::printf("outputs identical with and without speculative decoding: %s (%d requests)\n",
+                same ? "yes" : "NO", a.num_prompts);
     if (!same) return 1;
   }
 

@@ -401,7 +401,8 @@ std::optional<SpecDecodeCounts> parse_spec_decode_metrics(const std::string& tex
 json spec_decode_json(const SpecDecodeCounts& before, const SpecDecodeCounts& after) {
   json per_pos = json::array();
   for (size_t j = 0; j < after.accepted_per_pos.size(); ++j)
-    per_pos.push_back(after.accepted_per_pos[j] - (j < before.accepted_per_pos.size() ? before.accepted_per_pos[j] : 0.0));
+    per_pos.push_back(after.accepted_per_pos[j] -
+                      (j < before.accepted_per_pos.size() ? before.accepted_per_pos[j] : 0.0));
   return {{"drafts", after.drafts - before.drafts},
           {"draft_tokens", after.draft_tokens - before.draft_tokens},
           {"accepted_tokens", after.accepted_tokens - before.accepted_tokens},
@@ -555,7 +556,8 @@ int run_bench_serve(BenchServeArgs a) {
                {"max_concurrency", a.max_concurrency},
                {"ignore_eos", a.ignore_eos},
                {"seed", a.seed}};
-  if (spec_before.has_value() && spec_after.has_value()) info["spec_decode"] = spec_decode_json(*spec_before, *spec_after);
+  if (spec_before.has_value() && spec_after.has_value())
+    info["spec_decode"] = spec_decode_json(*spec_before, *spec_after);
   json result = report_load(r, d->requests, ro, info, a.save_detailed);
   if (a.save_result || !a.result_filename.empty()) {
     std::string name = a.result_filename.empty() ? default_result_name(a, model) : a.result_filename;

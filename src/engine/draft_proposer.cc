@@ -10,7 +10,8 @@ namespace nanoserve {
 StatusOr<std::unique_ptr<DraftProposer>> DraftProposer::create(std::unique_ptr<ModelRunner> runner,
                                                                int64_t target_vocab, int32_t num_blocks,
                                                                int32_t block_size, int32_t max_num_seqs,
-                                                               int64_t max_seq_len, std::shared_ptr<void> keep) {
+                                                               int64_t max_seq_len,
+                                                               std::shared_ptr<void> keep) {
   NS_CHECK(runner != nullptr) << "DraftProposer without a runner";
   if (runner->config().vocab_size != target_vocab) {
     return invalid_argument("speculative_config.model: the draft model's vocabulary has " +
@@ -51,7 +52,8 @@ void DraftProposer::release(RequestId id) {
 
 void DraftProposer::evict_except(std::span<Request* const> keep) {
   for (auto it = states_.begin(); it != states_.end();) {
-    const bool kept = std::any_of(keep.begin(), keep.end(), [&](const Request* r) { return r->id == it->first; });
+    const bool kept =
+        std::any_of(keep.begin(), keep.end(), [&](const Request* r) { return r->id == it->first; });
     if (kept) {
       ++it;
       continue;
@@ -157,7 +159,8 @@ Status DraftProposer::propose(std::span<Request* const> reqs, std::span<const in
       Request* r = p.request;
       const int64_t n = r->num_tokens();
       const int32_t count = b.seq_len(seq_index);
-      for (int64_t t = p.fed; t < p.fed + count; ++t) p.state->tokens.push_back(t < n ? r->token_at(t) : r->draft[t - n]);
+      for (int64_t t = p.fed; t < p.fed + count; ++t)
+        p.state->tokens.push_back(t < n ? r->token_at(t) : r->draft[t - n]);
       p.fed += count;
       blocks_.commit(p.state->seq, TokenSeq{p.state->tokens, {}}, p.fed);
       ++seq_index;
@@ -168,7 +171,8 @@ Status DraftProposer::propose(std::span<Request* const> reqs, std::span<const in
         token = greedy[row];
       } else {
         const float* l = logits->data_as<const float>() + row * vocab;
-        token = static_cast<int32_t>(std::max_element(l, l + vocab) - l);  // the first max: ties to the lowest id
+        token =
+            static_cast<int32_t>(std::max_element(l, l + vocab) - l);  // the first max: ties to the lowest id
       }
       r->draft.push_back(token);
     }

@@ -38,7 +38,8 @@ class DraftProposer final : public Proposer {
   static StatusOr<std::unique_ptr<DraftProposer>> create(std::unique_ptr<ModelRunner> runner,
                                                          int64_t target_vocab, int32_t num_blocks,
                                                          int32_t block_size, int32_t max_num_seqs,
-                                                         int64_t max_seq_len, std::shared_ptr<void> keep = {});
+                                                         int64_t max_seq_len,
+                                                         std::shared_ptr<void> keep = {});
 
   bool cheap() const override { return false; }
   Status propose(std::span<Request* const> reqs, std::span<const int32_t> k) override;
@@ -54,14 +55,15 @@ class DraftProposer final : public Proposer {
     int32_t seq = -1;
     std::vector<int32_t> tokens;  // whose K/V the draft cache holds, in order
   };
-  struct Pending {               // one request during one propose()
+  struct Pending {  // one request during one propose()
     Request* request = nullptr;
     State* state = nullptr;
-    int32_t want = 0;            // proposals still to make
-    int64_t fed = 0;             // of the request's tokens, how many are in the cache or this step
+    int32_t want = 0;  // proposals still to make
+    int64_t fed = 0;   // of the request's tokens, how many are in the cache or this step
   };
 
-  DraftProposer(std::unique_ptr<ModelRunner> runner, const BlockManagerConfig& bc, std::shared_ptr<void> keep);
+  DraftProposer(std::unique_ptr<ModelRunner> runner, const BlockManagerConfig& bc,
+                std::shared_ptr<void> keep);
   // Frees the state of every request not in `keep` (they are not decoding now).
   void evict_except(std::span<Request* const> keep);
   State* state_for(Request* r, std::span<Request* const> all);

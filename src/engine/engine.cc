@@ -83,7 +83,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
   e->step_limits_ = model->step_limits();
   // Proposed tokens take the logits rows beyond one per sequence.
-  sc.max_draft_rows = proposer == nullptr ? 0 : std::max(0, e->step_limits_.max_logits_rows - config.max_num_seqs);
+  sc.max_draft_rows =
+      proposer == nullptr ? 0 : std::max(0, e->step_limits_.max_logits_rows - config.max_num_seqs);
   e->proposer_ = std::move(proposer);
 
   e->model_ = std::move(model);
@@ -498,10 +499,11 @@ int32_t Engine::sample_row(size_t row, Request* r, RequestOutput& out, const Ten
   }
   // A row with a proposal is sampled exactly as without it (docs/speculative.md): the
   // proposal is kept when the token is the proposal. Constrained requests never propose.
-  const int32_t token = on_device                                    ? src.sampled[row]
-                        : r->constraint != nullptr                   ? sample_constrained(*r, row_logits)
-                        : src.use_greedy && r->params.plain_greedy() ? src.greedy[row]
-                                                                     : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
+  const int32_t token = on_device                  ? src.sampled[row]
+                        : r->constraint != nullptr ? sample_constrained(*r, row_logits)
+                        : src.use_greedy && r->params.plain_greedy()
+                            ? src.greedy[row]
+                            : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
   if (r->params.logprobs) {
     std::vector<TokenLogprob>& top = out.top_logprobs.emplace_back();
     if (on_device) {

@@ -28,13 +28,13 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "model/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
 #include "engine/text_stream.h"
 #include "kvcache/block_manager.h"
+#include "model/model_runner.h"
 #include "step/forward_batch.h"
 
 namespace nanoserve {
@@ -218,9 +218,9 @@ class Engine {
   std::vector<Request*> spec_reqs_;     // this step's requests that may propose
   std::vector<int32_t> spec_cap_, spec_k_;
   std::vector<double> spec_alpha_;
-  std::vector<int32_t> rejected_;                                // [chunks] proposed tokens rejected
-  std::vector<std::pair<Request*, FinishReason>> finishing_;     // finished in this step, after commit
-  std::vector<int64_t> step_accepted_per_pos_;                   // [num_speculative_tokens]
+  std::vector<int32_t> rejected_;                             // [chunks] proposed tokens rejected
+  std::vector<std::pair<Request*, FinishReason>> finishing_;  // finished in this step, after commit
+  std::vector<int64_t> step_accepted_per_pos_;                // [num_speculative_tokens]
   std::vector<Rng> row_rng_;         // [R] each row's Rng before its device draw (a row handed back redraws)
   size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
   std::string new_text_;             // scratch

@@ -58,8 +58,7 @@ StatusOr<std::unique_ptr<Proposer>> cpu_draft(const EngineConfig& config, const 
   ModelSpec spec;
   spec.path = config.speculative.model;
   StatusOr<ModelSource> opened = open_model_source(spec);
-  if (!opened.ok())
-    return invalid_argument("speculative_config.model: " + opened.status().message());
+  if (!opened.ok()) return invalid_argument("speculative_config.model: " + opened.status().message());
   auto source = std::make_shared<ModelSource>(std::move(opened).value());
   NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::load(source->config, source->tensors, pool));
   CpuRunnerOptions ro;
@@ -69,8 +68,8 @@ StatusOr<std::unique_ptr<Proposer>> cpu_draft(const EngineConfig& config, const 
   ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);
   auto runner = std::make_unique<CpuRunner>(std::move(model), ro, pool);
   NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
-                      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks, config.block_size,
-                                            config.max_num_seqs, max_len, source));
+                      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks,
+                                            config.block_size, config.max_num_seqs, max_len, source));
   return std::unique_ptr<Proposer>(std::move(d));
 }
 
@@ -127,8 +126,8 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
     if (config.speculative.method == SpecMethod::kDraftModel)
       return invalid_argument("speculative_config.model: a draft model runs on the CPU only so far");
     NS_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, cuda_runner(le.source, config, max_len, pool));
-    NS_ASSIGN_OR_RETURN(le.engine,
-                        Engine::create(with_spec_defaults(config, le.device), std::move(runner), le.text.get()));
+    NS_ASSIGN_OR_RETURN(
+        le.engine, Engine::create(with_spec_defaults(config, le.device), std::move(runner), le.text.get()));
     return le;
   }
 #endif
@@ -146,7 +145,8 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
   std::unique_ptr<Proposer> draft;
   if (config.speculative.method == SpecMethod::kDraftModel) {
     if (config.naive_kv_cache)
-      return invalid_argument("speculative_config.model: a draft model needs the paged KV cache (not --kv-cache naive)");
+      return invalid_argument(
+          "speculative_config.model: a draft model needs the paged KV cache (not --kv-cache naive)");
     NS_ASSIGN_OR_RETURN(const int32_t num_blocks, kv_cache_num_blocks(config, *runner));
     NS_ASSIGN_OR_RETURN(draft, cpu_draft(config, mc, num_blocks, max_len, pool));
   }

@@ -76,7 +76,8 @@ void Scheduler::commit(const SchedulerStep& step, std::span<const int32_t> rejec
     const ScheduledChunk& c = step.chunks[i];
     Request* r = c.request;
     const int32_t dropped = rejected.empty() ? 0 : rejected[i];
-    NS_CHECK(dropped >= 0 && dropped <= c.num_draft) << dropped << " rejected of " << c.num_draft << " proposed";
+    NS_CHECK(dropped >= 0 && dropped <= c.num_draft)
+        << dropped << " rejected of " << c.num_draft << " proposed";
     const int64_t len = blocks_.seq_len(r->seq) + c.num_tokens - dropped;
     blocks_.commit(r->seq, tokens_of(r), len);
     if (c.num_draft > 0) blocks_.shrink_to(r->seq, len);  // the blocks reserved for rejected tokens go back

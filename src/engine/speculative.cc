@@ -21,9 +21,9 @@ constexpr double kFade = 0.95;         // per step without proposals
 Status SpeculativeConfig::validate() const {
   if (method == SpecMethod::kNone) return Status();
   if (num_speculative_tokens < 1 || num_speculative_tokens > kMaxSpeculativeTokens) {
-    return invalid_argument("speculative_config.num_speculative_tokens: " +
-                            std::to_string(num_speculative_tokens) + " is outside [1, " +
-                            std::to_string(kMaxSpeculativeTokens) + "]");
+    return invalid_argument(
+        "speculative_config.num_speculative_tokens: " + std::to_string(num_speculative_tokens) +
+        " is outside [1, " + std::to_string(kMaxSpeculativeTokens) + "]");
   }
   if (method == SpecMethod::kNgram) {
     if (prompt_lookup_min < 1)
@@ -54,7 +54,8 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   auto int_field = [&](const char* key, int32_t& out) -> Status {
     const nlohmann::json& v = j[key];
     if (!v.is_number_integer() || v.get<int64_t>() < -1 || v.get<int64_t>() > 1'000'000)
-      return invalid_argument(std::string("speculative_config.") + key + ": expected an integer, got " + v.dump());
+      return invalid_argument(std::string("speculative_config.") + key + ": expected an integer, got " +
+                              v.dump());
     out = v.get<int32_t>();
     return Status();
   };
@@ -67,7 +68,8 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
       if (!v.is_string()) return invalid_argument("speculative_config.method: expected a string");
       method = v.get<std::string>();
     } else if (key == "model") {
-      if (!v.is_string() && !v.is_null()) return invalid_argument("speculative_config.model: expected a string");
+      if (!v.is_string() && !v.is_null())
+        return invalid_argument("speculative_config.model: expected a string");
       if (v.is_string()) c.model = v.get<std::string>();
     } else if (key == "num_speculative_tokens") {
       NS_RETURN_IF_ERROR(int_field("num_speculative_tokens", c.num_speculative_tokens));
@@ -87,9 +89,10 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
         return invalid_argument("speculative_config.step_overhead_tokens: expected a number >= 0");
       c.step_overhead_tokens = v.get<double>();
     } else {
-      return invalid_argument("speculative_config." + key +
-                              ": unknown key (known: method, model, num_speculative_tokens, prompt_lookup_max, "
-                              "prompt_lookup_min, disable_by_batch_size, adaptive, step_overhead_tokens)");
+      return invalid_argument(
+          "speculative_config." + key +
+          ": unknown key (known: method, model, num_speculative_tokens, prompt_lookup_max, "
+          "prompt_lookup_min, disable_by_batch_size, adaptive, step_overhead_tokens)");
     }
   }
   // vLLM also spells n-gram as model "[ngram]".
@@ -97,7 +100,8 @@ StatusOr<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   if (method == "ngram") {
     c.method = SpecMethod::kNgram;
     if (c.model == "[ngram]") c.model.clear();
-    if (!c.model.empty()) return invalid_argument("speculative_config.model: the ngram method takes no model");
+    if (!c.model.empty())
+      return invalid_argument("speculative_config.model: the ngram method takes no model");
     if (!has_lookup_max && !has_lookup_min) c.prompt_lookup_max = c.prompt_lookup_min = kDefaultLookup;
     if (!has_lookup_min) c.prompt_lookup_min = c.prompt_lookup_max;
     if (!has_lookup_max) c.prompt_lookup_max = c.prompt_lookup_min;

@@ -107,7 +107,8 @@ class Proposer {
 
 class NgramProposer final : public Proposer {
  public:
-  explicit NgramProposer(const SpeculativeConfig& c) : n_max_(c.prompt_lookup_max), n_min_(c.prompt_lookup_min) {}
+  explicit NgramProposer(const SpeculativeConfig& c)
+      : n_max_(c.prompt_lookup_max), n_min_(c.prompt_lookup_min) {}
   bool cheap() const override { return true; }
   Status propose(std::span<Request* const> reqs, std::span<const int32_t> k) override;
 

@@ -26,14 +26,10 @@ enum class Proposals { kNone, kNgram, kDraftSelf, kDraftOther };
 
 const char* name_of(Proposals p) {
   switch (p) {
-    case Proposals::kNone:
-      return "none";
-    case Proposals::kNgram:
-      return "ngram";
-    case Proposals::kDraftSelf:
-      return "draft = target";
-    case Proposals::kDraftOther:
-      return "draft = another model";
+    case Proposals::kNone: return "none";
+    case Proposals::kNgram: return "ngram";
+    case Proposals::kDraftSelf: return "draft = target";
+    case Proposals::kDraftOther: return "draft = another model";
   }
   return "?";
 }
@@ -72,7 +68,8 @@ std::unique_ptr<Engine> make_engine(const SpecSetup& s) {
       sc.method = SpecMethod::kDraftModel;
       sc.model = "fake";
       const uint64_t salt = s.proposals == Proposals::kDraftSelf ? 0 : 7;
-      auto runner = std::make_unique<FakeModel>(s.vocab, s.max_num_batched_tokens, s.max_num_seqs, 1 << 20, 0, salt);
+      auto runner =
+          std::make_unique<FakeModel>(s.vocab, s.max_num_batched_tokens, s.max_num_seqs, 1 << 20, 0, salt);
       // A small draft pool: the draft runs out of blocks sometimes and proposes nothing then.
       StatusOr<std::unique_ptr<DraftProposer>> d = DraftProposer::create(
           std::move(runner), s.vocab, s.num_blocks / 2, s.block_size, s.max_num_seqs, 1 << 20);
@@ -117,7 +114,8 @@ std::map<RequestId, std::vector<int32_t>> run_to_end(Engine& e) {
     NS_CHECK(st.ok()) << st.to_string();
     const Status inv = e.check_invariants();
     EXPECT_TRUE(inv.ok()) << inv.to_string();
-    for (const RequestOutput& o : outs) got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+    for (const RequestOutput& o : outs)
+      got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
     NS_CHECK(++guard < 100000) << "engine does not finish";
   }
   return got;
@@ -126,7 +124,8 @@ std::map<RequestId, std::vector<int32_t>> run_to_end(Engine& e) {
 TEST(SpeculativeEngine, GreedyIdenticalForEveryProposerAndK) {
   Rng rng(5);
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 10; ++i) prompts.push_back(repetitive_prompt(rng, 3 + static_cast<int32_t>(rng.next_u64() % 60), 64));
+  for (int i = 0; i < 10; ++i)
+    prompts.push_back(repetitive_prompt(rng, 3 + static_cast<int32_t>(rng.next_u64() % 60), 64));
   for (Proposals proposals : {Proposals::kNgram, Proposals::kDraftSelf, Proposals::kDraftOther}) {
     for (int32_t k : {1, 2, 4, 7}) {
       for (int32_t seqs : {1, 8}) {
@@ -180,7 +179,8 @@ TEST(SpeculativeEngine, AllAcceptedTakesFewerForwards) {
 TEST(SpeculativeEngine, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
   for (Proposals proposals : {Proposals::kNgram, Proposals::kDraftSelf, Proposals::kDraftOther}) {
     for (bool caching : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << name_of(proposals) << (caching ? ", prefix caching" : ", no caching"));
+      SCOPED_TRACE(::testing::Message()
+                   << name_of(proposals) << (caching ? ", prefix caching" : ", no caching"));
       SpecSetup s;
       s.num_blocks = 40;  // 160 tokens for up to 8 sequences of up to 100
       s.block_size = 4;
@@ -230,7 +230,8 @@ TEST(SpeculativeEngine, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
         ASSERT_NE(reason[id], FinishReason::kNone) << "request " << id << " never finished";
         if (reason[id] == FinishReason::kAbort) {
           ++aborted;
-          EXPECT_TRUE(std::equal(got[id].begin(), got[id].end(), tokens.begin())) << "prefix before the abort";
+          EXPECT_TRUE(std::equal(got[id].begin(), got[id].end(), tokens.begin()))
+              << "prefix before the abort";
           continue;
         }
         EXPECT_EQ(got[id], tokens) << "request " << id;
@@ -243,7 +244,8 @@ TEST(SpeculativeEngine, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
         // Preempted, re-admitted from the cache, rolled back: the draft still proposes the target's tokens.
         EXPECT_EQ(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
       } else {
-        EXPECT_GT(st.spec_num_draft_tokens, st.spec_num_accepted_tokens) << "some proposals were meant to fail";
+        EXPECT_GT(st.spec_num_draft_tokens, st.spec_num_accepted_tokens)
+            << "some proposals were meant to fail";
       }
       if (proposals == Proposals::kNgram) {
         EXPECT_GT(st.spec_num_accepted_tokens, 0);
@@ -273,9 +275,11 @@ SamplingParams seeded(uint64_t seed, int32_t max_tokens) {
 TEST(SpeculativeEngine, SampledOutputIdenticalWithAndWithoutProposals) {
   Rng rng(3);
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) prompts.push_back(repetitive_prompt(rng, 5 + static_cast<int32_t>(rng.next_u64() % 40), 64));
+  for (int i = 0; i < 12; ++i)
+    prompts.push_back(repetitive_prompt(rng, 5 + static_cast<int32_t>(rng.next_u64() % 40), 64));
   std::vector<std::vector<int32_t>> reference;
-  for (Proposals proposals : {Proposals::kNone, Proposals::kNgram, Proposals::kDraftSelf, Proposals::kDraftOther}) {
+  for (Proposals proposals :
+       {Proposals::kNone, Proposals::kNgram, Proposals::kDraftSelf, Proposals::kDraftOther}) {
     for (int32_t seqs : {1, 8}) {
       SCOPED_TRACE(::testing::Message() << name_of(proposals) << " max_num_seqs " << seqs);
       SpecSetup s;
@@ -285,7 +289,8 @@ TEST(SpeculativeEngine, SampledOutputIdenticalWithAndWithoutProposals) {
       s.overhead = 64.0;  // sized, and still proposing at batch 8
       auto e = make_engine(s);
       std::vector<RequestId> ids;
-      for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(e->add_request(prompts[i], seeded(100 + i, 20)).value());
+      for (size_t i = 0; i < prompts.size(); ++i)
+        ids.push_back(e->add_request(prompts[i], seeded(100 + i, 20)).value());
       auto got = run_to_end(*e);
       std::vector<std::vector<int32_t>> outputs;
       for (RequestId id : ids) outputs.push_back(got[id]);
@@ -355,7 +360,8 @@ TEST(SpeculativeEngine, DeviceSamplingWithProposalsDrawsOneUniformPerToken) {
   // engine must rewind each request's Rng past the rows it did not keep.
   Rng rng(8);
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 8; ++i) prompts.push_back(repetitive_prompt(rng, 6 + static_cast<int32_t>(rng.next_u64() % 30), 64));
+  for (int i = 0; i < 8; ++i)
+    prompts.push_back(repetitive_prompt(rng, 6 + static_cast<int32_t>(rng.next_u64() % 30), 64));
   std::vector<std::vector<int32_t>> reference;
   for (bool spec : {false, true}) {
     EngineConfig c;

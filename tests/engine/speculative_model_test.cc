@@ -82,7 +82,8 @@ class SpeculativeModel : public ::testing::Test {
   }
 
   static void expect_identical(Engine& e, const char* what) {
-    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(run(e, i, 1)[0], reference()[i]) << what << ": prompt " << i << " alone";
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_EQ(run(e, i, 1)[0], reference()[i]) << what << ": prompt " << i << " alone";
     EXPECT_EQ(run(e, 0, prompts_->size()), reference()) << what << ": batched";
   }
 
@@ -150,9 +151,9 @@ TEST_F(SpeculativeModel, TinyRandomDraftHasMostRejected) {
   ro.max_tokens = c.max_num_batched_tokens;
   ro.max_num_seqs = c.max_num_seqs;
   ro.max_context = c.max_model_len;
-  StatusOr<std::unique_ptr<DraftProposer>> draft =
-      DraftProposer::create(std::make_unique<CpuRunner>(std::move(*draft_model), ro, *pool_),
-                            src->config.vocab_size, c.num_blocks, c.block_size, c.max_num_seqs, c.max_model_len);
+  StatusOr<std::unique_ptr<DraftProposer>> draft = DraftProposer::create(
+      std::make_unique<CpuRunner>(std::move(*draft_model), ro, *pool_), src->config.vocab_size, c.num_blocks,
+      c.block_size, c.max_num_seqs, c.max_model_len);
   ASSERT_TRUE(draft.ok()) << draft.status().to_string();
 
   c.speculative.method = SpecMethod::kDraftModel;
@@ -162,8 +163,8 @@ TEST_F(SpeculativeModel, TinyRandomDraftHasMostRejected) {
   StatusOr<std::unique_ptr<CpuModel>> target = CpuModel::load(src->config, src->tensors, *pool_);
   ASSERT_TRUE(target.ok());
   ro.max_logits_rows = c.max_num_seqs * (1 + 4);
-  StatusOr<std::unique_ptr<Engine>> e =
-      Engine::create(c, std::make_unique<CpuRunner>(std::move(*target), ro, *pool_), nullptr, std::move(*draft));
+  StatusOr<std::unique_ptr<Engine>> e = Engine::create(
+      c, std::make_unique<CpuRunner>(std::move(*target), ro, *pool_), nullptr, std::move(*draft));
   ASSERT_TRUE(e.ok()) << e.status().to_string();
   expect_identical(**e, "tiny random draft");
   const EngineStats st = (*e)->stats();

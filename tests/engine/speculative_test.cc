@@ -12,9 +12,9 @@
 #include <map>
 #include <vector>
 
+#include "engine/chi_square.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
-#include "engine/chi_square.h"
 
 namespace nanoserve {
 namespace {
@@ -37,7 +37,8 @@ TEST(SpeculativeConfig, ParsesVllmSpellings) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->prompt_lookup_max, 5);
   EXPECT_EQ(c->prompt_lookup_min, 5);
-  c = parse_speculative_config(R"({"model": "[ngram]", "num_speculative_tokens": 2, "prompt_lookup_max": 4})");
+  c = parse_speculative_config(
+      R"({"model": "[ngram]", "num_speculative_tokens": 2, "prompt_lookup_max": 4})");
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->method, SpecMethod::kNgram);
 
@@ -80,7 +81,8 @@ TEST(SpeculativeConfig, BadInputNamesTheField) {
             std::string::npos);
   EXPECT_NE(error(R"({"method": "ngram", "num_speculative_tokens": 2, "tree": 1})").find("tree"),
             std::string::npos);
-  EXPECT_NE(error(R"({"method": "draft_model", "num_speculative_tokens": 2})").find("model"), std::string::npos);
+  EXPECT_NE(error(R"({"method": "draft_model", "num_speculative_tokens": 2})").find("model"),
+            std::string::npos);
   EXPECT_NE(error(R"({"num_speculative_tokens": 2})").find("method"), std::string::npos);
 }
 
@@ -150,7 +152,9 @@ TEST(SpecAcceptance, RejectionsLowerAlphaAndFadingRestoresIt) {
 
 constexpr int32_t kV = 8;
 
-std::vector<float> test_logits() { return {1.2f, 0.3f, -0.5f, 2.0f, 0.9f, -3.0f, 0.0f, 1.6f}; }
+std::vector<float> test_logits() {
+  return {1.2f, 0.3f, -0.5f, 2.0f, 0.9f, -3.0f, 0.0f, 1.6f};
+}
 
 SamplingParams sampled(float temperature, float top_p, int32_t top_k) {
   SamplingParams p;
@@ -170,7 +174,8 @@ std::vector<double> target_probs(Sampler& s, const std::vector<float>& l, const 
 }
 
 // A check of proposal d against row l: the token it emits.
-using Verify = std::function<int32_t(Sampler&, const std::vector<float>&, const SamplingParams&, Rng&, int32_t)>;
+using Verify =
+    std::function<int32_t(Sampler&, const std::vector<float>&, const SamplingParams&, Rng&, int32_t)>;
 
 // What the engine does.
 int32_t engine_verify(Sampler& s, const std::vector<float>& l, const SamplingParams& p, Rng& rng, int32_t) {
@@ -179,7 +184,8 @@ int32_t engine_verify(Sampler& s, const std::vector<float>& l, const SamplingPar
 
 // The textbook rule for a point mass: keep d with probability p(d), else
 // draw from p with d removed.
-int32_t textbook_verify(Sampler& s, const std::vector<float>& l, const SamplingParams& p, Rng& rng, int32_t d) {
+int32_t textbook_verify(Sampler& s, const std::vector<float>& l, const SamplingParams& p, Rng& rng,
+                        int32_t d) {
   const std::vector<double> probs = target_probs(s, l, p);
   if (rng.next_double() < probs[d]) return d;
   double u = rng.next_double() * (1.0 - probs[d]);
@@ -193,7 +199,8 @@ int32_t textbook_verify(Sampler& s, const std::vector<float>& l, const SamplingP
 
 // Whether checking proposals with `verify` emits tokens distributed as plain
 // sampling, over many seeds (independent seeds on the two sides).
-testing::ChiSquare against_plain_sampling(const Verify& verify, const SamplingParams& p, int32_t proposed, int n) {
+testing::ChiSquare against_plain_sampling(const Verify& verify, const SamplingParams& p, int32_t proposed,
+                                          int n) {
   Sampler s(kV);
   const std::vector<float> l = test_logits();
   std::vector<int64_t> plain(kV, 0), checked(kV, 0);
@@ -208,8 +215,8 @@ testing::ChiSquare against_plain_sampling(const Verify& verify, const SamplingPa
 TEST(PointMassRejection, BothRulesKeepTheTargetDistribution) {
   for (const SamplingParams& p : {sampled(1.0f, 1.0f, -1), sampled(0.7f, 0.9f, -1), sampled(1.3f, 1.0f, 4)}) {
     for (int32_t proposed : {3, 0, 5, 6}) {  // likely, middling, unlikely, and (top-k 4) filtered out
-      SCOPED_TRACE(::testing::Message() << "T " << p.temperature << " top_p " << p.top_p << " top_k " << p.top_k
-                                        << " proposed " << proposed);
+      SCOPED_TRACE(::testing::Message() << "T " << p.temperature << " top_p " << p.top_p << " top_k "
+                                        << p.top_k << " proposed " << proposed);
       for (const Verify& v : {Verify(engine_verify), Verify(textbook_verify)}) {
         const testing::ChiSquare c = against_plain_sampling(v, p, proposed, 20000);
         EXPECT_TRUE(c.consistent) << "chi-square " << c.statistic << " > " << c.critical << " (" << c.dof
@@ -248,7 +255,8 @@ TEST(PointMassRejection, PlantedBiasesFailTheTest) {
   };
   EXPECT_FALSE(against_plain_sampling(always, p, 0, 20000).consistent);
   // Subtler: accept with probability min(1, 1.3 p(d)), then the right residual.
-  const Verify over = [](Sampler& s, const std::vector<float>& l, const SamplingParams& q, Rng& rng, int32_t d) {
+  const Verify over = [](Sampler& s, const std::vector<float>& l, const SamplingParams& q, Rng& rng,
+                         int32_t d) {
     const std::vector<double> probs = target_probs(s, l, q);
     if (rng.next_double() < std::min(1.0, 1.3 * probs[d])) return d;
     for (;;) {

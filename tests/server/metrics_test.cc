@@ -93,7 +93,8 @@ TEST(Metrics, SpecDecodeCountersOnlyWhenEnabled) {
   EXPECT_TRUE(has_line(text, "# TYPE nanoserve:spec_decode_num_drafts_total counter")) << text;
   EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_drafts_total{model_name=\"tiny\"} 2")) << text;
   EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 6")) << text;
-  EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 4")) << text;
+  EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 4"))
+      << text;
   EXPECT_TRUE(has_line(
       text, "nanoserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"1\"} 2"))
       << text;
