@@ -42,12 +42,13 @@ int64_t logits_rows(const EngineConfig& config) {
 }
 
 // The step's fixed cost in token rows, when the configuration leaves it to
-// the device (SpeculativeConfig::step_overhead_tokens). On the CPU a decode
-// row costs about as much as the rest of a batch-1 step (docs/speculative.md
-// has the measurement); on a GPU a small step is bound by the weights' bytes.
+// the device (SpeculativeConfig::step_overhead_tokens). On the CPU each token
+// row costs its own dot products: a batch-1 decode step is ~0.75 rows of fixed
+// cost plus one row (docs/speculative.md has the measurement); on a GPU a
+// small step is bound by the weights' bytes, so extra rows are nearly free.
 EngineConfig with_spec_defaults(EngineConfig config, Device device) {
   SpeculativeConfig& s = config.speculative;
-  if (s.enabled() && s.step_overhead_tokens < 0) s.step_overhead_tokens = device == Device::kCPU ? 1.0 : 64.0;
+  if (s.enabled() && s.step_overhead_tokens < 0) s.step_overhead_tokens = device == Device::kCPU ? 0.75 : 64.0;
   return config;
 }
 
