@@ -543,6 +543,7 @@ void Engine::propose() {
       sc.disable_by_batch_size > 0 && static_cast<int32_t>(running.size()) >= sc.disable_by_batch_size;
   for (Request* r : running) {
     r->draft.clear();
+    spec_observe_unsent(*r);
     if (off || r->constraint != nullptr) continue;
     const int64_t n = r->num_tokens();
     if (scheduler_->num_computed(r) != n - 1) continue;  // still in its prompt
@@ -577,7 +578,7 @@ void Engine::propose() {
     size();
     for (size_t i = 0; i < n; ++i) {
       Request* r = spec_reqs_[i];
-      if (spec_k_[i] == 0 && !r->draft.empty()) spec_fade(*r);
+      if (spec_k_[i] == 0 && !r->draft.empty()) spec_note_unsent(*r, r->draft[0]);
       r->draft.resize(spec_k_[i]);
     }
   } else {

@@ -55,6 +55,12 @@ struct Request {
   // tokens and of rejections), which sizes its next proposals.
   std::vector<int32_t> draft;
   double spec_accepted = 0.0, spec_rejected = 0.0;
+  // A cheap proposal that was not sent (sizing gave it no room): its first
+  // token, and the position it was for. The output does not depend on
+  // proposals, so whether it would have been kept is known once that position
+  // is sampled, at no cost (engine/speculative.h, spec_observe_unsent).
+  int32_t spec_unsent = -1;
+  int64_t spec_unsent_at = -1;
 
   Clock::time_point arrival_time;
   Clock::time_point first_token_time;  // valid once output is non-empty

@@ -13,7 +13,7 @@ namespace {
 
 constexpr int32_t kMaxSpeculativeTokens = 16;
 constexpr int32_t kDefaultLookup = 5;  // vLLM's, when neither lookup bound is given
-constexpr double kDecay = 0.9;         // weight of the past in a request's acceptance counts
+constexpr double kDecay = 0.97;        // per proposed token: a request's counts span ~30 recent proposals
 constexpr double kFade = 0.95;         // per step without proposals
 
 }  // namespace
@@ -167,13 +167,26 @@ void size_proposals(std::span<const double> alpha, std::span<const int32_t> cap,
 }
 
 void spec_observe(Request& r, int32_t k, int32_t a) {
-  r.spec_accepted = r.spec_accepted * kDecay + a;
-  r.spec_rejected = r.spec_rejected * kDecay + (a < k ? 1.0 : 0.0);
+  const double keep = std::pow(kDecay, k);
+  r.spec_accepted = r.spec_accepted * keep + a;
+  r.spec_rejected = r.spec_rejected * keep + (a < k ? 1.0 : 0.0);
 }
 
 void spec_fade(Request& r) {
   r.spec_accepted *= kFade;
   r.spec_rejected *= kFade;
+}
+
+void spec_note_unsent(Request& r, int32_t proposed) {
+  r.spec_unsent = proposed;
+  r.spec_unsent_at = r.num_tokens();
+}
+
+void spec_observe_unsent(Request& r) {
+  if (r.spec_unsent < 0 || r.num_tokens() <= r.spec_unsent_at) return;
+  spec_observe(r, 1, r.token_at(r.spec_unsent_at) == r.spec_unsent ? 1 : 0);
+  r.spec_unsent = -1;
+  r.spec_unsent_at = -1;
 }
 
 Status NgramProposer::propose(std::span<Request* const> reqs, std::span<const int32_t> k) {

@@ -89,6 +89,14 @@ void spec_observe(Request& r, int32_t k, int32_t a);
 // A step in which the request had proposals but was given none: its history
 // fades toward the prior, so a request that stopped proposing tries again.
 void spec_fade(Request& r);
+// A cheap proposer's proposal that sizing gave no room (Request::spec_unsent):
+// once its position is sampled, it counts as one proposed token, kept when it
+// equals the token there. Since the output is the same with or without
+// proposals this is exactly what sending it would have given, so a request
+// learns its acceptance without paying for rows (and batch sizes where the
+// prior alone would never propose still start when proposals are good).
+void spec_note_unsent(Request& r, int32_t proposed);
+void spec_observe_unsent(Request& r);
 
 // What proposes tokens. The engine calls propose() before each step's
 // schedule with the running requests that will decode.

@@ -131,12 +131,33 @@ TEST(SizeProposals, GrowsWithAcceptanceAndShrinksToNothing) {
 TEST(SpecAcceptance, RejectionsLowerAlphaAndFadingRestoresIt) {
   Request r(1, {1}, SamplingParams{}, 0, {}, nullptr);
   const double prior = spec_alpha(r);
-  for (int i = 0; i < 10; ++i) spec_observe(r, 4, 0);
+  for (int i = 0; i < 20; ++i) spec_observe(r, 4, 0);
   EXPECT_LT(spec_alpha(r), 0.3);
   for (int i = 0; i < 200; ++i) spec_fade(r);
   EXPECT_NEAR(spec_alpha(r), prior, 0.05);
-  for (int i = 0; i < 10; ++i) spec_observe(r, 4, 4);
+  for (int i = 0; i < 20; ++i) spec_observe(r, 4, 4);
   EXPECT_GT(spec_alpha(r), 0.9);
+}
+
+TEST(SpecAcceptance, UnsentProposalsAreScoredOnceTheirPositionIsSampled) {
+  Request r(1, {5, 6, 7}, SamplingParams{}, 0, {}, nullptr);
+  const double prior = spec_alpha(r);
+  for (int i = 0; i < 40; ++i) {
+    spec_note_unsent(r, 9);
+    spec_observe_unsent(r);  // nothing sampled at its position yet: no verdict
+    EXPECT_EQ(r.spec_unsent, 9);
+    r.output.push_back(9);  // the token there is the proposal: it would have been kept
+    spec_observe_unsent(r);
+    EXPECT_EQ(r.spec_unsent, -1);
+  }
+  EXPECT_GT(spec_alpha(r), 0.95);
+  EXPECT_GT(spec_alpha(r), prior);
+  for (int i = 0; i < 40; ++i) {
+    spec_note_unsent(r, 9);
+    r.output.push_back(4);
+    spec_observe_unsent(r);
+  }
+  EXPECT_LT(spec_alpha(r), 0.35);
 }
 
 // ---- Rejection sampling against a point-mass proposal, by statistics ----
