@@ -584,7 +584,7 @@ void Engine::propose() {
   } else {
     size();
     for (size_t i = 0; i < n; ++i) {
-      if (spec_k_[i] == 0) spec_fade(*spec_reqs_[i]);
+      if (spec_k_[i] == 0 && spec_fade(*spec_reqs_[i])) spec_k_[i] = 1;  // a probe
     }
     st = proposer_->propose(spec_reqs_, spec_k_);
   }

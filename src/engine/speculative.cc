@@ -172,9 +172,12 @@ void spec_observe(Request& r, int32_t k, int32_t a) {
   r.spec_rejected = r.spec_rejected * keep + (a < k ? 1.0 : 0.0);
 }
 
-void spec_fade(Request& r) {
+bool spec_fade(Request& r) {
   r.spec_accepted *= kFade;
   r.spec_rejected *= kFade;
+  if (++r.spec_idle < kSpecProbeEvery) return false;
+  r.spec_idle = 0;
+  return true;
 }
 
 void spec_note_unsent(Request& r, int32_t proposed) {

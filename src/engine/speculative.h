@@ -86,9 +86,12 @@ inline double spec_alpha(const Request& r) {
 }
 // After verifying k proposed tokens of which a were accepted.
 void spec_observe(Request& r, int32_t k, int32_t a);
-// A step in which the request had proposals but was given none: its history
-// fades toward the prior, so a request that stopped proposing tries again.
-void spec_fade(Request& r);
+// A step in which a draft model was sized to nothing for the request: its
+// history fades toward the prior, and every kSpecProbeEvery such steps it
+// proposes one token anyway (returns true), since a proposer that is not run
+// learns nothing (n-gram proposals learn for free: spec_note_unsent).
+inline constexpr int32_t kSpecProbeEvery = 16;
+bool spec_fade(Request& r);
 // A cheap proposer's proposal that sizing gave no room (Request::spec_unsent):
 // once its position is sampled, it counts as one proposed token, kept when it
 // equals the token there. Since the output is the same with or without

@@ -4,9 +4,9 @@
 // It stores (token, position) as the K/V of every token in real paged pool
 // tensors that it owns, as a runner does, written and gathered by the CPU KV
 // ops (ops/paged_attention/paged_kv.h), addressed by the batch's slots and
-// block tables; it reads each sampling sequence's whole history
-// back through the block table, checks the positions, and derives the logits
-// from a hash of the history's tokens. So its output depends on exactly what
+// block tables; for each logits row it reads that token's history (every
+// position up to and including it) back through the block table, checks the
+// positions, and derives the logits from a hash of the history's tokens. So its output depends on exactly what
 // the cache holds: a wrong slot, a shared block or a bad recompute changes
 // the tokens, and fake_greedy() predicts the right ones without any engine.
 
@@ -225,7 +225,7 @@ class FakeModel final : public ModelRunner {
  private:
   ModelConfig config_;
   Tensor kv_;      // [max_tokens_per_step, 1, 2] (token, position)
-  Tensor logits_;  // [max_seqs, vocab]
+  Tensor logits_;  // [max_logits_rows, vocab]
   std::vector<int32_t> history_;
   Tensor k_pool_, v_pool_;  // [num_blocks, block_size, 1, 2] f32: (token, position) per slot
   Tensor gather_, gather_v_;

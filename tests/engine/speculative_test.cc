@@ -133,7 +133,9 @@ TEST(SpecAcceptance, RejectionsLowerAlphaAndFadingRestoresIt) {
   const double prior = spec_alpha(r);
   for (int i = 0; i < 20; ++i) spec_observe(r, 4, 0);
   EXPECT_LT(spec_alpha(r), 0.3);
-  for (int i = 0; i < 200; ++i) spec_fade(r);
+  int probes = 0;
+  for (int i = 0; i < 200; ++i) probes += spec_fade(r) ? 1 : 0;
+  EXPECT_EQ(probes, 200 / kSpecProbeEvery);
   EXPECT_NEAR(spec_alpha(r), prior, 0.05);
   for (int i = 0; i < 20; ++i) spec_observe(r, 4, 4);
   EXPECT_GT(spec_alpha(r), 0.9);
