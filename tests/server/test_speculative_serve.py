@@ -6,7 +6,8 @@ import subprocess
 
 from server_process import API_KEY, BINARY, Server
 
-NGRAM = '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}'
+NGRAM = ('{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1, '
+         '"adaptive": false}')  # always propose: these tests are about verification, not sizing
 PROMPT = "Repeat exactly: the quick brown fox jumps over the lazy dog. the quick brown fox jumps over the lazy dog."
 
 
