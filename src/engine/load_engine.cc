@@ -50,7 +50,8 @@ int64_t logits_rows(const EngineConfig& config) {
 // rows are nearly free.
 EngineConfig with_spec_defaults(EngineConfig config, Device device) {
   SpeculativeConfig& s = config.speculative;
-  if (s.enabled() && s.step_overhead_tokens < 0) s.step_overhead_tokens = device == Device::kCPU ? 0.25 : 64.0;
+  if (s.enabled() && s.step_overhead_tokens < 0)
+    s.step_overhead_tokens = device == Device::kCPU ? 0.25 : 64.0;
   return config;
 }
 

@@ -61,7 +61,8 @@ struct Request {
   // is sampled, at no cost (engine/speculative.h, spec_observe_unsent).
   int32_t spec_unsent = -1;
   int64_t spec_unsent_at = -1;
-  int32_t spec_idle = 0;  // steps in a row that a draft model was sized to nothing (it probes at kSpecProbeEvery)
+  // Steps in a row that a draft model was sized to nothing (it probes at kSpecProbeEvery).
+  int32_t spec_idle = 0;
 
   Clock::time_point arrival_time;
   Clock::time_point first_token_time;  // valid once output is non-empty

@@ -6,9 +6,9 @@
 // ops (ops/paged_attention/paged_kv.h), addressed by the batch's slots and
 // block tables; for each logits row it reads that token's history (every
 // position up to and including it) back through the block table, checks the
-// positions, and derives the logits from a hash of the history's tokens. So its output depends on exactly what
-// the cache holds: a wrong slot, a shared block or a bad recompute changes
-// the tokens, and fake_greedy() predicts the right ones without any engine.
+// positions, and derives the logits from a hash of the history's tokens. So its output depends on exactly
+// what the cache holds: a wrong slot, a shared block or a bad recompute changes the tokens, and fake_greedy()
+// predicts the right ones without any engine.
 
 #include <atomic>
 #include <chrono>
