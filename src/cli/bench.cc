@@ -54,6 +54,8 @@ struct BenchArgs {
   std::string dataset_name = "random";
   DatasetFlags dataset;    // sharegpt, custom: cli/bench_dataset.h
   bool ignore_eos = true;  // --ignore-eos: what the bench always does
+  bool compare_speculative = false;
+  int rounds = 1;
 };
 
 int32_t draw_len(Rng& rng, int len, int min_len, double ratio) {
@@ -108,6 +110,24 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
         queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
   }
   if (engine != nullptr) {
+    // Speculative decoding: vLLM's acceptance rate (accepted / proposed tokens)
+    // and mean acceptance length (tokens per decode that carried proposals,
+    // the target's own token included).
+    const EngineStats st = engine->stats();
+    const int64_t drafts = st.spec_num_drafts - (before ? before->spec_num_drafts : 0);
+    const int64_t proposed = st.spec_num_draft_tokens - (before ? before->spec_num_draft_tokens : 0);
+    const int64_t accepted = st.spec_num_accepted_tokens - (before ? before->spec_num_accepted_tokens : 0);
+    if (drafts > 0) {
+      std::printf(
+          "%-8s speculative: %lld drafts, %lld proposed tokens, %lld accepted | acceptance rate %.1f%% | "
+          "mean acceptance length %.2f\n",
+          label, static_cast<long long>(drafts), static_cast<long long>(proposed),
+          static_cast<long long>(accepted),
+          100.0 * static_cast<double>(accepted) / static_cast<double>(proposed),
+          1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
+    }
+  }
+  if (engine != nullptr) {
     const EngineStats st = engine->stats();
     const int64_t steps = st.decode_steps - (before ? before->decode_steps : 0);
     const int64_t rows = st.decode_step_rows - (before ? before->decode_step_rows : 0);
@@ -125,6 +145,14 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
 int run_bench(const BenchArgs& a) {
   if (a.dataset_name == "random" && !a.dataset.path.empty()) {
     std::fprintf(stderr, "nanoserve bench: --dataset-path needs --dataset-name sharegpt or custom\n");
+    return 2;
+  }
+  if (a.compare_speculative && a.engine.speculative_config.empty()) {
+    std::fprintf(stderr, "nanoserve bench: --compare-speculative needs --speculative-config\n");
+    return 2;
+  }
+  if (a.rounds < 1) {
+    std::fprintf(stderr, "nanoserve bench: --rounds must be >= 1\n");
     return 2;
   }
   if (a.num_prompts < 1 || a.input_len < 1 || a.output_len < 1 || a.range_ratio < 0 || a.range_ratio >= 1 ||
@@ -267,6 +295,51 @@ int run_bench(const BenchArgs& a) {
     if (same != a.num_prompts) return 1;
   }
 
+  if (a.compare_speculative) {
+    // The same requests without proposals, alternating with runs with them,
+    // best of --rounds each: the machine's load moves between runs.
+    EngineConfig off = *config;
+    off.speculative = SpeculativeConfig{};
+    StatusOr<LoadedEngine> le2 = load_engine(*spec, off, pool);
+    if (!le2.ok()) {
+      std::fprintf(stderr, "nanoserve bench: %s\n", le2.status().to_string().c_str());
+      return 1;
+    }
+    double best_spec = fb.output_tps, best_plain = 0.0;
+    bool same = true;
+    for (int round = 0; round < std::max(1, a.rounds); ++round) {
+      if (round > 0) {
+        const EngineStats b = engine.stats();
+        Clock::time_point t2 = Clock::now();
+        StatusOr<std::vector<Completion>> again = generate(engine, prompts, params, opts);
+        const double again_s = std::chrono::duration<double>(Clock::now() - t2).count();
+        if (!again.ok()) {
+          std::fprintf(stderr, "nanoserve bench: %s\n", again.status().to_string().c_str());
+          return 1;
+        }
+        best_spec =
+            std::max(best_spec, report("spec", *again, again_s, prompt_tokens, &engine, &b).output_tps);
+        for (int i = 0; i < a.num_prompts; ++i) same = same && (*again)[i].tokens == (*batched)[i].tokens;
+      }
+      const EngineStats b = le2->engine->stats();
+      Clock::time_point t1 = Clock::now();
+      StatusOr<std::vector<Completion>> plain = generate(*le2->engine, prompts, params, opts);
+      const double plain_s = std::chrono::duration<double>(Clock::now() - t1).count();
+      if (!plain.ok()) {
+        std::fprintf(stderr, "nanoserve bench: %s\n", plain.status().to_string().c_str());
+        return 1;
+      }
+      best_plain = std::max(
+          best_plain, report("plain", *plain, plain_s, prompt_tokens, le2->engine.get(), &b).output_tps);
+      for (int i = 0; i < a.num_prompts; ++i) same = same && (*plain)[i].tokens == (*batched)[i].tokens;
+    }
+    std::printf("best of %d: speculative %.1f tok/s, plain %.1f tok/s | speed-up %.2fx\n",
+                std::max(1, a.rounds), best_spec, best_plain, best_spec / best_plain);
+    std::printf("outputs identical with and without speculative decoding: %s (%d requests)\n",
+                same ? "yes" : "NO", a.num_prompts);
+    if (!same) return 1;
+  }
+
   if (a.compare_serial) {
     std::vector<Completion> serial;
     double serial_s = 0;
@@ -344,6 +417,11 @@ CommandRun add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--compare-prefix-cache", args->compare_prefix_cache,
                 "Also run the same requests with the prefix cache flipped, in the same process");
+  sub->add_flag("--compare-speculative", args->compare_speculative,
+                "Run the same requests without --speculative-config too, alternating, and print the speed-up "
+                "and whether the outputs are identical (they must be)");
+  sub->add_option("--rounds", args->rounds, "With --compare-speculative: runs of each, best taken")
+      ->capture_default_str();
   sub->add_option("--num-warmups", args->num_warmups,
                   "Requests of their own run first and not measured (one-time costs of the first steps)")
       ->check(CLI::Range(0, 1024))

@@ -352,6 +352,72 @@ std::string default_result_name(const BenchServeArgs& a, const std::string& mode
   return "bench-serve-" + a.request_rate + "qps" + conc + "-" + base + "-" + date + ".json";
 }
 
+}  // namespace
+
+std::optional<SpecDecodeCounts> parse_spec_decode_metrics(const std::string& text) {
+  SpecDecodeCounts c;
+  bool any = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(':');
+    const size_t name_end = line.find_first_of("{ ");
+    if (colon == std::string::npos || name_end == std::string::npos || colon > name_end) continue;
+    std::string name = line.substr(colon + 1, name_end - colon - 1);
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0) name.resize(name.size() - 6);
+    const size_t value_at = line.find_last_of(' ');
+    double value = 0;
+    try {
+      value = std::stod(line.substr(value_at + 1));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (name == "spec_decode_num_drafts") {
+      c.drafts += value;
+    } else if (name == "spec_decode_num_draft_tokens") {
+      c.draft_tokens += value;
+    } else if (name == "spec_decode_num_accepted_tokens") {
+      c.accepted_tokens += value;
+    } else if (name == "spec_decode_num_accepted_tokens_per_pos") {
+      const size_t label = line.find("position=\"");
+      if (label == std::string::npos || label > value_at) continue;
+      const int j = std::atoi(line.c_str() + label + 10);
+      if (j < 0 || j > 1024) continue;
+      if (static_cast<int>(c.accepted_per_pos.size()) <= j) c.accepted_per_pos.resize(j + 1, 0.0);
+      c.accepted_per_pos[j] += value;
+    } else {
+      continue;
+    }
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return c;
+}
+
+json spec_decode_json(const SpecDecodeCounts& before, const SpecDecodeCounts& after) {
+  json per_pos = json::array();
+  for (size_t j = 0; j < after.accepted_per_pos.size(); ++j)
+    per_pos.push_back(after.accepted_per_pos[j] -
+                      (j < before.accepted_per_pos.size() ? before.accepted_per_pos[j] : 0.0));
+  return {{"drafts", after.drafts - before.drafts},
+          {"draft_tokens", after.draft_tokens - before.draft_tokens},
+          {"accepted_tokens", after.accepted_tokens - before.accepted_tokens},
+          {"accepted_per_pos", per_pos}};
+}
+
+namespace {
+
+// The server's speculative decoding counters now, if it exports any.
+std::optional<SpecDecodeCounts> spec_decode_now(const ServerUrl& url, const std::string& key) {
+  StatusOr<HttpReply> r = http_fetch(url, "GET", "/metrics", "", key, kSetupTimeoutS);
+  if (!r.ok() || r->status != 200) return std::nullopt;
+  return parse_spec_decode_metrics(r->body);
+}
+
 int run_bench_serve(BenchServeArgs a) {
   auto bad = [](const std::string& m) {
     std::fprintf(stderr, "nanoserve bench serve: %s\n", m.c_str());
@@ -464,7 +530,9 @@ int run_bench_serve(BenchServeArgs a) {
       a.max_concurrency > 0 ? std::to_string(a.max_concurrency).c_str() : "none", d->how.c_str());
   std::fflush(stdout);
 
+  const std::optional<SpecDecodeCounts> spec_before = spec_decode_now(*url, a.api_key);
   const LoadResult r = run_load(*url, d->requests, o);
+  const std::optional<SpecDecodeCounts> spec_after = spec_decode_now(*url, a.api_key);
 
   char date[32];
   const std::time_t now = std::time(nullptr);
@@ -488,6 +556,8 @@ int run_bench_serve(BenchServeArgs a) {
                {"max_concurrency", a.max_concurrency},
                {"ignore_eos", a.ignore_eos},
                {"seed", a.seed}};
+  if (spec_before.has_value() && spec_after.has_value())
+    info["spec_decode"] = spec_decode_json(*spec_before, *spec_after);
   json result = report_load(r, d->requests, ro, info, a.save_detailed);
   if (a.save_result || !a.result_filename.empty()) {
     std::string name = a.result_filename.empty() ? default_result_name(a, model) : a.result_filename;

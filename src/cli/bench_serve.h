@@ -97,6 +97,19 @@ struct ReportOptions {
 nlohmann::json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
                            const ReportOptions& o, const nlohmann::json& run_info, bool detailed);
 
+// The speculative decoding counters of a Prometheus /metrics text, under
+// vLLM's names with any prefix (vllm:, nanoserve:): spec_decode_num_drafts,
+// _num_draft_tokens, _num_accepted_tokens and _num_accepted_tokens_per_pos
+// (by its position label), each summed over its series. nullopt when the
+// server exports none (no speculative decoding).
+struct SpecDecodeCounts {
+  double drafts = 0, draft_tokens = 0, accepted_tokens = 0;
+  std::vector<double> accepted_per_pos;
+};
+std::optional<SpecDecodeCounts> parse_spec_decode_metrics(const std::string& text);
+// after - before, as JSON for report_load's run_info["spec_decode"].
+nlohmann::json spec_decode_json(const SpecDecodeCounts& before, const SpecDecodeCounts& after);
+
 // Linear interpolation between closest ranks (numpy's default); 0 for an empty set.
 double percentile_of(std::vector<double> v, double p);
 

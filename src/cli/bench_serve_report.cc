@@ -213,6 +213,31 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
       line(format("P%s %s (ms):", percentile_word(p).c_str(), m.label).c_str(), fixed2(percentile_of(v, p)));
     }
   }
+  if (run_info.contains("spec_decode")) {
+    // As vLLM's bench serve reports it, from the server's counters over the run.
+    const json& sd = run_info["spec_decode"];
+    const double drafts = sd["drafts"].get<double>(), proposed = sd["draft_tokens"].get<double>();
+    const double accepted = sd["accepted_tokens"].get<double>();
+    const double rate = proposed > 0 ? 100.0 * accepted / proposed : 0.0;
+    const double length = drafts > 0 ? 1.0 + accepted / drafts : 0.0;
+    result["spec_decode_acceptance_rate"] = rate;
+    result["spec_decode_acceptance_length"] = length;
+    result["spec_decode_num_drafts"] = drafts;
+    result["spec_decode_draft_tokens"] = proposed;
+    result["spec_decode_accepted_tokens"] = accepted;
+    section("Speculative Decoding");
+    line("Acceptance rate (%):", fixed2(rate));
+    line("Acceptance length:", fixed2(length));
+    line("Drafts:", format("%.0f", drafts));
+    line("Draft tokens:", format("%.0f", proposed));
+    line("Accepted tokens:", format("%.0f", accepted));
+    std::string per_pos;
+    for (const json& v : sd["accepted_per_pos"]) {
+      if (!per_pos.empty()) per_pos += ' ';
+      per_pos += fixed2(drafts > 0 ? 100.0 * v.get<double>() / drafts : 0.0);
+    }
+    if (!per_pos.empty()) line("Per-position acceptance (%):", per_pos);
+  }
   std::printf("%s\n", "==================================================");
   if (!first_error.empty()) std::printf("First error: %s\n", first_error.c_str());
   std::fflush(stdout);

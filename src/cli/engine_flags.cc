@@ -97,6 +97,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--model-shape", f.model_shape,
                   "With --load-format dummy: the shape of the random model (" + shapes +
                       "); the tokenizer is -m's or the default model's");
+  sub->add_option("--speculative-config", f.speculative_config,
+                  "Speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                  "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} or {\"model\": PATH, "
+                  "\"num_speculative_tokens\": 4}; the output is the same as without it");
   add_vllm_engine_flags(sub, f);
 }
 
@@ -139,6 +143,11 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   // --load-format and --model-shape alone; the model itself is model_spec_from_flags'.
   NS_RETURN_IF_ERROR(parse_load_format(f.load_format).status());
   if (!f.model_shape.empty()) NS_RETURN_IF_ERROR(model_shape(f.model_shape).status());
+  if (StatusOr<SpeculativeConfig> spec = parse_speculative_config(f.speculative_config); spec.ok()) {
+    c.speculative = *spec;
+  } else {
+    return invalid_argument("--speculative-config: " + spec.status().message());
+  }
   NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
   NS_RETURN_IF_ERROR(apply_vllm_engine_flags(f, device, &c));
   return c;

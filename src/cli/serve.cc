@@ -280,6 +280,7 @@ int run_serve(const ServeOptions& opt) {
   }
 
   server::ServerMetrics metrics(served_name, opt.metrics_prefix);
+  if (config->speculative.enabled()) metrics.enable_spec_decode(config->speculative.num_speculative_tokens);
   server::ParseBudget::Options parse_budget;
   parse_budget.capacity_bytes = static_cast<size_t>(opt.max_parse_bytes);
   server::Api api(served_name, api_key, metrics, parse_budget, opt.metrics_require_key);

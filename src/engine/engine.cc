@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace nanoserve {
 
@@ -48,12 +49,19 @@ StatusOr<int32_t> kv_cache_num_blocks(const EngineConfig& config, const ModelRun
 
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                  std::unique_ptr<ModelRunner> model,
-                                                 const TextStreamFactory* text) {
+                                                 const TextStreamFactory* text,
+                                                 std::unique_ptr<Proposer> proposer) {
   NS_CHECK(model != nullptr) << "Engine::create without a model";
   SchedulerConfig sc;
   sc.max_num_seqs = config.max_num_seqs;
   sc.max_num_batched_tokens = config.max_num_batched_tokens;
   NS_RETURN_IF_ERROR(sc.validate());
+  const SpeculativeConfig& spec = config.speculative;
+  NS_RETURN_IF_ERROR(spec.validate());
+  if (spec.method == SpecMethod::kDraftModel && proposer == nullptr)
+    return invalid_argument("speculative_config.model: the draft model's runner was not given to the engine");
+  if (spec.method == SpecMethod::kNgram) proposer = std::make_unique<NgramProposer>(spec);
+  if (!spec.enabled()) proposer.reset();
   const ModelConfig& mc = model->config();
   if (config.max_model_len < 0) return invalid_argument("max_model_len must be >= 0");
   NS_ASSIGN_OR_RETURN(const int32_t num_blocks, kv_cache_num_blocks(config, *model));
@@ -75,7 +83,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
   e->step_limits_ = model->step_limits();
   sc.max_logits_rows = e->step_limits_.max_logits_rows;  // the runner's R bounds each step's rows
+  // Proposed tokens take the logits rows beyond one per sequence.
+  sc.max_draft_rows =
+      proposer == nullptr ? 0 : std::max(0, e->step_limits_.max_logits_rows - config.max_num_seqs);
   NS_RETURN_IF_ERROR(sc.validate());
+  e->proposer_ = std::move(proposer);
 
   e->model_ = std::move(model);
   e->text_ = text;
@@ -98,6 +110,17 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->batch_.logits_rows.reserve(R);
   e->row_owner_.reserve(R);
   e->row_prompt_pos_.reserve(R);
+  e->rejected_.reserve(B);
+  e->finishing_.reserve(B);
+  if (e->proposer_ != nullptr) {
+    const size_t k = spec.num_speculative_tokens;
+    e->spec_reqs_.reserve(B);
+    e->spec_cap_.reserve(B);
+    e->spec_k_.reserve(B);
+    e->spec_alpha_.reserve(B);
+    e->step_accepted_per_pos_.assign(k, 0);
+    e->stats_.spec_accepted_per_pos.assign(k, 0);
+  }
   e->taken_.reserve(64);
   e->taken_aborts_.reserve(64);
   e->publish_stats();
@@ -244,6 +267,7 @@ void Engine::finish(Request* r, FinishReason reason, RequestOutput& out) {
   out.finish_reason = reason;
   out.finish_time = r->finish_time;
   out.stop_string = r->stop.matched_stop();
+  if (proposer_ != nullptr) proposer_->release(r->id);
   num_unfinished_.fetch_sub(1);
   std::lock_guard<std::mutex> lock(mu_);
   if (reason == FinishReason::kAbort || reason == FinishReason::kError) {
@@ -295,8 +319,9 @@ void Engine::build_batch(const SchedulerStep& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     Request* r = c.request;
     const int64_t start = scheduler_->num_computed(r);
+    const int64_t known = r->num_tokens();  // past it: the proposed tokens
     for (int64_t p = start; p < start + c.num_tokens; ++p) {
-      b.tokens.push_back(r->token_at(p));
+      b.tokens.push_back(p < known ? r->token_at(p) : r->draft[p - known]);
       b.positions.push_back(static_cast<int32_t>(p));
     }
     b.seq_starts.push_back(static_cast<int32_t>(b.tokens.size()));
@@ -312,9 +337,12 @@ void Engine::build_batch(const SchedulerStep& plan) {
     }
     // A max_tokens 0 request ends with its prefill: it samples nothing.
     if (c.samples && r->params.max_tokens > 0) {
-      b.logits_rows.push_back(static_cast<int32_t>(b.tokens.size()) - 1);
-      row_owner_.push_back(r);
-      row_prompt_pos_.push_back(-1);
+      // The last known token and each proposed one: every row the check reads.
+      for (int32_t j = c.num_draft; j >= 0; --j) {
+        b.logits_rows.push_back(static_cast<int32_t>(b.tokens.size()) - 1 - j);
+        row_owner_.push_back(r);
+        row_prompt_pos_.push_back(-1);
+      }
     }
   }
   b.need_logits = false;
@@ -358,6 +386,7 @@ Status Engine::step(std::vector<RequestOutput>& outputs) {
 Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   take_in(outputs);
   const Clock::time_point step_start = Clock::now();
+  if (proposer_ != nullptr) propose();
   const SchedulerStep& plan = scheduler_->schedule();
   if (plan.empty()) {
     publish_stats();
@@ -389,67 +418,85 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   record_prompt_logprobs(*logits);
 
   int64_t prompt_tokens = 0, generation_tokens = 0;
-  // A decode-only step: one token per sequence, every one past its prompt.
-  bool decode_only = batch_.num_tokens() == static_cast<int64_t>(plan.chunks.size());
-  for (const ScheduledChunk& c : plan.chunks) decode_only = decode_only && !c.request->output.empty();
-  scheduler_->commit(plan);
+  // A decode-only step: every sequence past its prompt, one known token each (with or without proposals).
+  bool decode_only = true;
+  for (const ScheduledChunk& c : plan.chunks)
+    decode_only = decode_only && !c.request->output.empty() && c.num_tokens == 1 + c.num_draft;
+  RowSources src;
   // Rows that sample plain greedy take the runner's own argmax where it has one.
-  const std::span<const int32_t> greedy = model_->greedy_tokens();
-  const bool use_greedy = greedy.size() == row_owner_.size();
+  src.greedy = model_->greedy_tokens();
+  src.use_greedy = src.greedy.size() == row_owner_.size();
   // Rows the device drew (batch_.sample_rows set): their ids, and logprobs, came back alone.
-  const std::span<const int32_t> sampled = model_->sampled_tokens();
-  const std::span<const SampleRowLogprobs> sampled_lp = model_->sampled_logprobs();
-  const bool use_sampled = !batch_.sample_rows.empty() && sampled.size() == row_owner_.size();
-  NS_CHECK(batch_.sample_rows.empty() || use_sampled)
-      << "the runner sampled " << sampled.size() << " of " << row_owner_.size() << " rows";
-  for (size_t row = 0; row < row_owner_.size(); ++row) {
-    if (row_prompt_pos_[row] >= 0) continue;  // scored by record_prompt_logprobs
-    Request* r = row_owner_[row];
-    std::span<const float> row_logits(logits->data_as<const float>() + row * vocab_size_, vocab_size_);
-    bool on_device = use_sampled && sampled[row] != kSampleOnHost;
-    if (use_sampled && !on_device) {
-      // Handed back (its walk ran past the device's window): the CPU Sampler
-      // draws it from the same Rng state, so the same uniform.
-      row_logits = model_->logits_row(static_cast<int32_t>(row));
-      r->rng = row_rng_[row];
-    }
-    const int32_t token = on_device                  ? sampled[row]
-                          : r->constraint != nullptr ? sample_constrained(*r, row_logits)
-                          : use_greedy && r->params.plain_greedy()
-                              ? greedy[row]
-                              : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
+  src.sampled = model_->sampled_tokens();
+  src.sampled_lp = model_->sampled_logprobs();
+  src.use_sampled = !batch_.sample_rows.empty() && src.sampled.size() == row_owner_.size();
+  NS_CHECK(batch_.sample_rows.empty() || src.use_sampled)
+      << "the runner sampled " << src.sampled.size() << " of " << row_owner_.size() << " rows";
+  // Each sampling chunk's rows in order: a plain decode or prefill has one;
+  // a decode with k proposals has k + 1, checked one by one until the
+  // target's token differs from the proposal (that token is kept: it is what
+  // decoding without proposals gives here) or all k agree (then the last row
+  // adds one more).
+  rejected_.assign(plan.chunks.size(), 0);
+  finishing_.clear();
+  size_t row = 0;
+  for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
+    const ScheduledChunk& c = plan.chunks[ci];
+    // The chunk's prompt rows come first; record_prompt_logprobs scored them.
+    while (row < row_owner_.size() && row_prompt_pos_[row] >= 0) ++row;
+    // A max_tokens 0 request samples nothing (finished below).
+    if (!c.samples || c.request->params.max_tokens == 0) continue;
+    Request* r = c.request;
     RequestOutput& out = output_for(r, outputs);
-    if (r->params.logprobs) {
-      std::vector<TokenLogprob>& top = out.top_logprobs.emplace_back();
-      if (on_device) {
-        const SampleRowLogprobs& lp = sampled_lp[row];
-        top.resize(static_cast<size_t>(lp.n));
-        for (int32_t j = 0; j < lp.n; ++j) top[j] = {lp.top_ids[j], lp.top_logprobs[j]};
-        out.logprobs.push_back(lp.logprob);
-      } else {
-        out.logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.top_logprobs, top));
-      }
+    const size_t first_row = row;
+    int32_t accepted = 0;
+    FinishReason reason = FinishReason::kNone;
+    for (int32_t j = 0; j <= c.num_draft; ++j) {
+      const int32_t proposed = j < c.num_draft ? r->draft[j] : -1;
+      const int32_t token = sample_row(first_row + j, r, out, *logits, src);
+      reason = emit(r, token, out, prompt_tokens);
+      ++generation_tokens;
+      if (reason != FinishReason::kNone || token != proposed) break;
+      ++accepted;
     }
-    if (r->output.empty()) {
-      r->first_token_time = Clock::now();
-      prompt_tokens += static_cast<int64_t>(r->prompt.size());
-      take_prompt_logprobs(*r, out);
+    row = first_row + 1 + c.num_draft;
+    // The device drew a uniform for every row; the Rng goes on from the first row not used, so the
+    // request draws exactly one uniform per token, as without proposals.
+    if (src.use_sampled && static_cast<size_t>(accepted) + 1 < 1 + static_cast<size_t>(c.num_draft) &&
+        !r->params.greedy())
+      r->rng = row_rng_[first_row + accepted + 1];
+    if (c.num_draft > 0) {
+      rejected_[ci] = c.num_draft - accepted;
+      spec_observe(*r, c.num_draft, accepted);
+      for (int32_t j = 0; j < accepted; ++j) ++step_accepted_per_pos_[j];
     }
-    r->output.push_back(token);
-    if (r->constraint != nullptr) r->constraint->accept(token);
-    ++generation_tokens;
-    out.new_tokens.push_back(token);
-    out.num_output_tokens = static_cast<int32_t>(r->output.size());
-    out.num_preemptions = r->num_preemptions;
-    out.first_token_time = r->first_token_time;
-    new_text_.clear();
-    if (r->text != nullptr) r->text->push(token, new_text_);
-    const FinishReason reason =
-        r->stop.on_token(token, static_cast<int32_t>(r->output.size()), new_text_, out.text);
-    if (reason != FinishReason::kNone) {
-      if (r->text != nullptr && r->stop.matched_stop().empty()) r->text->finish(out.text);
-      finish(r, reason, out);
-      requests_.erase(r->id);
+    if (reason != FinishReason::kNone) finishing_.emplace_back(r, reason);
+  }
+  NS_CHECK_EQ(row, row_owner_.size());
+  // Only now is each sequence's length known: what was computed, less the
+  // rejected proposals, whose K/V and blocks go back here.
+  scheduler_->commit(plan, rejected_);
+  for (auto& [r, reason] : finishing_) {
+    RequestOutput& out = output_for(r, outputs);
+    if (r->text != nullptr && r->stop.matched_stop().empty()) r->text->finish(out.text);
+    finish(r, reason, out);
+    requests_.erase(r->id);
+  }
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
+  for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
+    if (plan.chunks[ci].num_draft == 0) continue;
+    ++spec_drafts;
+    spec_draft_tokens += plan.chunks[ci].num_draft;
+    spec_accepted += plan.chunks[ci].num_draft - rejected_[ci];
+  }
+  if (spec_drafts > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.spec_num_drafts += spec_drafts;
+    stats_.spec_num_draft_tokens += spec_draft_tokens;
+    stats_.spec_num_accepted_tokens += spec_accepted;
+    for (size_t j = 0; j < step_accepted_per_pos_.size(); ++j) {
+      stats_.spec_accepted_per_pos[j] += step_accepted_per_pos_[j];
+      step_accepted_per_pos_[j] = 0;
     }
   }
   // A max_tokens 0 request is done once its prompt is: its output is the prompt's logprobs.
@@ -471,7 +518,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     ++stats_.num_steps;
     if (decode_only) {
       ++stats_.decode_steps;
-      stats_.decode_step_rows += batch_.num_tokens();
+      stats_.decode_step_rows += static_cast<int64_t>(plan.chunks.size());
       stats_.decode_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
     }
   }
@@ -506,6 +553,115 @@ void Engine::take_prompt_logprobs(Request& r, RequestOutput& out) {
   r.prompt_ranks.clear();
 }
 
+int32_t Engine::sample_row(size_t row, Request* r, RequestOutput& out, const Tensor& logits,
+                           const RowSources& src) {
+  std::span<const float> row_logits(logits.data_as<const float>() + row * vocab_size_, vocab_size_);
+  const bool on_device = src.use_sampled && src.sampled[row] != kSampleOnHost;
+  if (src.use_sampled && !on_device) {
+    // Handed back (its walk ran past the device's window): the CPU Sampler
+    // draws it from the same Rng state, so the same uniform.
+    row_logits = model_->logits_row(static_cast<int32_t>(row));
+    r->rng = row_rng_[row];
+  }
+  // A row with a proposal is sampled exactly as without it (docs/speculative.md): the
+  // proposal is kept when the token is the proposal. Constrained requests never propose.
+  const int32_t token = on_device                  ? src.sampled[row]
+                        : r->constraint != nullptr ? sample_constrained(*r, row_logits)
+                        : src.use_greedy && r->params.plain_greedy()
+                            ? src.greedy[row]
+                            : sampler_->sample(row_logits, r->params, r->prompt, r->output, r->rng);
+  if (r->params.logprobs) {
+    std::vector<TokenLogprob>& top = out.top_logprobs.emplace_back();
+    if (on_device) {
+      const SampleRowLogprobs& lp = src.sampled_lp[row];
+      top.resize(static_cast<size_t>(lp.n));
+      for (int32_t j = 0; j < lp.n; ++j) top[j] = {lp.top_ids[j], lp.top_logprobs[j]};
+      out.logprobs.push_back(lp.logprob);
+    } else {
+      out.logprobs.push_back(sampler_->logprobs(row_logits, token, r->params.top_logprobs, top));
+    }
+  }
+  return token;
+}
+
+FinishReason Engine::emit(Request* r, int32_t token, RequestOutput& out, int64_t& prompt_tokens) {
+  if (r->output.empty()) {
+    r->first_token_time = Clock::now();
+    prompt_tokens += static_cast<int64_t>(r->prompt.size());
+    take_prompt_logprobs(*r, out);
+  }
+  r->output.push_back(token);
+  if (r->constraint != nullptr) r->constraint->accept(token);
+  out.new_tokens.push_back(token);
+  out.num_output_tokens = static_cast<int32_t>(r->output.size());
+  out.num_preemptions = r->num_preemptions;
+  out.first_token_time = r->first_token_time;
+  new_text_.clear();
+  if (r->text != nullptr) r->text->push(token, new_text_);
+  return r->stop.on_token(token, static_cast<int32_t>(r->output.size()), new_text_, out.text);
+}
+
+void Engine::propose() {
+  const SpeculativeConfig& sc = config_.speculative;
+  spec_reqs_.clear();
+  spec_cap_.clear();
+  const std::vector<Request*>& running = scheduler_->running();
+  const bool off =
+      sc.disable_by_batch_size > 0 && static_cast<int32_t>(running.size()) >= sc.disable_by_batch_size;
+  for (Request* r : running) {
+    r->draft.clear();
+    spec_observe_unsent(*r);
+    if (off || r->constraint != nullptr) continue;
+    const int64_t n = r->num_tokens();
+    if (scheduler_->num_computed(r) != n - 1) continue;  // still in its prompt
+    // Tokens past max_tokens or max_model_len could never be kept.
+    const int64_t left = std::min<int64_t>(r->params.max_tokens - static_cast<int64_t>(r->output.size()) - 1,
+                                           max_model_len_ - n);
+    const int32_t cap = static_cast<int32_t>(std::min<int64_t>(sc.num_speculative_tokens, left));
+    if (cap <= 0) continue;
+    spec_reqs_.push_back(r);
+    spec_cap_.push_back(cap);
+  }
+  if (spec_reqs_.empty()) return;
+  const size_t n = spec_reqs_.size();
+  spec_k_.resize(n);
+  spec_alpha_.resize(n);
+  const double overhead = sc.step_overhead_tokens >= 0 ? sc.step_overhead_tokens : 1.0;
+  const int32_t base_rows = static_cast<int32_t>(running.size());
+  auto size = [&] {
+    for (size_t i = 0; i < n; ++i) spec_alpha_[i] = spec_alpha(*spec_reqs_[i]);
+    if (sc.adaptive) {
+      size_proposals(spec_alpha_, spec_cap_, overhead, base_rows, spec_k_);
+    } else {
+      std::copy(spec_cap_.begin(), spec_cap_.end(), spec_k_.begin());
+    }
+  };
+  Status st;
+  if (proposer_->cheap()) {
+    // Ask for the most, then keep what pays.
+    st = proposer_->propose(spec_reqs_, spec_cap_);
+    for (size_t i = 0; i < n; ++i)
+      spec_cap_[i] = std::min<int32_t>(spec_cap_[i], static_cast<int32_t>(spec_reqs_[i]->draft.size()));
+    size();
+    for (size_t i = 0; i < n; ++i) {
+      Request* r = spec_reqs_[i];
+      if (spec_k_[i] == 0 && !r->draft.empty()) spec_note_unsent(*r, r->draft[0]);
+      r->draft.resize(spec_k_[i]);
+    }
+  } else {
+    size();
+    for (size_t i = 0; i < n; ++i) {
+      if (spec_k_[i] == 0 && spec_fade(*spec_reqs_[i])) spec_k_[i] = 1;  // a probe
+    }
+    st = proposer_->propose(spec_reqs_, spec_k_);
+  }
+  if (!st.ok()) {
+    // Proposals only ever speed things up: without them the step is still right.
+    NS_LOG(WARNING) << "speculative proposals failed this step: " << st.to_string();
+    for (Request* r : spec_reqs_) r->draft.clear();
+  }
+}
+
 int32_t Engine::sample_constrained(Request& r, std::span<const float> logits) {
   std::copy(logits.begin(), logits.end(), masked_row_.begin());
   r.constraint->apply(masked_row_);
@@ -536,6 +692,13 @@ Status Engine::check_invariants() const {
       return internal_error("two running requests share sequence " + std::to_string(r->seq));
     if (bm.seq_len(r->seq) > r->num_tokens())
       return internal_error("request " + std::to_string(r->id) + " computed past its known tokens");
+    // No block is held past a sequence's length between steps: the blocks
+    // reserved for rejected proposals went back within their step.
+    const int64_t bs = bm.block_size();
+    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (bm.seq_len(r->seq) + bs - 1) / bs)
+      return internal_error("request " + std::to_string(r->id) + " holds " +
+                            std::to_string(bm.block_table(r->seq).size()) + " blocks for " +
+                            std::to_string(bm.seq_len(r->seq)) + " tokens");
   }
   for (const Request* r : scheduler_->waiting()) {
     if (r->status != RequestStatus::kWaiting || r->seq >= 0)

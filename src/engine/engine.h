@@ -20,18 +20,21 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/status.h"
-#include "model/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "engine/text_stream.h"
 #include "kvcache/block_manager.h"
+#include "model/model_runner.h"
 #include "step/forward_batch.h"
 
 namespace nanoserve {
@@ -57,6 +60,9 @@ struct EngineConfig {
   double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for weights, KV and buffers
   bool cublas_prefill = false;          // CUDA: steps of > 64 tokens through cuBLASLt (not batch-invariant)
   bool enforce_eager = false;           // CUDA: launch every step (no CUDA graphs)
+  // Speculative decoding (engine/speculative.h); off by default. A draft
+  // model is loaded by load_engine and handed to Engine::create.
+  SpeculativeConfig speculative;
 };
 
 // The one place the KV pool is sized, in blocks: config.num_blocks if set,
@@ -116,6 +122,14 @@ struct EngineStats {
   int64_t decode_steps = 0;
   int64_t decode_step_rows = 0;
   double decode_step_seconds = 0.0;
+  // Speculative decoding, as vLLM's spec_decode counters: decodes that
+  // carried proposed tokens, those tokens, the accepted ones, and accepted
+  // per position ([num_speculative_tokens]; position j counts decodes whose
+  // first j + 1 proposals were all accepted).
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_pos;
 };
 
 class Engine {
@@ -123,9 +137,16 @@ class Engine {
   // `text` may be null (token ids only, no stop strings) and must outlive the
   // engine; its open() is called from add_request's thread. Sizes the pool
   // (kv_cache_num_blocks) and has the runner create its KV storage.
+  // Speculative decoding: config.speculative picks the method; the n-gram
+  // proposer is made here, a draft model's comes as `proposer`
+  // (DraftProposer, made by load_engine). The runner must take
+  // max_num_seqs * (1 + num_speculative_tokens) logits rows (or fewer: the
+  // spare rows, step_limits().max_logits_rows - max_num_seqs, bound the
+  // proposed tokens of a step).
   static StatusOr<std::unique_ptr<Engine>> create(const EngineConfig& config,
                                                   std::unique_ptr<ModelRunner> model,
-                                                  const TextStreamFactory* text);
+                                                  const TextStreamFactory* text,
+                                                  std::unique_ptr<Proposer> proposer = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -160,6 +181,7 @@ class Engine {
   const BlockManager& block_manager() const { return scheduler_->block_manager(); }
   const Scheduler& scheduler() const { return *scheduler_; }
   ModelRunner& runner() { return *model_; }
+  Proposer* proposer() { return proposer_.get(); }  // null without speculative decoding
 
  private:
   Engine() = default;
@@ -168,6 +190,18 @@ class Engine {
   void finish(Request* r, FinishReason reason, RequestOutput& out);
   RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
   void build_batch(const SchedulerStep& plan);
+  // Speculative decoding: fills Request::draft of the running requests that decode this step.
+  void propose();
+  // Where the step's tokens come from besides the logits (the runner's argmax or device draws).
+  struct RowSources {
+    std::span<const int32_t> greedy, sampled;
+    std::span<const SampleRowLogprobs> sampled_lp;
+    bool use_greedy = false, use_sampled = false;
+  };
+  // The token of logits row `row` for r, with its logprobs into out.
+  int32_t sample_row(size_t row, Request* r, RequestOutput& out, const Tensor& logits, const RowSources& src);
+  // Appends a sampled token to r and out; its finish reason (kNone: it goes on).
+  FinishReason emit(Request* r, int32_t token, RequestOutput& out, int64_t& prompt_tokens);
   // A constrained request's token: the row masked by its constraint, then sampled as usual.
   int32_t sample_constrained(Request& r, std::span<const float> logits);
   void publish_stats();
@@ -192,6 +226,13 @@ class Engine {
   ForwardBatch batch_;               // reused every step
   std::vector<Request*> row_owner_;  // [R] the request each logits row samples (or scores) for
   std::vector<int64_t> row_prompt_pos_;  // [R] -1: the row samples; else the prompt position it scores
+  std::unique_ptr<Proposer> proposer_;  // null: no speculative decoding
+  std::vector<Request*> spec_reqs_;     // this step's requests that may propose
+  std::vector<int32_t> spec_cap_, spec_k_;
+  std::vector<double> spec_alpha_;
+  std::vector<int32_t> rejected_;                             // [chunks] proposed tokens rejected
+  std::vector<std::pair<Request*, FinishReason>> finishing_;  // finished in this step, after commit
+  std::vector<int64_t> step_accepted_per_pos_;                // [num_speculative_tokens]
   std::vector<Rng> row_rng_;         // [R] each row's Rng before its device draw (a row handed back redraws)
   size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
   std::string new_text_;             // scratch

@@ -1,8 +1,11 @@
 #include "engine/load_engine.h"
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 
 #include "core/logging.h"
+#include "engine/draft_proposer.h"
 #if NANOSERVE_CUDA
 #include "core/cuda/device_memory.cuh"
 #include "model/runner_cuda.h"
@@ -32,6 +35,48 @@ StatusOr<Device> resolve_device(std::optional<Device> requested) {
 
 namespace {
 
+// Logits rows a step needs: one per sequence, and one per proposed token.
+int64_t logits_rows(const EngineConfig& config) {
+  const int64_t k = config.speculative.enabled() ? config.speculative.num_speculative_tokens : 0;
+  return std::min<int64_t>(config.max_num_batched_tokens, int64_t{config.max_num_seqs} * (1 + k));
+}
+
+// The step's fixed cost in token rows, when the configuration leaves it to
+// the device (SpeculativeConfig::step_overhead_tokens). On the CPU each token
+// row costs its own dot products (the matmul is compute-bound per row): a
+// 4.5-row step costs ~4x a 1-row one, a fixed part of ~0.15 rows
+// (docs/speculative.md has the measurement); 0.25 leans a little toward
+// proposing. On a GPU a small step is bound by the weights' bytes, so extra
+// rows are nearly free.
+EngineConfig with_spec_defaults(EngineConfig config, Device device) {
+  SpeculativeConfig& s = config.speculative;
+  if (s.enabled() && s.step_overhead_tokens < 0)
+    s.step_overhead_tokens = device == Device::kCPU ? 0.25 : 64.0;
+  return config;
+}
+
+// The draft model of --speculative-config on the CPU, with as many KV blocks
+// as the target's pool has.
+StatusOr<std::unique_ptr<Proposer>> cpu_draft(const EngineConfig& config, const ModelConfig& target,
+                                              int32_t num_blocks, int64_t max_len, ThreadPool& pool) {
+  ModelSpec spec;
+  spec.path = config.speculative.model;
+  StatusOr<ModelSource> opened = open_model_source(spec);
+  if (!opened.ok()) return invalid_argument("speculative_config.model: " + opened.status().message());
+  auto source = std::make_shared<ModelSource>(std::move(opened).value());
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> model, CpuModel::load(source->config, source->tensors, pool));
+  CpuRunnerOptions ro;
+  ro.max_tokens = config.max_num_batched_tokens;
+  ro.max_num_seqs = config.max_num_seqs;
+  ro.max_context = max_len;
+  ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);
+  auto runner = std::make_unique<CpuRunner>(std::move(model), ro, pool);
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
+                      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks,
+                                            config.block_size, config.max_num_seqs, max_len, source));
+  return std::unique_ptr<Proposer>(std::move(d));
+}
+
 #if NANOSERVE_CUDA
 StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, const EngineConfig& config,
                                                   int64_t max_len, ThreadPool& pool) {
@@ -44,6 +89,8 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, con
   CudaRunnerOptions o;
   o.max_tokens = config.max_num_batched_tokens;
   o.max_seqs = config.max_num_seqs;
+  // Proposed tokens need logits rows past one per sequence: until the CUDA
+  // runner takes logits_rows(config) rows, its steps carry no proposals.
   o.max_context = max_len;
   o.block_size = config.block_size;
   o.cublas_prefill = config.cublas_prefill;
@@ -80,8 +127,11 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
     }
   }
   if (le.device == Device::kCUDA) {
+    if (config.speculative.method == SpecMethod::kDraftModel)
+      return invalid_argument("speculative_config.model: a draft model runs on the CPU only so far");
     NS_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, cuda_runner(le.source, config, max_len, pool));
-    NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
+    NS_ASSIGN_OR_RETURN(
+        le.engine, Engine::create(with_spec_defaults(config, le.device), std::move(runner), le.text.get()));
     return le;
   }
 #endif
@@ -89,13 +139,23 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
   CpuRunnerOptions ro;
   ro.max_tokens = config.max_num_batched_tokens;
   ro.max_num_seqs = config.max_num_seqs;
+  ro.max_logits_rows = logits_rows(config);
   ro.max_context = max_len;
   ro.kv_layout = config.naive_kv_cache ? CpuKVLayout::kPerSequence : CpuKVLayout::kPaged;
   ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);  // auto: f32 on the CPU
   ro.fused_read = config.fused_read;
   auto runner = std::make_unique<CpuRunner>(std::move(model), ro, pool);
   le.runner = runner.get();
-  NS_ASSIGN_OR_RETURN(le.engine, Engine::create(config, std::move(runner), le.text.get()));
+  std::unique_ptr<Proposer> draft;
+  if (config.speculative.method == SpecMethod::kDraftModel) {
+    if (config.naive_kv_cache)
+      return invalid_argument(
+          "speculative_config.model: a draft model needs the paged KV cache (not --kv-cache naive)");
+    NS_ASSIGN_OR_RETURN(const int32_t num_blocks, kv_cache_num_blocks(config, *runner));
+    NS_ASSIGN_OR_RETURN(draft, cpu_draft(config, mc, num_blocks, max_len, pool));
+  }
+  NS_ASSIGN_OR_RETURN(le.engine, Engine::create(with_spec_defaults(config, le.device), std::move(runner),
+                                                le.text.get(), std::move(draft)));
   return le;
 }
 

@@ -60,6 +60,20 @@ struct Request {
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;  // same, the top params.prompt_logprobs of each
   std::vector<int32_t> prompt_ranks;  // same, each token's rank at its position (1: the most likely)
   int64_t prompt_logprobs_next = 0;
+  // Speculative decoding (engine/speculative.h): the tokens proposed to
+  // follow the last known one, verified in the next step and then cleared;
+  // and the request's acceptance so far (decayed counts of accepted proposed
+  // tokens and of rejections), which sizes its next proposals.
+  std::vector<int32_t> draft;
+  double spec_accepted = 0.0, spec_rejected = 0.0;
+  // A cheap proposal that was not sent (sizing gave it no room): its first
+  // token, and the position it was for. The output does not depend on
+  // proposals, so whether it would have been kept is known once that position
+  // is sampled, at no cost (engine/speculative.h, spec_observe_unsent).
+  int32_t spec_unsent = -1;
+  int64_t spec_unsent_at = -1;
+  // Steps in a row that a draft model was sized to nothing (it probes at kSpecProbeEvery).
+  int32_t spec_idle = 0;
 
   Clock::time_point arrival_time;
   Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} before

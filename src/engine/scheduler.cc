@@ -55,6 +55,7 @@ void Scheduler::preempt_newest() {
   blocks_.free_sequence(victim->seq);  // its cached blocks stay cached, for its own re-admission
   victim->seq = -1;                    // recompute prompt ++ output on re-admission
   victim->status = RequestStatus::kWaiting;
+  victim->draft.clear();
   ++victim->num_preemptions;
   waiting_.push_front(victim);
   ++num_preemptions_;
@@ -68,7 +69,7 @@ void Scheduler::push_chunk(Request* r, int64_t n) {
   ScheduledChunk c;
   c.request = r;
   c.num_tokens = static_cast<int32_t>(n);
-  c.samples = computed + n == r->num_tokens();
+  c.samples = computed + n == r->num_tokens();  // a decode with proposals: set by the caller
   c.num_rows = static_cast<int32_t>(rows_of(r, computed, n));
   step_.chunks.push_back(c);
   step_.num_tokens += c.num_tokens;
@@ -92,10 +93,18 @@ int64_t Scheduler::fit_rows(const Request* r, int64_t computed, int64_t want, in
   return lo;
 }
 
-void Scheduler::commit(const SchedulerStep& step) {
-  for (const ScheduledChunk& c : step.chunks) {
+void Scheduler::commit(const SchedulerStep& step, std::span<const int32_t> rejected) {
+  NS_CHECK(rejected.empty() || rejected.size() == step.chunks.size())
+      << rejected.size() << " rejection counts for " << step.chunks.size() << " chunks";
+  for (size_t i = 0; i < step.chunks.size(); ++i) {
+    const ScheduledChunk& c = step.chunks[i];
     Request* r = c.request;
-    blocks_.commit(r->seq, tokens_of(r), blocks_.seq_len(r->seq) + c.num_tokens);
+    const int32_t dropped = rejected.empty() ? 0 : rejected[i];
+    NS_CHECK(dropped >= 0 && dropped <= c.num_draft)
+        << dropped << " rejected of " << c.num_draft << " proposed";
+    const int64_t len = blocks_.seq_len(r->seq) + c.num_tokens - dropped;
+    blocks_.commit(r->seq, tokens_of(r), len);
+    if (c.num_draft > 0) blocks_.shrink_to(r->seq, len);  // the blocks reserved for rejected tokens go back
   }
 }
 
@@ -106,6 +115,7 @@ const SchedulerStep& Scheduler::schedule() {
   step_.num_preempted = 0;
   int64_t budget = config_.max_num_batched_tokens;
   const int64_t max_rows = config_.max_logits_rows > 0 ? config_.max_logits_rows : config_.max_num_seqs;
+  int64_t draft_rows = config_.max_draft_rows;
   const int64_t block_size = blocks_.block_size();
 
   // 1. Running, oldest first. Decodes behind the current request keep one
@@ -140,8 +150,26 @@ const SchedulerStep& Scheduler::schedule() {
     if (self_preempted) break;  // r was the newest: nothing runs behind it
     want = fit_rows(r, computed, want, max_rows - step_.num_rows - decodes_behind);  // after a shrink
     if (want <= 0) continue;
-    push_chunk(r, want);
-    budget -= want;
+    int64_t extra = 0;
+    if (decode && !r->draft.empty()) {
+      // Proposed tokens only from what is spare (budget, logits rows, blocks);
+      // never at another's expense.
+      extra = std::min({static_cast<int64_t>(r->draft.size()), budget - decodes_behind - want, draft_rows,
+                        max_rows - step_.num_rows - decodes_behind - want});
+      while (extra > 0 && !blocks_.can_reserve(r->seq, computed + want + extra)) --extra;
+      extra = std::max<int64_t>(extra, 0);
+      draft_rows -= extra;
+    }
+    push_chunk(r, want + extra);
+    if (extra > 0) {
+      // The decode's row and one for each proposed token.
+      ScheduledChunk& c = step_.chunks.back();
+      c.num_draft = static_cast<int32_t>(extra);
+      c.samples = true;
+      step_.num_rows += static_cast<int32_t>(1 + extra) - c.num_rows;
+      c.num_rows = static_cast<int32_t>(1 + extra);
+    }
+    budget -= want + extra;
   }
 
   // 2. Admit from the waiting queue, in order, each from its cached prefix on.

@@ -23,6 +23,9 @@
 // one per prompt token of its chunk, so its chunk shrinks to the rows left
 // after one for every decode behind it. Such a request skips the prefix cache
 // until its prompt's rows are all recorded: a cached block has K/V but no logits.
+// A decode that carries proposed tokens (speculative decoding) takes them
+// only from what is left: budget after one token for every decode behind it,
+// the step's spare logits rows, and free blocks; a proposal never preempts.
 // Every admitted chunk has its blocks reserved before the step runs, so the
 // forward pass never runs out.
 //
@@ -32,6 +35,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -46,6 +50,9 @@ struct SchedulerConfig {
   // Logits rows per step (the runner's StepLimits::max_logits_rows); 0: max_num_seqs.
   // >= max_num_seqs, so every sampling chunk has its row.
   int32_t max_logits_rows = 0;
+  // Speculative decoding: logits rows a step may spend on proposed tokens,
+  // beyond one per sequence (0: proposals never run).
+  int32_t max_draft_rows = 0;
 
   Status validate() const;
 };
@@ -56,6 +63,10 @@ struct ScheduledChunk {
   int32_t num_tokens = 0;
   bool samples = false;  // the chunk ends at the last known token: sample the next
   int32_t num_rows = 0;  // logits rows: its prompt rows (Request::prompt_rows), plus one if it samples
+  // Speculative decoding: the chunk is a decode followed by the first
+  // num_draft of the request's proposed tokens (Request::draft), all scored
+  // in this step; num_tokens counts them. 0 for every other chunk.
+  int32_t num_draft = 0;
 };
 
 struct SchedulerStep {
@@ -84,7 +95,11 @@ class Scheduler {
   int64_t num_computed(const Request* r) const { return r->seq >= 0 ? blocks_.seq_len(r->seq) : 0; }
   // Records that the step's chunks were computed: each sequence's length grows
   // by its chunk, and newly full blocks enter the prefix cache. After a successful forward.
-  void commit(const SchedulerStep& step);
+  // rejected (empty, or one per chunk): proposed tokens of the chunk that were
+  // not accepted; their K/V is dropped (the length grows by num_tokens -
+  // rejected) and the blocks past the new length go back, so a rejected
+  // token is never cached nor held.
+  void commit(const SchedulerStep& step, std::span<const int32_t> rejected = {});
 
   // Prefix cache counters, in tokens, over admissions (vLLM's
   // prefix_cache_queries / prefix_cache_hits).

@@ -354,6 +354,23 @@ void BlockManager::commit(int32_t seq, const TokenSeq& tokens, int64_t new_len) 
   n_hashed_[seq] = std::max(n_hashed_[seq], full);
 }
 
+void BlockManager::shrink_to(int32_t seq, int64_t new_len) {
+  check_live(seq, "shrink_to");
+  NS_CHECK(new_len >= 0 && new_len <= lens_[seq])
+      << "shrink_to " << new_len << " tokens of a sequence of " << lens_[seq];
+  NS_CHECK(new_len >= static_cast<int64_t>(n_hashed_[seq]) * block_size_)
+      << "shrink_to " << new_len << " tokens would cut a hashed block (" << n_hashed_[seq] << " of "
+      << block_size_ << ")";
+  lens_[seq] = new_len;
+  const int32_t keep = static_cast<int32_t>(ceil_div(new_len, block_size_));
+  int32_t* r = row(seq);
+  for (int32_t i = n_blocks_[seq] - 1; i >= keep; --i) {
+    release(r[i]);
+    r[i] = -1;
+  }
+  n_blocks_[seq] = std::min(n_blocks_[seq], keep);
+}
+
 // ---- The step ----
 
 void BlockManager::fill_batch(ForwardBatch& batch) const {

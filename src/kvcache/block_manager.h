@@ -99,6 +99,14 @@ class BlockManager {
   // hash another block already holds stays private).
   // PRECOND: seq_len <= new_len <= seq_capacity, tokens.size() >= new_len.
   void commit(int32_t seq, const TokenSeq& tokens, int64_t new_len);
+  // Rolls a sequence back to new_len tokens and gives back the blocks past
+  // them (speculative decoding: the K/V of rejected proposals is dropped
+  // within the step, and a draft model's cache follows the target's). Slots
+  // in [new_len, capacity) of the kept last block are simply rewritten later.
+  // PRECOND: new_len <= seq_len, and no cached block is cut: new_len covers
+  // every block that entered the prefix cache (only committed, full blocks
+  // do), so a shared block is never written.
+  void shrink_to(int32_t seq, int64_t new_len);
 
   // ---- The step ----
   // Fills batch.max_blocks_per_seq, block_tables ([B * max_blocks_per_seq],

@@ -6,7 +6,8 @@ CpuRunner::CpuRunner(std::unique_ptr<CpuModel> model, const CpuRunnerOptions& op
     : model_(std::move(model)),
       options_(options),
       pool_(pool),
-      ws_(model_->make_workspace(options.max_tokens, options.max_num_seqs)) {}
+      ws_(model_->make_workspace(options.max_tokens, options.max_logits_rows > 0 ? options.max_logits_rows
+                                                                                 : options.max_num_seqs)) {}
 
 int64_t CpuRunner::kv_bytes_per_block(int32_t block_size) const {
   return CpuKV::bytes_per_block(model_->config(), block_size, options_.kv_dtype);

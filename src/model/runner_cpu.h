@@ -18,6 +18,8 @@ namespace nanoserve {
 struct CpuRunnerOptions {
   int64_t max_tokens = 512;   // tokens in one step
   int32_t max_num_seqs = 64;  // sequences in one step, and the naive layout's rows
+  int64_t max_logits_rows =
+      0;  // token rows with logits in one step (0: max_num_seqs; more for speculative decoding)
   int64_t max_context = 0;    // longest sequence; >= 1
   CpuKVLayout kv_layout = CpuKVLayout::kPaged;
   DType kv_dtype = DType::kF32;  // paged: kF32, kF16 or kBF16; per sequence: kF32

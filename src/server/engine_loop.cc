@@ -228,6 +228,17 @@ void EngineLoop::update_gauges() {
   advance(metrics_.prefix_cache_hits_total, s.prefix_cache_hits, last_prefix_hits_);
   metrics_.prefix_cache_hit_rate.set(
       s.prefix_cache_queries > 0 ? static_cast<double>(s.prefix_cache_hits) / s.prefix_cache_queries : 0.0);
+  if (metrics_.spec_decode_num_drafts != nullptr) {
+    advance(*metrics_.spec_decode_num_drafts, s.spec_num_drafts, last_spec_drafts_);
+    advance(*metrics_.spec_decode_num_draft_tokens, s.spec_num_draft_tokens, last_spec_draft_tokens_);
+    advance(*metrics_.spec_decode_num_accepted_tokens, s.spec_num_accepted_tokens, last_spec_accepted_);
+    const size_t k =
+        std::min(s.spec_accepted_per_pos.size(), metrics_.spec_decode_num_accepted_tokens_per_pos.size());
+    last_spec_per_pos_.resize(k, 0);
+    for (size_t j = 0; j < k; ++j)
+      advance(*metrics_.spec_decode_num_accepted_tokens_per_pos[j], s.spec_accepted_per_pos[j],
+              last_spec_per_pos_[j]);
+  }
 }
 
 }  // namespace nanoserve::server

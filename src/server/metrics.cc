@@ -306,4 +306,21 @@ bool ServerMetrics::unknown_field(const std::string& name) {
   return first;
 }
 
+void ServerMetrics::enable_spec_decode(int32_t num_speculative_tokens) {
+  if (spec_decode_num_drafts != nullptr) return;
+  const Labels model = {{"model_name", model_name_}};
+  spec_decode_num_drafts =
+      &registry.counter(name("spec_decode_num_drafts_total"),
+                        "Number of spec decoding drafts (decodes that carried proposals).", model);
+  spec_decode_num_draft_tokens = &registry.counter(name("spec_decode_num_draft_tokens_total"),
+                                                   "Number of draft tokens (proposed tokens).", model);
+  spec_decode_num_accepted_tokens = &registry.counter(name("spec_decode_num_accepted_tokens_total"),
+                                                      "Number of accepted tokens.", model);
+  for (int32_t j = 0; j < num_speculative_tokens; ++j) {
+    spec_decode_num_accepted_tokens_per_pos.push_back(&registry.counter(
+        name("spec_decode_num_accepted_tokens_per_pos_total"), "Accepted tokens per draft position.",
+        {{"model_name", model_name_}, {"position", std::to_string(j)}}));
+  }
+}
+
 }  // namespace nanoserve::server

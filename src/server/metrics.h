@@ -127,6 +127,16 @@ struct ServerMetrics {
 
   void request_finished(FinishReason reason);  // request_success_total{finished_reason=...}
 
+  // Speculative decoding's counters, vLLM's spec_decode_* (registered only
+  // when the engine proposes, as vLLM does): decodes that carried proposals,
+  // proposed tokens, accepted tokens, and accepted tokens per position
+  // (position="0".."k-1"). Null until enabled.
+  void enable_spec_decode(int32_t num_speculative_tokens);
+  Counter* spec_decode_num_drafts = nullptr;
+  Counter* spec_decode_num_draft_tokens = nullptr;
+  Counter* spec_decode_num_accepted_tokens = nullptr;
+  std::vector<Counter*> spec_decode_num_accepted_tokens_per_pos;  // [k]
+
   // A top-level request field that no endpoint knows (it is ignored): counts it in
   // request_unknown_fields_total{field=NAME}. The first kMaxUnknownFieldNames names get a series
   // each, later ones share field="(other)", so a client cannot grow /metrics without bound.

@@ -4,11 +4,11 @@
 // It stores (token, position) as the K/V of every token in real paged pool
 // tensors that it owns, as a runner does, written and gathered by the CPU KV
 // ops (ops/paged_attention/paged_kv.h), addressed by the batch's slots and
-// block tables; it reads each sampling sequence's whole history
-// back through the block table, checks the positions, and derives the logits
-// from a hash of the history's tokens. So its output depends on exactly what
-// the cache holds: a wrong slot, a shared block or a bad recompute changes
-// the tokens, and fake_greedy() predicts the right ones without any engine.
+// block tables; for each logits row it reads that token's history (every
+// position up to and including it) back through the block table, checks the
+// positions, and derives the logits from a hash of the history's tokens. So its output depends on exactly
+// what the cache holds: a wrong slot, a shared block or a bad recompute changes the tokens, and fake_greedy()
+// predicts the right ones without any engine.
 
 #include <atomic>
 #include <chrono>
@@ -44,15 +44,16 @@ inline ModelConfig fake_config(int32_t vocab, int64_t context_length = 1 << 20) 
   return c;
 }
 
-inline uint64_t history_hash(std::span<const int32_t> tokens) {
-  uint64_t h = 1469598103934665603ull;
+inline uint64_t history_hash(std::span<const int32_t> tokens, uint64_t salt = 0) {
+  uint64_t h = 1469598103934665603ull ^ salt;
   for (int32_t t : tokens) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
   return h;
 }
 
 // The logits the fake model gives after `tokens`: [vocab] in (-4, 4).
-inline void fake_logits(std::span<const int32_t> tokens, int32_t vocab, float* out) {
-  Rng rng(history_hash(tokens));
+// A non-zero salt gives another model over the same vocabulary (a draft that disagrees).
+inline void fake_logits(std::span<const int32_t> tokens, int32_t vocab, float* out, uint64_t salt = 0) {
+  Rng rng(history_hash(tokens, salt));
   for (int32_t v = 0; v < vocab; ++v) out[v] = static_cast<float>(8.0 * rng.next_double() - 4.0);
 }
 
@@ -74,14 +75,18 @@ inline std::vector<int32_t> fake_greedy(std::vector<int32_t> tokens, int32_t voc
 
 class FakeModel final : public ModelRunner {
  public:
-  // max_logits_rows: R of its StepLimits, at least max_seqs.
+  // max_logits_rows: R of its StepLimits, at least max_seqs (0: max_seqs); more
+  // lets a step score prompt rows or proposed tokens (speculative decoding).
+  // salt: 0 is the model that fake_greedy() predicts; another value is a
+  // different model.
   FakeModel(int32_t vocab, int32_t max_tokens_per_step, int32_t max_seqs, int64_t context_length = 1 << 20,
-            int32_t max_logits_rows = 0)
+            int32_t max_logits_rows = 0, uint64_t salt = 0)
       : config_(fake_config(vocab, context_length)),
         kv_(Tensor::empty(DType::kF32, {max_tokens_per_step, 1, 2})),
         logits_(Tensor::empty(DType::kF32, {std::max(max_seqs, max_logits_rows), vocab})),
         sampler_(vocab),
-        max_seqs_(max_seqs) {}
+        max_seqs_(max_seqs),
+        salt_(salt) {}
 
   // Acts as a runner that samples on the device (ops/sample/sample.h): a step
   // with sample_rows is drawn by the CPU Sampler with each row's uniform
@@ -167,18 +172,16 @@ class FakeModel final : public ModelRunner {
     for (int32_t r = 0; r < R; ++r) {
       const int32_t row = batch.logits_rows[r];
       while (batch.seq_starts[b + 1] <= row) ++b;
-      // The history up to this row's token: the whole context for a sampling
-      // row (the last of its sequence), a prefix of it for a prompt row.
+      // Any token row of its sequence: the history up to and including it.
       const int32_t ctx = batch.positions[row] + 1;
-      NS_CHECK(ctx <= batch.context_lens[b] &&
-               (row == batch.seq_starts[b + 1] - 1 || ctx < batch.context_lens[b]));
+      NS_CHECK(ctx <= batch.context_lens[b]) << "a logits row past its context";
       history_.clear();
       for (int32_t pos = 0; pos < ctx; ++pos) {
         const float* e = h.k[b] + pos * h.pos_stride;
         NS_CHECK_EQ(static_cast<int32_t>(e[1]), pos);  // the cache gave back this sequence's own slots
         history_.push_back(static_cast<int32_t>(e[0]));
       }
-      fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab);
+      fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab, salt_);
     }
     last_rows_ = R;
     sampled_.clear();
@@ -241,6 +244,7 @@ class FakeModel final : public ModelRunner {
   int hand_back_every_ = 0;
   int64_t num_sampled_ = 0, device_steps_ = 0, host_steps_ = 0, handed_back_ = 0;
   int32_t last_rows_ = 0;
+  uint64_t salt_;
   std::vector<int32_t> sampled_;
   std::vector<SampleRowLogprobs> sampled_lp_;
 };

@@ -246,6 +246,49 @@ TEST(BlockManager, SameContentComputedTwiceIsCachedOnce) {
 // Random sequences with shared prefixes, growth, commits, frees and
 // evictions; the invariant and the recount hold after every operation, and
 // every cached hit holds exactly the tokens asked for.
+TEST(BlockManager, ShrinkToGivesBackTheBlocksPastTheLength) {
+  BlockManager m(config(4, 10, false));
+  const int32_t s = *m.add_sequence();
+  const std::vector<int32_t> t = iota(6);
+  ASSERT_TRUE(m.reserve(s, 13).ok());  // 6 known + 7 proposed: 4 blocks
+  EXPECT_EQ(m.num_free_blocks(), 6);
+  m.commit(s, seq_of(t), 6);
+  m.shrink_to(s, 6);
+  EXPECT_EQ(m.seq_len(s), 6);
+  EXPECT_EQ(m.block_table(s).size(), 2u);
+  EXPECT_EQ(m.num_free_blocks(), 8);
+  // A draft model's cache rolls back below what it committed.
+  m.shrink_to(s, 3);
+  EXPECT_EQ(m.seq_len(s), 3);
+  EXPECT_EQ(m.block_table(s).size(), 1u);
+  m.shrink_to(s, 0);
+  EXPECT_TRUE(m.block_table(s).empty());
+  EXPECT_EQ(m.num_free_blocks(), 10);
+  expect_consistent(m);
+}
+
+TEST(BlockManager, ShrinkToKeepsCachedBlocksAndTheirHolders) {
+  BlockManager m(config(4, 10, true));
+  const std::vector<int32_t> t = iota(9);
+  const int32_t a = *m.add_sequence();
+  ASSERT_TRUE(m.reserve(a, 12).ok());
+  m.commit(a, seq_of(t), 9);  // two full blocks cached
+  m.shrink_to(a, 9);
+  EXPECT_EQ(m.block_table(a).size(), 3u);
+  EXPECT_EQ(m.num_cached_blocks(), 2);
+  const int32_t b = *m.add_sequence();
+  EXPECT_EQ(m.attach_cached_prefix(b, seq_of(t)), 8);
+  expect_consistent(m);
+}
+
+TEST(BlockManagerDeathTest, ShrinkBelowAHashedBlockAborts) {
+  BlockManager m(config(4, 10, true));
+  const int32_t s = *m.add_sequence();
+  ASSERT_TRUE(m.reserve(s, 8).ok());
+  m.commit(s, seq_of(iota(8)), 8);
+  EXPECT_DEATH(m.shrink_to(s, 5), "hashed block");
+}
+
 TEST(BlockManager, RandomizedInvariants) {
   for (int32_t bs : {1, 3, 4}) {
     SCOPED_TRACE(testing::Message() << "block_size " << bs);
@@ -259,7 +302,7 @@ TEST(BlockManager, RandomizedInvariants) {
     const std::vector<int32_t> prefixes[2] = {iota(9, 1000), iota(7, 2000)};
     int64_t hits = 0;
     for (int op = 0; op < 2000; ++op) {
-      const uint64_t what = rng.next_u64() % 4;
+      const uint64_t what = rng.next_u64() % 5;
       if (what == 0 && m.num_live_seqs() < 6) {
         std::vector<int32_t> t = prefixes[rng.next_u64() % 2];
         t.resize(1 + rng.next_u64() % t.size());
@@ -286,6 +329,20 @@ TEST(BlockManager, RandomizedInvariants) {
           m.commit(l.seq, seq_of(l.tokens), n);
         } else {
           l.tokens.pop_back();
+        }
+      } else if (what == 3 && !live.empty()) {
+        // Speculative decoding's step: room for the next token and k
+        // proposals, then only a of them kept; the rest's blocks go back.
+        Live& l = live[rng.next_u64() % live.size()];
+        const int64_t n = static_cast<int64_t>(l.tokens.size());
+        const int64_t k = 1 + static_cast<int64_t>(rng.next_u64() % 6);
+        if (m.can_reserve(l.seq, n + k)) {
+          ASSERT_TRUE(m.reserve(l.seq, n + k).ok());
+          const int64_t a = static_cast<int64_t>(rng.next_u64() % (k + 1));
+          for (int64_t i = 0; i < a; ++i) l.tokens.push_back(static_cast<int32_t>(rng.next_u64() % 3));
+          m.commit(l.seq, seq_of(l.tokens), n + a);
+          m.shrink_to(l.seq, n + a);
+          ASSERT_EQ(static_cast<int64_t>(m.block_table(l.seq).size()), (n + a + bs - 1) / bs);
         }
       } else if (what == 2 && !live.empty()) {
         const size_t i = rng.next_u64() % live.size();

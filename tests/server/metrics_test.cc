@@ -101,6 +101,31 @@ TEST(Metrics, LabelValuesAreEscaped) {
       << reg.render();
 }
 
+TEST(Metrics, SpecDecodeCountersOnlyWhenEnabled) {
+  ServerMetrics m("tiny");
+  EXPECT_EQ(m.registry.render().find("spec_decode"), std::string::npos);
+  m.enable_spec_decode(3);
+  m.enable_spec_decode(3);  // once only
+  m.spec_decode_num_drafts->inc(2);
+  m.spec_decode_num_draft_tokens->inc(6);
+  m.spec_decode_num_accepted_tokens->inc(4);
+  m.spec_decode_num_accepted_tokens_per_pos[0]->inc(2);
+  m.spec_decode_num_accepted_tokens_per_pos[1]->inc(2);
+  const std::string text = m.registry.render();
+  EXPECT_TRUE(has_line(text, "# TYPE nanoserve:spec_decode_num_drafts_total counter")) << text;
+  EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_drafts_total{model_name=\"tiny\"} 2")) << text;
+  EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 6")) << text;
+  EXPECT_TRUE(has_line(text, "nanoserve:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 4"))
+      << text;
+  EXPECT_TRUE(has_line(
+      text, "nanoserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"1\"} 2"))
+      << text;
+  EXPECT_TRUE(has_line(
+      text, "nanoserve:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"2\"} 0"))
+      << text;
+  EXPECT_EQ(m.spec_decode_num_accepted_tokens_per_pos.size(), 3u);
+}
+
 TEST(Metrics, ServerMetricsUseVllmNames) {
   ServerMetrics m("smol");
   m.request_finished(FinishReason::kAbort);
