@@ -575,17 +575,24 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
         // here, into this thread's buffer, the same bytes prepare makes.
         thread_local std::vector<uint8_t> buf;
         const int64_t gb = x8::group_bytes(pl.kind, K);
-        if (!pl.packed && static_cast<int64_t>(buf.size()) < gb) buf.resize(static_cast<size_t>(gb));
-        for (int64_t g = b - (first - pl.items); g < e - (first - pl.items); ++g) {
-          const int nrows = static_cast<int>(std::min<int64_t>(x8::kRows, N - g * x8::kRows));
+        constexpr int kPer = x8::kMaxGroupsPerCall;
+        if (!pl.packed && static_cast<int64_t>(buf.size()) < kPer * gb) buf.resize(static_cast<size_t>(kPer * gb));
+        const int64_t g_end = e - (first - pl.items);
+        for (int64_t g = b - (first - pl.items); g < g_end; g += kPer) {
+          const int ng = static_cast<int>(std::min<int64_t>(kPer, g_end - g));
+          const int nrows = static_cast<int>(std::min<int64_t>(ng * x8::kRows, N - g * x8::kRows));
           const uint8_t* gp;
           if (pl.packed) {
             gp = pl.packed->data.get() + g * pl.packed->group_bytes;
           } else {
-            x8::pack_group(pl.kind, base, row_bytes, g * x8::kRows, nrows, K, buf.data());
+            for (int i = 0; i < ng; ++i) {
+              const int64_t o = (g + i) * x8::kRows;
+              x8::pack_group(pl.kind, base, row_bytes, o, static_cast<int>(std::min<int64_t>(x8::kRows, N - o)), K,
+                             buf.data() + i * gb);
+            }
             gp = buf.data();
           }
-          group_fn(pl.kind, gp, xacts, T, y, N, g * x8::kRows, nrows);
+          group_fn(pl.kind, gp, gb, ng, xacts, T, y, N, g * x8::kRows, nrows);
         }
       }
     }

@@ -58,9 +58,12 @@ struct Acts {
   int64_t nsb;
 };
 
-// y[t][o0 + r] for r < nrows, every t < T, from one packed group.
-using GroupFn = void (*)(int kind, const uint8_t* group, const Acts& a, int64_t T, float* y, int64_t N,
-                         int64_t o0, int nrows);
+// y[t][o0 + r] for r < nrows, every t < T, from ngroups consecutive packed
+// groups at g (group_bytes apart; nrows <= 8 ngroups).
+using GroupFn = void (*)(int kind, const uint8_t* g, int64_t group_bytes, int ngroups, const Acts& a, int64_t T,
+                         float* y, int64_t N, int64_t o0, int nrows);
+// Groups a build takes per call to use its widest vectors.
+constexpr int kMaxGroupsPerCall = 2;
 
 // Each ISA build's entry (nullptr where the compiler or the target lacks it).
 GroupFn group_fn_avx2();

@@ -8,6 +8,7 @@
 #define NS_X8_DOT(acc, w, x) \
   _mm256_add_epi32((acc), _mm256_madd_epi16(_mm256_maddubs_epi16((w), (x)), _mm256_set1_epi16(1)))
 #define NS_X8_TILE 4
+#define NS_X8_ZMM 0
 #define NS_X8_SIGNED_Q8 1
 #include "ops/matmul/matmul_cpu_x8_kernels.inc"
 namespace nanoserve::matmul_cpu::x8 {

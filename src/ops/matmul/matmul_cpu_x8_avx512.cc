@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define NS_X8_DOT(acc, w, x) _mm256_dpbusd_epi32((acc), (w), (x))
 #define NS_X8_TILE 8
+#define NS_X8_ZMM 1
 #define NS_X8_SIGNED_Q8 0
 #include "ops/matmul/matmul_cpu_x8_kernels.inc"
 namespace nanoserve::matmul_cpu::x8 {

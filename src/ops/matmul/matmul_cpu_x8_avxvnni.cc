@@ -7,6 +7,7 @@
 #if defined(__x86_64__) && defined(__AVXVNNI__) && defined(__FMA__) && defined(__F16C__)
 #define NS_X8_DOT(acc, w, x) _mm256_dpbusd_avx_epi32((acc), (w), (x))
 #define NS_X8_TILE 4
+#define NS_X8_ZMM 0
 #define NS_X8_SIGNED_Q8 0
 #include "ops/matmul/matmul_cpu_x8_kernels.inc"
 namespace nanoserve::matmul_cpu::x8 {
