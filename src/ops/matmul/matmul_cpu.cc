@@ -541,8 +541,9 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     std::shared_ptr<const x8::Packed> packed;
     int64_t items;
   };
-  std::vector<Plan> plans;
-  plans.reserve(pairs.size());
+  // Reused across calls: a decode step allocates nothing (tests/engine/decode_alloc_test.cc).
+  thread_local std::vector<Plan> plans;
+  plans.clear();
   int64_t total_items = 0;
   for (const MatmulPair& p : pairs) {
     Plan pl{x8::kind_of(p.w->dtype()), nullptr, p.w->dim(0)};
@@ -553,11 +554,12 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     total_items += pl.items;
     plans.push_back(std::move(pl));
   }
+  const Plan* plan = plans.data();  // the workers' own thread_local `plans` is another vector
   auto rows = [&](int64_t begin, int64_t end, int) {
     int64_t first = 0;  // global item of pairs[i]'s item 0
     for (size_t i = 0; i < pairs.size(); ++i) {
       const MatmulPair& p = pairs[i];
-      const Plan& pl = plans[i];
+      const Plan& pl = plan[i];
       const int64_t b = std::max(begin, first), e = std::min(end, first + pl.items);
       first += pl.items;
       if (b >= e) continue;
@@ -598,6 +600,7 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
     }
   };
   pool.parallel_for(total_items, std::ref(rows));
+  plans.clear();  // drops the references to the packed weights
 }
 
 void matmul_prepare(const Tensor& w) {
