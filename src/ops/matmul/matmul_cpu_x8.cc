@@ -196,11 +196,11 @@ void pack_group(Kind k, const uint8_t* base, int64_t row_bytes, int64_t o0, int 
           std::memcpy(u + 2 * r, s + 208, 2);
           for (int i = 0; i < 16; ++i) u[16 + 8 * i + r] = s[192 + i];
           for (int h = 0; h < 2; ++h) {
-            for (int kk = 0; kk < 2; ++kk) {
-              for (int j = 0; j < 8; ++j)
-                lane4(u + 144 + 32 * (16 * h + 8 * kk + j), s + 64 * h + 32 * kk + 4 * j);
+            for (int j = 0; j < 8; ++j) {
+              uint8_t* at = u + 144 + 768 * h + 96 * j;
+              for (int kk = 0; kk < 2; ++kk) lane4(at + 32 * kk, s + 64 * h + 32 * kk + 4 * j);
+              lane4(at + 64, s + 128 + 32 * h + 4 * j);
             }
-            for (int j = 0; j < 8; ++j) lane4(u + 1168 + 32 * (8 * h + j), s + 128 + 32 * h + 4 * j);
           }
           break;
         }

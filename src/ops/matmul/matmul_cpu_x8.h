@@ -20,8 +20,9 @@
 //                 mn u8[4][8 rows][2] (sub-blocks 2p, 2p+1) | qs[4 c][8 j][8 rows][4]
 //                 (low nibbles sub-block 2c, high 2c+1, values 4j..4j+3 of it)
 //   Q5_K (1440 B): Q4_K | qh[8 j][8 rows][4] (bit s: sub-block s's fifth bit)
-//   Q6_K (1680 B): d f16[8] | sc s8[16 sub][8 rows] | ql[2 h][2][8 j][8 rows][4] |
-//                 qh[2 h][8 j][8 rows][4] (the GGUF bit positions, per lane)
+//   Q6_K (1680 B): d f16[8] | sc s8[16 sub][8 rows] | per half h, per j:
+//                 ql[2][8 rows][4] then qh[8 rows][4] (96 B; ql bytes 64h + 32kk + 4j..,
+//                 qh bytes 32h + 4j.. of each row, the GGUF bit positions per lane)
 //
 // Reduction order of each output y[t][o] (every path, every T, every split):
 // units in order; per unit one exact int32 (below) and, in float,
