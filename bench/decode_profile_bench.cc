@@ -108,9 +108,12 @@ int run(int argc, char** argv) {
     return fail(id.status().to_string());
 
   std::vector<RequestOutput> outs;
+  ForwardProfile prefill_prof;
+  runner->set_profile(&prefill_prof);
   const auto t_prefill = Clock::now();
   if (Status st = (*engine)->step(outs); !st.ok()) return fail(st.to_string());
   const double prefill_ms = ms_since(t_prefill);
+  runner->set_profile(nullptr);
 
   ForwardProfile prof;
   runner->set_profile(&prof);
@@ -168,6 +171,14 @@ int run(int argc, char** argv) {
     if (b > 0) std::printf(" %10.2f", static_cast<double>(b) / (ms * 1e6));
     std::printf("\n");
   }
+  // The prefill step (one forward of the whole prompt), phase by phase.
+  std::printf("prefill %.1f ms (%.1f tok/s):", prefill_ms, 1000.0 * prompt_tokens / prefill_ms);
+  for (int p = 0; p < static_cast<int>(ForwardPhase::kCount); ++p) {
+    const double ms = static_cast<double>(prefill_prof.ns[p]) / 1e6;
+    if (ms >= 0.05 * prefill_ms / 100.0)
+      std::printf(" %s %.1f", forward_phase_name(static_cast<ForwardPhase>(p)), ms);
+  }
+  std::printf(" (ms)\n");
   const double rest = (step_ms - fwd_ms) / steps;
   std::printf("%-24s %9.3f %6.1f%%\n", "engine + sampler", rest, 100.0 * rest / (step_ms / steps));
   const int64_t all = bytes.qkv + bytes.o + bytes.gate_up + bytes.down + bytes.lm_head;

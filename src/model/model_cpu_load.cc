@@ -11,6 +11,7 @@
 #include "model/model_shapes.h"
 #include "model/rope_layout.h"
 #include "ops/dequantize/dequantize.h"
+#include "ops/matmul/matmul.h"
 #include "ops/rope/rope_freqs.h"
 
 namespace nanoserve {
@@ -131,6 +132,11 @@ StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(const ModelConfig& given,
   for (int64_t l = 0; l < config.n_layers; ++l) {
     NS_ASSIGN_OR_RETURN(LayerWeights L, load_layer(f, config, l));
     w.layers.push_back(std::move(L));
+  }
+  // The CPU matmul's packed copies of the quantized weights, made once here.
+  matmul_prepare(w.lm_head);
+  for (const LayerWeights& L : w.layers) {
+    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) matmul_prepare(*t);
   }
   std::vector<float> freq_factors;
   if (f.contains("rope_freqs.weight")) {

@@ -38,4 +38,11 @@ struct MatmulPair {
 void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch);
 void matmul(const Tensor& w, const Tensor& x, Tensor& y, ThreadPool& pool, std::span<std::byte> scratch);
 
+// Packs a Q4_0, Q4_1, Q8_0, Q4_K, Q5_K or Q6_K weight once into the layout of
+// the interleaved-row CPU kernels (ops/matmul/matmul_cpu_x8.h), kept while w's
+// owner lives; matmul then reads the packed copy. A weight not prepared gives
+// the same results, bit for bit, packed group by group in every call (slower
+// at small T). No-op for the other dtypes and for tensors without an owner.
+void matmul_prepare(const Tensor& w);
+
 }  // namespace nanoserve

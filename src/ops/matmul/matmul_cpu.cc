@@ -17,11 +17,13 @@
 #include <cstring>
 #include <functional>
 #include <type_traits>
+#include <vector>
 
 #include "core/check.h"
 #include "ops/dequantize/dequantize.h"
 #include "ops/matmul/matmul.h"
 #include "ops/matmul/matmul_cpu_internal.h"
+#include "ops/matmul/matmul_cpu_x8.h"
 #include "ops/matmul/quant_blocks.h"
 
 #if defined(__AVX2__)
@@ -104,8 +106,10 @@ void decode_q5_row(const uint8_t* w, int64_t nb, Q4Row& r) {
         _mm256_set1_epi32(static_cast<int>(qh)),
         _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
     const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
-    const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r.q + b * kBlock), _mm256_or_si256(unpack_nibbles(qs), high));
+    const __m256i high =
+        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.q + b * kBlock),
+                       _mm256_or_si256(unpack_nibbles(qs), high));
 #else
     for (int j = 0; j < kBlock / 2; ++j) {
       r.q[b * kBlock + j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((qh >> j) & 1) << 4));
@@ -139,7 +143,8 @@ constexpr int kTileTokens = 4;
 
 // y[t][o0 + i] for i < R, t in [t0, t0 + C).
 template <int R, int C>
-void tile_q4(const Q4Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+void tile_q4(const Q4Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N,
+             int64_t o0) {
   __m256 acc[R][C];
   __m128 macc[R];  // lane c: the min-term sum of token t0 + c
   for (int i = 0; i < R; ++i) {
@@ -160,7 +165,8 @@ void tile_q4(const Q4Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, fl
       const __m256i wq = _mm256_load_si256(reinterpret_cast<const __m256i*>(rows[i].q + b * kBlock));
       const __m256 wd = _mm256_set1_ps(rows[i].d[b]);
       for (int c = 0; c < C; ++c) {
-        acc[i][c] = _mm256_fmadd_ps(_mm256_mul_ps(wd, xd[c]), _mm256_cvtepi32_ps(dot_u8s8(wq, xq[c])), acc[i][c]);
+        acc[i][c] =
+            _mm256_fmadd_ps(_mm256_mul_ps(wd, xd[c]), _mm256_cvtepi32_ps(dot_u8s8(wq, xq[c])), acc[i][c]);
       }
       // One fused multiply-add per block: m * s + macc rounded once. (Written
       // as mul then add, GCC contracted it into exactly this fma anyway.)
@@ -192,8 +198,10 @@ void decode_q8_row(const BlockQ8_0* w, int64_t nb, [[maybe_unused]] bool with_co
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     if (!with_corr) continue;
     const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), wq);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(r.corr + b * 8), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+    const __m256i s =
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), wq);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(r.corr + b * 8),
+                       _mm256_sub_epi32(_mm256_setzero_si256(), s));
 #endif
   }
 }
@@ -205,7 +213,8 @@ constexpr int kQ8CorrMinTokens = 1 << 30;  // never: maddubs would saturate on x
 #endif
 
 template <int R, int C>
-void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N,
+               int64_t o0) {
   __m256 acc[R][C];
   for (int i = 0; i < R; ++i) {
     for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
@@ -228,7 +237,8 @@ void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, 
         __m256i p;
         if constexpr (C >= kQ8CorrMinTokens) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-          p = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(rows[i].corr + b * 8)), xq[c], wq);
+          p = _mm256_dpbusd_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(rows[i].corr + b * 8)),
+                                  xq[c], wq);
 #endif
         } else {
           // s8 x s8 as |w| (u8) x (x with w's sign).
@@ -245,7 +255,8 @@ void tile_q8_0(const Q8Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t t0, 
 
 // All T tokens for R decoded rows o0.., tokens in tiles of kTileTokens.
 template <int R, typename Row, template <int, int> class Kernel>
-void rows_all_tokens(const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N, int64_t o0) {
+void rows_all_tokens(const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N,
+                     int64_t o0) {
   int64_t t = 0;
   for (; t + kTileTokens <= T; t += kTileTokens) Kernel<R, kTileTokens>::run(rows, xa, nb, t, y, N, o0);
   switch (T - t) {
@@ -259,20 +270,23 @@ void rows_all_tokens(const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t 
 
 template <int R, int C>
 struct Q4Kernel {
-  static void run(const Q4Row* r, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+  static void run(const Q4Row* r, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N,
+                  int64_t o0) {
     tile_q4<R, C>(r, xa, nb, t0, y, N, o0);
   }
 };
 template <int R, int C>
 struct Q8Kernel {
-  static void run(const Q8Row* r, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N, int64_t o0) {
+  static void run(const Q8Row* r, const BlockQ8Act* xa, int64_t nb, int64_t t0, float* y, int64_t N,
+                  int64_t o0) {
     tile_q8_0<R, C>(r, xa, nb, t0, y, N, o0);
   }
 };
 
 // n (1..kTileRows) decoded rows starting at o0.
 template <typename Row, template <int, int> class Kernel>
-void row_group(int n, const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N, int64_t o0) {
+void row_group(int n, const Row* rows, const BlockQ8Act* xa, int64_t nb, int64_t T, float* y, int64_t N,
+               int64_t o0) {
   switch (n) {
     case 1: rows_all_tokens<1, Row, Kernel>(rows, xa, nb, T, y, N, o0); break;
     case 2: rows_all_tokens<2, Row, Kernel>(rows, xa, nb, T, y, N, o0); break;
@@ -331,7 +345,9 @@ struct LoadF32 {
   const float* p;
   float operator()(int64_t i) const { return p[i]; }
 #if defined(__AVX512F__)
-  __m512 vec16(int64_t i) const { return _mm512_loadu_ps(p + i); }
+  __m512 vec16(int64_t i) const {
+    return _mm512_loadu_ps(p + i);
+  }
 #endif
 };
 struct LoadF16 {
@@ -360,11 +376,12 @@ constexpr int64_t kMaxGenericK = 16384;
 // Dtypes read through the 8-bit activations: the block kernels here, the
 // Q5 rows and the K-quant kernels.
 bool is_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         matmul_cpu::kquant_direct(t);
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 ||
+         t == DType::kQ5_1 || matmul_cpu::kquant_direct(t);
 }
 bool has_gemv(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 ||
+         t == DType::kQ5_1;
 }
 
 // y[t][o] for o in [o_begin, o_end), every t.
@@ -389,8 +406,8 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, const ma
       for (int64_t o = o_begin; o < o_end; o += kTileRows) {
         const int n = static_cast<int>(std::min<int64_t>(kTileRows, o_end - o));
         for (int i = 0; i < n; ++i) {
-          decode_q8_row(reinterpret_cast<const BlockQ8_0*>(base + (o + i) * row_bytes), nb, T >= kQ8CorrMinTokens,
-                        rows[i]);
+          decode_q8_row(reinterpret_cast<const BlockQ8_0*>(base + (o + i) * row_bytes), nb,
+                        T >= kQ8CorrMinTokens, rows[i]);
         }
         row_group<Q8Row, Q8Kernel>(n, rows, xa, nb, T, y, N, o);
       }
@@ -419,17 +436,21 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, const ma
         for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q4(q4, xa + t * nb, nb);
         break;
       case DType::kQ8_0:
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_q8_0(static_cast<const BlockQ8_0*>(row), xa + t * nb, nb);
+        for (int64_t t = 0; t < T; ++t)
+          y[t * N + o] = dot_q8_0(static_cast<const BlockQ8_0*>(row), xa + t * nb, nb);
         break;
 #endif
       case DType::kF32:
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF32{static_cast<const float*>(row)}, x + t * K, K);
+        for (int64_t t = 0; t < T; ++t)
+          y[t * N + o] = dot_float(LoadF32{static_cast<const float*>(row)}, x + t * K, K);
         break;
       case DType::kF16:
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
+        for (int64_t t = 0; t < T; ++t)
+          y[t * N + o] = dot_float(LoadF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
         break;
       case DType::kBF16:
-        for (int64_t t = 0; t < T; ++t) y[t * N + o] = dot_float(LoadBF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
+        for (int64_t t = 0; t < T; ++t)
+          y[t * N + o] = dot_float(LoadBF16{static_cast<const uint16_t*>(row)}, x + t * K, K);
         break;
       default: {
         // Anything else dequantize_row reads (no such dtype today): decode
@@ -445,24 +466,31 @@ void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, const ma
 
 }  // namespace
 
-// [T][K/32] activation blocks for the 32-value types, then [T][K/256] for the K-quants.
+// [T][K/32] activation blocks for the 32-value types, then [T][K/256] for the
+// K-quants, then the sums the x8 kernels read: [T][K/32] int32 per block,
+// [T][K/256][4 + 16] int32 per super-block.
 int64_t matmul_scratch_bytes(int64_t T, int64_t K) {
-  return T * ((K + kBlock - 1) / kBlock) * static_cast<int64_t>(sizeof(BlockQ8Act)) +
-         T * (K / quant::kSuperBlock) * static_cast<int64_t>(sizeof(quant::BlockQ8KAct));
+  const int64_t nb = (K + kBlock - 1) / kBlock, nsb = K / quant::kSuperBlock;
+  return T * nb * static_cast<int64_t>(sizeof(BlockQ8Act)) +
+         T * nsb * static_cast<int64_t>(sizeof(quant::BlockQ8KAct)) + T * nb * 4 + T * nsb * 20 * 4;
 }
 
-void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool, std::span<std::byte> scratch) {
+void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool,
+            std::span<std::byte> scratch) {
   NS_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.is_contiguous()) << "x is [T, K] f32";
   const int64_t T = x.dim(0), K = x.dim(1);
   bool any_blocks = false, any_kquant = false;  // which activation roundings the pairs read
   int64_t total_rows = 0;
   for (const MatmulPair& p : pairs) {
-    NS_CHECK(p.w->ndim() == 2 && p.w->dim(1) == K) << "w" << p.w->shape_string() << " vs x" << x.shape_string();
-    NS_CHECK(p.y->ndim() == 2 && p.y->dim(0) == T && p.y->dim(1) == p.w->dim(0) && p.y->dtype() == DType::kF32)
+    NS_CHECK(p.w->ndim() == 2 && p.w->dim(1) == K)
+        << "w" << p.w->shape_string() << " vs x" << x.shape_string();
+    NS_CHECK(p.y->ndim() == 2 && p.y->dim(0) == T && p.y->dim(1) == p.w->dim(0) &&
+             p.y->dtype() == DType::kF32)
         << "y" << p.y->shape_string() << " for w" << p.w->shape_string() << " and x" << x.shape_string();
     const DType dt = p.w->dtype();
     const bool direct = is_quantized(dt) || dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16;
-    NS_CHECK(direct || (dt != DType::kI32 && K <= kMaxGenericK)) << "matmul of " << dtype_name(dt) << " with K = " << K;
+    NS_CHECK(direct || (dt != DType::kI32 && K <= kMaxGenericK))
+        << "matmul of " << dtype_name(dt) << " with K = " << K;
     any_kquant = any_kquant || matmul_cpu::kquant_direct(dt);
     any_blocks = any_blocks || (is_quantized(dt) && !matmul_cpu::kquant_direct(dt));
     total_rows += p.w->dim(0);
@@ -471,20 +499,31 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
   const float* xs = x.data_as<const float>();
   BlockQ8Act* xa = nullptr;
   matmul_cpu::KQuantActs acts{};
+  namespace x8 = matmul_cpu::x8;
+  x8::Acts xacts{};
   if (any_blocks || any_kquant) {
-    NS_CHECK(K % kBlock == 0 && K <= kMaxQ4K) << "quantized matmul needs K % 32 == 0 and K <= " << kMaxQ4K << ", K = " << K;
+    NS_CHECK(K % kBlock == 0 && K <= kMaxQ4K)
+        << "quantized matmul needs K % 32 == 0 and K <= " << kMaxQ4K << ", K = " << K;
     NS_CHECK(!any_kquant || K % quant::kSuperBlock == 0) << "K-quant matmul needs K % 256 == 0, K = " << K;
     NS_CHECK(static_cast<int64_t>(scratch.size()) >= matmul_scratch_bytes(T, K))
         << "matmul scratch " << scratch.size() << " < " << matmul_scratch_bytes(T, K);
     const int64_t nb = K / kBlock, nsb = K / quant::kSuperBlock;
-    xa = reinterpret_cast<BlockQ8Act*>(scratch.data());
-    auto* xk = reinterpret_cast<quant::BlockQ8KAct*>(scratch.data() + T * nb * static_cast<int64_t>(sizeof(BlockQ8Act)));
+    std::byte* at = scratch.data();
+    xa = reinterpret_cast<BlockQ8Act*>(at);
+    at += T * nb * static_cast<int64_t>(sizeof(BlockQ8Act));
+    auto* xk = reinterpret_cast<quant::BlockQ8KAct*>(at);
+    at += T * nsb * static_cast<int64_t>(sizeof(quant::BlockQ8KAct));
+    auto* sum32 = reinterpret_cast<int32_t*>(at);
+    auto* bs32 = sum32 + T * nb;
+    auto* q6init = bs32 + T * nsb * 4;
     acts = {xk, nsb};
+    xacts = {xa, sum32, nb, xk, bs32, q6init, nsb};
     auto quantize = [&](int64_t b, int64_t e, int) {
       for (int64_t t = b; t < e; ++t) {
         if (any_blocks) quantize_row_q8(xs + t * K, K, xa + t * nb);
         if (any_kquant) quant::quantize_row_q8k(xs + t * K, K, xk + t * nsb);
       }
+      x8::fill_sums(xacts, b, e, any_blocks, any_kquant, sum32, bs32, q6init);
     };
     if (T >= 16) {
       pool.parallel_for(T, std::ref(quantize));
@@ -492,16 +531,80 @@ void matmul(std::span<const MatmulPair> pairs, const Tensor& x, ThreadPool& pool
       quantize(0, T, 0);
     }
   }
+  // Per pair: the x8 kernel's kind (kNone: the kernels above), its packed copy
+  // if prepared, and the pair's share of the work items (groups of 8 rows for
+  // the x8 SIMD kernels, rows otherwise).
+  const x8::Path path = x8::active_path();
+  const x8::GroupFn group_fn = x8::group_fn(path);
+  struct Plan {
+    x8::Kind kind;
+    std::shared_ptr<const x8::Packed> packed;
+    int64_t items;
+  };
+  // Reused across calls: a decode step allocates nothing (tests/engine/decode_alloc_test.cc).
+  thread_local std::vector<Plan> plans;
+  plans.clear();
+  int64_t total_items = 0;
+  for (const MatmulPair& p : pairs) {
+    Plan pl{x8::kind_of(p.w->dtype()), nullptr, p.w->dim(0)};
+    if (pl.kind != x8::kNone && group_fn != nullptr) {
+      pl.packed = x8::find_prepared(*p.w);
+      pl.items = (p.w->dim(0) + x8::kRows - 1) / x8::kRows;
+    }
+    total_items += pl.items;
+    plans.push_back(std::move(pl));
+  }
+  const Plan* plan = plans.data();  // the workers' own thread_local `plans` is another vector
   auto rows = [&](int64_t begin, int64_t end, int) {
-    int64_t first = 0;  // global row of pairs[i]'s row 0
-    for (const MatmulPair& p : pairs) {
-      const int64_t n = p.w->dim(0);
-      const int64_t b = std::max(begin, first), e = std::min(end, first + n);
-      if (b < e) matmul_rows(*p.w, xs, xa, acts, T, p.y->data_as<float>(), b - first, e - first);
-      first += n;
+    int64_t first = 0;  // global item of pairs[i]'s item 0
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const MatmulPair& p = pairs[i];
+      const Plan& pl = plan[i];
+      const int64_t b = std::max(begin, first), e = std::min(end, first + pl.items);
+      first += pl.items;
+      if (b >= e) continue;
+      const int64_t N = p.w->dim(0);
+      float* y = p.y->data_as<float>();
+      const auto* base = static_cast<const uint8_t*>(p.w->data());
+      const int64_t row_bytes = dtype_bytes(p.w->dtype(), K);
+      if (pl.kind == x8::kNone) {
+        matmul_rows(*p.w, xs, xa, acts, T, y, b - (first - pl.items), e - (first - pl.items));
+      } else if (group_fn == nullptr) {
+        x8::scalar_rows(pl.kind, base, row_bytes, xacts, T, y, N, b - (first - pl.items),
+                        e - (first - pl.items));
+      } else {
+        // Not prepared at load (a weight made on the fly): each group packed
+        // here, into this thread's buffer, the same bytes prepare makes.
+        thread_local std::vector<uint8_t> buf;
+        const int64_t gb = x8::group_bytes(pl.kind, K);
+        constexpr int kPer = x8::kMaxGroupsPerCall;
+        if (!pl.packed && static_cast<int64_t>(buf.size()) < kPer * gb) buf.resize(static_cast<size_t>(kPer * gb));
+        const int64_t g_end = e - (first - pl.items);
+        for (int64_t g = b - (first - pl.items); g < g_end; g += kPer) {
+          const int ng = static_cast<int>(std::min<int64_t>(kPer, g_end - g));
+          const int nrows = static_cast<int>(std::min<int64_t>(ng * x8::kRows, N - g * x8::kRows));
+          const uint8_t* gp;
+          if (pl.packed) {
+            gp = pl.packed->data.get() + g * pl.packed->group_bytes;
+          } else {
+            for (int i = 0; i < ng; ++i) {
+              const int64_t o = (g + i) * x8::kRows;
+              x8::pack_group(pl.kind, base, row_bytes, o, static_cast<int>(std::min<int64_t>(x8::kRows, N - o)), K,
+                             buf.data() + i * gb);
+            }
+            gp = buf.data();
+          }
+          group_fn(pl.kind, gp, gb, ng, xacts, T, y, N, g * x8::kRows, nrows);
+        }
+      }
     }
   };
-  pool.parallel_for(total_rows, std::ref(rows));
+  pool.parallel_for(total_items, std::ref(rows));
+  plans.clear();  // drops the references to the packed weights
+}
+
+void matmul_prepare(const Tensor& w) {
+  matmul_cpu::x8::prepare(w);
 }
 
 void matmul(const Tensor& w, const Tensor& x, Tensor& y, ThreadPool& pool, std::span<std::byte> scratch) {
