@@ -64,12 +64,14 @@ def test_page_is_served_without_a_key_and_self_contained(page_server):
 
 def test_chat_streams_a_reply(page_server, browser):
     b = browser
-    assert b.wait_for("document.getElementById('model').textContent") .startswith(page_server.model)
-    # Without the key the server says 401 and the page asks for it.
+    # Without the key the server says 401 and the page asks for it; /v1/models
+    # needs it too, so the model's name shows once the key is entered.
     send(b, "Hello")
     idle(b)
     assert "API key" in b.eval("document.getElementById('stats').textContent")
+    assert b.eval("document.getElementById('model').textContent") == ""
     set_field(b, "api-key", API_KEY)
+    assert b.wait_for("document.getElementById('model').textContent").startswith(page_server.model)
     set_field(b, "temperature", "0")
     set_field(b, "max-tokens", "96")
     set_field(b, "system", "You are a concise assistant.")
