@@ -70,14 +70,7 @@ void RegexConstraint::apply(std::span<float> logits) {
     mask_ = factory_->mask(state_, scratch_);
   }
   const TokenMask& m = *mask_;
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const int32_t n = vocab.size();
-  for (int32_t w = 0; w * 64 < n; ++w) {
-    const uint64_t bits = m[w];
-    if (bits == ~uint64_t{0}) continue;
-    const int32_t end = std::min(n, w * 64 + 64);
-    for (int32_t i = w * 64; i < end; ++i) logits[i] = (bits >> (i & 63)) & 1 ? logits[i] : kNegInf;
-  }
+  mask_logits(m, logits);
 }
 
 bool RegexConstraint::allows(int32_t token) const {

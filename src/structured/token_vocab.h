@@ -3,7 +3,9 @@
 // laid out in preorder, so a mask is one forward scan that skips whole
 // subtrees once their prefix is refused (docs/structured_output.md).
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,6 +20,18 @@ inline bool mask_has(const TokenMask& m, int32_t id) {
 }
 inline void mask_set(TokenMask& m, int32_t id) {
   m[id >> 6] |= uint64_t{1} << (id & 63);
+}
+// logits[i] = -inf for every token i the mask leaves out (words of all
+// allowed bits are skipped whole). logits: [vocab], the mask's size.
+inline void mask_logits(const TokenMask& m, std::span<float> logits) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int32_t n = static_cast<int32_t>(logits.size());
+  for (int32_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = m[w];
+    if (bits == ~uint64_t{0}) continue;
+    const int32_t end = std::min(n, w * 64 + 64);
+    for (int32_t i = w * 64; i < end; ++i) logits[i] = (bits >> (i & 63)) & 1 ? logits[i] : kNegInf;
+  }
 }
 
 class TokenVocab {

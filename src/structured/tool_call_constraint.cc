@@ -94,14 +94,7 @@ void ToolCallConstraint::apply(std::span<float> logits) {
   NS_CHECK_EQ(static_cast<int64_t>(logits.size()), vocab_.size());
   compute_mask();
   if (free_) return;
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const int32_t n = vocab_.size();
-  for (int32_t w = 0; w * 64 < n; ++w) {
-    const uint64_t bits = mask_[w];
-    if (bits == ~uint64_t{0}) continue;
-    const int32_t end = std::min(n, w * 64 + 64);
-    for (int32_t i = w * 64; i < end; ++i) logits[i] = (bits >> (i & 63)) & 1 ? logits[i] : kNegInf;
-  }
+  mask_logits(mask_, logits);
 }
 
 bool ToolCallConstraint::allows(int32_t token) const {
