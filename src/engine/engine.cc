@@ -476,6 +476,19 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   // Only now is each sequence's length known: what was computed, less the
   // rejected proposals, whose K/V and blocks go back here.
   scheduler_->commit(plan, rejected_);
+  // A max_tokens 0 request is done once its prompt is: its output is the
+  // prompt's logprobs. (Before the finishing requests are freed: the plan
+  // still points at them.)
+  for (const ScheduledChunk& c : plan.chunks) {
+    Request* r = c.request;
+    if (!c.samples || r->params.max_tokens > 0) continue;
+    RequestOutput& out = output_for(r, outputs);
+    prompt_tokens += static_cast<int64_t>(r->prompt.size());
+    take_prompt_logprobs(*r, out);
+    out.num_preemptions = r->num_preemptions;
+    finish(r, FinishReason::kLength, out);
+    requests_.erase(r->id);
+  }
   for (auto& [r, reason] : finishing_) {
     RequestOutput& out = output_for(r, outputs);
     if (r->text != nullptr && r->stop.matched_stop().empty()) r->text->finish(out.text);
@@ -498,17 +511,6 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
       stats_.spec_accepted_per_pos[j] += step_accepted_per_pos_[j];
       step_accepted_per_pos_[j] = 0;
     }
-  }
-  // A max_tokens 0 request is done once its prompt is: its output is the prompt's logprobs.
-  for (const ScheduledChunk& c : plan.chunks) {
-    Request* r = c.request;
-    if (!c.samples || r->params.max_tokens > 0) continue;
-    RequestOutput& out = output_for(r, outputs);
-    prompt_tokens += static_cast<int64_t>(r->prompt.size());
-    take_prompt_logprobs(*r, out);
-    out.num_preemptions = r->num_preemptions;
-    finish(r, FinishReason::kLength, out);
-    requests_.erase(r->id);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
