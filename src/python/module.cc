@@ -57,7 +57,7 @@ std::unique_ptr<OfflineLlm> make_llm(const std::string& model, const std::string
   return std::move(**llm);
 }
 
-nb::dict choice_dict(const OfflineLlm& llm, const ChoiceOutput& c) {
+nb::dict choice_dict(const OfflineLlm& llm, const CompletionChoice& c) {
   nb::dict d;
   d["token_ids"] = c.token_ids;
   d["text"] = c.text;

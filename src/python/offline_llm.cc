@@ -55,7 +55,7 @@ size_t OfflineBatch::poll(std::chrono::milliseconds timeout) {
   handle_.stream->wait_take(&events_, timeout);
   size_t newly_finished = 0;
   for (server::TokenEvent& e : events_) {
-    ChoiceOutput& out = outputs_[static_cast<size_t>(e.choice)];
+    CompletionChoice& out = outputs_[static_cast<size_t>(e.choice)];
     if (e.token >= 0) {
       out.token_ids.push_back(e.token);
       out.text += e.text;

@@ -48,7 +48,7 @@ struct PreparedRequest {
 };
 
 // What one choice produced.
-struct ChoiceOutput {
+struct CompletionChoice {
   std::vector<int32_t> token_ids;
   std::string text;
   std::vector<float> logprobs;                          // [tokens] when asked for
@@ -80,7 +80,7 @@ class OfflineBatch {
   int64_t num_output_tokens() const { return output_tokens_; }
   // Choices of request i: outputs()[first_choice(i) .. first_choice(i + 1)).
   size_t first_choice(size_t i) const { return first_choice_[i]; }
-  const std::vector<ChoiceOutput>& outputs() const { return outputs_; }
+  const std::vector<CompletionChoice>& outputs() const { return outputs_; }
 
  private:
   server::EngineLoop& loop_;
@@ -89,7 +89,7 @@ class OfflineBatch {
   std::vector<size_t> request_of_;          // [choices] the request each choice belongs to
   std::vector<size_t> unfinished_;          // [requests] choices still running
   std::vector<bool> with_logprobs_;         // [choices] the choice asked for logprobs
-  std::vector<ChoiceOutput> outputs_;       // [choices]
+  std::vector<CompletionChoice> outputs_;       // [choices]
   std::vector<server::TokenEvent> events_;  // scratch
   size_t finished_requests_ = 0;
   int64_t output_tokens_ = 0;

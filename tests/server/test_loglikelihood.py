@@ -37,7 +37,7 @@ CASES = ORACLE["cases"]
 @pytest.fixture(scope="module")
 def hf_server():
     if not os.path.exists(os.path.join(FOLDER, "config.json")):
-        pytest.skip(f"no HF folder at {FOLDER}: scripts/test makes it (tests/fixtures/hf/make_hf_folder.py)")
+        pytest.fail(f"no HF folder at {FOLDER}: scripts/test makes it (tests/fixtures/hf/make_hf_folder.py)")
     # Small steps and few logits rows: prompts are scored over several chunks and steps.
     s = Server("-m", FOLDER, "--max-num-seqs", "4", "--max-num-batched-tokens", "16")
     yield s
