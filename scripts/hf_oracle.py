@@ -16,6 +16,10 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         qwen3    the per-head q/k norms off
         phi3     gate and up swapped in the fused gate_up
       A forward that is right must sit near the first and far from the second.
+      And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
+      every linear of the layers quantized as nanoserve's --quantization fp8
+      does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
+      times the scale, in f32), the plant being every scale 3% off.
 
 Every weight that a family reads, norms and biases included, is random (the
 default init leaves norms at one and biases at zero, where a dropped or
@@ -78,6 +82,25 @@ def randomize_norms_and_biases(model, g):
                 p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
             elif p.dim() == 1 and name.endswith("bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
+
+
+def quantize_fp8(model, scale_error=1.0):
+    """Every linear of the layers as FP8 E4M3 rows times their scales, in place."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for mod in layer.modules():
+                if isinstance(mod, torch.nn.Linear):
+                    w = mod.weight.float()
+                    amax = w.abs().amax(dim=1, keepdim=True)
+                    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+                    q = (w / scale).to(torch.float8_e4m3fn).float()
+                    mod.weight.copy_(q * (scale * scale_error))
+
+
+def write_logits(model, prompts, path):
+    with open(path, "wb") as f, torch.no_grad():
+        for ids in prompts:
+            f.write(model(torch.tensor([ids], device="cuda")).logits[0].float().cpu().numpy().tobytes())
 
 
 def plant(family, model):
@@ -181,6 +204,11 @@ def make(out_dir, family, tokenizer_json):
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
+    for name, scale_error in (("fp8_logits.f32", 1.0), ("fp8_planted_logits.f32", 1.03)):
+        q = copy.deepcopy(model)
+        quantize_fp8(q, scale_error)
+        write_logits(q, prompts, os.path.join(out_dir, name))
+        del q
     # The rotary frequencies before the plant (mistral's changes them).
     rot = model.model.rotary_emb
     inv_freq = rot.inv_freq.float().cpu().tolist()
@@ -188,13 +216,12 @@ def make(out_dir, family, tokenizer_json):
     # The same model with the family's planted bug: the test checks that its
     # tolerance tells this apart from the right answer.
     planted = plant(family, model)
-    with open(os.path.join(out_dir, "planted_logits.f32"), "wb") as f, torch.no_grad():
-        for ids in prompts:
-            f.write(model(torch.tensor([ids], device="cuda")).logits[0].float().cpu().numpy().tobytes())
+    write_logits(model, prompts, os.path.join(out_dir, "planted_logits.f32"))
     with open(os.path.join(out_dir, "oracle.json"), "w") as f:
         json.dump({"family": family, "vocab_size": cfg.vocab_size, "prompts": prompts, "greedy": greedy,
                    "inv_freq": inv_freq, "attention_scaling": attention_scaling,
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
+                   "fp8_logits_file": "fp8_logits.f32", "fp8_planted_logits_file": "fp8_planted_logits.f32",
                    "planted": planted}, f)
     print(f"hf_oracle: wrote {out_dir} ({family}, {len(prompts)} prompts, lengths {lengths}, "
           f"planted: {planted})")

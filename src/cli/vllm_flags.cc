@@ -37,7 +37,7 @@ void add_vllm_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_flag("--trust-remote-code,!--no-trust-remote-code", f.trust_remote_code,
                 "Taken for vLLM's command lines; no effect, since nanoserve never runs a model's code");
   sub->add_option("--quantization,-q", f.quantization,
-                  "vLLM's on-the-fly quantization: refused; quantized weights come as GGUF files");
+                  "fp8: the linears as FP8 E4M3 rows with per-channel scales (CUDA); others refused");
   sub->add_option("--tokenizer", f.tokenizer,
                   "The tokenizer of another GGUF file or Hugging Face folder (default: the model's)");
   sub->add_option("--revision", f.revision, "A hub model's branch, tag or commit (default: main)");
@@ -66,9 +66,16 @@ Status apply_vllm_engine_flags(const EngineFlags& f, Device device, EngineConfig
   }
   if (f.swap_space.has_value() && *f.swap_space < 0) return invalid_argument("--swap-space must be >= 0");
   if (!f.quantization.empty()) {
-    return invalid_argument("--quantization " + f.quantization +
-                            ": not supported; quantized weights are read as GGUF files (Q8_0, Q4_0, Q4_1, "
-                            "Q4_K, Q6_K) without the flag");
+    if (f.quantization != "fp8") {
+      return invalid_argument("--quantization " + f.quantization +
+                              ": not supported; fp8 (CUDA) is, and quantized weights are read as GGUF files "
+                              "(Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) without the flag");
+    }
+    if (device != Device::kCUDA) {
+      return invalid_argument("--quantization fp8: this run is on the CPU; FP8 weights run on --device cuda "
+                              "(on the CPU, read a quantized GGUF)");
+    }
+    c->fp8_weights = true;
   }
   const bool half = f.dtype == "half" || f.dtype == "float16";
   const bool bf16 = f.dtype == "bfloat16";

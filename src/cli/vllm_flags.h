@@ -30,9 +30,9 @@ void add_vllm_engine_flags(CLI::App* sub, EngineFlags& flags);
 // Folds the engine flags into `config` for a run on `device`: --dtype sets
 // the KV cache dtype where the runner computes in f32 (the CPU), and the
 // flags that cannot be honoured are refused, INVALID_ARGUMENT naming the flag
-// and the reason: parallel sizes above 1, --quantization, a --dtype the CUDA
-// runner does not compute in, and GPU-only flags on a CPU run
-// (--gpu-memory-utilization, --cublas-prefill).
+// and the reason: parallel sizes above 1, --quantization other than fp8, a
+// --dtype the CUDA runner does not compute in, and GPU-only flags on a CPU run
+// (--gpu-memory-utilization, --cublas-prefill, --quantization fp8).
 Status apply_vllm_engine_flags(const EngineFlags& flags, Device device, EngineConfig* config);
 
 // The one-time start-up notes for flags taken without effect, or with a

@@ -23,6 +23,7 @@ enum class DType : uint8_t {
   kQ2_K,  // 256 values: 2-bit quants, 4-bit sub-block scales/mins
   kQ3_K,  // 256 values: 3-bit quants, 6-bit signed sub-block scales
   kQ5_K,  // 256 values: 5-bit quants, 6-bit sub-block scales/mins (as Q4_K)
+  kF8E4M3,  // FP8 E4M3 (core/half.h); a weight of it carries its scales beside it
 };
 
 struct DTypeInfo {

@@ -1,5 +1,5 @@
 #pragma once
-// Scalar IEEE binary16 (fp16) and bfloat16 <-> f32 conversions.
+// Scalar IEEE binary16 (fp16), bfloat16 and FP8 E4M3 <-> f32 conversions.
 //
 // Bit manipulation only, so the result never depends on the compiler, the CPU
 // or the rounding mode. Narrowing rounds to nearest, ties to even; NaN stays
@@ -83,6 +83,46 @@ inline uint16_t f32_to_bf16(float f) {
   // RNE on the low 16 bits; a carry into the exponent rounds up to inf correctly.
   const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+// FP8 E4M3 (OCP "fn" variant, as torch.float8_e4m3fn and Hopper's cvt): 1 sign,
+// 4 exponent (bias 7), 3 mantissa bits; no inf; 0x7f / 0xff are NaN; largest
+// finite 448. Exact: every E4M3 is an f32.
+constexpr float kF8E4M3Max = 448.0f;
+
+inline float f8e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, mant = b & 0x7u;
+  if ((b & 0x7fu) == 0x7fu) return f32_from_bits(sign | 0x7fc00000u);
+  if (exp != 0) return f32_from_bits(sign | ((exp + 120) << 23) | (mant << 20));
+  // Subnormal or zero: mant * 2^-9.
+  return f32_from_bits(f32_bits(static_cast<float>(mant) * 0x1p-9f) | sign);
+}
+
+// Rounds to nearest even, saturating at +-448 (as cvt.rn.satfinite); NaN stays NaN.
+inline uint8_t f32_to_f8e4m3(float f) {
+  const uint32_t u = f32_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7fu);
+  const float a = f32_from_bits(abs);
+  if (a >= kF8E4M3Max) return static_cast<uint8_t>(sign | 0x7eu);
+  // Below 2^-6 the spacing is 2^-9 (subnormals): round a * 2^9 to an integer.
+  if (a < 0x1p-6f) {
+    const float scaled = a * 0x1p9f;  // exact: a power-of-two scale of an f32 in range
+    uint32_t q = static_cast<uint32_t>(scaled);
+    const float rem = scaled - static_cast<float>(q);
+    if (rem > 0.5f || (rem == 0.5f && (q & 1u))) ++q;  // q == 8 is the smallest normal: correct
+    return static_cast<uint8_t>(sign | q);
+  }
+  // Normal: keep 3 of the 23 mantissa bits, RNE; a carry bumps the exponent
+  // (448 + half an ulp and above saturated above).
+  const uint32_t rebased = abs - (120u << 23);
+  uint32_t q = rebased >> 20;
+  const uint32_t rem = rebased & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (q & 1u))) ++q;
+  if (q > 0x7eu) q = 0x7eu;
+  return static_cast<uint8_t>(sign | q);
 }
 
 }  // namespace nanoserve

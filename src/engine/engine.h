@@ -59,6 +59,7 @@ struct EngineConfig {
   std::optional<Device> device;         // nullopt: auto (CUDA when built with it and a GPU is present)
   double gpu_memory_utilization = 0.9;  // CUDA: fraction of device memory for weights, KV and buffers
   bool cublas_prefill = false;          // CUDA: steps of > 64 tokens through cuBLASLt (not batch-invariant)
+  bool fp8_weights = false;             // CUDA: the linears as FP8 E4M3 rows (--quantization fp8)
   bool enforce_eager = false;           // CUDA: launch every step (no CUDA graphs)
   // Speculative decoding (engine/speculative.h); off by default. A draft
   // model is loaded by load_engine and handed to Engine::create.

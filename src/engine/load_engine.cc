@@ -94,6 +94,7 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, con
   o.max_context = max_len;
   o.block_size = config.block_size;
   o.cublas_prefill = config.cublas_prefill;
+  o.fp8_weights = config.fp8_weights;
   o.cuda_graphs = !config.enforce_eager;
   o.gpu_memory_utilization = config.gpu_memory_utilization;
   o.kv_sized_elsewhere = config.num_blocks > 0 || config.kv_cache_bytes > 0;

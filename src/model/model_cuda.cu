@@ -100,6 +100,17 @@ int64_t bytes_of(const Tensor& t) {
   return t.defined() ? t.nbytes() : 0;
 }
 
+// Device bytes of the weights (a tied lm_head once).
+int64_t resident_bytes(const CudaWeights& w) {
+  int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm) + bytes_of(w.inv_freq);
+  if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
+  for (const CudaLayer& L : w.layers) {
+    bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
+             bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() + L.w_down.nbytes();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 // ---- the step's device state -------------------------------------------------------
@@ -169,9 +180,9 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
     CudaLayer L;
     L.attn_norm = upload_vector(hl.attn_norm);
     L.wqkv = cuda::empty(DType::kBF16, {q_rows + 2 * kv_rows, dim});
-    upload_rows(hl.wq, L.wqkv, 0);
-    upload_rows(hl.wk, L.wqkv, q_rows);
-    upload_rows(hl.wv, L.wqkv, q_rows + kv_rows);
+    upload_rows(hl.wq, L.wqkv.w, 0);
+    upload_rows(hl.wk, L.wqkv.w, q_rows);
+    upload_rows(hl.wv, L.wqkv.w, q_rows + kv_rows);
     if (config.arch_info().qkv_bias) L.qkv_bias = upload_concat({&hl.bq, &hl.bk, &hl.bv});
     if (config.arch_info().qk_norm) {
       L.q_norm = upload_vector(hl.q_norm);
@@ -180,21 +191,14 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
     L.wo = upload_matrix(hl.wo);
     L.ffn_norm = upload_vector(hl.ffn_norm);
     L.w_gate_up = cuda::empty(DType::kBF16, {2 * config.ffn_dim, dim});
-    upload_rows(hl.w_gate, L.w_gate_up, 0);
-    upload_rows(hl.w_up, L.w_gate_up, config.ffn_dim);
+    upload_rows(hl.w_gate, L.w_gate_up.w, 0);
+    upload_rows(hl.w_up, L.w_gate_up.w, config.ffn_dim);
     L.w_down = upload_matrix(hl.w_down);
     w.layers.push_back(std::move(L));
   }
   w.inv_freq = device_floats(inv_freq);
   cuda::synchronize();
-  int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm);
-  if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
-  for (const CudaLayer& L : w.layers) {
-    bytes += bytes_of(L.attn_norm) + bytes_of(L.wqkv) + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
-             bytes_of(L.k_norm) + bytes_of(L.wo) + bytes_of(L.ffn_norm) + bytes_of(L.w_gate_up) +
-             bytes_of(L.w_down);
-  }
-  m->weight_bytes_ = bytes;
+  m->weight_bytes_ = resident_bytes(w);
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
 }
 
@@ -234,11 +238,22 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
   }
   w.inv_freq = device_floats(inv_freq);
   cuda::synchronize();
-  int64_t bytes = bytes_of(w.tok_embd) + (config.tied_embeddings ? 0 : bytes_of(w.lm_head));
-  for (const CudaLayer& L : w.layers)
-    bytes += bytes_of(L.wqkv) + bytes_of(L.wo) + bytes_of(L.w_gate_up) + bytes_of(L.w_down);
-  m->weight_bytes_ = bytes;
+  m->weight_bytes_ = resident_bytes(w);
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
+}
+
+Status CudaModel::quantize_fp8() {
+  if (step_ != nullptr) return failed_precondition("quantize_fp8: after allocate()");
+  if (fp8()) return failed_precondition("quantize_fp8: the weights already are FP8");
+  for (CudaLayer& L : weights_.layers) {
+    for (LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
+      LinearWeight q = quantize_fp8_rows_cuda(lw->w, nullptr);
+      cuda::synchronize();  // before the bf16 copy is freed
+      *lw = std::move(q);
+    }
+  }
+  weight_bytes_ = resident_bytes(weights_);
+  return Status::ok_status();
 }
 
 // ---- memory ------------------------------------------------------------------------
@@ -430,11 +445,14 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   Tensor gate_up = s.gate_up.slice_rows(0, T), act = s.act.slice_rows(0, T);
   Tensor attn2 = attn.reshape({T, c.n_heads * c.head_dim});
   const bool small_step = T <= 64 || !s.limits.cublas_prefill;
-  auto linear = [&](const Tensor& in, const Tensor& w, const Tensor& out) {
+  // FP8 weights run only on linear_cuda (make_cuda_runner refuses them with
+  // --cublas-prefill); the cuBLASLt fallback takes bf16 weights.
+  auto linear = [&](const Tensor& in, const LinearWeight& w, const Tensor& out) {
     if (small_step && linear_cuda_supports(in, w, out)) {
       linear_cuda(in, w, out, s.xperm, st);
     } else {
-      s.gemm->matmul(in, w, out, st);
+      NS_CHECK(!w.fp8()) << "FP8 weights of " << w.w.shape_string() << " outside linear_cuda";
+      s.gemm->matmul(in, w.w, out, st);
     }
   };
 
@@ -448,11 +466,11 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).
-  auto tiled_input = [&](const Tensor& w, const Tensor& out) {
+  auto tiled_input = [&](const LinearWeight& w, const Tensor& out) {
     return small_step && linear_cuda_tiled(T) && linear_cuda_supports(xn, w, out);
   };
   auto order = [](bool tiled) { return tiled ? RmsNormOut::kLinearTiled : RmsNormOut::kNatural; };
-  auto linear_from_norm = [&](bool tiled, const Tensor& w, const Tensor& out) {
+  auto linear_from_norm = [&](bool tiled, const LinearWeight& w, const Tensor& out) {
     if (tiled) {
       linear_cuda_permuted(xn, w, out, st);
     } else {

@@ -13,7 +13,9 @@
 //   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, greedy argmax too
 //
 // Weights live on the device in bf16 (norms in f32), uploaded once: F32, F16
-// and BF16 tensors are converted, GGUF block formats dequantized. q/k/v are
+// and BF16 tensors are converted, GGUF block formats dequantized; with
+// quantize_fp8() the four linears of each layer become FP8 E4M3 rows with a
+// scale each (weight-only: activations stay bf16). q/k/v are
 // one matrix, gate/up one matrix. The KV pools are bf16, one pair per layer,
 // [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
 // allocated before the first step; a step allocates nothing.
@@ -29,22 +31,24 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "ops/matmul/linear_weight.h"
 #include "step/forward_batch.h"
 
 namespace nanoserve {
 
 struct ModelWeights;
 
+// The linears (LinearWeight) are bf16, or FP8 E4M3 with a scale per row.
 struct CudaLayer {
-  Tensor attn_norm;  // [dim] f32
-  Tensor wqkv;       // [(n_heads + 2 n_kv_heads) * head_dim, dim] bf16: q rows, then k, then v
+  Tensor attn_norm;    // [dim] f32
+  LinearWeight wqkv;   // [(n_heads + 2 n_kv_heads) * head_dim, dim]: q rows, then k, then v
   Tensor qkv_bias;   // [(n_heads + 2 n_kv_heads) * head_dim] f32, families with ArchInfo::qkv_bias
   Tensor q_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
   Tensor k_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
-  Tensor wo;         // [dim, n_heads * head_dim] bf16
-  Tensor ffn_norm;   // [dim] f32
-  Tensor w_gate_up;  // [2 ffn_dim, dim] bf16: gate rows, then up
-  Tensor w_down;     // [dim, ffn_dim] bf16
+  LinearWeight wo;         // [dim, n_heads * head_dim]
+  Tensor ffn_norm;         // [dim] f32
+  LinearWeight w_gate_up;  // [2 ffn_dim, dim]: gate rows, then up
+  LinearWeight w_down;     // [dim, ffn_dim]
 };
 
 struct CudaWeights {
@@ -92,6 +96,13 @@ class CudaModel {
   const ModelConfig& config() const { return config_; }
   const CudaWeights& weights() const { return weights_; }
   int64_t weight_bytes() const { return weight_bytes_; }
+
+  // The four linears of every layer to FP8 E4M3 rows, one scale per output
+  // channel (quantize_fp8_rows_cuda), each bf16 copy freed as its FP8 one is
+  // made; the embeddings and lm_head stay bf16. Before allocate().
+  // FAILED_PRECONDITION when the step buffers exist or the weights already are FP8.
+  Status quantize_fp8();
+  bool fp8() const { return !weights_.layers.empty() && weights_.layers[0].wqkv.fp8(); }
 
   // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
   // (head_dim other than 64 or 128, more than 8 query heads per kv head,

@@ -44,6 +44,9 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
   std::string why;
   if (cuda::device_count(&why) == 0)
     return failed_precondition("--device cuda: no CUDA device (" + why + ")");
+  if (o.fp8_weights && o.cublas_prefill) {
+    return invalid_argument("--quantization fp8 with --cublas-prefill: FP8 weights run on our own linears only");
+  }
   std::unique_ptr<CudaModel> model;
   if (source.format == LoadFormat::kDummy) {
     const auto inv_freq = rope_inv_freqs(c.rope_dim, c.rope_theta, c.rope_scaling);
@@ -54,6 +57,7 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
     NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> host, CpuModel::load(c, source.tensors, pool));
     NS_ASSIGN_OR_RETURN(model, CudaModel::upload(host->config(), host->weights(), host->inv_freq()));
   }
+  if (o.fp8_weights) NS_RETURN_IF_ERROR(model->quantize_fp8());
   CudaLimits lim;
   lim.max_tokens = o.max_tokens;
   lim.max_seqs = o.max_seqs;

@@ -27,6 +27,7 @@ struct CudaRunnerOptions {
   int64_t max_context = 0;    // longest sequence; >= 1
   int32_t block_size = 16;    // the engine's KV block size
   bool cublas_prefill = false;  // CudaLimits::cublas_prefill
+  bool fp8_weights = false;     // CudaModel::quantize_fp8 once the weights are resident
   bool cuda_graphs = true;      // CudaLimits::cuda_graphs
   // The share of the device's memory for weights, KV and step buffers
   // together (vLLM's --gpu-memory-utilization); in (0, 1].

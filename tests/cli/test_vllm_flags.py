@@ -172,6 +172,7 @@ def test_flags_taken_for_pasted_lines_start():
 
 
 @pytest.mark.parametrize("args,flag", [(["--quantization", "awq"], "--quantization awq"),
+                                       (["--quantization", "fp8", "--device", "cpu"], "--quantization fp8"),
                                        (["--enable-lora"], "--enable-lora"),
                                        (["--lora-modules", "sql=/x"], "--lora-modules"),
                                        (["--revision", "main"], "--revision main")])

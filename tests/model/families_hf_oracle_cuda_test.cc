@@ -75,10 +75,9 @@ void check_family(const std::string& family, const std::string& dir) {
   std::ifstream jf(dir + "/oracle.json");
   ASSERT_TRUE(jf.good()) << dir << "/oracle.json";
   const json oracle = json::parse(jf);
-  const std::vector<float> ref =
-      read_floats(dir + "/" + oracle["logits_file"].get<std::string>());
-  const std::vector<float> planted =
-      read_floats(dir + "/" + oracle["planted_logits_file"].get<std::string>());
+  auto logits = [&](const char* key) { return read_floats(dir + "/" + oracle[key].get<std::string>()); };
+  const std::vector<float> bf16_ref = logits("logits_file"), bf16_planted = logits("planted_logits_file");
+  const std::vector<float> fp8_ref = logits("fp8_logits_file"), fp8_planted = logits("fp8_planted_logits_file");
 
   ModelSpec spec;
   spec.path = dir;
@@ -103,12 +102,23 @@ void check_family(const std::string& family, const std::string& dir) {
   EXPECT_LT(worst_freq, 1e-6);
   EXPECT_EQ(oracle["attention_scaling"].get<double>(), 1.0);
 
-  // Twice: the invariant default, then --cublas-prefill (cuBLASLt and the
-  // query-tiled attention in the prompts' steps of more than 64 tokens).
-  for (const bool cublas_prefill : {false, true}) {
-    SCOPED_TRACE(cublas_prefill ? "--cublas-prefill" : "default");
+  // Three times: the invariant default; --cublas-prefill (cuBLASLt and the
+  // query-tiled attention in the prompts' steps of more than 64 tokens); and
+  // FP8 weights (quantize_fp8), against transformers over the same FP8
+  // weights (its greedy tokens and the CPU forward are bf16's: not compared).
+  enum class Mode { kDefault, kCublasPrefill, kFp8 };
+  for (const Mode mode : {Mode::kDefault, Mode::kCublasPrefill, Mode::kFp8}) {
+    const bool cublas_prefill = mode == Mode::kCublasPrefill, fp8 = mode == Mode::kFp8;
+    const char* mode_name = cublas_prefill ? "--cublas-prefill " : fp8 ? "--quantization fp8 " : "";
+    SCOPED_TRACE(mode_name);
+    const std::vector<float>& ref = fp8 ? fp8_ref : bf16_ref;
+    const std::vector<float>& planted = fp8 ? fp8_planted : bf16_planted;
+    const std::string plant_name = fp8 ? "FP8 scales x 1.03" : oracle["planted"].get<std::string>();
     auto gpu = CudaModel::upload((*host)->config(), (*host)->weights(), (*host)->inv_freq());
     ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
+    if (fp8) {
+      ASSERT_TRUE((*gpu)->quantize_fp8().ok());
+    }
     CudaLimits limits{512, 1, 512, kBlocksPerSeq};
     limits.cublas_prefill = cublas_prefill;
     ASSERT_TRUE((*gpu)->allocate(limits, kBlocksPerSeq, kBlockSize).ok());
@@ -143,12 +153,13 @@ void check_family(const std::string& family, const std::string& dir) {
       std::printf(
           "%s %sprompt %zu (%lld positions): worst NMSE vs transformers %.2e (CPU forward %.2e), mean NMSE "
           "vs the planted bug (%s) %.2e, argmax equal at %d/%lld\n",
-          family.c_str(), cublas_prefill ? "--cublas-prefill " : "", p, static_cast<long long>(n), w, wc,
-          oracle["planted"].get<std::string>().c_str(), pl, argmax_same, static_cast<long long>(n));
+          family.c_str(), mode_name, p, static_cast<long long>(n), w, wc, plant_name.c_str(), pl, argmax_same,
+          static_cast<long long>(n));
       worst = std::max(worst, w);
       // One position attends only to itself: an attention-scale error cannot show there.
       if (n > 1) planted_best = std::min(planted_best, pl / w);
       offset += static_cast<size_t>(n * V);
+      if (fp8) continue;
 
       // Greedy continuation, one decode step at a time, while transformers'
       // choice is clear: its top-2 margin above 8 times the RMS error of our
@@ -174,11 +185,13 @@ void check_family(const std::string& family, const std::string& dir) {
       greedy_checked += checked;
       greedy_total += static_cast<int>(hf_tokens.size());
     }
-    if (!cublas_prefill) {
+    if (mode == Mode::kDefault) {
       // One line a family for scripts/gpu-check's table.
       std::printf("family %s: worst NMSE vs transformers %.2e, planted error (%s) %.1fx farther, greedy %d/%d\n",
-                  family.c_str(), worst, oracle["planted"].get<std::string>().c_str(), planted_best,
-                  greedy_checked, greedy_total);
+                  family.c_str(), worst, plant_name.c_str(), planted_best, greedy_checked, greedy_total);
+    } else if (fp8) {
+      std::printf("family %s fp8: worst NMSE vs transformers %.2e, planted error (%s) %.1fx farther\n",
+                  family.c_str(), worst, plant_name.c_str(), planted_best);
     }
     // bf16 activations, K/V and attention weights against f32 math on the same
     // (bf16-exact) weights. Measured on the H200 (2026-12-04), worst over the
@@ -189,8 +202,7 @@ void check_family(const std::string& family, const std::string& dir) {
     // position (one position attends only to itself, where an attention scale
     // or a rope theta cannot show) 2.5 times ours or more.
     EXPECT_LE(worst, 1.5e-3);
-    EXPECT_GT(planted_best, 2.5) << "the tolerance would not see the planted error ("
-                                 << oracle["planted"].get<std::string>() << ")";
+    EXPECT_GT(planted_best, 2.5) << "the tolerance would not see the planted error (" << plant_name << ")";
   }
 }
 
@@ -249,14 +261,14 @@ TEST(CudaHfOracle, GgufAndHfFoldersUploadTheSameWeights) {
       SCOPED_TRACE("layer " + std::to_string(l));
       const CudaLayer &a = g.layers[l], &b = h.layers[l];
       EXPECT_EQ(bytes(a.attn_norm), bytes(b.attn_norm));
-      EXPECT_EQ(bytes(a.wqkv), bytes(b.wqkv));
+      EXPECT_EQ(bytes(a.wqkv.w), bytes(b.wqkv.w));
       EXPECT_EQ(bytes(a.qkv_bias), bytes(b.qkv_bias));
       EXPECT_EQ(bytes(a.q_norm), bytes(b.q_norm));
       EXPECT_EQ(bytes(a.k_norm), bytes(b.k_norm));
-      EXPECT_EQ(bytes(a.wo), bytes(b.wo));
+      EXPECT_EQ(bytes(a.wo.w), bytes(b.wo.w));
       EXPECT_EQ(bytes(a.ffn_norm), bytes(b.ffn_norm));
-      EXPECT_EQ(bytes(a.w_gate_up), bytes(b.w_gate_up));
-      EXPECT_EQ(bytes(a.w_down), bytes(b.w_down));
+      EXPECT_EQ(bytes(a.w_gate_up.w), bytes(b.w_gate_up.w));
+      EXPECT_EQ(bytes(a.w_down.w), bytes(b.w_down.w));
     }
     std::printf("%s: GGUF and HF folder upload the same device weights\n", family);
   }

@@ -217,6 +217,9 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kQ2_K: return dequant_blocks<256, kQ2_KBytes, dequant_q2_k>(src, dst, n);
     case DType::kQ3_K: return dequant_blocks<256, kQ3_KBytes, dequant_q3_k>(src, dst, n);
     case DType::kQ5_K: return dequant_blocks<256, kQ5_KBytes, dequant_k4<true>>(src, dst, n);
+    case DType::kF8E4M3:  // the unscaled values: the caller applies the weight's scales
+      for (int64_t i = 0; i < n; ++i) dst[i] = f8e4m3_to_f32(bytes[i]);
+      return;
     case DType::kI32: break;
   }
   NS_CHECK(false) << "dequantize_row: no float form for " << dtype_name(dtype);

@@ -2,10 +2,15 @@
 // it and the tiled kernel (linear_cuda_wgmma.cu), for x or (linear_swiglu_cuda)
 // the SwiGLU of gate_up. The fragment layout and the
 // k relabelling they share are in linear_cuda_common.cuh: each lane reads its
-// 32 bytes of a chunk row straight from global memory, so every weight row is
-// read as whole 128-byte lines.
+// 32 bytes (bf16; 16 of FP8) of a chunk row straight from global memory, so
+// every weight row is read as whole 32-byte sectors. Also the FP8 quantization
+// of weight rows.
 
 #include "ops/matmul/linear_cuda.cuh"
+
+#include <cuda_fp8.h>
+
+#include <string>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
@@ -20,25 +25,32 @@ namespace {
 
 using linear_detail::kChunk;
 using linear_detail::kSlices;
-using linear_detail::mma_step;
+using linear_detail::mma_bf16;
 using linear_detail::slice_begin;
 using linear_detail::store;
+using linear_detail::WeightRef;
 
 constexpr int kWarps = kSlices;  // one K slice per warp
 constexpr int kMaxTiles = 8;     // n8 token tiles a block holds: 64 tokens
-constexpr int kWeightRegs = 4;   // chunk-rows of weight loads in flight per warp (x MT)
+// Bytes of weight loads in flight per lane, over its MT row tiles: 4 chunks
+// of bf16 (two rows of 32 bytes each) or 8 of FP8 (two rows of 16).
+constexpr int kWeightBytesInFlight = 256;
 
 __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
   return stream ? __ldcs(p) : __ldg(p);
 }
 
 // One block: MT x 16 weight rows, NT x 8 tokens of one token group. Warp w
-// sums chunks [w C / 4, (w+1) C / 4) of the C = K / 64 chunks.
-template <int MT, int NT, typename Out>
+// sums chunks [w C / 4, (w+1) C / 4) of the C = K / 64 chunks. The weights
+// are bf16, or FP8 (kF8: a lane's 16 k values one 16-byte unit, turned into
+// the same mma words times 2^-120; the sum is scaled back by 2^120 and the
+// row's scale).
+template <int MT, int NT, bool kF8, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
-    linear_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, Out* __restrict__ y, int M,
-                  int N, int K, int groups, bool stream_weights) {
+    linear_kernel(const uint16_t* __restrict__ x, const void* __restrict__ w, const float* __restrict__ w_scale,
+                  Out* __restrict__ y, int M, int N, int K, int groups, bool stream_weights) {
   constexpr int kAcc = MT * NT * 4;
+  constexpr int kUnitsPerRow = kF8 ? 1 : 2;  // 16-byte units of a lane's chunk row
   __shared__ float partial[kWarps - 1][kAcc][32];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -50,15 +62,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int c_begin = slice_begin(warp, chunks), c_end = slice_begin(warp + 1, chunks);
 
   // Lane (g, t)'s weight rows (g and g + 8 of each 16-row tile) and token rows,
-  // as uint4 pointers at its 32 bytes of chunk 0. Tokens past M read row 0 and
+  // as uint4 pointers at its bytes of chunk 0. Tokens past M read row 0 and
   // are never stored (a column of the mma does not touch the others).
-  const int64_t k4 = K / 8;  // uint4 per row
+  const int64_t k4 = K / 8;                  // uint4 per bf16 row
+  const int64_t w4 = kF8 ? K / 16 : k4;      // uint4 per weight row
+  constexpr int kWChunk = kF8 ? kChunk / 16 : kChunk / 8;  // uint4 per weight chunk row
   const uint4* wrow[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      wrow[mt][h] = reinterpret_cast<const uint4*>(w) + int64_t{row0 + mt * 16 + g + 8 * h} * k4 + 2 * t;
+      wrow[mt][h] = reinterpret_cast<const uint4*>(w) + int64_t{row0 + mt * 16 + g + 8 * h} * w4 +
+                    kUnitsPerRow * t;
     }
   }
   const uint4* xrow[NT];
@@ -71,19 +86,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   float acc[MT][NT][4];
   linear_detail::zero_acc(acc);
 
-  constexpr int U = kWeightRegs / MT;  // chunks whose weights are loaded ahead
-  uint4 wv[U][MT][2][2];
+  constexpr int U = kWeightBytesInFlight / (16 * kUnitsPerRow * 2) / MT;  // chunks loaded ahead
+  uint4 wv[U][MT][2][kUnitsPerRow];
   auto load_chunks = [&](int c) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (c + u < c_end) {
-        const int64_t off = int64_t{c + u} * (kChunk / 8);
+        const int64_t off = int64_t{c + u} * kWChunk;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            wv[u][mt][h][0] = load_weight(wrow[mt][h] + off, stream_weights);
-            wv[u][mt][h][1] = load_weight(wrow[mt][h] + off + 1, stream_weights);
+#pragma unroll
+            for (int v = 0; v < kUnitsPerRow; ++v) wv[u][mt][h][v] = load_weight(wrow[mt][h] + off + v, stream_weights);
           }
         }
       }
@@ -100,6 +115,19 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (c + u < c_end) {
+        // The chunk's A fragments, made once for all the token tiles.
+        uint32_t a[MT][4][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int s = 0; s < 4; ++s) {
+            if constexpr (kF8) {
+              linear_detail::a_frag(a[mt][s], wv[u][mt][0][0], wv[u][mt][1][0], s);
+            } else {
+              linear_detail::a_frag(a[mt][s], wv[u][mt][0], wv[u][mt][1], s);
+            }
+          }
+        }
         const int64_t off = int64_t{c + u} * (kChunk / 8);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -108,7 +136,8 @@ __global__ void __launch_bounds__(kWarps * 32)
           for (int s = 0; s < 4; ++s) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
-              mma_step(acc[mt][j], wv[u][mt][0][s >> 1], wv[u][mt][1][s >> 1], xv[s >> 1], s);
+              mma_bf16(acc[mt][j], a[mt][s][0], a[mt][s][1], a[mt][s][2], a[mt][s][3],
+                       linear_detail::lo_word(xv[s >> 1], s), linear_detail::hi_word(xv[s >> 1], s));
             }
           }
         }
@@ -141,6 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int p = 0; p < kWarps - 1; ++p) v += partial[p][(mt * NT + j) * 4 + i][lane];
         const int row = row0 + mt * 16 + g + (i >= 2 ? 8 : 0);
         const int tok = tok0 + j * 8 + 2 * t + (i & 1);
+        if constexpr (kF8) v = v * linear_detail::kF8Unscale * __ldg(w_scale + row);
         if (tok < M) store(y + int64_t{tok} * N + row, v);
       }
     }
@@ -148,22 +178,23 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int MT, int NT, typename Out>
-void launch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cuda::Stream s) {
+void launch(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, cuda::Stream s) {
   const int groups = (M + NT * 8 - 1) / (NT * 8);
   const int64_t blocks = int64_t{N / (MT * 16)} * groups;
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
   // One group reads each weight once: stream it past L2. Several groups reread
   // it from L2, so there it is cached normally.
   const bool stream_weights = groups == 1;
-  cuda::launch_pdl(linear_kernel<MT, NT, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s,
-                   x, w, y, M, N, K, groups, stream_weights);
+  auto kernel = w.fp8() ? linear_kernel<MT, NT, true, Out> : linear_kernel<MT, NT, false, Out>;
+  cuda::launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, x, w.data, w.scale, y, M,
+                   N, K, groups, stream_weights);
 }
 
 // Token tiles per group: the fewest that hold M (padding is computed, not
 // stored). Two row tiles halve the x reads once the tokens fill four tiles.
 // Neither choice changes any element's order.
 template <typename Out>
-void launch_stream(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cuda::Stream s) {
+void launch_stream(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, cuda::Stream s) {
   const bool two_rows = N % 32 == 0;
   if (M <= 8) {
     launch<1, 1>(x, w, y, M, N, K, s);
@@ -184,7 +215,7 @@ bool tiled(int64_t M, LinearPath path) {
 // x is the input, or with swiglu the [M, 2K] gate_up whose SwiGLU the tiled
 // kernel's permute computes.
 template <typename Out>
-void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
+void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
               LinearPath path, cuda::Stream s) {
   using linear_detail::WgmmaTile;
   if (!tiled(M, path)) {
@@ -208,27 +239,75 @@ bool aligned16(const void* p) {
 
 // Whether linear_cuda runs the problem; with swiglu, linear_swiglu_cuda (x
 // is then the [M, 2K] gate_up).
-bool supports(const Tensor& x, const Tensor& w, const Tensor& y, bool swiglu) {
+bool supports(const Tensor& x, const LinearWeight& lw, const Tensor& y, bool swiglu) {
+  const Tensor& w = lw.w;
+  if (!x.defined() || !w.defined() || !y.defined()) return false;
   if (x.device() != Device::kCUDA || w.device() != Device::kCUDA || y.device() != Device::kCUDA) return false;
-  if (x.dtype() != DType::kBF16 || w.dtype() != DType::kBF16) return false;
+  if (x.dtype() != DType::kBF16) return false;
   if (y.dtype() != DType::kBF16 && y.dtype() != DType::kF32) return false;
   if (x.ndim() != 2 || w.ndim() != 2 || y.ndim() != 2) return false;
   if (!x.is_contiguous() || !w.is_contiguous() || !y.is_contiguous()) return false;
   const int64_t M = x.dim(0), K = w.dim(1), N = w.dim(0);
+  if (w.dtype() == DType::kF8E4M3) {
+    if (y.dtype() != DType::kBF16) return false;  // the tiled kernel's FP8 tiles write bf16
+    const Tensor& sc = lw.scale;
+    if (!sc.defined() || sc.device() != Device::kCUDA || sc.dtype() != DType::kF32 || !sc.is_contiguous() ||
+        sc.numel() != N || !aligned16(sc.data()))
+      return false;
+  } else if (w.dtype() != DType::kBF16 || lw.scale.defined()) {
+    return false;
+  }
   if (x.dim(1) != (swiglu ? 2 * K : K) || y.dim(0) != M || y.dim(1) != N) return false;
   if (K % kChunk != 0 || N % 16 != 0 || 2 * K > INT32_MAX || N > INT32_MAX || M > INT32_MAX) return false;
   return aligned16(x.data()) && aligned16(w.data()) && aligned16(y.data());
 }
 
+std::string describe(const char* name, bool swiglu, const Tensor& x, const LinearWeight& w, const Tensor& y) {
+  std::string d = std::string(name) + ": " + (swiglu ? "gate_up " : "x ") + dtype_name(x.dtype()) +
+                  x.shape_string() + ", w " + dtype_name(w.w.dtype()) + w.w.shape_string();
+  if (w.scale.defined()) d += ", scale " + std::string(dtype_name(w.scale.dtype())) + w.scale.shape_string();
+  return d + ", y " + dtype_name(y.dtype()) + y.shape_string();
+}
+
+// One block a row: scale = max |w| / 448 (1 for a zero row), q = w / scale
+// rounded to nearest even, saturated (the host's f32_to_f8e4m3, bit for bit).
+__global__ void __launch_bounds__(256)
+    quantize_fp8_rows_kernel(const uint16_t* __restrict__ w, uint8_t* __restrict__ q, float* __restrict__ scale,
+                             int K) {
+  __shared__ float warp_max[8];
+  const uint16_t* row = w + int64_t{blockIdx.x} * K;
+  float m = 0.0f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) m = fmaxf(m, fabsf(__uint_as_float(uint32_t{row[k]} << 16)));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
+  __syncthreads();
+  m = warp_max[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) m = fmaxf(m, warp_max[i]);
+  const float sc = m > 0.0f ? m / 448.0f : 1.0f;
+  if (threadIdx.x == 0) scale[blockIdx.x] = sc;
+  uint8_t* out = q + int64_t{blockIdx.x} * K;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    const float v = __fdiv_rn(__uint_as_float(uint32_t{row[k]} << 16), sc);
+    out[k] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+  }
+}
+
+WeightRef weight_ref(const LinearWeight& w) {
+  return {w.w.data(), w.fp8() ? w.scale.data_as<const float>() : nullptr};
+}
+
 template <bool kSwiGLU>
-void run(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* scratch, cuda::Stream s,
+void run(const Tensor& x, const LinearWeight& lw, const Tensor& y, const Tensor* scratch, cuda::Stream s,
          LinearPath path) {
   const char* name = kSwiGLU ? "linear_swiglu_cuda" : "linear_cuda";
-  NS_CHECK(supports(x, w, y, kSwiGLU))
-      << name << ": " << (kSwiGLU ? "gate_up " : "x ") << dtype_name(x.dtype()) << x.shape_string() << ", w "
-      << dtype_name(w.dtype()) << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
-      << ": needs contiguous bf16 " << (kSwiGLU ? "gate_up [M, 2K]" : "x [M, K]")
-      << " and w [N, K], bf16 or f32 y [M, N], K % 64 == 0, N % 16 == 0, 16-byte aligned";
+  NS_CHECK(supports(x, lw, y, kSwiGLU))
+      << describe(name, kSwiGLU, x, lw, y) << ": needs contiguous bf16 "
+      << (kSwiGLU ? "gate_up [M, 2K]" : "x [M, K]")
+      << ", w [N, K] bf16 (or F8_E4M3 with an f32 scale [N]), bf16 or f32 y [M, N], K % 64 == 0, N % 16 == 0, "
+         "16-byte aligned";
+  const Tensor& w = lw.w;
   const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(w.dim(1));
   if (M == 0) return;
   const bool tile = tiled(M, path);
@@ -253,22 +332,22 @@ void run(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor* scratc
     silu_mul_cuda(x, act, s);
     xd = xp;
   }
-  const auto* wd = w.data_as<const uint16_t>();
+  const WeightRef wr = weight_ref(lw);
   if (y.dtype() == DType::kF32) {
-    dispatch(xd, swiglu_in_permute, xp, wd, y.data_as<float>(), M, N, K, path, s);
+    dispatch(xd, swiglu_in_permute, xp, wr, y.data_as<float>(), M, N, K, path, s);
   } else {
-    dispatch(xd, swiglu_in_permute, xp, wd, y.data_as<uint16_t>(), M, N, K, path, s);
+    dispatch(xd, swiglu_in_permute, xp, wr, y.data_as<uint16_t>(), M, N, K, path, s);
   }
   if (own.defined()) cuda::synchronize();  // the scratch is freed on return
 }
 
 }  // namespace
 
-bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y) {
+bool linear_cuda_supports(const Tensor& x, const LinearWeight& w, const Tensor& y) {
   return supports(x, w, y, false);
 }
 
-bool linear_swiglu_cuda_supports(const Tensor& gate_up, const Tensor& w, const Tensor& y) {
+bool linear_swiglu_cuda_supports(const Tensor& gate_up, const LinearWeight& w, const Tensor& y) {
   return supports(gate_up, w, y, true);
 }
 
@@ -284,39 +363,50 @@ bool linear_cuda_tiled(int64_t M) {
   return tiled(M, LinearPath::kAuto);
 }
 
-void linear_cuda_permuted(const Tensor& xp, const Tensor& w, const Tensor& y, cuda::Stream s) {
-  NS_CHECK(supports(xp, w, y, false))
-      << "linear_cuda_permuted: x " << dtype_name(xp.dtype()) << xp.shape_string() << ", w "
-      << dtype_name(w.dtype()) << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string();
-  const int M = static_cast<int>(xp.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(w.dim(1));
+void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor& y, cuda::Stream s) {
+  NS_CHECK(supports(xp, w, y, false)) << describe("linear_cuda_permuted", false, xp, w, y);
+  const int M = static_cast<int>(xp.dim(0)), N = static_cast<int>(w.rows()), K = static_cast<int>(w.cols());
   NS_CHECK(linear_cuda_tiled(M)) << "linear_cuda_permuted: " << M << " tokens take the streaming kernel";
   // x == nullptr: the tiled kernel reads xp as it is.
   auto* xpd = const_cast<uint16_t*>(xp.data_as<const uint16_t>());
-  const auto* wd = w.data_as<const uint16_t>();
+  const WeightRef wr = weight_ref(w);
   if (y.dtype() == DType::kF32) {
-    dispatch<float>(nullptr, false, xpd, wd, y.data_as<float>(), M, N, K, LinearPath::kAuto, s);
+    dispatch<float>(nullptr, false, xpd, wr, y.data_as<float>(), M, N, K, LinearPath::kAuto, s);
   } else {
-    dispatch<uint16_t>(nullptr, false, xpd, wd, y.data_as<uint16_t>(), M, N, K, LinearPath::kAuto, s);
+    dispatch<uint16_t>(nullptr, false, xpd, wr, y.data_as<uint16_t>(), M, N, K, LinearPath::kAuto, s);
   }
 }
 
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s, LinearPath path) {
+void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s, LinearPath path) {
   run<false>(x, w, y, nullptr, s, path);
 }
 
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
+void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
                  LinearPath path) {
   run<false>(x, w, y, &scratch, s, path);
 }
 
-void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, const Tensor& scratch,
+void linear_swiglu_cuda(const Tensor& gate_up, const LinearWeight& w, const Tensor& y, const Tensor& scratch,
                         cuda::Stream s, LinearPath path) {
   run<true>(gate_up, w, y, &scratch, s, path);
 }
 
-void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, cuda::Stream s,
+void linear_swiglu_cuda(const Tensor& gate_up, const LinearWeight& w, const Tensor& y, cuda::Stream s,
                         LinearPath path) {
   run<true>(gate_up, w, y, nullptr, s, path);
+}
+
+LinearWeight quantize_fp8_rows_cuda(const Tensor& w, cuda::Stream s) {
+  NS_CHECK(w.defined() && w.device() == Device::kCUDA && w.dtype() == DType::kBF16 && w.ndim() == 2 &&
+           w.is_contiguous() && w.dim(0) <= INT32_MAX && w.dim(1) <= INT32_MAX)
+      << "quantize_fp8_rows_cuda: needs a contiguous bf16 [N, K] device matrix, got " << dtype_name(w.dtype())
+      << w.shape_string();
+  LinearWeight out(cuda::empty(DType::kF8E4M3, {w.dim(0), w.dim(1)}), cuda::empty(DType::kF32, {w.dim(0)}));
+  if (w.dim(0) == 0) return out;
+  quantize_fp8_rows_kernel<<<static_cast<unsigned>(w.dim(0)), 256, 0, s>>>(
+      w.data_as<const uint16_t>(), out.w.data_as<uint8_t>(), out.scale.data_as<float>(), static_cast<int>(w.dim(1)));
+  NS_CUDA_CHECK(cudaGetLastError());
+  return out;
 }
 
 }  // namespace nanoserve

@@ -1,8 +1,9 @@
 #pragma once
-// Our own bf16 GEMM for the linear layers, y[M, N] = x[M, K] . w[N, K]^T, with
+// Our own GEMM for the linear layers, y[M, N] = x[M, K] . w[N, K]^T, with
 // one summation order per output element whatever M is (docs/ops_cuda.md).
 //
-//   x: [M, K] bf16 (rows contiguous), w: [N, K] bf16, y: [M, N] bf16 or f32;
+//   x: [M, K] bf16 (rows contiguous), w: [N, K] bf16 or FP8 E4M3 with a scale
+//   per row (LinearWeight), y: [M, N] bf16 or f32;
 //   f32 accumulation on tensor cores (mma.sync m16n8k16, wgmma m64nNk16); all device memory.
 //   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned x, w and y (linear_cuda_supports).
 //
@@ -31,11 +32,18 @@
 // other columns (mma.sync and wgmma give a column the same bits: measured).
 // So a row's bits are the same in a batch of 1, 8, 64 or 1,024, and with any
 // prefill chunking.
+//
+// FP8 weights. Both kernels read a lane's 16 k values of a chunk row as one
+// 16-byte unit (half the bytes) and turn them, in registers, into exactly the
+// bf16 mma words of w * 2^-120 (linear_cuda_common.cuh); the element is then
+// (((S0 + S1) + S2) + S3) * 2^120 * scale[n], the same chain for any M, so
+// invariance holds as in bf16. x stays bf16 (weight-only quantization).
 
 #include <cstdint>
 
 #include "core/cuda/device_memory.cuh"
 #include "core/tensor.h"
+#include "ops/matmul/linear_weight.h"
 
 namespace nanoserve {
 
@@ -54,15 +62,15 @@ enum class LinearPath {
 };
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
-bool linear_cuda_supports(const Tensor& x, const Tensor& w, const Tensor& y);
+bool linear_cuda_supports(const Tensor& x, const LinearWeight& w, const Tensor& y);
 
 // y = x . w^T on `s`. NS_CHECKs linear_cuda_supports. M == 0 does nothing.
 // The wgmma kernel (M > 32) first copies x, permuted, into a scratch of
 // linear_cuda_scratch_elems(M, K) bf16: given, or else allocated for the call
 // (which then synchronises: not in a graph capture).
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, cuda::Stream s,
+void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s,
                  LinearPath path = LinearPath::kAuto);
-void linear_cuda(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
+void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, const Tensor& scratch, cuda::Stream s,
                  LinearPath path = LinearPath::kAuto);
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
@@ -72,7 +80,7 @@ bool linear_cuda_tiled(int64_t M);
 // y = x . w^T from xp, x already in that order (as rmsnorm_cuda's permuted
 // output writes it): the tiled kernel with no permute pass, bitwise
 // linear_cuda(x, w, y). NS_CHECKs linear_cuda_supports and linear_cuda_tiled(M).
-void linear_cuda_permuted(const Tensor& xp, const Tensor& w, const Tensor& y, cuda::Stream s);
+void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor& y, cuda::Stream s);
 
 // y = swiglu(gate_up) . w^T with swiglu(gate_up)[m, k] = silu_mul_cuda's
 // bf16(silu(gate_up[m, k]) * gate_up[m, K + k]) (gate_up [M, 2K] bf16, w
@@ -82,10 +90,15 @@ void linear_cuda_permuted(const Tensor& xp, const Tensor& w, const Tensor& y, cu
 // from silu_mul_cuda's pass into the scratch. The scratch is
 // linear_swiglu_cuda_scratch_elems(M, K) bf16 (given, or allocated as above).
 int64_t linear_swiglu_cuda_scratch_elems(int64_t M, int64_t K);
-bool linear_swiglu_cuda_supports(const Tensor& gate_up, const Tensor& w, const Tensor& y);
-void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, cuda::Stream s,
+bool linear_swiglu_cuda_supports(const Tensor& gate_up, const LinearWeight& w, const Tensor& y);
+void linear_swiglu_cuda(const Tensor& gate_up, const LinearWeight& w, const Tensor& y, cuda::Stream s,
                         LinearPath path = LinearPath::kAuto);
-void linear_swiglu_cuda(const Tensor& gate_up, const Tensor& w, const Tensor& y, const Tensor& scratch,
+void linear_swiglu_cuda(const Tensor& gate_up, const LinearWeight& w, const Tensor& y, const Tensor& scratch,
                         cuda::Stream s, LinearPath path = LinearPath::kAuto);
+
+// w quantized to FP8 E4M3 rows on `s`: scale[n] = max|w[n, :]| / 448 (1 for
+// a zero row), q = w / scale rounded to nearest even (core/half.h's
+// f32_to_f8e4m3, bit for bit). w: [N, K] bf16 on the device.
+LinearWeight quantize_fp8_rows_cuda(const Tensor& w, cuda::Stream s);
 
 }  // namespace nanoserve

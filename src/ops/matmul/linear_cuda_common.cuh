@@ -47,11 +47,45 @@ __device__ __forceinline__ uint32_t hi_word(const uint4& v, int s) {
   return (s & 1) ? v.w : v.y;
 }
 
-// One step of the product for a 16-row weight tile (rows g and g + 8 of the
-// lane: units wa and wb) and an 8-token tile (unit xv), all holding step s.
-__device__ __forceinline__ void mma_step(float (&d)[4], const uint4& wa, const uint4& wb, const uint4& xv,
-                                         int s) {
-  mma_bf16(d, lo_word(wa, s), lo_word(wb, s), hi_word(wa, s), hi_word(wb, s), lo_word(xv, s), hi_word(xv, s));
+// FP8 weights (E4M3, core/half.h). A lane's 16 k values of a chunk row are
+// one 16-byte unit of bytes instead of two of bf16; they become the same mma
+// words exactly, scaled by 2^-120: a byte's 7 magnitude bits moved to bits
+// 4..10 of a bf16 are its exponent and mantissa with the exponent's bias 7
+// read as 127 (subnormals too), and its sign goes to bit 15. The product's
+// sum is multiplied back by 2^120 (exact) and the row's scale at the store
+// (kF8Unscale). Four integer operations a pair, no conversion instruction.
+constexpr float kF8Unscale = 0x1p120f;
+
+// Bytes b0, b1 (bits 0..15 of `word`: pair 0) or b2, b3 (pair 1) as a bf16x2
+// word, b0 (b2) in the low half.
+template <int kPair>
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t word) {
+  uint32_t x;  // [0, b0, 0, b1] (or b2, b3) from the low byte up
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(word), "n"(kPair == 0 ? 0x1404 : 0x3424));
+  return ((x >> 4) & 0x07f007f0u) | (x & 0x80008000u);
+}
+
+// The mma words of one step s (0..3) from a lane's unit of 16 FP8 weights of
+// a row: word s of the unit holds k values 4 s .. 4 s + 3 of the lane's 16,
+// which are exactly step s's (linear_cuda_common.cuh's relabelling).
+__device__ __forceinline__ uint32_t f8_word(const uint4& v, int s) {
+  return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w;
+}
+
+// The A fragment (a0..a3) of step s for rows g (unit wa) and g + 8 (unit wb),
+// from bf16 units (two a row: k 16t..16t+7 and 16t+8..16t+15) or one FP8 unit a row.
+__device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint4 (&wa)[2], const uint4 (&wb)[2], int s) {
+  a[0] = lo_word(wa[s >> 1], s);
+  a[1] = lo_word(wb[s >> 1], s);
+  a[2] = hi_word(wa[s >> 1], s);
+  a[3] = hi_word(wb[s >> 1], s);
+}
+__device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint4& wa, const uint4& wb, int s) {
+  const uint32_t ua = f8_word(wa, s), ub = f8_word(wb, s);
+  a[0] = e4m3x2_to_bf16x2<0>(ua);
+  a[1] = e4m3x2_to_bf16x2<0>(ub);
+  a[2] = e4m3x2_to_bf16x2<1>(ua);
+  a[3] = e4m3x2_to_bf16x2<1>(ub);
 }
 
 // The accumulators of A x B mma tiles, zeroed.
@@ -95,6 +129,13 @@ __device__ __forceinline__ void store4(uint16_t* y, const float4& v) {
 // swiglu, x is [M, 2K] gate_up and xp its SwiGLU). Bitwise equal to the
 // streaming kernel, element by element.
 enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128, k128x128WholeK, k128x64WholeK };
+// The weight as the kernels read it: bf16 rows (scale null) or FP8 rows with
+// their f32 scales.
+struct WeightRef {
+  const void* data;
+  const float* scale;
+  bool fp8() const { return scale != nullptr; }
+};
 // The tile for M tokens of an N-row weight: M <= 64 the 128 x 64 tile (over
 // the whole K where those tiles are at least the multiprocessors); else
 // one block a 128 x 128 tile over the whole K (the four slices in turn) where
@@ -103,7 +144,7 @@ enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128, k128x128WholeK, k1
 // reads per chunk.
 WgmmaTile choose_tile(int M, int N);
 template <typename Out>
-void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M,
-                         int N, int K, WgmmaTile tile, cudaStream_t s);
+void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
+                         WgmmaTile tile, cudaStream_t s);
 
 }  // namespace nanoserve::linear_detail

@@ -21,7 +21,8 @@ bool row_dtype_supported(DType dtype) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K: return true;
-    case DType::kI32: return false;
+    case DType::kI32:
+    case DType::kF8E4M3: return false;  // its scales live beside it (model_cuda)
   }
   return false;
 }
