@@ -1,6 +1,7 @@
 #include "engine/load_engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -89,8 +90,7 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, con
   CudaRunnerOptions o;
   o.max_tokens = config.max_num_batched_tokens;
   o.max_seqs = config.max_num_seqs;
-  // Proposed tokens need logits rows past one per sequence: until the CUDA
-  // runner takes logits_rows(config) rows, its steps carry no proposals.
+  o.max_logits_rows = static_cast<int32_t>(logits_rows(config));
   o.max_context = max_len;
   o.block_size = config.block_size;
   o.cublas_prefill = config.cublas_prefill;
@@ -99,6 +99,67 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, con
   o.gpu_memory_utilization = config.gpu_memory_utilization;
   o.kv_sized_elsewhere = config.num_blocks > 0 || config.kv_cache_bytes > 0;
   return make_cuda_runner(source, o, pool);
+}
+
+// The draft model of --speculative-config on the GPU: loaded before the
+// target, so that the target's KV budget counts the draft's weights and step
+// buffers as in use. Its steps take one token and one logits row per
+// sequence, or the tokens it catches up on.
+StatusOr<std::unique_ptr<CudaRunner>> cuda_draft_runner(const EngineConfig& config, int64_t max_len,
+                                                        ThreadPool& pool, std::shared_ptr<ModelSource>& source) {
+  ModelSpec spec;
+  spec.path = config.speculative.model;
+  StatusOr<ModelSource> opened = open_model_source(spec);
+  if (!opened.ok()) return invalid_argument("speculative_config.model: " + opened.status().message());
+  source = std::make_shared<ModelSource>(std::move(opened).value());
+  CudaRunnerOptions o;
+  o.max_tokens = config.max_num_batched_tokens;
+  o.max_seqs = config.max_num_seqs;
+  o.max_context = max_len;
+  o.block_size = config.block_size;
+  o.cuda_graphs = !config.enforce_eager;
+  o.gpu_memory_utilization = config.gpu_memory_utilization;
+  o.kv_sized_elsewhere = true;  // the target's pool sets the draft's block count
+  StatusOr<std::unique_ptr<CudaRunner>> r = make_cuda_runner(*source, o, pool);
+  if (!r.ok()) return invalid_argument("speculative_config.model: " + r.status().message());
+  return r;
+}
+
+// The engine on the GPU, with its draft model when --speculative-config names
+// one. The draft's cache has as many blocks as the target's, so the two pools
+// share the budget in the ratio of their bytes per block.
+StatusOr<std::unique_ptr<Engine>> cuda_engine(const ModelSource& source, EngineConfig config, int64_t max_len,
+                                              const TextStreamFactory* text, ThreadPool& pool) {
+  std::unique_ptr<CudaRunner> draft_runner;
+  std::shared_ptr<ModelSource> draft_source;
+  if (config.speculative.method == SpecMethod::kDraftModel) {
+    NS_ASSIGN_OR_RETURN(draft_runner, cuda_draft_runner(config, max_len, pool, draft_source));
+  }
+  NS_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, cuda_runner(source, config, max_len, pool));
+  std::unique_ptr<Proposer> draft;
+  if (draft_runner != nullptr) {
+    if (config.num_blocks == 0) {
+      // The target's budget counted the draft's weights (resident) but not
+      // its step buffers (allocated with its pool).
+      const int64_t bytes = config.kv_cache_bytes > 0
+                                ? config.kv_cache_bytes
+                                : runner->kv_cache_budget_bytes() - draft_runner->workspace_bytes();
+      const int64_t per_block =
+          runner->kv_bytes_per_block(config.block_size) + draft_runner->kv_bytes_per_block(config.block_size);
+      if (bytes < per_block) {
+        return resource_exhausted("the KV budget (" + std::to_string(bytes) +
+                                  " bytes) holds no block of the target and its draft model (" +
+                                  std::to_string(per_block) + " bytes)");
+      }
+      config.num_blocks = static_cast<int32_t>(std::min<int64_t>(bytes / per_block, std::numeric_limits<int32_t>::max()));
+    }
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
+                        DraftProposer::create(std::move(draft_runner), source.config.vocab_size,
+                                              config.num_blocks, config.block_size, config.max_num_seqs, max_len,
+                                              draft_source));
+    draft = std::move(d);
+  }
+  return Engine::create(with_spec_defaults(config, Device::kCUDA), std::move(runner), text, std::move(draft));
 }
 #endif
 
@@ -128,11 +189,7 @@ StatusOr<LoadedEngine> load_engine(const ModelSpec& spec, const EngineConfig& co
     }
   }
   if (le.device == Device::kCUDA) {
-    if (config.speculative.method == SpecMethod::kDraftModel)
-      return invalid_argument("speculative_config.model: a draft model runs on the CPU only so far");
-    NS_ASSIGN_OR_RETURN(std::unique_ptr<CudaRunner> runner, cuda_runner(le.source, config, max_len, pool));
-    NS_ASSIGN_OR_RETURN(
-        le.engine, Engine::create(with_spec_defaults(config, le.device), std::move(runner), le.text.get()));
+    NS_ASSIGN_OR_RETURN(le.engine, cuda_engine(le.source, config, max_len, le.text.get(), pool));
     return le;
   }
 #endif

@@ -61,7 +61,7 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
   CudaLimits lim;
   lim.max_tokens = o.max_tokens;
   lim.max_seqs = o.max_seqs;
-  lim.max_logits_rows = o.max_seqs;
+  lim.max_logits_rows = o.max_logits_rows > 0 ? o.max_logits_rows : o.max_seqs;
   lim.max_context = o.max_context;
   lim.max_blocks_per_seq = static_cast<int32_t>((o.max_context + o.block_size - 1) / o.block_size);
   lim.cublas_prefill = o.cublas_prefill;

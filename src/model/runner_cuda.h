@@ -23,7 +23,10 @@ class ThreadPool;
 
 struct CudaRunnerOptions {
   int32_t max_tokens = 512;   // tokens in one step
-  int32_t max_seqs = 64;      // sequences (and logits rows) in one step
+  int32_t max_seqs = 64;      // sequences in one step
+  // Logits rows in one step: one per sequence, and one per proposed token
+  // under speculative decoding; 0 means max_seqs.
+  int32_t max_logits_rows = 0;
   int64_t max_context = 0;    // longest sequence; >= 1
   int32_t block_size = 16;    // the engine's KV block size
   bool cublas_prefill = false;  // CudaLimits::cublas_prefill
@@ -57,6 +60,8 @@ class CudaRunner final : public ModelRunner {
   std::span<const float> logits_row(int32_t row) override { return model_->logits_row(row); }
 
   CudaModel& model() { return *model_; }
+  // The step buffers init_kv_cache allocates (CudaModel::workspace_bytes).
+  int64_t workspace_bytes() const { return CudaModel::workspace_bytes(model_->config(), limits_); }
 
  private:
   std::unique_ptr<CudaModel> model_;
