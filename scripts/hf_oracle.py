@@ -4,7 +4,8 @@ family (GQA, head_dim 64, the default model's vocabulary size) run by HF
 transformers on the GPU, saved as an HF folder that nanoserve loads.
 
   hf_oracle.py make OUT_DIR [--family F ...] [--tokenizer-json FILE]
-      for each family F (default: all of llama, mistral, qwen2, qwen3, phi3)
+      for each family F (default: all of llama, mistral, qwen2, qwen3, phi3,
+      mistral_window)
       writes OUT_DIR/F/{config.json, model.safetensors, tokenizer.json} and
       OUT_DIR/F/oracle.json: prompts (token ids), transformers' logits at every
       position (f32 file oracle_logits.f32, rows in prompt order), its greedy
@@ -15,6 +16,8 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         qwen2    the q, k and v biases dropped
         qwen3    the per-head q/k norms off
         phi3     gate and up swapped in the fused gate_up
+        mistral_window  mistral with a sliding window of 4 positions (eager
+                 attention, which keeps q - k < 4), planted: a window of 5
       A forward that is right must sit near the first and far from the second.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
@@ -38,7 +41,8 @@ import sys
 import torch
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window"]
+WINDOW = 4
 
 COMMON = dict(vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
               num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-5, bos_token_id=1,
@@ -57,6 +61,11 @@ def tiny_model(family):
     if family == "mistral":
         cfg = tf.MistralConfig(**COMMON, head_dim=64, max_position_embeddings=32768, rope_theta=1000000.0,
                                sliding_window=None, tie_word_embeddings=False)
+        return tf.MistralForCausalLM(cfg)
+    if family == "mistral_window":
+        cfg = tf.MistralConfig(**COMMON, head_dim=64, max_position_embeddings=32768, rope_theta=1000000.0,
+                               sliding_window=WINDOW, tie_word_embeddings=False)
+        cfg._attn_implementation = "eager"
         return tf.MistralForCausalLM(cfg)
     if family == "qwen2":
         cfg = tf.Qwen2Config(**COMMON, max_position_embeddings=32768, rope_theta=1000000.0,
@@ -118,6 +127,12 @@ def plant(family, model):
             if hasattr(rot, "original_inv_freq"):
                 rot.original_inv_freq = rot.inv_freq.clone()
             return "rope theta 10000 instead of 1000000"
+        if family == "mistral_window":
+            model.config.sliding_window = WINDOW + 1
+            for layer in model.model.layers:
+                if hasattr(layer.self_attn, "sliding_window"):
+                    layer.self_attn.sliding_window = WINDOW + 1
+            return f"sliding window {WINDOW + 1} instead of {WINDOW}"
         if family == "qwen2":
             for layer in model.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):

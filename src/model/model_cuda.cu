@@ -267,10 +267,6 @@ Status CudaModel::supports(const ModelConfig& c) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
-  if (c.sliding_window > 0) {
-    return unimplemented("--device cuda: sliding-window attention (a window of " +
-                         std::to_string(c.sliding_window) + "); it runs on the CPU");
-  }
   if (c.rope_dim != c.head_dim) {
     return unimplemented("--device cuda: partial rotary dims (" + std::to_string(c.rope_dim) + " of " +
                          std::to_string(c.head_dim) + ")");
@@ -460,7 +456,9 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // of several rows runs attention on the query-tiled kernel; a step of
   // single decode rows keeps the split kernel, whose splits serve one row
   // better than one block a row and kv head.
-  const PagedAttentionKernel attention = !small_step && db.num_tokens() > db.num_seqs()
+  // A sliding window runs on the split kernel alone.
+  const int window = static_cast<int>(c.sliding_window);
+  const PagedAttentionKernel attention = !small_step && db.num_tokens() > db.num_seqs() && window == 0
                                              ? PagedAttentionKernel::kQueryTiles
                                              : PagedAttentionKernel::kSplit;
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
@@ -500,7 +498,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
                        v_pools_[static_cast<size_t>(l)], st, extras);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
-                         scale, *s.attn_ws, attn, st, attention);
+                         scale, *s.attn_ws, attn, st, attention, window);
     linear(attn2, L.wo, proj);
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, order(gate_up_tiled));
@@ -562,7 +560,8 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
     const GraphKey key{
         static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq,
         static_cast<uint8_t>(output),
-        paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws)};
+        paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
+                                        PagedAttentionKernel::kSplit, static_cast<int>(c.sliding_window))};
     s.graphs.launch(key, st, [&] { enqueue_step(T, R, output); });
   } else {
     enqueue_step(T, R, output);

@@ -1,7 +1,7 @@
 // The CUDA forward end to end against HF transformers, one family at a time:
 // scripts/hf_oracle.py (run by scripts/gpu-check on the GPU machine, where
 // torch and transformers are) saves a small random model of each family
-// (llama, mistral, qwen2, qwen3, phi3) as an HF folder, with its logits at
+// (llama, mistral, qwen2, qwen3, phi3, and mistral with a sliding window) as an HF folder, with its logits at
 // every position of four prompts, its greedy continuations, and the logits of
 // the same model with the family's planted error. This test loads each folder
 // through the engine's own loader, runs it on the GPU and compares: near the
@@ -213,7 +213,7 @@ TEST(CudaHfOracle, EveryFamilyMatchesTransformers) {
   if (dir == nullptr)
     GTEST_SKIP() << "NS_HF_ORACLE_DIR is not set (scripts/gpu-check makes it with scripts/hf_oracle.py)";
   int found = 0;
-  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "phi3"}) {
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window"}) {
     const std::string sub = std::string(dir) + "/" + family;
     if (!std::ifstream(sub + "/oracle.json").good()) {
       ADD_FAILURE() << sub << "/oracle.json is missing (scripts/hf_oracle.py make " << dir << ")";
@@ -222,7 +222,7 @@ TEST(CudaHfOracle, EveryFamilyMatchesTransformers) {
     ++found;
     check_family(family, sub);
   }
-  EXPECT_EQ(found, 5);
+  EXPECT_EQ(found, 6);
 }
 
 // Every device tensor of a GGUF family fixture's upload equals its HF

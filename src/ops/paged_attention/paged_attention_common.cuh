@@ -91,6 +91,21 @@ __host__ __device__ inline SplitPlan plan_splits(int ctx, int tile, int max_spli
   return {(tiles + per - 1) / per, per * tile};
 }
 
+// A sliding window of W positions (W > 0): the row at position pos = ctx - 1
+// attends [pos + 1 - W, pos]. Its splits cover [first, ctx), first a whole
+// tile at most 2 tiles before pos + 1 - W (the rest masked): a function of the
+// tile that holds pos, so rows of one tile, which may share a thread block
+// (window_rows), have the same first position and the same split plan alone or
+// together. Every split then holds a visible position of every such row: the
+// first reaches past pos + 1 - W (split_len >= kMinSplitTiles >= 2 tiles).
+// 0 without a window.
+__host__ __device__ inline int sliding_first(int ctx, int sliding_window, int tile) {
+  if (sliding_window <= 0) return 0;
+  const int pos = ctx - 1;
+  const int v = pos - pos % tile - sliding_window;
+  return v <= 0 ? 0 : v - v % tile;
+}
+
 // Strides of a pool in some unit (elements or 16-byte chunks): a block, a head,
 // a token within its block.
 struct PoolStrides {
@@ -136,6 +151,7 @@ struct AttnParams {
   bool early_kv;          // PagedAttentionTuning::early_kv, with a dependent launch
   bool hold_before_wait;  // PagedAttentionTuning::hold_before_wait
   float scale_log2;       // scale * log2(e)
+  int sliding_window;     // 0: the whole history; else W (sliding_first)
 };
 
 struct RowInfo {
@@ -185,11 +201,12 @@ __device__ __forceinline__ bool continues_window(const AttnParams<T>& p, int u, 
 // One function for the list (device) and the grid that covers it (host).
 __host__ __device__ inline int row_blocks(const int32_t* row_meta, const int32_t* positions, int row_offset,
                                           int row_end, int t, int R, int tile, int max_splits,
-                                          int min_tiles) {
+                                          int min_tiles, int sliding_window = 0) {
   if (t > row_offset && continues_window(row_meta, positions, row_offset, row_end, t - 1,
                                          row_meta[2 * (t - 1)], positions[t - 1], 1, R))
     return 0;
-  return plan_splits(positions[t] + 1, tile, max_splits, min_tiles).n_splits;
+  const int ctx = positions[t] + 1;
+  return plan_splits(ctx - sliding_first(ctx, sliding_window, tile), tile, max_splits, min_tiles).n_splits;
 }
 // The query-tiled kernel (paged_attention_query_tiles.cu): whether row t
 // starts a tile of R rows, that is whether its index among its sequence's

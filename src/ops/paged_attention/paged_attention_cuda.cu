@@ -182,6 +182,7 @@ struct LaunchPlan {
   int col_tiles = 1;       // the kernel's column tiles: 2 where rows share blocks and no tile is held
   int window = 1;          // with pair_rows, the rows of a window (window_rows)
   int tile = 0, max_splits = 0, min_tiles = 0;
+  int sliding_window = 0;  // AttnParams::sliding_window
 };
 
 // The rows [r0, r0 + rows) of a call in one launch each (the workspace's rows
@@ -200,13 +201,14 @@ int launch_items(const DeviceBatch& batch, const LaunchPlan& lp, int64_t r0, int
   for (int64_t t = r0; t < r0 + rows; ++t) {
     n += row_blocks(batch.host_row_meta(), batch.host_positions(), static_cast<int>(r0),
                     static_cast<int>(r0 + rows), static_cast<int>(t), lp.window, lp.tile, lp.max_splits,
-                    lp.min_tiles);
+                    lp.min_tiles, lp.sliding_window);
   }
   return n;
 }
 
 LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_t hd,
-                       const PagedAttentionWorkspaceCuda& ws, const PagedAttentionTuning& options) {
+                       const PagedAttentionWorkspaceCuda& ws, const PagedAttentionTuning& options,
+                       int sliding_window) {
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   LaunchPlan lp;
@@ -241,6 +243,7 @@ LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_
   lp.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
   lp.col_tiles = lp.pair_rows && !lp.hold ? 2 : 1;
   lp.window = lp.pair_rows ? window_rows(g, lp.col_tiles) : 1;
+  lp.sliding_window = sliding_window;
   return lp;
 }
 
@@ -248,14 +251,14 @@ LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_
 
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
-                                         const PagedAttentionTuning& options) {
+                                         const PagedAttentionTuning& options, int sliding_window) {
   NS_CHECK(batch.num_tokens() <= ws.max_rows())
       << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
       << " workspace rows";
   if (options.query_tiles) return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep));
   const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   (void)block_size;
-  const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options);
+  const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options, sliding_window);
   const uint64_t items =
       lp.pair_rows ? static_cast<uint64_t>(launch_items(batch, lp, 0, batch.num_tokens())) : 0;
   return static_cast<uint64_t>(lp.grid_splits) | static_cast<uint64_t>(lp.stages) << 8 |
@@ -302,7 +305,7 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale,
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
-                          const PagedAttentionTuning& options) {
+                          const PagedAttentionTuning& options, int sliding_window) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
@@ -326,14 +329,16 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
+  NS_CHECK(sliding_window >= 0) << "sliding window " << sliding_window;
   if (t_all == 0) return;
   if (options.query_tiles) {
+    NS_CHECK(sliding_window == 0) << "the query-tiled kernel has no sliding window";
     launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2,
                        options.dependent_launch);
     return;
   }
 
-  const LaunchPlan plan = plan_launch(batch, n_kv, n_rep, hd, ws, options);
+  const LaunchPlan plan = plan_launch(batch, n_kv, n_rep, hd, ws, options, sliding_window);
   const int g = head_group_size(n_rep);
   const int n_groups = plan.n_groups, grid_splits = plan.grid_splits;
   dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
@@ -362,6 +367,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.pair_rows = plan.pair_rows;
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
+    p.sliding_window = plan.sliding_window;
     p.items = ws.items();
     for_each_launch(t_all, ws, [&](int64_t r0, int64_t rows) {
       p.row_offset = static_cast<int>(r0);
@@ -428,13 +434,15 @@ PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
 
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
                           int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
-                          cuda::Stream stream, PagedAttentionKernel kernel) {
-  paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel));
+                          cuda::Stream stream, PagedAttentionKernel kernel, int sliding_window) {
+  paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel),
+                       sliding_window);
 }
 
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
-                                         const PagedAttentionWorkspaceCuda& ws, PagedAttentionKernel kernel) {
-  return paged_attention_cuda_launch_key(batch, k_pool, n_rep, ws, tuning_of(kernel));
+                                         const PagedAttentionWorkspaceCuda& ws, PagedAttentionKernel kernel,
+                                         int sliding_window) {
+  return paged_attention_cuda_launch_key(batch, k_pool, n_rep, ws, tuning_of(kernel), sliding_window);
 }
 
 }  // namespace nanoserve

@@ -73,12 +73,14 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 
 // Attention of every token of the step over its sequence's paged history,
 // causal within the step: token t sees positions [0, positions[t]] of its
-// sequence (as paged_attention_reference). A decode step has one token a sequence.
-// The step's K/V must already be in the pools (paged_kv_write_cuda).
+// sequence (as paged_attention_reference), or with a sliding window W > 0
+// [positions[t] + 1 - W, positions[t]] (attention_window_begin; the split
+// kernel only). A decode step has one token a sequence. The step's K/V must
+// already be in the pools (paged_kv_write_cuda).
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale,
                           PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream = nullptr,
-                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit);
+                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0);
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,
 // pipeline depth, kernel variant, the length of the block list), packed: equal
@@ -87,6 +89,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
 // the device. For a call of one launch: at most ws.max_rows() tokens (checked).
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
-                                         PagedAttentionKernel kernel = PagedAttentionKernel::kSplit);
+                                         PagedAttentionKernel kernel = PagedAttentionKernel::kSplit,
+                                         int sliding_window = 0);
 
 }  // namespace nanoserve

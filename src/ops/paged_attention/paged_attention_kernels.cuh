@@ -63,7 +63,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const int kvh = head_group / p.n_groups;
   const int group = head_group % p.n_groups;
   const RowInfo ri = row_info(p, t);
-  const SplitPlan plan = plan_splits(ri.ctx, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
+  // With a sliding window the splits cover [first, ctx) (sliding_first).
+  const int first = sliding_first(ri.ctx, p.sliding_window, Geo::kTileTokens);
+  const SplitPlan plan = plan_splits(ri.ctx - first, Geo::kTileTokens, p.max_splits, p.min_split_tiles);
   if (split >= plan.n_splits) return;
   // The rows of t's window in this launch share its block (the list holds
   // only a window's leading row): the columns are G heads of row t, then G
@@ -75,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
     for (int i = 1; i < kWindow; ++i) n_rows += n_rows == i && continues_window(p, t, ri, i, kWindow);
   }
-  const int begin = split * plan.split_len;
+  const int begin = first + split * plan.split_len;
   const int end = min(ri.ctx + n_rows - 1, begin + plan.split_len);  // the block's: its last row's
   const int n_tiles = (end - begin + Geo::kTileTokens - 1) / Geo::kTileTokens;
 
@@ -144,13 +146,17 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   // Column c is head head0 + c % G of row t + c / G; column tile j holds
   // columns 8 j .. 8 j + 7.
   bool head_valid[kNT];
-  int col_end[kNT][2];  // the end of the lane's two columns' rows in each column tile
+  int col_end[kNT][2];    // the end of the lane's two columns' rows in each column tile
+  int col_begin[kNT][2];  // and their first visible position (a sliding window's; else 0)
 #pragma unroll
   for (int j = 0; j < kNT; ++j) {
     head_valid[j] = 8 * j + gid < G * n_rows && head0 + (8 * j + gid) % G < p.n_rep;
 #pragma unroll
-    for (int e = 0; e < 2; ++e)
-      col_end[j][e] = min(ri.ctx + (8 * j + 2 * tig + e) / G, begin + plan.split_len);
+    for (int e = 0; e < 2; ++e) {
+      const int col_ctx = ri.ctx + (8 * j + 2 * tig + e) / G;
+      col_end[j][e] = min(col_ctx, begin + plan.split_len);
+      col_begin[j][e] = p.sliding_window > 0 ? max(0, col_ctx - p.sliding_window) : 0;
+    }
   }
 
   // The A fragments, read from a stage: K's for tokens 16 mt .. 16 mt + 15
@@ -325,7 +331,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
         for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            const bool visible = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1) < col_end[j][r & 1];
+            const int pos = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1);
+            const bool visible = pos < col_end[j][r & 1] && pos >= col_begin[j][r & 1];
             s[n][mt][j][r] = visible ? __fmul_rn(s[n][mt][j][r], scale_log2) : -INFINITY;
             tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);
           }

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/device_memory.cuh"
@@ -61,6 +62,7 @@ struct Shape {
   int block_size = 16;
   int n_kv = 2;
   int n_rep = 4;
+  int window = 0;  // a sliding window (0: the whole history)
 };
 
 // One step of a paged batch, on the host (f32 values that are exactly
@@ -195,7 +197,7 @@ inline DeviceRun run_on_device(const Problem& p, const PagedAttentionTuning& opt
   PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
   paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool, nullptr);
   paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
-                       r.out, nullptr, opt);
+                       r.out, nullptr, opt, s.window);
   cuda::synchronize();
   return r;
 }
@@ -206,17 +208,13 @@ inline std::vector<uint16_t> download16(const Tensor& dev) {
   return h;
 }
 
-// The reference over the sequences in `check` (a sub-batch sharing the pools),
-// compared row by row with the device output. Every device row is NaN-checked.
-inline void expect_matches_reference(const Problem& p, const std::vector<uint16_t>& out16,
-                                     const std::vector<int>& check) {
+// The reference over the sequences in `check` (a sub-batch sharing the pools)
+// with `window`: each checked row's relative error, (token, error).
+inline std::vector<std::pair<int, double>> reference_errors(const Problem& p, const std::vector<uint16_t>& out16,
+                                                            const std::vector<int>& check, int window) {
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
   const int64_t row_elems = static_cast<int64_t>(p.n_heads) * hd;
-  for (size_t i = 0; i < out16.size(); ++i) {
-    ASSERT_FALSE(std::isnan(from_half_bits(s.dtype, out16[i])))
-        << "unwritten or NaN output at token " << i / row_elems << ", element " << i % row_elems;
-  }
   // Sub-batch: the checked sequences, their tokens and block tables.
   std::vector<int32_t> seq_starts{0}, positions, tables, ctx_lens;
   std::vector<float> q;
@@ -251,9 +249,10 @@ inline void expect_matches_reference(const Problem& p, const std::vector<uint16_
   a.n_kv_heads = s.n_kv;
   a.head_dim = s.head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  a.window = window;
   paged_attention_reference(a);
 
-  double worst = 0.0;
+  std::vector<std::pair<int, double>> errors;
   for (size_t i = 0; i < token_of.size(); ++i) {
     const int t = token_of[i];
     double err = 0.0, norm = 0.0;
@@ -263,19 +262,34 @@ inline void expect_matches_reference(const Problem& p, const std::vector<uint16_
       err += d * d;
       norm += r * r;
     }
-    const double rel = std::sqrt(err / std::max(norm, 1e-30));
+    errors.emplace_back(t, std::sqrt(err / std::max(norm, 1e-30)));
+  }
+  return errors;
+}
+
+// The reference (with the shape's window) compared row by row with the
+// device output. Every device row is NaN-checked.
+inline void expect_matches_reference(const Problem& p, const std::vector<uint16_t>& out16,
+                                     const std::vector<int>& check) {
+  const Shape& s = p.shape;
+  const int64_t row_elems = static_cast<int64_t>(p.n_heads) * s.head_dim;
+  for (size_t i = 0; i < out16.size(); ++i) {
+    ASSERT_FALSE(std::isnan(from_half_bits(s.dtype, out16[i])))
+        << "unwritten or NaN output at token " << i / row_elems << ", element " << i % row_elems;
+  }
+  double worst = 0.0;
+  for (const auto& [t, rel] : reference_errors(p, out16, check, s.window)) {
     worst = std::max(worst, rel);
     ASSERT_LE(rel, tolerance(s.dtype)) << "token " << t << " at position " << p.batch.positions[t];
   }
   ::testing::Test::RecordProperty("worst_rel_err", std::to_string(worst));
-  std::printf("    checked %zu rows of %zu sequences: worst relative error %.2e\n", token_of.size(),
-              check.size(), worst);
+  std::printf("    checked rows of %zu sequences: worst relative error %.2e\n", check.size(), worst);
 }
 
 inline std::string describe(const Shape& s) {
   return std::string(dtype_name(s.dtype)) + " head_dim " + std::to_string(s.head_dim) + " block " +
          std::to_string(s.block_size) + " n_kv " + std::to_string(s.n_kv) + " n_rep " +
-         std::to_string(s.n_rep);
+         std::to_string(s.n_rep) + (s.window > 0 ? " window " + std::to_string(s.window) : "");
 }
 
 inline uint64_t fresh_seed() {

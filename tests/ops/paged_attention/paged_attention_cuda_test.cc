@@ -136,6 +136,41 @@ TEST(PagedAttentionCuda, PairedExtendRowsEqualSingleRows) {
   }
 }
 
+// A sliding window (Mistral 7B v0.1's, gpt-oss's, Gemma's local layers):
+// windows of 1 to 300 over decodes, whole prompts and chunks that cross them,
+// contexts past several splits, both head dims; rows sharing blocks bitwise
+// equal to rows alone; and, at the small windows where one position is a
+// large share of the weights, a window one longer than the reference's lands
+// far outside the tolerance, so an off-by-one cannot pass.
+TEST(PagedAttentionCuda, SlidingWindowMatchesReference) {
+  NS_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<int, int>> seqs{{1, 1},      {37, 37}, {120, 20}, {1000, 300},
+                                              {2048, 1},   {5, 2},   {700, 1},  {4500, 1}};
+  PagedAttentionTuning single;
+  single.pair_rows = false;
+  for (const int w : {1, 5, 64, 100, 300}) {
+    for (Shape s : {Shape{DType::kBF16, 128, 16, 2, 4}, Shape{DType::kBF16, 64, 16, 2, 2},
+                    Shape{DType::kF16, 128, 32, 1, 3}}) {
+      s.window = w;
+      const uint64_t seed = fresh_seed();
+      const std::vector<uint16_t> paired = check_problem(s, seqs, {}, {}, seed);
+      const Problem p = make_problem(seed, s, seqs);
+      EXPECT_TRUE(download16(run_on_device(p, single).out) == paired)
+          << describe(s) << ", seed " << seed << ": paired rows differ from single rows";
+      if (w > 5) continue;
+      // The planted error: the device one position wider than the reference.
+      Problem wider = p;
+      wider.shape.window = w + 1;
+      const std::vector<uint16_t> off = download16(run_on_device(wider).out);
+      double worst = 0.0;
+      std::vector<int> all;
+      for (size_t b = 0; b < seqs.size(); ++b) all.push_back(static_cast<int>(b));
+      for (const auto& [t, rel] : reference_errors(p, off, all, w)) worst = std::max(worst, rel);
+      EXPECT_GT(worst, 3 * tolerance(s.dtype)) << describe(s) << ": a window one wider passed";
+    }
+  }
+}
+
 // The query-tiled kernel (the --cublas-prefill steps' attention) against the
 // reference: whole prompts, chunks over a history that start mid-tile,
 // decodes in the same launch, tiles cut by the end of a sequence, head groups

@@ -117,6 +117,34 @@ TEST(PagedAttentionItems, MixedStepsAgreeWithTheDenseGrid) {
   EXPECT_GT(row_blocks(r.meta.data(), r.pos.data(), 1, T, 1, 4, kTile, kMaxSplits, kMinTiles), 0);
 }
 
+// A sliding window's first covered position (sliding_first): a whole tile,
+// at or before the row's first visible position and less than two tiles
+// before it (so the first split, at least kMinTiles tiles, reaches it), and
+// the same for every row of a tile (rows that share a block agree on their
+// split plan with the plan each has alone). With it, a row's blocks are those
+// of its covered length.
+TEST(PagedAttentionItems, SlidingWindowFirstPosition) {
+  using paged_attention_kernels::sliding_first;
+  for (int W : {1, 5, 63, 64, 65, 128, 200, 4096}) {
+    for (int ctx = 1; ctx <= 9000; ++ctx) {
+      const int first = sliding_first(ctx, W, kTile), visible = std::max(0, ctx - W);
+      ASSERT_EQ(first % kTile, 0) << "W " << W << " ctx " << ctx;
+      ASSERT_LE(first, visible) << "W " << W << " ctx " << ctx;
+      ASSERT_LT(visible - first, 2 * kTile) << "W " << W << " ctx " << ctx;
+      ASSERT_LT(visible - first, kMinTiles * kTile) << "W " << W << " ctx " << ctx;
+      const int tile_first_ctx = (ctx - 1) / kTile * kTile + 1;  // the tile's first row
+      ASSERT_EQ(first, sliding_first(tile_first_ctx, W, kTile)) << "W " << W << " ctx " << ctx;
+    }
+  }
+  EXPECT_EQ(sliding_first(5000, 0, kTile), 0);
+  Rows r;
+  r.add(0, 0, 1);
+  r.add(1, 8999, 1);
+  EXPECT_EQ(row_blocks(r.meta.data(), r.pos.data(), 0, 2, 1, 1, kTile, kMaxSplits, kMinTiles, 128),
+            plan_splits(9000 - sliding_first(9000, 128, kTile), kTile, kMaxSplits, kMinTiles).n_splits);
+  EXPECT_EQ(row_blocks(r.meta.data(), r.pos.data(), 0, 2, 1, 1, kTile, kMaxSplits, kMinTiles, 128), 1);
+}
+
 // The query-tiled kernel's tiles: the rows where query_tile_starts holds,
 // each running to the next such row or its sequence's end (as the kernel's
 // block counts its rows), against a brute force: every sequence cut into
