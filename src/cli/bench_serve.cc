@@ -1,19 +1,6 @@
 // nanoserve bench serve: load on a running OpenAI-compatible server
-// (docs/bench_serve.md). The flags are vLLM's `vllm bench serve` ones.
-//
-// The random dataset gives every prompt a known token count. A pool of common
-// English words is tokenized once by the server's /tokenize (vLLM's and
-// nanoserve's shape, else llama.cpp's), and only the words that are one token
-// each (with their leading space) are kept. Then:
-//   --prompt-kind ids  (default for /v1/completions): the prompt is a list of
-//       pool token ids, which the server takes as they are: the length is exact
-//       by construction.
-//   --prompt-kind text (default for chat): the prompt is pool words, each with
-//       its leading space; every prompt is tokenized again and trimmed or grown
-//       until its count is the target, so it is exact too (the chat template's
-//       own tokens come on top, as they do in vLLM's count).
-// Without /tokenize, text prompts count one token per word (approximate; the
-// table's input tokens come from the server's usage either way).
+// (docs/bench_serve.md). The flags are vLLM's `vllm bench serve` ones; the
+// prompts are made by bench_serve_prompts.cc.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -43,29 +30,6 @@ namespace {
 using json = nlohmann::json;
 
 constexpr double kSetupTimeoutS = 30;
-
-// Common words; most are one token, with a leading space, in any BPE vocabulary
-// of 32k or more. Whatever is not is dropped by the pool check.
-constexpr const char* kWords[] = {
-    "the",    "of",       "and",      "to",     "in",      "is",       "that",    "for",    "it",
-    "as",     "was",      "with",     "be",     "by",      "on",       "not",     "he",     "this",
-    "are",    "or",       "his",      "from",   "at",      "which",    "but",     "have",   "an",
-    "had",    "they",     "you",      "were",   "their",   "one",      "all",     "we",     "can",
-    "her",    "has",      "there",    "been",   "if",      "more",     "when",    "will",   "would",
-    "who",    "so",       "no",       "time",   "people",  "year",     "way",     "day",    "man",
-    "thing",  "woman",    "life",     "child",  "world",   "school",   "state",   "family", "student",
-    "group",  "country",  "problem",  "hand",   "part",    "place",    "case",    "week",   "company",
-    "system", "program",  "question", "work",   "number",  "night",    "point",   "home",   "water",
-    "room",   "mother",   "area",     "money",  "story",   "fact",     "month",   "lot",    "right",
-    "study",  "book",     "eye",      "job",    "word",    "business", "issue",   "side",   "kind",
-    "head",   "house",    "service",  "friend", "father",  "power",    "hour",    "game",   "line",
-    "end",    "member",   "law",      "car",    "city",    "name",     "team",    "minute", "idea",
-    "kid",    "body",     "back",     "parent", "face",    "others",   "level",   "office", "door",
-    "health", "person",   "art",      "war",    "history", "party",    "result",  "change", "morning",
-    "reason", "research", "girl",     "guy",    "moment",  "air",      "teacher", "force",  "education",
-    "good",   "new",      "first",    "last",   "long",    "great",    "little",  "own",    "other",
-    "old",    "big",      "high",
-};
 
 struct BenchServeArgs {
   std::string base_url;
@@ -161,185 +125,6 @@ StatusOr<std::string> first_model(const ServerUrl& url, const std::string& key) 
   return j["data"][0]["id"].get<std::string>();
 }
 
-// Token ids of `text` by the server's /tokenize, without special tokens:
-// {"prompt"} -> {"tokens"} (vLLM, nanoserve), else {"content"} -> {"tokens"} (llama.cpp).
-class Tokenizer {
- public:
-  Tokenizer(const ServerUrl& url, std::string model, std::string key)
-      : url_(url), model_(std::move(model)), key_(std::move(key)) {}
-
-  StatusOr<std::vector<int64_t>> tokenize(const std::string& text) {
-    std::string last;
-    for (int shape = llama_shape_ ? 1 : 0; shape < 2; ++shape) {
-      const json body = shape == 0 ? json{{"model", model_}, {"prompt", text}, {"add_special_tokens", false}}
-                                   : json{{"content", text}, {"add_special", false}};
-      StatusOr<HttpReply> r = http_fetch(url_, "POST", "/tokenize", body.dump(), key_, kSetupTimeoutS);
-      if (!r.ok()) return r.status();
-      json j = json::parse(r->body, nullptr, false);
-      if (r->status == 200 && !j.is_discarded() && j.is_object() && j.contains("tokens") &&
-          j["tokens"].is_array()) {
-        std::vector<int64_t> ids;
-        for (const json& t : j["tokens"]) {
-          if (!t.is_number_integer()) return failed_precondition("/tokenize: a token that is not an id");
-          ids.push_back(t.get<int64_t>());
-        }
-        llama_shape_ = shape == 1;
-        return ids;
-      }
-      last = "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 200);
-    }
-    return unimplemented("POST /tokenize: " + last);
-  }
-
- private:
-  const ServerUrl& url_;
-  std::string model_, key_;
-  bool llama_shape_ = false;
-};
-
-struct PoolWord {
-  std::string text;  // with its leading space
-  int64_t id = -1;   // -1: not known (no /tokenize)
-};
-
-// The words that are exactly one token each.
-StatusOr<std::vector<PoolWord>> word_pool(Tokenizer* tok) {
-  std::vector<PoolWord> pool;
-  std::string joined;
-  for (const char* w : kWords) joined += std::string(" ") + w;
-  StatusOr<std::vector<int64_t>> all = tok->tokenize(joined);
-  if (!all.ok()) return all.status();
-  constexpr size_t n = std::size(kWords);
-  if (all->size() == n) {  // every word is at least one token, so each is exactly one
-    for (size_t i = 0; i < n; ++i) pool.push_back({std::string(" ") + kWords[i], (*all)[i]});
-    return pool;
-  }
-  for (const char* w : kWords) {
-    StatusOr<std::vector<int64_t>> one = tok->tokenize(std::string(" ") + w);
-    if (!one.ok()) return one.status();
-    if (one->size() == 1) pool.push_back({std::string(" ") + w, (*one)[0]});
-  }
-  if (pool.size() < 8) return failed_precondition("fewer than 8 one-token words in this vocabulary");
-  return pool;
-}
-
-int32_t draw_len(std::mt19937_64& rng, int len, double ratio) {
-  const int lo = std::max(1, static_cast<int>(std::floor(len * (1.0 - ratio))));
-  const int hi = std::max(lo, static_cast<int>(std::ceil(len * (1.0 + ratio))));
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
-}
-
-std::string words_text(const std::vector<size_t>& picks, const std::vector<PoolWord>& pool) {
-  std::string s;
-  for (size_t p : picks) s += pool[p].text;
-  return s;
-}
-
-struct Dataset {
-  std::vector<BenchRequest> requests;
-  std::string how;  // how the input lengths were made, for the header line
-};
-
-StatusOr<Dataset> make_dataset(const BenchServeArgs& a, const std::string& model, bool chat, bool ids,
-                               Tokenizer* tok, const std::vector<PoolWord>& pool, bool tokenizer_ok,
-                               const json& extra) {
-  std::mt19937_64 rng(a.seed);
-  std::uniform_int_distribution<size_t> word(0, pool.size() - 1);
-  std::vector<size_t> prefix(static_cast<size_t>(a.prefix_len));
-  for (size_t& p : prefix) p = word(rng);
-  Dataset d;
-  int adjusted = 0, off = 0;
-  for (int i = 0; i < a.num_prompts; ++i) {
-    const int32_t in = draw_len(rng, a.input_len, a.range_ratio);
-    const int32_t out = draw_len(rng, a.output_len, a.range_ratio);
-    std::vector<size_t> picks = prefix;
-    for (int32_t k = 0; k < in; ++k) picks.push_back(word(rng));
-    const int64_t target = static_cast<int64_t>(picks.size());
-    int64_t actual = target;
-    json prompt;
-    if (ids) {
-      prompt = json::array();
-      for (size_t p : picks) prompt.push_back(pool[p].id);
-    } else {
-      std::string text = words_text(picks, pool);
-      if (tokenizer_ok) {
-        // A pair of words may merge into other tokens; trim or grow until the count is right.
-        for (int round = 0; round < 6; ++round) {
-          StatusOr<std::vector<int64_t>> t = tok->tokenize(text);
-          if (!t.ok()) return t.status();
-          actual = static_cast<int64_t>(t->size());
-          if (actual == target) break;
-          if (round == 0) ++adjusted;
-          if (actual > target) {
-            picks.resize(picks.size() -
-                         std::min<size_t>(picks.size() - 1, static_cast<size_t>(actual - target)));
-          } else {
-            for (int64_t k = actual; k < target; ++k) picks.push_back(word(rng));
-          }
-          text = words_text(picks, pool);
-        }
-        if (actual != target) ++off;
-      }
-      prompt = text;
-    }
-    json body = {{"model", model},
-                 {"temperature", a.temperature},
-                 {"stream", true},
-                 {"stream_options", {{"include_usage", true}}}};
-    if (chat) {
-      body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
-      body["max_completion_tokens"] = out;
-    } else {
-      body["prompt"] = prompt;
-      body["max_tokens"] = out;
-    }
-    if (a.ignore_eos) body["ignore_eos"] = true;
-    for (const auto& [k, v] : extra.items()) body[k] = v;
-    d.requests.push_back({body.dump(), actual, out});
-  }
-  if (ids) {
-    d.how = "token ids (exact by construction)";
-  } else if (tokenizer_ok) {
-    d.how = "text, checked by /tokenize (" + std::to_string(adjusted) + " adjusted, " + std::to_string(off) +
-            " still off)";
-  } else {
-    d.how = "text, about one token per word (no /tokenize: approximate)";
-  }
-  return d;
-}
-
-// The prompts of a sharegpt or custom file, counted by the server's /tokenize.
-StatusOr<Dataset> file_dataset(const BenchServeArgs& a, const std::string& model, bool chat, Tokenizer* tok,
-                               const json& extra) {
-  auto count = [tok](const std::string& text) -> StatusOr<int64_t> {
-    StatusOr<std::vector<int64_t>> t = tok->tokenize(text);
-    if (!t.ok())
-      return Status(t.status().code(),
-                    "--dataset-name needs the server's /tokenize: " + t.status().message());
-    return static_cast<int64_t>(t->size());
-  };
-  NS_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> prompts,
-                      load_dataset(a.dataset_name, a.dataset, a.num_prompts, a.seed, count));
-  Dataset d;
-  for (const DatasetPrompt& p : prompts) {
-    json body = {{"model", model},
-                 {"temperature", a.temperature},
-                 {"stream", true},
-                 {"stream_options", {{"include_usage", true}}}};
-    if (chat) {
-      body["messages"] = json::array({{{"role", "user"}, {"content", p.prompt}}});
-      body["max_completion_tokens"] = p.output_len;
-    } else {
-      body["prompt"] = p.prompt;
-      body["max_tokens"] = p.output_len;
-    }
-    if (a.ignore_eos) body["ignore_eos"] = true;
-    for (const auto& [k, v] : extra.items()) body[k] = v;
-    d.requests.push_back({body.dump(), p.prompt_len, p.output_len});
-  }
-  d.how = a.dataset_name + " " + a.dataset.path + " (text, counted by /tokenize)";
-  return d;
-}
 
 std::string default_result_name(const BenchServeArgs& a, const std::string& model) {
   std::string base = model.substr(model.find_last_of('/') + 1);
@@ -487,29 +272,28 @@ int run_bench_serve(BenchServeArgs a) {
     if (!m.ok()) return fail_setup(m.status().message());
     model = *m;
   }
-  Tokenizer tok(*url, model, a.api_key);
-  StatusOr<Dataset> d = Dataset{};
-  if (a.dataset_name != "random") {
-    d = file_dataset(a, model, chat, &tok, extra);
-    if (!d.ok()) return fail_setup(d.status().message());
-  }
-  StatusOr<std::vector<PoolWord>> pool =
-      a.dataset_name == "random" ? word_pool(&tok) : StatusOr<std::vector<PoolWord>>(std::vector<PoolWord>());
-  bool tokenizer_ok = pool.ok();
-  if (!pool.ok()) {
-    if (a.prompt_kind == "ids") {
-      return fail_setup("token-id prompts need the server's /tokenize (" + pool.status().message() +
-                        "); use --prompt-kind text");
-    }
-    std::fprintf(stderr, "nanoserve bench serve: no /tokenize (%s): prompt lengths are approximate\n",
-                 pool.status().message().c_str());
-    pool = std::vector<PoolWord>();
-    for (const char* w : kWords) pool->push_back({std::string(" ") + w, -1});
-  }
+  ServerTokenizer tok(*url, model, a.api_key);
+  RequestShape shape;
+  shape.model = model;
+  shape.chat = chat;
+  shape.temperature = a.temperature;
+  shape.ignore_eos = a.ignore_eos;
+  shape.extra = extra;
+  StatusOr<PromptSet> d = PromptSet{};
   if (a.dataset_name == "random") {
-    d = make_dataset(a, model, chat, a.prompt_kind == "ids", &tok, *pool, tokenizer_ok, extra);
-    if (!d.ok()) return fail_setup(d.status().message());
+    RandomPrompts spec;
+    spec.num_prompts = a.num_prompts;
+    spec.input_len = a.input_len;
+    spec.output_len = a.output_len;
+    spec.prefix_len = a.prefix_len;
+    spec.range_ratio = a.range_ratio;
+    spec.seed = a.seed;
+    spec.ids = a.prompt_kind == "ids";
+    d = random_prompts(spec, shape, tok);
+  } else {
+    d = file_prompts(a.dataset_name, a.dataset, a.num_prompts, a.seed, shape, tok);
   }
+  if (!d.ok()) return fail_setup(d.status().message());
 
   LoadOptions o;
   o.endpoint = a.endpoint;

@@ -1,7 +1,8 @@
 #pragma once
 // nanoserve bench serve: a load generator for any OpenAI-compatible server
-// (docs/bench_serve.md). Three parts, one file each:
-//   bench_serve.cc         flags, the dataset (random prompts of known token counts), the run
+// (docs/bench_serve.md). Four parts, one file each:
+//   bench_serve.cc         flags, the set-up calls, the run
+//   bench_serve_prompts.cc the prompts: random ones of known token counts, or a dataset file
 //   bench_serve_http.cc    HTTP over Boost.Beast: blocking set-up calls, and the load itself,
 //                          every request an asynchronous stream on one I/O thread
 //   bench_serve_report.cc  the metrics (vLLM's definitions), the printed table, --save-result
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_dataset.h"
 #include "core/status.h"
 
 namespace nanoserve::cli {
@@ -57,6 +59,51 @@ struct RequestOutcome {
   int64_t content_chunks = 0;                // chunks with non-empty text
   std::string text;                          // the generated text (kept only with --save-detailed)
 };
+
+// Token ids of a text by the server's /tokenize, without special tokens:
+// {"prompt"} -> {"tokens"} (vLLM, nanoserve), else {"content"} -> {"tokens"}
+// (llama.cpp; remembered once it answered).
+class ServerTokenizer {
+ public:
+  ServerTokenizer(const ServerUrl& url, std::string model, std::string key)
+      : url_(url), model_(std::move(model)), key_(std::move(key)) {}
+  StatusOr<std::vector<int64_t>> tokenize(const std::string& text);
+
+ private:
+  const ServerUrl& url_;
+  std::string model_, key_;
+  bool llama_shape_ = false;
+};
+
+// What every request body of a run carries besides its prompt.
+struct RequestShape {
+  std::string model;
+  bool chat = false;  // /v1/chat/completions (the prompt as one user message), else /v1/completions
+  double temperature = 0;
+  bool ignore_eos = false;
+  nlohmann::json extra = nlohmann::json::object();  // --extra-body, merged last
+  // A streamed request (usage included) of `prompt` (text, or token ids for completions).
+  BenchRequest request(const nlohmann::json& prompt, int64_t prompt_len, int64_t max_tokens) const;
+};
+
+// The prompts of a run, and how their input lengths were made (for the header line).
+struct PromptSet {
+  std::vector<BenchRequest> requests;
+  std::string how;
+};
+
+// The random dataset: input and output lengths drawn in len x [1 - ratio,
+// 1 + ratio], a shared prefix of prefix_len words, as token ids (ids) or text.
+struct RandomPrompts {
+  int num_prompts = 0, input_len = 0, output_len = 0, prefix_len = 0;
+  double range_ratio = 0;
+  uint64_t seed = 0;
+  bool ids = false;
+};
+StatusOr<PromptSet> random_prompts(const RandomPrompts& spec, const RequestShape& shape, ServerTokenizer& tok);
+// The prompts of a sharegpt or custom file (cli/bench_dataset.h), counted by the server's /tokenize.
+StatusOr<PromptSet> file_prompts(const std::string& dataset_name, const DatasetFlags& flags, int num_prompts,
+                                 uint64_t seed, const RequestShape& shape, ServerTokenizer& tok);
 
 struct LoadOptions {
   std::string endpoint;  // "/v1/completions" or "/v1/chat/completions"
