@@ -125,7 +125,6 @@ StatusOr<std::string> first_model(const ServerUrl& url, const std::string& key) 
   return j["data"][0]["id"].get<std::string>();
 }
 
-
 std::string default_result_name(const BenchServeArgs& a, const std::string& model) {
   std::string base = model.substr(model.find_last_of('/') + 1);
   char date[32];

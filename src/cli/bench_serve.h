@@ -100,7 +100,8 @@ struct RandomPrompts {
   uint64_t seed = 0;
   bool ids = false;
 };
-StatusOr<PromptSet> random_prompts(const RandomPrompts& spec, const RequestShape& shape, ServerTokenizer& tok);
+StatusOr<PromptSet> random_prompts(const RandomPrompts& spec, const RequestShape& shape,
+                                   ServerTokenizer& tok);
 // The prompts of a sharegpt or custom file (cli/bench_dataset.h), counted by the server's /tokenize.
 StatusOr<PromptSet> file_prompts(const std::string& dataset_name, const DatasetFlags& flags, int num_prompts,
                                  uint64_t seed, const RequestShape& shape, ServerTokenizer& tok);

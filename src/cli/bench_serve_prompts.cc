@@ -213,7 +213,8 @@ StatusOr<PromptSet> file_prompts(const std::string& dataset_name, const DatasetF
   NS_ASSIGN_OR_RETURN(std::vector<DatasetPrompt> prompts,
                       load_dataset(dataset_name, flags, num_prompts, seed, count));
   PromptSet d;
-  for (const DatasetPrompt& p : prompts) d.requests.push_back(shape.request(p.prompt, p.prompt_len, p.output_len));
+  for (const DatasetPrompt& p : prompts)
+    d.requests.push_back(shape.request(p.prompt, p.prompt_len, p.output_len));
   d.how = dataset_name + " " + flags.path + " (text, counted by /tokenize)";
   return d;
 }

@@ -106,7 +106,8 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, con
 // buffers as in use. Its steps take one token and one logits row per
 // sequence, or the tokens it catches up on.
 StatusOr<std::unique_ptr<CudaRunner>> cuda_draft_runner(const EngineConfig& config, int64_t max_len,
-                                                        ThreadPool& pool, std::shared_ptr<ModelSource>& source) {
+                                                        ThreadPool& pool,
+                                                        std::shared_ptr<ModelSource>& source) {
   ModelSpec spec;
   spec.path = config.speculative.model;
   StatusOr<ModelSource> opened = open_model_source(spec);
@@ -151,12 +152,13 @@ StatusOr<std::unique_ptr<Engine>> cuda_engine(const ModelSource& source, EngineC
                                   " bytes) holds no block of the target and its draft model (" +
                                   std::to_string(per_block) + " bytes)");
       }
-      config.num_blocks = static_cast<int32_t>(std::min<int64_t>(bytes / per_block, std::numeric_limits<int32_t>::max()));
+      config.num_blocks =
+          static_cast<int32_t>(std::min<int64_t>(bytes / per_block, std::numeric_limits<int32_t>::max()));
     }
-    NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
-                        DraftProposer::create(std::move(draft_runner), source.config.vocab_size,
-                                              config.num_blocks, config.block_size, config.max_num_seqs, max_len,
-                                              draft_source));
+    NS_ASSIGN_OR_RETURN(
+        std::unique_ptr<DraftProposer> d,
+        DraftProposer::create(std::move(draft_runner), source.config.vocab_size, config.num_blocks,
+                              config.block_size, config.max_num_seqs, max_len, draft_source));
     draft = std::move(d);
   }
   return Engine::create(with_spec_defaults(config, Device::kCUDA), std::move(runner), text, std::move(draft));

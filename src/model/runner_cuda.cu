@@ -22,8 +22,7 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
-CudaRunner::CudaRunner(std::unique_ptr<CudaModel> model, const CudaLimits& limits,
-                                 int64_t kv_budget_bytes)
+CudaRunner::CudaRunner(std::unique_ptr<CudaModel> model, const CudaLimits& limits, int64_t kv_budget_bytes)
     : model_(std::move(model)), limits_(limits), kv_budget_bytes_(kv_budget_bytes) {}
 
 Status CudaRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
@@ -45,7 +44,8 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
   if (cuda::device_count(&why) == 0)
     return failed_precondition("--device cuda: no CUDA device (" + why + ")");
   if (o.fp8_weights && o.cublas_prefill) {
-    return invalid_argument("--quantization fp8 with --cublas-prefill: FP8 weights run on our own linears only");
+    return invalid_argument(
+        "--quantization fp8 with --cublas-prefill: FP8 weights run on our own linears only");
   }
   std::unique_ptr<CudaModel> model;
   if (source.format == LoadFormat::kDummy) {

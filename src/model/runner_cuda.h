@@ -13,8 +13,8 @@
 #include <string>
 
 #include "core/status.h"
-#include "model/model_runner.h"
 #include "model/model_cuda.h"
+#include "model/model_runner.h"
 #include "model/model_source.h"
 
 namespace nanoserve {
@@ -22,13 +22,13 @@ namespace nanoserve {
 class ThreadPool;
 
 struct CudaRunnerOptions {
-  int32_t max_tokens = 512;   // tokens in one step
-  int32_t max_seqs = 64;      // sequences in one step
+  int32_t max_tokens = 512;  // tokens in one step
+  int32_t max_seqs = 64;     // sequences in one step
   // Logits rows in one step: one per sequence, and one per proposed token
   // under speculative decoding; 0 means max_seqs.
   int32_t max_logits_rows = 0;
-  int64_t max_context = 0;    // longest sequence; >= 1
-  int32_t block_size = 16;    // the engine's KV block size
+  int64_t max_context = 0;      // longest sequence; >= 1
+  int32_t block_size = 16;      // the engine's KV block size
   bool cublas_prefill = false;  // CudaLimits::cublas_prefill
   bool fp8_weights = false;     // CudaModel::quantize_fp8 once the weights are resident
   bool cuda_graphs = true;      // CudaLimits::cuda_graphs
@@ -42,8 +42,7 @@ class CudaRunner final : public ModelRunner {
  public:
   // kv_budget_bytes: what --gpu-memory-utilization leaves for the pools once
   // the weights are resident and the step buffers of `limits` are counted.
-  CudaRunner(std::unique_ptr<CudaModel> model, const CudaLimits& limits,
-                  int64_t kv_budget_bytes);
+  CudaRunner(std::unique_ptr<CudaModel> model, const CudaLimits& limits, int64_t kv_budget_bytes);
 
   const ModelConfig& config() const override { return model_->config(); }
   int64_t kv_bytes_per_block(int32_t block_size) const override {
@@ -75,7 +74,7 @@ class CudaRunner final : public ModelRunner {
 // (vLLM's meaning: weights, KV and workspace together) less what is in use.
 // `pool` serves the host model that views the weights while they upload.
 // UNIMPLEMENTED (CudaModel::supports) for a shape the kernels do not take.
-StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source, const CudaRunnerOptions& options,
-                                                       ThreadPool& pool);
+StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source,
+                                                       const CudaRunnerOptions& options, ThreadPool& pool);
 
 }  // namespace nanoserve

@@ -16,17 +16,12 @@
 #include <vector>
 
 #include "core/cuda/device_memory.cuh"
+#include "core/skip_without_gpu.h"
 #include "engine/generate.h"
 #include "engine/load_engine.h"
 
 namespace nanoserve {
 namespace {
-
-#define NS_SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                            \
-    std::string why;                                                              \
-    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 class EngineSampleCuda : public ::testing::Test {
  protected:

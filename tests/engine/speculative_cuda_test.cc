@@ -13,21 +13,17 @@
 #include <vector>
 
 #include "core/cuda/device_memory.cuh"
+#include "core/skip_without_gpu.h"
 #include "engine/draft_proposer.h"
 #include "engine/generate.h"
 #include "engine/load_engine.h"
+#include "engine/repeating_prompts.h"
 #include "model/model_cuda.h"
-#include "ops/rope/rope_freqs.h"
 #include "model/runner_cuda.h"
+#include "ops/rope/rope_freqs.h"
 
 namespace nanoserve {
 namespace {
-
-#define NS_SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                            \
-    std::string why;                                                              \
-    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 const char* kModelPath = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 constexpr int32_t kNew = 24;
@@ -37,19 +33,7 @@ class SpeculativeCuda : public ::testing::Test {
   void SetUp() override {
     NS_SKIP_WITHOUT_GPU();
     pool_ = std::make_unique<ThreadPool>(0);
-    // Prompts that repeat themselves (n-gram finds matches), and random ones.
-    Rng rng(77);
-    for (int i = 0; i < 12; ++i) {
-      std::vector<int32_t> motif(4 + rng.next_u64() % 5);
-      for (int32_t& t : motif) t = static_cast<int32_t>(rng.next_u64() % 49152);
-      std::vector<int32_t> p;
-      for (int rep = 0; rep < 3; ++rep) p.insert(p.end(), motif.begin(), motif.end());
-      if (i % 2 == 1) {
-        for (int32_t& t : p)
-          if (rng.next_u64() % 3 == 0) t = static_cast<int32_t>(rng.next_u64() % 49152);
-      }
-      prompts_.push_back(p);
-    }
+    prompts_ = testing::repeating_prompts(12, 77);
   }
 
   static EngineConfig config() {
@@ -133,7 +117,8 @@ TEST_F(SpeculativeCuda, NgramIdenticalAtEveryK) {
     EXPECT_GT(st.spec_num_draft_tokens, 0) << what;
     EXPECT_GT(st.spec_num_accepted_tokens, 0) << what;
     std::printf("speculative cuda %s: %lld of %lld proposals kept\n", what.c_str(),
-                static_cast<long long>(st.spec_num_accepted_tokens), static_cast<long long>(st.spec_num_draft_tokens));
+                static_cast<long long>(st.spec_num_accepted_tokens),
+                static_cast<long long>(st.spec_num_draft_tokens));
   }
 }
 
@@ -185,9 +170,9 @@ TEST_F(SpeculativeCuda, SmallRandomDraftHasMostRejected) {
   lim.max_logits_rows = c.max_num_seqs;
   lim.max_context = c.max_model_len;
   lim.max_blocks_per_seq = static_cast<int32_t>((c.max_model_len + c.block_size - 1) / c.block_size);
-  StatusOr<std::unique_ptr<DraftProposer>> draft =
-      DraftProposer::create(std::make_unique<CudaRunner>(std::move(*draft_model), lim, 0), src->config.vocab_size,
-                            c.num_blocks, c.block_size, c.max_num_seqs, c.max_model_len);
+  StatusOr<std::unique_ptr<DraftProposer>> draft = DraftProposer::create(
+      std::make_unique<CudaRunner>(std::move(*draft_model), lim, 0), src->config.vocab_size, c.num_blocks,
+      c.block_size, c.max_num_seqs, c.max_model_len);
   ASSERT_TRUE(draft.ok()) << draft.status().to_string();
 
   c.speculative.method = SpecMethod::kDraftModel;

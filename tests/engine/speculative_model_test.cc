@@ -12,6 +12,7 @@
 #include "engine/draft_proposer.h"
 #include "engine/generate.h"
 #include "engine/load_engine.h"
+#include "engine/repeating_prompts.h"
 #include "model/dummy_weights.h"
 #include "model/runner_cpu.h"
 
@@ -26,19 +27,7 @@ class SpeculativeModel : public ::testing::Test {
   static void SetUpTestSuite() {
     pool_ = new ThreadPool(0);
     prompts_ = new std::vector<std::vector<int32_t>>();
-    // Prompts that repeat themselves (n-gram finds matches), and random ones.
-    Rng rng(77);
-    for (int i = 0; i < 6; ++i) {
-      std::vector<int32_t> motif(4 + rng.next_u64() % 5);
-      for (int32_t& t : motif) t = static_cast<int32_t>(rng.next_u64() % 49152);
-      std::vector<int32_t> p;
-      for (int rep = 0; rep < 3; ++rep) p.insert(p.end(), motif.begin(), motif.end());
-      if (i % 2 == 1) {
-        for (int32_t& t : p)
-          if (rng.next_u64() % 3 == 0) t = static_cast<int32_t>(rng.next_u64() % 49152);
-      }
-      prompts_->push_back(p);
-    }
+    *prompts_ = testing::repeating_prompts(6, 77);
   }
   static void TearDownTestSuite() {
     delete prompts_;

@@ -77,7 +77,8 @@ void check_family(const std::string& family, const std::string& dir) {
   const json oracle = json::parse(jf);
   auto logits = [&](const char* key) { return read_floats(dir + "/" + oracle[key].get<std::string>()); };
   const std::vector<float> bf16_ref = logits("logits_file"), bf16_planted = logits("planted_logits_file");
-  const std::vector<float> fp8_ref = logits("fp8_logits_file"), fp8_planted = logits("fp8_planted_logits_file");
+  const std::vector<float> fp8_ref = logits("fp8_logits_file"),
+                           fp8_planted = logits("fp8_planted_logits_file");
 
   ModelSpec spec;
   spec.path = dir;
@@ -146,7 +147,8 @@ void check_family(const std::string& family, const std::string& dir) {
         argmax_same += argmax(g, V) == argmax(ref.data() + offset + t * V, V);
         if (t == n - 1) {
           double e = 0;
-          for (int64_t j = 0; j < V; ++j) e += (double(g[j]) - ref[offset + t * V + j]) * (double(g[j]) - ref[offset + t * V + j]);
+          for (int64_t j = 0; j < V; ++j)
+            e += (double(g[j]) - ref[offset + t * V + j]) * (double(g[j]) - ref[offset + t * V + j]);
           last_err_rms = std::sqrt(e / static_cast<double>(V));
         }
       }
@@ -173,22 +175,24 @@ void check_family(const std::string& family, const std::string& dir) {
       for (size_t i = 0; i < hf_tokens.size(); ++i) {
         const int32_t ours = (*gpu)->argmax()[static_cast<size_t>(i == 0 ? n - 1 : 0)];
         if (margins[i] < 8.0 * last_err_rms) break;
-        EXPECT_EQ(ours, hf_tokens[i]) << "prompt " << p << ", generated token " << i << " (margin " << margins[i]
-                                      << ", logits RMS error " << last_err_rms << ")";
+        EXPECT_EQ(ours, hf_tokens[i]) << "prompt " << p << ", generated token " << i << " (margin "
+                                      << margins[i] << ", logits RMS error " << last_err_rms << ")";
         if (ours != hf_tokens[i]) break;
         ++checked;
         auto step = (*gpu)->forward(one_sequence({hf_tokens[i]}, pos++, false));
         ASSERT_TRUE(step.ok()) << step.status().to_string();
       }
-      std::printf("%s prompt %zu: %d/%zu greedy tokens equal to transformers' before the first unclear step\n",
-                  family.c_str(), p, checked, hf_tokens.size());
+      std::printf(
+          "%s prompt %zu: %d/%zu greedy tokens equal to transformers' before the first unclear step\n",
+          family.c_str(), p, checked, hf_tokens.size());
       greedy_checked += checked;
       greedy_total += static_cast<int>(hf_tokens.size());
     }
     if (mode == Mode::kDefault) {
       // One line a family for scripts/gpu-check's table.
-      std::printf("family %s: worst NMSE vs transformers %.2e, planted error (%s) %.1fx farther, greedy %d/%d\n",
-                  family.c_str(), worst, plant_name.c_str(), planted_best, greedy_checked, greedy_total);
+      std::printf(
+          "family %s: worst NMSE vs transformers %.2e, planted error (%s) %.1fx farther, greedy %d/%d\n",
+          family.c_str(), worst, plant_name.c_str(), planted_best, greedy_checked, greedy_total);
     } else if (fp8) {
       std::printf("family %s fp8: worst NMSE vs transformers %.2e, planted error (%s) %.1fx farther\n",
                   family.c_str(), worst, plant_name.c_str(), planted_best);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "core/cuda/device_memory.cuh"
+#include "core/skip_without_gpu.h"
 #include "model/kv_cpu.h"
 #include "model/model_fixture.h"
 #include "ops/rope/rope_freqs.h"
@@ -25,12 +26,6 @@ using testing::argmax;
 using testing::nmse;
 
 using testing::default_model;
-
-#define NS_SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                            \
-    std::string why;                                                              \
-    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 constexpr int32_t kBlockSize = 16;
 constexpr int32_t kBlocksPerSeq = 32;  // 512 positions a sequence
@@ -233,7 +228,8 @@ void LlamaCuda::check_chunked_and_batched(bool fp8) {
   // Every op's order depends on the row alone (linear_cuda, per-row norms and
   // rope, attention split by the row's own context): bitwise equal.
   EXPECT_EQ(std::memcmp(chunked.data(), ref.data(), V * sizeof(float)), 0)
-      << "chunked prefill differs from the whole prompt's (NMSE " << nmse(chunked.data(), ref.data(), V) << ")";
+      << "chunked prefill differs from the whole prompt's (NMSE " << nmse(chunked.data(), ref.data(), V)
+      << ")";
   // The same prompt in slot 2 beside two others.
   const auto a = encode(kPrompts[0]), c = encode(kPrompts[5]);
   ForwardBatch batch = testing::make_batch({a, prompt, c}, {0, 0, 0}, {3, 2, 4});
@@ -287,12 +283,13 @@ TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAPlantedScaleError) {
       w = std::max(w, nmse(got.data() + t * V, ref.data() + t * V, V));
       pm += nmse(pl->data_as<const float>() + t * V, ref.data() + t * V, V) / n;
     }
-    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; 3%% scale error: mean %.2e\n", p,
-                n, w, pm);
+    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; 3%% scale error: mean %.2e\n",
+                p, n, w, pm);
     worst = std::max(worst, w);
     planted_least = std::min(planted_least, pm);
   }
-  std::printf("FP8 vs bf16: worst NMSE %.2e, planted scale error %.1fx farther\n", worst, planted_least / worst);
+  std::printf("FP8 vs bf16: worst NMSE %.2e, planted scale error %.1fx farther\n", worst,
+              planted_least / worst);
   EXPECT_LE(worst, kFp8Nmse);
   EXPECT_GT(planted_least, kFp8Nmse) << "a 3% scale error passes the bound";
 }
@@ -370,7 +367,8 @@ TEST_F(LlamaCuda, GraphReplayEqualsEagerLaunch) {
   }
   EXPECT_GT(graphed->graph_captures(), 0);
   EXPECT_EQ(eager->graph_captures(), 0);
-  std::printf("graph captures over 300 decode steps: %lld\n", static_cast<long long>(graphed->graph_captures()));
+  std::printf("graph captures over 300 decode steps: %lld\n",
+              static_cast<long long>(graphed->graph_captures()));
 }
 
 // The CUDA model's limits refuse what would read or write outside its

@@ -20,15 +20,10 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/half.h"
+#include "core/skip_without_gpu.h"
 #include "core/tensor.h"
 
 namespace nanoserve::testing {
-
-#define NS_SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                            \
-    std::string why;                                                              \
-    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // bf16 output: its rounding alone is up to 2^-8 relative per element (8
 // significant bits), NMSE about 2^-16 / 6 = 2.5e-6 on smooth data; 1e-5 leaves
@@ -106,16 +101,14 @@ struct Comparison {
 };
 
 // Compares out with ref: no NaN (an unwritten, poisoned element), NMSE <=
-// max_nmse (over at least 256 elements; below, rel^2), and |out - ref| <= rel * |ref| + abs_floor for every element.
-// With rounding_rel > 0 (the relative error one output rounding may make, as
-// a bound) it also checks the bias, the least-squares scale of the error:
-// rounding to nearest is unbiased, so its bias is noise of standard deviation
-// about sqrt(sum ref^4 * rounding_rel^2 / 3) / sum ref^2, and more than 8 of
-// those is a scale error (a 0.1% one shows over 10^5 elements, where the
-// NMSE and the per-element bound, at bf16's resolution, cannot see it).
-// Prints the figures. `what` names the case in failures.
-// bias_floor is added to that allowance (a kernel whose own math is biased
-// below the rounding, as tensor-core sums may be, states how much).
+// max_nmse (over at least 256 elements; below, rel^2), and |out - ref| <= rel * |ref| + abs_floor for every
+// element. With rounding_rel > 0 (the relative error one output rounding may make, as a bound) it also checks
+// the bias, the least-squares scale of the error: rounding to nearest is unbiased, so its bias is noise of
+// standard deviation about sqrt(sum ref^4 * rounding_rel^2 / 3) / sum ref^2, and more than 8 of those is a
+// scale error (a 0.1% one shows over 10^5 elements, where the NMSE and the per-element bound, at bf16's
+// resolution, cannot see it). Prints the figures. `what` names the case in failures. bias_floor is added to
+// that allowance (a kernel whose own math is biased below the rounding, as tensor-core sums may be, states
+// how much).
 inline Comparison expect_close(const std::vector<float>& out, const std::vector<float>& ref, double max_nmse,
                                double rel, double abs_floor, const std::string& what,
                                double rounding_rel = 0.0, double bias_floor = 1e-6) {

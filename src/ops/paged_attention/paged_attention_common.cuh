@@ -147,7 +147,7 @@ struct AttnParams {
   int max_blocks_per_seq;
   int max_splits;
   int min_split_tiles;
-  int stages;  // 2..kMaxStages
+  int stages;             // 2..kMaxStages
   bool early_kv;          // PagedAttentionTuning::early_kv, with a dependent launch
   bool hold_before_wait;  // PagedAttentionTuning::hold_before_wait
   float scale_log2;       // scale * log2(e)
@@ -200,8 +200,8 @@ __device__ __forceinline__ bool continues_window(const AttnParams<T>& p, int u, 
 // none if it continues the window of the row before, else its split count.
 // One function for the list (device) and the grid that covers it (host).
 __host__ __device__ inline int row_blocks(const int32_t* row_meta, const int32_t* positions, int row_offset,
-                                          int row_end, int t, int R, int tile, int max_splits,
-                                          int min_tiles, int sliding_window = 0) {
+                                          int row_end, int t, int R, int tile, int max_splits, int min_tiles,
+                                          int sliding_window = 0) {
   if (t > row_offset && continues_window(row_meta, positions, row_offset, row_end, t - 1,
                                          row_meta[2 * (t - 1)], positions[t - 1], 1, R))
     return 0;

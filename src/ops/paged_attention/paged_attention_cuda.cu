@@ -303,9 +303,9 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 }
 
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                          const DeviceBatch& batch, int n_rep, float scale,
-                          PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
-                          const PagedAttentionTuning& options, int sliding_window) {
+                          const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
+                          const Tensor& out, cuda::Stream stream, const PagedAttentionTuning& options,
+                          int sliding_window) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
@@ -432,9 +432,10 @@ PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
 
 }  // namespace
 
-void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
-                          int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
-                          cuda::Stream stream, PagedAttentionKernel kernel, int sliding_window) {
+void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
+                          const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
+                          const Tensor& out, cuda::Stream stream, PagedAttentionKernel kernel,
+                          int sliding_window) {
   paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel),
                        sliding_window);
 }

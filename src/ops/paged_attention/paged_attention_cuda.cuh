@@ -78,8 +78,8 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 // kernel only). A decode step has one token a sequence. The step's K/V must
 // already be in the pools (paged_kv_write_cuda).
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                          const DeviceBatch& batch, int n_rep, float scale,
-                          PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream = nullptr,
+                          const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
+                          const Tensor& out, cuda::Stream stream = nullptr,
                           PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0);
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,

@@ -28,10 +28,10 @@ __global__ void __launch_bounds__(kItemsThreads)
   int base = 0;
   for (int r0 = 0; r0 < rows; r0 += kItemsThreads) {
     const int u = r0 + static_cast<int>(threadIdx.x);
-    const int n = u < rows ? row_blocks(p.row_meta, p.positions, p.row_offset, p.row_end, p.row_offset + u,
-                                        kWindow, Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles,
-                                        p.sliding_window)
-                           : 0;
+    const int n =
+        u < rows ? row_blocks(p.row_meta, p.positions, p.row_offset, p.row_end, p.row_offset + u, kWindow,
+                              Geometry<HD>::kTileTokens, p.max_splits, p.min_split_tiles, p.sliding_window)
+                 : 0;
     int at = 0, total = 0;
     Scan(scan).ExclusiveSum(n, at, total);
     for (int s = 0; s < n; ++s) items[base + at + s] = u << kItemSplitBits | s;

@@ -305,9 +305,9 @@ int query_tile_count(const DeviceBatch& batch, int n_rep) {
   return n;
 }
 
-void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                        const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
-                        const Tensor& out, cuda::Stream stream, int block_size_log2, bool dependent_launch) {
+void launch_query_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
+                        int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
+                        cuda::Stream stream, int block_size_log2, bool dependent_launch) {
   const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   const int n_tiles = query_tile_count(batch, n_rep);
   NS_CHECK(n_tiles <= int64_t{ws.max_rows()} * PagedAttentionWorkspaceCuda::kMaxSplits && n_tiles <= 65535)

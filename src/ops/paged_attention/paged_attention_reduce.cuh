@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(32) paged_attention_reduce_kernel(const __grid
   const int t = p.row_offset + row_local;
   const RowInfo ri = row_info(p, t);
   constexpr int kTile = Geometry<HD>::kTileTokens;
-  const SplitPlan plan =
-      plan_splits(ri.ctx - sliding_first(ri.ctx, p.sliding_window, kTile), kTile, p.max_splits, p.min_split_tiles);
+  const SplitPlan plan = plan_splits(ri.ctx - sliding_first(ri.ctx, p.sliding_window, kTile), kTile,
+                                     p.max_splits, p.min_split_tiles);
   if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
   wait_primary_grid();                                // the partials are complete and visible
   const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;

@@ -59,12 +59,12 @@ struct PagedAttentionTuning {
 // paged_attention_cuda and paged_attention_cuda_launch_key (paged_attention_cuda.cuh)
 // with every knob given.
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
-                          const DeviceBatch& batch, int n_rep, float scale,
-                          PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
-                          const PagedAttentionTuning& tuning, int sliding_window = 0);
+                          const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
+                          const Tensor& out, cuda::Stream stream, const PagedAttentionTuning& tuning,
+                          int sliding_window = 0);
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
-                                         const PagedAttentionWorkspaceCuda& ws, const PagedAttentionTuning& tuning,
-                                         int sliding_window = 0);
+                                         const PagedAttentionWorkspaceCuda& ws,
+                                         const PagedAttentionTuning& tuning, int sliding_window = 0);
 
 // How many thread blocks a row of context ctx is split over (1: no partials).
 int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionTuning& tuning = {});

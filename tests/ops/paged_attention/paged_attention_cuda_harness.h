@@ -20,17 +20,12 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/half.h"
+#include "core/skip_without_gpu.h"
 #include "ops/paged_attention/paged_attention.h"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/paged_attention/paged_attention_tuning.cuh"
 
 namespace nanoserve::paged_attention_test {
-
-#define NS_SKIP_WITHOUT_GPU()                                                     \
-  do {                                                                            \
-    std::string why;                                                              \
-    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // Relative error ||out - ref|| / ||ref|| per token row (all its heads).
 inline double tolerance(DType dt) {
@@ -179,8 +174,7 @@ struct DeviceRun {
 };
 
 // Uploads the problem, writes the step's K/V, runs attention; returns the device tensors.
-inline DeviceRun run_on_device(const Problem& p, const PagedAttentionTuning& opt = {},
-                               int max_rows = 0) {
+inline DeviceRun run_on_device(const Problem& p, const PagedAttentionTuning& opt = {}, int max_rows = 0) {
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
   DeviceRun r;
@@ -210,7 +204,8 @@ inline std::vector<uint16_t> download16(const Tensor& dev) {
 
 // The reference over the sequences in `check` (a sub-batch sharing the pools)
 // with `window`: each checked row's relative error, (token, error).
-inline std::vector<std::pair<int, double>> reference_errors(const Problem& p, const std::vector<uint16_t>& out16,
+inline std::vector<std::pair<int, double>> reference_errors(const Problem& p,
+                                                            const std::vector<uint16_t>& out16,
                                                             const std::vector<int>& check, int window) {
   const Shape& s = p.shape;
   const int64_t hd = s.head_dim;
@@ -299,8 +294,8 @@ inline uint64_t fresh_seed() {
 // Runs one problem and checks the pools (bitwise, after the write) and the output.
 // Returns the output.
 inline std::vector<uint16_t> check_problem(const Shape& s, const std::vector<std::pair<int, int>>& seqs,
-                                           std::vector<int> check = {},
-                                           const PagedAttentionTuning& opt = {}, uint64_t seed = 0) {
+                                           std::vector<int> check = {}, const PagedAttentionTuning& opt = {},
+                                           uint64_t seed = 0) {
   if (seed == 0) seed = fresh_seed();
   SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
   const Problem p = make_problem(seed, s, seqs);

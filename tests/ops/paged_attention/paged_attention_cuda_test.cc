@@ -144,8 +144,8 @@ TEST(PagedAttentionCuda, PairedExtendRowsEqualSingleRows) {
 // far outside the tolerance, so an off-by-one cannot pass.
 TEST(PagedAttentionCuda, SlidingWindowMatchesReference) {
   NS_SKIP_WITHOUT_GPU();
-  const std::vector<std::pair<int, int>> seqs{{1, 1},      {37, 37}, {120, 20}, {1000, 300},
-                                              {2048, 1},   {5, 2},   {700, 1},  {4500, 1}};
+  const std::vector<std::pair<int, int>> seqs{{1, 1},    {37, 37}, {120, 20}, {1000, 300},
+                                              {2048, 1}, {5, 2},   {700, 1},  {4500, 1}};
   PagedAttentionTuning single;
   single.pair_rows = false;
   for (const int w : {1, 5, 64, 100, 300}) {
@@ -180,8 +180,8 @@ TEST(PagedAttentionCuda, QueryTilesMatchReference) {
   NS_SKIP_WITHOUT_GPU();
   PagedAttentionTuning tiles;
   tiles.query_tiles = true;
-  const std::vector<std::pair<int, int>> seqs{{1, 1},     {37, 37}, {120, 20}, {1000, 300},
-                                              {2048, 1},  {5, 2},   {130, 65}, {700, 1}};
+  const std::vector<std::pair<int, int>> seqs{{1, 1},    {37, 37}, {120, 20}, {1000, 300},
+                                              {2048, 1}, {5, 2},   {130, 65}, {700, 1}};
   check_problem({DType::kBF16, 128, 16, 2, 4}, seqs, {}, tiles);
   check_problem({DType::kBF16, 128, 16, 8, 4}, {{1024, 1024}}, {}, tiles);
   check_problem({DType::kF16, 64, 32, 2, 8}, seqs, {}, tiles);
