@@ -22,7 +22,7 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
-      times the scale, in f32), the plant being every scale 3% off.
+      times the scale, in f32), the plant being every scale 10% off.
 
 Every weight that a family reads, norms and biases included, is random (the
 default init leaves norms at one and biases at zero, where a dropped or
@@ -219,7 +219,7 @@ def make(out_dir, family, tokenizer_json):
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
-    for name, scale_error in (("fp8_logits.f32", 1.0), ("fp8_planted_logits.f32", 1.03)):
+    for name, scale_error in (("fp8_logits.f32", 1.0), ("fp8_planted_logits.f32", 1.10)):
         q = copy.deepcopy(model)
         quantize_fp8(q, scale_error)
         write_logits(q, prompts, os.path.join(out_dir, name))

