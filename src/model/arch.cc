@@ -13,7 +13,10 @@ constexpr ArchInfo kArchs[] = {
     {.name = "qwen2", .qkv_bias = true, .gguf_rope_pairs = RopePairs::kHalves},
     {.name = "qwen3", .qk_norm = true, .gguf_rope_pairs = RopePairs::kHalves},
     {.name = "phi3", .fused_qkv_gate_up = true, .gguf_rope_pairs = RopePairs::kHalves},
-    {.name = "qwen3moe", .qk_norm = true, .gguf_rope_pairs = RopePairs::kHalves, .experts = ArchExperts::kAlways},
+    {.name = "qwen3moe",
+     .qk_norm = true,
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .experts = ArchExperts::kAlways},
 };
 
 }  // namespace
@@ -59,8 +62,8 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
   names.push_back("attn_output.weight");
   names.push_back("ffn_norm.weight");
   if (config.n_experts > 0) {
-    for (const char* n : {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
-                          "ffn_down_exps.weight"}) {
+    for (const char* n :
+         {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
       names.push_back(n);
     }
     return names;
@@ -88,7 +91,8 @@ int64_t expert_of(std::string_view rest, int64_t n_experts) {
     if (!rest.starts_with(stem)) continue;
     std::string_view tail = rest.substr(stem.size());
     const size_t dot = tail.find('.');
-    if (dot == std::string_view::npos || tail.substr(dot) != ".weight" || dot == 0 || (dot > 1 && tail[0] == '0'))
+    if (dot == std::string_view::npos || tail.substr(dot) != ".weight" || dot == 0 ||
+        (dot > 1 && tail[0] == '0'))
       return -1;
     int64_t e = -1;
     auto [p, ec] = std::from_chars(tail.data(), tail.data() + dot, e);

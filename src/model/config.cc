@@ -182,7 +182,8 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   NS_RETURN_IF_ERROR(read_int(f, p + "expert_used_count", false, &c.n_experts_used));
   c.expert_ffn_dim = c.ffn_dim;  // Mixtral's; qwen3moe names its own
   NS_RETURN_IF_ERROR(read_int(f, p + "expert_feed_forward_length", false, &c.expert_ffn_dim));
-  if (const ArchInfo* a = find_arch(c.arch); a != nullptr && a->experts == ArchExperts::kNever && c.n_experts > 0) {
+  if (const ArchInfo* a = find_arch(c.arch);
+      a != nullptr && a->experts == ArchExperts::kNever && c.n_experts > 0) {
     return unimplemented("metadata '" + p + "expert_count' = " + std::to_string(c.n_experts) +
                          ": mixture of experts is not supported for " + c.arch);
   }
@@ -266,8 +267,8 @@ Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {
   NS_RETURN_IF_ERROR(apply_arch(arch_checked));
   const std::string p = c.arch + ".";
   // Keys of features this forward does not have; present and not 0, they would change the output.
-  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length", "leading_dense_block_count",
-                          "expert_group_count"}) {
+  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length",
+                          "leading_dense_block_count", "expert_group_count"}) {
     auto n = f.get_int(p + key);
     if (n.ok() && *n > 0) {
       return unimplemented("metadata '" + p + key + "' = " + std::to_string(*n) +

@@ -149,7 +149,8 @@ constexpr HfArch kHfArchs[] = {
 // (num_experts of moe_intermediate_size, norm_topk_prob, every layer sparse).
 Status read_experts(const Reader& r, const HfArch& arch, ModelConfig& c) {
   const std::string type = arch.model_type;
-  const char* count_key = r.find("num_experts") != nullptr && type == "qwen3_moe" ? "num_experts" : "num_local_experts";
+  const char* count_key =
+      r.find("num_experts") != nullptr && type == "qwen3_moe" ? "num_experts" : "num_local_experts";
   // The config classes' defaults where config.json leaves a key out.
   const bool mixtral = type == "mixtral";
   c.n_experts = mixtral ? 8 : 128;
@@ -205,7 +206,8 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch) {
   }
   for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace"}) {
     if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
-      return r.unsupported(std::string("'") + key + "': shared experts and dense leading layers are not supported");
+      return r.unsupported(std::string("'") + key +
+                           "': shared experts and dense leading layers are not supported");
     }
   }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
@@ -292,8 +294,8 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   // Mistral's window, in every layer (Qwen's is refused above; it keeps the
   // key with use_sliding_window false, and then has none).
   if (const json* v = r.find("sliding_window"); v != nullptr && type != "qwen2" && type != "qwen3" &&
-                                                 type != "qwen3_moe" &&
-                                                 !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {
+                                                type != "qwen3_moe" && !v->is_null() &&
+                                                !(v->is_boolean() && !v->get<bool>())) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1)
       return r.error("sliding_window", "expected a positive integer, false or null");
     c.sliding_window = v->get<int64_t>() < c.context_length ? v->get<int64_t>() : 0;

@@ -53,7 +53,8 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   }
   if (c.n_experts > 0) {
     if (rest == "ffn_gate_inp.weight") return {c.n_experts, c.dim};
-    if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight") return {c.n_experts, c.expert_ffn_dim, c.dim};
+    if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight")
+      return {c.n_experts, c.expert_ffn_dim, c.dim};
     if (rest == "ffn_down_exps.weight") return {c.n_experts, c.dim, c.expert_ffn_dim};
     return {};
   }

@@ -33,7 +33,8 @@ std::optional<std::string_view> hf_layer_name(const ModelConfig& c, std::string_
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
   if (g == "ffn_up.weight") return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
-  if (g == "ffn_gate_inp.weight") return c.arch == "qwen3moe" ? "mlp.gate.weight" : "block_sparse_moe.gate.weight";
+  if (g == "ffn_gate_inp.weight")
+    return c.arch == "qwen3moe" ? "mlp.gate.weight" : "block_sparse_moe.gate.weight";
   for (const Name& n : kNames) {
     if (g == n.gguf) return n.hf;
   }

@@ -52,10 +52,10 @@ struct LayerWeights {
   Tensor w_up;        // [ffn_dim, dim]
   Tensor w_down;      // [dim, ffn_dim]
   // A mixture of experts instead of w_gate, w_up, w_down (config.n_experts > 0):
-  Tensor router;                  // [n_experts, dim] ffn_gate_inp
-  std::vector<Tensor> exp_gate;   // n_experts x [expert_ffn_dim, dim]
-  std::vector<Tensor> exp_up;     // n_experts x [expert_ffn_dim, dim]
-  std::vector<Tensor> exp_down;   // n_experts x [dim, expert_ffn_dim]
+  Tensor router;                 // [n_experts, dim] ffn_gate_inp
+  std::vector<Tensor> exp_gate;  // n_experts x [expert_ffn_dim, dim]
+  std::vector<Tensor> exp_up;    // n_experts x [expert_ffn_dim, dim]
+  std::vector<Tensor> exp_down;  // n_experts x [dim, expert_ffn_dim]
 };
 
 struct ModelWeights {

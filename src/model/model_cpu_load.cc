@@ -67,7 +67,8 @@ Status load_expert_set(const TensorSource& f, const ModelConfig& c, const std::s
     return Status::ok_status();
   }
   for (int64_t e = 0; e < E; ++e) {
-    NS_ASSIGN_OR_RETURN(Tensor t, load_matrix(f, p + "ffn_" + x + "." + std::to_string(e) + ".weight", {rows, cols}));
+    NS_ASSIGN_OR_RETURN(Tensor t,
+                        load_matrix(f, p + "ffn_" + x + "." + std::to_string(e) + ".weight", {rows, cols}));
     out.push_back(std::move(t));
   }
   return Status::ok_status();

@@ -268,8 +268,9 @@ Status CudaModel::supports(const ModelConfig& c) {
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
   if (c.n_experts > 0) {
-    return unimplemented("--device cuda: mixture of experts (" + c.arch + ", " + std::to_string(c.n_experts_used) +
-                         " of " + std::to_string(c.n_experts) + " experts); it runs on the CPU");
+    return unimplemented("--device cuda: mixture of experts (" + c.arch + ", " +
+                         std::to_string(c.n_experts_used) + " of " + std::to_string(c.n_experts) +
+                         " experts); it runs on the CPU");
   }
   if (c.sliding_window > 0) {
     return unimplemented("--device cuda: sliding-window attention (a window of " +

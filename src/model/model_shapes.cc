@@ -72,7 +72,8 @@ ModelConfig qwen3_30b_a3b() {
 }  // namespace
 
 const std::vector<std::string>& model_shape_names() {
-  static const std::vector<std::string> kNames = {"llama-3-8b", "llama-3.2-1b", "smollm2-135m", "qwen3-30b-a3b"};
+  static const std::vector<std::string> kNames = {"llama-3-8b", "llama-3.2-1b", "smollm2-135m",
+                                                  "qwen3-30b-a3b"};
   return kNames;
 }
 
@@ -89,7 +90,8 @@ StatusOr<ModelConfig> model_shape(std::string_view name) {
 
 int64_t model_param_count(const ModelConfig& c) {
   const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-  const int64_t mlp = c.n_experts > 0 ? c.n_experts * (c.dim + 3 * c.dim * c.expert_ffn_dim) : 3 * c.dim * c.ffn_dim;
+  const int64_t mlp =
+      c.n_experts > 0 ? c.n_experts * (c.dim + 3 * c.dim * c.expert_ffn_dim) : 3 * c.dim * c.ffn_dim;
   const ArchInfo* a = find_arch(c.arch);
   const int64_t norms = a != nullptr && a->qk_norm ? 2 * c.head_dim : 0;
   const int64_t per_layer = 2 * c.dim + norms + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;

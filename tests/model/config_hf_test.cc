@@ -112,9 +112,16 @@ TEST(ConfigHf, DefaultsFollowLlamaConfig) {
 // norm_topk_prob (default false); Mixtral's experts are intermediate_size wide
 // and always normalised.
 TEST(ConfigHf, ExpertsOfQwen3MoeAndMixtral) {
-  json q = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"hidden_size", 64},
-            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100},
-            {"num_experts", 16}, {"num_experts_per_tok", 4}, {"moe_intermediate_size", 32}};
+  json q = {{"architectures", {"Qwen3MoeForCausalLM"}},
+            {"model_type", "qwen3_moe"},
+            {"hidden_size", 64},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"intermediate_size", 128},
+            {"vocab_size", 100},
+            {"num_experts", 16},
+            {"num_experts_per_tok", 4},
+            {"moe_intermediate_size", 32}};
   auto got = config_from_hf_json(q);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->config.arch, "qwen3moe");
@@ -131,9 +138,15 @@ TEST(ConfigHf, ExpertsOfQwen3MoeAndMixtral) {
   EXPECT_TRUE(got->config.expert_weights_norm);
   EXPECT_EQ(got->config.n_experts, 16);
 
-  json m = {{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"hidden_size", 64},
-            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"intermediate_size", 128}, {"vocab_size", 100},
-            {"num_local_experts", 8}, {"num_experts_per_tok", 2}};
+  json m = {{"architectures", {"MixtralForCausalLM"}},
+            {"model_type", "mixtral"},
+            {"hidden_size", 64},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"intermediate_size", 128},
+            {"vocab_size", 100},
+            {"num_local_experts", 8},
+            {"num_experts_per_tok", 2}};
   got = config_from_hf_json(m);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->config.arch, "llama");
@@ -227,7 +240,8 @@ TEST(ConfigHf, RefusesByName) {
          j["use_sliding_window"] = true;
        },
        StatusCode::kUnimplemented, "use_sliding_window = true"},
-      {"window of 0", [](json& j) { j["sliding_window"] = 0; }, StatusCode::kInvalidArgument, "sliding_window"},
+      {"window of 0", [](json& j) { j["sliding_window"] = 0; }, StatusCode::kInvalidArgument,
+       "sliding_window"},
       {"window as text", [](json& j) { j["sliding_window"] = "4096"; }, StatusCode::kInvalidArgument,
        "sliding_window"},
       {"phi3 longrope",
