@@ -110,6 +110,11 @@ void print_config(const ModelConfig& c) {
   if (c.rope_scaling.freq_factors_tensor) std::printf(" (rope_freqs.weight)");
   std::printf("\n  rms norm eps %g, embeddings %s\n", c.norm_eps,
               c.tied_embeddings ? "tied (no output.weight)" : "separate");
+  if (c.n_experts > 0) {
+    std::printf("  experts %" PRId64 " of %" PRId64 " per token, expert ffn %" PRId64 ", weights %s\n",
+                c.n_experts_used, c.n_experts, c.expert_ffn_dim,
+                c.expert_weights_norm ? "renormalised over the top-k" : "the softmax's");
+  }
   const ArchInfo* a = find_arch(c.arch);
   if (a != nullptr && (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up)) {
     std::printf("  beyond llama:%s%s%s\n", a->qkv_bias ? " q/k/v biases" : "", a->qk_norm ? " q/k head norms" : "",

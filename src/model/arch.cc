@@ -9,10 +9,14 @@ namespace nanoserve {
 namespace {
 
 constexpr ArchInfo kArchs[] = {
-    {.name = "llama"},
+    {.name = "llama", .experts = ArchExperts::kOptional},
     {.name = "qwen2", .qkv_bias = true, .gguf_rope_pairs = RopePairs::kHalves},
     {.name = "qwen3", .qk_norm = true, .gguf_rope_pairs = RopePairs::kHalves},
     {.name = "phi3", .fused_qkv_gate_up = true, .gguf_rope_pairs = RopePairs::kHalves},
+    {.name = "qwen3moe",
+     .qk_norm = true,
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .experts = ArchExperts::kAlways},
 };
 
 }  // namespace
@@ -57,6 +61,13 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
   }
   names.push_back("attn_output.weight");
   names.push_back("ffn_norm.weight");
+  if (config.n_experts > 0) {
+    for (const char* n :
+         {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
+      names.push_back(n);
+    }
+    return names;
+  }
   if (c.fused_qkv_gate_up) {
     names.push_back("ffn_up.weight");  // [gate; up]
   } else {
@@ -66,6 +77,32 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
   names.push_back("ffn_down.weight");
   return names;
 }
+
+std::vector<std::string> arch_expert_tensors(int64_t expert) {
+  const std::string e = std::to_string(expert);
+  return {"ffn_gate." + e + ".weight", "ffn_up." + e + ".weight", "ffn_down." + e + ".weight"};
+}
+
+namespace {
+
+// "ffn_gate.7.weight" -> 7 when 0 <= 7 < n_experts (one spelling per expert); else -1.
+int64_t expert_of(std::string_view rest, int64_t n_experts) {
+  for (std::string_view stem : {"ffn_gate.", "ffn_up.", "ffn_down."}) {
+    if (!rest.starts_with(stem)) continue;
+    std::string_view tail = rest.substr(stem.size());
+    const size_t dot = tail.find('.');
+    if (dot == std::string_view::npos || tail.substr(dot) != ".weight" || dot == 0 ||
+        (dot > 1 && tail[0] == '0'))
+      return -1;
+    int64_t e = -1;
+    auto [p, ec] = std::from_chars(tail.data(), tail.data() + dot, e);
+    if (ec != std::errc() || p != tail.data() + dot || e < 0 || e >= n_experts) return -1;
+    return e;
+  }
+  return -1;
+}
+
+}  // namespace
 
 bool arch_uses_tensor(const ModelConfig& c, std::string_view name) {
   if (name == "token_embd.weight" || name == "output_norm.weight" || name == "output.weight" ||
@@ -83,7 +120,7 @@ bool arch_uses_tensor(const ModelConfig& c, std::string_view name) {
   for (const std::string& n : arch_layer_tensors(c)) {
     if (rest == n) return true;
   }
-  return false;
+  return c.n_experts > 0 && expert_of(rest, c.n_experts) >= 0;
 }
 
 }  // namespace nanoserve

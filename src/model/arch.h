@@ -14,6 +14,16 @@
 //   qwen2   qwen2                       qwen2               biases on q, k, v
 //   qwen3   qwen3                       qwen3               RMSNorm of each q and k head before rope
 //   phi3    phi3                        phi3                one fused qkv and one fused gate_up tensor
+//   qwen3moe qwen3moe                   qwen3_moe           qwen3 with a mixture of experts in every layer
+//
+// Mixture of experts. Mixtral is llama with experts (llama.cpp writes it as
+// "llama" with expert_count; HF model_type mixtral); Qwen3-MoE is its own
+// row, which always has them. What a checkpoint sets (expert count, top-k,
+// expert ffn, normalisation) is in ModelConfig; the feed-forward of such a
+// layer is ops/moe/moe.h: a router, ffn_gate_inp [n_experts, dim], and the
+// experts stacked into ffn_{gate,up,down}_exps [n_experts, ...] (or one
+// tensor per expert, ffn_{gate,up,down}.E, as older llama.cpp files and HF
+// checkpoints hold them).
 //
 // What a checkpoint sets rather than its family (tied embeddings, norm eps,
 // rope theta and scaling) is in ModelConfig; config_hf.cc holds the HF config
@@ -45,6 +55,13 @@ enum class RopePairs : uint8_t {
   kHalves,    // (i, i + hd/2), as every HF checkpoint: permuted at load ("NEOX")
 };
 
+// Whether a family's layers have experts.
+enum class ArchExperts : uint8_t {
+  kNever,     // a dense MLP always
+  kOptional,  // dense, or experts when the checkpoint has them (llama: Mixtral)
+  kAlways,    // experts in every layer (qwen3moe)
+};
+
 struct ArchInfo {
   const char* name;                // general.architecture
   bool qkv_bias = false;           // q, k, v projections add a bias
@@ -53,6 +70,7 @@ struct ArchInfo {
   RopePairs gguf_rope_pairs = RopePairs::kAdjacent;
   // The MLP's gate activation, as HF's hidden_act names it: down(act(gate) * up).
   const char* hidden_act = "silu";
+  ArchExperts experts = ArchExperts::kNever;
 };
 
 // nullptr when `name` is not built.
@@ -64,8 +82,12 @@ std::string built_arch_names();
 Status apply_arch(ModelConfig& config);
 
 // The per-layer tensors of the config's architecture, by GGUF name without
-// the "blk.N." prefix, in load order.
+// the "blk.N." prefix, in load order. A layer with experts lists the stacked
+// ffn_{gate,up,down}_exps; arch_expert_tensors names the per-expert ones
+// that may stand in for them.
 std::vector<std::string> arch_layer_tensors(const ModelConfig& config);
+// ffn_gate.E.weight, ffn_up.E.weight, ffn_down.E.weight (no "blk.N." prefix).
+std::vector<std::string> arch_expert_tensors(int64_t expert);
 // Whether a GGUF tensor name is one the forward reads for this config
 // (token_embd, output_norm, output, rope_freqs, and blk.N.* of N < n_layers).
 bool arch_uses_tensor(const ModelConfig& config, std::string_view name);

@@ -21,6 +21,7 @@ constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxFfnDim = int64_t{1} << 20;
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
 constexpr int64_t kMaxContext = int64_t{1} << 24;
+constexpr int64_t kMaxExperts = 4096;
 
 Status range_error(const char* field, int64_t v, int64_t lo, int64_t hi) {
   return invalid_argument(std::string("model config: ") + field + " = " + std::to_string(v) +
@@ -85,6 +86,18 @@ Status ModelConfig::validate() const {
   NS_RETURN_IF_ERROR(check_range("vocab_size", vocab_size, 1, kMaxVocab));
   NS_RETURN_IF_ERROR(check_range("context_length", context_length, 1, kMaxContext));
   NS_RETURN_IF_ERROR(check_range("sliding_window", sliding_window, 0, kMaxContext));
+  NS_RETURN_IF_ERROR(check_range("n_experts", n_experts, 0, kMaxExperts));
+  if (n_experts > 0) {
+    NS_RETURN_IF_ERROR(check_range("n_experts_used", n_experts_used, 1, n_experts));
+    NS_RETURN_IF_ERROR(check_range("expert_ffn_dim", expert_ffn_dim, 1, kMaxFfnDim));
+  } else if (n_experts_used != 0) {
+    return invalid_argument("model config: n_experts_used = " + std::to_string(n_experts_used) +
+                            " without experts");
+  }
+  if (const ArchInfo* a = family != nullptr ? family : find_arch(arch)) {
+    if (a->experts == ArchExperts::kAlways && n_experts == 0)
+      return invalid_argument("model config: " + arch + " needs experts (n_experts is 0)");
+  }
   NS_RETURN_IF_ERROR(check_positive_finite("rope_theta", rope_theta));
   NS_RETURN_IF_ERROR(check_positive_finite("norm_eps", norm_eps));
   if (norm_eps >= 1.0f)
@@ -121,6 +134,10 @@ std::string ModelConfig::to_string() const {
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
   if (sliding_window > 0) s << ", sliding window " << sliding_window;
+  if (n_experts > 0) {
+    s << ", experts " << n_experts_used << " of " << n_experts << " (ffn " << expert_ffn_dim
+      << (expert_weights_norm ? ", weights normalized)" : ")");
+  }
   s << (tied_embeddings ? ", tied embeddings" : ", separate output");
   if (const ArchInfo* a = family != nullptr ? family : find_arch(arch)) {
     if (a->qkv_bias) s << ", qkv bias";
@@ -161,6 +178,20 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   NS_RETURN_IF_ERROR(read_float(f, p + "attention.layer_norm_rms_epsilon", &c.norm_eps));
   NS_RETURN_IF_ERROR(read_int(f, p + "attention.sliding_window", false, &c.sliding_window));
   if (c.sliding_window >= c.context_length) c.sliding_window = 0;  // a window that never slides
+  NS_RETURN_IF_ERROR(read_int(f, p + "expert_count", false, &c.n_experts));
+  NS_RETURN_IF_ERROR(read_int(f, p + "expert_used_count", false, &c.n_experts_used));
+  c.expert_ffn_dim = c.ffn_dim;  // Mixtral's; qwen3moe names its own
+  NS_RETURN_IF_ERROR(read_int(f, p + "expert_feed_forward_length", false, &c.expert_ffn_dim));
+  if (const ArchInfo* a = find_arch(c.arch);
+      a != nullptr && a->experts == ArchExperts::kNever && c.n_experts > 0) {
+    return unimplemented("metadata '" + p + "expert_count' = " + std::to_string(c.n_experts) +
+                         ": mixture of experts is not supported for " + c.arch);
+  }
+  // llama.cpp renormalises the top-k weights of both qwen3moe and Mixtral
+  // unless the file says otherwise.
+  if (f.find(p + "expert_weights_norm") != nullptr) {
+    NS_ASSIGN_OR_RETURN(c.expert_weights_norm, f.get_bool(p + "expert_weights_norm"));
+  }
 
   // Vocabulary: the explicit key, else the tokenizer's token list.
   if (f.find(p + "vocab_size") != nullptr) {
@@ -236,12 +267,20 @@ Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {
   NS_RETURN_IF_ERROR(apply_arch(arch_checked));
   const std::string p = c.arch + ".";
   // Keys of features this forward does not have; present and not 0, they would change the output.
-  for (const char* key : {"expert_count", "expert_used_count"}) {
+  for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length",
+                          "leading_dense_block_count", "expert_group_count"}) {
     auto n = f.get_int(p + key);
     if (n.ok() && *n > 0) {
       return unimplemented("metadata '" + p + key + "' = " + std::to_string(*n) +
-                           ": mixture of experts is not supported");
+                           ": this mixture of experts is not supported (only routed experts in every layer)");
     }
+  }
+  if (auto g = f.get_int(p + "expert_gating_func"); g.ok() && *g != 1) {
+    return unimplemented("metadata '" + p + "expert_gating_func' = " + std::to_string(*g) +
+                         ": only softmax gating (1) is supported");
+  }
+  if (auto s = f.get_float(p + "expert_weights_scale"); s.ok() && *s != 1.0 && *s != 0.0) {
+    return unimplemented("metadata '" + p + "expert_weights_scale': scaled expert weights are not supported");
   }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
     auto v = f.get_float(p + key);

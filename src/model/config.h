@@ -14,7 +14,7 @@ namespace nanoserve {
 class GgufFile;
 
 struct ModelConfig {
-  std::string arch;  // "llama", "qwen2", "qwen3", "phi3" (model/arch.h)
+  std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "qwen3moe" (model/arch.h)
   int64_t n_layers = 0;
   int64_t dim = 0;  // embedding_length
   int64_t n_heads = 0;
@@ -32,6 +32,14 @@ struct ModelConfig {
   // the sliding_window - 1 positions before it, in every layer; 0: none (a
   // window at or above the context is none).
   int64_t sliding_window = 0;
+  // Mixture of experts (Qwen3-MoE, Mixtral; ops/moe/moe.h): every layer's
+  // MLP is n_experts SwiGLU experts of expert_ffn_dim, of which each token
+  // runs the n_experts_used its router weighs highest, their weights divided
+  // by their sum when expert_weights_norm. n_experts 0: a dense MLP of ffn_dim.
+  int64_t n_experts = 0;
+  int64_t n_experts_used = 0;
+  int64_t expert_ffn_dim = 0;
+  bool expert_weights_norm = true;
   // The family's row of model/arch.h (apply_arch sets it): what it adds to llama.
   const ArchInfo* family = nullptr;
 
@@ -49,8 +57,8 @@ struct ModelConfig {
 StatusOr<ModelConfig> config_from_gguf(const GgufFile& file);
 
 // UNIMPLEMENTED naming the key or tensor when the file needs what the forward
-// does not have: an architecture outside model/arch.h, experts, logit
-// soft-capping, partial rotary (beyond llama),
+// does not have: an architecture outside model/arch.h, shared experts or a
+// gating other than softmax, logit soft-capping, partial rotary (beyond llama),
 // longrope factors, or any tensor the forward would not read.
 Status check_gguf_supported(const GgufFile& file, const ModelConfig& config);
 

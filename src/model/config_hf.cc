@@ -132,6 +132,7 @@ struct HfArch {
   int64_t max_position_embeddings;
   float rms_norm_eps;
   int64_t head_dim;  // 0: hidden_size / num_attention_heads
+  bool experts = false;  // a mixture of experts (read_experts)
 };
 constexpr HfArch kHfArchs[] = {
     {"llama", "LlamaForCausalLM", "llama", 2048, 1e-6f, 0},
@@ -139,7 +140,46 @@ constexpr HfArch kHfArchs[] = {
     {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, 1e-6f, 0},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, 1e-6f, 128},
     {"phi3", "Phi3ForCausalLM", "phi3", 4096, 1e-5f, 0},
+    {"mixtral", "MixtralForCausalLM", "llama", 4096 * 32, 1e-5f, 0, true},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", 32768, 1e-6f, 0, true},
 };
+
+// The experts of Mixtral (num_local_experts of intermediate_size, top
+// num_experts_per_tok, weights always renormalised) and Qwen3-MoE
+// (num_experts of moe_intermediate_size, norm_topk_prob, every layer sparse).
+Status read_experts(const Reader& r, const HfArch& arch, ModelConfig& c) {
+  const std::string type = arch.model_type;
+  const char* count_key =
+      r.find("num_experts") != nullptr && type == "qwen3_moe" ? "num_experts" : "num_local_experts";
+  // The config classes' defaults where config.json leaves a key out.
+  const bool mixtral = type == "mixtral";
+  c.n_experts = mixtral ? 8 : 128;
+  c.n_experts_used = mixtral ? 2 : 8;
+  NS_RETURN_IF_ERROR(r.integer(count_key, false, &c.n_experts));
+  NS_RETURN_IF_ERROR(r.integer("num_experts_per_tok", false, &c.n_experts_used));
+  if (c.n_experts < 1) return r.error(count_key, "expected at least 1");
+  if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts)
+    return r.error("num_experts_per_tok", "expected 1 to " + std::to_string(c.n_experts));
+  if (mixtral) {
+    c.expert_ffn_dim = c.ffn_dim;
+    c.expert_weights_norm = true;
+    return Status::ok_status();
+  }
+  c.expert_ffn_dim = 768;
+  NS_RETURN_IF_ERROR(r.integer("moe_intermediate_size", false, &c.expert_ffn_dim));
+  c.expert_weights_norm = false;  // Qwen3MoeConfig's default
+  NS_RETURN_IF_ERROR(r.boolean("norm_topk_prob", &c.expert_weights_norm));
+  int64_t step = 1;
+  NS_RETURN_IF_ERROR(r.integer("decoder_sparse_step", false, &step));
+  if (step != 1) {
+    return r.unsupported("decoder_sparse_step = " + std::to_string(step) +
+                         ": dense layers between the sparse ones are not supported");
+  }
+  if (const json* v = r.find("mlp_only_layers"); v != nullptr && !(v->is_array() && v->empty())) {
+    return r.unsupported("mlp_only_layers " + v->dump().substr(0, 32) + ": dense layers are not supported");
+  }
+  return Status::ok_status();
+}
 
 std::string built_hf_names() {
   std::string s;
@@ -151,7 +191,7 @@ std::string built_hf_names() {
 // change the output.
 Status refuse_unsupported(const Reader& r, const HfArch& arch) {
   const std::string type = arch.model_type;
-  if (type == "qwen2" || type == "qwen3") {
+  if (type == "qwen2" || type == "qwen3" || type == "qwen3_moe") {
     // Qwen applies its window only with use_sliding_window, and then only
     // from layer max_window_layers on: not a window of every layer.
     bool use = false;
@@ -159,8 +199,15 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch) {
     if (use) return r.unsupported("use_sliding_window = true: Qwen's per-layer sliding windows are not supported");
   }
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"}) {
+    if (arch.experts) break;  // read by read_experts
     if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
       return r.unsupported(std::string("mixture of experts ('") + key + "') is not supported");
+    }
+  }
+  for (const char* key : {"shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace"}) {
+    if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {
+      return r.unsupported(std::string("'") + key +
+                           "': shared experts and dense leading layers are not supported");
     }
   }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
@@ -247,11 +294,13 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   // Mistral's window, in every layer (Qwen's is refused above; it keeps the
   // key with use_sliding_window false, and then has none).
   if (const json* v = r.find("sliding_window"); v != nullptr && type != "qwen2" && type != "qwen3" &&
-                                                 !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {
+                                                type != "qwen3_moe" && !v->is_null() &&
+                                                !(v->is_boolean() && !v->get<bool>())) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1)
       return r.error("sliding_window", "expected a positive integer, false or null");
     c.sliding_window = v->get<int64_t>() < c.context_length ? v->get<int64_t>() : 0;
   }
+  if (arch->experts) NS_RETURN_IF_ERROR(read_experts(r, *arch, c));
   NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
   NS_RETURN_IF_ERROR(r.number("rms_norm_eps", &c.norm_eps));
   if (const json* rs = r.find("rope_scaling")) NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));

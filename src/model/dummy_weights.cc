@@ -48,6 +48,16 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   if (rest == "attn_q.weight") return {q, c.dim};
   if (rest == "attn_k.weight" || rest == "attn_v.weight") return {kv, c.dim};
   if (rest == "attn_output.weight") return {c.dim, q};
+  if (rest == "attn_q_norm.weight" || rest == "attn_k_norm.weight") {
+    return c.arch_info().qk_norm ? std::vector<int64_t>{c.head_dim} : std::vector<int64_t>{};
+  }
+  if (c.n_experts > 0) {
+    if (rest == "ffn_gate_inp.weight") return {c.n_experts, c.dim};
+    if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight")
+      return {c.n_experts, c.expert_ffn_dim, c.dim};
+    if (rest == "ffn_down_exps.weight") return {c.n_experts, c.dim, c.expert_ffn_dim};
+    return {};
+  }
   if (rest == "ffn_gate.weight" || rest == "ffn_up.weight") return {c.ffn_dim, c.dim};
   if (rest == "ffn_down.weight") return {c.dim, c.ffn_dim};
   return {};
@@ -67,7 +77,7 @@ StatusOr<Tensor> DummyTensors::tensor(std::string_view name) const {
     for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
     return t;
   }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(shape[1]));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));
   uint64_t state = seed_ ^ fnv1a(name);
   for (int64_t i = 0; i < n; i += 2) {
     const uint64_t r = splitmix64(state);

@@ -33,6 +33,8 @@ std::optional<std::string_view> hf_layer_name(const ModelConfig& c, std::string_
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
   if (g == "ffn_up.weight") return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  if (g == "ffn_gate_inp.weight")
+    return c.arch == "qwen3moe" ? "mlp.gate.weight" : "block_sparse_moe.gate.weight";
   for (const Name& n : kNames) {
     if (g == n.gguf) return n.hf;
   }
@@ -52,6 +54,30 @@ bool split_layer(std::string_view name, int64_t* layer, std::string_view* rest) 
   return true;
 }
 
+// An expert's tensor, "ffn_gate.E.weight" -> Qwen3-MoE's
+// "mlp.experts.E.gate_proj.weight" or Mixtral's "block_sparse_moe.experts.E.w1.weight".
+std::optional<std::string> hf_expert_name(const ModelConfig& c, std::string_view g) {
+  struct Name {
+    std::string_view stem, qwen, mixtral;
+  };
+  static constexpr Name kNames[] = {
+      {"ffn_gate.", "gate_proj", "w1"}, {"ffn_up.", "up_proj", "w3"}, {"ffn_down.", "down_proj", "w2"}};
+  for (const Name& n : kNames) {
+    if (!g.starts_with(n.stem) || !g.ends_with(".weight")) continue;
+    const std::string_view e = g.substr(n.stem.size(), g.size() - n.stem.size() - 7);
+    int64_t expert = -1;
+    auto [p, ec] = std::from_chars(e.data(), e.data() + e.size(), expert);
+    if (e.empty() || ec != std::errc() || p != e.data() + e.size() || expert >= c.n_experts ||
+        (e.size() > 1 && e[0] == '0')) {
+      return std::nullopt;
+    }
+    const bool qwen = c.arch == "qwen3moe";
+    return std::string(qwen ? "mlp.experts." : "block_sparse_moe.experts.") + std::string(e) + "." +
+           std::string(qwen ? n.qwen : n.mixtral) + ".weight";
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<std::string> hf_tensor_name(const ModelConfig& c, std::string_view g) {
@@ -62,6 +88,9 @@ std::optional<std::string> hf_tensor_name(const ModelConfig& c, std::string_view
   std::string_view rest;
   if (!split_layer(g, &layer, &rest)) return std::nullopt;
   if (c.n_layers > 0 && layer >= c.n_layers) return std::nullopt;
+  if (c.n_experts > 0) {
+    if (auto e = hf_expert_name(c, rest)) return "model.layers." + std::to_string(layer) + "." + *e;
+  }
   const std::vector<std::string> names = arch_layer_tensors(c);  // only the architecture's own
   if (std::find(names.begin(), names.end(), rest) == names.end()) return std::nullopt;
   auto hf = hf_layer_name(c, rest);
@@ -82,6 +111,11 @@ StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (const std::string& n : layer_names) {
       if (auto hf = hf_tensor_name(config, "blk." + std::to_string(l) + "." + n)) used.insert(*hf);
+    }
+    for (int64_t e = 0; e < config.n_experts; ++e) {
+      for (const std::string& n : arch_expert_tensors(e)) {
+        if (auto hf = hf_tensor_name(config, "blk." + std::to_string(l) + "." + n)) used.insert(*hf);
+      }
     }
   }
   for (const std::string& name : ckpt->names()) {

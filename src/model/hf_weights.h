@@ -1,6 +1,7 @@
 #pragma once
 // A Hugging Face checkpoint (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM) as the model's
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM,
+// Qwen3MoeForCausalLM) as the model's
 // tensors. The model asks by GGUF name; this maps each onto the checkpoint:
 //   token_embd.weight              model.embed_tokens.weight
 //   output_norm.weight             model.norm.weight
@@ -14,6 +15,12 @@
 //   blk.N.ffn_norm.weight          model.layers.N.post_attention_layernorm.weight
 //   blk.N.ffn_{gate,up,down}       model.layers.N.mlp.{gate,up,down}_proj.weight
 //   blk.N.ffn_up.weight            model.layers.N.mlp.gate_up_proj.weight          (phi3: [gate; up])
+//   blk.N.ffn_gate_inp.weight      model.layers.N.mlp.gate.weight                  (qwen3moe: the router)
+//                                  model.layers.N.block_sparse_moe.gate.weight     (Mixtral)
+//   blk.N.ffn_{gate,up,down}.E.weight  model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight (qwen3moe)
+//                                  model.layers.N.block_sparse_moe.experts.E.w{1,3,2}.weight  (Mixtral)
+// An HF checkpoint holds one tensor per expert; the model asks for those
+// when the stacked ffn_*_exps of a GGUF are absent.
 //
 // q and k rows are permuted at load into the adjacent-pair rotary layout
 // (model/rope_layout.h), so a model gives the same logits from its GGUF and

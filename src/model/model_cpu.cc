@@ -65,6 +65,7 @@ const char* forward_phase_name(ForwardPhase p) {
     case ForwardPhase::kDown: return "down matmul";
     case ForwardPhase::kResidual: return "residual adds";
     case ForwardPhase::kLmHead: return "final norm + lm_head";
+    case ForwardPhase::kExperts: return "experts (router, routed matmuls)";
     case ForwardPhase::kCount: break;
   }
   return "?";
@@ -84,12 +85,21 @@ Workspace CpuModel::make_workspace(int64_t max_tokens, int64_t max_logits_rows) 
   ws.v = Tensor::empty(DType::kF32, {T, kv_dim});
   ws.attn = Tensor::empty(DType::kF32, {T, q_dim});
   ws.proj = Tensor::empty(DType::kF32, {T, c.dim});
-  ws.gate = Tensor::empty(DType::kF32, {T, c.ffn_dim});
-  ws.up = Tensor::empty(DType::kF32, {T, c.ffn_dim});
+  int64_t widest = std::max({c.dim, c.ffn_dim, q_dim});
+  int64_t scratch = 0;
+  if (c.n_experts > 0) {  // no dense MLP
+    ws.moe = make_moe_workspace(T, c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim);
+    ws.expert_rows.assign(static_cast<size_t>(c.n_layers * c.n_experts), 0);
+    widest = std::max(c.dim, q_dim);
+    scratch = moe_matmul_scratch_bytes(T, c.n_experts_used, c.dim, c.expert_ffn_dim);
+  } else {
+    ws.gate = Tensor::empty(DType::kF32, {T, c.ffn_dim});
+    ws.up = Tensor::empty(DType::kF32, {T, c.ffn_dim});
+  }
   ws.last = Tensor::empty(DType::kF32, {max_logits_rows, c.dim});
   ws.logits = Tensor::empty(DType::kF32, {max_logits_rows, c.vocab_size});
-  const int64_t widest = std::max({c.dim, c.ffn_dim, q_dim});
-  ws.matmul_scratch.resize(static_cast<size_t>(matmul_scratch_bytes(T, widest)));
+  scratch = std::max(scratch, matmul_scratch_bytes(T, widest));
+  ws.matmul_scratch.resize(static_cast<size_t>(scratch));
   return ws;
 }
 
@@ -116,7 +126,9 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
   Tensor x = ws.x.slice_rows(0, T), xn = ws.xn.slice_rows(0, T);
   Tensor q = ws.q.slice_rows(0, T), k = ws.k.slice_rows(0, T), v = ws.v.slice_rows(0, T);
   Tensor attn = ws.attn.slice_rows(0, T), proj = ws.proj.slice_rows(0, T);
-  Tensor gate = ws.gate.slice_rows(0, T), up = ws.up.slice_rows(0, T);
+  const bool moe = c.n_experts > 0;
+  Tensor gate = moe ? Tensor() : ws.gate.slice_rows(0, T), up = moe ? Tensor() : ws.up.slice_rows(0, T);
+  const MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
   // Per-head views of the same memory: [T, heads, head_dim].
   Tensor q3 = q.reshape({T, c.n_heads, hd}), k3 = k.reshape({T, c.n_kv_heads, hd});
   Tensor v3 = v.reshape({T, c.n_kv_heads, hd}), attn3 = attn.reshape({T, c.n_heads, hd});
@@ -155,6 +167,16 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
 
     rmsnorm(x, L.ffn_norm, eps, xn, pool);
     clock.mark(ForwardPhase::kFfnNorm);
+    if (moe) {
+      moe_ffn(xn, L.router, MoeExperts{L.exp_gate, L.exp_up, L.exp_down}, moe_params, ws.moe, proj, pool,
+              mm_scratch);
+      int64_t* rows = ws.expert_rows.data() + l * c.n_experts;
+      for (int64_t e = 0; e < c.n_experts; ++e) rows[e] += ws.moe.routing.rows_of(e);
+      clock.mark(ForwardPhase::kExperts);
+      add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
+      clock.mark(ForwardPhase::kResidual);
+      continue;
+    }
     const MatmulPair gate_up[] = {{&L.w_gate, &gate}, {&L.w_up, &up}};
     matmul(gate_up, xn, pool, mm_scratch);
     clock.mark(ForwardPhase::kGateUp);

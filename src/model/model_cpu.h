@@ -1,12 +1,14 @@
 #pragma once
 // The Llama-family forward pass on the CPU: llama (SmolLM2, Llama 2/3,
-// Mistral), qwen2, qwen3 and phi3 (model/arch.h).
+// Mistral, Mixtral), qwen2, qwen3, phi3 and qwen3moe (model/arch.h).
 //
 //   x = embed(tokens)                                        [T, dim]
 //   per layer: q, k, v = qkv(rmsnorm(x)) (+ bias: qwen2)
 //              q, k = rmsnorm per head (qwen3)
 //              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache
 //              x += down(silu(gate(rmsnorm(x))) * up(...))
+//                or, with experts (Mixtral, qwen3moe), the routed experts'
+//                weighted sum of the same (ops/moe/moe.h)
 //   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
 //
 // phi3's fused attn_qkv and ffn_up ([gate; up]) are split at load into row
@@ -28,6 +30,7 @@
 #include "core/thread_pool.h"
 #include "model/config.h"
 #include "model/kv_cpu.h"
+#include "ops/moe/moe.h"
 #include "step/forward_batch.h"
 
 namespace nanoserve {
@@ -48,6 +51,11 @@ struct LayerWeights {
   Tensor w_gate;      // [ffn_dim, dim]
   Tensor w_up;        // [ffn_dim, dim]
   Tensor w_down;      // [dim, ffn_dim]
+  // A mixture of experts instead of w_gate, w_up, w_down (config.n_experts > 0):
+  Tensor router;                 // [n_experts, dim] ffn_gate_inp
+  std::vector<Tensor> exp_gate;  // n_experts x [expert_ffn_dim, dim]
+  std::vector<Tensor> exp_up;    // n_experts x [expert_ffn_dim, dim]
+  std::vector<Tensor> exp_down;  // n_experts x [dim, expert_ffn_dim]
 };
 
 struct ModelWeights {
@@ -62,7 +70,7 @@ struct ModelWeights {
 // clang-format off
 enum class ForwardPhase : int {
   kEmbed, kAttnNorm, kQkv, kRope, kAttention, kOProj, kFfnNorm, kGateUp, kSiluMul, kDown, kResidual, kLmHead,
-  kCount
+  kExperts, kCount
 };
 // clang-format on
 const char* forward_phase_name(ForwardPhase p);
@@ -85,6 +93,10 @@ struct Workspace {
   Tensor up;                              // [max_tokens, ffn_dim]
   Tensor last;                            // [max_logits_rows, dim] the rows that need logits
   Tensor logits;                          // [max_logits_rows, vocab]
+  MoeWorkspace moe;                       // the experts' buffers (config.n_experts > 0)
+  // Rows each expert ran over, [n_layers, n_experts], summed over the steps
+  // this workspace served: which experts' weights were read.
+  std::vector<int64_t> expert_rows;
   std::vector<std::byte> matmul_scratch;  // activation blocks of the widest matmul input
   ForwardProfile* profile = nullptr;      // not owned; null: no timing
 };

@@ -53,6 +53,36 @@ StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int
   return out;
 }
 
+// One of a layer's expert matrices for every expert: views of the stacked
+// [n_experts, rows, cols] ffn_X_exps (a GGUF), else the per-expert
+// ffn_X.E (an HF checkpoint, older GGUF files).
+Status load_expert_set(const TensorSource& f, const ModelConfig& c, const std::string& p, const char* x,
+                       int64_t rows, int64_t cols, std::vector<Tensor>& out) {
+  const int64_t E = c.n_experts;
+  const std::string stacked = p + "ffn_" + x + "_exps.weight";
+  out.clear();
+  if (f.contains(stacked)) {
+    NS_ASSIGN_OR_RETURN(Tensor t, load_matrix(f, stacked, {E, rows, cols}));
+    for (int64_t e = 0; e < E; ++e) out.push_back(t.slice_rows(e, e + 1).reshape({rows, cols}));
+    return Status::ok_status();
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    NS_ASSIGN_OR_RETURN(Tensor t,
+                        load_matrix(f, p + "ffn_" + x + "." + std::to_string(e) + ".weight", {rows, cols}));
+    out.push_back(std::move(t));
+  }
+  return Status::ok_status();
+}
+
+Status load_experts(const TensorSource& f, const ModelConfig& c, const std::string& p, LayerWeights& L) {
+  const int64_t dim = c.dim, ffn = c.expert_ffn_dim;
+  NS_ASSIGN_OR_RETURN(L.router, load_matrix(f, p + "ffn_gate_inp.weight", {c.n_experts, dim}));
+  NS_RETURN_IF_ERROR(load_expert_set(f, c, p, "gate", ffn, dim, L.exp_gate));
+  NS_RETURN_IF_ERROR(load_expert_set(f, c, p, "up", ffn, dim, L.exp_up));
+  NS_RETURN_IF_ERROR(load_expert_set(f, c, p, "down", dim, ffn, L.exp_down));
+  return Status::ok_status();
+}
+
 // The tensors of layer `l`. phi3's fused tensors become row views of one load.
 StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, int64_t l) {
   const ArchInfo& family = c.arch_info();
@@ -82,6 +112,10 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
   }
   NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
   NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
+  if (c.n_experts > 0) {
+    NS_RETURN_IF_ERROR(load_experts(f, c, p, L));
+    return L;
+  }
   if (family.fused_qkv_gate_up) {
     NS_ASSIGN_OR_RETURN(Tensor gate_up, load_matrix(f, p + "ffn_up.weight", {2 * ffn, dim}));
     L.w_gate = gate_up.slice_rows(0, ffn);
@@ -137,6 +171,9 @@ StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(const ModelConfig& given,
   matmul_prepare(w.lm_head);
   for (const LayerWeights& L : w.layers) {
     for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) matmul_prepare(*t);
+    for (const std::vector<Tensor>* set : {&L.exp_gate, &L.exp_up, &L.exp_down}) {
+      for (const Tensor& t : *set) matmul_prepare(t);
+    }
   }
   std::vector<float> freq_factors;
   if (f.contains("rope_freqs.weight")) {

@@ -267,6 +267,11 @@ Status CudaModel::supports(const ModelConfig& c) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
+  if (c.n_experts > 0) {
+    return unimplemented("--device cuda: mixture of experts (" + c.arch + ", " +
+                         std::to_string(c.n_experts_used) + " of " + std::to_string(c.n_experts) +
+                         " experts); it runs on the CPU");
+  }
   if (c.rope_dim != c.head_dim) {
     return unimplemented("--device cuda: partial rotary dims (" + std::to_string(c.rope_dim) + " of " +
                          std::to_string(c.head_dim) + ")");

@@ -46,10 +46,34 @@ ModelConfig smollm2_135m() {
   return c;
 }
 
+// Qwen3-30B-A3B's config.json: 128 experts of 768, 8 routed per token.
+ModelConfig qwen3_30b_a3b() {
+  ModelConfig c;
+  c.arch = "qwen3moe";
+  c.n_layers = 48;
+  c.dim = 2048;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.head_dim = 128;
+  c.rope_dim = 128;
+  c.ffn_dim = 6144;
+  c.vocab_size = 151936;
+  c.context_length = 40960;
+  c.rope_theta = 1000000.0f;
+  c.norm_eps = 1e-6f;
+  c.tied_embeddings = false;
+  c.n_experts = 128;
+  c.n_experts_used = 8;
+  c.expert_ffn_dim = 768;
+  c.expert_weights_norm = true;
+  return c;
+}
+
 }  // namespace
 
 const std::vector<std::string>& model_shape_names() {
-  static const std::vector<std::string> kNames = {"llama-3-8b", "llama-3.2-1b", "smollm2-135m"};
+  static const std::vector<std::string> kNames = {"llama-3-8b", "llama-3.2-1b", "smollm2-135m",
+                                                  "qwen3-30b-a3b"};
   return kNames;
 }
 
@@ -57,6 +81,7 @@ StatusOr<ModelConfig> model_shape(std::string_view name) {
   if (name == "llama-3-8b") return llama3(32, 4096, 14336, 128, 8.0f, false, 8192);
   if (name == "llama-3.2-1b") return llama3(16, 2048, 8192, 64, 32.0f, true, 131072);
   if (name == "smollm2-135m") return smollm2_135m();
+  if (name == "qwen3-30b-a3b") return qwen3_30b_a3b();
   std::string known;
   for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
   return invalid_argument("--model-shape: unknown shape '" + std::string(name.substr(0, 64)) +
@@ -65,7 +90,11 @@ StatusOr<ModelConfig> model_shape(std::string_view name) {
 
 int64_t model_param_count(const ModelConfig& c) {
   const int64_t q = c.n_heads * c.head_dim, kv = c.n_kv_heads * c.head_dim;
-  const int64_t per_layer = 2 * c.dim + c.dim * q + 2 * c.dim * kv + q * c.dim + 3 * c.dim * c.ffn_dim;
+  const int64_t mlp =
+      c.n_experts > 0 ? c.n_experts * (c.dim + 3 * c.dim * c.expert_ffn_dim) : 3 * c.dim * c.ffn_dim;
+  const ArchInfo* a = find_arch(c.arch);
+  const int64_t norms = a != nullptr && a->qk_norm ? 2 * c.head_dim : 0;
+  const int64_t per_layer = 2 * c.dim + norms + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;
   return c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2) + c.n_layers * per_layer + c.dim;
 }
 

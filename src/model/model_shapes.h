@@ -9,6 +9,10 @@
 //                  original 8192), eps 1e-5, tied, context 131072
 //   smollm2-135m   the default model: 30 layers, dim 576, 9 heads / 3 kv, head_dim
 //                  64, ffn 1536, vocab 49152, theta 100000, eps 1e-5, tied, context 8192
+//   qwen3-30b-a3b  qwen3moe: 48 layers, dim 2048, 32 heads / 4 kv, head_dim 128,
+//                  128 experts of ffn 768, 8 routed per token (weights
+//                  normalized), vocab 151936, theta 1e6, eps 1e-6, separate
+//                  lm_head, context 40960 (30.5B parameters, 3.3B active)
 
 #include <string>
 #include <string_view>
@@ -22,8 +26,8 @@ namespace nanoserve {
 // INVALID_ARGUMENT listing the known names for any other.
 StatusOr<ModelConfig> model_shape(std::string_view name);
 const std::vector<std::string>& model_shape_names();
-// Parameters of a config's weights (embedding, layers, final norm, lm_head
-// unless tied).
+// Parameters of a config's weights (embedding, layers with every expert,
+// final norm, lm_head unless tied).
 int64_t model_param_count(const ModelConfig& c);
 
 }  // namespace nanoserve

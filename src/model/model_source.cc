@@ -198,9 +198,10 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
       src.tokenizer = std::move(t.tokenizer);
       shape_name = "of " + spec.path;
     }
-    if (src.config.arch != "llama") {
-      return unimplemented("--load-format dummy: weights are built for llama only, not '" +
-                           src.config.arch.substr(0, 64) + "'");
+    if (src.config.arch != "llama" && src.config.arch != "qwen3" && src.config.arch != "qwen3moe") {
+      return unimplemented(
+          "--load-format dummy: weights are built for llama, qwen3 and qwen3moe only, not '" +
+          src.config.arch.substr(0, 64) + "'");
     }
     src.config.rope_scaling.freq_factors_tensor = false;  // no rope_freqs.weight among dummy tensors
     src.tensors = std::make_shared<DummyTensors>(src.config, shape_name, spec.seed);

@@ -47,20 +47,21 @@ void expect_unimplemented(const Status& s, const std::string& needle) {
 }
 
 TEST(Arch, FlagsOfEachArchitecture) {
-  for (const char* name : {"llama", "qwen2", "qwen3", "phi3"}) {
+  for (const char* name : {"llama", "qwen2", "qwen3", "phi3", "qwen3moe"}) {
     ModelConfig c;
     c.arch = name;
     ASSERT_TRUE(apply_arch(c).ok()) << name;
     ASSERT_NE(c.family, nullptr) << name;
     EXPECT_EQ(c.family, find_arch(name));
     EXPECT_EQ(c.arch_info().qkv_bias, c.arch == "qwen2");
-    EXPECT_EQ(c.arch_info().qk_norm, c.arch == "qwen3");
+    EXPECT_EQ(c.arch_info().qk_norm, c.arch == "qwen3" || c.arch == "qwen3moe");
+    EXPECT_EQ(c.arch_info().experts == ArchExperts::kAlways, c.arch == "qwen3moe");
     EXPECT_EQ(c.arch_info().fused_qkv_gate_up, c.arch == "phi3");
   }
   ModelConfig gemma;
   gemma.arch = "gemma2";
   expect_unimplemented(apply_arch(gemma),
-                       "architecture 'gemma2' is not supported (built: llama, qwen2, qwen3, phi3)");
+                       "architecture 'gemma2' is not supported (built: llama, qwen2, qwen3, phi3, qwen3moe)");
 }
 
 TEST(Arch, LayerTensorsPerArchitecture) {
@@ -110,6 +111,22 @@ TEST(Arch, GgufRefusalsNameTheKeyOrTensor) {
   }
   expect_unimplemented(supported(header("qwen2", {}).kv_u32("qwen2.expert_count", 8)),
                        "'qwen2.expert_count'");
+  // Experts in llama (Mixtral): the router and stacked or per-expert
+  // tensors are the forward's; a shared expert or another gating is not.
+  auto moe = [](const std::string& arch, const std::vector<std::string>& tensors) {
+    return header(arch, tensors).kv_u32(arch + ".expert_count", 4).kv_u32(arch + ".expert_used_count", 2);
+  };
+  EXPECT_TRUE(supported(moe("llama", {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_exps.weight",
+                                      "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"}))
+                  .ok());
+  EXPECT_TRUE(supported(moe("llama", {"blk.0.ffn_gate.3.weight", "blk.0.ffn_down.0.weight"})).ok());
+  expect_unimplemented(supported(moe("llama", {"blk.0.ffn_gate.4.weight"})), "'blk.0.ffn_gate.4.weight'");
+  expect_unimplemented(supported(moe("llama", {"blk.0.ffn_gate.weight"})), "'blk.0.ffn_gate.weight'");
+  expect_unimplemented(supported(moe("qwen3moe", {}).kv_u32("qwen3moe.expert_shared_count", 1)),
+                       "'qwen3moe.expert_shared_count'");
+  expect_unimplemented(supported(moe("qwen3moe", {}).kv_u32("qwen3moe.expert_gating_func", 2)),
+                       "'qwen3moe.expert_gating_func'");
+  EXPECT_EQ(supported(header("qwen3moe", {})).code(), StatusCode::kInvalidArgument);  // no experts
   expect_unimplemented(supported(header("llama", {}).kv_f32("llama.final_logit_softcapping", 30.0f)),
                        "soft-capping");
   expect_unimplemented(supported(header("phi3", {}).kv_u32("phi3.rope.dimension_count", 12)),

@@ -107,6 +107,62 @@ TEST(ConfigHf, DefaultsFollowLlamaConfig) {
   EXPECT_EQ(got->config.rope_scaling.type, RopeScaling::Type::kNone);
 }
 
+// The experts of each MoE class, with the config classes' defaults: Qwen3-MoE
+// keeps its dense intermediate_size apart and normalises only with
+// norm_topk_prob (default false); Mixtral's experts are intermediate_size wide
+// and always normalised.
+TEST(ConfigHf, ExpertsOfQwen3MoeAndMixtral) {
+  json q = {{"architectures", {"Qwen3MoeForCausalLM"}},
+            {"model_type", "qwen3_moe"},
+            {"hidden_size", 64},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"intermediate_size", 128},
+            {"vocab_size", 100},
+            {"num_experts", 16},
+            {"num_experts_per_tok", 4},
+            {"moe_intermediate_size", 32}};
+  auto got = config_from_hf_json(q);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->config.arch, "qwen3moe");
+  EXPECT_EQ(got->config.n_experts, 16);
+  EXPECT_EQ(got->config.n_experts_used, 4);
+  EXPECT_EQ(got->config.expert_ffn_dim, 32);
+  EXPECT_EQ(got->config.ffn_dim, 128);
+  EXPECT_FALSE(got->config.expert_weights_norm);
+  q["norm_topk_prob"] = true;
+  q.erase("num_experts");
+  q["num_local_experts"] = 16;  // transformers 5 writes this name
+  got = config_from_hf_json(q);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_TRUE(got->config.expert_weights_norm);
+  EXPECT_EQ(got->config.n_experts, 16);
+
+  json m = {{"architectures", {"MixtralForCausalLM"}},
+            {"model_type", "mixtral"},
+            {"hidden_size", 64},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"intermediate_size", 128},
+            {"vocab_size", 100},
+            {"num_local_experts", 8},
+            {"num_experts_per_tok", 2}};
+  got = config_from_hf_json(m);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->config.arch, "llama");
+  EXPECT_EQ(got->config.n_experts, 8);
+  EXPECT_EQ(got->config.n_experts_used, 2);
+  EXPECT_EQ(got->config.expert_ffn_dim, 128);
+  EXPECT_TRUE(got->config.expert_weights_norm);
+  EXPECT_EQ(got->config.norm_eps, 1e-5f);
+  m.erase("num_local_experts");
+  m.erase("num_experts_per_tok");  // MixtralConfig's defaults: 8, 2
+  got = config_from_hf_json(m);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->config.n_experts, 8);
+  EXPECT_EQ(got->config.n_experts_used, 2);
+}
+
 // Mistral's window: below the context it is read (every layer's); at or
 // above it, or null or false, there is none.
 TEST(ConfigHf, SlidingWindowIsReadBelowTheContext) {
@@ -133,13 +189,48 @@ struct Refusal {
 
 TEST(ConfigHf, RefusesByName) {
   const Refusal cases[] = {
-      {"mixtral",
+      {"qwen2_moe",
+       [](json& j) {
+         j["architectures"] = {"Qwen2MoeForCausalLM"};
+         j["model_type"] = "qwen2_moe";
+       },
+       StatusCode::kUnimplemented,
+       "architecture 'Qwen2MoeForCausalLM' (model_type 'qwen2_moe') is not supported"},
+      {"qwen3_moe dense layers",
+       [](json& j) {
+         j["architectures"] = {"Qwen3MoeForCausalLM"};
+         j["model_type"] = "qwen3_moe";
+         j["num_experts"] = 8;
+         j["num_experts_per_tok"] = 2;
+         j["moe_intermediate_size"] = 32;
+         j["mlp_only_layers"] = {0};
+       },
+       StatusCode::kUnimplemented, "mlp_only_layers [0]"},
+      {"qwen3_moe sparse step",
+       [](json& j) {
+         j["architectures"] = {"Qwen3MoeForCausalLM"};
+         j["model_type"] = "qwen3_moe";
+         j["num_experts"] = 8;
+         j["num_experts_per_tok"] = 2;
+         j["moe_intermediate_size"] = 32;
+         j["decoder_sparse_step"] = 2;
+       },
+       StatusCode::kUnimplemented, "decoder_sparse_step = 2"},
+      {"mixtral top-k over the experts",
        [](json& j) {
          j["architectures"] = {"MixtralForCausalLM"};
          j["model_type"] = "mixtral";
+         j["num_local_experts"] = 4;
+         j["num_experts_per_tok"] = 5;
        },
-       StatusCode::kUnimplemented,
-       "architecture 'MixtralForCausalLM' (model_type 'mixtral') is not supported"},
+       StatusCode::kInvalidArgument, "'num_experts_per_tok': expected 1 to 4"},
+      {"mixtral no experts",
+       [](json& j) {
+         j["architectures"] = {"MixtralForCausalLM"};
+         j["model_type"] = "mixtral";
+         j["num_local_experts"] = 0;
+       },
+       StatusCode::kInvalidArgument, "'num_local_experts': expected at least 1"},
       {"qwen2 class for llama type", [](json& j) { j["architectures"] = {"Qwen2ForCausalLM"}; },
        StatusCode::kUnimplemented, "model_type 'llama'"},
       {"qwen2 window",
@@ -149,7 +240,8 @@ TEST(ConfigHf, RefusesByName) {
          j["use_sliding_window"] = true;
        },
        StatusCode::kUnimplemented, "use_sliding_window = true"},
-      {"window of 0", [](json& j) { j["sliding_window"] = 0; }, StatusCode::kInvalidArgument, "sliding_window"},
+      {"window of 0", [](json& j) { j["sliding_window"] = 0; }, StatusCode::kInvalidArgument,
+       "sliding_window"},
       {"window as text", [](json& j) { j["sliding_window"] = "4096"; }, StatusCode::kInvalidArgument,
        "sliding_window"},
       {"phi3 longrope",

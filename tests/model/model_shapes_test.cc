@@ -62,6 +62,8 @@ TEST(ModelShapes, ParameterCounts) {
   EXPECT_EQ(model_param_count(*model_shape("llama-3-8b")), 8030261248);
   EXPECT_EQ(model_param_count(*model_shape("llama-3.2-1b")), 1235814400);
   EXPECT_EQ(model_param_count(*model_shape("smollm2-135m")), 134515008);
+  // Qwen3-30B-A3B: 30.5B, every expert counted.
+  EXPECT_EQ(model_param_count(*model_shape("qwen3-30b-a3b")), 30532122624);
 }
 
 }  // namespace
