@@ -13,6 +13,21 @@ constexpr ArchInfo kArchs[] = {
     {.name = "qwen2", .qkv_bias = true, .gguf_rope_pairs = RopePairs::kHalves},
     {.name = "qwen3", .qk_norm = true, .gguf_rope_pairs = RopePairs::kHalves},
     {.name = "phi3", .fused_qkv_gate_up = true, .gguf_rope_pairs = RopePairs::kHalves},
+    {.name = "gemma2",
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .hidden_act = "gelu_pytorch_tanh",
+     .norm_plus_one = true,
+     .sandwich_norms = true,
+     .scaled_embedding = true,
+     .logit_softcaps = true},
+    {.name = "gemma3",
+     .qk_norm = true,
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .hidden_act = "gelu_pytorch_tanh",
+     .norm_plus_one = true,
+     .sandwich_norms = true,
+     .scaled_embedding = true,
+     .logit_softcaps = true},
 };
 
 }  // namespace
@@ -56,6 +71,7 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
     names.push_back("attn_k_norm.weight");
   }
   names.push_back("attn_output.weight");
+  if (c.sandwich_norms) names.push_back("post_attention_norm.weight");
   names.push_back("ffn_norm.weight");
   if (c.fused_qkv_gate_up) {
     names.push_back("ffn_up.weight");  // [gate; up]
@@ -64,6 +80,7 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
     names.push_back("ffn_up.weight");
   }
   names.push_back("ffn_down.weight");
+  if (c.sandwich_norms) names.push_back("post_ffw_norm.weight");
   return names;
 }
 

@@ -6,6 +6,7 @@
 
 #include "model/arch.h"
 #include "model/rope_layout.h"
+#include "ops/dequantize/dequantize.h"
 
 namespace nanoserve {
 
@@ -32,11 +33,27 @@ std::optional<std::string_view> hf_layer_name(const ModelConfig& c, std::string_
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
-  if (g == "ffn_up.weight") return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  if (g == "ffn_up.weight")
+    return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  if (c.arch_info().sandwich_norms) {  // Gemma: a norm on each side of each block
+    if (g == "post_attention_norm.weight") return "post_attention_layernorm.weight";
+    if (g == "ffn_norm.weight") return "pre_feedforward_layernorm.weight";
+    if (g == "post_ffw_norm.weight") return "post_feedforward_layernorm.weight";
+  }
   for (const Name& n : kNames) {
     if (g == n.gguf) return n.hf;
   }
   return std::nullopt;
+}
+
+// 1 + w in f32, into owned memory: the weight of a (1 + w) RMSNorm as
+// transformers applies it (w.float() + 1) and llama.cpp's converter stores it.
+Tensor plus_one(const Tensor& w) {
+  Tensor out = Tensor::empty(DType::kF32, w.shape());
+  dequantize_row(w.dtype(), w.data(), out.data_as<float>(), w.numel());
+  float* o = out.data_as<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] += 1.0f;
+  return out;
 }
 
 // "blk.12.attn_q.weight" -> (12, "attn_q.weight").
@@ -111,6 +128,10 @@ StatusOr<Tensor> HfLlamaTensors::tensor(std::string_view name) const {
     return not_found(ckpt_->folder() + ": no tensor for '" + std::string(name.substr(0, 200)) + "'");
   }
   NS_ASSIGN_OR_RETURN(Tensor t, ckpt_->tensor(*hf));
+  if (config_.arch_info().norm_plus_one && name.ends_with("norm.weight") &&
+      (t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16)) {
+    t = plus_one(t);  // another dtype is refused by the loader, naming the tensor
+  }
   return rope_rows_to_pairs(config_, name, std::move(t), ckpt_->folder() + ": " + *hf);
 }
 

@@ -1,13 +1,17 @@
 #pragma once
 // The Llama-family forward pass on the CPU: llama (SmolLM2, Llama 2/3,
-// Mistral), qwen2, qwen3 and phi3 (model/arch.h).
+// Mistral), qwen2, qwen3, phi3, gemma2 and gemma3 (model/arch.h).
 //
-//   x = embed(tokens)                                        [T, dim]
+//   x = embed(tokens) (x sqrt(dim): gemma)                   [T, dim]
 //   per layer: q, k, v = qkv(rmsnorm(x)) (+ bias: qwen2)
-//              q, k = rmsnorm per head (qwen3)
-//              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache
-//              x += down(silu(gate(rmsnorm(x))) * up(...))
+//              q, k = rmsnorm per head (qwen3, gemma3)
+//              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache, in
+//                   the layer's window; scores soft-capped (gemma2); the
+//                   o_proj output normed first (gemma's sandwich norms)
+//              x += down(act(gate(rmsnorm(x))) * up(...))    act: silu, or tanh GELU
+//                   (gemma); the down output normed first (gemma)
 //   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
+//            soft-capped (gemma2)
 //
 // phi3's fused attn_qkv and ffn_up ([gate; up]) are split at load into row
 // views of the same memory, so the step is the same for every architecture.
@@ -36,18 +40,20 @@ class GgufFile;
 class TensorSource;
 
 struct LayerWeights {
-  Tensor attn_norm;   // [dim] f32
-  Tensor wq;          // [n_heads * head_dim, dim]
-  Tensor wk;          // [n_kv_heads * head_dim, dim]
-  Tensor wv;          // [n_kv_heads * head_dim, dim]
-  Tensor bq, bk, bv;  // [n_heads * head_dim], [n_kv_heads * head_dim] x2 f32; qwen2 only
-  Tensor q_norm;      // [head_dim] f32, qwen3 only
-  Tensor k_norm;      // [head_dim] f32, qwen3 only
-  Tensor wo;          // [dim, n_heads * head_dim]
-  Tensor ffn_norm;    // [dim] f32
-  Tensor w_gate;      // [ffn_dim, dim]
-  Tensor w_up;        // [ffn_dim, dim]
-  Tensor w_down;      // [dim, ffn_dim]
+  Tensor attn_norm;       // [dim] f32
+  Tensor wq;              // [n_heads * head_dim, dim]
+  Tensor wk;              // [n_kv_heads * head_dim, dim]
+  Tensor wv;              // [n_kv_heads * head_dim, dim]
+  Tensor bq, bk, bv;      // [n_heads * head_dim], [n_kv_heads * head_dim] x2 f32; qwen2 only
+  Tensor q_norm;          // [head_dim] f32, qwen3 only
+  Tensor k_norm;          // [head_dim] f32, qwen3 only
+  Tensor wo;              // [dim, n_heads * head_dim]
+  Tensor post_attn_norm;  // [dim] f32, sandwich norms only (Gemma): normed o_proj output
+  Tensor ffn_norm;        // [dim] f32
+  Tensor w_gate;          // [ffn_dim, dim]
+  Tensor w_up;            // [ffn_dim, dim]
+  Tensor w_down;          // [dim, ffn_dim]
+  Tensor post_ffn_norm;   // [dim] f32, sandwich norms only (Gemma): normed down output
 };
 
 struct ModelWeights {
@@ -97,8 +103,8 @@ class CpuModel {
   // weights in memory (dummy) is refused with RESOURCE_EXHAUSTED when they
   // would not fit in the memory available.
   static StatusOr<std::unique_ptr<CpuModel>> load(const ModelConfig& config,
-                                                    std::shared_ptr<const TensorSource> tensors,
-                                                    ThreadPool& pool);
+                                                  std::shared_ptr<const TensorSource> tensors,
+                                                  ThreadPool& pool);
   // A GGUF file: config_from_gguf, then its tensors.
   static StatusOr<std::unique_ptr<CpuModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
 
@@ -106,6 +112,9 @@ class CpuModel {
   const ModelWeights& weights() const { return weights_; }
   // The rotary frequencies the forward uses, scaling applied: [rope_dim / 2].
   const std::vector<float>& inv_freq() const { return inv_freq_; }
+  // The local layers' (ModelConfig::rope_local_theta, unscaled); empty when
+  // every layer rotates with inv_freq().
+  const std::vector<float>& inv_freq_local() const { return inv_freq_local_; }
   ThreadPool& pool() const { return pool_; }
 
   // PRECOND: each >= 1.
@@ -128,7 +137,8 @@ class CpuModel {
   ModelConfig config_;
   ThreadPool& pool_;
   ModelWeights weights_;
-  std::vector<float> inv_freq_;  // [rope_dim / 2]
+  std::vector<float> inv_freq_;        // [rope_dim / 2]
+  std::vector<float> inv_freq_local_;  // [rope_dim / 2] or empty
 };
 
 }  // namespace nanoserve

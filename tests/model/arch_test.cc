@@ -57,10 +57,11 @@ TEST(Arch, FlagsOfEachArchitecture) {
     EXPECT_EQ(c.arch_info().qk_norm, c.arch == "qwen3");
     EXPECT_EQ(c.arch_info().fused_qkv_gate_up, c.arch == "phi3");
   }
-  ModelConfig gemma;
-  gemma.arch = "gemma2";
-  expect_unimplemented(apply_arch(gemma),
-                       "architecture 'gemma2' is not supported (built: llama, qwen2, qwen3, phi3)");
+  ModelConfig other;
+  other.arch = "starcoder2";
+  expect_unimplemented(
+      apply_arch(other),
+      "architecture 'starcoder2' is not supported (built: llama, qwen2, qwen3, phi3, gemma2, gemma3)");
 }
 
 TEST(Arch, LayerTensorsPerArchitecture) {
@@ -89,7 +90,7 @@ TEST(Arch, LayerTensorsPerArchitecture) {
 TEST(Arch, GgufRefusalsNameTheKeyOrTensor) {
   const std::vector<std::string> llama = {"output_norm.weight", "blk.0.attn_q.weight"};
   EXPECT_TRUE(supported(header("llama", llama)).ok());
-  expect_unimplemented(supported(header("gemma2", llama)), "architecture 'gemma2'");
+  expect_unimplemented(supported(header("starcoder2", llama)), "architecture 'starcoder2'");
   expect_unimplemented(supported(header("llama", {"blk.0.attn_output.bias"})),
                        "tensor 'blk.0.attn_output.bias' is not used by the llama forward");
   expect_unimplemented(supported(header("llama", {"blk.0.attn_q.bias"})), "'blk.0.attn_q.bias'");

@@ -8,7 +8,7 @@
 namespace nanoserve {
 
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-                   Tensor& out, int64_t window) {
+                   Tensor& out, int64_t window, float softcap) {
   const int64_t n_heads = q.dim(1), head_dim = q.dim(2);
   const float* qs = q.data_as<const float>();
   float* os = out.data_as<float>();
@@ -16,7 +16,8 @@ void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& 
     const int32_t begin = batch.seq_starts[b], end = batch.seq_starts[b + 1];
     for (int32_t t = begin; t < end; ++t) {
       const int64_t n_ctx = static_cast<int64_t>(batch.positions[t]) + 1;
-      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b]) << "token " << t << " at position " << batch.positions[t];
+      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b])
+          << "token " << t << " at position " << batch.positions[t];
       for (int64_t h = 0; h < n_heads; ++h) {
         const int64_t kvh = h / n_rep;
         const float* qv = qs + (t * n_heads + h) * head_dim;
@@ -33,6 +34,7 @@ void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& 
           double d = 0;
           for (int64_t i = 0; i < head_dim; ++i) d += static_cast<double>(qv[i]) * k[i];
           s[p] = d * scale;
+          if (softcap > 0.0f) s[p] = softcap * std::tanh(s[p] / softcap);
           mx = std::fmax(mx, s[p]);
         }
         double sum = 0;
