@@ -257,8 +257,7 @@ int run_inspect(const InspectArgs& a) {
 CommandRun add_inspect_command(CLI::App& app) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* sub = app.add_subcommand("inspect", "Print a model's hyperparameters, tokenizer and tensors");
-  add_model_arg(sub, args->model_arg,
-                "GGUF file or Hugging Face folder (default: the bundled default model)");
+  add_model_arg(sub, args->model_arg, "GGUF file or Hugging Face folder (default: the bundled default model)");
   sub->add_flag("--metadata", args->metadata, "Also list every metadata key and value");
   sub->add_flag("--no-tensors", args->no_tensors, "Leave out the tensor table");
   return [args] {

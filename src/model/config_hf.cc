@@ -164,8 +164,7 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch) {
     // from layer max_window_layers on: not a window of every layer.
     bool use = false;
     NS_RETURN_IF_ERROR(r.boolean("use_sliding_window", &use));
-    if (use)
-      return r.unsupported("use_sliding_window = true: Qwen's per-layer sliding windows are not supported");
+    if (use) return r.unsupported("use_sliding_window = true: Qwen's per-layer sliding windows are not supported");
   }
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok"}) {
     if (const json* v = r.find(key); v != nullptr && !(v->is_number_integer() && v->get<int64_t>() == 0)) {

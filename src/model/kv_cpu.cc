@@ -43,8 +43,7 @@ CpuKV::CpuKV(const ModelConfig& c, const CpuKVOptions& o, ThreadPool& pool)
   gather_scratch_.reserve(2 * (static_cast<size_t>(o.max_num_seqs) + 1));
 }
 
-StatusOr<std::unique_ptr<CpuKV>> CpuKV::create(const ModelConfig& c, const CpuKVOptions& o,
-                                               ThreadPool& pool) {
+StatusOr<std::unique_ptr<CpuKV>> CpuKV::create(const ModelConfig& c, const CpuKVOptions& o, ThreadPool& pool) {
   auto bad = [](const std::string& what) { return invalid_argument("kv cache: " + what); };
   if (c.n_layers <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_heads <= 0 ||
       c.n_heads % c.n_kv_heads != 0) {
@@ -70,8 +69,8 @@ StatusOr<std::unique_ptr<CpuKV>> CpuKV::create(const ModelConfig& c, const CpuKV
 
 CpuKV CpuKV::per_sequence(const ModelConfig& config, int32_t max_num_seqs, int64_t max_context,
                           ThreadPool& pool) {
-  NS_CHECK(max_num_seqs >= 1 && max_context >= 1)
-      << "per-sequence storage of " << max_num_seqs << " x " << max_context;
+  NS_CHECK(max_num_seqs >= 1 && max_context >= 1) << "per-sequence storage of " << max_num_seqs << " x "
+                                                  << max_context;
   CpuKVOptions o;
   o.layout = CpuKVLayout::kPerSequence;
   o.max_num_seqs = max_num_seqs;

@@ -40,20 +40,22 @@ class GgufFile;
 class TensorSource;
 
 struct LayerWeights {
-  Tensor attn_norm;       // [dim] f32
-  Tensor wq;              // [n_heads * head_dim, dim]
-  Tensor wk;              // [n_kv_heads * head_dim, dim]
-  Tensor wv;              // [n_kv_heads * head_dim, dim]
-  Tensor bq, bk, bv;      // [n_heads * head_dim], [n_kv_heads * head_dim] x2 f32; qwen2 only
-  Tensor q_norm;          // [head_dim] f32, qwen3 only
-  Tensor k_norm;          // [head_dim] f32, qwen3 only
-  Tensor wo;              // [dim, n_heads * head_dim]
-  Tensor post_attn_norm;  // [dim] f32, sandwich norms only (Gemma): normed o_proj output
-  Tensor ffn_norm;        // [dim] f32
-  Tensor w_gate;          // [ffn_dim, dim]
-  Tensor w_up;            // [ffn_dim, dim]
-  Tensor w_down;          // [dim, ffn_dim]
-  Tensor post_ffn_norm;   // [dim] f32, sandwich norms only (Gemma): normed down output
+  Tensor attn_norm;   // [dim] f32
+  Tensor wq;          // [n_heads * head_dim, dim]
+  Tensor wk;          // [n_kv_heads * head_dim, dim]
+  Tensor wv;          // [n_kv_heads * head_dim, dim]
+  Tensor bq, bk, bv;  // [n_heads * head_dim], [n_kv_heads * head_dim] x2 f32; qwen2 only
+  Tensor q_norm;      // [head_dim] f32, qwen3 only
+  Tensor k_norm;      // [head_dim] f32, qwen3 only
+  Tensor wo;          // [dim, n_heads * head_dim]
+  Tensor ffn_norm;    // [dim] f32
+  Tensor w_gate;      // [ffn_dim, dim]
+  Tensor w_up;        // [ffn_dim, dim]
+  Tensor w_down;      // [dim, ffn_dim]
+
+  // Sandwich norms (gemma): the o_proj and down outputs normed before each residual add.
+  Tensor post_attn_norm;  // [dim] f32
+  Tensor post_ffn_norm;   // [dim] f32
 };
 
 struct ModelWeights {
@@ -103,8 +105,8 @@ class CpuModel {
   // weights in memory (dummy) is refused with RESOURCE_EXHAUSTED when they
   // would not fit in the memory available.
   static StatusOr<std::unique_ptr<CpuModel>> load(const ModelConfig& config,
-                                                  std::shared_ptr<const TensorSource> tensors,
-                                                  ThreadPool& pool);
+                                                    std::shared_ptr<const TensorSource> tensors,
+                                                    ThreadPool& pool);
   // A GGUF file: config_from_gguf, then its tensors.
   static StatusOr<std::unique_ptr<CpuModel>> load(std::shared_ptr<const GgufFile> file, ThreadPool& pool);
 

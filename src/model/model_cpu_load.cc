@@ -100,7 +100,8 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(std::shared_ptr<const GgufFile> file, ThreadPool& pool) {
+StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(std::shared_ptr<const GgufFile> file,
+                                                       ThreadPool& pool) {
   NS_ASSIGN_OR_RETURN(ModelConfig config, config_from_gguf(*file));
   NS_RETURN_IF_ERROR(check_gguf_supported(*file, config));
   auto tensors = gguf_model_tensors(std::move(file), config);
@@ -108,8 +109,8 @@ StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(std::shared_ptr<const GgufFil
 }
 
 StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(const ModelConfig& given,
-                                                   std::shared_ptr<const TensorSource> tensors,
-                                                   ThreadPool& pool) {
+                                                       std::shared_ptr<const TensorSource> tensors,
+                                                       ThreadPool& pool) {
   NS_RETURN_IF_ERROR(given.validate());
   ModelConfig config = given;
   NS_RETURN_IF_ERROR(apply_arch(config));

@@ -106,8 +106,7 @@ int64_t resident_bytes(const CudaWeights& w) {
   if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
   for (const CudaLayer& L : w.layers) {
     bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
-             bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() +
-             L.w_down.nbytes();
+             bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() + L.w_down.nbytes();
   }
   return bytes;
 }
@@ -161,8 +160,9 @@ CudaModel::~CudaModel() = default;
 
 // ---- weights -----------------------------------------------------------------------
 
-StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config, const ModelWeights& host,
-                                                       std::span<const float> inv_freq) {
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config,
+                                                                 const ModelWeights& host,
+                                                                 std::span<const float> inv_freq) {
   NS_RETURN_IF_ERROR(config.validate());
   if (static_cast<int64_t>(host.layers.size()) != config.n_layers) {
     return invalid_argument("upload: " + std::to_string(host.layers.size()) + " layers, the config has " +
@@ -203,7 +203,8 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
 }
 
 StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
-                                                      std::span<const float> inv_freq, uint64_t seed) {
+                                                                std::span<const float> inv_freq,
+                                                                uint64_t seed) {
   NS_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<CudaModel> m(new CudaModel(config));
   CudaWeights& w = m->weights_;
@@ -224,8 +225,7 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
     CudaLayer L;
     L.attn_norm = device_ones(dim);
     L.wqkv = random({qkv_rows, dim});
-    if (config.arch_info().qkv_bias)
-      L.qkv_bias = device_floats(std::vector<float>(static_cast<size_t>(qkv_rows), 0.0f));
+    if (config.arch_info().qkv_bias) L.qkv_bias = device_floats(std::vector<float>(static_cast<size_t>(qkv_rows), 0.0f));
     if (config.arch_info().qk_norm) {
       L.q_norm = device_ones(hd);
       L.k_norm = device_ones(hd);

@@ -59,7 +59,7 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
   static_assert(kHD % 8 == 0, "a fixed head_dim is whole vectors");
   const int64_t hd = kHD > 0 ? kHD : head_dim;
   const int64_t len = n_ctx - p_begin;  // positions attended: [p_begin, n_ctx)
-  constexpr int64_t kMaxRows = 16;      // rows per pass; more rows take another pass
+  constexpr int64_t kMaxRows = 16;  // rows per pass; more rows take another pass
   for (int64_t r0 = 0; r0 < n_q; r0 += kMaxRows) {
     const int64_t n = n_q - r0 < kMaxRows ? n_q - r0 : kMaxRows;
     // Scores, position by position: each K row is loaded once for all rows.
@@ -121,11 +121,12 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
 // out[n_q rows] = softmax(scale * q_r·K[p_begin..n_ctx)) · V[p_begin..n_ctx)
 // for n_q query rows over one shared K/V history (the n_rep query heads of
 // one kv head under GQA); p_begin > 0 is a sliding window's first position
-// (attention_window_begin); softcap > 0 caps each scaled score to
-// softcap * tanh(score / softcap) (0: none). Each K row is loaded once for all n_q queries, which is what
-// keeps a long history from being streamed from memory n_rep times. Row r's arithmetic does not depend on the
-// other rows: scores in position order, max, exp and sum in position order, values accumulated in position
-// order.
+// (attention_window_begin). Each K row is loaded once for all n_q queries, which is what keeps a
+// long history from being streamed from memory n_rep times. Row r's arithmetic
+// does not depend on the other rows: scores in position order, max, exp and
+// sum in position order, values accumulated in position order.
+// softcap > 0 caps each scaled score to softcap * tanh(score / softcap) before
+// the softmax (Gemma 2); 0: none.
 //   q + r * q_stride, out + r * out_stride: row r (head_dim floats)
 //   k_row(p) / v_row(p): the head_dim floats of position p
 //   scores: scratch of min(n_q, 16) * (n_ctx - p_begin) floats

@@ -11,9 +11,7 @@ namespace {
 constexpr int64_t kMinParallelWork = 1 << 16;
 }  // namespace
 
-int64_t attention_scratch_floats(int n_threads, int64_t max_context) {
-  return n_threads * max_context;
-}
+int64_t attention_scratch_floats(int n_threads, int64_t max_context) { return n_threads * max_context; }
 
 void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
                Tensor& out, ThreadPool& pool, std::span<float> scratch, int64_t window, float softcap) {
@@ -37,8 +35,7 @@ void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist
       const int64_t h = item % n_heads;
       while (batch.seq_starts[b + 1] <= t) ++b;
       const int64_t n_ctx = static_cast<int64_t>(batch.positions[t]) + 1;
-      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b])
-          << "token " << t << " at position " << batch.positions[t];
+      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b]) << "token " << t << " at position " << batch.positions[t];
       const float* kb = hist.k[b] + (h / n_rep) * hist.head_stride;
       const float* vb = hist.v[b] + (h / n_rep) * hist.head_stride;
       const int64_t ps = hist.pos_stride;

@@ -16,8 +16,7 @@ void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& 
     const int32_t begin = batch.seq_starts[b], end = batch.seq_starts[b + 1];
     for (int32_t t = begin; t < end; ++t) {
       const int64_t n_ctx = static_cast<int64_t>(batch.positions[t]) + 1;
-      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b])
-          << "token " << t << " at position " << batch.positions[t];
+      NS_CHECK(n_ctx >= 1 && n_ctx <= batch.context_lens[b]) << "token " << t << " at position " << batch.positions[t];
       for (int64_t h = 0; h < n_heads; ++h) {
         const int64_t kvh = h / n_rep;
         const float* qv = qs + (t * n_heads + h) * head_dim;
