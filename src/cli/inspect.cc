@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "cli/commands.h"
 #include "cli/inspect_hf.h"
@@ -115,10 +116,16 @@ void print_config(const ModelConfig& c) {
               c.tied_embeddings ? "tied (no output.weight)" : "separate");
   const ArchInfo* a = find_arch(c.arch);
   if (a != nullptr && (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up || a->sandwich_norms)) {
-    std::printf("  beyond llama:%s%s%s%s%s%s\n", a->qkv_bias ? " q/k/v biases" : "",
-                a->qk_norm ? " q/k head norms" : "", a->fused_qkv_gate_up ? " fused qkv and gate_up" : "",
-                a->sandwich_norms ? " sandwich norms" : "", a->norm_plus_one ? " (1 + w) norms" : "",
-                std::string_view(a->hidden_act) != "silu" ? " GeGLU (tanh GELU)" : "");
+    std::string beyond;
+    for (const auto& [on, what] : {std::pair<bool, const char*>{a->qkv_bias, "q/k/v biases"},
+                                   {a->qk_norm, "q/k head norms"},
+                                   {a->fused_qkv_gate_up, "fused qkv and gate_up"},
+                                   {a->sandwich_norms, "sandwich norms"},
+                                   {a->norm_plus_one, "(1 + w) norms"},
+                                   {std::string_view(a->hidden_act) != "silu", "GeGLU (tanh GELU)"}}) {
+      if (on) beyond += (beyond.empty() ? " " : ", ") + std::string(what);
+    }
+    std::printf("  beyond llama:%s\n", beyond.c_str());
   }
   if (a != nullptr && a->scaled_embedding) {
     std::printf("  embedding x %g\n",
