@@ -305,6 +305,28 @@ Status read_gemma(const Reader& r, const json& j, const HfArch& arch, ModelConfi
   return Status::ok_status();
 }
 
+// Gemma3TextConfig's defaults for the keys config_from_hf_json requires: a
+// multimodal checkpoint's text_config often gives only what differs from them.
+constexpr const char* kGemma3TextDefaults = R"({
+  "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+  "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "bos_token_id": 2, "eos_token_id": 1})";
+
+// Gemma3ForConditionalGeneration: its text_config as a Gemma3ForCausalLM
+// (the vision tower's tensors are skipped at load: model/hf_weights.h), with
+// the top level's dtype and token ids.
+StatusOr<HfModelConfig> gemma3_text_part(const Reader& r, const std::string& name) {
+  const json* text = r.find("text_config");
+  if (text == nullptr || !text->is_object()) return r.error("text_config", "missing or not an object");
+  json merged = json::parse(kGemma3TextDefaults);
+  merged.update(*text);
+  merged["model_type"] = "gemma3_text";
+  merged["architectures"] = json::array({"Gemma3ForCausalLM"});
+  for (const char* key : {"dtype", "torch_dtype", "bos_token_id", "eos_token_id"}) {
+    if (const json* v = r.find(key)) merged[key] = *v;
+  }
+  return config_from_hf_json(merged, name + " (text_config)");
+}
+
 }  // namespace
 
 StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& name) {
@@ -321,6 +343,9 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
     arch_name = (*archs)[0].get<std::string>();
   }
   const std::string type = model_type->get<std::string>();
+  if (type == "gemma3" && (arch_name.empty() || arch_name == "Gemma3ForConditionalGeneration")) {
+    return gemma3_text_part(r, name);
+  }
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs) {
     if (type == a.model_type && (arch_name.empty() || arch_name == a.class_name)) arch = &a;

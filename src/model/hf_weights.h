@@ -15,6 +15,11 @@
 //   blk.N.ffn_{gate,up,down}       model.layers.N.mlp.{gate,up,down}_proj.weight
 //   blk.N.ffn_up.weight            model.layers.N.mlp.gate_up_proj.weight          (phi3: [gate; up])
 //
+// Gemma3ForConditionalGeneration keeps its text model under
+// model.language_model. (language_model.model. before transformers 4.52) and
+// a vision tower beside it: the text tensors are read there, the vision
+// tower's and the projector's are skipped.
+//
 // q and k rows are permuted at load into the adjacent-pair rotary layout
 // (model/rope_layout.h), so a model gives the same logits from its GGUF and
 // from its HF folder.
@@ -51,10 +56,13 @@ class HfLlamaTensors final : public TensorSource {
   const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
 
  private:
-  HfLlamaTensors(std::shared_ptr<const SafetensorsCheckpoint> c, ModelConfig config)
-      : ckpt_(std::move(c)), config_(std::move(config)) {}
+  HfLlamaTensors(std::shared_ptr<const SafetensorsCheckpoint> c, ModelConfig config, std::string text_prefix)
+      : ckpt_(std::move(c)), config_(std::move(config)), text_prefix_(std::move(text_prefix)) {}
+  // The checkpoint's name of a GGUF-style name (hf_tensor_name under text_prefix_).
+  std::optional<std::string> stored_name(std::string_view name) const;
   std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
   ModelConfig config_;
+  std::string text_prefix_;  // "model.", or where a multimodal checkpoint keeps its text model
 };
 
 }  // namespace nanoserve

@@ -65,6 +65,26 @@ TEST(GemmaConfig, Gemma3FromTransformers4Keys) {
   EXPECT_FALSE(c.layer_local_rope(5));
 }
 
+// google/gemma-3-4b-it's own config.json: the text_config gives only what
+// differs from Gemma3TextConfig's defaults; dtype and token ids are top-level.
+TEST(GemmaConfig, MultimodalConfigReadsItsTextConfig) {
+  const json j = json::parse(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "mm_tokens_per_image": 256, "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}})");
+  auto r = config_from_hf_json(j, "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto want = config_from_hf_json(gemma3_4b(), "config.json");
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(r->config.to_string(), want->config.to_string());
+  EXPECT_EQ(r->config.sliding_layers, want->config.sliding_layers);
+  EXPECT_EQ(r->eos_ids, (std::vector<int32_t>{1, 106}));
+  EXPECT_EQ(r->config.embed_scale, 50.5f);
+}
+
 TEST(GemmaConfig, Gemma2DefaultsAndItsOwnScale) {
   auto r = config_from_hf_json(gemma2_27b(), "config.json");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -101,9 +121,9 @@ TEST(GemmaConfig, RefusalsNameTheKey) {
   j["use_bidirectional_attention"] = true;
   refused(j, "use_bidirectional_attention");
   j = gemma3_4b();
-  j["model_type"] = "gemma3";
+  j["model_type"] = "gemma3";  // a multimodal checkpoint needs its text_config
   j["architectures"] = {"Gemma3ForConditionalGeneration"};
-  refused(j, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(config_from_hf_json(j, "config.json").status().code(), StatusCode::kInvalidArgument);
   auto bad = gemma3_4b();
   bad["layer_types"] = {"sliding_attention"};
   EXPECT_EQ(config_from_hf_json(bad, "config.json").status().code(), StatusCode::kInvalidArgument);

@@ -141,6 +141,34 @@ TEST_P(Gemma, GgufAndHfFolderMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Oracle, Gemma, ::testing::Values("gemma2", "gemma3"),
                          [](const auto& info) { return std::string(info.param); });
 
+// Gemma3ForConditionalGeneration (gemma3_mm: the gemma3 model's text weights
+// beside a tiny vision tower, saved by transformers under
+// language_model.model.): its text part loads from config.json's text_config,
+// skips the vision tensors, gives the text model's weights and transformers'
+// logits.
+TEST(Gemma, MultimodalCheckpointsRunTheirTextPart) {
+  const std::vector<Prompt> prompts = load_prompts("gemma3_mm");
+  ASSERT_EQ(prompts.size(), 3u);
+  ThreadPool pool(2);
+  ModelSource mm = open(kDir + "gemma3_mm/hf"), text = open(kDir + "gemma3/hf");
+  ASSERT_NE(mm.tensors, nullptr);
+  ASSERT_NE(text.tensors, nullptr);
+  EXPECT_EQ(mm.config.to_string(), text.config.to_string());
+  for (const Prompt& p : prompts) EXPECT_EQ(mm.tokenizer->encode(p.text, true, true), p.ids);
+  auto m = CpuModel::load(mm.config, mm.tensors, pool);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto t = CpuModel::load(text.config, text.tensors, pool);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  const LayerWeights &a = (*m)->weights().layers[3], &b = (*t)->weights().layers[3];
+  for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.q_norm, &b.q_norm}, {&a.post_ffn_norm, &b.post_ffn_norm}}) {
+    ASSERT_EQ(x->nbytes(), y->nbytes());
+    EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0);
+  }
+  const float worst = worst_logit_error(**m, prompts);
+  std::printf("gemma3_mm hf: max |logit - transformers| = %.3g\n", worst);
+  EXPECT_LE(worst, kMaxAbs);
+}
+
 // What each format says about the arithmetic, the same from both.
 TEST(Gemma, ConfigsCarryTheFamilysArithmetic) {
   for (const std::string& path : paths("gemma2")) {
