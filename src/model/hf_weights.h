@@ -1,6 +1,7 @@
 #pragma once
 // A Hugging Face checkpoint (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM) as the model's
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM,
+// Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text part) as the model's
 // tensors. The model asks by GGUF name; this maps each onto the checkpoint:
 //   token_embd.weight              model.embed_tokens.weight
 //   output_norm.weight             model.norm.weight
@@ -14,6 +15,12 @@
 //   blk.N.ffn_norm.weight          model.layers.N.post_attention_layernorm.weight
 //   blk.N.ffn_{gate,up,down}       model.layers.N.mlp.{gate,up,down}_proj.weight
 //   blk.N.ffn_up.weight            model.layers.N.mlp.gate_up_proj.weight          (phi3: [gate; up])
+// Gemma's sandwich norms rename the norms around the MLP:
+//   blk.N.post_attention_norm.weight  model.layers.N.post_attention_layernorm.weight
+//   blk.N.ffn_norm.weight             model.layers.N.pre_feedforward_layernorm.weight
+//   blk.N.post_ffw_norm.weight        model.layers.N.post_feedforward_layernorm.weight
+// and its norm weights are w of (1 + w): every *norm.weight is returned as
+// 1 + w in f32, what llama.cpp's converter stores.
 //
 // Gemma3ForConditionalGeneration keeps its text model under
 // model.language_model. (language_model.model. before transformers 4.52) and
