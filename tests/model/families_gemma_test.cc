@@ -145,9 +145,10 @@ INSTANTIATE_TEST_SUITE_P(Oracle, Gemma, ::testing::Values("gemma2", "gemma3"),
 // beside a tiny vision tower, saved by transformers under
 // language_model.model.): its text part loads from config.json's text_config,
 // skips the vision tensors, gives the text model's weights and transformers'
-// logits.
+// logits (the multimodal model's, which make_gemma.py checks equal the text
+// model's).
 TEST(Gemma, MultimodalCheckpointsRunTheirTextPart) {
-  const std::vector<Prompt> prompts = load_prompts("gemma3_mm");
+  const std::vector<Prompt> prompts = load_prompts("gemma3");  // make_gemma.py checks they are gemma3_mm's
   ASSERT_EQ(prompts.size(), 3u);
   ThreadPool pool(2);
   ModelSource mm = open(kDir + "gemma3_mm/hf"), text = open(kDir + "gemma3/hf");
