@@ -235,7 +235,8 @@ Status read_gemma(const Reader& r, const json& j, const HfArch& arch, ModelConfi
   }
   // Which layers are local: layer_types, else every sliding_window_pattern-th
   // layer is global (Gemma 2: every other one).
-  c->sliding_layers.assign(static_cast<size_t>(std::max<int64_t>(c->n_layers, 0)), 0);
+  if (c->n_layers < 1 || c->n_layers > 1024) return Status::ok_status();  // validate() names it
+  c->sliding_layers.assign(static_cast<size_t>(c->n_layers), 0);
   if (const json* types = r.find("layer_types")) {
     if (!types->is_array() || static_cast<int64_t>(types->size()) != c->n_layers)
       return r.error("layer_types", "expected a list of num_hidden_layers types");

@@ -127,6 +127,11 @@ TEST(GemmaConfig, RefusalsNameTheKey) {
   auto bad = gemma3_4b();
   bad["layer_types"] = {"sliding_attention"};
   EXPECT_EQ(config_from_hf_json(bad, "config.json").status().code(), StatusCode::kInvalidArgument);
+  bad = gemma2_27b();  // named, not allocated for
+  bad["num_hidden_layers"] = int64_t{1} << 40;
+  auto huge = config_from_hf_json(bad, "config.json");
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("n_layers"), std::string::npos) << huge.status().to_string();
 }
 
 StatusOr<ModelConfig> from_gguf(const GgufBuilder& b) {
