@@ -161,7 +161,8 @@ TEST(Gemma, MultimodalCheckpointsRunTheirTextPart) {
   auto t = CpuModel::load(text.config, text.tensors, pool);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   const LayerWeights &a = (*m)->weights().layers[3], &b = (*t)->weights().layers[3];
-  for (auto [x, y] : {std::pair{&a.wq, &b.wq}, {&a.q_norm, &b.q_norm}, {&a.post_ffn_norm, &b.post_ffn_norm}}) {
+  for (auto [x, y] :
+       {std::pair{&a.wq, &b.wq}, {&a.q_norm, &b.q_norm}, {&a.post_ffn_norm, &b.post_ffn_norm}}) {
     ASSERT_EQ(x->nbytes(), y->nbytes());
     EXPECT_EQ(std::memcmp(x->data(), y->data(), x->nbytes()), 0);
   }

@@ -22,7 +22,8 @@ TEST(GeluTanhMul, FastMatchesReference) {
     gelu_tanh_mul_ref(g, u, r);
     gelu_tanh_mul(g, u, f, pool);
     for (int64_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(f.data_as<float>()[i], r.data_as<float>()[i], 2e-6f * (1 + std::fabs(r.data_as<float>()[i])));
+      ASSERT_NEAR(f.data_as<float>()[i], r.data_as<float>()[i],
+                  2e-6f * (1 + std::fabs(r.data_as<float>()[i])));
     }
   }
 }
@@ -32,7 +33,8 @@ TEST(GeluTanhMul, FastMatchesReference) {
 TEST(GeluTanhMul, KnownValuesAreTheTanhApproximation) {
   const Tensor g = f32_tensor({1.0f, -1.0f, 2.0f, -3.0f, 0.0f}, {5});
   const Tensor u = f32_tensor({1.0f, 1.0f, 1.0f, 1.0f, 7.0f}, {5});
-  const double want[] = {0.8411919906082768, -0.15880800939172324, 1.954597694087775, -0.0036373920817729943, 0.0};
+  const double want[] = {0.8411919906082768, -0.15880800939172324, 1.954597694087775, -0.0036373920817729943,
+                         0.0};
   ThreadPool pool(1);
   Tensor r = nan_tensor({5}), f = nan_tensor({5});
   gelu_tanh_mul_ref(g, u, r);
