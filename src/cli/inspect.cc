@@ -4,11 +4,15 @@
 // hyperparameters (ModelConfig), the tokenizer, the chat template, and a table of tensors with per-dtype
 // totals. --metadata lists every metadata key too. A broken file prints its Status and exits 1.
 
+#include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "cli/commands.h"
 #include "cli/inspect_hf.h"
@@ -116,9 +120,35 @@ void print_config(const ModelConfig& c) {
                 c.expert_weights_norm ? "renormalised over the top-k" : "the softmax's");
   }
   const ArchInfo* a = find_arch(c.arch);
-  if (a != nullptr && (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up)) {
-    std::printf("  beyond llama:%s%s%s\n", a->qkv_bias ? " q/k/v biases" : "", a->qk_norm ? " q/k head norms" : "",
-                a->fused_qkv_gate_up ? " fused qkv and gate_up" : "");
+  if (a != nullptr && (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up || a->sandwich_norms)) {
+    std::string beyond;
+    for (const auto& [on, what] : {std::pair<bool, const char*>{a->qkv_bias, "q/k/v biases"},
+                                   {a->qk_norm, "q/k head norms"},
+                                   {a->fused_qkv_gate_up, "fused qkv and gate_up"},
+                                   {a->sandwich_norms, "sandwich norms"},
+                                   {a->norm_plus_one, "(1 + w) norms"},
+                                   {std::string_view(a->hidden_act) != "silu", "GeGLU (tanh GELU)"}}) {
+      if (on) beyond += (beyond.empty() ? " " : ", ") + std::string(what);
+    }
+    std::printf("  beyond llama:%s\n", beyond.c_str());
+  }
+  if (a != nullptr && a->scaled_embedding) {
+    std::printf("  embedding x %g\n",
+                c.embed_scale > 0.0f ? c.embed_scale : std::sqrt(static_cast<float>(c.dim)));
+  }
+  if (c.sliding_window > 0) {
+    int64_t local = c.n_layers;
+    if (!c.sliding_layers.empty()) local = std::count(c.sliding_layers.begin(), c.sliding_layers.end(), 1);
+    std::printf("  sliding window %" PRId64 " in %" PRId64 " of %" PRId64 " layers", c.sliding_window, local,
+                c.n_layers);
+    if (c.rope_local_theta > 0.0f) std::printf(", their rope theta %g (unscaled)", c.rope_local_theta);
+    std::printf("\n");
+  }
+  if (c.attn_softcap > 0.0f || c.final_softcap > 0.0f || c.query_pre_attn_scalar > 0.0f) {
+    std::printf("  attention scale %g", c.attention_scale());
+    if (c.attn_softcap > 0.0f) std::printf(", attention soft-cap %g", c.attn_softcap);
+    if (c.final_softcap > 0.0f) std::printf(", final logit soft-cap %g", c.final_softcap);
+    std::printf("\n");
   }
 }
 

@@ -17,6 +17,21 @@ constexpr ArchInfo kArchs[] = {
      .qk_norm = true,
      .gguf_rope_pairs = RopePairs::kHalves,
      .experts = ArchExperts::kAlways},
+    {.name = "gemma2",
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .hidden_act = "gelu_pytorch_tanh",
+     .norm_plus_one = true,
+     .sandwich_norms = true,
+     .scaled_embedding = true,
+     .logit_softcaps = true},
+    {.name = "gemma3",
+     .qk_norm = true,
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .hidden_act = "gelu_pytorch_tanh",
+     .norm_plus_one = true,
+     .sandwich_norms = true,
+     .scaled_embedding = true,
+     .logit_softcaps = true},
 };
 
 }  // namespace
@@ -60,6 +75,7 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
     names.push_back("attn_k_norm.weight");
   }
   names.push_back("attn_output.weight");
+  if (c.sandwich_norms) names.push_back("post_attention_norm.weight");
   names.push_back("ffn_norm.weight");
   if (config.n_experts > 0) {
     for (const char* n :
@@ -75,6 +91,7 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
     names.push_back("ffn_up.weight");
   }
   names.push_back("ffn_down.weight");
+  if (c.sandwich_norms) names.push_back("post_ffw_norm.weight");
   return names;
 }
 

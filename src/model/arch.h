@@ -24,6 +24,11 @@
 // experts stacked into ffn_{gate,up,down}_exps [n_experts, ...] (or one
 // tensor per expert, ffn_{gate,up,down}.E, as older llama.cpp files and HF
 // checkpoints hold them).
+//   gemma2  gemma2                      gemma2              (1 + w) norms, sandwich norms, GeGLU (tanh
+//                                                           GELU), embedding x sqrt(dim); its checkpoints
+//                                                           add soft-caps and alternating windows
+//   gemma3  gemma3                      gemma3_text,        gemma2's, plus q/k norm; local layers
+//                                       gemma3 (text part)  rotate with their own theta, unscaled
 //
 // What a checkpoint sets rather than its family (tied embeddings, norm eps,
 // rope theta and scaling) is in ModelConfig; config_hf.cc holds the HF config
@@ -69,8 +74,21 @@ struct ArchInfo {
   bool fused_qkv_gate_up = false;  // attn_qkv = [q; k; v] rows, ffn_up = [gate; up] rows
   RopePairs gguf_rope_pairs = RopePairs::kAdjacent;
   // The MLP's gate activation, as HF's hidden_act names it: down(act(gate) * up).
+  // "silu" or "gelu_pytorch_tanh" (GELU's tanh approximation: GeGLU).
   const char* hidden_act = "silu";
   ArchExperts experts = ArchExperts::kNever;
+  // Gemma. HF keeps each RMSNorm weight as w and applies (1 + w); llama.cpp's
+  // converter stores 1 + w. The HF loader adds the 1 (in f32, as transformers
+  // does), so both formats give the forward the same weights.
+  bool norm_plus_one = false;
+  // A norm after attention and one after the MLP, each applied to the block's
+  // output before the residual add (post_attention_norm, post_ffw_norm).
+  bool sandwich_norms = false;
+  // The embedding is multiplied by sqrt(dim) (ModelConfig::embed_scale).
+  bool scaled_embedding = false;
+  // Its configs may soft-cap attention scores and final logits
+  // (ModelConfig::attn_softcap, final_softcap); elsewhere the keys are refused.
+  bool logit_softcaps = false;
 };
 
 // nullptr when `name` is not built.

@@ -1,10 +1,14 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/check.h"
+#include "core/half.h"
 #include "io/gguf.h"
 #include "model/arch.h"
 
@@ -65,7 +69,64 @@ Status read_float(const GgufFile& f, const std::string& key, float* out) {
   return v.status();
 }
 
+// Gemma's keys and what llama.cpp assumes where a file leaves them out.
+Status read_gemma_gguf(const GgufFile& f, ModelConfig* c) {
+  const bool gemma2 = c->arch == "gemma2", gemma3 = c->arch == "gemma3";
+  if (!gemma2 && !gemma3) return Status::ok_status();
+  const std::string p = c->arch + ".";
+  NS_RETURN_IF_ERROR(read_float(f, p + "attn_logit_softcapping", &c->attn_softcap));
+  NS_RETURN_IF_ERROR(read_float(f, p + "final_logit_softcapping", &c->final_softcap));
+  if (gemma2 && f.find(p + "attention.sliding_window") == nullptr) c->sliding_window = 4096;
+  // Local layers: an array of bools, one a layer, or a period n whose last
+  // layer is global (layer l slides when l % n < n - 1); 2 and 6 by default.
+  if (c->sliding_window > 0) {
+    c->sliding_layers.assign(static_cast<size_t>(std::clamp<int64_t>(c->n_layers, 0, kMaxLayers)), 1);
+    const std::string key = p + "attention.sliding_window_pattern";
+    int64_t period = gemma2 ? 2 : 6;
+    if (const GgufValue* v = f.find(key); v != nullptr && v->type == GgufType::kArray) {
+      NS_ASSIGN_OR_RETURN(const GgufArray* a, f.get_array(key));
+      if (static_cast<int64_t>(a->items.size()) != c->n_layers)
+        return invalid_argument("metadata '" + key + "': " + std::to_string(a->items.size()) +
+                                " entries for " + std::to_string(c->n_layers) + " layers");
+      for (size_t l = 0; l < a->items.size(); ++l) {
+        const std::optional<bool> b = a->items[l].as_bool();
+        if (!b) return invalid_argument("metadata '" + key + "': expected bools");
+        c->sliding_layers[l] = *b ? 1 : 0;
+      }
+    } else {
+      NS_RETURN_IF_ERROR(read_int(f, key, false, &period));
+      if (period < 0) return invalid_argument("metadata '" + key + "': " + std::to_string(period) + " < 0");
+      for (size_t l = 0; l < c->sliding_layers.size(); ++l)
+        c->sliding_layers[l] = period == 0 || static_cast<int64_t>(l) % period < period - 1;
+    }
+    // The local layers' theta: Gemma 3's is 10000 unless stated; Gemma 2's
+    // layers all rotate alike unless stated.
+    if (gemma3) c->rope_local_theta = 10000.0f;
+    NS_RETURN_IF_ERROR(read_float(f, p + "rope.freq_base_swa", &c->rope_local_theta));
+  }
+  // llama.cpp takes the attention scale from the model's size: the 27B
+  // models (46 and 62 layers) scale by dim / n_heads, the others by head_dim.
+  const bool is_27b = c->n_layers == (gemma2 ? 46 : 62);
+  if (c->n_heads > 0)
+    c->query_pre_attn_scalar = static_cast<float>(is_27b ? c->dim / c->n_heads : c->head_dim);
+  // sqrt(dim) rounded as transformers would with activations in the
+  // embedding table's dtype (f32, as llama.cpp, for the others).
+  float scale = std::sqrt(static_cast<float>(c->dim));
+  if (const GgufTensorInfo* emb = f.find_tensor("token_embd.weight")) {
+    if (emb->dtype == DType::kBF16) scale = bf16_to_f32(f32_to_bf16(scale));
+    if (emb->dtype == DType::kF16) scale = fp16_to_f32(f32_to_fp16(scale));
+  }
+  c->embed_scale = scale;
+  return Status::ok_status();
+}
+
 }  // namespace
+
+float ModelConfig::attention_scale() const {
+  if (query_pre_attn_scalar <= 0.0f) return 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return static_cast<float>(1.0 /
+                            std::sqrt(static_cast<double>(query_pre_attn_scalar)));  // as Python's **-0.5
+}
 
 Status ModelConfig::validate() const {
   if (arch.empty()) return invalid_argument("model config: arch is empty");
@@ -97,6 +158,17 @@ Status ModelConfig::validate() const {
   if (const ArchInfo* a = family != nullptr ? family : find_arch(arch)) {
     if (a->experts == ArchExperts::kAlways && n_experts == 0)
       return invalid_argument("model config: " + arch + " needs experts (n_experts is 0)");
+  }
+  if (!sliding_layers.empty() && static_cast<int64_t>(sliding_layers.size()) != n_layers) {
+    return invalid_argument("model config: sliding layer types for " + std::to_string(sliding_layers.size()) +
+                            " layers, but n_layers = " + std::to_string(n_layers));
+  }
+  for (const auto& [field, v] : {std::pair<const char*, float>{"rope_local_theta", rope_local_theta},
+                                 {"attn_softcap", attn_softcap},
+                                 {"final_softcap", final_softcap},
+                                 {"query_pre_attn_scalar", query_pre_attn_scalar},
+                                 {"embed_scale", embed_scale}}) {
+    if (v != 0.0f) NS_RETURN_IF_ERROR(check_positive_finite(field, v));  // 0: not used
   }
   NS_RETURN_IF_ERROR(check_positive_finite("rope_theta", rope_theta));
   NS_RETURN_IF_ERROR(check_positive_finite("norm_eps", norm_eps));
@@ -133,16 +205,32 @@ std::string ModelConfig::to_string() const {
       break;
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
-  if (sliding_window > 0) s << ", sliding window " << sliding_window;
+  if (sliding_window > 0) {
+    s << ", sliding window " << sliding_window;
+    if (!sliding_layers.empty()) {
+      int64_t n = 0;
+      for (uint8_t b : sliding_layers) n += b != 0;
+      s << " (" << n << " of " << n_layers << " layers)";
+    }
+  }
   if (n_experts > 0) {
     s << ", experts " << n_experts_used << " of " << n_experts << " (ffn " << expert_ffn_dim
       << (expert_weights_norm ? ", weights normalized)" : ")");
   }
+  if (rope_local_theta > 0.0f) s << ", local rope_theta " << rope_local_theta;
+  if (attn_softcap > 0.0f) s << ", attention soft-cap " << attn_softcap;
+  if (final_softcap > 0.0f) s << ", final soft-cap " << final_softcap;
+  if (query_pre_attn_scalar > 0.0f) s << ", query_pre_attn_scalar " << query_pre_attn_scalar;
   s << (tied_embeddings ? ", tied embeddings" : ", separate output");
   if (const ArchInfo* a = family != nullptr ? family : find_arch(arch)) {
     if (a->qkv_bias) s << ", qkv bias";
     if (a->qk_norm) s << ", q/k norm";
     if (a->fused_qkv_gate_up) s << ", fused qkv and gate_up";
+    if (a->sandwich_norms) s << ", sandwich norms";
+    if (a->norm_plus_one) s << ", (1 + w) norms";
+    if (a->scaled_embedding)
+      s << ", embedding x " << (embed_scale > 0.0f ? embed_scale : std::sqrt(float(dim)));
+    if (std::string_view(a->hidden_act) != "silu") s << ", " << a->hidden_act;
   }
   return s.str();
 }
@@ -177,6 +265,7 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   NS_RETURN_IF_ERROR(read_float(f, p + "rope.freq_base", &c.rope_theta));
   NS_RETURN_IF_ERROR(read_float(f, p + "attention.layer_norm_rms_epsilon", &c.norm_eps));
   NS_RETURN_IF_ERROR(read_int(f, p + "attention.sliding_window", false, &c.sliding_window));
+  NS_RETURN_IF_ERROR(read_gemma_gguf(f, &c));
   if (c.sliding_window >= c.context_length) c.sliding_window = 0;  // a window that never slides
   NS_RETURN_IF_ERROR(read_int(f, p + "expert_count", false, &c.n_experts));
   NS_RETURN_IF_ERROR(read_int(f, p + "expert_used_count", false, &c.n_experts_used));
@@ -267,6 +356,12 @@ Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {
   NS_RETURN_IF_ERROR(apply_arch(arch_checked));
   const std::string p = c.arch + ".";
   // Keys of features this forward does not have; present and not 0, they would change the output.
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    auto v = f.get_float(p + key);
+    if (v.ok() && *v != 0.0 && !arch_checked.family->logit_softcaps) {
+      return unimplemented("metadata '" + p + key + "': logit soft-capping is not supported for " + c.arch);
+    }
+  }
   for (const char* key : {"expert_shared_count", "expert_shared_feed_forward_length",
                           "leading_dense_block_count", "expert_group_count"}) {
     auto n = f.get_int(p + key);
@@ -281,12 +376,6 @@ Status check_gguf_supported(const GgufFile& f, const ModelConfig& c) {
   }
   if (auto s = f.get_float(p + "expert_weights_scale"); s.ok() && *s != 1.0 && *s != 0.0) {
     return unimplemented("metadata '" + p + "expert_weights_scale': scaled expert weights are not supported");
-  }
-  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    auto v = f.get_float(p + key);
-    if (v.ok() && *v != 0.0) {
-      return unimplemented("metadata '" + p + key + "': logit soft-capping is not supported");
-    }
   }
   if (c.arch != "llama" && c.rope_dim != c.head_dim) {
     return unimplemented("metadata '" + p + "rope.dimension_count' = " + std::to_string(c.rope_dim) +

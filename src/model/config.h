@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/arch.h"
@@ -40,10 +41,40 @@ struct ModelConfig {
   int64_t n_experts_used = 0;
   int64_t expert_ffn_dim = 0;
   bool expert_weights_norm = true;
+  // Which layers slide (Gemma's alternation: local layers with the window,
+  // global ones without): [n_layers], 1 = sliding. Empty: every layer slides
+  // (Mistral) when sliding_window > 0.
+  std::vector<uint8_t> sliding_layers;
+  // The sliding layers' rope theta (Gemma 3's rope_local_base_freq); they
+  // rotate with it and without rope_scaling, which is the global layers'. 0:
+  // every layer rotates alike.
+  float rope_local_theta = 0.0f;
+  // Soft-capping, cap * tanh(x / cap), of each attention score (after the
+  // scale) and of the final logits (Gemma 2); 0: none.
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
+  // The attention scale is query_pre_attn_scalar^-0.5 (Gemma); 0: head_dim's.
+  float query_pre_attn_scalar = 0.0f;
+  // What the embedding is multiplied by when the family scales it: sqrt(dim)
+  // rounded to the checkpoint's dtype, as transformers rounds it to the
+  // activations'; 0: sqrt(dim) in f32.
+  float embed_scale = 0.0f;
   // The family's row of model/arch.h (apply_arch sets it): what it adds to llama.
   const ArchInfo* family = nullptr;
 
   int64_t n_rep() const { return n_heads / n_kv_heads; }
+  // Layer l's sliding window (0: the layer attends its whole history).
+  int64_t layer_window(int64_t l) const {
+    if (sliding_window <= 0) return 0;
+    return sliding_layers.empty() || sliding_layers[static_cast<size_t>(l)] != 0 ? sliding_window : 0;
+  }
+  // Whether layer l rotates with rope_local_theta: a sliding layer by its type,
+  // even where its window covers the whole context.
+  bool layer_local_rope(int64_t l) const {
+    return rope_local_theta > 0.0f && !sliding_layers.empty() && sliding_layers[static_cast<size_t>(l)] != 0;
+  }
+  // The attention's scale: query_pre_attn_scalar^-0.5, else head_dim^-0.5.
+  float attention_scale() const;
   // *family, or arch's row when apply_arch has not run (a config made by
   // hand); NS_CHECK that the architecture is built.
   const ArchInfo& arch_info() const;
@@ -58,7 +89,7 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& file);
 
 // UNIMPLEMENTED naming the key or tensor when the file needs what the forward
 // does not have: an architecture outside model/arch.h, shared experts or a
-// gating other than softmax, logit soft-capping, partial rotary (beyond llama),
+// gating other than softmax, partial rotary (beyond llama),
 // longrope factors, or any tensor the forward would not read.
 Status check_gguf_supported(const GgufFile& file, const ModelConfig& config);
 

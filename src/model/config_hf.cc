@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/half.h"
 #include "io/json_file.h"
 #include "model/arch.h"
 
@@ -132,6 +133,7 @@ struct HfArch {
   int64_t max_position_embeddings;
   float rms_norm_eps;
   int64_t head_dim;  // 0: hidden_size / num_attention_heads
+  bool tie_word_embeddings = false;
   bool experts = false;  // a mixture of experts (read_experts)
 };
 constexpr HfArch kHfArchs[] = {
@@ -140,8 +142,10 @@ constexpr HfArch kHfArchs[] = {
     {"qwen2", "Qwen2ForCausalLM", "qwen2", 32768, 1e-6f, 0},
     {"qwen3", "Qwen3ForCausalLM", "qwen3", 32768, 1e-6f, 128},
     {"phi3", "Phi3ForCausalLM", "phi3", 4096, 1e-5f, 0},
-    {"mixtral", "MixtralForCausalLM", "llama", 4096 * 32, 1e-5f, 0, true},
-    {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", 32768, 1e-6f, 0, true},
+    {"mixtral", "MixtralForCausalLM", "llama", 4096 * 32, 1e-5f, 0, false, true},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", 32768, 1e-6f, 0, false, true},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2", 8192, 1e-6f, 256, true},
+    {"gemma3_text", "Gemma3ForCausalLM", "gemma3", 131072, 1e-6f, 256, true},
 };
 
 // The experts of Mixtral (num_local_experts of intermediate_size, top
@@ -181,6 +185,10 @@ Status read_experts(const Reader& r, const HfArch& arch, ModelConfig& c) {
   return Status::ok_status();
 }
 
+bool is_gemma(const HfArch& a) {
+  return std::string_view(a.arch).starts_with("gemma");
+}
+
 std::string built_hf_names() {
   std::string s;
   for (const HfArch& a : kHfArchs) s += (s.empty() ? "" : ", ") + std::string(a.class_name);
@@ -211,7 +219,7 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch) {
     }
   }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
-    if (r.find(key) != nullptr)
+    if (!find_arch(arch.arch)->logit_softcaps && r.find(key) != nullptr)  // Gemma's: read_gemma
       return r.unsupported(std::string("'") + key + "': logit soft-capping is not supported");
   }
   // The family's own biases (its row in model/arch.h) are part of it; any other bias is not built.
@@ -225,16 +233,146 @@ Status refuse_unsupported(const Reader& r, const HfArch& arch) {
                            " forward has no such biases)");
     }
   }
-  if (const json* v = r.find("hidden_act");
-      v != nullptr && !(v->is_string() && v->get<std::string>() == family.hidden_act)) {
-    return r.unsupported("hidden_act " + v->dump().substr(0, 32) + " is not supported (" + family.hidden_act +
-                         ")");
+  for (const char* key : {"hidden_act", "hidden_activation"}) {  // Gemma's classes read the second
+    if (const json* v = r.find(key);
+        v != nullptr && !(v->is_string() && v->get<std::string>() == family.hidden_act)) {
+      return r.unsupported(std::string(key) + " " + v->dump().substr(0, 32) + " is not supported (" +
+                           family.hidden_act + ")");
+    }
   }
   if (const json* v = r.find("partial_rotary_factor");
       v != nullptr && !(v->is_number() && v->get<double>() == 1.0)) {
     return r.unsupported("partial_rotary_factor " + v->dump().substr(0, 32) + " is not supported");
   }
   return Status::ok_status();
+}
+
+// A number that may be null, with the config class's default when the key is
+// absent: *out = 0 for null (none).
+Status nullable_number(const Reader& r, const json& j, const std::string& key, float class_default,
+                       float* out) {
+  if (!j.contains(key)) {
+    *out = class_default;
+    return Status::ok_status();
+  }
+  *out = 0.0f;
+  return r.number(key, out);
+}
+
+// Gemma 2 and 3: soft-caps, the attention scale, the alternation of local
+// and global layers, the local layers' rope and the embedding scale, with the
+// config classes' defaults (Gemma2Config, Gemma3TextConfig).
+Status read_gemma(const Reader& r, const json& j, const HfArch& arch, ModelConfig* c) {
+  const bool gemma2 = std::string_view(arch.arch) == "gemma2";
+  bool bidirectional = false;
+  NS_RETURN_IF_ERROR(r.boolean("use_bidirectional_attention", &bidirectional));
+  if (bidirectional) return r.unsupported("use_bidirectional_attention = true (an encoder) is not supported");
+  NS_RETURN_IF_ERROR(
+      nullable_number(r, j, "attn_logit_softcapping", gemma2 ? 50.0f : 0.0f, &c->attn_softcap));
+  NS_RETURN_IF_ERROR(
+      nullable_number(r, j, "final_logit_softcapping", gemma2 ? 30.0f : 0.0f, &c->final_softcap));
+  c->query_pre_attn_scalar = 256.0f;
+  NS_RETURN_IF_ERROR(r.number("query_pre_attn_scalar", &c->query_pre_attn_scalar));
+
+  int64_t window = 4096;
+  if (j.contains("sliding_window")) {
+    window = 0;
+    NS_RETURN_IF_ERROR(r.integer("sliding_window", false, &window));
+    if (window < 0) return r.error("sliding_window", "expected a positive integer or null");
+  }
+  // Which layers are local: layer_types, else every sliding_window_pattern-th
+  // layer is global (Gemma 2: every other one).
+  if (c->n_layers < 1 || c->n_layers > 1024) return Status::ok_status();  // validate() names it
+  c->sliding_layers.assign(static_cast<size_t>(c->n_layers), 0);
+  if (const json* types = r.find("layer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != c->n_layers)
+      return r.error("layer_types", "expected a list of num_hidden_layers types");
+    for (size_t l = 0; l < types->size(); ++l) {
+      const json& t = (*types)[l];
+      if (t == "sliding_attention") {
+        c->sliding_layers[l] = 1;
+      } else if (t != "full_attention") {
+        return r.error("layer_types", "entry " + std::to_string(l) + " " + t.dump().substr(0, 32) +
+                                          " (sliding_attention or full_attention)");
+      }
+    }
+  } else {
+    int64_t period = gemma2 ? 2 : 6;
+    if (!gemma2) NS_RETURN_IF_ERROR(r.integer("sliding_window_pattern", false, &period));
+    if (period < 1) return r.error("sliding_window_pattern", "expected a positive integer");
+    for (size_t l = 0; l < c->sliding_layers.size(); ++l)
+      c->sliding_layers[l] = (static_cast<int64_t>(l) + 1) % period != 0;
+  }
+  c->sliding_window = window > 0 && window < c->context_length ? window : 0;
+
+  if (gemma2) {
+    c->rope_theta = 10000.0f;  // the generic reading (rope_theta, rope_parameters) follows
+  } else {
+    // Gemma 3: rope_theta / rope_scaling for the global layers and
+    // rope_local_base_freq for the local ones, or (transformers >= 5)
+    // rope_parameters with one entry of each kind.
+    c->rope_theta = 1000000.0f;
+    c->rope_local_theta = 10000.0f;
+    NS_RETURN_IF_ERROR(r.number("rope_theta", &c->rope_theta));
+    NS_RETURN_IF_ERROR(r.number("rope_local_base_freq", &c->rope_local_theta));
+    if (const json* rs = r.find("rope_scaling"))
+      NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c->rope_scaling));
+    if (const json* rp = r.find("rope_parameters")) {
+      if (!rp->is_object()) return r.error("rope_parameters", "expected an object or null");
+      for (const char* kind : {"full_attention", "sliding_attention"}) {
+        auto it = rp->find(kind);
+        if (it == rp->end() || it->is_null()) continue;
+        const bool full = std::string_view(kind) == "full_attention";
+        if (it->find("rope_theta") != it->end()) {
+          NS_RETURN_IF_ERROR(r.number_in(*it, "rope_theta",
+                                         std::string("rope_parameters.") + kind + ".rope_theta",
+                                         full ? &c->rope_theta : &c->rope_local_theta));
+        }
+        RopeScaling scaling;
+        NS_RETURN_IF_ERROR(read_rope_scaling(r, *it, &scaling));
+        if (full) {
+          c->rope_scaling = scaling;
+        } else if (scaling.type != RopeScaling::Type::kNone) {
+          return r.unsupported(
+              "rope_parameters.sliding_attention: rope scaling of the local layers is not supported");
+        }
+      }
+    }
+  }
+
+  // sqrt(hidden_size) in the checkpoint's dtype, as transformers rounds it to
+  // the activations' (its normalizer is a tensor of their dtype).
+  std::string dtype = "float32";
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    if (const json* d = r.find(key); d != nullptr && d->is_string()) dtype = d->get<std::string>();
+  }
+  const float scale = std::sqrt(static_cast<float>(c->dim));
+  c->embed_scale = dtype == "bfloat16"  ? bf16_to_f32(f32_to_bf16(scale))
+                   : dtype == "float16" ? fp16_to_f32(f32_to_fp16(scale))
+                                        : scale;
+  return Status::ok_status();
+}
+
+// Gemma3TextConfig's defaults for the keys config_from_hf_json requires: a
+// multimodal checkpoint's text_config often gives only what differs from them.
+constexpr const char* kGemma3TextDefaults = R"({
+  "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+  "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "bos_token_id": 2, "eos_token_id": 1})";
+
+// Gemma3ForConditionalGeneration: its text_config as a Gemma3ForCausalLM
+// (the vision tower's tensors are skipped at load: model/hf_weights.h), with
+// the top level's dtype and token ids.
+StatusOr<HfModelConfig> gemma3_text_part(const Reader& r, const std::string& name) {
+  const json* text = r.find("text_config");
+  if (text == nullptr || !text->is_object()) return r.error("text_config", "missing or not an object");
+  json merged = json::parse(kGemma3TextDefaults);
+  merged.update(*text);
+  merged["model_type"] = "gemma3_text";
+  merged["architectures"] = json::array({"Gemma3ForCausalLM"});
+  for (const char* key : {"dtype", "torch_dtype", "bos_token_id", "eos_token_id"}) {
+    if (const json* v = r.find(key)) merged[key] = *v;
+  }
+  return config_from_hf_json(merged, name + " (text_config)");
 }
 
 }  // namespace
@@ -253,6 +391,9 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
     arch_name = (*archs)[0].get<std::string>();
   }
   const std::string type = model_type->get<std::string>();
+  if (type == "gemma3" && (arch_name.empty() || arch_name == "Gemma3ForConditionalGeneration")) {
+    return gemma3_text_part(r, name);
+  }
   const HfArch* arch = nullptr;
   for (const HfArch& a : kHfArchs) {
     if (type == a.model_type && (arch_name.empty() || arch_name == a.class_name)) arch = &a;
@@ -294,19 +435,22 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   // Mistral's window, in every layer (Qwen's is refused above; it keeps the
   // key with use_sliding_window false, and then has none).
   if (const json* v = r.find("sliding_window"); v != nullptr && type != "qwen2" && type != "qwen3" &&
-                                                type != "qwen3_moe" && !v->is_null() &&
+                                                type != "qwen3_moe" && !is_gemma(*arch) && !v->is_null() &&
                                                 !(v->is_boolean() && !v->get<bool>())) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1)
       return r.error("sliding_window", "expected a positive integer, false or null");
     c.sliding_window = v->get<int64_t>() < c.context_length ? v->get<int64_t>() : 0;
   }
   if (arch->experts) NS_RETURN_IF_ERROR(read_experts(r, *arch, c));
-  NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
+  if (is_gemma(*arch)) NS_RETURN_IF_ERROR(read_gemma(r, j, *arch, &c));
   NS_RETURN_IF_ERROR(r.number("rms_norm_eps", &c.norm_eps));
-  if (const json* rs = r.find("rope_scaling")) NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));
+  const bool own_rope = arch->arch == std::string_view("gemma3");  // read_gemma read it
+  if (!own_rope) NS_RETURN_IF_ERROR(r.number("rope_theta", &c.rope_theta));
+  if (const json* rs = r.find("rope_scaling"); rs != nullptr && !own_rope)
+    NS_RETURN_IF_ERROR(read_rope_scaling(r, *rs, &c.rope_scaling));
   // transformers >= 5 writes both as one object, rope_parameters, with the
   // theta inside it; it takes precedence where both are present.
-  if (const json* rp = r.find("rope_parameters"); rp != nullptr && !rp->is_null()) {
+  if (const json* rp = r.find("rope_parameters"); rp != nullptr && !rp->is_null() && !own_rope) {
     if (!rp->is_object()) return r.error("rope_parameters", "expected an object or null");
     if (rp->find("rope_theta") != rp->end()) {
       NS_RETURN_IF_ERROR(r.number_in(*rp, "rope_theta", "rope_parameters.rope_theta", &c.rope_theta));
@@ -314,7 +458,7 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
     c.rope_scaling = RopeScaling{};
     NS_RETURN_IF_ERROR(read_rope_scaling(r, *rp, &c.rope_scaling));
   }
-  c.tied_embeddings = false;
+  c.tied_embeddings = arch->tie_word_embeddings;
   NS_RETURN_IF_ERROR(r.boolean("tie_word_embeddings", &c.tied_embeddings));
 
   std::vector<int32_t> bos;

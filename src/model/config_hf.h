@@ -1,9 +1,11 @@
 #pragma once
 // A Hugging Face config.json into ModelConfig. Built: LlamaForCausalLM and
-// MistralForCausalLM (arch llama), Qwen2ForCausalLM, Qwen3ForCausalLM and
-// Phi3ForCausalLM (model/arch.h). Any other architecture, and features the
-// forward does not have (Qwen's per-layer sliding windows, experts, logit
-// soft-capping, attention or MLP biases beyond qwen2's, partial rotary,
+// MistralForCausalLM (arch llama), Qwen2ForCausalLM, Qwen3ForCausalLM,
+// Phi3ForCausalLM, Gemma2ForCausalLM and Gemma3ForCausalLM (with
+// Gemma3ForConditionalGeneration's text_config) (model/arch.h). Any other
+// architecture, and features the forward does not have (Qwen's per-layer
+// sliding windows, experts, logit soft-capping outside Gemma, attention or
+// MLP biases beyond qwen2's, partial rotary,
 // activations other than silu, rope types other than default / linear /
 // llama3: longrope, su, yarn, dynamic ...), are refused by name. A wrong type or a value
 // out of range names the key: "config.json: 'num_key_value_heads': expected an integer".

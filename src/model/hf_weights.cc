@@ -6,6 +6,7 @@
 
 #include "model/arch.h"
 #include "model/rope_layout.h"
+#include "ops/dequantize/dequantize.h"
 
 namespace nanoserve {
 
@@ -32,13 +33,29 @@ std::optional<std::string_view> hf_layer_name(const ModelConfig& c, std::string_
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
   };
-  if (g == "ffn_up.weight") return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  if (g == "ffn_up.weight")
+    return c.arch_info().fused_qkv_gate_up ? "mlp.gate_up_proj.weight" : "mlp.up_proj.weight";
+  if (c.arch_info().sandwich_norms) {  // Gemma: a norm on each side of each block
+    if (g == "post_attention_norm.weight") return "post_attention_layernorm.weight";
+    if (g == "ffn_norm.weight") return "pre_feedforward_layernorm.weight";
+    if (g == "post_ffw_norm.weight") return "post_feedforward_layernorm.weight";
+  }
   if (g == "ffn_gate_inp.weight")
     return c.arch == "qwen3moe" ? "mlp.gate.weight" : "block_sparse_moe.gate.weight";
   for (const Name& n : kNames) {
     if (g == n.gguf) return n.hf;
   }
   return std::nullopt;
+}
+
+// 1 + w in f32, into owned memory: the weight of a (1 + w) RMSNorm as
+// transformers applies it (w.float() + 1) and llama.cpp's converter stores it.
+Tensor plus_one(const Tensor& w) {
+  Tensor out = Tensor::empty(DType::kF32, w.shape());
+  dequantize_row(w.dtype(), w.data(), out.data_as<float>(), w.numel());
+  float* o = out.data_as<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] += 1.0f;
+  return out;
 }
 
 // "blk.12.attn_q.weight" -> (12, "attn_q.weight").
@@ -106,11 +123,24 @@ std::optional<std::string> hf_llama_tensor_name(std::string_view g) {
 
 StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
     std::shared_ptr<const SafetensorsCheckpoint> ckpt, const ModelConfig& config) {
-  std::unordered_set<std::string> used = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+  // A multimodal Gemma 3's text model and what sits beside it.
+  std::string prefix = "model.";
+  std::vector<std::string> skipped;
+  if (config.arch == "gemma3") {
+    for (const char* p : {"model.language_model.", "language_model.model."}) {
+      if (ckpt->find_tensor(std::string(p) + "embed_tokens.weight") != nullptr) prefix = p;
+    }
+    if (prefix != "model.") {
+      skipped = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."};
+    }
+  }
+  std::shared_ptr<const HfLlamaTensors> t(new HfLlamaTensors(std::move(ckpt), config, prefix));
+  std::unordered_set<std::string> used;
+  for (const char* g : {"token_embd.weight", "output_norm.weight", "output.weight"}) used.insert(*t->stored_name(g));
   const std::vector<std::string> layer_names = arch_layer_tensors(config);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (const std::string& n : layer_names) {
-      if (auto hf = hf_tensor_name(config, "blk." + std::to_string(l) + "." + n)) used.insert(*hf);
+      if (auto hf = t->stored_name("blk." + std::to_string(l) + "." + n)) used.insert(*hf);
     }
     for (int64_t e = 0; e < config.n_experts; ++e) {
       for (const std::string& n : arch_expert_tensors(e)) {
@@ -118,33 +148,47 @@ StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
       }
     }
   }
-  for (const std::string& name : ckpt->names()) {
+  for (const std::string& name : t->ckpt_->names()) {
     if (used.count(name) != 0) continue;
+    if (std::any_of(skipped.begin(), skipped.end(), [&](const std::string& p) { return name.starts_with(p); }))
+      continue;
     // Old checkpoints store the rotary table, which is recomputed from the config.
     if (name.ends_with(".rotary_emb.inv_freq")) continue;
-    return invalid_argument(ckpt->folder() + ": tensor '" + name.substr(0, 200) + "' is not one the " +
+    return invalid_argument(t->ckpt_->folder() + ": tensor '" + name.substr(0, 200) + "' is not one the " +
                             config.arch + " forward with this config.json uses");
   }
-  return std::shared_ptr<const HfLlamaTensors>(new HfLlamaTensors(std::move(ckpt), config));
+  return t;
+}
+
+std::optional<std::string> HfLlamaTensors::stored_name(std::string_view name) const {
+  auto hf = hf_tensor_name(config_, name);
+  if (!hf || text_prefix_ == "model.") return hf;
+  if (hf->starts_with("model.")) return text_prefix_ + hf->substr(6);
+  // lm_head.weight: beside the text model in the older layout.
+  return text_prefix_ == "language_model.model." ? "language_model." + *hf : *hf;
 }
 
 std::string HfLlamaTensors::display_name(std::string_view name) const {
-  auto hf = hf_tensor_name(config_, name);
+  auto hf = stored_name(name);
   return hf ? *hf + " (" + std::string(name) + ")" : std::string(name);
 }
 
 bool HfLlamaTensors::contains(std::string_view name) const {
   if (name == "output.weight" && config_.tied_embeddings) return false;
-  auto hf = hf_tensor_name(config_, name);
+  auto hf = stored_name(name);
   return hf && ckpt_->find_tensor(*hf) != nullptr;
 }
 
 StatusOr<Tensor> HfLlamaTensors::tensor(std::string_view name) const {
-  auto hf = hf_tensor_name(config_, name);
+  auto hf = stored_name(name);
   if (!hf || (name == "output.weight" && config_.tied_embeddings)) {
     return not_found(ckpt_->folder() + ": no tensor for '" + std::string(name.substr(0, 200)) + "'");
   }
   NS_ASSIGN_OR_RETURN(Tensor t, ckpt_->tensor(*hf));
+  if (config_.arch_info().norm_plus_one && name.ends_with("norm.weight") &&
+      (t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16)) {
+    t = plus_one(t);  // another dtype is refused by the loader, naming the tensor
+  }
   return rope_rows_to_pairs(config_, name, std::move(t), ckpt_->folder() + ": " + *hf);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // A Hugging Face checkpoint (LlamaForCausalLM, MistralForCausalLM,
 // Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM,
-// Qwen3MoeForCausalLM) as the model's
+// Qwen3MoeForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM,
+// Gemma3ForConditionalGeneration's text part) as the model's
 // tensors. The model asks by GGUF name; this maps each onto the checkpoint:
 //   token_embd.weight              model.embed_tokens.weight
 //   output_norm.weight             model.norm.weight
@@ -21,6 +22,17 @@
 //                                  model.layers.N.block_sparse_moe.experts.E.w{1,3,2}.weight  (Mixtral)
 // An HF checkpoint holds one tensor per expert; the model asks for those
 // when the stacked ffn_*_exps of a GGUF are absent.
+// Gemma's sandwich norms rename the norms around the MLP:
+//   blk.N.post_attention_norm.weight  model.layers.N.post_attention_layernorm.weight
+//   blk.N.ffn_norm.weight             model.layers.N.pre_feedforward_layernorm.weight
+//   blk.N.post_ffw_norm.weight        model.layers.N.post_feedforward_layernorm.weight
+// and its norm weights are w of (1 + w): every *norm.weight is returned as
+// 1 + w in f32, what llama.cpp's converter stores.
+//
+// Gemma3ForConditionalGeneration keeps its text model under
+// model.language_model. (language_model.model. before transformers 4.52) and
+// a vision tower beside it: the text tensors are read there, the vision
+// tower's and the projector's are skipped.
 //
 // q and k rows are permuted at load into the adjacent-pair rotary layout
 // (model/rope_layout.h), so a model gives the same logits from its GGUF and
@@ -58,10 +70,13 @@ class HfLlamaTensors final : public TensorSource {
   const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
 
  private:
-  HfLlamaTensors(std::shared_ptr<const SafetensorsCheckpoint> c, ModelConfig config)
-      : ckpt_(std::move(c)), config_(std::move(config)) {}
+  HfLlamaTensors(std::shared_ptr<const SafetensorsCheckpoint> c, ModelConfig config, std::string text_prefix)
+      : ckpt_(std::move(c)), config_(std::move(config)), text_prefix_(std::move(text_prefix)) {}
+  // The checkpoint's name of a GGUF-style name (hf_tensor_name under text_prefix_).
+  std::optional<std::string> stored_name(std::string_view name) const;
   std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
   ModelConfig config_;
+  std::string text_prefix_;  // "model.", or where a multimodal checkpoint keeps its text model
 };
 
 }  // namespace nanoserve

@@ -30,9 +30,9 @@ CpuKV::CpuKV(const ModelConfig& c, const CpuKVOptions& o, ThreadPool& pool)
     v_.push_back(Tensor::empty(o_.dtype, shape));
   }
   const int64_t n_rep = c.n_heads / c.n_kv_heads;
-  scores_.assign(static_cast<size_t>(std::max(
-                     attention_scratch_floats(pool.num_threads(), o_.max_context),
-                     pool.num_threads() * paged_attention_cpu_scores_stride(n_rep, o_.max_context))),
+  scores_.assign(static_cast<size_t>(
+                     std::max(attention_scratch_floats(pool.num_threads(), o_.max_context),
+                              pool.num_threads() * paged_attention_cpu_scores_stride(n_rep, o_.max_context))),
                  0.0f);
   if (paged && !o.fused_read) {
     gather_k_ = Tensor::empty(DType::kF32, {capacity, c.n_kv_heads, c.head_dim});
@@ -123,13 +123,13 @@ void CpuKV::write_per_sequence(int layer, const ForwardBatch& batch, const Tenso
 }
 
 void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const Tensor& k, const Tensor& v,
-                   int n_rep, float scale, Tensor& out, int64_t window) {
+                   int n_rep, float scale, Tensor& out, int64_t window, float softcap) {
   NS_CHECK(layer >= 0 && layer < static_cast<int>(k_.size())) << "layer " << layer;
   if (o_.layout == CpuKVLayout::kPerSequence) {
     write_per_sequence(layer, batch, k, v);
     ++counts_.writes;
     ++counts_.per_sequence_reads;
-    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window);
+    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap);
     return;
   }
   const Tensor &kp = k_[static_cast<size_t>(layer)], &vp = v_[static_cast<size_t>(layer)];
@@ -145,7 +145,7 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
     }
     paged_kv_gather(kp, vp, batch, gather_k_, gather_v_, history_, pool_, gather_scratch_);
     ++counts_.gathers;
-    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window);
+    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap);
     return;
   }
   const int32_t T = batch.num_tokens();
@@ -178,6 +178,7 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
   a.head_dim = static_cast<int32_t>(head_dim_);
   a.scale = scale;
   a.window = static_cast<int32_t>(window);
+  a.softcap = softcap;
   ++counts_.fused_reads;
   paged_attention_cpu(a, pool_, scores_.data(),
                       paged_attention_cpu_scores_stride(n_heads_ / n_kv_heads_, o_.max_context));

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "ops/embedding/embedding.h"
+#include "ops/gelu_mul/gelu_mul.h"
 #include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
@@ -25,6 +27,16 @@ void add_bias(Tensor& y, const Tensor& b) {
   const int64_t T = y.dim(0), N = y.dim(1);
   const float* bias = b.data_as<const float>();
   for (int64_t t = 0; t < T; ++t) add_into(y.data_as<float>() + t * N, bias, N);
+}
+
+void scale_into(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+// x = cap * tanh(x / cap), as transformers writes it (a division, not a
+// multiplication by 1 / cap).
+void softcap_into(float* x, float cap, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
 }
 
 // Charges the time since the previous mark to a phase; free when off.
@@ -118,8 +130,10 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
   const int64_t T = batch.num_tokens(), R = static_cast<int64_t>(batch.logits_rows.size());
   const int64_t hd = c.head_dim;
   const int n_rep = static_cast<int>(c.n_rep());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attention_scale();
   const float eps = c.norm_eps;
+  const ArchInfo& family = c.arch_info();
+  const bool gelu = std::string_view(family.hidden_act) != "silu";
   ThreadPool& pool = pool_;
   std::span<std::byte> mm_scratch(ws.matmul_scratch);
 
@@ -137,6 +151,10 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
 
   PhaseClock clock(ws.profile);
   embedding(weights_.tok_embd, batch.tokens, x, pool);
+  if (family.scaled_embedding) {
+    scale_into(x.data_as<float>(),
+               c.embed_scale > 0.0f ? c.embed_scale : std::sqrt(static_cast<float>(c.dim)), T * c.dim);
+  }
   clock.mark(ForwardPhase::kEmbed);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const LayerWeights& L = weights_.layers[static_cast<size_t>(l)];
@@ -155,13 +173,18 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
       rmsnorm(k_heads, L.k_norm, eps, k_heads, pool);
       clock.mark(ForwardPhase::kAttnNorm);
     }
-    rope(q3, positions, inv_freq_, pool);
-    rope(k3, positions, inv_freq_, pool);
+    const std::vector<float>& freqs = c.layer_local_rope(l) ? inv_freq_local_ : inv_freq_;
+    rope(q3, positions, freqs, pool);
+    rope(k3, positions, freqs, pool);
     clock.mark(ForwardPhase::kRope);
-    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3, c.sliding_window);
+    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3, c.layer_window(l), c.attn_softcap);
     clock.mark(ForwardPhase::kAttention);
     matmul(L.wo, attn, proj, pool, mm_scratch);
     clock.mark(ForwardPhase::kOProj);
+    if (family.sandwich_norms) {
+      rmsnorm(proj, L.post_attn_norm, eps, proj, pool);
+      clock.mark(ForwardPhase::kAttnNorm);
+    }
     add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
     clock.mark(ForwardPhase::kResidual);
 
@@ -180,10 +203,18 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
     const MatmulPair gate_up[] = {{&L.w_gate, &gate}, {&L.w_up, &up}};
     matmul(gate_up, xn, pool, mm_scratch);
     clock.mark(ForwardPhase::kGateUp);
-    silu_mul(gate, up, gate, pool);
+    if (gelu) {
+      gelu_tanh_mul(gate, up, gate, pool);
+    } else {
+      silu_mul(gate, up, gate, pool);
+    }
     clock.mark(ForwardPhase::kSiluMul);
     matmul(L.w_down, gate, proj, pool, mm_scratch);
     clock.mark(ForwardPhase::kDown);
+    if (family.sandwich_norms) {
+      rmsnorm(proj, L.post_ffn_norm, eps, proj, pool);
+      clock.mark(ForwardPhase::kFfnNorm);
+    }
     add_into(x.data_as<float>(), proj.data_as<const float>(), T * c.dim);
     clock.mark(ForwardPhase::kResidual);
   }
@@ -195,6 +226,7 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
   }
   rmsnorm(last, weights_.output_norm, eps, last, pool);
   matmul(weights_.lm_head, last, logits, pool, mm_scratch);
+  if (c.final_softcap > 0.0f) softcap_into(logits.data_as<float>(), c.final_softcap, R * c.vocab_size);
   clock.mark(ForwardPhase::kLmHead);
   return logits;
 }

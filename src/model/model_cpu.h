@@ -1,15 +1,19 @@
 #pragma once
 // The Llama-family forward pass on the CPU: llama (SmolLM2, Llama 2/3,
-// Mistral, Mixtral), qwen2, qwen3, phi3 and qwen3moe (model/arch.h).
+// Mistral, Mixtral), qwen2, qwen3, phi3, qwen3moe, gemma2 and gemma3 (model/arch.h).
 //
-//   x = embed(tokens)                                        [T, dim]
+//   x = embed(tokens) (x sqrt(dim): gemma)                   [T, dim]
 //   per layer: q, k, v = qkv(rmsnorm(x)) (+ bias: qwen2)
-//              q, k = rmsnorm per head (qwen3)
-//              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache
-//              x += down(silu(gate(rmsnorm(x))) * up(...))
+//              q, k = rmsnorm per head (qwen3, gemma3)
+//              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache, in
+//                   the layer's window; scores soft-capped (gemma2); the
+//                   o_proj output normed first (gemma's sandwich norms)
+//              x += down(act(gate(rmsnorm(x))) * up(...))    act: silu, or tanh GELU
+//                   (gemma); the down output normed first (gemma)
 //                or, with experts (Mixtral, qwen3moe), the routed experts'
 //                weighted sum of the same (ops/moe/moe.h)
 //   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
+//            soft-capped (gemma2)
 //
 // phi3's fused attn_qkv and ffn_up ([gate; up]) are split at load into row
 // views of the same memory, so the step is the same for every architecture.
@@ -56,6 +60,10 @@ struct LayerWeights {
   std::vector<Tensor> exp_gate;  // n_experts x [expert_ffn_dim, dim]
   std::vector<Tensor> exp_up;    // n_experts x [expert_ffn_dim, dim]
   std::vector<Tensor> exp_down;  // n_experts x [dim, expert_ffn_dim]
+
+  // Sandwich norms (gemma): the o_proj and down outputs normed before each residual add.
+  Tensor post_attn_norm;  // [dim] f32
+  Tensor post_ffn_norm;   // [dim] f32
 };
 
 struct ModelWeights {
@@ -118,6 +126,9 @@ class CpuModel {
   const ModelWeights& weights() const { return weights_; }
   // The rotary frequencies the forward uses, scaling applied: [rope_dim / 2].
   const std::vector<float>& inv_freq() const { return inv_freq_; }
+  // The local layers' (ModelConfig::rope_local_theta, unscaled); empty when
+  // every layer rotates with inv_freq().
+  const std::vector<float>& inv_freq_local() const { return inv_freq_local_; }
   ThreadPool& pool() const { return pool_; }
 
   // PRECOND: each >= 1.
@@ -140,7 +151,8 @@ class CpuModel {
   ModelConfig config_;
   ThreadPool& pool_;
   ModelWeights weights_;
-  std::vector<float> inv_freq_;  // [rope_dim / 2]
+  std::vector<float> inv_freq_;        // [rope_dim / 2]
+  std::vector<float> inv_freq_local_;  // [rope_dim / 2] or empty
 };
 
 }  // namespace nanoserve

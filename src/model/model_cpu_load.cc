@@ -111,6 +111,10 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
     NS_ASSIGN_OR_RETURN(L.k_norm, load_vector(f, p + "attn_k_norm.weight", hd));
   }
   NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
+  if (family.sandwich_norms) {
+    NS_ASSIGN_OR_RETURN(L.post_attn_norm, load_vector(f, p + "post_attention_norm.weight", dim));
+    NS_ASSIGN_OR_RETURN(L.post_ffn_norm, load_vector(f, p + "post_ffw_norm.weight", dim));
+  }
   NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
   if (c.n_experts > 0) {
     NS_RETURN_IF_ERROR(load_experts(f, c, p, L));
@@ -181,6 +185,9 @@ StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(const ModelConfig& given,
     freq_factors.assign(rf.data_as<const float>(), rf.data_as<const float>() + rf.numel());
   }
   m->inv_freq_ = rope_inv_freqs(config.rope_dim, config.rope_theta, config.rope_scaling, freq_factors);
+  if (config.rope_local_theta > 0.0f) {  // Gemma 3's local layers: their own theta, no scaling
+    m->inv_freq_local_ = rope_inv_freqs(config.rope_dim, config.rope_local_theta, RopeScaling{}, {});
+  }
   return m;
 }
 

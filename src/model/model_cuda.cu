@@ -259,6 +259,11 @@ Status CudaModel::quantize_fp8() {
 // ---- memory ------------------------------------------------------------------------
 
 Status CudaModel::supports(const ModelConfig& c) {
+  if (c.arch == "gemma2" || c.arch == "gemma3") {
+    return unimplemented(
+        "--device cuda: the " + c.arch +
+        " family (soft-capping, sandwich norms, GeGLU, local layers) runs on the CPU only so far");
+  }
   if (c.head_dim != 64 && c.head_dim != 128) {
     return unimplemented("--device cuda: head_dim " + std::to_string(c.head_dim) +
                          " (the CUDA attention kernels take 64 or 128)");

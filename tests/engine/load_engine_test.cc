@@ -41,5 +41,30 @@ TEST(LoadEngine, AShapeTheCudaKernelsLackIsRefusedThereByName) {
   EXPECT_EQ(cpu->source.config.arch, "qwen2");
 }
 
+// The Gemma families are refused on --device cuda by name (before their
+// shape), and run on the CPU under auto.
+TEST(LoadEngine, GemmaIsRefusedOnCudaByNameAndRunsOnTheCpu) {
+  ThreadPool pool(1);
+  for (const char* family : {"gemma2", "gemma3"}) {
+    const std::string path = NS_SOURCE_DIR "/tests/fixtures/families/" + std::string(family) + "/hf";
+    EngineConfig cuda = small_config();
+    cuda.device = Device::kCUDA;
+    auto refused = load_engine(path, cuda, pool);
+    ASSERT_FALSE(refused.ok());
+#if NANOSERVE_CUDA
+    EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented) << refused.status().to_string();
+    EXPECT_NE(refused.status().message().find("--device cuda: the " + std::string(family) + " family"),
+              std::string::npos)
+        << refused.status().to_string();
+#else
+    EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().to_string();
+#endif
+    auto cpu = load_engine(path, small_config(), pool);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    EXPECT_EQ(cpu->device, Device::kCPU);
+    EXPECT_EQ(cpu->source.config.arch, family);
+  }
+}
+
 }  // namespace
 }  // namespace nanoserve

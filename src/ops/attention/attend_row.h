@@ -54,8 +54,8 @@ inline float attn_dot_fixed(const float* a, const float* b) {
 // registers) or not (kHD == 0). The same arithmetic either way.
 template <int64_t kHD, typename KRow, typename VRow>
 inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t p_begin,
-                             int64_t n_ctx, KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
-                             int64_t out_stride) {
+                             int64_t n_ctx, KRow&& k_row, VRow&& v_row, float scale, float* scores,
+                             float* out, int64_t out_stride, float softcap) {
   static_assert(kHD % 8 == 0, "a fixed head_dim is whole vectors");
   const int64_t hd = kHD > 0 ? kHD : head_dim;
   const int64_t len = n_ctx - p_begin;  // positions attended: [p_begin, n_ctx)
@@ -78,6 +78,9 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
     }
     for (int64_t r = 0; r < n; ++r) {
       float* s = scores + r * len;
+      if (softcap > 0.0f) {  // cap * tanh(score / cap) (Gemma 2), before the softmax
+        for (int64_t p = 0; p < len; ++p) s[p] = softcap * std::tanh(s[p] / softcap);
+      }
       float max_score = -INFINITY;
       for (int64_t p = 0; p < len; ++p) max_score = s[p] > max_score ? s[p] : max_score;
       float sum = 0.0f;
@@ -122,22 +125,24 @@ inline void attend_rows_impl(const float* q, int64_t q_stride, int64_t n_q, int6
 // long history from being streamed from memory n_rep times. Row r's arithmetic
 // does not depend on the other rows: scores in position order, max, exp and
 // sum in position order, values accumulated in position order.
+// softcap > 0 caps each scaled score to softcap * tanh(score / softcap) before
+// the softmax (Gemma 2); 0: none.
 //   q + r * q_stride, out + r * out_stride: row r (head_dim floats)
 //   k_row(p) / v_row(p): the head_dim floats of position p
 //   scores: scratch of min(n_q, 16) * (n_ctx - p_begin) floats
 template <typename KRow, typename VRow>
 inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t p_begin,
                         int64_t n_ctx, KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
-                        int64_t out_stride) {
+                        int64_t out_stride, float softcap = 0.0f) {
   if (head_dim == 64) {
     attend_rows_impl<64>(q, q_stride, n_q, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out,
-                         out_stride);
+                         out_stride, softcap);
   } else if (head_dim == 128) {
     attend_rows_impl<128>(q, q_stride, n_q, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out,
-                          out_stride);
+                          out_stride, softcap);
   } else {
     attend_rows_impl<0>(q, q_stride, n_q, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out,
-                        out_stride);
+                        out_stride, softcap);
   }
 }
 
@@ -146,8 +151,8 @@ inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t h
 //   scores: scratch of n_ctx - p_begin floats
 template <typename KRow, typename VRow>
 inline void attend_row(const float* q, int64_t head_dim, int64_t p_begin, int64_t n_ctx, KRow&& k_row,
-                       VRow&& v_row, float scale, float* scores, float* out) {
-  attend_rows(q, head_dim, 1, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out, head_dim);
+                       VRow&& v_row, float scale, float* scores, float* out, float softcap = 0.0f) {
+  attend_rows(q, head_dim, 1, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out, head_dim, softcap);
 }
 
 // The first position a query at `position` attends with a sliding window of

@@ -7,7 +7,8 @@
 //   and what came before (PRECOND: positions[t] < context_lens[b], as the cache's
 //   ForwardBatch::validate checks); with a sliding window w > 0, only the last
 //   w of those (attend_row.h's attention_window_begin). Query head h reads kv
-//   head h / n_rep (GQA by index).
+//   head h / n_rep (GQA by index). softcap > 0: each scaled score becomes
+//   softcap * tanh(score / softcap) before the softmax (Gemma 2); 0: none.
 
 #include <cstdint>
 #include <span>
@@ -32,7 +33,7 @@ struct KVHistory {
 
 // Plain truth: double accumulation, no shared code with the fast path.
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-                   Tensor& out, int64_t window = 0);
+                   Tensor& out, int64_t window = 0, float softcap = 0.0f);
 
 // Scratch floats attention() needs: one row of scores per thread.
 int64_t attention_scratch_floats(int n_threads, int64_t max_context);
@@ -40,6 +41,7 @@ int64_t attention_scratch_floats(int n_threads, int64_t max_context);
 // Threads over (token, head); each row reduced by attend_row (attend_row.h),
 // the same reduction the fused paged read uses, so both agree bitwise.
 void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-               Tensor& out, ThreadPool& pool, std::span<float> scratch, int64_t window = 0);
+               Tensor& out, ThreadPool& pool, std::span<float> scratch, int64_t window = 0,
+               float softcap = 0.0f);
 
 }  // namespace nanoserve

@@ -8,7 +8,7 @@
 namespace nanoserve {
 
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-                   Tensor& out, int64_t window) {
+                   Tensor& out, int64_t window, float softcap) {
   const int64_t n_heads = q.dim(1), head_dim = q.dim(2);
   const float* qs = q.data_as<const float>();
   float* os = out.data_as<float>();
@@ -33,6 +33,7 @@ void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& 
           double d = 0;
           for (int64_t i = 0; i < head_dim; ++i) d += static_cast<double>(qv[i]) * k[i];
           s[p] = d * scale;
+          if (softcap > 0.0f) s[p] = softcap * std::tanh(s[p] / softcap);
           mx = std::fmax(mx, s[p]);
         }
         double sum = 0;

@@ -52,6 +52,9 @@ struct PagedAttentionArgs {
   // A sliding window: a token at position p attends [p + 1 - window, p]
   // (attention_window_begin); 0 attends the whole history.
   int32_t window = 0;
+  // Soft-capping: each scaled score becomes softcap * tanh(score / softcap)
+  // before the softmax (Gemma 2); 0: none.
+  float softcap = 0.0f;
 
   // 16-bit pools, read by paged_attention_cpu only: when kv_dtype is kF16 or
   // kBF16, k_pool16/v_pool16 (same layout) are read instead of k_pool/v_pool,

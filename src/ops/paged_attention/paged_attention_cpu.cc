@@ -71,13 +71,13 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
     if constexpr (std::is_same_v<Rows, F32Rows>) {
       auto k_row = [&](int64_t p) { return k_base + slot_of(table, p) * row_stride; };
       auto v_row = [&](int64_t p) { return v_base + slot_of(table, p) * row_stride; };
-      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
+      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd, a.softcap);
     } else {
       // attend_rows uses a K row before it asks for the next, and a V row
       // likewise, so one buffer each suffices.
       auto k_row = [&](int64_t p) { return Rows::row(k_base + slot_of(table, p) * row_stride, kbuf, hd); };
       auto v_row = [&](int64_t p) { return Rows::row(v_base + slot_of(table, p) * row_stride, vbuf, hd); };
-      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd);
+      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd, a.softcap);
     }
   }
 }

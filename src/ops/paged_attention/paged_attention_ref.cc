@@ -30,6 +30,9 @@ Status validate_paged_attention_args(const PagedAttentionArgs& a) {
   }
   if (a.seq_starts[0] != 0) return invalid_argument("paged_attention: seq_starts[0] != 0");
   if (a.window < 0) return invalid_argument("paged_attention: window " + std::to_string(a.window) + " < 0");
+  if (!(a.softcap >= 0.0f && std::isfinite(a.softcap)))
+    return invalid_argument("paged_attention: softcap " + std::to_string(a.softcap) +
+                            " is not finite and >= 0");
   if (a.seq_starts[a.num_seqs] != a.num_tokens) {
     return invalid_argument(
         "paged_attention: seq_starts[num_seqs] = " + std::to_string(a.seq_starts[a.num_seqs]) +
@@ -96,6 +99,7 @@ void paged_attention_reference(const PagedAttentionArgs& a) {
           double dot = 0.0;
           for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * static_cast<double>(k[d]);
           scores[p] = dot * static_cast<double>(a.scale);
+          if (a.softcap > 0.0f) scores[p] = a.softcap * std::tanh(scores[p] / a.softcap);
           if (scores[p] > max_score) max_score = scores[p];
         }
         double sum = 0.0;
