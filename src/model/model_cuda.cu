@@ -508,7 +508,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
                        v_pools_[static_cast<size_t>(l)], st, extras);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
-                         scale, *s.attn_ws, attn, st, attention, window);
+                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)));
     linear(attn2, L.wo, proj);
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, order(gate_up_tiled));
