@@ -117,14 +117,19 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
     const int64_t drafts = st.spec_num_drafts - (before ? before->spec_num_drafts : 0);
     const int64_t proposed = st.spec_num_draft_tokens - (before ? before->spec_num_draft_tokens : 0);
     const int64_t accepted = st.spec_num_accepted_tokens - (before ? before->spec_num_accepted_tokens : 0);
+    // The sizing's view of a step: its fixed part in token rows (measured unless configured).
     if (drafts > 0) {
       std::printf(
           "%-8s speculative: %lld drafts, %lld proposed tokens, %lld accepted | acceptance rate %.1f%% | "
-          "mean acceptance length %.2f\n",
+          "mean acceptance length %.2f | step overhead %.2f rows\n",
           label, static_cast<long long>(drafts), static_cast<long long>(proposed),
           static_cast<long long>(accepted),
           100.0 * static_cast<double>(accepted) / static_cast<double>(proposed),
-          1.0 + static_cast<double>(accepted) / static_cast<double>(drafts));
+          1.0 + static_cast<double>(accepted) / static_cast<double>(drafts), st.spec_step_overhead_rows);
+    } else if (engine->proposer() != nullptr) {
+      std::printf(
+          "%-8s speculative: no proposals sent (sized to none or none found) | step overhead %.2f rows\n",
+          label, st.spec_step_overhead_rows);
     }
   }
   if (engine != nullptr) {
