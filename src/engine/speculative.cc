@@ -21,7 +21,10 @@ constexpr double kFade = 0.95;         // per step without proposals
 constexpr double kCostDecay = 0.98;
 constexpr double kCostMinWeight = 8.0;
 constexpr double kCostMinVariance = 0.1;
-constexpr double kMinOverhead = 0.05, kMaxOverhead = 1024.0;
+// A fit is believed within this factor of the prior: on a loaded machine a
+// window of steps can say almost anything (batch 8 once fitted 0.05 rows, which
+// proposes nothing, and nothing proposed never corrects it).
+constexpr double kCostTrust = 4.0;
 
 }  // namespace
 
@@ -187,12 +190,13 @@ void StepCostModel::observe(int64_t rows, double seconds) {
   if (var < kCostMinVariance * std::max(1.0, mx)) return;  // relative: at batch 64, rows 64 +- 1 says little
   const double b = (sxy_ / s0_ - mx * my) / var;
   const double a = my - b * mx;
+  const double lo = prior_ / kCostTrust, hi = prior_ * kCostTrust;
   if (b <= 0.0) {
-    overhead_ = a > 0.0 ? kMaxOverhead : overhead_;  // rows came for free
+    overhead_ = a > 0.0 ? hi : overhead_;  // rows came for free
     return;
   }
   if (a <= 0.0) return;  // noise: a step cannot cost less than its rows
-  overhead_ = std::clamp(a / b, kMinOverhead, kMaxOverhead);
+  overhead_ = std::clamp(a / b, lo, hi);
 }
 
 void spec_observe(Request& r, int32_t k, int32_t a) {

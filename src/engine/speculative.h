@@ -87,13 +87,14 @@ void size_proposals(std::span<const double> alpha, std::span<const int32_t> cap,
 // The cost of a decode step by its token rows, learnt from the engine's own
 // decode steps: a least-squares line seconds = a + b rows over decayed sums
 // (the last ~50 steps weigh most), and overhead() = a / b, the fixed part of a
-// step in rows, which is what size_proposals needs. Until the observed rows
-// have varied enough to fit a slope (or after a fit that makes no sense, a
-// negative intercept or slope), overhead() keeps its last good value, at
-// first the prior. The output never depends on it: only the speed does.
+// step in rows, which is what size_proposals needs, kept within a factor of 4
+// of the prior. Until the observed rows have varied enough to fit a slope (or
+// after a fit that makes no sense, a negative intercept), overhead() keeps its
+// last good value, at first the prior. The output never depends on it: only
+// the speed does.
 class StepCostModel {
  public:
-  explicit StepCostModel(double prior) : overhead_(prior) {}
+  explicit StepCostModel(double prior) : prior_(prior), overhead_(prior) {}
   void observe(int64_t rows, double seconds);
   double overhead() const { return overhead_; }
   // For tests and logs: the weight of the observations so far.
@@ -101,7 +102,7 @@ class StepCostModel {
 
  private:
   double s0_ = 0.0, s1_ = 0.0, s2_ = 0.0, sy_ = 0.0, sxy_ = 0.0;  // decayed sums of 1, x, x^2, y, xy
-  double overhead_;
+  double prior_, overhead_;
 };
 
 // A request's estimated acceptance rate per proposed token, from its decayed
