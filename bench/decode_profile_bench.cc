@@ -2,7 +2,7 @@
 // Engine (scheduler, paged KV cache, sampler) and the real model.
 //
 //   build/decode_profile_bench [--model PATH] [--threads 2] [--prompt-tokens 511] [--new-tokens 128]
-//                              [--speculative-config JSON] [--repeat N] [--verify-rows N]
+//                              [--speculative-config JSON] [--repeat N] [--verify-rows N] [--temperature T]
 //
 // With --speculative-config (engine/speculative.h) each decode step is a
 // verification step of 1 + j rows; --repeat N makes the prompt N copies of
@@ -79,6 +79,7 @@ PhaseBytes phase_bytes(const ModelWeights& w) {
 int run(int argc, char** argv) {
   std::string model_path = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   int threads = 2, prompt_tokens = 511, new_tokens = 128, repeat = 1, verify_rows = 1;
+  float temperature = 0.0f;
   std::string spec_json;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -98,6 +99,8 @@ int run(int argc, char** argv) {
       spec_json = next();
     else if (a == "--repeat")
       repeat = std::atoi(next());
+    else if (a == "--temperature")
+      temperature = static_cast<float>(std::atof(next()));
     else if (a == "--verify-rows")
       verify_rows = std::atoi(next());
     else
@@ -149,7 +152,8 @@ int run(int argc, char** argv) {
     prompt[i] =
         i < period ? static_cast<int32_t>(rng() % static_cast<uint32_t>(mc.vocab_size)) : prompt[i - period];
   SamplingParams params;
-  params.temperature = 0.0f;
+  params.temperature = temperature;
+  params.seed = 11;
   params.max_tokens = new_tokens;
   params.ignore_eos = true;
   if (StatusOr<RequestId> id = (*engine)->add_request(prompt, params); !id.ok())
