@@ -476,7 +476,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
       stats_.decode_step_seconds += step_seconds;
     }
   }
-  if (decode_only) step_cost_.observe(batch_.num_tokens(), step_seconds);
+  if (decode_only) step_cost_[spec_cost_class(plan.chunks.size())].observe(batch_.num_tokens(), step_seconds);
   publish_stats();
   return Status();
 }

@@ -13,6 +13,7 @@
 // thread only (the engine loop). New requests and aborts take effect at the
 // next step boundary.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -245,8 +246,15 @@ class Engine {
   std::vector<Request*> spec_reqs_;      // this step's requests that may propose
   std::vector<int32_t> spec_cap_, spec_k_;
   std::vector<double> spec_alpha_;
-  StepCostModel step_cost_{1.0};   // decode steps' cost by rows (step_overhead_tokens < 0)
-  std::vector<int32_t> rejected_;  // [chunks] proposed tokens rejected
+  // Decode steps' cost by rows (step_overhead_tokens < 0), one fit per batch size class
+  // (spec_cost_class: 1, 2-3, 4-7, ..., 128+ sequences): a row's cost relative to the step
+  // depends on how many rows the step has already, and a fit across sizes (a batch of 64
+  // shrinking to 1 as it finishes) would mix them.
+  std::array<StepCostModel, 8> step_cost_{StepCostModel(1.0), StepCostModel(1.0), StepCostModel(1.0),
+                                          StepCostModel(1.0), StepCostModel(1.0), StepCostModel(1.0),
+                                          StepCostModel(1.0), StepCostModel(1.0)};
+  static size_t spec_cost_class(size_t num_seqs);
+  std::vector<int32_t> rejected_;                             // [chunks] proposed tokens rejected
   std::vector<std::pair<Request*, FinishReason>> finishing_;  // finished in this step, after commit
   std::vector<int64_t> step_accepted_per_pos_;                // [num_speculative_tokens]
   std::vector<Rng> row_rng_;       // [R] each row's Rng before its device draw (a row handed back redraws)

@@ -10,6 +10,12 @@
 
 namespace nanoserve {
 
+size_t Engine::spec_cost_class(size_t num_seqs) {
+  size_t c = 0;
+  while (c + 1 < std::tuple_size_v<decltype(step_cost_)> && (size_t{2} << c) <= num_seqs) ++c;
+  return c;
+}
+
 void Engine::init_speculative(std::unique_ptr<Proposer> proposer) {
   proposer_ = std::move(proposer);
   if (proposer_ == nullptr) return;
@@ -21,7 +27,7 @@ void Engine::init_speculative(std::unique_ptr<Proposer> proposer) {
   spec_alpha_.reserve(B);
   step_accepted_per_pos_.assign(k, 0);
   stats_.spec_accepted_per_pos.assign(k, 0);
-  step_cost_ = StepCostModel(spec.step_overhead_prior);
+  step_cost_.fill(StepCostModel(spec.step_overhead_prior));
 }
 
 void Engine::propose() {
@@ -50,7 +56,9 @@ void Engine::propose() {
   spec_k_.resize(n);
   spec_alpha_.resize(n);
   // A fixed overhead if the configuration gives one, else the engine's measurement.
-  const double overhead = sc.step_overhead_tokens >= 0 ? sc.step_overhead_tokens : step_cost_.overhead();
+  const double overhead = sc.step_overhead_tokens >= 0
+                              ? sc.step_overhead_tokens
+                              : step_cost_[spec_cost_class(running.size())].overhead();
   const int32_t base_rows = static_cast<int32_t>(running.size());
   auto size = [&] {
     for (size_t i = 0; i < n; ++i) spec_alpha_[i] = spec_alpha(*spec_reqs_[i]);
@@ -126,7 +134,8 @@ void Engine::record_spec_stats(const SchedulerStep& plan) {
   }
   const double fixed = config_.speculative.step_overhead_tokens;
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.spec_step_overhead_rows = fixed >= 0 ? fixed : step_cost_.overhead();
+  stats_.spec_step_overhead_rows =
+      fixed >= 0 ? fixed : step_cost_[spec_cost_class(std::max<size_t>(1, plan.chunks.size()))].overhead();
   if (drafts == 0) return;
   stats_.spec_num_drafts += drafts;
   stats_.spec_num_draft_tokens += draft_tokens;
