@@ -2,6 +2,15 @@
 // Engine (scheduler, paged KV cache, sampler) and the real model.
 //
 //   build/decode_profile_bench [--model PATH] [--threads 2] [--prompt-tokens 511] [--new-tokens 128]
+//                              [--speculative-config JSON] [--repeat N] [--verify-rows N] [--temperature T]
+//
+// With --speculative-config (engine/speculative.h) each decode step is a
+// verification step of 1 + j rows; --repeat N makes the prompt N copies of
+// one random block, so that an n-gram proposer finds what follows. The
+// acceptance and the rows per step are printed with the phases.
+// --verify-rows N: every decode step verifies N - 1 proposed tokens that are
+// never kept (a fixed proposal), so each step costs an N-row verification:
+// the cost of the rows alone, whatever the acceptance.
 //
 // Prefills one prompt of random token ids, then decodes greedily, timing each
 // Engine::step and, inside it, each phase of the forward (Workspace::profile).
@@ -40,6 +49,16 @@ int fail(const std::string& msg) {
   return 1;
 }
 
+// Proposes k[i] copies of token 0 (a verification step's rows at no proposer cost).
+class FixedProposer final : public Proposer {
+ public:
+  bool cheap() const override { return false; }
+  Status propose(std::span<Request* const> reqs, std::span<const int32_t> k) override {
+    for (size_t i = 0; i < reqs.size(); ++i) reqs[i]->draft.assign(static_cast<size_t>(k[i]), 0);
+    return Status();
+  }
+};
+
 // Weight bytes one decode step streams per matmul phase.
 struct PhaseBytes {
   int64_t qkv = 0, o = 0, gate_up = 0, down = 0, lm_head = 0;
@@ -59,7 +78,9 @@ PhaseBytes phase_bytes(const ModelWeights& w) {
 
 int run(int argc, char** argv) {
   std::string model_path = NS_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  int threads = 2, prompt_tokens = 511, new_tokens = 128;
+  int threads = 2, prompt_tokens = 511, new_tokens = 128, repeat = 1, verify_rows = 1;
+  float temperature = 0.0f;
+  std::string spec_json;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -74,10 +95,31 @@ int run(int argc, char** argv) {
       prompt_tokens = std::atoi(next());
     else if (a == "--new-tokens")
       new_tokens = std::atoi(next());
+    else if (a == "--speculative-config")
+      spec_json = next();
+    else if (a == "--repeat")
+      repeat = std::atoi(next());
+    else if (a == "--temperature")
+      temperature = static_cast<float>(std::atof(next()));
+    else if (a == "--verify-rows")
+      verify_rows = std::atoi(next());
     else
       return fail("unknown flag " + a);
   }
-  if (threads < 1 || prompt_tokens < 1 || prompt_tokens > 4096 || new_tokens < 2) return fail("bad sizes");
+  if (threads < 1 || prompt_tokens < 1 || prompt_tokens > 4096 || new_tokens < 2 || repeat < 1 ||
+      verify_rows < 1 || verify_rows > 17 || repeat > prompt_tokens)
+    return fail("bad sizes");
+  StatusOr<SpeculativeConfig> spec = parse_speculative_config(spec_json);
+  if (!spec.ok()) return fail(spec.status().to_string());
+  std::unique_ptr<Proposer> proposer;
+  if (verify_rows > 1) {
+    if (spec->enabled()) return fail("--verify-rows replaces --speculative-config");
+    spec->method = SpecMethod::kDraftModel;
+    spec->model = "(fixed proposal)";
+    spec->num_speculative_tokens = verify_rows - 1;
+    spec->adaptive = false;
+    proposer = std::make_unique<FixedProposer>();
+  }
 
   ThreadPool pool(threads);
   StatusOr<std::shared_ptr<const GgufFile>> file = GgufFile::open(model_path);
@@ -92,16 +134,26 @@ int run(int argc, char** argv) {
   ro.max_tokens = ec.max_num_batched_tokens;
   ro.max_num_seqs = ec.max_num_seqs;
   ro.max_context = ec.max_model_len;
+  ec.speculative = *spec;
+  if (spec->enabled()) {
+    ro.max_logits_rows = static_cast<int64_t>(ec.max_num_seqs) * (1 + spec->num_speculative_tokens);
+    if (ec.speculative.step_overhead_tokens < 0) ec.speculative.step_overhead_tokens = 0.25;
+  }
   auto runner_owned = std::make_unique<CpuRunner>(std::move(model).value(), ro, pool);
   CpuRunner* runner = runner_owned.get();
-  StatusOr<std::unique_ptr<Engine>> engine = Engine::create(ec, std::move(runner_owned), nullptr);
+  StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::create(ec, std::move(runner_owned), nullptr, std::move(proposer));
   if (!engine.ok()) return fail(engine.status().to_string());
 
   std::mt19937 rng(7);
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_tokens));
-  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(mc.vocab_size));
+  const size_t period = (prompt.size() + static_cast<size_t>(repeat) - 1) / static_cast<size_t>(repeat);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] =
+        i < period ? static_cast<int32_t>(rng() % static_cast<uint32_t>(mc.vocab_size)) : prompt[i - period];
   SamplingParams params;
-  params.temperature = 0.0f;
+  params.temperature = temperature;
+  params.seed = 11;
   params.max_tokens = new_tokens;
   params.ignore_eos = true;
   if (StatusOr<RequestId> id = (*engine)->add_request(prompt, params); !id.ok())
@@ -127,6 +179,7 @@ int run(int argc, char** argv) {
   }
   runner->set_profile(nullptr);
   const double steps = static_cast<double>(per_step.size());
+  const EngineStats es = (*engine)->stats();
   std::sort(per_step.begin(), per_step.end());
 
   // The sampler alone on a logits-like row, greedy.
@@ -152,8 +205,20 @@ int run(int argc, char** argv) {
   for (int64_t ns : prof.ns) fwd_ms += static_cast<double>(ns) / 1e6;
   std::printf("decode profile: %s, %d threads, prompt %d tokens (prefill %.1f ms), %d decode steps\n",
               model_path.c_str(), threads, prompt_tokens, prefill_ms, static_cast<int>(steps));
+  const double out_tokens = static_cast<double>(new_tokens - 1);  // the prefill step sampled the first
   std::printf("step: mean %.3f ms (%.1f tok/s), median %.3f ms, min %.3f ms\n", step_ms / steps,
-              1000.0 * steps / step_ms, per_step[per_step.size() / 2], per_step.front());
+              1000.0 * out_tokens / step_ms, per_step[per_step.size() / 2], per_step.front());
+  if (spec->enabled()) {
+    std::printf(
+        "speculative: %lld drafts, %lld proposed, %lld accepted (acceptance %.1f%%); %.2f tokens and %.2f "
+        "rows "
+        "per step\n",
+        static_cast<long long>(es.spec_num_drafts), static_cast<long long>(es.spec_num_draft_tokens),
+        static_cast<long long>(es.spec_num_accepted_tokens),
+        100.0 * static_cast<double>(es.spec_num_accepted_tokens) /
+            static_cast<double>(std::max<int64_t>(1, es.spec_num_draft_tokens)),
+        out_tokens / steps, (steps + static_cast<double>(es.spec_num_draft_tokens)) / steps);
+  }
   std::printf("%-24s %9s %7s %10s\n", "phase", "ms/step", "share", "weight GB/s");
   for (int p = 0; p < static_cast<int>(ForwardPhase::kCount); ++p) {
     const double ms = static_cast<double>(prof.ns[p]) / 1e6 / steps;

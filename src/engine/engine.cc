@@ -87,7 +87,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   sc.max_draft_rows =
       proposer == nullptr ? 0 : std::max(0, e->step_limits_.max_logits_rows - config.max_num_seqs);
   NS_RETURN_IF_ERROR(sc.validate());
-  e->proposer_ = std::move(proposer);
 
   e->model_ = std::move(model);
   e->text_ = text;
@@ -112,15 +111,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->row_prompt_pos_.reserve(R);
   e->rejected_.reserve(B);
   e->finishing_.reserve(B);
-  if (e->proposer_ != nullptr) {
-    const size_t k = spec.num_speculative_tokens;
-    e->spec_reqs_.reserve(B);
-    e->spec_cap_.reserve(B);
-    e->spec_k_.reserve(B);
-    e->spec_alpha_.reserve(B);
-    e->step_accepted_per_pos_.assign(k, 0);
-    e->stats_.spec_accepted_per_pos.assign(k, 0);
-  }
+  e->init_speculative(std::move(proposer));
   e->taken_.reserve(64);
   e->taken_aborts_.reserve(64);
   e->publish_stats();
@@ -432,11 +423,7 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   src.use_sampled = !batch_.sample_rows.empty() && src.sampled.size() == row_owner_.size();
   NS_CHECK(batch_.sample_rows.empty() || src.use_sampled)
       << "the runner sampled " << src.sampled.size() << " of " << row_owner_.size() << " rows";
-  // Each sampling chunk's rows in order: a plain decode or prefill has one;
-  // a decode with k proposals has k + 1, checked one by one until the
-  // target's token differs from the proposal (that token is kept: it is what
-  // decoding without proposals gives here) or all k agree (then the last row
-  // adds one more).
+  // Each sampling chunk's rows in order (sample_chunk: with its proposals verified).
   rejected_.assign(plan.chunks.size(), 0);
   finishing_.clear();
   size_t row = 0;
@@ -447,29 +434,9 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     // A max_tokens 0 request samples nothing (finished below).
     if (!c.samples || c.request->params.max_tokens == 0) continue;
     Request* r = c.request;
-    RequestOutput& out = output_for(r, outputs);
-    const size_t first_row = row;
-    int32_t accepted = 0;
-    FinishReason reason = FinishReason::kNone;
-    for (int32_t j = 0; j <= c.num_draft; ++j) {
-      const int32_t proposed = j < c.num_draft ? r->draft[j] : -1;
-      const int32_t token = sample_row(first_row + j, r, out, *logits, src);
-      reason = emit(r, token, out, prompt_tokens);
-      ++generation_tokens;
-      if (reason != FinishReason::kNone || token != proposed) break;
-      ++accepted;
-    }
-    row = first_row + 1 + c.num_draft;
-    // The device drew a uniform for every row; the Rng goes on from the first row not used, so the
-    // request draws exactly one uniform per token, as without proposals.
-    if (src.use_sampled && static_cast<size_t>(accepted) + 1 < 1 + static_cast<size_t>(c.num_draft) &&
-        !r->params.greedy())
-      r->rng = row_rng_[first_row + accepted + 1];
-    if (c.num_draft > 0) {
-      rejected_[ci] = c.num_draft - accepted;
-      spec_observe(*r, c.num_draft, accepted);
-      for (int32_t j = 0; j < accepted; ++j) ++step_accepted_per_pos_[j];
-    }
+    const FinishReason reason = sample_chunk(c, row, output_for(r, outputs), *logits, src, prompt_tokens,
+                                             generation_tokens, rejected_[ci]);
+    row += 1 + static_cast<size_t>(c.num_draft);
     if (reason != FinishReason::kNone) finishing_.emplace_back(r, reason);
   }
   NS_CHECK_EQ(row, row_owner_.size());
@@ -495,23 +462,8 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     finish(r, reason, out);
     requests_.erase(r->id);
   }
-  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted = 0;
-  for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
-    if (plan.chunks[ci].num_draft == 0) continue;
-    ++spec_drafts;
-    spec_draft_tokens += plan.chunks[ci].num_draft;
-    spec_accepted += plan.chunks[ci].num_draft - rejected_[ci];
-  }
-  if (spec_drafts > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.spec_num_drafts += spec_drafts;
-    stats_.spec_num_draft_tokens += spec_draft_tokens;
-    stats_.spec_num_accepted_tokens += spec_accepted;
-    for (size_t j = 0; j < step_accepted_per_pos_.size(); ++j) {
-      stats_.spec_accepted_per_pos[j] += step_accepted_per_pos_[j];
-      step_accepted_per_pos_[j] = 0;
-    }
-  }
+  if (proposer_ != nullptr) record_spec_stats(plan);
+  const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.prompt_tokens += prompt_tokens;
@@ -521,9 +473,10 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
     if (decode_only) {
       ++stats_.decode_steps;
       stats_.decode_step_rows += static_cast<int64_t>(plan.chunks.size());
-      stats_.decode_step_seconds += std::chrono::duration<double>(Clock::now() - step_start).count();
+      stats_.decode_step_seconds += step_seconds;
     }
   }
+  if (decode_only) step_cost_[spec_cost_class(plan.chunks.size())].observe(batch_.num_tokens(), step_seconds);
   publish_stats();
   return Status();
 }
@@ -603,67 +556,6 @@ FinishReason Engine::emit(Request* r, int32_t token, RequestOutput& out, int64_t
   return r->stop.on_token(token, static_cast<int32_t>(r->output.size()), new_text_, out.text);
 }
 
-void Engine::propose() {
-  const SpeculativeConfig& sc = config_.speculative;
-  spec_reqs_.clear();
-  spec_cap_.clear();
-  const std::vector<Request*>& running = scheduler_->running();
-  const bool off =
-      sc.disable_by_batch_size > 0 && static_cast<int32_t>(running.size()) >= sc.disable_by_batch_size;
-  for (Request* r : running) {
-    r->draft.clear();
-    spec_observe_unsent(*r);
-    if (off || r->constraint != nullptr) continue;
-    const int64_t n = r->num_tokens();
-    if (scheduler_->num_computed(r) != n - 1) continue;  // still in its prompt
-    // Tokens past max_tokens or max_model_len could never be kept.
-    const int64_t left = std::min<int64_t>(r->params.max_tokens - static_cast<int64_t>(r->output.size()) - 1,
-                                           max_model_len_ - n);
-    const int32_t cap = static_cast<int32_t>(std::min<int64_t>(sc.num_speculative_tokens, left));
-    if (cap <= 0) continue;
-    spec_reqs_.push_back(r);
-    spec_cap_.push_back(cap);
-  }
-  if (spec_reqs_.empty()) return;
-  const size_t n = spec_reqs_.size();
-  spec_k_.resize(n);
-  spec_alpha_.resize(n);
-  const double overhead = sc.step_overhead_tokens >= 0 ? sc.step_overhead_tokens : 1.0;
-  const int32_t base_rows = static_cast<int32_t>(running.size());
-  auto size = [&] {
-    for (size_t i = 0; i < n; ++i) spec_alpha_[i] = spec_alpha(*spec_reqs_[i]);
-    if (sc.adaptive) {
-      size_proposals(spec_alpha_, spec_cap_, overhead, base_rows, spec_k_);
-    } else {
-      std::copy(spec_cap_.begin(), spec_cap_.end(), spec_k_.begin());
-    }
-  };
-  Status st;
-  if (proposer_->cheap()) {
-    // Ask for the most, then keep what pays.
-    st = proposer_->propose(spec_reqs_, spec_cap_);
-    for (size_t i = 0; i < n; ++i)
-      spec_cap_[i] = std::min<int32_t>(spec_cap_[i], static_cast<int32_t>(spec_reqs_[i]->draft.size()));
-    size();
-    for (size_t i = 0; i < n; ++i) {
-      Request* r = spec_reqs_[i];
-      if (spec_k_[i] == 0 && !r->draft.empty()) spec_note_unsent(*r, r->draft[0]);
-      r->draft.resize(spec_k_[i]);
-    }
-  } else {
-    size();
-    for (size_t i = 0; i < n; ++i) {
-      if (spec_k_[i] == 0 && spec_fade(*spec_reqs_[i])) spec_k_[i] = 1;  // a probe
-    }
-    st = proposer_->propose(spec_reqs_, spec_k_);
-  }
-  if (!st.ok()) {
-    // Proposals only ever speed things up: without them the step is still right.
-    NS_LOG(WARNING) << "speculative proposals failed this step: " << st.to_string();
-    for (Request* r : spec_reqs_) r->draft.clear();
-  }
-}
-
 int32_t Engine::sample_constrained(Request& r, std::span<const float> logits) {
   std::copy(logits.begin(), logits.end(), masked_row_.begin());
   r.constraint->apply(masked_row_);
@@ -679,43 +571,6 @@ int32_t Engine::sample_constrained(Request& r, std::span<const float> logits) {
     token = best;
   }
   return token;
-}
-
-Status Engine::check_invariants() const {
-  const BlockManager& bm = block_manager();
-  NS_RETURN_IF_ERROR(bm.check_invariants());
-  std::unordered_set<int32_t> seqs;
-  for (const Request* r : scheduler_->running()) {
-    if (r->status != RequestStatus::kRunning)
-      return internal_error("a running request is not marked running");
-    if (r->seq < 0 || !bm.is_live(r->seq))
-      return internal_error("running request " + std::to_string(r->id) + " has no sequence");
-    if (!seqs.insert(r->seq).second)
-      return internal_error("two running requests share sequence " + std::to_string(r->seq));
-    if (bm.seq_len(r->seq) > r->num_tokens())
-      return internal_error("request " + std::to_string(r->id) + " computed past its known tokens");
-    // No block is held past a sequence's length between steps: the blocks
-    // reserved for rejected proposals went back within their step.
-    const int64_t bs = bm.block_size();
-    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (bm.seq_len(r->seq) + bs - 1) / bs)
-      return internal_error("request " + std::to_string(r->id) + " holds " +
-                            std::to_string(bm.block_table(r->seq).size()) + " blocks for " +
-                            std::to_string(bm.seq_len(r->seq)) + " tokens");
-  }
-  for (const Request* r : scheduler_->waiting()) {
-    if (r->status != RequestStatus::kWaiting || r->seq >= 0)
-      return internal_error("waiting request " + std::to_string(r->id) + " holds cache state");
-  }
-  if (bm.num_live_seqs() != static_cast<int32_t>(seqs.size()))
-    return internal_error("the block manager has " + std::to_string(bm.num_live_seqs()) +
-                          " live sequences for " + std::to_string(seqs.size()) + " running requests");
-  for (const auto& [id, r] : requests_) {
-    if (r->is_finished()) return internal_error("finished request " + std::to_string(id) + " still tracked");
-  }
-  if (static_cast<int64_t>(requests_.size()) !=
-      static_cast<int64_t>(scheduler_->running().size() + scheduler_->waiting().size()))
-    return internal_error("tracked requests disagree with the queues");
-  return Status();
 }
 
 }  // namespace nanoserve

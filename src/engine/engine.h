@@ -13,6 +13,7 @@
 // thread only (the engine loop). New requests and aborts take effect at the
 // next step boundary.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -85,7 +86,7 @@ struct RequestOutput {
   // [prompt - 1] the logprob of prompt token p + 1 at position p, and its top.
   std::vector<float> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
-  std::vector<int32_t> prompt_ranks;  // 1 + the tokens with a higher logit (vLLM's rank)
+  std::vector<int32_t> prompt_ranks;                 // 1 + the tokens with a higher logit (vLLM's rank)
   FinishReason finish_reason = FinishReason::kNone;  // set on the request's last output
   std::string stop_string;                           // the stop string that finished it, if any
   std::string error;                                 // set, with kError, when the step failed under it
@@ -94,8 +95,8 @@ struct RequestOutput {
   int32_t num_preemptions = 0;
   Clock::time_point arrival_time;
   Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} if none did
-  Clock::time_point first_token_time;  // valid when num_output_tokens > 0
-  Clock::time_point finish_time;       // valid when finished
+  Clock::time_point first_token_time;      // valid when num_output_tokens > 0
+  Clock::time_point finish_time;           // valid when finished
 
   bool finished() const { return finish_reason != FinishReason::kNone; }
 };
@@ -111,11 +112,11 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up at admission
   int64_t prefix_cache_hits = 0;     // of those, tokens found cached
   int64_t num_preemptions = 0;
-  int64_t prompt_tokens = 0;      // prompt tokens prefilled (recompute not counted)
-  int64_t generation_tokens = 0;  // tokens sampled
+  int64_t prompt_tokens = 0;        // prompt tokens prefilled (recompute not counted)
+  int64_t generation_tokens = 0;    // tokens sampled
   int64_t num_computed_tokens = 0;  // tokens run through the model (prefill chunks and decodes)
-  int64_t num_finished = 0;       // stop or length
-  int64_t num_aborted = 0;        // abort or error
+  int64_t num_finished = 0;         // stop or length
+  int64_t num_aborted = 0;          // abort or error
   int64_t num_steps = 0;
   // Steps in which every row is a decode (one new token of a sequence that
   // has its prompt): their count, rows and wall time from schedule to sampled
@@ -131,6 +132,9 @@ struct EngineStats {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_pos;
+  // The fixed part of a decode step in token rows that sizes the proposals
+  // (StepCostModel's measurement, or the configured value's); 0 before any.
+  double spec_step_overhead_rows = 0.0;
 };
 
 class Engine {
@@ -183,6 +187,7 @@ class Engine {
   const Scheduler& scheduler() const { return *scheduler_; }
   ModelRunner& runner() { return *model_; }
   Proposer* proposer() { return proposer_.get(); }  // null without speculative decoding
+  const Proposer* proposer() const { return proposer_.get(); }
 
  private:
   Engine() = default;
@@ -191,7 +196,9 @@ class Engine {
   void finish(Request* r, FinishReason reason, RequestOutput& out);
   RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
   void build_batch(const SchedulerStep& plan);
-  // Speculative decoding: fills Request::draft of the running requests that decode this step.
+  // Speculative decoding (engine_speculative.cc). The proposer and the buffers, at create.
+  void init_speculative(std::unique_ptr<Proposer> proposer);
+  // Fills Request::draft of the running requests that decode this step.
   void propose();
   // Where the step's tokens come from besides the logits (the runner's argmax or device draws).
   struct RowSources {
@@ -201,6 +208,14 @@ class Engine {
   };
   // The token of logits row `row` for r, with its logprobs into out.
   int32_t sample_row(size_t row, Request* r, RequestOutput& out, const Tensor& logits, const RowSources& src);
+  // The chunk's sampled rows from first_row (1 + c.num_draft of them): each row's token emitted
+  // until one differs from its proposal or the request finishes (the reason returned); its
+  // rejected proposals into `rejected`, its acceptance into r and the step's counters.
+  FinishReason sample_chunk(const ScheduledChunk& c, size_t first_row, RequestOutput& out,
+                            const Tensor& logits, const RowSources& src, int64_t& prompt_tokens,
+                            int64_t& generation_tokens, int32_t& rejected);
+  // The step's drafts, proposed and accepted tokens into stats_.
+  void record_spec_stats(const SchedulerStep& plan);
   // Appends a sampled token to r and out; its finish reason (kNone: it goes on).
   FinishReason emit(Request* r, int32_t token, RequestOutput& out, int64_t& prompt_tokens);
   // A constrained request's token: the row masked by its constraint, then sampled as usual.
@@ -224,20 +239,28 @@ class Engine {
 
   // Step thread only.
   std::unordered_map<RequestId, std::unique_ptr<Request>> requests_;
-  ForwardBatch batch_;               // reused every step
-  std::vector<Request*> row_owner_;  // [R] the request each logits row samples (or scores) for
+  ForwardBatch batch_;                   // reused every step
+  std::vector<Request*> row_owner_;      // [R] the request each logits row samples (or scores) for
   std::vector<int64_t> row_prompt_pos_;  // [R] -1: the row samples; else the prompt position it scores
-  std::unique_ptr<Proposer> proposer_;  // null: no speculative decoding
-  std::vector<Request*> spec_reqs_;     // this step's requests that may propose
+  std::unique_ptr<Proposer> proposer_;   // null: no speculative decoding
+  std::vector<Request*> spec_reqs_;      // this step's requests that may propose
   std::vector<int32_t> spec_cap_, spec_k_;
   std::vector<double> spec_alpha_;
+  // Decode steps' cost by rows (step_overhead_tokens < 0), one fit per batch size class
+  // (spec_cost_class: 1, 2-3, 4-7, ..., 128+ sequences): a row's cost relative to the step
+  // depends on how many rows the step has already, and a fit across sizes (a batch of 64
+  // shrinking to 1 as it finishes) would mix them.
+  std::array<StepCostModel, 8> step_cost_{StepCostModel(1.0), StepCostModel(1.0), StepCostModel(1.0),
+                                          StepCostModel(1.0), StepCostModel(1.0), StepCostModel(1.0),
+                                          StepCostModel(1.0), StepCostModel(1.0)};
+  static size_t spec_cost_class(size_t num_seqs);
   std::vector<int32_t> rejected_;                             // [chunks] proposed tokens rejected
   std::vector<std::pair<Request*, FinishReason>> finishing_;  // finished in this step, after commit
   std::vector<int64_t> step_accepted_per_pos_;                // [num_speculative_tokens]
-  std::vector<Rng> row_rng_;         // [R] each row's Rng before its device draw (a row handed back redraws)
-  size_t n_outputs_ = 0;             // entries of the caller's outputs written this step
-  std::string new_text_;             // scratch
-  std::vector<float> masked_row_;    // [vocab] a constrained request's logits
+  std::vector<Rng> row_rng_;       // [R] each row's Rng before its device draw (a row handed back redraws)
+  size_t n_outputs_ = 0;           // entries of the caller's outputs written this step
+  std::string new_text_;           // scratch
+  std::vector<float> masked_row_;  // [vocab] a constrained request's logits
   std::vector<std::unique_ptr<Request>> taken_;
   std::vector<RequestId> taken_aborts_;
 

@@ -42,17 +42,16 @@ int64_t logits_rows(const EngineConfig& config) {
   return std::min<int64_t>(config.max_num_batched_tokens, int64_t{config.max_num_seqs} * (1 + k));
 }
 
-// The step's fixed cost in token rows, when the configuration leaves it to
-// the device (SpeculativeConfig::step_overhead_tokens). On the CPU each token
-// row costs its own dot products (the matmul is compute-bound per row): a
-// 4.5-row step costs ~4x a 1-row one, a fixed part of ~0.15 rows
-// (docs/speculative.md has the measurement); 0.25 leans a little toward
-// proposing. On a GPU a small step is bound by the weights' bytes, so extra
-// rows are nearly free.
+// Where the engine's measurement of a step's fixed cost in token rows starts
+// (SpeculativeConfig::step_overhead_prior; a step_overhead_tokens given fixes it
+// instead). On the CPU the matmuls read each weight once for all the rows of a
+// step, but attention and the elementwise ops cost per row: a 5-row step costs
+// ~1.9x a 1-row one, ~12 ms + ~3.5 ms a row on the default model, a fixed part
+// of ~3.4 rows (docs/log/speculative.md). On a GPU a small step is bound by the
+// weights' bytes, so extra rows are nearly free.
 EngineConfig with_spec_defaults(EngineConfig config, Device device) {
   SpeculativeConfig& s = config.speculative;
-  if (s.enabled() && s.step_overhead_tokens < 0)
-    s.step_overhead_tokens = device == Device::kCPU ? 0.25 : 64.0;
+  if (s.enabled()) s.step_overhead_prior = device == Device::kCPU ? 3.0 : 64.0;
   return config;
 }
 

@@ -15,6 +15,16 @@ constexpr int32_t kMaxSpeculativeTokens = 16;
 constexpr int32_t kDefaultLookup = 5;  // vLLM's, when neither lookup bound is given
 constexpr double kDecay = 0.97;        // per proposed token: a request's counts span ~30 recent proposals
 constexpr double kFade = 0.95;         // per step without proposals
+// StepCostModel: decay per observed step, and what a fit needs: this much
+// weight and a variance of the rows of at least this much (rows that differ
+// by one in a fifth of the steps give ~0.16).
+constexpr double kCostDecay = 0.98;
+constexpr double kCostMinWeight = 8.0;
+constexpr double kCostMinVariance = 0.1;
+// A fit is believed within this factor of the prior: on a loaded machine a
+// window of steps can say almost anything (batch 8 once fitted 0.05 rows, which
+// proposes nothing, and nothing proposed never corrects it).
+constexpr double kCostTrust = 4.0;
 
 }  // namespace
 
@@ -164,6 +174,29 @@ void size_proposals(std::span<const double> alpha, std::span<const int32_t> cap,
     expected += gain;
     rows += 1.0;
   }
+}
+
+void StepCostModel::observe(int64_t rows, double seconds) {
+  if (rows < 1 || !(seconds > 0.0) || !std::isfinite(seconds)) return;
+  const double x = static_cast<double>(rows);
+  s0_ = s0_ * kCostDecay + 1.0;
+  s1_ = s1_ * kCostDecay + x;
+  s2_ = s2_ * kCostDecay + x * x;
+  sy_ = sy_ * kCostDecay + seconds;
+  sxy_ = sxy_ * kCostDecay + x * seconds;
+  if (s0_ < kCostMinWeight) return;
+  const double mx = s1_ / s0_, my = sy_ / s0_;
+  const double var = s2_ / s0_ - mx * mx;
+  if (var < kCostMinVariance * std::max(1.0, mx)) return;  // relative: at batch 64, rows 64 +- 1 says little
+  const double b = (sxy_ / s0_ - mx * my) / var;
+  const double a = my - b * mx;
+  const double lo = prior_ / kCostTrust, hi = prior_ * kCostTrust;
+  if (b <= 0.0) {
+    overhead_ = a > 0.0 ? hi : overhead_;  // rows came for free
+    return;
+  }
+  if (a <= 0.0) return;  // noise: a step cannot cost less than its rows
+  overhead_ = std::clamp(a / b, lo, hi);
 }
 
 void spec_observe(Request& r, int32_t k, int32_t a) {

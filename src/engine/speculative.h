@@ -44,9 +44,15 @@ struct SpeculativeConfig {
   bool adaptive = true;
   // The step's fixed cost in units of one token row: a step of T token rows
   // costs about (overhead + T). Large on a GPU (a decode step is bound by the
-  // weights' bytes, so extra rows are nearly free), small on the CPU (each
-  // row costs its own dot products). < 0: the device's default (load_engine).
+  // weights' bytes, so extra rows are nearly free), a few rows on the CPU (the
+  // matmuls read each weight once for all rows, but attention and the
+  // elementwise ops cost per row). >= 0: fixed at that value. < 0 (default):
+  // measured by the engine over its own decode steps (StepCostModel),
+  // starting from step_overhead_prior.
   double step_overhead_tokens = -1.0;
+  // The measurement's starting point: the device's typical value (load_engine
+  // sets it), used until the decode steps have varied enough in rows to fit.
+  double step_overhead_prior = 1.0;
 
   bool enabled() const { return method != SpecMethod::kNone; }
   // INVALID_ARGUMENT naming the field.
@@ -77,6 +83,27 @@ void ngram_propose(std::span<const int32_t> prompt, std::span<const int32_t> out
 // of the step without proposals (>= 1).
 void size_proposals(std::span<const double> alpha, std::span<const int32_t> cap, double overhead,
                     int32_t base_rows, std::span<int32_t> k);
+
+// The cost of a decode step by its token rows, learnt from the engine's own
+// decode steps: a least-squares line seconds = a + b rows over decayed sums
+// (the last ~50 steps weigh most), and overhead() = a / b, the fixed part of a
+// step in rows, which is what size_proposals needs, kept within a factor of 4
+// of the prior. Until the observed rows have varied enough to fit a slope (or
+// after a fit that makes no sense, a negative intercept), overhead() keeps its
+// last good value, at first the prior. The output never depends on it: only
+// the speed does.
+class StepCostModel {
+ public:
+  explicit StepCostModel(double prior) : prior_(prior), overhead_(prior) {}
+  void observe(int64_t rows, double seconds);
+  double overhead() const { return overhead_; }
+  // For tests and logs: the weight of the observations so far.
+  double weight() const { return s0_; }
+
+ private:
+  double s0_ = 0.0, s1_ = 0.0, s2_ = 0.0, sy_ = 0.0, sxy_ = 0.0;  // decayed sums of 1, x, x^2, y, xy
+  double prior_, overhead_;
+};
 
 // A request's estimated acceptance rate per proposed token, from its decayed
 // counts and a prior of 3 accepted to 1 rejected (an optimistic start that a

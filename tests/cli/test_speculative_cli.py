@@ -50,3 +50,9 @@ def test_bench_prints_acceptance_and_identical_outputs():
     assert int(m.group(2)) > 0 and 0 < int(m.group(3)) <= int(m.group(2))
     assert "outputs identical with and without speculative decoding: yes" in r.stdout
     assert re.search(r"best of 1: speculative [\d.]+ tok/s, plain [\d.]+ tok/s \| speed-up [\d.]+x", r.stdout)
+    # The sizing's step overhead, one ratio per round and the summary with the batch size and the acceptance.
+    assert re.search(r"mean acceptance length [\d.]+ \| step overhead [\d.]+ rows", r.stdout), r.stdout
+    assert re.search(r"speed-up per round: [\d.]+x \| median [\d.]+x", r.stdout), r.stdout
+    s = re.search(r"speculative summary: max_num_seqs (\d+) \| acceptance ([\d.]+)% of (\d+) proposed tokens", r.stdout)
+    assert s, r.stdout
+    assert int(s.group(3)) >= int(m.group(2)) and 0 < float(s.group(2)) <= 100.0

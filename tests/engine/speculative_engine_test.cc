@@ -60,6 +60,7 @@ std::unique_ptr<Engine> make_engine(const SpecSetup& s) {
     sc.num_speculative_tokens = s.k;
     sc.adaptive = s.adaptive;
     sc.step_overhead_tokens = s.overhead;
+    sc.step_overhead_prior = 64.0;  // where a measured overhead (< 0) starts: proposing
     if (s.proposals == Proposals::kNgram) {
       sc.method = SpecMethod::kNgram;
       sc.prompt_lookup_max = 3;
@@ -280,13 +281,14 @@ TEST(SpeculativeEngine, SampledOutputIdenticalWithAndWithoutProposals) {
   std::vector<std::vector<int32_t>> reference;
   for (Proposals proposals :
        {Proposals::kNone, Proposals::kNgram, Proposals::kDraftSelf, Proposals::kDraftOther}) {
-    for (int32_t seqs : {1, 8}) {
+    for (int32_t seqs : {1, 4, 8}) {
       SCOPED_TRACE(::testing::Message() << name_of(proposals) << " max_num_seqs " << seqs);
       SpecSetup s;
       s.proposals = proposals;
       s.max_num_seqs = seqs;
-      s.adaptive = seqs == 8;
-      s.overhead = 64.0;  // sized, and still proposing at batch 8
+      s.adaptive = seqs > 1;
+      // Sized, and still proposing at batch 8; at batch 4 sized by the engine's own measurement of its steps.
+      s.overhead = seqs == 4 ? -1.0 : 64.0;
       auto e = make_engine(s);
       std::vector<RequestId> ids;
       for (size_t i = 0; i < prompts.size(); ++i)

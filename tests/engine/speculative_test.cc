@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -126,6 +127,45 @@ TEST(SizeProposals, GrowsWithAcceptanceAndShrinksToNothing) {
   size_proposals(std::vector<double>{0.95, 0.5}, std::vector<int32_t>{2, 8}, 1.0, 2, k2);
   EXPECT_EQ(k2[0], 2);
   EXPECT_LE(k2[1], 1);
+}
+
+TEST(StepCostModel, FitsTheFixedPartOfAStepInRows) {
+  // Steps of 1..5 rows at 12 ms + 3.5 ms a row: the fixed part is 12 / 3.5 rows.
+  StepCostModel m(2.0);
+  for (int i = 0; i < 100; ++i) {
+    const int64_t rows = 1 + i % 5;
+    m.observe(rows, 0.012 + 0.0035 * static_cast<double>(rows));
+  }
+  EXPECT_NEAR(m.overhead(), 12.0 / 3.5, 1e-6);
+  // It follows a change (another load, another thread count) within ~50 steps.
+  for (int i = 0; i < 300; ++i) {
+    const int64_t rows = 1 + i % 5;
+    m.observe(rows, 0.006 + 0.01 * static_cast<double>(rows));
+  }
+  EXPECT_NEAR(m.overhead(), 0.6, 0.01);
+}
+
+TEST(StepCostModel, KeepsThePriorUntilTheRowsVary) {
+  StepCostModel m(3.0);
+  for (int i = 0; i < 200; ++i) m.observe(1, 0.010 + 0.001 * (i % 3));  // batch 1, never a proposal
+  EXPECT_DOUBLE_EQ(m.overhead(), 3.0);
+  EXPECT_GT(m.weight(), 8.0);
+  // 64 +- 1 rows: too little spread at that size to say what a row costs.
+  StepCostModel big(3.0);
+  for (int i = 0; i < 200; ++i) big.observe(64 + i % 2, 0.4 + 0.004 * (i % 2));
+  EXPECT_DOUBLE_EQ(big.overhead(), 3.0);
+  // Bad observations are ignored, a step that cannot cost less than its rows keeps the last value.
+  m.observe(0, 0.01);
+  m.observe(2, -1.0);
+  m.observe(2, std::numeric_limits<double>::quiet_NaN());
+  for (int i = 0; i < 100; ++i) m.observe(1 + i % 2, i % 2 ? 0.030 : 0.010);  // 20 ms a row, -10 ms fixed
+  EXPECT_DOUBLE_EQ(m.overhead(), 3.0);
+  // Rows that come for free (a GPU's small steps): as large as it goes, so every likely slot is proposed.
+  for (int i = 0; i < 300; ++i) m.observe(1 + i % 5, 0.010);
+  EXPECT_DOUBLE_EQ(m.overhead(), 12.0);
+  // A fit far below the prior (a noisy window) is held at a quarter of it, so proposals never stop for good.
+  for (int i = 0; i < 300; ++i) m.observe(1 + i % 5, 0.0001 + 0.01 * static_cast<double>(1 + i % 5));
+  EXPECT_DOUBLE_EQ(m.overhead(), 0.75);
 }
 
 TEST(SpecAcceptance, RejectionsLowerAlphaAndFadingRestoresIt) {

@@ -1,0 +1,48 @@
+// Engine::check_invariants: the consistency of queues, requests and blocks
+// that the randomized tests check after every step (docs/engine.md).
+
+#include <string>
+#include <unordered_set>
+
+#include "engine/engine.h"
+
+namespace nanoserve {
+
+Status Engine::check_invariants() const {
+  const BlockManager& bm = block_manager();
+  NS_RETURN_IF_ERROR(bm.check_invariants());
+  std::unordered_set<int32_t> seqs;
+  for (const Request* r : scheduler_->running()) {
+    if (r->status != RequestStatus::kRunning)
+      return internal_error("a running request is not marked running");
+    if (r->seq < 0 || !bm.is_live(r->seq))
+      return internal_error("running request " + std::to_string(r->id) + " has no sequence");
+    if (!seqs.insert(r->seq).second)
+      return internal_error("two running requests share sequence " + std::to_string(r->seq));
+    if (bm.seq_len(r->seq) > r->num_tokens())
+      return internal_error("request " + std::to_string(r->id) + " computed past its known tokens");
+    // No block is held past a sequence's length between steps: the blocks
+    // reserved for rejected proposals went back within their step.
+    const int64_t bs = bm.block_size();
+    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (bm.seq_len(r->seq) + bs - 1) / bs)
+      return internal_error("request " + std::to_string(r->id) + " holds " +
+                            std::to_string(bm.block_table(r->seq).size()) + " blocks for " +
+                            std::to_string(bm.seq_len(r->seq)) + " tokens");
+  }
+  for (const Request* r : scheduler_->waiting()) {
+    if (r->status != RequestStatus::kWaiting || r->seq >= 0)
+      return internal_error("waiting request " + std::to_string(r->id) + " holds cache state");
+  }
+  if (bm.num_live_seqs() != static_cast<int32_t>(seqs.size()))
+    return internal_error("the block manager has " + std::to_string(bm.num_live_seqs()) +
+                          " live sequences for " + std::to_string(seqs.size()) + " running requests");
+  for (const auto& [id, r] : requests_) {
+    if (r->is_finished()) return internal_error("finished request " + std::to_string(id) + " still tracked");
+  }
+  if (static_cast<int64_t>(requests_.size()) !=
+      static_cast<int64_t>(scheduler_->running().size() + scheduler_->waiting().size()))
+    return internal_error("tracked requests disagree with the queues");
+  return Status();
+}
+
+}  // namespace nanoserve
