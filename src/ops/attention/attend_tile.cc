@@ -20,7 +20,8 @@ namespace {
 
 // attn_exp's constants: x = n ln2 + r with n = nearbyint(x log2 e) and
 // |r| <= ln2 / 2 (ln2 in two parts, so n ln2_hi is exact), exp(r) = 1 + r +
-// r^2 P(r) with P the degree-4 minimax fit of (exp(r) - 1 - r) / r^2.
+// r^2 P(r) with P the degree-5 minimax fit of (exp(r) - 1 - r) / r^2 (the
+// coefficients of Cephes' expf).
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f;
 constexpr float kLn2Lo = -2.12194440e-4f;

@@ -27,9 +27,10 @@
 
 namespace nanoserve {
 
-// exp(x) for the softmax's x <= 0: a degree-6 polynomial on the reduced
-// argument, about 1 ulp; exactly 0 below -87.3 (where exp is subnormal) and 1
-// at 0. The same bits as the vector form inside the kernels.
+// exp(x) for the softmax's x <= 0: a degree-7 polynomial on the reduced
+// argument, within 2 ulps; exactly 0 below -87.3 (near where exp leaves the
+// normal range: a weight below 2^-125 of the largest) and 1 at 0. The same
+// bits as the vector form inside the kernels.
 float attn_exp(float x);
 
 // The instruction set the kernels were built for: "avx512", "avx2" or "scalar".
