@@ -1,4 +1,5 @@
-// Decode attention over a long history: the fused paged read against the
+// Prefill attention (a whole prompt as one chunk, the fused read), then
+// decode attention over a long history: the fused paged read against the
 // gather path (copy each history out of the blocks, then ordinary attention).
 // One layer, B sequences each decoding one token at context L, blocks of 16
 // scattered over the pool. Both paths include the step's K/V write.
@@ -54,7 +55,9 @@ struct Setup {
   ForwardBatch batch;
   Tensor q, k, v, out;
 
-  Setup(const Shape& s, int64_t L, int64_t B, bool fused, ThreadPool& pool) {
+  // prefill: one sequence (B = 1) whose L tokens are all this step's (a
+  // whole prompt as one chunk, causal within it) instead of B decode tokens.
+  Setup(const Shape& s, int64_t L, int64_t B, bool fused, ThreadPool& pool, bool prefill = false) {
     config.arch = "llama";
     config.n_layers = 1;
     config.n_heads = s.n_heads;
@@ -88,8 +91,10 @@ struct Setup {
     fill_random(cache->v_pool(0).data_as<float>(), cache->v_pool(0).numel(), rng);
     batch.seq_starts.push_back(0);
     for (int32_t seq : seqs) {
-      batch.tokens.push_back(0);
-      batch.positions.push_back(static_cast<int32_t>(L - 1));
+      for (int64_t p = prefill ? 0 : L - 1; p < L; ++p) {
+        batch.tokens.push_back(0);
+        batch.positions.push_back(static_cast<int32_t>(p));
+      }
       batch.seq_starts.push_back(batch.num_tokens());
       batch.seq_ids.push_back(seq);
       batch.context_lens.push_back(static_cast<int32_t>(L));
@@ -98,13 +103,15 @@ struct Setup {
     blocks->fill_batch(batch);
     StepLimits lim;
     lim.vocab_size = 1;
-    lim.max_tokens = lim.max_seqs = lim.max_logits_rows = static_cast<int32_t>(B);
+    const int64_t T = batch.num_tokens();
+    lim.max_tokens = static_cast<int32_t>(T);
+    lim.max_seqs = lim.max_logits_rows = static_cast<int32_t>(B);
     cache->fill_limits(lim);
     NS_CHECK(batch.validate(lim).ok());
-    q = Tensor::empty(DType::kF32, {B, s.n_heads, s.head_dim});
-    k = Tensor::empty(DType::kF32, {B, s.n_kv_heads, s.head_dim});
-    v = Tensor::empty(DType::kF32, {B, s.n_kv_heads, s.head_dim});
-    out = Tensor::empty(DType::kF32, {B, s.n_heads, s.head_dim});
+    q = Tensor::empty(DType::kF32, {T, s.n_heads, s.head_dim});
+    k = Tensor::empty(DType::kF32, {T, s.n_kv_heads, s.head_dim});
+    v = Tensor::empty(DType::kF32, {T, s.n_kv_heads, s.head_dim});
+    out = Tensor::empty(DType::kF32, {T, s.n_heads, s.head_dim});
     fill_random(q.data_as<float>(), q.numel(), rng);
     fill_random(k.data_as<float>(), k.numel(), rng);
     fill_random(v.data_as<float>(), v.numel(), rng);
@@ -130,7 +137,8 @@ void BM_FusedRead(benchmark::State& state) {
   Setup st(s, L, B, /*fused=*/true, pool);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   for (auto _ : state) {
-    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale, st.out);
+    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale,
+                     st.out);
     benchmark::DoNotOptimize(st.out.data());
   }
   set_counters(state, s, L, B, 1.0);
@@ -143,10 +151,31 @@ void BM_GatherRead(benchmark::State& state) {
   Setup st(s, L, B, /*fused=*/false, pool);
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   for (auto _ : state) {
-    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale, st.out);
+    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale,
+                     st.out);
     benchmark::DoNotOptimize(st.out.data());
   }
   set_counters(state, s, L, B, 3.0);
+}
+
+// A whole prompt of L tokens as one chunk (causal), the fused read: the
+// prefill's attention for one layer. "GMAC/s": the multiply-adds of QK^T and
+// PV that the causal mask leaves, n_heads * head_dim * L (L + 1) (both
+// products), over the time.
+void BM_Prefill(benchmark::State& state) {
+  const Shape& s = kShapes[state.range(0)];
+  const int64_t L = state.range(1);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  Setup st(s, L, 1, /*fused=*/true, pool, /*prefill=*/true);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  for (auto _ : state) {
+    st.cache->attend(0, st.batch, st.q, st.k, st.v, static_cast<int>(s.n_heads / s.n_kv_heads), scale,
+                     st.out);
+    benchmark::DoNotOptimize(st.out.data());
+  }
+  state.counters["GMAC/s"] =
+      benchmark::Counter(static_cast<double>(s.n_heads * s.head_dim * L * (L + 1)),
+                         benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // The ceiling: one thread copying the same H bytes of history (read H + write
@@ -175,6 +204,19 @@ void BM_CopyCeiling(benchmark::State& state) {
 // other, so on a shared, noisy machine they see the same load.
 int main(int argc, char** argv) {
   using nanoserve::kShapes;
+  for (int64_t shape : {0, 1}) {
+    for (int64_t L : {128, 512, 2048}) {
+      for (int64_t threads : {1, 2}) {
+        benchmark::RegisterBenchmark((std::string("prefill/") + kShapes[shape].name).c_str(),
+                                     &nanoserve::BM_Prefill)
+            ->Args({shape, L, 1, threads})
+            ->ArgNames({"shape", "L", "B", "threads"})
+            ->Unit(benchmark::kMillisecond)
+            ->MeasureProcessCPUTime()  // the pool's threads too: on a shared machine, the figure to read
+            ->UseRealTime();
+      }
+    }
+  }
   for (int64_t shape : {0, 1}) {
     for (int64_t L : {128, 512, 2048, 8192}) {
       for (int64_t B : {1, 4}) {

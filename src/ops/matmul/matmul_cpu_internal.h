@@ -1,12 +1,13 @@
 #pragma once
-// Internal to the CPU matmul (matmul_cpu.cc, matmul_cpu_gemv.cc,
-// matmul_cpu_kquant.cc): the AVX2 helpers they share, the single-token
+// Internal to the CPU matmul (matmul_cpu.cc, matmul_cpu_blocks.cc,
+// matmul_cpu_gemv.cc, matmul_cpu_kquant.cc): the AVX2 helpers they share, the single-token
 // prefetch, and the entry points of the split-out kernels.
 // Inline because they sit inside the kernels' inner loops.
 
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "ops/matmul/quant_blocks.h"
 
 #if defined(__AVX2__)
@@ -77,6 +78,15 @@ void gemv_rows(DType dt, const uint8_t* base, int64_t row_bytes, const BlockQ8Ac
                int64_t o_begin, int64_t o_end);
 #endif
 
+// The longest K of a quantized row the block kernels decode on the stack.
+constexpr int64_t kMaxQ4K = 16384;
+// Rows of dtypes without a direct kernel are decoded on the stack.
+constexpr int64_t kMaxGenericK = 16384;
+
+// Dtypes read through the 8-bit activations: the block kernels, the Q5 rows
+// and the K-quant kernels.
+bool is_quantized(DType t);
+
 // The activations of T tokens as the K-quant kernels read them: per token and
 // super-block of 256 values one BlockQ8KAct (one scale, the per-16 sums).
 struct KQuantActs {
@@ -96,6 +106,12 @@ bool kquant_direct(DType dt);
 // min terms fnmadd'ed with dmin d_x; the lanes summed by hsum8.
 void kquant_rows(DType dt, const uint8_t* base, int64_t row_bytes, const KQuantActs& a, int64_t T, float* y,
                  int64_t N, int64_t o_begin, int64_t o_end);
+
+// y[t][o] for o in [o_begin, o_end), every t < T, of any w the x8 kernels do
+// not take (matmul_cpu_blocks.cc): x the f32 activations [T, K], xa their
+// per-32 rounding, acts the per-256 one. y is [T, N].
+void matmul_rows(const Tensor& w, const float* x, const BlockQ8Act* xa, const KQuantActs& acts, int64_t T,
+                 float* y, int64_t o_begin, int64_t o_end);
 
 // The plain scalar kernel (the non-AVX2 build's path), callable on any build so
 // the tests hold it to the reference too. Same contract as kquant_rows.

@@ -16,8 +16,8 @@
 // Entry points:
 //   paged_attention_reference  plain loops with f64 accumulation; frozen, the
 //                              truth every fast kernel (CPU, CUDA) is held to.
-//   paged_attention_cpu        threads over (token, kv head) pairs; uses
-//                              attend_row() so it is bitwise identical to the
+//   paged_attention_cpu        threads over (token tile, kv head) pairs; uses
+//                              attend_tile() so it is bitwise identical to the
 //                              gather path followed by ordinary CPU attention.
 
 #include <cstdint>
@@ -74,12 +74,16 @@ Status validate_paged_attention_args(const PagedAttentionArgs& args);
 void paged_attention_reference(const PagedAttentionArgs& args);
 
 // Fast CPU kernel. `scores` is scratch of pool.num_threads() rows of
-// `scores_stride` floats each; PRECOND: scores_stride >= n_rep * the longest
-// context (paged_attention_cpu_scores_stride).
-// Each output element's reduction order is fixed (attend_row), independent of
-// the thread count and of how the batch is split.
+// `scores_stride` floats each; PRECOND: scores_stride >=
+// paged_attention_cpu_scores_stride(n_rep, the longest context).
+// Each output element's reduction order is fixed (attend_tile.h), independent
+// of the thread count, of how the batch is split and of the other tokens of
+// a prefill chunk.
+// Query rows one item of the CPU kernel attends together (several tokens of a
+// sequence times the query heads of a kv head), unless one kv head has more.
+inline constexpr int64_t kPagedTileRows = 24;
 inline int64_t paged_attention_cpu_scores_stride(int64_t n_rep, int64_t max_context) {
-  return n_rep * max_context;
+  return (n_rep > kPagedTileRows ? n_rep : kPagedTileRows) * max_context;
 }
 void paged_attention_cpu(const PagedAttentionArgs& args, ThreadPool& pool, float* scores,
                          int64_t scores_stride);

@@ -1,15 +1,17 @@
-// Fast CPU paged attention. Work items are (token, kv head, row group)
-// triples, handed out dynamically (a causal prefill chunk has uneven rows);
-// each item attends the query heads of its group, which share one kv head,
-// together (attend_rows), so each K/V row is read once per item. The n_rep
-// query heads are one group unless that leaves fewer than two items a thread
-// (a single decode: n_kv_heads items), when they are cut into more. attend_rows is attend_row's
-// arithmetic row for row, the reduction the gather path uses, so the two reads
-// agree bitwise; which thread runs an item never changes its arithmetic.
+// Fast CPU paged attention. Work items are (tile, kv head, row group)
+// triples, handed out dynamically (a causal prefill chunk has uneven rows). A
+// tile is up to 8 consecutive tokens of one sequence; an item attends the
+// query heads of its group, which share one kv head, for all the tile's
+// tokens as one attend_tile call, so each K/V block is read once for all of
+// those rows. The n_rep query heads are one group unless that leaves fewer
+// than two items a thread (a single decode: n_kv_heads items), when they are
+// cut into more. attend_tile's arithmetic is per row, the reduction the
+// gather path's attend_row uses, so the two reads agree bitwise; which tile,
+// group or thread a row falls in never changes its arithmetic.
 
 #include <algorithm>
 #include <atomic>
-#include <type_traits>
+#include <climits>
 
 #include "core/check.h"
 #include "core/half.h"
@@ -21,64 +23,97 @@ namespace nanoserve {
 
 namespace {
 
-constexpr int64_t kMaxWidenedHeadDim = 512;  // 16-bit pools: a row buffer on the stack
+constexpr int64_t kMaxWidenedHeadDim = 512;  // 16-bit pools
 
 // Pool element types: f32 rows are read in place; 16-bit rows are widened
-// (exactly) into a per-item row buffer first, so the reduction sees the same
+// (exactly) into a per-item block buffer first, so the reduction sees the same
 // floats the gather path's widened copy holds.
 struct F32Rows {
   using Elem = float;
-  static const float* row(const float* p, float*) { return p; }
+  static constexpr bool kWidens = false;
+  static void widen(const float*, float*, int64_t) {}
 };
 template <float (*kWiden)(uint16_t)>
 struct Half16Rows {
   using Elem = uint16_t;
-  static const float* row(const uint16_t* p, float* buf, int64_t hd) {
+  static constexpr bool kWidens = true;
+  static void widen(const uint16_t* p, float* buf, int64_t hd) {
     for (int64_t i = 0; i < hd; ++i) buf[i] = kWiden(p[i]);
-    return buf;
   }
 };
 
-// Runs the items handed out by `next`. SlotOf maps (block table, position) to
-// the physical slot; it is the only thing that differs between block sizes.
+// Tokens per tile for groups of `group_rows` query heads: about 24 rows, at
+// most 8 tokens (the causal diagonal of a tile computes up to 7 scores a row
+// that the row does not use).
+int64_t tile_tokens(int64_t group_rows) {
+  const int64_t t = kPagedTileRows / group_rows;
+  return t < 1 ? 1 : t > 8 ? 8 : t;
+}
+
+// Runs the items handed out by `next`: (token, kv head, row group), the tokens
+// taken from the last (the longest histories of a causal chunk) to the first.
+// Only a tile's first token (every tt-th of its sequence) does work: that
+// item attends the tile's tokens. SlotOf maps (block table, position) to the
+// physical slot; it is the only thing that differs between block sizes.
 template <typename Rows, typename SlotOf>
 void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
-               const typename Rows::Elem* v_pool, SlotOf slot_of, int64_t groups, std::atomic<int64_t>& next,
-               float* sc, int64_t scores_stride) {
+               const typename Rows::Elem* v_pool, SlotOf slot_of, int64_t tt, int64_t groups,
+               std::atomic<int64_t>& next, float* sc, int64_t scores_stride) {
   const int64_t hd = a.head_dim;
   const int64_t n_rep = a.n_heads / a.n_kv_heads;
   const int64_t group_rows = (n_rep + groups - 1) / groups;
   const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * hd;  // elements per slot
-  const int64_t n_items = static_cast<int64_t>(a.num_tokens) * a.n_kv_heads * groups;
-  float kbuf[kMaxWidenedHeadDim], vbuf[kMaxWidenedHeadDim];  // 16-bit pools only
+  const int64_t n_items = int64_t{a.num_tokens} * a.n_kv_heads * groups;
+  const float* kp[attn::kKeyBlock];
+  const float* vp[attn::kKeyBlock];
+  // 16-bit pools only: a key block of widened rows each for K and V.
+  float widened[Rows::kWidens ? 2 * attn::kKeyBlock * kMaxWidenedHeadDim : 1];
+  AttnRow rows[attn::kMaxTileRows];
   for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
        item = next.fetch_add(1, std::memory_order_relaxed)) {
-    const int64_t t = item / (a.n_kv_heads * groups);
+    const int64_t t0 = a.num_tokens - 1 - item / (a.n_kv_heads * groups);
+    // The sequence that owns token t0: the last b with seq_starts[b] <= t0.
+    const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t0) - a.seq_starts - 1;
+    if ((t0 - a.seq_starts[b]) % tt != 0) continue;  // not a tile's first token
+    const int64_t n_tokens = std::min<int64_t>(tt, a.seq_starts[b + 1] - t0);
     const int64_t kvh = item / groups % a.n_kv_heads;
     const int64_t r0 = item % groups * group_rows;
-    const int64_t rows = std::min(group_rows, n_rep - r0);
-    if (rows <= 0) continue;
-    // The sequence that owns token t: the last b with seq_starts[b] <= t.
-    const int64_t b = std::upper_bound(a.seq_starts, a.seq_starts + a.num_seqs + 1, t) - a.seq_starts - 1;
+    const int64_t heads = std::min(group_rows, n_rep - r0);
+    if (heads <= 0) continue;
     const int32_t* table = a.block_tables + b * a.max_blocks_per_seq;
-    const int64_t n_ctx = static_cast<int64_t>(a.positions[t]) + 1;
-    const int64_t p0 = attention_window_begin(a.positions[t], a.window);
-    NS_CHECK(n_rep * n_ctx <= scores_stride)
-        << n_rep << " rows of context " << n_ctx << " exceed the scores scratch " << scores_stride;
+    int64_t n_rows = 0, p0 = INT64_MAX, p1 = 0;
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      const int64_t t = t0 + i;
+      const int64_t end = static_cast<int64_t>(a.positions[t]) + 1;
+      const int64_t begin = attention_window_begin(a.positions[t], a.window);
+      p0 = std::min(p0, begin);
+      p1 = std::max(p1, end);
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t off = (t * a.n_heads + kvh * n_rep + r0 + h) * hd;
+        rows[n_rows++] = {a.q + off, a.out + off, begin, end};
+      }
+    }
+    NS_CHECK(n_rows * (p1 - p0) <= scores_stride)
+        << n_rows << " rows of context " << p1 - p0 << " exceed the scores scratch " << scores_stride;
     const auto* k_base = k_pool + kvh * hd;
     const auto* v_base = v_pool + kvh * hd;
-    const int64_t off = (t * a.n_heads + kvh * n_rep + r0) * hd;
-    if constexpr (std::is_same_v<Rows, F32Rows>) {
-      auto k_row = [&](int64_t p) { return k_base + slot_of(table, p) * row_stride; };
-      auto v_row = [&](int64_t p) { return v_base + slot_of(table, p) * row_stride; };
-      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd, a.softcap);
-    } else {
-      // attend_rows uses a K row before it asks for the next, and a V row
-      // likewise, so one buffer each suffices.
-      auto k_row = [&](int64_t p) { return Rows::row(k_base + slot_of(table, p) * row_stride, kbuf, hd); };
-      auto v_row = [&](int64_t p) { return Rows::row(v_base + slot_of(table, p) * row_stride, vbuf, hd); };
-      attend_rows(a.q + off, hd, rows, hd, p0, n_ctx, k_row, v_row, a.scale, sc, a.out + off, hd, a.softcap);
-    }
+    auto block = [&](const typename Rows::Elem* base, const float** ptrs, float* buf, int64_t p, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        const auto* row = base + slot_of(table, p + i) * row_stride;
+        if constexpr (Rows::kWidens) {
+          Rows::widen(row, buf + i * hd, hd);
+          ptrs[i] = buf + i * hd;
+        } else {
+          ptrs[i] = row;
+        }
+      }
+      return static_cast<const float* const*>(ptrs);
+    };
+    float* kbuf = widened;
+    float* vbuf = widened + (Rows::kWidens ? attn::kKeyBlock * hd : 0);
+    attend_tile(
+        rows, n_rows, hd, a.scale, [&](int64_t p, int64_t n) { return block(k_base, kp, kbuf, p, n); },
+        [&](int64_t p, int64_t n) { return block(v_base, vp, vbuf, p, n); }, sc, a.softcap);
   }
 }
 
@@ -92,11 +127,13 @@ void run_pool(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
   const int shift = __builtin_ctzll(static_cast<uint64_t>(bs));
   const int64_t mask = bs - 1;
   // Row groups a kv head is cut into: the fewest that give every thread two
-  // items. Which rows go together never changes a row's arithmetic.
+  // items, and at most kPagedTileRows rows each. Which rows go together never
+  // changes a row's arithmetic.
   const int64_t n_rep = a.n_heads / a.n_kv_heads;
-  int64_t groups = 1;
+  int64_t groups = (n_rep + kPagedTileRows - 1) / kPagedTileRows;
   while (groups < n_rep && int64_t{a.num_tokens} * a.n_kv_heads * groups < 2 * int64_t{pool.num_threads()})
     ++groups;
+  const int64_t tt = tile_tokens((n_rep + groups - 1) / groups);
   std::atomic<int64_t> next{0};
   pool.parallel_for(pool.num_threads(), [&](int64_t, int64_t, int thread) {
     float* sc = scores + thread * scores_stride;
@@ -104,12 +141,12 @@ void run_pool(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
       auto slot_of = [shift, mask](const int32_t* table, int64_t p) {
         return (static_cast<int64_t>(table[p >> shift]) << shift) | (p & mask);
       };
-      run_items<Rows>(a, k_pool, v_pool, slot_of, groups, next, sc, scores_stride);
+      run_items<Rows>(a, k_pool, v_pool, slot_of, tt, groups, next, sc, scores_stride);
     } else {
       auto slot_of = [bs](const int32_t* table, int64_t p) {
         return static_cast<int64_t>(table[p / bs]) * bs + p % bs;
       };
-      run_items<Rows>(a, k_pool, v_pool, slot_of, groups, next, sc, scores_stride);
+      run_items<Rows>(a, k_pool, v_pool, slot_of, tt, groups, next, sc, scores_stride);
     }
   });
 }

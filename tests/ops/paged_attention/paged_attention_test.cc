@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "core/half.h"
 #include "core/thread_pool.h"
 #include "ops/attention/attend_row.h"
 
@@ -31,6 +32,9 @@ struct Problem {
   std::vector<int32_t> block_tables, context_lens, seq_starts, positions;
   int32_t num_blocks = 0, max_blocks_per_seq = 0, num_tokens = 0;
   int32_t window = 0;  // sliding window (0: none)
+  // 16-bit pools (kv_dtype kF16 / kBF16): the same layout, read instead of the f32 ones.
+  DType kv_dtype = DType::kF32;
+  std::vector<uint16_t> k16, v16;
 
   PagedAttentionArgs args(float* out) const {
     PagedAttentionArgs a;
@@ -52,6 +56,9 @@ struct Problem {
     a.head_dim = head_dim;
     a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     a.window = window;
+    a.kv_dtype = kv_dtype;
+    a.k_pool16 = k16.data();
+    a.v_pool16 = v16.data();
     return a;
   }
 };
@@ -212,7 +219,8 @@ TEST(PagedAttention, CpuIsBitwiseTheGatherPathsAttendRow) {
 // tolerance.
 TEST(PagedAttention, SlidingWindowMatchesReferenceAndGather) {
   std::mt19937 rng(41);
-  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1}, {6, 1}, {97, 1}, {97, 17}, {40, 40}, {300, 3}};
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{1, 1},   {6, 1},   {97, 1},
+                                                         {97, 17}, {40, 40}, {300, 3}};
   for (int32_t window : {1, 7, 16, 40}) {
     for (int32_t block_size : {1, 16}) {
       SCOPED_TRACE(testing::Message() << "window " << window << " block_size " << block_size);
@@ -237,6 +245,64 @@ TEST(PagedAttention, SlidingWindowMatchesReferenceAndGather) {
   const std::vector<float> none = run_cpu(p, 2);
   p.window = 300;
   EXPECT_EQ(run_cpu(p, 2), none);
+}
+
+// The rows of a prefill chunk (here up to 33 tokens a sequence, several
+// tiles, with and without a sliding window, over f32 and 16-bit pools) equal,
+// bit for bit, the same rows decoded one token at a time: a batch of that
+// token alone at its position. A decoded row that misses one position (a
+// planted off-by-one) is seen.
+TEST(PagedAttention, PrefillChunkRowsEqualTheSameRowsDecodedAlone) {
+  std::mt19937 rng(2026);
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {{97, 33}, {200, 20}, {9, 9}, {50, 1}};
+  int planted_runs = 0, planted_seen = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int32_t n_rep : {1, 3, 4}) {
+      for (int32_t window : {0, 16}) {
+        const int32_t head_dim = n_rep == 4 ? 128 : 64;
+        SCOPED_TRACE(testing::Message() << dtype_name(dtype) << " n_rep " << n_rep << " window " << window);
+        Problem p = make_problem(rng, 16, /*n_kv_heads=*/2, n_rep, head_dim, seqs);
+        p.window = window;
+        if (dtype != DType::kF32) {
+          p.kv_dtype = dtype;
+          auto narrow = [&](const std::vector<float>& f) {
+            std::vector<uint16_t> h(f.size());
+            for (size_t i = 0; i < f.size(); ++i)
+              h[i] = dtype == DType::kF16 ? f32_to_fp16(f[i]) : f32_to_bf16(f[i]);
+            return h;
+          };
+          p.k16 = narrow(p.k_pool);
+          p.v16 = narrow(p.v_pool);
+        }
+        const std::vector<float> chunk = run_cpu(p, 2);
+        const int64_t row = int64_t{p.n_heads} * head_dim;
+        for (size_t b = 0; b + 1 < p.seq_starts.size(); ++b) {
+          for (int32_t t = p.seq_starts[b]; t < p.seq_starts[b + 1]; ++t) {
+            Problem one = p;
+            one.block_tables.assign(p.block_tables.begin() + b * p.max_blocks_per_seq,
+                                    p.block_tables.begin() + (b + 1) * p.max_blocks_per_seq);
+            one.context_lens = {p.positions[t] + 1};
+            one.seq_starts = {0, 1};
+            one.positions = {p.positions[t]};
+            one.num_tokens = 1;
+            one.q.assign(p.q.begin() + t * row, p.q.begin() + (t + 1) * row);
+            const std::vector<float> alone = run_cpu(one, 1);
+            ASSERT_EQ(std::memcmp(alone.data(), chunk.data() + t * row, row * sizeof(float)), 0)
+                << "token " << t << " at position " << p.positions[t];
+            if (t + 1 == p.seq_starts[b + 1]) {  // the last token: a position > 0 (more than V's copy)
+              // Planted: the decoded token misses its first position.
+              one.window = window > 0 && p.positions[t] + 1 > window - 1 ? window - 1 : p.positions[t];
+              const std::vector<float> planted = run_cpu(one, 1);
+              ++planted_runs;
+              planted_seen +=
+                  std::memcmp(planted.data(), chunk.data() + t * row, head_dim * sizeof(float)) != 0;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(planted_seen, planted_runs) << "a row that misses one position passed";
 }
 
 TEST(PagedAttention, SingleContextCopiesV) {
