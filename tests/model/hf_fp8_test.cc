@@ -30,8 +30,10 @@
 #include "io/safetensors.h"
 #include "io/safetensors_builder.h"
 #include "model/config_hf.h"
+#include "model/fp8_hf_writer.h"
 #include "model/kv_cpu.h"
 #include "model/model_cpu.h"
+#include "model/model_fixture.h"
 #include "model/model_source.h"
 
 namespace nanoserve {
@@ -373,6 +375,41 @@ TEST(HfFp8Checkpoint, Fp8RowsAreTheStoredBytesAndTheirScales) {
   ASSERT_TRUE(src.ok()) << src.status().to_string();
   EXPECT_EQ(src->tensors->with_fp8_rows(), nullptr);
   EXPECT_EQ(src->tensors->row_scales("blk.0.attn_q.weight").status().code(), StatusCode::kNotFound);
+}
+
+// The head_dim-64 checkpoint the CUDA test (hf_fp8_cuda_test.cc) uploads:
+// its planted scale error (every scale kFp8CudaPlant off) moves the CPU's
+// logits well past the CUDA test's NMSE bound, so that test's plant has teeth.
+TEST(HfFp8Checkpoint, TheCudaTestsPlantedScalesMoveTheLogits) {
+  ThreadPool pool(2);
+  std::string leaf = "ns_fp8_cuda_shape_";
+  leaf += std::to_string(::getpid());
+  const fs::path base = fs::temp_directory_path() / leaf;
+  std::vector<int32_t> ids(40);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 97 + 13) % 300);
+  for (const bool per_tensor : {false, true}) {
+    SCOPED_TRACE(per_tensor ? "per tensor" : "per channel");
+    std::vector<float> logits[2];
+    for (int planted = 0; planted < 2; ++planted) {
+      const fs::path dir = base / (per_tensor ? (planted ? "tp" : "t") : (planted ? "cp" : "c"));
+      testing::write_fp8_hf_folder(dir, {}, per_tensor, planted ? testing::kFp8CudaPlant : 1.0f);
+      auto f = testing::open_fp8_folder(dir.string());
+      ASSERT_TRUE(f.ok()) << f.status().to_string();
+      auto m = CpuModel::load(f->config, f->tensors, pool);
+      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      logits[planted] = testing::cpu_prefill_logits(**m, ids);
+      ASSERT_EQ(logits[planted].size(), ids.size() * 300);
+    }
+    double least = 1e30;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      least = std::min(least, testing::nmse(logits[1].data() + t * 300, logits[0].data() + t * 300, 300));
+    }
+    std::printf("%s: scales x %.2f, least logits NMSE over %zu positions %.3g (the CUDA bound %.0e)\n",
+                per_tensor ? "per tensor" : "per channel", testing::kFp8CudaPlant, ids.size(), least,
+                testing::kFp8CudaNmse);
+    EXPECT_GT(least, 3 * testing::kFp8CudaNmse);
+  }
+  fs::remove_all(base);
 }
 
 // quantization_config: the FP8 schemes are read; every other scheme is
