@@ -74,6 +74,10 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
                    << " linears run as the checkpoint's FP8 E4M3 rows" << rest;
     }
   }
+  if (o.cublas_prefill && model->fp8_linears() > 0) {
+    return invalid_argument("--cublas-prefill with an FP8 checkpoint (" + source.tensors->describe() +
+                            "): FP8 weights run on our own linears only");
+  }
   if (o.fp8_weights && !model->fp8()) NS_RETURN_IF_ERROR(model->quantize_fp8());
   CudaLimits lim;
   lim.max_tokens = o.max_tokens;
