@@ -1,12 +1,13 @@
 #pragma once
 // safetensors reader. Layout: an 8-byte little-endian header length N, N bytes
 // of JSON, then the data section. The JSON maps each tensor name to
-//   {"dtype": "F32" | "F16" | "BF16", "shape": [d0, ...], "data_offsets": [begin, end]}
+//   {"dtype": "F32" | "F16" | "BF16" | "F8_E4M3", "shape": [d0, ...], "data_offsets": [begin, end]}
 // with offsets relative to the data section; "__metadata__" maps strings to strings.
 //
 // Hardened: N is at most kMaxHeaderBytes and inside the file; the header is
 // parsed by nlohmann with its size bounded; each tensor's dtype is one this
-// build computes with (I8, F8_E4M3, F64, ... are refused by name as
+// build computes with (F8_E4M3: the weights of FP8 checkpoints, model/hf_fp8.h;
+// I8, F8_E5M2, F64, ... are refused by name as
 // "unsupported dtype"); its rank is at most kMaxRank and its element count
 // cannot overflow; its range lies inside the data section and holds exactly
 // numel * dtype size bytes; no two ranges overlap (the error names both
@@ -79,7 +80,7 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// The dtype a safetensors dtype string names: F32, F16, BF16. UNIMPLEMENTED
+// The dtype a safetensors dtype string names: F32, F16, BF16, F8_E4M3. UNIMPLEMENTED
 // "unsupported dtype 'I8'" for the other types of the format, DATA_LOSS for a
 // string that is not a safetensors dtype at all.
 StatusOr<DType> safetensors_dtype(std::string_view name);

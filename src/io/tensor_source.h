@@ -31,6 +31,20 @@ class TensorSource {
   // How a message names the tensor: the stored name, with the model's name
   // beside it where they differ ("model.layers.0.mlp.up_proj.weight (blk.0.ffn_up.weight)").
   virtual std::string display_name(std::string_view name) const { return std::string(name); }
+
+  // FP8 weights (a Hugging Face FP8 checkpoint: model/hf_fp8.h). tensor()
+  // returns them dequantized, unless this source came from with_fp8_rows().
+  //
+  // This source with the FP8 linears whose scales are one a row (per channel,
+  // per tensor) returned as stored, F8_E4M3 rows beside row_scales(), for a
+  // device that computes with them; null when the source holds none. Its
+  // other FP8 weights (block-wise scales) come dequantized to bf16.
+  virtual std::shared_ptr<const TensorSource> with_fp8_rows() const { return nullptr; }
+  // The scales of a weight tensor() returns as F8_E4M3: [rows] f32, row n
+  // standing for w[n, :] * scale[n]. NOT_FOUND for any other tensor.
+  virtual StatusOr<Tensor> row_scales(std::string_view name) const {
+    return not_found("no FP8 row scales for '" + std::string(name.substr(0, 200)) + "'");
+  }
 };
 
 // The tensors of a GGUF file, by their own names.

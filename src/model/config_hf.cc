@@ -369,7 +369,7 @@ StatusOr<HfModelConfig> gemma3_text_part(const Reader& r, const std::string& nam
   merged.update(*text);
   merged["model_type"] = "gemma3_text";
   merged["architectures"] = json::array({"Gemma3ForCausalLM"});
-  for (const char* key : {"dtype", "torch_dtype", "bos_token_id", "eos_token_id"}) {
+  for (const char* key : {"dtype", "torch_dtype", "bos_token_id", "eos_token_id", "quantization_config"}) {
     if (const json* v = r.find(key)) merged[key] = *v;
   }
   return config_from_hf_json(merged, name + " (text_config)");
@@ -474,6 +474,7 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
                            "' is not supported (float32, float16, bfloat16)");
     }
   }
+  NS_ASSIGN_OR_RETURN(out.fp8, read_hf_fp8(j, name));
   Status st = c.validate();
   if (!st.ok()) return Status(st.code(), name + ": " + st.message());
   return out;

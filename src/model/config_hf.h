@@ -9,6 +9,8 @@
 // activations other than silu, rope types other than default / linear /
 // llama3: longrope, su, yarn, dynamic ...), are refused by name. A wrong type or a value
 // out of range names the key: "config.json: 'num_key_value_heads': expected an integer".
+// quantization_config is read by read_hf_fp8: FP8 checkpoints load, any
+// other quantization is refused by name.
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/hf_fp8.h"
 
 namespace nanoserve {
 
@@ -25,6 +28,7 @@ struct HfModelConfig {
   int32_t bos_id = -1;           // bos_token_id; -1: absent
   std::vector<int32_t> eos_ids;  // eos_token_id, an id or a list of them
   std::string torch_dtype;       // "bfloat16", ...; empty if absent (informational)
+  HfFp8 fp8;                     // quantization_config: FP8 weights (model/hf_fp8.h), or none
 };
 
 // `name` starts every message (the file's path).

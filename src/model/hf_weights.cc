@@ -122,7 +122,7 @@ std::optional<std::string> hf_llama_tensor_name(std::string_view g) {
 }
 
 StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
-    std::shared_ptr<const SafetensorsCheckpoint> ckpt, const ModelConfig& config) {
+    std::shared_ptr<const SafetensorsCheckpoint> ckpt, const ModelConfig& config, const HfFp8& fp8) {
   // A multimodal Gemma 3's text model and what sits beside it.
   std::string prefix = "model.";
   std::vector<std::string> skipped;
@@ -134,7 +134,7 @@ StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
       skipped = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."};
     }
   }
-  std::shared_ptr<const HfLlamaTensors> t(new HfLlamaTensors(std::move(ckpt), config, prefix));
+  std::shared_ptr<const HfLlamaTensors> t(new HfLlamaTensors(std::move(ckpt), config, prefix, fp8, false));
   std::unordered_set<std::string> used;
   for (const char* g : {"token_embd.weight", "output_norm.weight", "output.weight"}) used.insert(*t->stored_name(g));
   const std::vector<std::string> layer_names = arch_layer_tensors(config);
@@ -148,6 +148,18 @@ StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
       }
     }
   }
+  // An FP8 weight's scales are read with it.
+  std::vector<std::string> scales;
+  for (const std::string& name : used) {
+    const SafetensorsTensorInfo* info = t->ckpt_->find_tensor(name);
+    if (info == nullptr || info->dtype != DType::kF8E4M3) continue;
+    if (!fp8.any()) {
+      return invalid_argument(t->ckpt_->folder() + ": tensor '" + name.substr(0, 200) +
+                              "' is F8_E4M3 but config.json has no quantization_config to scale it");
+    }
+    if (name.ends_with(".weight")) scales.push_back(name.substr(0, name.size() - 6) + fp8.scale_suffix());
+  }
+  used.insert(scales.begin(), scales.end());
   for (const std::string& name : t->ckpt_->names()) {
     if (used.count(name) != 0) continue;
     if (std::any_of(skipped.begin(), skipped.end(), [&](const std::string& p) { return name.starts_with(p); }))
@@ -184,12 +196,52 @@ StatusOr<Tensor> HfLlamaTensors::tensor(std::string_view name) const {
   if (!hf || (name == "output.weight" && config_.tied_embeddings)) {
     return not_found(ckpt_->folder() + ": no tensor for '" + std::string(name.substr(0, 200)) + "'");
   }
+  const SafetensorsTensorInfo* info = ckpt_->find_tensor(*hf);
+  if (info != nullptr && info->dtype == DType::kF8E4M3) return fp8_tensor(name, *hf);
   NS_ASSIGN_OR_RETURN(Tensor t, ckpt_->tensor(*hf));
   if (config_.arch_info().norm_plus_one && name.ends_with("norm.weight") &&
       (t.dtype() == DType::kF32 || t.dtype() == DType::kF16 || t.dtype() == DType::kBF16)) {
     t = plus_one(t);  // another dtype is refused by the loader, naming the tensor
   }
   return rope_rows_to_pairs(config_, name, std::move(t), ckpt_->folder() + ": " + *hf);
+}
+
+bool HfLlamaTensors::row_scaled_linear(std::string_view name) {
+  const size_t dot = name.starts_with("blk.") ? name.find('.', 4) : std::string_view::npos;
+  if (dot == std::string_view::npos) return false;
+  const std::string_view rest = name.substr(dot + 1);
+  for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_qkv.weight",
+                        "attn_output.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+    if (rest == n) return true;
+  }
+  return false;
+}
+
+StatusOr<Tensor> HfLlamaTensors::fp8_tensor(std::string_view name, const std::string& hf) const {
+  NS_ASSIGN_OR_RETURN(Fp8Weight f, read_fp8_weight(*ckpt_, fp8_, hf));
+  const std::string shown = ckpt_->folder() + ": " + hf;
+  if (fp8_rows_ && f.kind != Fp8Scales::kBlock && row_scaled_linear(name)) {
+    return rope_rows_to_pairs(config_, name, f.w, shown);
+  }
+  // Dequantized before the rows move, so that a block's scale follows its rows.
+  return rope_rows_to_pairs(config_, name, dequantize_fp8(f, fp8_rows_ ? DType::kBF16 : DType::kF32), shown);
+}
+
+StatusOr<Tensor> HfLlamaTensors::row_scales(std::string_view name) const {
+  auto hf = stored_name(name);
+  const SafetensorsTensorInfo* info = hf ? ckpt_->find_tensor(*hf) : nullptr;
+  if (!fp8_rows_ || info == nullptr || info->dtype != DType::kF8E4M3 || !row_scaled_linear(name)) {
+    return TensorSource::row_scales(name);
+  }
+  NS_ASSIGN_OR_RETURN(Fp8Weight f, read_fp8_weight(*ckpt_, fp8_, *hf));
+  if (f.kind == Fp8Scales::kBlock) return TensorSource::row_scales(name);
+  // [N] scales, permuted as the rows they scale.
+  return rope_rows_to_pairs(config_, name, f.scale, ckpt_->folder() + ": " + *hf + " (scales)");
+}
+
+std::shared_ptr<const TensorSource> HfLlamaTensors::with_fp8_rows() const {
+  if (!fp8_.any()) return nullptr;
+  return std::shared_ptr<const HfLlamaTensors>(new HfLlamaTensors(ckpt_, config_, text_prefix_, fp8_, true));
 }
 
 }  // namespace nanoserve

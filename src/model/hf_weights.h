@@ -37,6 +37,14 @@
 // q and k rows are permuted at load into the adjacent-pair rotary layout
 // (model/rope_layout.h), so a model gives the same logits from its GGUF and
 // from its HF folder.
+//
+// FP8 checkpoints (model/hf_fp8.h): a weight stored as F8_E4M3 is returned
+// dequantized, w * scale in f32, so every forward runs it as it runs f32
+// weights; its scale tensor (X.weight_scale, X.weight_scale_inv) is read
+// with it. with_fp8_rows() returns the layer linears with per-channel or
+// per-tensor scales as stored instead (E4M3 rows, permuted like any q/k rows,
+// and row_scales() permuted alike), for the CUDA runner's FP8 linears; their
+// block-scaled weights, and any other FP8 tensor, come as bf16 there.
 
 #include <memory>
 #include <optional>
@@ -47,6 +55,7 @@
 #include "io/safetensors_checkpoint.h"
 #include "io/tensor_source.h"
 #include "model/config.h"
+#include "model/hf_fp8.h"
 
 namespace nanoserve {
 
@@ -60,23 +69,41 @@ class HfLlamaTensors final : public TensorSource {
  public:
   // INVALID_ARGUMENT naming the tensor when the checkpoint holds one the
   // forward would not use (a bias, an expert, ...): better refused than ignored.
+  // `fp8`: config.json's quantization_config (HfModelConfig::fp8).
   static StatusOr<std::shared_ptr<const HfLlamaTensors>> create(
-      std::shared_ptr<const SafetensorsCheckpoint> checkpoint, const ModelConfig& config);
+      std::shared_ptr<const SafetensorsCheckpoint> checkpoint, const ModelConfig& config,
+      const HfFp8& fp8 = {});
 
-  std::string describe() const override { return "safetensors"; }
+  std::string describe() const override {
+    return fp8_.any() ? "safetensors, " + fp8_.describe() + " weights" : "safetensors";
+  }
   bool contains(std::string_view name) const override;
   StatusOr<Tensor> tensor(std::string_view name) const override;
   std::string display_name(std::string_view name) const override;
+  std::shared_ptr<const TensorSource> with_fp8_rows() const override;
+  StatusOr<Tensor> row_scales(std::string_view name) const override;
   const SafetensorsCheckpoint& checkpoint() const { return *ckpt_; }
+  const HfFp8& fp8() const { return fp8_; }
 
  private:
-  HfLlamaTensors(std::shared_ptr<const SafetensorsCheckpoint> c, ModelConfig config, std::string text_prefix)
-      : ckpt_(std::move(c)), config_(std::move(config)), text_prefix_(std::move(text_prefix)) {}
+  HfLlamaTensors(std::shared_ptr<const SafetensorsCheckpoint> c, ModelConfig config, std::string text_prefix,
+                 HfFp8 fp8, bool fp8_rows)
+      : ckpt_(std::move(c)),
+        config_(std::move(config)),
+        text_prefix_(std::move(text_prefix)),
+        fp8_(fp8),
+        fp8_rows_(fp8_rows) {}
   // The checkpoint's name of a GGUF-style name (hf_tensor_name under text_prefix_).
   std::optional<std::string> stored_name(std::string_view name) const;
+  // The FP8 weight of GGUF name `name`, stored as `hf`, as tensor() returns it.
+  StatusOr<Tensor> fp8_tensor(std::string_view name, const std::string& hf) const;
+  // Whether `name` (a GGUF name) is one of the layer linears with_fp8_rows() keeps as stored.
+  static bool row_scaled_linear(std::string_view name);
   std::shared_ptr<const SafetensorsCheckpoint> ckpt_;
   ModelConfig config_;
   std::string text_prefix_;  // "model.", or where a multimodal checkpoint keeps its text model
+  HfFp8 fp8_;
+  bool fp8_rows_ = false;  // with_fp8_rows(): row-scaled FP8 linears as stored
 };
 
 }  // namespace nanoserve

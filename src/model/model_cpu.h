@@ -64,6 +64,15 @@ struct LayerWeights {
   // Sandwich norms (gemma): the o_proj and down outputs normed before each residual add.
   Tensor post_attn_norm;  // [dim] f32
   Tensor post_ffn_norm;   // [dim] f32
+
+  // A linear above that the source returned as F8_E4M3 rows (an FP8
+  // checkpoint's TensorSource::with_fp8_rows(), loaded to be uploaded to the
+  // CUDA runner): its row scales, [rows] f32 each; undefined otherwise. The
+  // CPU forward never sees E4M3 weights: it loads FP8 checkpoints dequantized.
+  struct RowScales {
+    Tensor wq, wk, wv, wo, w_gate, w_up, w_down;
+  };
+  RowScales scale;
 };
 
 struct ModelWeights {

@@ -37,6 +37,20 @@ StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std
   return t;
 }
 
+// A layer linear, and its row scales (`scale`) when the source returns it as
+// FP8 E4M3 rows (TensorSource::with_fp8_rows()).
+StatusOr<Tensor> load_linear(const TensorSource& f, const std::string& name, std::vector<int64_t> shape,
+                             Tensor* scale) {
+  NS_ASSIGN_OR_RETURN(Tensor t, load_matrix(f, name, shape));
+  if (t.dtype() != DType::kF8E4M3) return t;
+  NS_ASSIGN_OR_RETURN(*scale, f.row_scales(name));
+  if (scale->dtype() != DType::kF32 || scale->ndim() != 1 || scale->dim(0) != shape[0]) {
+    return invalid_argument("tensor '" + f.display_name(name) + "': row scales of shape " +
+                            scale->shape_string() + ", expected [" + std::to_string(shape[0]) + "] f32");
+  }
+  return t;
+}
+
 // A norm weight as f32 (converted into owned memory if stored otherwise).
 StatusOr<Tensor> load_vector(const TensorSource& f, const std::string& name, int64_t n) {
   NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
@@ -92,14 +106,20 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
   LayerWeights L;
   NS_ASSIGN_OR_RETURN(L.attn_norm, load_vector(f, p + "attn_norm.weight", dim));
   if (family.fused_qkv_gate_up) {
-    NS_ASSIGN_OR_RETURN(Tensor qkv, load_matrix(f, p + "attn_qkv.weight", {q_dim + 2 * kv_dim, dim}));
+    Tensor scale;
+    NS_ASSIGN_OR_RETURN(Tensor qkv, load_linear(f, p + "attn_qkv.weight", {q_dim + 2 * kv_dim, dim}, &scale));
     L.wq = qkv.slice_rows(0, q_dim);
     L.wk = qkv.slice_rows(q_dim, q_dim + kv_dim);
     L.wv = qkv.slice_rows(q_dim + kv_dim, q_dim + 2 * kv_dim);
+    if (scale.defined()) {
+      L.scale.wq = scale.slice_rows(0, q_dim);
+      L.scale.wk = scale.slice_rows(q_dim, q_dim + kv_dim);
+      L.scale.wv = scale.slice_rows(q_dim + kv_dim, q_dim + 2 * kv_dim);
+    }
   } else {
-    NS_ASSIGN_OR_RETURN(L.wq, load_matrix(f, p + "attn_q.weight", {q_dim, dim}));
-    NS_ASSIGN_OR_RETURN(L.wk, load_matrix(f, p + "attn_k.weight", {kv_dim, dim}));
-    NS_ASSIGN_OR_RETURN(L.wv, load_matrix(f, p + "attn_v.weight", {kv_dim, dim}));
+    NS_ASSIGN_OR_RETURN(L.wq, load_linear(f, p + "attn_q.weight", {q_dim, dim}, &L.scale.wq));
+    NS_ASSIGN_OR_RETURN(L.wk, load_linear(f, p + "attn_k.weight", {kv_dim, dim}, &L.scale.wk));
+    NS_ASSIGN_OR_RETURN(L.wv, load_linear(f, p + "attn_v.weight", {kv_dim, dim}, &L.scale.wv));
   }
   if (family.qkv_bias) {
     NS_ASSIGN_OR_RETURN(L.bq, load_vector(f, p + "attn_q.bias", q_dim));
@@ -110,7 +130,7 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
     NS_ASSIGN_OR_RETURN(L.q_norm, load_vector(f, p + "attn_q_norm.weight", hd));
     NS_ASSIGN_OR_RETURN(L.k_norm, load_vector(f, p + "attn_k_norm.weight", hd));
   }
-  NS_ASSIGN_OR_RETURN(L.wo, load_matrix(f, p + "attn_output.weight", {dim, q_dim}));
+  NS_ASSIGN_OR_RETURN(L.wo, load_linear(f, p + "attn_output.weight", {dim, q_dim}, &L.scale.wo));
   if (family.sandwich_norms) {
     NS_ASSIGN_OR_RETURN(L.post_attn_norm, load_vector(f, p + "post_attention_norm.weight", dim));
     NS_ASSIGN_OR_RETURN(L.post_ffn_norm, load_vector(f, p + "post_ffw_norm.weight", dim));
@@ -121,14 +141,19 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
     return L;
   }
   if (family.fused_qkv_gate_up) {
-    NS_ASSIGN_OR_RETURN(Tensor gate_up, load_matrix(f, p + "ffn_up.weight", {2 * ffn, dim}));
+    Tensor scale;
+    NS_ASSIGN_OR_RETURN(Tensor gate_up, load_linear(f, p + "ffn_up.weight", {2 * ffn, dim}, &scale));
     L.w_gate = gate_up.slice_rows(0, ffn);
     L.w_up = gate_up.slice_rows(ffn, 2 * ffn);
+    if (scale.defined()) {
+      L.scale.w_gate = scale.slice_rows(0, ffn);
+      L.scale.w_up = scale.slice_rows(ffn, 2 * ffn);
+    }
   } else {
-    NS_ASSIGN_OR_RETURN(L.w_gate, load_matrix(f, p + "ffn_gate.weight", {ffn, dim}));
-    NS_ASSIGN_OR_RETURN(L.w_up, load_matrix(f, p + "ffn_up.weight", {ffn, dim}));
+    NS_ASSIGN_OR_RETURN(L.w_gate, load_linear(f, p + "ffn_gate.weight", {ffn, dim}, &L.scale.w_gate));
+    NS_ASSIGN_OR_RETURN(L.w_up, load_linear(f, p + "ffn_up.weight", {ffn, dim}, &L.scale.w_up));
   }
-  NS_ASSIGN_OR_RETURN(L.w_down, load_matrix(f, p + "ffn_down.weight", {dim, ffn}));
+  NS_ASSIGN_OR_RETURN(L.w_down, load_linear(f, p + "ffn_down.weight", {dim, ffn}, &L.scale.w_down));
   return L;
 }
 

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/device_memory.cuh"
@@ -37,9 +39,10 @@ std::shared_ptr<void> pinned(int64_t bytes) {
 }
 
 // Rows [row0, row0 + src.dim(0)) of the bf16 device matrix `dst` from a host
-// weight of any stored dtype: dequantized to f32 a row at a time, rounded to
-// bf16, and copied through a pinned staging buffer.
-void upload_rows(const Tensor& src, const Tensor& dst, int64_t row0) {
+// weight of any stored dtype: dequantized to f32 a row at a time (an E4M3
+// row times its `scale`, [rows] f32, when given), rounded to bf16, and copied
+// through a pinned staging buffer.
+void upload_rows(const Tensor& src, const Tensor& dst, int64_t row0, const Tensor* scale = nullptr) {
   const int64_t rows = src.dim(0), cols = src.dim(1);
   NS_CHECK(dst.dim(1) == cols && row0 + rows <= dst.dim(0))
       << "upload " << src.shape_string() << " into " << dst.shape_string() << " at row " << row0;
@@ -53,6 +56,10 @@ void upload_rows(const Tensor& src, const Tensor& dst, int64_t row0) {
     for (int64_t i = 0; i < n; ++i) {
       const auto* row = static_cast<const uint8_t*>(src.data()) + (r + i) * row_bytes;
       dequantize_row(src.dtype(), row, f32.data(), cols);
+      if (scale != nullptr) {
+        const float sc = scale->data_as<const float>()[r + i];
+        for (float& v : f32) v *= sc;
+      }
       for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = f32_to_bf16(f32[static_cast<size_t>(j)]);
     }
     cuda::copy_bytes_to_device(dst.data_as<uint16_t>() + (row0 + r) * cols, out, n * cols * 2);
@@ -83,6 +90,50 @@ Tensor upload_concat(std::initializer_list<const Tensor*> parts) {
     at += t->numel();
   }
   return cuda::to_device(f32);
+}
+
+// A linear of row parts stacked in order (q, k, v; gate, up; or one), each
+// a host weight with its row scales (undefined unless the weight is FP8 E4M3
+// rows: LayerWeights::scale). Where every part is E4M3 with scales and
+// linear_cuda takes the shape (K % 64 == 0, N % 16 == 0), the E4M3 bytes go
+// up as they are and the scales beside them: an FP8 LinearWeight. Otherwise
+// bf16, an E4M3 part times its scales rounded to bf16.
+using LinearPart = std::pair<const Tensor*, const Tensor*>;  // (weight, row scales)
+LinearWeight upload_linear(std::initializer_list<LinearPart> parts) {
+  int64_t rows = 0;
+  bool fp8 = true;
+  const int64_t cols = parts.begin()->first->dim(1);
+  for (const LinearPart& p : parts) {
+    rows += p.first->dim(0);
+    fp8 = fp8 && p.first->dtype() == DType::kF8E4M3 && p.second->defined();
+  }
+  if (fp8 && cols % 64 == 0 && rows % 16 == 0) {
+    Tensor w = cuda::empty(DType::kF8E4M3, {rows, cols});
+    int64_t at = 0;
+    std::vector<const Tensor*> scales;
+    for (const LinearPart& p : parts) {
+      NS_CHECK(p.first->is_contiguous() && p.first->dim(1) == cols) << "FP8 part " << p.first->shape_string();
+      cuda::copy_bytes_to_device(static_cast<uint8_t*>(w.data()) + at * cols, p.first->data(),
+                                 p.first->nbytes());
+      at += p.first->dim(0);
+      scales.push_back(p.second);
+    }
+    Tensor scale = Tensor::empty(DType::kF32, {rows});
+    at = 0;
+    for (const Tensor* sc : scales) {
+      std::copy(sc->data_as<const float>(), sc->data_as<const float>() + sc->numel(),
+                scale.data_as<float>() + at);
+      at += sc->numel();
+    }
+    return LinearWeight(std::move(w), cuda::to_device(scale));
+  }
+  Tensor w = cuda::empty(DType::kBF16, {rows, cols});
+  int64_t at = 0;
+  for (const LinearPart& p : parts) {
+    upload_rows(*p.first, w, at, p.first->dtype() == DType::kF8E4M3 ? p.second : nullptr);
+    at += p.first->dim(0);
+  }
+  return LinearWeight(std::move(w));
 }
 
 Tensor device_floats(std::span<const float> v) {
@@ -179,21 +230,19 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
   for (const LayerWeights& hl : host.layers) {
     CudaLayer L;
     L.attn_norm = upload_vector(hl.attn_norm);
-    L.wqkv = cuda::empty(DType::kBF16, {q_rows + 2 * kv_rows, dim});
-    upload_rows(hl.wq, L.wqkv.w, 0);
-    upload_rows(hl.wk, L.wqkv.w, q_rows);
-    upload_rows(hl.wv, L.wqkv.w, q_rows + kv_rows);
+    L.wqkv = upload_linear({{&hl.wq, &hl.scale.wq}, {&hl.wk, &hl.scale.wk}, {&hl.wv, &hl.scale.wv}});
     if (config.arch_info().qkv_bias) L.qkv_bias = upload_concat({&hl.bq, &hl.bk, &hl.bv});
     if (config.arch_info().qk_norm) {
       L.q_norm = upload_vector(hl.q_norm);
       L.k_norm = upload_vector(hl.k_norm);
     }
-    L.wo = upload_matrix(hl.wo);
+    L.wo = upload_linear({{&hl.wo, &hl.scale.wo}});
     L.ffn_norm = upload_vector(hl.ffn_norm);
-    L.w_gate_up = cuda::empty(DType::kBF16, {2 * config.ffn_dim, dim});
-    upload_rows(hl.w_gate, L.w_gate_up.w, 0);
-    upload_rows(hl.w_up, L.w_gate_up.w, config.ffn_dim);
-    L.w_down = upload_matrix(hl.w_down);
+    L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
+    L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
+    NS_CHECK(L.wqkv.rows() == q_rows + 2 * kv_rows && L.wqkv.cols() == dim && L.wo.rows() == dim &&
+             L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)
+        << "upload: the host layer's shapes do not match the config";
     w.layers.push_back(std::move(L));
   }
   w.inv_freq = device_floats(inv_freq);
@@ -242,11 +291,19 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
 }
 
+int64_t CudaModel::fp8_linears() const {
+  int64_t n = 0;
+  for (const CudaLayer& L : weights_.layers)
+    n += L.wqkv.fp8() + L.wo.fp8() + L.w_gate_up.fp8() + L.w_down.fp8();
+  return n;
+}
+
 Status CudaModel::quantize_fp8() {
   if (step_ != nullptr) return failed_precondition("quantize_fp8: after allocate()");
-  if (fp8()) return failed_precondition("quantize_fp8: the weights already are FP8");
+  if (fp8()) return failed_precondition("quantize_fp8: every linear already is FP8");
   for (CudaLayer& L : weights_.layers) {
     for (LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
+      if (lw->fp8()) continue;  // an FP8 checkpoint's, as it came
       LinearWeight q = quantize_fp8_rows_cuda(lw->w, nullptr);
       cuda::synchronize();  // before the bf16 copy is freed
       *lw = std::move(q);

@@ -15,7 +15,8 @@
 // Weights live on the device in bf16 (norms in f32), uploaded once: F32, F16
 // and BF16 tensors are converted, GGUF block formats dequantized; with
 // quantize_fp8() the four linears of each layer become FP8 E4M3 rows with a
-// scale each (weight-only: activations stay bf16). q/k/v are
+// scale each (weight-only: activations stay bf16). An FP8 checkpoint's
+// per-channel and per-tensor linears upload as such rows directly. q/k/v are
 // one matrix, gate/up one matrix. The KV pools are bf16, one pair per layer,
 // [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
 // allocated before the first step; a step allocates nothing.
@@ -83,7 +84,11 @@ struct CudaLimits {
 class CudaModel {
  public:
   // Uploads the host model's weights (views into a GGUF mapping or host
-  // tensors, any stored dtype) to the current device in bf16.
+  // tensors, any stored dtype) to the current device in bf16; a linear the
+  // host holds as FP8 E4M3 rows with row scales (LayerWeights::scale: an FP8
+  // checkpoint read through TensorSource::with_fp8_rows()) goes up as FP8
+  // rows as it is, q/k/v and gate/up concatenating their parts' rows and
+  // scales (bf16 where linear_cuda cannot take its shape).
   static StatusOr<std::unique_ptr<CudaModel>> upload(const ModelConfig& config, const ModelWeights& host,
                                                           std::span<const float> inv_freq);
   // Random weights of the config's shape (uniform, fixed seed), made on the device.
@@ -99,10 +104,16 @@ class CudaModel {
 
   // The four linears of every layer to FP8 E4M3 rows, one scale per output
   // channel (quantize_fp8_rows_cuda), each bf16 copy freed as its FP8 one is
-  // made; the embeddings and lm_head stay bf16. Before allocate().
-  // FAILED_PRECONDITION when the step buffers exist or the weights already are FP8.
+  // made; the embeddings and lm_head stay bf16. Linears that came FP8 from an
+  // FP8 checkpoint stay as they came. Before allocate().
+  // FAILED_PRECONDITION when the step buffers exist or every linear already is FP8.
   Status quantize_fp8();
-  bool fp8() const { return !weights_.layers.empty() && weights_.layers[0].wqkv.fp8(); }
+  // Every linear of every layer is FP8 E4M3 rows (quantize_fp8, or an FP8 checkpoint).
+  bool fp8() const {
+    return fp8_linears() == 4 * static_cast<int64_t>(weights_.layers.size()) && fp8_linears() > 0;
+  }
+  // How many of the layers' linears (4 a layer) are FP8.
+  int64_t fp8_linears() const;
 
   // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
   // (head_dim other than 64 or 128, more than 8 query heads per kv head,

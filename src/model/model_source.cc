@@ -24,6 +24,7 @@ struct Tokenized {
   ModelConfig config;
   std::unique_ptr<Tokenizer> tokenizer;
   std::shared_ptr<const GgufFile> gguf;
+  HfFp8 fp8;  // an HF folder's quantization_config
 };
 
 // The config and tokenizer of a GGUF file (its tensors stay unread).
@@ -72,6 +73,7 @@ StatusOr<Tokenized> open_hf(const std::string& path) {
   }
   Tokenized t;
   t.config = hf.config;
+  t.fp8 = hf.fp8;
   NS_ASSIGN_OR_RETURN(t.tokenizer, Tokenizer::from_vocab(std::move(vocab)));
   return t;
 }
@@ -224,7 +226,7 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
   }
   NS_ASSIGN_OR_RETURN(Tokenized t, open_hf(spec.path));
   NS_ASSIGN_OR_RETURN(auto ckpt, SafetensorsCheckpoint::open(spec.path));
-  NS_ASSIGN_OR_RETURN(src.tensors, HfLlamaTensors::create(std::move(ckpt), t.config));
+  NS_ASSIGN_OR_RETURN(src.tensors, HfLlamaTensors::create(std::move(ckpt), t.config, t.fp8));
   src.config = t.config;
   src.tokenizer = std::move(t.tokenizer);
   NS_RETURN_IF_ERROR(use_tokenizer_of(spec, &src));

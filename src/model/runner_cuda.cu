@@ -6,6 +6,7 @@
 
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/device_memory.cuh"
+#include "core/logging.h"
 #include "core/thread_pool.h"
 #include "model/model_cpu.h"
 #include "ops/rope/rope_freqs.h"
@@ -53,11 +54,31 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
     NS_ASSIGN_OR_RETURN(model, CudaModel::dummy(c, inv_freq, 0x5eed));
   } else {
     // The host model views the stored tensors (a GGUF mapping, safetensors
-    // files): nothing is copied on the host but one row at a time.
-    NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> host, CpuModel::load(c, source.tensors, pool));
+    // files): nothing is copied on the host but one row at a time. An FP8
+    // checkpoint's row-scaled linears stay E4M3 rows for the device's FP8
+    // linears; its block-scaled ones come as bf16 (docs/model_cuda.md).
+    std::shared_ptr<const TensorSource> fp8_rows = source.tensors->with_fp8_rows();
+    const bool fp8_checkpoint = fp8_rows != nullptr;
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<CpuModel> host,
+                        CpuModel::load(c, fp8_checkpoint ? fp8_rows : source.tensors, pool));
     NS_ASSIGN_OR_RETURN(model, CudaModel::upload(host->config(), host->weights(), host->inv_freq()));
+    if (fp8_checkpoint) {
+      const int64_t total = 4 * c.n_layers, fp8 = model->fp8_linears();
+      std::string rest;
+      if (fp8 < total) {
+        rest = "; the others (block-wise scales, or a shape the FP8 kernel does not take) came as bf16";
+        rest += o.fp8_weights ? ", requantized per channel now (--quantization fp8)"
+                              : " (--quantization fp8 requantizes them per channel)";
+      }
+      NS_LOG(INFO) << source.tensors->describe() << ": " << fp8 << " of " << total
+                   << " linears run as the checkpoint's FP8 E4M3 rows" << rest;
+    }
   }
-  if (o.fp8_weights) NS_RETURN_IF_ERROR(model->quantize_fp8());
+  if (o.cublas_prefill && model->fp8_linears() > 0) {
+    return invalid_argument("--cublas-prefill with an FP8 checkpoint (" + source.tensors->describe() +
+                            "): FP8 weights run on our own linears only");
+  }
+  if (o.fp8_weights && !model->fp8()) NS_RETURN_IF_ERROR(model->quantize_fp8());
   CudaLimits lim;
   lim.max_tokens = o.max_tokens;
   lim.max_seqs = o.max_seqs;

@@ -79,8 +79,10 @@ inline std::vector<BadSafetensors> bad_safetensors_corpus() {
       {"tensor 'w'", "dtype"});
   add("dtype_i8", SafetensorsBuilder().tensor("q", "I8", "[4]", {1, 2, 3, 4}).build(), kUn,
       {"tensor 'q'", "unsupported dtype 'I8'"});
-  add("dtype_f8", SafetensorsBuilder().tensor("q", "F8_E4M3", "[4]", {1, 2, 3, 4}).build(), kUn,
-      {"tensor 'q'", "unsupported dtype 'F8_E4M3'"});
+  add("dtype_f8_e5m2", SafetensorsBuilder().tensor("q", "F8_E5M2", "[4]", {1, 2, 3, 4}).build(), kUn,
+      {"tensor 'q'", "unsupported dtype 'F8_E5M2'"});
+  add("dtype_f8_wrong_size", SafetensorsBuilder().tensor("q", "F8_E4M3", "[2, 3]", {1, 2, 3, 4}).build(), kDL,
+      {"tensor 'q'", "hold 4 bytes", "F8_E4M3 needs 6"});
   add("dtype_f64", SafetensorsBuilder().tensor("d", "F64", "[1]", std::vector<uint8_t>(8)).build(), kUn,
       {"tensor 'd'", "unsupported dtype 'F64'"});
   add("dtype_unknown", SafetensorsBuilder().tensor("x", "Q4_K", "[4]", {1, 2, 3, 4}).build(), kDL,

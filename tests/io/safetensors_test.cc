@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -146,9 +147,38 @@ TEST(Safetensors, OpenMapsTheFileAndNamesItInErrors) {
 
 TEST(Safetensors, DtypeNames) {
   EXPECT_EQ(*safetensors_dtype("BF16"), DType::kBF16);
+  EXPECT_EQ(*safetensors_dtype("F8_E4M3"), DType::kF8E4M3);
+  EXPECT_EQ(safetensors_dtype("F8_E5M2").status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(safetensors_dtype("I8").status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(safetensors_dtype("I8").status().message().find("unsupported dtype 'I8'"), std::string::npos);
   EXPECT_EQ(safetensors_dtype("bf16").status().code(), StatusCode::kDataLoss);  // names are case-sensitive
+}
+
+// F8_E4M3 tensors (FP8 checkpoints' weights) are one byte an element, viewed
+// as stored at any offset (no alignment to ask for), and decode through
+// core/half.h: the bytes written are the bytes read, and 0x38 is 1.0, 0xc0
+// is -2.0, 0x7e is 448, 0x01 the smallest subnormal 2^-9.
+TEST(Safetensors, ReadsF8E4M3Bytes) {
+  const std::vector<uint8_t> w = {0x38, 0xc0, 0x7e, 0x01, 0x00, 0x80};
+  // A 1-byte tensor before it puts it at an odd offset of the data section.
+  const auto bytes = testing::SafetensorsBuilder()
+                         .tensor("pad", "F8_E4M3", "[1]", {0x30})
+                         .tensor("w", "F8_E4M3", "[2, 3]", w)
+                         .tensor("s", "F32", "[1]", testing::f32_le({0.5f}))
+                         .build();
+  auto f = parse_bytes(bytes);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto t = (*f)->tensor("w");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->dtype(), DType::kF8E4M3);
+  EXPECT_EQ(t->shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(t->nbytes(), 6);
+  const auto* b = static_cast<const uint8_t*>(t->data());
+  EXPECT_EQ(std::vector<uint8_t>(b, b + 6), w);
+  const float want[] = {1.0f, -2.0f, 448.0f, 0x1p-9f, 0.0f, -0.0f};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(f8e4m3_to_f32(b[i]), want[i]) << i;
+  EXPECT_TRUE(std::signbit(f8e4m3_to_f32(b[5])));
+  EXPECT_EQ(f8e4m3_to_f32(*static_cast<const uint8_t*>((*f)->tensor("pad")->data())), 0.5f);
 }
 
 }  // namespace
