@@ -47,6 +47,16 @@ StatusOr<int32_t> kv_cache_num_blocks(const EngineConfig& config, const ModelRun
   return static_cast<int32_t>(n);
 }
 
+int64_t kv_window_to_release(const ModelConfig& config) {
+  int64_t window = 0;
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const int64_t w = config.layer_window(l);
+    if (w <= 0) return 0;
+    window = std::max(window, w);
+  }
+  return window;
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                  std::unique_ptr<ModelRunner> model,
                                                  const TextStreamFactory* text,
@@ -78,6 +88,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   bc.max_num_seqs = config.max_num_seqs;
   bc.max_seq_len = e->max_model_len_;
   bc.enable_prefix_caching = config.enable_prefix_caching && model->kv_blocks_shareable();
+  bc.sliding_window = config.release_window_blocks ? kv_window_to_release(mc) : 0;
+  bc.window_read_margin = model->window_read_margin();
   NS_RETURN_IF_ERROR(bc.validate());
   NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
@@ -697,10 +709,14 @@ Status Engine::check_invariants() const {
     // No block is held past a sequence's length between steps: the blocks
     // reserved for rejected proposals went back within their step.
     const int64_t bs = bm.block_size();
-    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (bm.seq_len(r->seq) + bs - 1) / bs)
+    // Nor any behind its window: it holds exactly the blocks from its window's first read to its length.
+    const int64_t len = bm.seq_len(r->seq), want = (len + bs - 1) / bs - bm.releasable_blocks(len);
+    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (len + bs - 1) / bs ||
+        bm.num_held_blocks(r->seq) != want)
       return internal_error("request " + std::to_string(r->id) + " holds " +
+                            std::to_string(bm.num_held_blocks(r->seq)) + " of " +
                             std::to_string(bm.block_table(r->seq).size()) + " blocks for " +
-                            std::to_string(bm.seq_len(r->seq)) + " tokens");
+                            std::to_string(len) + " tokens (" + std::to_string(want) + " expected)");
   }
   for (const Request* r : scheduler_->waiting()) {
     if (r->status != RequestStatus::kWaiting || r->seq >= 0)
