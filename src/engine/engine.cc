@@ -156,7 +156,9 @@ std::string Engine::capacity_line() const {
       block_manager().num_blocks(), block_manager().block_size(),
       static_cast<long long>(kv_capacity_tokens()), mib, per_len, static_cast<long long>(max_model_len_),
       block_manager().prefix_caching() ? "on" : "off");
-  return buf;
+  const int64_t window = block_manager().sliding_window();
+  if (window <= 0) return buf;
+  return std::string(buf) + "; blocks behind the " + std::to_string(window) + "-token window released";
 }
 
 StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {

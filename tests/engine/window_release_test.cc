@@ -94,7 +94,7 @@ TEST(WindowRelease, RandomizedRunsHoldOnlyTheirWindows) {
     int32_t speculative_tokens;
   };
   for (const Case cs : {Case{0, true, 0}, Case{5, true, 0}, Case{0, false, 0}, Case{3, true, 3}}) {
-    for (uint64_t seed : {1u, 2u}) {
+    for (uint64_t seed : {1u, 2u, 3u}) {
       SCOPED_TRACE(::testing::Message() << "seed " << seed << ", margin " << cs.margin << ", caching "
                                         << cs.caching << ", proposals " << cs.speculative_tokens);
       WindowSetup s;
@@ -112,7 +112,7 @@ TEST(WindowRelease, RandomizedRunsHoldOnlyTheirWindows) {
       std::vector<RequestId> ids;
       std::vector<RequestOutput> outs;
       int added = 0;
-      const int total = 40;
+      const int total = 80;
       while (added < total || e->has_unfinished()) {
         const int burst = added < total ? static_cast<int>(rng.next_u64() % 3) : 0;
         for (int i = 0; i < burst && added < total; ++i, ++added) {
@@ -189,6 +189,8 @@ TEST(WindowRelease, ALongSequenceHoldsItsWindowAndKvUsageShowsIt) {
     s.max_num_batched_tokens = 16;  // the prompt in four chunks
     s.release = release;
     auto e = make_engine(s);
+    EXPECT_EQ(e->capacity_line().find("16-token window released") != std::string::npos, release)
+        << e->capacity_line();
     const RequestId id = e->add_request(prompt, greedy(n)).value();
     std::vector<int32_t> got;
     std::vector<RequestOutput> outs;
