@@ -47,6 +47,16 @@ StatusOr<int32_t> kv_cache_num_blocks(const EngineConfig& config, const ModelRun
   return static_cast<int32_t>(n);
 }
 
+int64_t kv_window_to_release(const ModelConfig& config) {
+  int64_t window = 0;
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const int64_t w = config.layer_window(l);
+    if (w <= 0) return 0;
+    window = std::max(window, w);
+  }
+  return window;
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
                                                  std::unique_ptr<ModelRunner> model,
                                                  const TextStreamFactory* text,
@@ -78,6 +88,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   bc.max_num_seqs = config.max_num_seqs;
   bc.max_seq_len = e->max_model_len_;
   bc.enable_prefix_caching = config.enable_prefix_caching && model->kv_blocks_shareable();
+  bc.sliding_window = config.release_window_blocks ? kv_window_to_release(mc) : 0;
+  bc.window_read_margin = model->window_read_margin();
   NS_RETURN_IF_ERROR(bc.validate());
   NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
   e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
@@ -135,7 +147,9 @@ std::string Engine::capacity_line() const {
       block_manager().num_blocks(), block_manager().block_size(),
       static_cast<long long>(kv_capacity_tokens()), mib, per_len, static_cast<long long>(max_model_len_),
       block_manager().prefix_caching() ? "on" : "off");
-  return buf;
+  const int64_t window = block_manager().sliding_window();
+  if (window <= 0) return buf;
+  return std::string(buf) + "; blocks behind the " + std::to_string(window) + "-token window released";
 }
 
 StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {

@@ -53,6 +53,9 @@ struct EngineConfig {
   int64_t max_model_len = 0;          // prompt + generated; 0 = the model's context length
   uint64_t seed = 0;                  // seeds the requests that bring no seed of their own
   bool enable_prefix_caching = true;  // reuse cached full blocks of a shared prefix
+  // A model whose every layer slides (kv_window_to_release): release each
+  // sequence's blocks behind the window (docs/kvcache.md). Off: keep them all.
+  bool release_window_blocks = true;
   // For the runner (load_engine), not the engine:
   std::optional<DType> kv_cache_dtype;  // nullopt: auto (the runner's choice; f32 on the CPU)
   bool naive_kv_cache = false;          // CPU: one contiguous slot per sequence, no sharing (a reference)
@@ -72,6 +75,11 @@ struct EngineConfig {
 // kDefaultKvCacheBytes; bytes are divided by runner.kv_bytes_per_block and
 // rounded down. INVALID_ARGUMENT naming the setting when that is no block.
 StatusOr<int32_t> kv_cache_num_blocks(const EngineConfig& config, const ModelRunner& runner);
+
+// The window behind which the block manager may release a sequence's blocks:
+// the largest layer window when every layer slides; 0 when any layer attends
+// its whole history (a global layer needs every block) or none slides.
+int64_t kv_window_to_release(const ModelConfig& config);
 
 // What one request produced in one step.
 struct RequestOutput {

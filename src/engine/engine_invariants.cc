@@ -24,10 +24,14 @@ Status Engine::check_invariants() const {
     // No block is held past a sequence's length between steps: the blocks
     // reserved for rejected proposals went back within their step.
     const int64_t bs = bm.block_size();
-    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (bm.seq_len(r->seq) + bs - 1) / bs)
+    // Nor any behind its window: it holds exactly the blocks from its window's first read to its length.
+    const int64_t len = bm.seq_len(r->seq), want = (len + bs - 1) / bs - bm.releasable_blocks(len);
+    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (len + bs - 1) / bs ||
+        bm.num_held_blocks(r->seq) != want)
       return internal_error("request " + std::to_string(r->id) + " holds " +
+                            std::to_string(bm.num_held_blocks(r->seq)) + " of " +
                             std::to_string(bm.block_table(r->seq).size()) + " blocks for " +
-                            std::to_string(bm.seq_len(r->seq)) + " tokens");
+                            std::to_string(len) + " tokens (" + std::to_string(want) + " expected)");
   }
   for (const Request* r : scheduler_->waiting()) {
     if (r->status != RequestStatus::kWaiting || r->seq >= 0)

@@ -30,6 +30,10 @@ Status BlockManagerConfig::validate() const {
     return invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
   if (max_seq_len < 1)
     return invalid_argument("max_seq_len must be >= 1, got " + std::to_string(max_seq_len));
+  if (sliding_window < 0)
+    return invalid_argument("sliding_window must be >= 0, got " + std::to_string(sliding_window));
+  if (window_read_margin < 0)
+    return invalid_argument("window_read_margin must be >= 0, got " + std::to_string(window_read_margin));
   // Slots are int32 (slot_mapping), so the pool must have fewer than 2^31 of them.
   if (static_cast<int64_t>(num_blocks) * block_size > std::numeric_limits<int32_t>::max()) {
     return invalid_argument("num_blocks: " + std::to_string(num_blocks) + " blocks of " +
@@ -47,6 +51,8 @@ BlockManager::BlockManager(const BlockManagerConfig& c) {
   max_seq_len_ = std::min<int64_t>(c.max_seq_len, static_cast<int64_t>(c.num_blocks) * c.block_size);
   max_blocks_per_seq_ = static_cast<int32_t>(ceil_div(max_seq_len_, block_size_));
   prefix_caching_ = c.enable_prefix_caching;
+  window_ = c.sliding_window;
+  window_margin_ = c.window_read_margin;
 
   ref_counts_.assign(num_blocks_, 0);
   free_list_.reserve(num_blocks_);
@@ -68,6 +74,7 @@ BlockManager::BlockManager(const BlockManagerConfig& c) {
   tables_.assign(cells, -1);
   seq_hashes_.assign(cells, kNoHash);
   n_blocks_.assign(max_num_seqs_, 0);
+  n_released_.assign(max_num_seqs_, 0);
   lens_.assign(max_num_seqs_, 0);
   n_hashed_.assign(max_num_seqs_, 0);
   live_.assign(max_num_seqs_, 0);
@@ -220,6 +227,7 @@ StatusOr<int32_t> BlockManager::add_sequence() {
   free_handles_.pop_back();
   live_[seq] = 1;
   n_blocks_[seq] = 0;
+  n_released_[seq] = 0;
   lens_[seq] = 0;
   n_hashed_[seq] = 0;
   return seq;
@@ -228,11 +236,12 @@ StatusOr<int32_t> BlockManager::add_sequence() {
 void BlockManager::free_sequence(int32_t seq) {
   check_live(seq, "free_sequence");
   int32_t* r = row(seq);
-  for (int32_t i = n_blocks_[seq] - 1; i >= 0; --i) {
+  for (int32_t i = n_blocks_[seq] - 1; i >= n_released_[seq]; --i) {
     release(r[i]);
     r[i] = -1;
   }
   n_blocks_[seq] = 0;
+  n_released_[seq] = 0;
   lens_[seq] = 0;
   n_hashed_[seq] = 0;
   live_[seq] = 0;
@@ -252,6 +261,37 @@ int64_t BlockManager::seq_capacity(int32_t seq) const {
 std::span<const int32_t> BlockManager::block_table(int32_t seq) const {
   check_live(seq, "block_table");
   return {row(seq), static_cast<size_t>(n_blocks_[seq])};
+}
+
+int32_t BlockManager::num_released(int32_t seq) const {
+  check_live(seq, "num_released");
+  return n_released_[seq];
+}
+
+int32_t BlockManager::num_held_blocks(int32_t seq) const {
+  check_live(seq, "num_held_blocks");
+  return n_blocks_[seq] - n_released_[seq];
+}
+
+// ---- Sliding windows ----
+
+int32_t BlockManager::releasable_blocks(int64_t next_pos) const {
+  if (window_ <= 0) return 0;
+  // The first position any query at >= next_pos reads: its window's start, less the margin.
+  const int64_t first_read = next_pos + 1 - window_ - window_margin_;
+  return first_read > 0 ? static_cast<int32_t>(first_read / block_size_) : 0;
+}
+
+void BlockManager::release_behind_window(int32_t seq) {
+  const int32_t target = std::min(releasable_blocks(lens_[seq]), n_blocks_[seq]);
+  int32_t* r = row(seq);
+  // Newest first: the older block goes on the LRU list later, so a cached prefix outlives what follows it.
+  for (int32_t i = target - 1; i >= n_released_[seq]; --i) {
+    release(r[i]);
+    r[i] = -1;
+    ++num_window_releases_;
+  }
+  n_released_[seq] = std::max(n_released_[seq], target);
 }
 
 // ---- Prefix cache ----
@@ -296,6 +336,7 @@ int64_t BlockManager::attach_cached_prefix(int32_t seq, const TokenSeq& tokens) 
   n_blocks_[seq] = n;
   n_hashed_[seq] = n;
   lens_[seq] = static_cast<int64_t>(n) * block_size_;
+  release_behind_window(seq);
   return lens_[seq];
 }
 
@@ -333,8 +374,12 @@ void BlockManager::commit(int32_t seq, const TokenSeq& tokens, int64_t new_len) 
       << "commit of " << new_len << " tokens to a sequence of " << lens_[seq] << " with room for "
       << seq_capacity(seq) << " (" << tokens.size() << " tokens known)";
   lens_[seq] = new_len;
-  if (!prefix_caching_) return;
-  const int32_t full = static_cast<int32_t>(new_len / block_size_);
+  if (prefix_caching_) hash_full_blocks(seq, tokens);
+  release_behind_window(seq);  // after hashing: a released block can still enter the cache
+}
+
+void BlockManager::hash_full_blocks(int32_t seq, const TokenSeq& tokens) {
+  const int32_t full = static_cast<int32_t>(lens_[seq] / block_size_);
   const int32_t* r = row(seq);
   uint64_t* hashes = seq_hashes_.data() + static_cast<int64_t>(seq) * max_blocks_per_seq_;
   for (int32_t i = n_hashed_[seq]; i < full; ++i) {
@@ -361,6 +406,9 @@ void BlockManager::shrink_to(int32_t seq, int64_t new_len) {
   NS_CHECK(new_len >= static_cast<int64_t>(n_hashed_[seq]) * block_size_)
       << "shrink_to " << new_len << " tokens would cut a hashed block (" << n_hashed_[seq] << " of "
       << block_size_ << ")";
+  NS_CHECK(releasable_blocks(new_len) >= n_released_[seq])
+      << "shrink_to " << new_len << " tokens needs blocks released behind the window (" << n_released_[seq]
+      << " released)";
   lens_[seq] = new_len;
   const int32_t keep = static_cast<int32_t>(ceil_div(new_len, block_size_));
   int32_t* r = row(seq);
@@ -384,10 +432,18 @@ void BlockManager::fill_batch(ForwardBatch& batch) const {
     const int32_t* r = row(seq);
     int32_t* dst = batch.block_tables.data() + static_cast<int64_t>(b) * max_blocks_per_seq_;
     std::copy(r, r + max_blocks_per_seq_, dst);  // -1 past the table's end
+    const int32_t rel = n_released_[seq];
+    if (rel > 0) {
+      // No kernel reads a released entry (each starts at most its margin before the window), but the
+      // batch's table must hold pool ids: the sequence's oldest held block, one no other sequence writes.
+      NS_CHECK(rel < n_blocks_[seq]) << "sequence " << seq << " in a step holds no block";
+      std::fill(dst, dst + rel, r[rel]);
+    }
     for (int32_t t = batch.seq_starts[b]; t < batch.seq_starts[b + 1]; ++t) {
       const int32_t p = batch.positions[t];
-      NS_CHECK(p >= 0 && p < n_blocks_[seq] * block_size_)
-          << "position " << p << " outside the " << n_blocks_[seq] << " blocks of sequence " << seq;
+      NS_CHECK(p >= static_cast<int64_t>(rel) * block_size_ && p < n_blocks_[seq] * block_size_)
+          << "position " << p << " outside the held blocks [" << rel << ", " << n_blocks_[seq]
+          << ") of sequence " << seq;
       batch.slot_mapping[t] = r[p / block_size_] * block_size_ + p % block_size_;
     }
   }
@@ -415,9 +471,23 @@ Status BlockManager::check_invariants() const {
   if (n_lru != num_evictable_) return fail("LRU list length disagrees with the evictable count");
   for (int32_t s = 0; s < max_num_seqs_; ++s) {
     if (!live_[s]) continue;
+    const std::string seq = "sequence " + std::to_string(s);
     if (lens_[s] > static_cast<int64_t>(n_blocks_[s]) * block_size_)
-      return fail("sequence " + std::to_string(s) + " is longer than its blocks");
-    for (int32_t i = 0; i < n_blocks_[s]; ++i) ++holders[row(s)[i]];
+      return fail(seq + " is longer than its blocks");
+    // Exactly the blocks behind its window are released: none it still reads, none it no longer needs.
+    if (n_released_[s] != std::min(releasable_blocks(lens_[s]), n_blocks_[s])) {
+      return fail(seq + " of " + std::to_string(lens_[s]) + " tokens released " +
+                  std::to_string(n_released_[s]) + " blocks behind its window, not " +
+                  std::to_string(releasable_blocks(lens_[s])));
+    }
+    for (int32_t i = 0; i < n_blocks_[s]; ++i) {
+      const int32_t b = row(s)[i];
+      if ((i < n_released_[s]) != (b < 0)) {
+        return fail(seq + " table entry " + std::to_string(i) + " is " + std::to_string(b) + " with " +
+                    std::to_string(n_released_[s]) + " released");
+      }
+      if (b >= 0) ++holders[b];
+    }
   }
   int32_t in_use = 0, cached = 0;
   for (int32_t b = 0; b < num_blocks_; ++b) {

@@ -40,6 +40,13 @@ class ModelRunner {
   // cache off.
   virtual bool kv_blocks_shareable() const { return true; }
 
+  // Positions before a sliding window's first that this runner's attention may
+  // still read (and mask): 0 when it reads exactly the window (the CPU); a
+  // kernel that starts at a tile boundary reads up to that much before. The
+  // engine releases only blocks wholly before window start - margin
+  // (docs/kvcache.md), so everything a kernel reads stays held.
+  virtual int64_t window_read_margin() const { return 0; }
+
   // Creates the runner's KV storage: num_blocks blocks of block_size tokens.
   // Called once by the engine, before the first forward.
   virtual Status init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;

@@ -9,6 +9,11 @@
 // positions, and derives the logits from a hash of the history's tokens. So its output depends on exactly
 // what the cache holds: a wrong slot, a shared block or a bad recompute changes the tokens, and fake_greedy()
 // predicts the right ones without any engine.
+//
+// With a sliding window (set_window), a row's logits hash only the last
+// `window` tokens, and it reads (and checks the positions of) the window and
+// the margin before it, as a kernel that starts early would: a block released
+// while still read shows up as a wrong position.
 
 #include <atomic>
 #include <chrono>
@@ -57,13 +62,19 @@ inline void fake_logits(std::span<const int32_t> tokens, int32_t vocab, float* o
   for (int32_t v = 0; v < vocab; ++v) out[v] = static_cast<float>(8.0 * rng.next_double() - 4.0);
 }
 
+// The tokens a row with this history attends: the last `window` (0: all).
+inline std::span<const int32_t> fake_window(std::span<const int32_t> tokens, int64_t window) {
+  return window > 0 && static_cast<int64_t>(tokens.size()) > window ? tokens.last(static_cast<size_t>(window))
+                                                                    : tokens;
+}
+
 // What greedy decoding of the fake model gives, stopping on `eos` (if >= 0).
 inline std::vector<int32_t> fake_greedy(std::vector<int32_t> tokens, int32_t vocab, int32_t max_tokens,
-                                        int32_t eos) {
+                                        int32_t eos, int64_t window = 0) {
   std::vector<int32_t> out;
   std::vector<float> l(vocab);
   for (int32_t i = 0; i < max_tokens; ++i) {
-    fake_logits(tokens, vocab, l.data());
+    fake_logits(fake_window(tokens, window), vocab, l.data());
     int32_t best = 0;
     for (int32_t v = 1; v < vocab; ++v) best = l[v] > l[best] ? v : best;
     out.push_back(best);
@@ -108,6 +119,14 @@ class FakeModel final : public ModelRunner {
     return {logits_.data_as<const float>() + static_cast<int64_t>(row) * config_.vocab_size,
             static_cast<size_t>(config_.vocab_size)};
   }
+
+  // Every layer (the one) slides over `window` tokens, and reads `margin`
+  // positions before each window. Before the engine is created.
+  void set_window(int64_t window, int64_t margin = 0) {
+    config_.sliding_window = window;
+    margin_ = margin;
+  }
+  int64_t window_read_margin() const override { return margin_; }
 
   const ModelConfig& config() const override { return config_; }
   int64_t num_forwards() const { return num_forwards_; }
@@ -176,12 +195,16 @@ class FakeModel final : public ModelRunner {
       const int32_t ctx = batch.positions[row] + 1;
       NS_CHECK(ctx <= batch.context_lens[b]) << "a logits row past its context";
       history_.clear();
-      for (int32_t pos = 0; pos < ctx; ++pos) {
+      const int64_t window = config_.sliding_window;
+      const int32_t first =
+          window > 0 ? static_cast<int32_t>(std::max<int64_t>(0, ctx - window - margin_)) : 0;
+      for (int32_t pos = first; pos < ctx; ++pos) {
         const float* e = h.k[b] + pos * h.pos_stride;
         NS_CHECK_EQ(static_cast<int32_t>(e[1]), pos);  // the cache gave back this sequence's own slots
         history_.push_back(static_cast<int32_t>(e[0]));
       }
-      fake_logits(history_, vocab, logits_.data_as<float>() + static_cast<int64_t>(r) * vocab, salt_);
+      fake_logits(fake_window(history_, window), vocab,
+                  logits_.data_as<float>() + static_cast<int64_t>(r) * vocab, salt_);
     }
     last_rows_ = R;
     sampled_.clear();
@@ -240,6 +263,7 @@ class FakeModel final : public ModelRunner {
   std::atomic<bool> fail_next_{false};
   Sampler sampler_;
   int32_t max_seqs_;
+  int64_t margin_ = 0;
   bool device_sampling_ = false;
   int hand_back_every_ = 0;
   int64_t num_sampled_ = 0, device_steps_ = 0, host_steps_ = 0, handed_back_ = 0;
