@@ -52,7 +52,7 @@ class CudaRunner final : public ModelRunner {
   Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   StepLimits step_limits() const override { return model_->step_limits(); }
   // The split attention kernel reads a windowed row from up to two tiles
-  // (128 tokens at head_dim 64) before its window (paged_attention_common.cuh,
+  // (256 tokens at head_dim 64, 128 at 128) before its window (paged_attention_common.cuh,
   // sliding_first): those blocks must stay held.
   int64_t window_read_margin() const override { return 256; }
   StatusOr<Tensor> forward(const ForwardBatch& batch) override;
