@@ -25,6 +25,7 @@
 #include "core/thread_pool.h"
 #include "io/safetensors.h"
 #include "io/tensor_source.h"
+#include "model/family_reference.h"
 #include "model/kv_cpu.h"
 #include "model/model_cpu.h"
 #include "model/model_fixture.h"
@@ -34,41 +35,16 @@ namespace nanoserve {
 namespace {
 
 constexpr float kMaxAbs = 2e-3f;
-const std::string kDir = NS_SOURCE_DIR "/tests/fixtures/families/";
+const std::string kDir = testing::kFamiliesDir;
 
-struct Prompt {
-  std::string text;
-  std::vector<int32_t> ids;
-  std::vector<float> logits;  // [len, vocab]
-};
+using Prompt = testing::FamilyPrompt;
 
 std::vector<Prompt> load_prompts(const std::string& family) {
-  std::vector<Prompt> out;
-  std::ifstream in(kDir + family + "/reference.json");
-  EXPECT_TRUE(in.good()) << family;
-  if (!in.good()) return out;
-  const nlohmann::json j = nlohmann::json::parse(in);
-  auto logits = SafetensorsFile::open(kDir + family + "/reference.safetensors");
-  EXPECT_TRUE(logits.ok()) << logits.status().to_string();
-  if (!logits.ok()) return out;
-  for (size_t i = 0; i < j["prompts"].size(); ++i) {
-    Prompt p;
-    p.text = j["prompts"][i]["text"].get<std::string>();
-    p.ids = j["prompts"][i]["ids"].get<std::vector<int32_t>>();
-    auto t = (*logits)->tensor("logits." + std::to_string(i));
-    EXPECT_TRUE(t.ok()) << t.status().to_string();
-    if (t.ok()) p.logits.assign(t->data_as<const float>(), t->data_as<const float>() + t->numel());
-    out.push_back(std::move(p));
-  }
-  return out;
+  return testing::load_family_prompts(family);
 }
 
 ModelSource open(const std::string& path) {
-  ModelSpec spec;
-  spec.path = path;
-  auto src = open_model_source(spec);
-  EXPECT_TRUE(src.ok()) << path << ": " << src.status().to_string();
-  return src.ok() ? std::move(src).value() : ModelSource{};
+  return testing::open_family_source(path);
 }
 
 std::vector<std::string> paths(const std::string& family) {
