@@ -204,10 +204,12 @@ def test_ctrl_c_aborts_and_the_engine_goes_on(tmp_path):
 import sys, time
 sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
 from nanoserve import LLM, SamplingParams
-llm = LLM(model={MODEL!r}, max_model_len=2048, kv_cache_memory="256M", threads=2)
+llm = LLM(model={MODEL!r}, max_model_len=2048, kv_cache_memory="1G", threads=2)
 print("loaded", flush=True)
 try:
-    llm.generate(["a", "b", "c"], SamplingParams(max_tokens=1500, ignore_eos=True), use_tqdm=False)
+    # ~12,000 tokens: half a minute or more here, so that the signal lands
+    # inside the call even on a loaded machine.
+    llm.generate(list("abcdefgh"), SamplingParams(max_tokens=1500, ignore_eos=True), use_tqdm=False)
     print("finished", flush=True)
 except KeyboardInterrupt:
     print("interrupted", time.monotonic(), flush=True)
