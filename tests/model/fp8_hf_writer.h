@@ -30,13 +30,14 @@ namespace nanoserve::testing {
 // (hf_fp8_cuda_test.cc): the logits' NMSE bound per position, and the
 // planted scale error, every scale this much off, that must land outside it.
 // The two forwards share the exact weights (E4M3 times scale); they part only
-// by the GPU's bf16 activations and bf16 lm_head over 2 layers, expected
-// well under 1e-3 (unmeasured at the time of writing: the H200 run prints
-// it). On the CPU (hf_fp8_test.cc) the plant moves every position's logits
-// by 0.015 NMSE (2026-12-05), 7x the bound; a 3% plant would move them by
-// only ~1.5e-3, too near the bf16 error to tell apart.
-constexpr double kFp8CudaNmse = 2e-3;
-constexpr float kFp8CudaPlant = 1.10f;
+// by the GPU's bf16 activations and bf16 lm_head over 2 layers. Measured on
+// the H200 (2026-12-05): worst 4.0e-3 per channel, 9.7e-3 per tensor (the
+// first bound, 2e-3, was a guess and failed); bound 1.2e-2. A 10% plant
+// landed only 1.6e-2 away there, so the plant is 25%, whose effect grows as
+// its square (about 6x the 10% one's; checked on the CPU by hf_fp8_test.cc,
+// not yet re-run on the device).
+constexpr double kFp8CudaNmse = 1.2e-2;
+constexpr float kFp8CudaPlant = 1.25f;
 
 struct Fp8HfShape {
   int64_t dim = 128, n_layers = 2, n_heads = 2, n_kv_heads = 1, head_dim = 64, ffn_dim = 256, vocab = 300;
