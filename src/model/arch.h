@@ -36,7 +36,7 @@
 //
 // Mistral is llama (llama.cpp's converter writes it as general.architecture
 // "llama"); what Mistral 7B v0.1 adds, a sliding window, is a ModelConfig
-// field (every layer's window; CPU only so far).
+// field (every layer's window), on both devices.
 //
 // RoPE rows. The forward rotates adjacent pairs (2i, 2i+1) of each head. GGUF
 // llama files are stored that way (the converter permutes q/k); qwen2, qwen3
