@@ -29,142 +29,6 @@
 
 namespace nanoserve {
 
-namespace {
-
-// Pinned host memory, freed with the owner.
-std::shared_ptr<void> pinned(int64_t bytes) {
-  void* p = nullptr;
-  NS_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))));
-  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
-}
-
-// Rows [row0, row0 + src.dim(0)) of the bf16 device matrix `dst` from a host
-// weight of any stored dtype: dequantized to f32 a row at a time (an E4M3
-// row times its `scale`, [rows] f32, when given), rounded to bf16, and copied
-// through a pinned staging buffer.
-void upload_rows(const Tensor& src, const Tensor& dst, int64_t row0, const Tensor* scale = nullptr) {
-  const int64_t rows = src.dim(0), cols = src.dim(1);
-  NS_CHECK(dst.dim(1) == cols && row0 + rows <= dst.dim(0))
-      << "upload " << src.shape_string() << " into " << dst.shape_string() << " at row " << row0;
-  const int64_t row_bytes = dtype_bytes(src.dtype(), cols);
-  constexpr int64_t kChunkRows = 1024;
-  std::vector<float> f32(static_cast<size_t>(cols));
-  std::shared_ptr<void> stage = pinned(kChunkRows * cols * 2);
-  auto* out = static_cast<uint16_t*>(stage.get());
-  for (int64_t r = 0; r < rows; r += kChunkRows) {
-    const int64_t n = std::min(kChunkRows, rows - r);
-    for (int64_t i = 0; i < n; ++i) {
-      const auto* row = static_cast<const uint8_t*>(src.data()) + (r + i) * row_bytes;
-      dequantize_row(src.dtype(), row, f32.data(), cols);
-      if (scale != nullptr) {
-        const float sc = scale->data_as<const float>()[r + i];
-        for (float& v : f32) v *= sc;
-      }
-      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = f32_to_bf16(f32[static_cast<size_t>(j)]);
-    }
-    cuda::copy_bytes_to_device(dst.data_as<uint16_t>() + (row0 + r) * cols, out, n * cols * 2);
-  }
-}
-
-Tensor upload_matrix(const Tensor& src) {
-  Tensor dst = cuda::empty(DType::kBF16, {src.dim(0), src.dim(1)});
-  upload_rows(src, dst, 0);
-  return dst;
-}
-
-// A norm weight (or any vector) as f32 on the device.
-Tensor upload_vector(const Tensor& src) {
-  Tensor f32 = Tensor::empty(DType::kF32, {src.numel()});
-  dequantize_row(src.dtype(), src.data(), f32.data_as<float>(), src.numel());
-  return cuda::to_device(f32);
-}
-
-// Vectors of any stored dtype, one after the other, as one f32 device vector.
-Tensor upload_concat(std::initializer_list<const Tensor*> parts) {
-  int64_t n = 0;
-  for (const Tensor* t : parts) n += t->numel();
-  Tensor f32 = Tensor::empty(DType::kF32, {n});
-  int64_t at = 0;
-  for (const Tensor* t : parts) {
-    dequantize_row(t->dtype(), t->data(), f32.data_as<float>() + at, t->numel());
-    at += t->numel();
-  }
-  return cuda::to_device(f32);
-}
-
-// A linear of row parts stacked in order (q, k, v; gate, up; or one), each
-// a host weight with its row scales (undefined unless the weight is FP8 E4M3
-// rows: LayerWeights::scale). Where every part is E4M3 with scales and
-// linear_cuda takes the shape (K % 64 == 0, N % 16 == 0), the E4M3 bytes go
-// up as they are and the scales beside them: an FP8 LinearWeight. Otherwise
-// bf16, an E4M3 part times its scales rounded to bf16.
-using LinearPart = std::pair<const Tensor*, const Tensor*>;  // (weight, row scales)
-LinearWeight upload_linear(std::initializer_list<LinearPart> parts) {
-  int64_t rows = 0;
-  bool fp8 = true;
-  const int64_t cols = parts.begin()->first->dim(1);
-  for (const LinearPart& p : parts) {
-    rows += p.first->dim(0);
-    fp8 = fp8 && p.first->dtype() == DType::kF8E4M3 && p.second->defined();
-  }
-  if (fp8 && cols % 64 == 0 && rows % 16 == 0) {
-    Tensor w = cuda::empty(DType::kF8E4M3, {rows, cols});
-    int64_t at = 0;
-    std::vector<const Tensor*> scales;
-    for (const LinearPart& p : parts) {
-      NS_CHECK(p.first->is_contiguous() && p.first->dim(1) == cols) << "FP8 part " << p.first->shape_string();
-      cuda::copy_bytes_to_device(static_cast<uint8_t*>(w.data()) + at * cols, p.first->data(),
-                                 p.first->nbytes());
-      at += p.first->dim(0);
-      scales.push_back(p.second);
-    }
-    Tensor scale = Tensor::empty(DType::kF32, {rows});
-    at = 0;
-    for (const Tensor* sc : scales) {
-      std::copy(sc->data_as<const float>(), sc->data_as<const float>() + sc->numel(),
-                scale.data_as<float>() + at);
-      at += sc->numel();
-    }
-    return LinearWeight(std::move(w), cuda::to_device(scale));
-  }
-  Tensor w = cuda::empty(DType::kBF16, {rows, cols});
-  int64_t at = 0;
-  for (const LinearPart& p : parts) {
-    upload_rows(*p.first, w, at, p.first->dtype() == DType::kF8E4M3 ? p.second : nullptr);
-    at += p.first->dim(0);
-  }
-  return LinearWeight(std::move(w));
-}
-
-Tensor device_floats(std::span<const float> v) {
-  Tensor h = Tensor::empty(DType::kF32, {static_cast<int64_t>(v.size())});
-  std::copy(v.begin(), v.end(), h.data_as<float>());
-  return cuda::to_device(h);
-}
-
-Tensor device_ones(int64_t n) {
-  std::vector<float> ones(static_cast<size_t>(n), 1.0f);
-  return device_floats(ones);
-}
-
-int64_t bytes_of(const Tensor& t) {
-  return t.defined() ? t.nbytes() : 0;
-}
-
-// Device bytes of the weights (a tied lm_head once).
-int64_t resident_bytes(const CudaWeights& w) {
-  int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm) + bytes_of(w.inv_freq);
-  if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
-  for (const CudaLayer& L : w.layers) {
-    bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
-             bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() +
-             L.w_down.nbytes();
-  }
-  return bytes;
-}
-
-}  // namespace
-
 // ---- the step's device state -------------------------------------------------------
 
 struct CudaModel::Step {
@@ -209,109 +73,6 @@ struct CudaModel::Step {
 
 CudaModel::CudaModel(ModelConfig config) : config_(std::move(config)) {}
 CudaModel::~CudaModel() = default;
-
-// ---- weights -----------------------------------------------------------------------
-
-StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config, const ModelWeights& host,
-                                                       std::span<const float> inv_freq) {
-  NS_RETURN_IF_ERROR(config.validate());
-  if (static_cast<int64_t>(host.layers.size()) != config.n_layers) {
-    return invalid_argument("upload: " + std::to_string(host.layers.size()) + " layers, the config has " +
-                            std::to_string(config.n_layers));
-  }
-  std::unique_ptr<CudaModel> m(new CudaModel(config));
-  CudaWeights& w = m->weights_;
-  const int64_t dim = config.dim, hd = config.head_dim;
-  const int64_t q_rows = config.n_heads * hd, kv_rows = config.n_kv_heads * hd;
-  w.tok_embd = upload_matrix(host.tok_embd);
-  w.output_norm = upload_vector(host.output_norm);
-  // Tied embeddings share one device copy, as they share one host tensor.
-  w.lm_head = host.lm_head.data() == host.tok_embd.data() ? w.tok_embd : upload_matrix(host.lm_head);
-  for (const LayerWeights& hl : host.layers) {
-    CudaLayer L;
-    L.attn_norm = upload_vector(hl.attn_norm);
-    L.wqkv = upload_linear({{&hl.wq, &hl.scale.wq}, {&hl.wk, &hl.scale.wk}, {&hl.wv, &hl.scale.wv}});
-    if (config.arch_info().qkv_bias) L.qkv_bias = upload_concat({&hl.bq, &hl.bk, &hl.bv});
-    if (config.arch_info().qk_norm) {
-      L.q_norm = upload_vector(hl.q_norm);
-      L.k_norm = upload_vector(hl.k_norm);
-    }
-    L.wo = upload_linear({{&hl.wo, &hl.scale.wo}});
-    L.ffn_norm = upload_vector(hl.ffn_norm);
-    L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
-    L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
-    NS_CHECK(L.wqkv.rows() == q_rows + 2 * kv_rows && L.wqkv.cols() == dim && L.wo.rows() == dim &&
-             L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)
-        << "upload: the host layer's shapes do not match the config";
-    w.layers.push_back(std::move(L));
-  }
-  w.inv_freq = device_floats(inv_freq);
-  cuda::synchronize();
-  m->weight_bytes_ = resident_bytes(w);
-  return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
-}
-
-StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
-                                                      std::span<const float> inv_freq, uint64_t seed) {
-  NS_RETURN_IF_ERROR(config.validate());
-  std::unique_ptr<CudaModel> m(new CudaModel(config));
-  CudaWeights& w = m->weights_;
-  const int64_t dim = config.dim, hd = config.head_dim, ffn = config.ffn_dim;
-  const int64_t qkv_rows = (config.n_heads + 2 * config.n_kv_heads) * hd;
-  // Uniform in [-a, a] with a = sqrt(3 / fan_in) keeps each product's variance
-  // near its input's, so activations stay finite through the layers.
-  uint64_t stream_id = 0;
-  auto random = [&](std::vector<int64_t> shape) {
-    Tensor t = cuda::empty(DType::kBF16, shape);
-    fill_uniform_cuda(t, seed + 0x9e3779b97f4a7c15ull * ++stream_id, std::sqrt(3.0f / shape[1]), nullptr);
-    return t;
-  };
-  w.tok_embd = random({config.vocab_size, dim});
-  w.output_norm = device_ones(dim);
-  w.lm_head = config.tied_embeddings ? w.tok_embd : random({config.vocab_size, dim});
-  for (int64_t l = 0; l < config.n_layers; ++l) {
-    CudaLayer L;
-    L.attn_norm = device_ones(dim);
-    L.wqkv = random({qkv_rows, dim});
-    if (config.arch_info().qkv_bias)
-      L.qkv_bias = device_floats(std::vector<float>(static_cast<size_t>(qkv_rows), 0.0f));
-    if (config.arch_info().qk_norm) {
-      L.q_norm = device_ones(hd);
-      L.k_norm = device_ones(hd);
-    }
-    L.wo = random({dim, config.n_heads * hd});
-    L.ffn_norm = device_ones(dim);
-    L.w_gate_up = random({2 * ffn, dim});
-    L.w_down = random({dim, ffn});
-    w.layers.push_back(std::move(L));
-  }
-  w.inv_freq = device_floats(inv_freq);
-  cuda::synchronize();
-  m->weight_bytes_ = resident_bytes(w);
-  return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
-}
-
-int64_t CudaModel::fp8_linears() const {
-  int64_t n = 0;
-  for (const CudaLayer& L : weights_.layers)
-    n += L.wqkv.fp8() + L.wo.fp8() + L.w_gate_up.fp8() + L.w_down.fp8();
-  return n;
-}
-
-Status CudaModel::quantize_fp8() {
-  if (step_ != nullptr) return failed_precondition("quantize_fp8: after allocate()");
-  if (fp8()) return failed_precondition("quantize_fp8: every linear already is FP8");
-  for (CudaLayer& L : weights_.layers) {
-    for (LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
-      if (lw->fp8()) continue;  // an FP8 checkpoint's, as it came
-      LinearWeight q = quantize_fp8_rows_cuda(lw->w, nullptr);
-      cuda::synchronize();  // before the bf16 copy is freed
-      *lw = std::move(q);
-    }
-  }
-  weight_bytes_ = resident_bytes(weights_);
-  return Status::ok_status();
-}
 
 // ---- memory ------------------------------------------------------------------------
 
@@ -407,15 +168,15 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
   s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->scaled = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->argmax = cuda::empty(DType::kI32, {R});
-  s->logits_host = pinned(R * c.vocab_size * 4);
-  s->argmax_host = pinned(R * 4);
+  s->logits_host = cuda::pinned_host(R * c.vocab_size * 4);
+  s->argmax_host = cuda::pinned_host(R * 4);
   static_assert(sizeof(SampleRowParams) % 4 == 0 && sizeof(SampleRowLogprobs) % 4 == 0);
   s->sample_params = cuda::empty(DType::kI32, {R * static_cast<int64_t>(sizeof(SampleRowParams) / 4)});
   s->sampled = cuda::empty(DType::kI32, {R});
   s->sample_logprobs = cuda::empty(DType::kI32, {R * static_cast<int64_t>(sizeof(SampleRowLogprobs) / 4)});
-  s->sample_params_host = pinned(R * static_cast<int64_t>(sizeof(SampleRowParams)));
-  s->sampled_host = pinned(R * 4);
-  s->sample_logprobs_host = pinned(R * static_cast<int64_t>(sizeof(SampleRowLogprobs)));
+  s->sample_params_host = cuda::pinned_host(R * static_cast<int64_t>(sizeof(SampleRowParams)));
+  s->sampled_host = cuda::pinned_host(R * 4);
+  s->sample_logprobs_host = cuda::pinned_host(R * static_cast<int64_t>(sizeof(SampleRowLogprobs)));
   // The pools: one allocation, a K and a V view per layer.
   const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
   s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});

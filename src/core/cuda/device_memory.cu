@@ -102,6 +102,12 @@ void fill_bytes(const Tensor& dev, uint8_t byte, Stream stream) {
   if (stream == nullptr) NS_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
+std::shared_ptr<void> pinned_host(int64_t bytes) {
+  void* p = nullptr;
+  NS_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(std::max<int64_t>(bytes, 16))));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+}
+
 void synchronize() {
   NS_CUDA_CHECK(cudaDeviceSynchronize());
 }

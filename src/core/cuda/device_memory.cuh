@@ -8,6 +8,7 @@
 // front (a Workspace), not inside the step loop: cudaMalloc synchronises.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ Tensor to_host(const Tensor& dev);     // new host tensor holding a copy
 // Fills every byte of a contiguous device tensor with `byte` (0xFF makes f32,
 // f16 and bf16 elements NaN: used to poison outputs in tests).
 void fill_bytes(const Tensor& dev, uint8_t byte, Stream stream = nullptr);
+
+// Pinned (page-locked) host memory of at least `bytes`, freed with its last owner.
+std::shared_ptr<void> pinned_host(int64_t bytes);
 
 void synchronize();  // waits for the whole device; checks for asynchronous errors
 
