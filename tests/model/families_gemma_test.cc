@@ -51,46 +51,8 @@ std::vector<std::string> paths(const std::string& family) {
   return {kDir + family + "/model.gguf", kDir + family + "/hf"};
 }
 
-// Logits of tokens [begin, end) of `ids`, the cache already holding [0, begin).
-std::vector<float> step(const CpuModel& m, CpuKV& cache, Workspace& ws, const std::vector<int32_t>& ids,
-                        int32_t begin, int32_t end) {
-  ForwardBatch b;
-  for (int32_t t = begin; t < end; ++t) {
-    b.tokens.push_back(ids[t]);
-    b.positions.push_back(t);
-    b.logits_rows.push_back(t - begin);
-  }
-  b.seq_starts = {0, end - begin};
-  b.seq_ids = {0};
-  b.context_lens = {end};
-  auto out = m.forward(b, cache, ws);
-  EXPECT_TRUE(out.ok()) << out.status().to_string();
-  if (!out.ok()) return {};
-  return std::vector<float>(out->data_as<const float>(), out->data_as<const float>() + out->numel());
-}
-
-// The worst |ours - transformers| over every position of every prompt, run
-// as whole prefills and as half prefill + decode steps.
-float worst_logit_error(const CpuModel& m, const std::vector<Prompt>& prompts) {
-  float worst = 0;
-  for (const Prompt& p : prompts) {
-    const auto T = static_cast<int32_t>(p.ids.size());
-    if (static_cast<int64_t>(p.logits.size()) != T * m.config().vocab_size) return INFINITY;
-    for (const bool decode : {false, true}) {
-      CpuKV cache = CpuKV::per_sequence(m.config(), 1, T, m.pool());
-      Workspace ws = m.make_workspace(T, T);
-      const int32_t first = decode ? T / 2 : T;
-      std::vector<float> ours = step(m, cache, ws, p.ids, 0, first);
-      for (int32_t t = first; t < T; ++t) {
-        const std::vector<float> one = step(m, cache, ws, p.ids, t, t + 1);
-        ours.insert(ours.end(), one.begin(), one.end());
-      }
-      if (ours.size() != p.logits.size()) return INFINITY;
-      for (size_t i = 0; i < ours.size(); ++i) worst = std::max(worst, std::fabs(ours[i] - p.logits[i]));
-    }
-  }
-  return worst;
-}
+using testing::step;
+using testing::worst_logit_error;
 
 class Gemma : public ::testing::TestWithParam<const char*> {};
 
