@@ -44,7 +44,8 @@ Tensor Tensor::view(void* data, DType dtype, const Dims& shape, std::shared_ptr<
 
 Tensor Tensor::empty(DType dtype, const Dims& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = d == 0 ? 0 : n;  // an empty shape has 0 elements whatever its others
+  for (int64_t d : shape) n *= n == 0 ? 1 : d;
   const int64_t bytes = std::max<int64_t>(64, (dtype_bytes(dtype, n) + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, static_cast<size_t>(bytes));
   NS_CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";

@@ -177,6 +177,8 @@ class SafetensorsParser {
       return fail(where + ": shape has rank " + std::to_string(sh->size()) + ", more than " +
                   std::to_string(SafetensorsFile::kMaxRank));
     }
+    // The product of the non-zero dimensions must stay under 2^62, a zero
+    // dimension or not: strides and sizes are computed from it.
     uint64_t numel = 1;
     bool overflow = false, zero = false;
     for (size_t i = 0; i < sh->size(); ++i) {
@@ -189,18 +191,16 @@ class SafetensorsParser {
         return fail(where + ": shape[" + std::to_string(i) + "] = " + std::to_string(dim) + " is too large");
       }
       t.shape.push_back(static_cast<int64_t>(dim));
-      if (dim == 0) zero = true;
-      if (overflow || zero) continue;
-      if (numel > (uint64_t{1} << 62) / dim) {
+      if (dim == 0) {
+        zero = true;
+      } else if (!overflow && numel > (uint64_t{1} << 62) / dim) {
         overflow = true;
-      } else {
+      } else if (!overflow) {
         numel *= dim;
       }
     }
-    // A zero dimension makes the product 0 whatever the others are; otherwise
-    // a product past 2^62 is an error.
+    if (overflow) return fail(where + ": shape " + shape_str(t.shape) + " has too many elements");
     if (zero) numel = 0;
-    if (overflow && !zero) return fail(where + ": shape " + shape_str(t.shape) + " has too many elements");
     const uint64_t elem = static_cast<uint64_t>(dtype_bytes(t.dtype, 1));
     if (numel > (uint64_t{1} << 62) / elem) {
       return fail(where + ": shape " + shape_str(t.shape) + " has too many elements");

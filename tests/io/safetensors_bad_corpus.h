@@ -100,6 +100,10 @@ inline std::vector<BadSafetensors> bad_safetensors_corpus() {
   add("shape_product_overflow",
       SafetensorsBuilder().tensor("w", "F32", "[4294967296, 4294967296, 4]", {}).build(), kDL,
       {"tensor 'w'", "too many elements"});
+  // A zero dimension does not excuse the others: their product still sizes strides.
+  add("shape_product_overflow_with_zero",
+      SafetensorsBuilder().tensor("w", "F32", "[4294967296, 4294967296, 0]", {}).build(), kDL,
+      {"tensor 'w'", "too many elements"});
   add("shape_bytes_overflow", SafetensorsBuilder().tensor("w", "F32", "[2305843009213693952]", {}).build(),
       kDL, {"tensor 'w'", "too many elements"});
   add("offsets_missing", with_header("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}"), kDL,
