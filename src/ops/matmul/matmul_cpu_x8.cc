@@ -42,8 +42,8 @@ std::atomic<int> g_forced{-1};
 Path path_from_env() {
   static const Path p = [] {
     const Path best = [] {
-      for (int i = 3; i > 0; --i) {
-        if (path_available(kPaths[i])) return kPaths[i];
+      for (Path q : {Path::kAmx, Path::kAvx512Vnni, Path::kAvxVnni, Path::kAvx2}) {
+        if (path_available(q)) return q;
       }
       return Path::kScalar;
     }();
@@ -58,7 +58,7 @@ Path path_from_env() {
       return best;
     }
     NS_LOG(WARNING) << "NANOSERVE_CPU_MATMUL=" << env
-                    << " is none of auto, scalar, avx2, avx-vnni, avx512-vnni; using " << path_name(best);
+                    << " is none of auto, scalar, avx2, avx-vnni, avx512-vnni, amx, amx-emulated; using " << path_name(best);
     return best;
   }();
   return p;
@@ -84,6 +84,8 @@ const char* path_name(Path p) {
     case Path::kAvx2: return "avx2";
     case Path::kAvxVnni: return "avx-vnni";
     case Path::kAvx512Vnni: return "avx512-vnni";
+    case Path::kAmx: return "amx";
+    case Path::kAmxEmulated: return "amx-emulated";
   }
   return "?";
 }
@@ -107,6 +109,20 @@ bool path_available(Path p, const char** why) {
       break;
     case Path::kAvx512Vnni:
       if (group_fn_avx512_vnni() == nullptr)
+        missing = "not compiled (the compiler lacks AVX-512 VNNI)";
+      else if (!f.avx512_vnni)
+        missing = "the CPU or OS lacks AVX-512 F/BW/VL/VNNI";
+      break;
+    case Path::kAmx:
+      if (group_fn_amx() == nullptr)
+        missing = "not compiled (the compiler lacks -mamx-tile -mamx-int8)";
+      else if (!f.amx_int8 || !f.avx512_vnni)
+        missing = "the CPU or OS lacks AMX-INT8 (or AVX-512 VNNI beside it)";
+      else if (!amx_tiles_permitted())
+        missing = "the kernel refused this process the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+      break;
+    case Path::kAmxEmulated:
+      if (group_fn_amx_emulated() == nullptr)
         missing = "not compiled (the compiler lacks AVX-512 VNNI)";
       else if (!f.avx512_vnni)
         missing = "the CPU or OS lacks AVX-512 F/BW/VL/VNNI";
@@ -136,6 +152,8 @@ GroupFn group_fn(Path p) {
     case Path::kAvx2: return group_fn_avx2();
     case Path::kAvxVnni: return group_fn_avx_vnni();
     case Path::kAvx512Vnni: return group_fn_avx512_vnni();
+    case Path::kAmx: return group_fn_amx();
+    case Path::kAmxEmulated: return group_fn_amx_emulated();
     default: return nullptr;
   }
 }

@@ -70,6 +70,8 @@ constexpr int kMaxGroupsPerCall = 2;
 GroupFn group_fn_avx2();
 GroupFn group_fn_avx_vnni();
 GroupFn group_fn_avx512_vnni();
+GroupFn group_fn_amx();           // AMX-INT8 tiles for pairs of groups x 16 tokens, AVX-512 VNNI for the rest
+GroupFn group_fn_amx_emulated();  // the same kernel on tiles emulated in memory (tests)
 
 }  // namespace nanoserve::matmul_cpu::x8
 
@@ -86,9 +88,13 @@ namespace nanoserve::matmul_cpu::x8 {
 Kind kind_of(DType dt);
 
 // The kernel builds, slowest first. Scalar reads the GGUF blocks directly.
-enum class Path : int { kScalar, kAvx2, kAvxVnni, kAvx512Vnni };
-constexpr Path kPaths[] = {Path::kScalar, Path::kAvx2, Path::kAvxVnni, Path::kAvx512Vnni};
-const char* path_name(Path p);  // "scalar", "avx2", "avx-vnni", "avx512-vnni"
+// kAmxEmulated runs the AMX kernel on tiles emulated in memory: for tests
+// on machines without AMX, never chosen unless forced.
+enum class Path : int { kScalar, kAvx2, kAvxVnni, kAvx512Vnni, kAmx, kAmxEmulated };
+constexpr Path kPaths[] = {Path::kScalar, Path::kAvx2,        Path::kAvxVnni,
+                           Path::kAvx512Vnni, Path::kAmx, Path::kAmxEmulated};
+// "scalar", "avx2", "avx-vnni", "avx512-vnni", "amx", "amx-emulated"
+const char* path_name(Path p);
 
 // Whether this process can run p; if not, *why says what is missing.
 bool path_available(Path p, const char** why = nullptr);

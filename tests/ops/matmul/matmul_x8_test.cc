@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -141,7 +142,7 @@ class MatmulX8Path : public ::testing::TestWithParam<x8::Path> {
 };
 
 // Each dtype, shapes with a partial last group (N % 8 != 0) and token counts
-// around the register tiles (4 or 8 tokens): the reference within f32
+// around the register tiles (4 or 8 tokens; AMX: 16, then a tail): the reference within f32
 // rounding, the scalar kernel bit for bit, the weight packed at load or per
 // call bit for bit.
 TEST_P(MatmulX8Path, MatchesReferenceAndScalar) {
@@ -150,7 +151,7 @@ TEST_P(MatmulX8Path, MatchesReferenceAndScalar) {
     const bool k_quant = dtype_info(dt).block_elems == 256;
     for (int64_t K : k_quant ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{96, 576}) {
       for (int64_t N : {1, 13, 40}) {
-        for (int64_t T : {1, 3, 9, 17}) {
+        for (int64_t T : {1, 3, 9, 17, 35}) {
           const std::string what = std::string(x8::path_name(p)) + " " + dtype_name(dt) +
                                    " N=" + std::to_string(N) + " K=" + std::to_string(K) +
                                    " T=" + std::to_string(T);
@@ -207,7 +208,7 @@ TEST_P(MatmulX8Path, TokenResultIndependentOfBatchAndThreads) {
 TEST_P(MatmulX8Path, PlantedErrorsAreCaught) {
   const x8::Path p = GetParam();
   for (DType dt : kTypes) {
-    const int64_t K = 512, N = 11, T = 5, bb = dtype_info(dt).block_bytes;
+    const int64_t K = 512, N = 11, T = 17, bb = dtype_info(dt).block_bytes;  // T: one AMX tile and a tail
     const Tensor w = random_blocks(dt, N, K, 101);
     const auto xv = random_floats(T * K, 102);
     const Tensor x = f32_tensor(xv, {T, K});
@@ -254,6 +255,12 @@ TEST(MatmulX8, AvailabilityFollowsCpuFeatures) {
   EXPECT_TRUE(f.avx2 || !x8::path_available(x8::Path::kAvx2));
   EXPECT_TRUE(f.avx_vnni || !x8::path_available(x8::Path::kAvxVnni));
   EXPECT_TRUE(f.avx512_vnni || !x8::path_available(x8::Path::kAvx512Vnni));
+  EXPECT_TRUE(f.amx_int8 || !x8::path_available(x8::Path::kAmx));
+  // The emulation is never chosen on its own; AMX is, where the kernel permits it.
+  EXPECT_NE(x8::active_path(), x8::Path::kAmxEmulated);
+  if (x8::path_available(x8::Path::kAmx) && std::getenv("NANOSERVE_CPU_MATMUL") == nullptr) {
+    EXPECT_EQ(x8::active_path(), x8::Path::kAmx);
+  }
   for (x8::Path p : x8::kPaths) {
     const char* why = "";
     const bool ok = x8::path_available(p, &why);
