@@ -27,6 +27,11 @@
 // flip different roundings in each engine, so the two land apart by that much.
 // Reached on 2026-11-29 (docs/forward.md): first step max |diff| 0.61, steps
 // 1..3 1.05, min cosine 0.99991; 7 divergences, all at oracle top-2 gaps <= 0.12.
+// kTieEpsilon follows from that noise: with a centered rms of ~0.12 per logit,
+// the difference of two logits moves by ~0.17 (1 sigma), so a top-2 gap under
+// 0.3 (~2 sigma) is one that rounding alone can flip. It was 0.15 until
+// silu_mul's exp changed from libm's to exp_approx (2026-12-05: the same rms,
+// 0.2165 / 0.119, and one divergence at a gap of 0.226).
 // All prompts run together as one batch per step: batch invariance makes
 // that identical to running each alone.
 
@@ -48,7 +53,7 @@ namespace {
 using testing::argmax;
 using testing::default_model;
 
-constexpr float kTieEpsilon = 0.15f;
+constexpr float kTieEpsilon = 0.3f;
 constexpr float kMaxAbsFirstStep = 0.75f;
 constexpr float kMaxAbsLaterSteps = 1.25f;
 constexpr double kMinCosine = 0.9998;

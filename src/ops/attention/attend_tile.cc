@@ -5,6 +5,7 @@
 // definition in attend_tile.h to the same bits.
 
 #include "ops/attention/attend_tile.h"
+#include "ops/math/exp_approx.h"
 
 #include <cmath>
 #include <cstring>
@@ -18,71 +19,12 @@ namespace nanoserve {
 
 namespace {
 
-// attn_exp's constants: x = n ln2 + r with n = nearbyint(x log2 e) and
-// |r| <= ln2 / 2 (ln2 in two parts, so n ln2_hi is exact), exp(r) = 1 + r +
-// r^2 P(r) with P the degree-5 minimax fit of (exp(r) - 1 - r) / r^2 (the
-// coefficients of Cephes' expf).
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kP0 = 1.9875691500e-4f;
-constexpr float kP1 = 1.3981999507e-3f;
-constexpr float kP2 = 8.3334519073e-3f;
-constexpr float kP3 = 4.1665795894e-2f;
-constexpr float kP4 = 1.6666665459e-1f;
-constexpr float kP5 = 5.0000001201e-1f;
-constexpr float kExpMin = -87.3f;  // below: 0 (exp < 2^-126)
-
-float exp_scalar(float x) {
-  const float n = std::nearbyint(x * kLog2e);
-  float r = std::fma(n, -kLn2Hi, x);
-  r = std::fma(n, -kLn2Lo, r);
-  float p = std::fma(kP0, r, kP1);
-  p = std::fma(p, r, kP2);
-  p = std::fma(p, r, kP3);
-  p = std::fma(p, r, kP4);
-  p = std::fma(p, r, kP5);
-  const float r2 = r * r;
-  p = std::fma(p, r2, r);
-  p = p + 1.0f;
-  // 2^n for n in [-126, 0]: the exponent field alone. NaN x keeps p NaN.
-  const int32_t ni = x >= kExpMin ? static_cast<int32_t>(n) : 0;
-  uint32_t bits = static_cast<uint32_t>(ni + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  const float y = p * two_n;
-  return x >= kExpMin || x != x ? y : 0.0f;
-}
-
 // The 8 lanes of a dot or a sum, combined in the order of the definition.
 inline float combine8(const float* a) {
   return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
 }
 
 #ifdef NS_ATTN_AVX2
-
-inline __m256 exp8(__m256 x) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(kP0), r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  const __m256 r2 = _mm256_mul_ps(r, r);
-  p = _mm256_fmadd_ps(p, r2, r);
-  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-  const __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(kExpMin), _CMP_GE_OQ);
-  const __m256i ni = _mm256_and_si256(_mm256_cvtps_epi32(n), _mm256_castps_si256(in_range));
-  const __m256 two_n =
-      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
-  const __m256 y = _mm256_mul_ps(p, two_n);
-  // Lanes below the range give 0; NaN lanes stay NaN (p is NaN there).
-  const __m256 keep = _mm256_or_ps(in_range, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  return _mm256_and_ps(y, keep);
-}
 
 // Lane i of the result: the definition's combination of the 8 lanes of a[i].
 inline __m256 reduce8(const __m256* a) {
@@ -219,7 +161,7 @@ void pv_scalar(const float* const* w, int64_t n_rows, const float* const* v, int
 }  // namespace
 
 float attn_exp(float x) {
-  return exp_scalar(x);
+  return exp_approx(x);
 }
 
 const char* attn_tile_isa() {
@@ -276,13 +218,13 @@ void softmax_row(float* s, int64_t len) {
   const __m256 m = _mm256_set1_ps(hmax8(mv));
   __m256 sum = _mm256_setzero_ps();
   for (int64_t i = 0; i < n8; i += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
+    const __m256 e = exp_approx8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
     _mm256_storeu_ps(s + i, e);
     sum = _mm256_add_ps(sum, e);
   }
   if (n8 < len) {
     const __m256 e =
-        _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(s + n8, tail), m)), _mm256_castsi256_ps(tail));
+        _mm256_and_ps(exp_approx8(_mm256_sub_ps(_mm256_maskload_ps(s + n8, tail), m)), _mm256_castsi256_ps(tail));
     _mm256_maskstore_ps(s + n8, tail, e);
     sum = _mm256_add_ps(sum, e);  // +0 in the lanes past the row
   }
@@ -296,7 +238,7 @@ void softmax_row(float* s, int64_t len) {
   for (int64_t p = 0; p < len; ++p) m = s[p] > m ? s[p] : m;
   float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t p = 0; p < len; ++p) {
-    s[p] = exp_scalar(s[p] - m);
+    s[p] = exp_approx(s[p] - m);
     lanes[p % 8] = lanes[p % 8] + s[p];
   }
   const float inv = 1.0f / combine8(lanes);
