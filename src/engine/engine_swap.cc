@@ -29,12 +29,12 @@ Status Engine::configure_swap(const EngineConfig& config, ModelRunner& runner, i
     }
   }
   if (config.preemption_mode == PreemptionMode::kSwap && sc.num_swap_slots == 0) {
-    return invalid_argument("preemption mode swap: no swap area (" +
-                            std::string(model->can_swap()
-                                            ? "the swap space holds no block; give it at least " +
-                                                  std::to_string(per_block) + " bytes"
-                                            : "this runner's KV storage cannot swap blocks") +
-                            ")");
+    return invalid_argument(
+        "preemption mode swap: no swap area (" +
+        std::string(model->can_swap() ? "the swap space (--swap-space) holds no block; give it at least " +
+                                            std::to_string(per_block) + " bytes"
+                                      : "this runner's KV storage cannot swap blocks") +
+        ")");
   }
   if (sc.num_swap_slots > 0) {
     const SwapCostRates rates = model->swap_cost_rates();
@@ -58,8 +58,8 @@ std::string Engine::preemption_line() const {
   } else {
     // The cost model per token: its share of a block moved out and back in, against its prefill.
     std::snprintf(buf, sizeof(buf),
-                  "swap space %d blocks (%.1f MiB), preemption swaps where cheaper (%.3g us/token moved out "
-                  "and in vs %.3g us/token recomputed)",
+                  "swap space %d blocks (%.1f MiB), preemption swaps where cheaper (%.4g us/token moved out "
+                  "and in vs %.4g us/token recomputed)",
                   sc.num_swap_slots, mib, 1e6 * sc.swap_block_seconds / block_manager().block_size(),
                   1e6 * sc.recompute_token_seconds);
   }
