@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -98,6 +100,33 @@ TEST(CudaSwap, BlocksRoundTripBitwiseThroughTheHostArea) {
   EXPECT_FALSE(m->swap_blocks(bad, true).ok());
   const std::vector<BlockCopy> bad_slot = {{0, kSlots}};
   EXPECT_FALSE(m->swap_blocks(bad_slot, false).ok());
+}
+
+// Prints the rate of the copies against the cost model's assumption
+// (CudaRunner::kCopyBytesPerS); asserts only that they round-trip.
+TEST(CudaSwap, CopyRateAgainstTheCostModel) {
+  NS_SKIP_WITHOUT_GPU();
+  StatusOr<ModelConfig> c = model_shape("smollm2-135m");  // 30 layers: 368,640 bytes a block of 16
+  ASSERT_TRUE(c.ok());
+  const auto inv_freq = rope_inv_freqs(c->rope_dim, c->rope_theta, c->rope_scaling);
+  StatusOr<std::unique_ptr<CudaModel>> m = CudaModel::dummy(*c, inv_freq, 5);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  constexpr int32_t kN = 512;
+  ASSERT_TRUE((*m)->allocate(CudaLimits{64, 4, 4, 8}, kN, kBlockSize).ok());
+  ASSERT_TRUE((*m)->allocate_swap(kN).ok());
+  std::vector<BlockCopy> all;
+  for (int32_t b = 0; b < kN; ++b) all.push_back({b, b});
+  const double bytes = static_cast<double>(CudaModel::kv_bytes_per_block(*c, kBlockSize)) * kN;
+  for (bool out : {true, false}) {
+    ASSERT_TRUE((*m)->swap_blocks(all, out).ok());  // warm
+    cuda::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < 5; ++rep) ASSERT_TRUE((*m)->swap_blocks(all, out).ok());
+    cuda::synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5;
+    std::printf("swap %s: %d blocks (%.1f MiB) in %.2f ms = %.1f GB/s (the cost model assumes %.0f)\n",
+                out ? "out" : "in ", kN, bytes / (1 << 20), s * 1e3, bytes / s / 1e9, 50.0);
+  }
 }
 
 TEST(CudaSwap, CopiesWithoutAnAreaAreRefused) {
