@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/check.h"
 #include "ops/paged_attention/paged_attention.h"
 #include "ops/paged_attention/paged_kv.h"
@@ -101,6 +103,15 @@ Status CpuKV::init_swap(int32_t num_slots) {
     return failed_precondition("swap space: the per-sequence cache keeps no blocks to swap");
   if (num_swap_slots_ > 0) return failed_precondition("swap space: it exists already");
   if (num_slots < 1) return invalid_argument("swap space: num_slots must be >= 1");
+  // More than the machine has would fail (or thrash) at the first swap-outs: refused up front.
+  const int64_t bytes = 2 * static_cast<int64_t>(k_.size()) *
+                        dtype_bytes(o_.dtype, int64_t{num_slots} * o_.block_size * n_kv_heads_ * head_dim_);
+  const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (phys > 0 && bytes > phys) {
+    return invalid_argument("swap space: " + std::to_string(bytes >> 20) +
+                            " MiB is more than this machine's " + std::to_string(phys >> 20) +
+                            " MiB of memory");
+  }
   const std::vector<int64_t> shape = {num_slots, o_.block_size, n_kv_heads_, head_dim_};
   // Not zeroed: a slot is read only after a swap-out wrote it.
   for (size_t l = 0; l < k_.size(); ++l) {

@@ -3,7 +3,10 @@
 // the step's stream so that they are ordered before the next forward (and
 // after the last one) without any host synchronisation.
 
+#include <memory>
 #include <string>
+
+#include <unistd.h>
 
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/device_memory.cuh"
@@ -17,7 +20,21 @@ Status CudaModel::allocate_swap(int32_t num_slots) {
   if (num_slots < 1) return invalid_argument("swap space: num_slots must be >= 1");
   const ModelConfig& c = config_;
   const int64_t plane = int64_t{num_slots} * block_size_ * c.n_kv_heads * c.head_dim * 2;  // bytes
-  swap_host_ = cuda::pinned_host(plane * 2 * c.n_layers);
+  const int64_t bytes = plane * 2 * c.n_layers;
+  // Pinned pages cannot be paged out: more than half the machine's memory is refused up front
+  // (cudaMallocHost would fail, or starve the host).
+  const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (phys > 0 && bytes > phys / 2) {
+    return invalid_argument("swap space: " + std::to_string(bytes >> 20) +
+                            " MiB of pinned memory is more than " + "half of this machine's " +
+                            std::to_string(phys >> 20) + " MiB");
+  }
+  void* p = nullptr;
+  if (const cudaError_t err = cudaMallocHost(&p, static_cast<size_t>(bytes)); err != cudaSuccess) {
+    return resource_exhausted("swap space: cudaMallocHost of " + std::to_string(bytes >> 20) +
+                              " MiB: " + cudaGetErrorString(err));
+  }
+  swap_host_ = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
   num_swap_slots_ = num_slots;
   return Status::ok_status();
 }

@@ -208,6 +208,9 @@ def test_preemption_mode_and_swap_space_are_honoured_or_refused_by_name():
     assert "preemption mode swap" in r.stderr and "--swap-space" in r.stderr, r.stderr
     assert "--preemption-mode" in refused("--preemption-mode", "sometimes")
     assert "--swap-space" in refused("--swap-space", "-1")
+    # An area larger than the machine's memory is refused, not left to fail at the first swap-out.
+    r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--swap-space", "100000", *SMALL)
+    assert r.returncode not in (0, 134) and r.returncode > 0 and "more than this machine's" in r.stderr, r.stderr
     # With an area, the start-up line says how preemption uses it.
     r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--preemption-mode", "swap", "--swap-space", "0.01",
             *SMALL)
