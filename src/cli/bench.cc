@@ -109,6 +109,23 @@ RunFigures report(const char* label, const std::vector<Completion>& done, double
         static_cast<long long>(hits), static_cast<long long>(queries),
         queries > 0 ? 100.0 * static_cast<double>(hits) / static_cast<double>(queries) : 0.0);
   }
+  if (engine != nullptr && preemptions > 0) {
+    // Preemptions by kind: swapped out (blocks moved to the host area and back) or recomputed.
+    const EngineStats st = engine->stats();
+    auto since = [&](int64_t now, int64_t EngineStats::*field) {
+      return now - (before ? before->*field : 0);
+    };
+    const int64_t swaps = since(st.num_swap_preemptions, &EngineStats::num_swap_preemptions);
+    const int64_t all = since(st.num_preemptions, &EngineStats::num_preemptions);
+    std::printf(
+        "%-8s preemptions %lld: %lld swapped out (%lld blocks out, %lld in), %lld recomputed (%lld tokens "
+        "recomputed)\n",
+        label, static_cast<long long>(all), static_cast<long long>(swaps),
+        static_cast<long long>(since(st.swapped_out_blocks, &EngineStats::swapped_out_blocks)),
+        static_cast<long long>(since(st.swapped_in_blocks, &EngineStats::swapped_in_blocks)),
+        static_cast<long long>(all - swaps),
+        static_cast<long long>(since(st.recomputed_tokens, &EngineStats::recomputed_tokens)));
+  }
   if (engine != nullptr) {
     // Speculative decoding: vLLM's acceptance rate (accepted / proposed tokens)
     // and mean acceptance length (tokens per decode that carried proposals,

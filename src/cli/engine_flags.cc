@@ -101,6 +101,12 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
                   "Speculative decoding, as JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                   "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2} or {\"model\": PATH, "
                   "\"num_speculative_tokens\": 4}; the output is the same as without it");
+  sub->add_option("--preemption-mode", f.preemption_mode,
+                  "How a preempted request gives its KV blocks back: auto (swap them out to the --swap-space "
+                  "area where that costs less than recomputing the tokens, else recompute), swap (whenever "
+                  "the area has room) or recompute")
+      ->check(CLI::IsMember({"auto", "swap", "recompute"}))
+      ->capture_default_str();
   add_vllm_engine_flags(sub, f);
 }
 
@@ -147,6 +153,13 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
     c.speculative = *spec;
   } else {
     return invalid_argument("--speculative-config: " + spec.status().message());
+  }
+  if (f.preemption_mode == "swap") {
+    c.preemption_mode = PreemptionMode::kSwap;
+  } else if (f.preemption_mode == "recompute") {
+    c.preemption_mode = PreemptionMode::kRecompute;
+  } else if (f.preemption_mode != "auto") {
+    return invalid_argument("--preemption-mode: '" + f.preemption_mode + "' is not auto, swap or recompute");
   }
   NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
   NS_RETURN_IF_ERROR(apply_vllm_engine_flags(f, device, &c));

@@ -28,6 +28,7 @@ struct EngineFlags {
   bool allow_long_max_model_len = false;
   std::optional<double> gpu_memory_utilization;  // CUDA only; unset: 0.9. Refused on a CPU run.
   std::string speculative_config;  // JSON, as vLLM's --speculative-config (engine/speculative.h)
+  std::string preemption_mode = "auto";  // auto | swap | recompute (vLLM's --preemption-mode)
 
   // vLLM's engine flags, taken so that its command lines run (cli/vllm_flags.h).
   std::string dtype = "auto";  // auto | half | float16 | bfloat16 | float | float32
@@ -41,7 +42,7 @@ struct EngineFlags {
   std::string download_dir;                  // where hub ids are downloaded
   std::string distributed_executor_backend;  // no effect on one device
   bool enable_chunked_prefill = false;       // always on here
-  std::optional<double> swap_space;          // no effect: preemption recomputes
+  std::optional<double> swap_space;          // GiB of host swap area (unset: 4 on CUDA, 0 on the CPU)
   bool enable_lora = false;                  // refused
   std::vector<std::string> lora_modules;     // refused
 };

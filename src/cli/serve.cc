@@ -138,7 +138,7 @@ void log_engine(const LoadedEngine& m, const EngineConfig& config, const ThreadP
                 bm.num_blocks(), bm.block_size(), static_cast<long long>(tokens), mib,
                 static_cast<double>(tokens) / static_cast<double>(max_model_len),
                 static_cast<long long>(max_model_len), bm.prefix_caching() ? "on" : "off");
-  NS_LOG(INFO) << line;
+  NS_LOG(INFO) << line << "; " << engine.preemption_line();
 }
 
 // The chat template chats render with: --chat-template, else the model's own. A model without

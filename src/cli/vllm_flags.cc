@@ -49,7 +49,8 @@ void add_vllm_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_flag("--enable-chunked-prefill", f.enable_chunked_prefill,
                 "Always on: a long prompt is chunked to the step's token budget");
   sub->add_option("--swap-space", f.swap_space,
-                  "vLLM's CPU swap space (GiB): no effect, preemption recomputes");
+                  "Host swap area for preempted requests' KV blocks, in GiB (default 4 on CUDA, 0 on the "
+                  "CPU; see --preemption-mode)");
   sub->add_flag("--enable-lora", f.enable_lora, "Refused: LoRA adapters are not supported");
   sub->add_option("--lora-modules", f.lora_modules, "Refused: LoRA adapters are not supported")
       ->expected(1, -1);
@@ -64,7 +65,11 @@ Status apply_vllm_engine_flags(const EngineFlags& f, Device device, EngineConfig
     return invalid_argument(std::string(f.enable_lora ? "--enable-lora" : "--lora-modules") +
                             ": LoRA adapters are not supported; merge the adapter into the weights first");
   }
-  if (f.swap_space.has_value() && *f.swap_space < 0) return invalid_argument("--swap-space must be >= 0");
+  if (f.swap_space.has_value()) {
+    if (!(*f.swap_space >= 0.0 && *f.swap_space <= 1 << 20))
+      return invalid_argument("--swap-space must be in [0, 1048576] GiB");
+    c->swap_space_bytes = static_cast<int64_t>(*f.swap_space * static_cast<double>(int64_t{1} << 30));
+  }
   if (!f.quantization.empty()) {
     if (f.quantization != "fp8") {
       return invalid_argument("--quantization " + f.quantization +
@@ -111,10 +116,6 @@ void note_vllm_engine_flags(const EngineFlags& f, Device device) {
   if (!f.distributed_executor_backend.empty()) {
     NS_LOG(INFO) << "--distributed-executor-backend " << f.distributed_executor_backend
                  << ": no effect; the model runs in this process on one device";
-  }
-  if (f.swap_space.has_value()) {
-    NS_LOG(INFO) << "--swap-space: no effect; a preempted sequence gives its blocks back and is recomputed, "
-                    "never swapped out";
   }
   if (device != Device::kCPU) return;
   if (f.config.enforce_eager) {

@@ -92,7 +92,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   bc.window_read_margin = model->window_read_margin();
   NS_RETURN_IF_ERROR(bc.validate());
   NS_RETURN_IF_ERROR(model->init_kv_cache(num_blocks, config.block_size));
-  e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * model->kv_bytes_per_block(config.block_size);
+  const int64_t per_block = model->kv_bytes_per_block(config.block_size);
+  e->kv_pool_bytes_ = static_cast<int64_t>(num_blocks) * per_block;
+
+  NS_RETURN_IF_ERROR(configure_swap(config, *model, per_block, sc));
+  e->swap_space_bytes_ = static_cast<int64_t>(sc.num_swap_slots) * per_block;
   e->step_limits_ = model->step_limits();
   sc.max_logits_rows = e->step_limits_.max_logits_rows;  // the runner's R bounds each step's rows
   // Proposed tokens take the logits rows beyond one per sequence.
@@ -147,9 +151,10 @@ std::string Engine::capacity_line() const {
       block_manager().num_blocks(), block_manager().block_size(),
       static_cast<long long>(kv_capacity_tokens()), mib, per_len, static_cast<long long>(max_model_len_),
       block_manager().prefix_caching() ? "on" : "off");
+  std::string line = buf;
   const int64_t window = block_manager().sliding_window();
-  if (window <= 0) return buf;
-  return std::string(buf) + "; blocks behind the " + std::to_string(window) + "-token window released";
+  if (window > 0) line += "; blocks behind the " + std::to_string(window) + "-token window released";
+  return line + "; " + preemption_line();
 }
 
 StatusOr<RequestId> Engine::add_request(std::vector<int32_t> prompt, SamplingParams params) {
@@ -230,6 +235,14 @@ void Engine::publish_stats() {
   stats_.num_cached_blocks = bm.num_cached_blocks();
   stats_.kv_usage = static_cast<double>(bm.num_in_use_blocks()) / std::max(1, bm.num_blocks());
   stats_.num_preemptions = scheduler_->num_preemptions();
+  stats_.num_swap_preemptions = scheduler_->num_swap_preemptions();
+  stats_.num_swap_ins = scheduler_->num_swap_ins();
+  stats_.swapped_out_blocks = scheduler_->num_swapped_out_blocks();
+  stats_.swapped_in_blocks = scheduler_->num_swapped_in_blocks();
+  stats_.recomputed_tokens = scheduler_->num_recomputed_tokens();
+  stats_.num_swapped = static_cast<int32_t>(scheduler_->swapped().size());
+  stats_.num_swap_slots = scheduler_->swap_space().num_slots();
+  stats_.num_used_swap_slots = scheduler_->swap_space().num_used_slots();
   stats_.prefix_cache_queries = scheduler_->prefix_cache_queries();
   stats_.prefix_cache_hits = scheduler_->prefix_cache_hits();
 }
@@ -393,6 +406,11 @@ Status Engine::run_step(std::vector<RequestOutput>& outputs) {
   const Clock::time_point step_start = Clock::now();
   if (proposer_ != nullptr) propose();
   const SchedulerStep& plan = scheduler_->schedule();
+  // Before the forward (and before an empty plan returns: a request may have swapped itself out).
+  if (Status st = run_swaps(plan, outputs); !st.ok()) {
+    publish_stats();
+    return st;
+  }
   if (plan.empty()) {
     publish_stats();
     return Status();

@@ -56,6 +56,12 @@ struct EngineConfig {
   // A model whose every layer slides (kv_window_to_release): release each
   // sequence's blocks behind the window (docs/kvcache.md). Off: keep them all.
   bool release_window_blocks = true;
+  // Preemption (docs/engine.md, "Preemption: swap or recompute"): the host
+  // swap area in bytes (vLLM's --swap-space; nullopt: the runner's default,
+  // 4 GiB on CUDA and none on the CPU; 0: none), and how a preempted request
+  // gives its blocks back.
+  std::optional<int64_t> swap_space_bytes;
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
   // For the runner (load_engine), not the engine:
   std::optional<DType> kv_cache_dtype;  // nullopt: auto (the runner's choice; f32 on the CPU)
   bool naive_kv_cache = false;          // CPU: one contiguous slot per sequence, no sharing (a reference)
@@ -119,7 +125,15 @@ struct EngineStats {
   double kv_usage = 0.0;             // in use / total blocks
   int64_t prefix_cache_queries = 0;  // tokens looked up at admission
   int64_t prefix_cache_hits = 0;     // of those, tokens found cached
-  int64_t num_preemptions = 0;
+  int64_t num_preemptions = 0;       // swapped out or recomputed
+  int64_t num_swap_preemptions = 0;  // of those, swapped out (the rest were recomputed)
+  int64_t num_swap_ins = 0;
+  int64_t swapped_out_blocks = 0;  // blocks copied to the swap area
+  int64_t swapped_in_blocks = 0;   // and back
+  int64_t recomputed_tokens = 0;   // computed tokens that preemption by recompute dropped
+  int32_t num_swapped = 0;         // requests swapped out now
+  int32_t num_swap_slots = 0;      // the swap area, in blocks
+  int32_t num_used_swap_slots = 0;
   int64_t prompt_tokens = 0;        // prompt tokens prefilled (recompute not counted)
   int64_t generation_tokens = 0;    // tokens sampled
   int64_t num_computed_tokens = 0;  // tokens run through the model (prefill chunks and decodes)
@@ -188,6 +202,9 @@ class Engine {
   // "KV cache: 1234 blocks x 16 tokens = 19744 tokens (866.2 MiB); up to 2.41 sequences of max_model_len
   // 8192"
   std::string capacity_line() const;
+  // How preemption gives blocks back (the end of capacity_line): "preemption recomputes (no swap
+  // space)", or the swap area and, in auto mode, the cost model's two rates per token.
+  std::string preemption_line() const;
 
   // Internal consistency of queues, requests and blocks; for tests.
   Status check_invariants() const;
@@ -201,6 +218,12 @@ class Engine {
   Engine() = default;
   Status run_step(std::vector<RequestOutput>& outputs);
   void take_in(std::vector<RequestOutput>& outputs);
+  // The swap area's slots and the cost model's rates into sc, and the runner's area created
+  // (engine_swap.cc). INVALID_ARGUMENT for swap mode without an area.
+  static Status configure_swap(const EngineConfig& config, ModelRunner& runner, int64_t per_block,
+                               SchedulerConfig& sc);
+  // Runs the plan's swap copies; a failed copy ends the requests whose K/V it moved, with its error.
+  Status run_swaps(const SchedulerStep& plan, std::vector<RequestOutput>& outputs);
   void finish(Request* r, FinishReason reason, RequestOutput& out);
   RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
   void build_batch(const SchedulerStep& plan);
@@ -240,6 +263,7 @@ class Engine {
   const TextStreamFactory* text_ = nullptr;
   std::vector<int32_t> eos_ids_;
   int64_t kv_pool_bytes_ = 0;
+  int64_t swap_space_bytes_ = 0;  // the swap area's slots times a block's bytes
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   int32_t vocab_size_ = 0;

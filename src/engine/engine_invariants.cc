@@ -34,9 +34,36 @@ Status Engine::check_invariants() const {
                             std::to_string(len) + " tokens (" + std::to_string(want) + " expected)");
   }
   for (const Request* r : scheduler_->waiting()) {
-    if (r->status != RequestStatus::kWaiting || r->seq >= 0)
+    if (r->status != RequestStatus::kWaiting || r->seq >= 0 || !r->swap_slots.empty())
       return internal_error("waiting request " + std::to_string(r->id) + " holds cache state");
   }
+  // Swapped out: no sequence, and exactly one slot for each block its length held; no slot held twice,
+  // and none used that no swapped request holds (SwapSpace recounts).
+  std::unordered_set<int32_t> slots;
+  for (const Request* r : scheduler_->running()) {
+    if (!r->swap_slots.empty())
+      return internal_error("running request " + std::to_string(r->id) + " holds swap slots");
+  }
+  for (const Request* r : scheduler_->swapped()) {
+    const std::string req = "swapped request " + std::to_string(r->id);
+    if (r->status != RequestStatus::kSwapped || r->seq >= 0)
+      return internal_error(req + " is not marked swapped, or holds a sequence");
+    if (r->swapped_len < 1 || r->swapped_len > r->num_tokens())
+      return internal_error(req + " swapped " + std::to_string(r->swapped_len) + " of " +
+                            std::to_string(r->num_tokens()) + " tokens");
+    if (static_cast<int64_t>(r->swap_slots.size()) != bm.held_blocks_for(r->swapped_len))
+      return internal_error(req + " holds " + std::to_string(r->swap_slots.size()) + " slots for " +
+                            std::to_string(r->swapped_len) + " tokens (" +
+                            std::to_string(bm.held_blocks_for(r->swapped_len)) + " expected)");
+    for (int32_t s : r->swap_slots) {
+      if (s < 0 || s >= scheduler_->swap_space().num_slots())
+        return internal_error(req + " holds slot " + std::to_string(s) + " outside the swap area");
+      if (!scheduler_->swap_space().is_used(s))
+        return internal_error(req + " holds free slot " + std::to_string(s));
+      if (!slots.insert(s).second) return internal_error("swap slot " + std::to_string(s) + " held twice");
+    }
+  }
+  NS_RETURN_IF_ERROR(scheduler_->swap_space().check_invariants(static_cast<int64_t>(slots.size())));
   if (bm.num_live_seqs() != static_cast<int32_t>(seqs.size()))
     return internal_error("the block manager has " + std::to_string(bm.num_live_seqs()) +
                           " live sequences for " + std::to_string(seqs.size()) + " running requests");
@@ -44,7 +71,8 @@ Status Engine::check_invariants() const {
     if (r->is_finished()) return internal_error("finished request " + std::to_string(id) + " still tracked");
   }
   if (static_cast<int64_t>(requests_.size()) !=
-      static_cast<int64_t>(scheduler_->running().size() + scheduler_->waiting().size()))
+      static_cast<int64_t>(scheduler_->running().size() + scheduler_->waiting().size() +
+                           scheduler_->swapped().size()))
     return internal_error("tracked requests disagree with the queues");
   return Status();
 }

@@ -2,13 +2,20 @@
 // One generation request and its life in the engine.
 //
 //   WAITING ──admit──► RUNNING ──stop/length──► FINISHED
-//      ▲                  │  └──────abort──────► FINISHED (abort)
-//      └─preempt (front)──┘
+//      ▲                  │ ▲ └─────abort──────► FINISHED (abort)
+//      └─preempt (front)──┘ │
+//        (recompute)        │ swap in
+//                   preempt │ (front)      abort
+//                    (swap) ▼
+//                        SWAPPED ──────────────► FINISHED (abort)
 //
 // Tokens are prompt ++ output. How many leading tokens have their K/V in the
 // cache is the block manager's to say (Scheduler::num_computed, by `seq`);
 // preemption by recompute frees the sequence and keeps the output, so
 // re-admission prefills prompt ++ output (from its cached prefix) and carries on.
+// Preemption by swap copies the K/V of the sequence's held blocks to swap
+// slots and frees the sequence; swapping in restores that length into new
+// blocks, so it carries on without recomputing anything.
 
 #include <algorithm>
 #include <chrono>
@@ -31,7 +38,7 @@ namespace nanoserve {
 using RequestId = uint64_t;
 using Clock = std::chrono::steady_clock;
 
-enum class RequestStatus : uint8_t { kWaiting, kRunning, kFinished };
+enum class RequestStatus : uint8_t { kWaiting, kRunning, kSwapped, kFinished };
 
 struct Request {
   Request(RequestId id, std::vector<int32_t> prompt, SamplingParams params, uint64_t seed,
@@ -46,6 +53,11 @@ struct Request {
   FinishReason finish_reason = FinishReason::kNone;
   int32_t seq = -1;  // block manager handle while the request holds blocks, else -1
   int32_t num_preemptions = 0;
+  // While swapped out (kSwapped): the tokens whose K/V the slots hold (the
+  // sequence's length at swap-out), and the swap slot of each block it held,
+  // in table order (BlockManager::held_blocks_for(swapped_len) of them).
+  int64_t swapped_len = 0;
+  std::vector<int32_t> swap_slots;
 
   Rng rng;
   StopChecker stop;

@@ -388,7 +388,9 @@ void BlockManager::hash_full_blocks(int32_t seq, const TokenSeq& tokens) {
     const uint64_t h = block_hash(parent, tokens, begin, block_size_);
     hashes[i] = h;
     const int32_t b = r[i];
-    if (block_hash_[b] != kNoHash || map_find(h) >= 0) continue;  // already cached, or another block is
+    // Released behind the window (a restored sequence: its chain is rebuilt over them), already
+    // cached, or another block is.
+    if (b < 0 || block_hash_[b] != kNoHash || map_find(h) >= 0) continue;
     block_hash_[b] = h;
     block_parent_[b] = parent;
     int32_t* bt = block_tokens_.data() + static_cast<int64_t>(b) * block_size_;
@@ -417,6 +419,40 @@ void BlockManager::shrink_to(int32_t seq, int64_t new_len) {
     r[i] = -1;
   }
   n_blocks_[seq] = std::min(n_blocks_[seq], keep);
+}
+
+// ---- Swapping ----
+
+int32_t BlockManager::held_blocks_for(int64_t len) const {
+  const int64_t table = ceil_div(len, block_size_);
+  return static_cast<int32_t>(table - std::min<int64_t>(releasable_blocks(len), table));
+}
+
+Status BlockManager::restore_sequence(int32_t seq, const TokenSeq& tokens, int64_t len) {
+  check_live(seq, "restore_sequence");
+  NS_CHECK(n_blocks_[seq] == 0 && lens_[seq] == 0) << "restore_sequence into a sequence that holds blocks";
+  NS_CHECK(len >= 0 && tokens.size() >= len)
+      << "restore of " << len << " tokens, " << tokens.size() << " known";
+  if (len > max_seq_len_) {
+    return invalid_argument("block manager: restore of " + std::to_string(len) +
+                            " tokens exceeds max_seq_len " + std::to_string(max_seq_len_));
+  }
+  const int32_t held = held_blocks_for(len);
+  if (held > num_available_blocks()) {
+    return resource_exhausted("block manager: " + std::to_string(held) + " blocks needed, " +
+                              std::to_string(num_available_blocks()) + " available");
+  }
+  const int32_t table = static_cast<int32_t>(ceil_div(len, block_size_));
+  int32_t* r = row(seq);
+  const int32_t released = table - held;
+  for (int32_t i = 0; i < released; ++i) r[i] = -1;
+  for (int32_t i = released; i < table; ++i) r[i] = take_block();
+  n_blocks_[seq] = table;
+  n_released_[seq] = released;
+  lens_[seq] = len;
+  n_hashed_[seq] = 0;
+  if (prefix_caching_) hash_full_blocks(seq, tokens);
+  return Status();
 }
 
 // ---- The step ----

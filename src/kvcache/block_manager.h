@@ -138,6 +138,19 @@ class BlockManager {
   // released block (releasable_blocks(new_len) >= num_released).
   void shrink_to(int32_t seq, int64_t new_len);
 
+  // ---- Swapping (docs/kvcache.md, "Swapping") ----
+  // Blocks a sequence of len tokens holds between steps: its table less the released prefix.
+  int32_t held_blocks_for(int64_t len) const;
+  // Gives an empty sequence the state of a swapped-out one of len tokens:
+  // the released prefix of len (-1 entries), then held_blocks_for(len) fresh
+  // private blocks, whose K/V the caller copies in from the swap area before
+  // the next forward; the length len; and the chain hashes of the full blocks
+  // of `tokens`, whose held blocks enter the prefix cache where no block holds
+  // their hash yet (as commit would). RESOURCE_EXHAUSTED, changing nothing,
+  // when too few blocks are available; INVALID_ARGUMENT past max_seq_len.
+  // PRECOND: tokens.size() >= len.
+  Status restore_sequence(int32_t seq, const TokenSeq& tokens, int64_t len);
+
   // ---- The step ----
   // Fills batch.max_blocks_per_seq, block_tables ([B * max_blocks_per_seq],
   // -1 past each table's end, the oldest held block in released entries)

@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include <unistd.h>
+
 #include "core/check.h"
 #include "ops/paged_attention/paged_attention.h"
 #include "ops/paged_attention/paged_kv.h"
@@ -94,6 +96,58 @@ int64_t CpuKV::pool_bytes() const {
   int64_t total = 0;
   for (size_t l = 0; l < k_.size(); ++l) total += k_[l].nbytes() + v_[l].nbytes();
   return total;
+}
+
+Status CpuKV::init_swap(int32_t num_slots) {
+  if (o_.layout != CpuKVLayout::kPaged)
+    return failed_precondition("swap space: the per-sequence cache keeps no blocks to swap");
+  if (num_swap_slots_ > 0) return failed_precondition("swap space: it exists already");
+  if (num_slots < 1) return invalid_argument("swap space: num_slots must be >= 1");
+  // More than the machine has would fail (or thrash) at the first swap-outs: refused up front.
+  const int64_t bytes = 2 * static_cast<int64_t>(k_.size()) *
+                        dtype_bytes(o_.dtype, int64_t{num_slots} * o_.block_size * n_kv_heads_ * head_dim_);
+  const int64_t phys = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  if (phys > 0 && bytes > phys) {
+    return invalid_argument("swap space: " + std::to_string(bytes >> 20) +
+                            " MiB is more than this machine's " + std::to_string(phys >> 20) +
+                            " MiB of memory");
+  }
+  const std::vector<int64_t> shape = {num_slots, o_.block_size, n_kv_heads_, head_dim_};
+  // Not zeroed: a slot is read only after a swap-out wrote it.
+  for (size_t l = 0; l < k_.size(); ++l) {
+    k_swap_.push_back(Tensor::empty(o_.dtype, shape));
+    v_swap_.push_back(Tensor::empty(o_.dtype, shape));
+  }
+  num_swap_slots_ = num_slots;
+  return Status();
+}
+
+void CpuKV::swap_blocks(std::span<const BlockCopy> copies, bool out) {
+  const size_t block_bytes =
+      static_cast<size_t>(dtype_bytes(o_.dtype, int64_t{o_.block_size} * n_kv_heads_ * head_dim_));
+  for (const BlockCopy& c : copies) {
+    NS_CHECK(c.block >= 0 && c.block < o_.num_blocks && c.slot >= 0 && c.slot < num_swap_slots_)
+        << "swap copy of block " << c.block << " / slot " << c.slot << " outside the pool (" << o_.num_blocks
+        << ") or the area (" << num_swap_slots_ << ")";
+  }
+  // Layers in parallel: each copies its own K and V rows.
+  pool_.parallel_for(static_cast<int64_t>(k_.size()), [&](int64_t l0, int64_t l1, int) {
+    for (int64_t l = l0; l < l1; ++l) {
+      for (int kv = 0; kv < 2; ++kv) {
+        auto* pool = static_cast<uint8_t*>((kv == 0 ? k_ : v_)[static_cast<size_t>(l)].data());
+        auto* area = static_cast<uint8_t*>((kv == 0 ? k_swap_ : v_swap_)[static_cast<size_t>(l)].data());
+        for (const BlockCopy& c : copies) {
+          uint8_t* b = pool + static_cast<size_t>(c.block) * block_bytes;
+          uint8_t* s = area + static_cast<size_t>(c.slot) * block_bytes;
+          if (out) {
+            std::memcpy(s, b, block_bytes);
+          } else {
+            std::memcpy(b, s, block_bytes);
+          }
+        }
+      }
+    }
+  });
 }
 
 void CpuKV::write_per_sequence(int layer, const ForwardBatch& batch, const Tensor& k, const Tensor& v) {

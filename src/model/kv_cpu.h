@@ -16,6 +16,12 @@
 //                   naive cache, --kv-cache naive: the reference the paged one is
 //                   held to). Blocks cannot be shared: no prefix caching.
 // The pools are not zero-filled: a slot is always written before any read reaches it.
+//
+// Swap area (paged only, init_swap): per layer k_swap(l), v_swap(l)
+// [num_slots, block_size, n_kv_heads, head_dim] in the pool dtype, a separate
+// host allocation that blocks are copied out to and back from
+// (docs/kvcache.md, "Swapping"). On the CPU it is the same memory as the pool,
+// so it saves no recompute memory-wise; it runs the engine's swap logic.
 
 #include <cstdint>
 #include <memory>
@@ -26,6 +32,7 @@
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "model/config.h"
+#include "model/model_runner.h"
 #include "ops/attention/attention.h"
 #include "step/forward_batch.h"
 
@@ -67,6 +74,16 @@ class CpuKV {
   void attend(int layer, const ForwardBatch& batch, const Tensor& q, const Tensor& k, const Tensor& v,
               int n_rep, float scale, Tensor& out, int64_t window = 0, float softcap = 0.0f);
 
+  // Creates the swap area of num_slots blocks (paged only); FAILED_PRECONDITION when it exists
+  // or the layout is per sequence.
+  Status init_swap(int32_t num_slots);
+  int32_t num_swap_slots() const { return num_swap_slots_; }
+  // Copies each block's K and V, every layer, to its slot (out) or from its slot into the block (in).
+  // Synchronous. PRECOND: ids inside the pool and the area (NS_CHECK).
+  void swap_blocks(std::span<const BlockCopy> copies, bool out);
+  const Tensor& k_swap(int layer) const { return k_swap_[static_cast<size_t>(layer)]; }
+  const Tensor& v_swap(int layer) const { return v_swap_[static_cast<size_t>(layer)]; }
+
   // How many times each half of attend() ran, over the storage's life: one
   // write per layer and step, then one read of the layout's kind.
   struct Counts {
@@ -91,6 +108,9 @@ class CpuKV {
   int64_t n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   ThreadPool& pool_;
   std::vector<Tensor> k_, v_;  // [n_layers], layout above
+  std::vector<Tensor> k_swap_,
+      v_swap_;  // [n_layers] swap area, [num_swap_slots, block_size, n_kv_heads, head_dim]
+  int32_t num_swap_slots_ = 0;
 
   // Read scratch, sized at creation.
   std::vector<float> scores_;   // fused read and attention(): one score row per thread

@@ -201,6 +201,10 @@ const Tensor& CudaModel::v_pool(int layer) const {
   return v_pools_.at(static_cast<size_t>(layer));
 }
 
+void* CudaModel::step_stream() const {
+  return step_ ? step_->stream : nullptr;
+}
+
 int64_t CudaModel::graph_captures() const {
   return step_ ? step_->graphs.captures() : 0;
 }

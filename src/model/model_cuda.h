@@ -32,6 +32,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/model_runner.h"
 #include "ops/matmul/linear_weight.h"
 #include "step/forward_batch.h"
 
@@ -158,6 +159,19 @@ class CudaModel {
   // Graphs captured so far (for tests and reports).
   int64_t graph_captures() const;
 
+  // The swap area (docs/kvcache.md, "Swapping"; model_cuda_swap.cu): pinned
+  // host memory in the pools' layout, [n_layers][2][num_slots, block_size,
+  // n_kv_heads, head_dim] bf16. After allocate(), once.
+  Status allocate_swap(int32_t num_slots);
+  int32_t num_swap_slots() const { return num_swap_slots_; }
+  // [n_layers][2][num_slots, ...] the swap area's bytes (for tests; read after a synchronize).
+  const void* swap_host() const { return swap_host_.get(); }
+  // Queues the copy of each block's K and V, every layer, to its slot (out)
+  // or from its slot into the block, on the step's stream: ordered before the
+  // next forward. One cudaMemcpy2DAsync per run of consecutive (block, slot)
+  // pairs and per K or V, covering every layer.
+  Status swap_blocks(std::span<const BlockCopy> copies, bool out);
+
  private:
   struct Step;  // device workspace, stream, GEMM handle, batch buffers
   explicit CudaModel(ModelConfig config);
@@ -171,6 +185,9 @@ class CudaModel {
   int32_t num_blocks_ = 0, block_size_ = 0;
   std::vector<Tensor> k_pools_, v_pools_;  // [n_layers] views into one allocation each
   std::unique_ptr<Step> step_;
+  void* step_stream() const;         // the step's cudaStream_t (model_cuda.cu), for the swap copies
+  std::shared_ptr<void> swap_host_;  // pinned, layout above
+  int32_t num_swap_slots_ = 0;
 };
 
 }  // namespace nanoserve

@@ -19,6 +19,20 @@
 
 namespace nanoserve {
 
+// One block's K/V (every layer) moved between the KV pool and the swap area.
+struct BlockCopy {
+  int32_t block = 0;  // KV pool block id
+  int32_t slot = 0;   // swap area slot id
+};
+
+// What the engine's cost model assumes of a runner's swap (docs/engine.md,
+// "Preemption: swap or recompute"): the rate of one copy direction between
+// its KV pool and its swap area, and the rate at which it prefills.
+struct SwapCostRates {
+  double copy_bytes_per_s = 0.0;
+  double prefill_tokens_per_s = 0.0;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -50,6 +64,31 @@ class ModelRunner {
   // Creates the runner's KV storage: num_blocks blocks of block_size tokens.
   // Called once by the engine, before the first forward.
   virtual Status init_kv_cache(int32_t num_blocks, int32_t block_size) = 0;
+
+  // ---- Swap area (docs/kvcache.md, "Swapping") ----
+  // True when the runner's KV storage is paged and it can swap blocks (false:
+  // the engine preempts by recompute only).
+  virtual bool can_swap() const { return false; }
+  // Creates the swap area: num_slots slots of one block each (kv_bytes_per_block),
+  // in host memory. Once, after init_kv_cache; not called when the area is empty.
+  virtual Status init_swap_space(int32_t /*num_slots*/) {
+    return unimplemented("this runner has no swap area");
+  }
+  // Copies each listed block's K/V, every layer, out to its slot (swap_out)
+  // or from its slot into the listed block (swap_in). Asynchronous where the
+  // device has a stream, but ordered before the next forward and every later
+  // copy: a block swapped out may be rewritten by the next forward, and a
+  // block swapped in is read by it. PRECOND: ids inside the pool and the area.
+  virtual Status swap_out(std::span<const BlockCopy> /*copies*/) {
+    return unimplemented("this runner has no swap area");
+  }
+  virtual Status swap_in(std::span<const BlockCopy> /*copies*/) {
+    return unimplemented("this runner has no swap area");
+  }
+  // The rates the engine's choice between swap and recompute assumes.
+  virtual SwapCostRates swap_cost_rates() const { return {}; }
+  // The swap area's size when the engine is not told one (vLLM's --swap-space default).
+  virtual int64_t default_swap_space_bytes() const { return 0; }
 
   // What one step may hold: the engine validates every batch against these
   // (ForwardBatch::validate) before forward(), once. After init_kv_cache.

@@ -27,6 +27,24 @@ Status CpuRunner::init_kv_cache(int32_t num_blocks, int32_t block_size) {
   return Status();
 }
 
+Status CpuRunner::init_swap_space(int32_t num_slots) {
+  if (kv_ == nullptr) return failed_precondition("init_swap_space before init_kv_cache");
+  return kv_->init_swap(num_slots);
+}
+
+Status CpuRunner::swap_out(std::span<const BlockCopy> copies) {
+  if (kv_ == nullptr || kv_->num_swap_slots() == 0)
+    return failed_precondition("swap_out without a swap area");
+  kv_->swap_blocks(copies, /*out=*/true);
+  return Status();
+}
+
+Status CpuRunner::swap_in(std::span<const BlockCopy> copies) {
+  if (kv_ == nullptr || kv_->num_swap_slots() == 0) return failed_precondition("swap_in without a swap area");
+  kv_->swap_blocks(copies, /*out=*/false);
+  return Status();
+}
+
 StepLimits CpuRunner::step_limits() const {
   NS_CHECK(kv_ != nullptr) << "step_limits before init_kv_cache";
   return model_->step_limits(ws_, *kv_, options_.max_num_seqs);

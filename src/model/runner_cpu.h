@@ -24,6 +24,9 @@ struct CpuRunnerOptions {
   CpuKVLayout kv_layout = CpuKVLayout::kPaged;
   DType kv_dtype = DType::kF32;  // paged: kF32, kF16 or kBF16; per sequence: kF32
   bool fused_read = true;        // paged: attention straight from the blocks (false: gather)
+  // What the engine's swap-or-recompute choice assumes of this runner's prefill
+  // (SmolLM2-135M Q4_1 on one core of the 2-core dev VM: ~3.9 ms a token).
+  double prefill_tokens_per_s = 250.0;
 };
 
 class CpuRunner final : public ModelRunner {
@@ -37,6 +40,19 @@ class CpuRunner final : public ModelRunner {
   Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
   StepLimits step_limits() const override;
   StatusOr<Tensor> forward(const ForwardBatch& batch) override;
+
+  // Swap area: a separate host allocation in the pool's layout (CpuKV::init_swap).
+  bool can_swap() const override { return options_.kv_layout == CpuKVLayout::kPaged; }
+  Status init_swap_space(int32_t num_slots) override;
+  Status swap_out(std::span<const BlockCopy> copies) override;
+  Status swap_in(std::span<const BlockCopy> copies) override;
+  // A memcpy within host memory against the CPU's prefill (docs/engine.md): kCpuCopyBytesPerS and
+  // options.prefill_tokens_per_s. No swap area unless the engine is given one.
+  SwapCostRates swap_cost_rates() const override {
+    return {kCpuCopyBytesPerS, options_.prefill_tokens_per_s};
+  }
+  // Block-sized memcpy on one core of the 2-core dev VM: ~12 GB/s (2026-12-05); 10 assumed.
+  static constexpr double kCpuCopyBytesPerS = 10e9;
 
   // Times every later forward's phases into *profile (null: stop timing).
   void set_profile(ForwardProfile* profile) { ws_.profile = profile; }

@@ -7,6 +7,7 @@
 // Plain C++ (no CUDA header); defined in runner_cuda.cu, so only a build
 // with NANOSERVE_CUDA has it.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -61,6 +62,23 @@ class CudaRunner final : public ModelRunner {
   std::span<const int32_t> sampled_tokens() const override { return model_->sampled(); }
   std::span<const SampleRowLogprobs> sampled_logprobs() const override { return model_->sampled_logprobs(); }
   std::span<const float> logits_row(int32_t row) override { return model_->logits_row(row); }
+
+  // Swap area: pinned host memory, copies on the step's stream (CudaModel::swap_blocks).
+  bool can_swap() const override { return true; }
+  Status init_swap_space(int32_t num_slots) override { return model_->allocate_swap(num_slots); }
+  Status swap_out(std::span<const BlockCopy> copies) override { return model_->swap_blocks(copies, true); }
+  Status swap_in(std::span<const BlockCopy> copies) override { return model_->swap_blocks(copies, false); }
+  int64_t default_swap_space_bytes() const override { return int64_t{4} << 30; }  // vLLM's 4 GiB
+  // docs/engine.md, "Preemption: swap or recompute": a pinned copy over the
+  // host link at kCopyBytesPerS, against a prefill whose rate scales with the
+  // weights' bytes (kPrefillWeightBytesPerS / weight_bytes: ~30k tok/s for
+  // the 8B shape's 16 GB of bf16 on the H200).
+  SwapCostRates swap_cost_rates() const override {
+    return {kCopyBytesPerS,
+            kPrefillWeightBytesPerS / static_cast<double>(std::max<int64_t>(1, model_->weight_bytes()))};
+  }
+  static constexpr double kCopyBytesPerS = 50e9;
+  static constexpr double kPrefillWeightBytesPerS = 4.8e14;
 
   CudaModel& model() { return *model_; }
   // The step buffers init_kv_cache allocates (CudaModel::workspace_bytes).

@@ -224,6 +224,13 @@ void EngineLoop::update_gauges() {
     last = now;
   };
   advance(metrics_.num_preemptions_total, s.num_preemptions, last_preemptions_);
+  metrics_.num_requests_swapped.set(static_cast<double>(s.num_swapped));
+  metrics_.cpu_cache_usage_perc.set(
+      s.num_swap_slots > 0 ? static_cast<double>(s.num_used_swap_slots) / s.num_swap_slots : 0.0);
+  advance(metrics_.num_preemptions_swapped_total, s.num_swap_preemptions, last_swap_preemptions_);
+  advance(metrics_.swapped_out_blocks_total, s.swapped_out_blocks, last_swapped_out_blocks_);
+  advance(metrics_.swapped_in_blocks_total, s.swapped_in_blocks, last_swapped_in_blocks_);
+  advance(metrics_.recomputed_tokens_total, s.recomputed_tokens, last_recomputed_tokens_);
   advance(metrics_.prefix_cache_queries_total, s.prefix_cache_queries, last_prefix_queries_);
   advance(metrics_.prefix_cache_hits_total, s.prefix_cache_hits, last_prefix_hits_);
   metrics_.prefix_cache_hit_rate.set(

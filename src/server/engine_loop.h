@@ -101,6 +101,8 @@ class EngineLoop {
   // Engine thread only.
   std::vector<RequestOutput> outputs_;
   int64_t last_preemptions_ = 0, last_prefix_queries_ = 0, last_prefix_hits_ = 0;
+  int64_t last_swap_preemptions_ = 0, last_swapped_out_blocks_ = 0, last_swapped_in_blocks_ = 0;
+  int64_t last_recomputed_tokens_ = 0;
   int64_t last_spec_drafts_ = 0, last_spec_draft_tokens_ = 0, last_spec_accepted_ = 0;
   std::vector<int64_t> last_spec_per_pos_;
   std::atomic<uint64_t> num_steps_{0};

@@ -104,6 +104,13 @@ struct ServerMetrics {
   Counter& prompt_tokens_total;
   Counter& generation_tokens_total;
   Counter& num_preemptions_total;
+  // Preemption by swap (docs/engine.md): vLLM v0's swapped-request and swap-area gauges, and ours.
+  Gauge& num_requests_swapped;
+  Gauge& cpu_cache_usage_perc;             // swap area slots in use, [0, 1] (vLLM v0's name for it)
+  Counter& num_preemptions_swapped_total;  // of num_preemptions_total, those swapped out
+  Counter& swapped_out_blocks_total;
+  Counter& swapped_in_blocks_total;
+  Counter& recomputed_tokens_total;     // computed tokens that preemption by recompute dropped
   Counter& prefix_cache_queries_total;  // tokens looked up in the prefix cache at admission
   Counter& prefix_cache_hits_total;     // of those, tokens found cached
   Gauge& prefix_cache_hit_rate;         // hits / queries so far, [0, 1]

@@ -168,7 +168,9 @@ def test_flags_taken_for_pasted_lines_start():
                "--dtype", "auto", *SMALL) as s:
         assert s.started(), s.stderr
         _, err = s.stop()
-        assert "--swap-space: no effect" in err and "--distributed-executor-backend mp: no effect" in err, err
+        assert "--distributed-executor-backend mp: no effect" in err, err
+        # --swap-space is honoured: the start-up line gives the area (4 GiB of the pool's blocks).
+        assert re.search(r"swap space \d+ blocks \(4096\.0 MiB\)", err), err
 
 
 @pytest.mark.parametrize("args,flag", [(["--quantization", "awq"], "--quantization awq"),
@@ -197,3 +199,23 @@ def test_download_dir_with_a_local_model_is_said():
         _, err = s.stop()
         assert "--download-dir: MODEL" in err and "nothing is downloaded" in err, err
         assert not os.path.exists("/tmp/nowhere")
+
+
+def test_preemption_mode_and_swap_space_are_honoured_or_refused_by_name():
+    # swap without an area: refused when the engine starts, naming the flag that gives one.
+    r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--preemption-mode", "swap", *SMALL)
+    assert r.returncode not in (0, 134) and r.returncode > 0, (r.returncode, r.stderr)
+    assert "preemption mode swap" in r.stderr and "--swap-space" in r.stderr, r.stderr
+    assert "--preemption-mode" in refused("--preemption-mode", "sometimes")
+    assert "--swap-space" in refused("--swap-space", "-1")
+    # An area larger than the machine's memory is refused, not left to fail at the first swap-out.
+    r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--swap-space", "100000", *SMALL)
+    assert r.returncode not in (0, 134) and r.returncode > 0 and "more than this machine's" in r.stderr, r.stderr
+    # With an area, the start-up line says how preemption uses it.
+    r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--preemption-mode", "swap", "--swap-space", "0.01",
+            *SMALL)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"swap space \d+ blocks \(10\.\d MiB\), preemption swaps while it has room", r.stderr), r.stderr
+    r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--preemption-mode", "recompute", "--swap-space", "1",
+            *SMALL)
+    assert r.returncode == 0 and "preemption recomputes (no swap space)" in r.stderr, r.stderr

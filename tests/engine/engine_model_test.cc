@@ -24,6 +24,8 @@ struct ModelSetup {
   int32_t block_size = 16;
   int32_t num_blocks = 96;
   bool prefix_caching = true;
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  int64_t swap_space_bytes = 0;
 };
 
 class EngineModel : public ::testing::Test {
@@ -50,6 +52,8 @@ class EngineModel : public ::testing::Test {
     c.block_size = s.block_size;
     c.num_blocks = s.num_blocks;
     c.enable_prefix_caching = s.prefix_caching;
+    c.preemption_mode = s.preemption_mode;
+    c.swap_space_bytes = s.swap_space_bytes;
     c.max_model_len = 512;
     StatusOr<LoadedEngine> le = load_engine(kModelPath, c, *pool_);
     NS_CHECK(le.ok()) << le.status().to_string();
@@ -160,6 +164,43 @@ TEST_F(EngineModel, GreedyIdenticalAfterPreemptionAndRecompute) {
   LoadedEngine le = load(s);
   EXPECT_EQ(run(*le.engine, 16, 16, greedy(kNew)), slice(solo(), 16, 16));
   EXPECT_GT(le.engine->stats().num_preemptions, 0) << "the pool was sized to force preemption";
+}
+
+// The same pool preempting by swap (the CPU runner's host swap area): greedy
+// tokens equal each prompt's alone, seeded samples equal a roomy engine's,
+// and nothing is recomputed.
+TEST_F(EngineModel, GreedyAndSeededIdenticalAfterPreemptionBySwap) {
+  ModelSetup s;
+  s.block_size = 4;
+  s.num_blocks = 16;
+  s.max_num_seqs = 16;
+  s.max_num_batched_tokens = 64;
+  s.preemption_mode = PreemptionMode::kSwap;
+  s.swap_space_bytes = 8 << 20;  // 45 blocks of the f32 cache's 184,320 bytes
+  LoadedEngine le = load(s);
+  EXPECT_EQ(run(*le.engine, 16, 16, greedy(kNew)), slice(solo(), 16, 16));
+  EngineStats st = le.engine->stats();
+  EXPECT_GT(st.num_swap_preemptions, 0) << "the pool was sized to force preemption";
+  EXPECT_EQ(st.recomputed_tokens, 0);
+  EXPECT_EQ(st.swapped_in_blocks, st.swapped_out_blocks);
+
+  std::vector<SamplingParams> per(8);
+  for (int i = 0; i < 8; ++i) {
+    per[i].temperature = 0.9f;
+    per[i].top_p = 0.95f;
+    per[i].max_tokens = kNew + 2;
+    per[i].seed = 9000 + i;
+    per[i].ignore_eos = true;
+  }
+  LoadedEngine roomy = load({});
+  const auto want = run(*roomy.engine, 0, 8, per[0], per);
+  EXPECT_EQ(roomy.engine->stats().num_preemptions, 0);
+  const int64_t swaps_before = st.num_swap_preemptions;
+  EXPECT_EQ(run(*le.engine, 0, 8, per[0], per), want);
+  st = le.engine->stats();
+  EXPECT_GT(st.num_swap_preemptions, swaps_before);
+  EXPECT_EQ(st.recomputed_tokens, 0);
+  EXPECT_TRUE(le.engine->check_invariants().ok());
 }
 
 // Prompt logprobs (every prompt row's logits) are the same floats whatever the

@@ -15,6 +15,7 @@
 // the margin before it, as a kernel that starts early would: a block released
 // while still read shows up as a wrong position.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -159,6 +160,28 @@ class FakeModel final : public ModelRunner {
   }
   StepLimits step_limits() const override { return limits_; }
 
+  // A swap area in its own host tensors, laid out as the pools; the copies
+  // move the (token, position) entries, so a block swapped back wrong shows
+  // in the oracle's tokens (and as a wrong position).
+  bool can_swap() const override { return true; }
+  Status init_swap_space(int32_t num_slots) override {
+    if (!k_pool_.defined()) return failed_precondition("fake model: swap space before the pool");
+    const int64_t bs = k_pool_.dim(1);
+    k_swap_ = Tensor::empty(DType::kF32, {num_slots, bs, 1, 2});
+    v_swap_ = Tensor::empty(DType::kF32, {num_slots, bs, 1, 2});
+    num_slots_ = num_slots;
+    return Status();
+  }
+  Status swap_out(std::span<const BlockCopy> copies) override { return copy(copies, true); }
+  Status swap_in(std::span<const BlockCopy> copies) override { return copy(copies, false); }
+  SwapCostRates swap_cost_rates() const override { return rates_; }
+  void set_swap_cost_rates(SwapCostRates rates) { rates_ = rates; }  // before the engine is created
+  int32_t num_swap_slots() const { return num_slots_; }
+  int64_t blocks_swapped_out() const { return blocks_out_; }
+  int64_t blocks_swapped_in() const { return blocks_in_; }
+  // The next swap copy fails (then copies work again).
+  void fail_next_swap() { fail_next_swap_ = true; }
+
   StatusOr<Tensor> forward(const ForwardBatch& batch) override {
     NS_CHECK(k_pool_.defined()) << "forward before init_kv_cache";
     if (const int d = step_delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
@@ -257,6 +280,34 @@ class FakeModel final : public ModelRunner {
   std::vector<int64_t> gather_scratch_;
   ThreadPool pool_{1};
   StepLimits limits_;
+  Tensor k_swap_, v_swap_;  // [num_slots, block_size, 1, 2] f32
+  int32_t num_slots_ = 0;
+  SwapCostRates rates_{1e9, 1e3};  // swapping far cheaper than recomputing, as on every real runner
+  int64_t blocks_out_ = 0, blocks_in_ = 0;
+  bool fail_next_swap_ = false;
+  Status copy(std::span<const BlockCopy> copies, bool out) {
+    if (fail_next_swap_) {
+      fail_next_swap_ = false;
+      return internal_error("fake model: failing this swap copy, as asked");
+    }
+    NS_CHECK(num_slots_ > 0) << "swap copy without a swap area";
+    const int64_t n = k_pool_.dim(1) * 2;  // floats per block
+    for (const BlockCopy& c : copies) {
+      NS_CHECK(c.block >= 0 && c.block < k_pool_.dim(0) && c.slot >= 0 && c.slot < num_slots_)
+          << "swap copy of block " << c.block << " / slot " << c.slot;
+      for (int kv = 0; kv < 2; ++kv) {
+        float* b = (kv == 0 ? k_pool_ : v_pool_).data_as<float>() + c.block * n;
+        float* sl = (kv == 0 ? k_swap_ : v_swap_).data_as<float>() + c.slot * n;
+        if (out) {
+          std::copy(b, b + n, sl);
+        } else {
+          std::copy(sl, sl + n, b);
+        }
+      }
+    }
+    (out ? blocks_out_ : blocks_in_) += static_cast<int64_t>(copies.size());
+    return Status();
+  }
   int64_t num_forwards_ = 0;
   int64_t max_tokens_seen_ = 0;
   int64_t tokens_computed_ = 0;

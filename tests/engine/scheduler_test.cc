@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "engine/fake_model.h"
@@ -13,7 +14,9 @@ namespace {
 // A scheduler over a block manager of `num_blocks` blocks of 4 tokens
 // (prefix caching off unless asked: the prompts here are alike).
 struct Fixture {
-  Fixture(int32_t num_blocks, int32_t max_seqs, int32_t budget, bool prefix_caching = false) {
+  Fixture(int32_t num_blocks, int32_t max_seqs, int32_t budget, bool prefix_caching = false,
+          int32_t swap_slots = 0, PreemptionMode mode = PreemptionMode::kSwap,
+          double swap_block_seconds = 1.0, double recompute_token_seconds = 1.0) {
     BlockManagerConfig bc;
     bc.block_size = 4;
     bc.num_blocks = num_blocks;
@@ -23,6 +26,10 @@ struct Fixture {
     SchedulerConfig sc;
     sc.max_num_seqs = max_seqs;
     sc.max_num_batched_tokens = budget;
+    sc.num_swap_slots = swap_slots;
+    sc.preemption_mode = mode;
+    sc.swap_block_seconds = swap_block_seconds;
+    sc.recompute_token_seconds = recompute_token_seconds;
     scheduler = std::make_unique<Scheduler>(sc, bc);
   }
   Request* add(int prompt_len, int max_tokens = 100, int32_t token = 1) {
@@ -206,6 +213,132 @@ TEST(Scheduler, PreemptionKeepsCachedBlocksForTheReadmission) {
   EXPECT_EQ(s.chunks[0].request, b);
   EXPECT_EQ(s.chunks[0].num_tokens, 5) << "recompute of 9 tokens starts after the cached block";
   EXPECT_TRUE(f.blocks().check_invariants().ok());
+}
+
+// ---- Preemption by swap ----
+
+TEST(Scheduler, SwapOutListsTheVictimsBlocksAndKeepsItsLength) {
+  Fixture f(4, 4, 64, false, /*swap_slots=*/8);
+  Request* a = f.add(8);
+  Request* b = f.add(8);
+  f.step();
+  const std::vector<int32_t> b_blocks(f.blocks().block_table(b->seq).begin(),
+                                      f.blocks().block_table(b->seq).end());
+  const SchedulerStep& s = f.step();  // both need a third block: b is swapped out
+  EXPECT_EQ(s.num_preempted, 1);
+  EXPECT_EQ(s.num_swapped_out, 1);
+  ASSERT_EQ(s.chunks.size(), 1u);
+  EXPECT_EQ(s.chunks[0].request, a);
+  EXPECT_EQ(b->status, RequestStatus::kSwapped);
+  EXPECT_EQ(b->seq, -1);
+  EXPECT_EQ(b->swapped_len, 8);
+  ASSERT_EQ(b->swap_slots.size(), 2u);
+  ASSERT_EQ(s.swap_out.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(s.swap_out[i].block, b_blocks[i]);
+    EXPECT_EQ(s.swap_out[i].slot, b->swap_slots[i]);
+  }
+  EXPECT_EQ(b->swap_slots, (std::vector<int32_t>{0, 1})) << "lowest slots first";
+  EXPECT_TRUE(s.swap_in.empty());
+  EXPECT_EQ(f.scheduler->swapped().front(), b);
+  EXPECT_TRUE(f.scheduler->waiting().empty());
+  EXPECT_EQ(f.scheduler->swap_space().num_used_slots(), 2);
+  EXPECT_EQ(f.scheduler->num_swap_preemptions(), 1);
+  EXPECT_EQ(f.scheduler->num_recomputed_tokens(), 0);
+}
+
+TEST(Scheduler, SwappedRequestComesBackBeforeWaitingOnesAndDecodes) {
+  Fixture f(4, 4, 64, false, /*swap_slots=*/8);
+  Request* a = f.add(8);
+  Request* b = f.add(8);
+  f.step();
+  f.step();               // b swapped out; a holds 3 blocks, 1 free
+  Request* c = f.add(2);  // would fit the free block, but b comes first and does not fit yet
+  const SchedulerStep& s1 = f.step();
+  EXPECT_EQ(f.tokens_of(s1, c), 0) << "a waiting request jumped a swapped one";
+  EXPECT_EQ(c->status, RequestStatus::kWaiting);
+  EXPECT_EQ(b->status, RequestStatus::kSwapped);
+  f.scheduler->remove(a);
+  const SchedulerStep& s2 = f.step();
+  ASSERT_EQ(s2.num_swapped_in, 1);
+  ASSERT_EQ(s2.swap_in.size(), 2u);
+  EXPECT_EQ(b->status, RequestStatus::kRunning);
+  EXPECT_TRUE(b->swap_slots.empty());
+  EXPECT_EQ(f.scheduler->swap_space().num_used_slots(), 0);
+  const std::span<const int32_t> table = f.blocks().block_table(b->seq);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(s2.swap_in[i].block, table[i]);
+    EXPECT_EQ(s2.swap_in[i].slot, static_cast<int32_t>(i));
+  }
+  EXPECT_EQ(f.tokens_of(s2, b), 1) << "a decode, nothing recomputed";
+  EXPECT_EQ(f.scheduler->num_computed(b), 9) << "its 8 swapped tokens and this step's decode";
+  EXPECT_EQ(f.tokens_of(s2, c), 2) << "admitted behind it, in the same step";
+  EXPECT_EQ(f.scheduler->num_swap_ins(), 1);
+  EXPECT_TRUE(f.blocks().check_invariants().ok());
+}
+
+TEST(Scheduler, FullSwapAreaFallsBackToRecompute) {
+  Fixture f(4, 4, 64, false, /*swap_slots=*/1);  // b holds 2 blocks: no room
+  f.add(8);
+  Request* b = f.add(8);
+  f.step();
+  const SchedulerStep& s = f.step();
+  EXPECT_EQ(s.num_preempted, 1);
+  EXPECT_EQ(s.num_swapped_out, 0);
+  EXPECT_TRUE(s.swap_out.empty());
+  EXPECT_EQ(b->status, RequestStatus::kWaiting);
+  EXPECT_EQ(f.scheduler->waiting().front(), b);
+  EXPECT_EQ(f.scheduler->num_recomputed_tokens(), 8);
+  EXPECT_EQ(f.scheduler->swap_space().num_used_slots(), 0);
+}
+
+TEST(Scheduler, AutoModeSwapsOnlyWhereCheaper) {
+  // Two blocks' round trip against eight tokens' prefill.
+  for (const auto& [block_s, token_s, swaps] :
+       {std::tuple{1.0, 1.0, true}, std::tuple{4.0, 1.0, false}, std::tuple{3.9, 1.0, true}}) {
+    Fixture f(4, 4, 64, false, 8, PreemptionMode::kAuto, block_s, token_s);
+    f.add(8);
+    Request* b = f.add(8);
+    f.step();
+    f.step();
+    EXPECT_EQ(b->status, swaps ? RequestStatus::kSwapped : RequestStatus::kWaiting)
+        << block_s << " s a block, " << token_s << " s a token";
+  }
+  Fixture never(4, 4, 64, false, 8, PreemptionMode::kRecompute);
+  never.add(8);
+  Request* b = never.add(8);
+  never.step();
+  never.step();
+  EXPECT_EQ(b->status, RequestStatus::kWaiting);
+}
+
+TEST(Scheduler, RemoveOfASwappedRequestFreesItsSlots) {
+  Fixture f(4, 4, 64, false, 8);
+  f.add(8);
+  Request* b = f.add(8);
+  f.step();
+  f.step();
+  ASSERT_EQ(b->status, RequestStatus::kSwapped);
+  f.scheduler->remove(b);
+  EXPECT_TRUE(f.scheduler->swapped().empty());
+  EXPECT_EQ(f.scheduler->swap_space().num_used_slots(), 0);
+  EXPECT_TRUE(b->swap_slots.empty());
+}
+
+TEST(Scheduler, SwapOutOfAPartialPrefillResumesIt) {
+  // b is mid-prompt (chunked by the budget) when swapped out; it resumes where it stopped.
+  Fixture f(5, 4, 16, false, 8);
+  Request* a = f.add(8);
+  Request* b = f.add(12);
+  f.step();  // a: 8 tokens; b: 8 of 12 (budget 16)
+  ASSERT_EQ(f.scheduler->num_computed(b), 8);
+  f.step();  // a decodes (needs a 3rd block), b wants 4 more (1 block): 6 > 5 blocks, b swapped out
+  ASSERT_EQ(b->status, RequestStatus::kSwapped);
+  EXPECT_EQ(b->swapped_len, 8);
+  f.scheduler->remove(a);
+  const SchedulerStep& s = f.step();
+  EXPECT_EQ(f.tokens_of(s, b), 4) << "the rest of its prompt only";
+  EXPECT_TRUE(s.chunks[0].samples);
 }
 
 }  // namespace

@@ -368,3 +368,92 @@ TEST(BlockManager, RandomizedInvariants) {
 
 }  // namespace
 }  // namespace nanoserve
+
+namespace nanoserve {
+namespace {
+
+// ---- restore_sequence (a swapped-out sequence back into new blocks) ----
+
+TEST(BlockManagerRestore, FreshPrivateBlocksForTheLengthAndItsChainCached) {
+  BlockManager m(config(4, 16));
+  const std::vector<int32_t> t = iota(10);
+  const int32_t a = computed_sequence(m, t);
+  const std::vector<int32_t> old(m.block_table(a).begin(), m.block_table(a).end());
+  m.free_sequence(a);  // as a swap-out does: 2 full blocks stay cached (evictable)
+  EXPECT_EQ(m.num_evictable_blocks(), 2);
+  const int32_t b = *m.add_sequence();
+  ASSERT_TRUE(m.restore_sequence(b, seq_of(t), 10).ok());
+  expect_consistent(m);
+  EXPECT_EQ(m.seq_len(b), 10);
+  ASSERT_EQ(m.block_table(b).size(), 3u);
+  for (int32_t blk : m.block_table(b)) {
+    EXPECT_EQ(m.ref_count(blk), 1) << "private";
+    // The free list first: the evictable cached blocks stay in the cache for others.
+    EXPECT_NE(blk, old[0]);
+    EXPECT_NE(blk, old[1]);
+  }
+  // Its full blocks' hashes were already held by the evictable old blocks: they stay private.
+  EXPECT_FALSE(m.is_cached(m.block_table(b)[0]));
+  EXPECT_EQ(m.num_cached_blocks(), 2);
+  // It grows and commits as any sequence: the third block enters the cache when full.
+  ASSERT_TRUE(m.reserve(b, 12).ok());
+  std::vector<int32_t> t12 = iota(12);
+  m.commit(b, seq_of(t12), 12);
+  EXPECT_TRUE(m.is_cached(m.block_table(b)[2]));
+  expect_consistent(m);
+}
+
+TEST(BlockManagerRestore, CachesItsFullBlocksWhenNoOtherBlockHoldsThem) {
+  BlockManager m(config(4, 8));
+  const std::vector<int32_t> t = iota(9);
+  const int32_t b = *m.add_sequence();
+  ASSERT_TRUE(m.restore_sequence(b, seq_of(t), 9).ok());
+  EXPECT_TRUE(m.is_cached(m.block_table(b)[0]));
+  EXPECT_TRUE(m.is_cached(m.block_table(b)[1]));
+  EXPECT_FALSE(m.is_cached(m.block_table(b)[2])) << "partial";
+  // Another sequence with that prefix hits the restored blocks.
+  const int32_t c = *m.add_sequence();
+  EXPECT_EQ(m.attach_cached_prefix(c, seq_of(t)), 8);
+  EXPECT_EQ(m.block_table(c)[1], m.block_table(b)[1]);
+  expect_consistent(m);
+}
+
+TEST(BlockManagerRestore, RefusesWhatDoesNotFitAndChangesNothing) {
+  BlockManager m(config(4, 4));
+  const int32_t a = *m.add_sequence();
+  ASSERT_TRUE(m.reserve(a, 8).ok());
+  const int32_t b = *m.add_sequence();
+  const Status st = m.restore_sequence(b, seq_of(iota(12)), 12);
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+  EXPECT_EQ(m.block_table(b).size(), 0u);
+  EXPECT_EQ(m.seq_len(b), 0);
+  EXPECT_EQ(m.num_free_blocks(), 2);
+  expect_consistent(m);
+}
+
+TEST(BlockManagerRestore, WindowedSequenceGetsOnlyItsWindowsBlocks) {
+  BlockManagerConfig c = config(4, 16);
+  c.sliding_window = 5;
+  BlockManager m(c);
+  const std::vector<int32_t> t = iota(22);
+  const int32_t b = *m.add_sequence();
+  // releasable(22) = (22 + 1 - 5) / 4 = 4 of its 6 blocks.
+  EXPECT_EQ(m.held_blocks_for(22), 2);
+  ASSERT_TRUE(m.restore_sequence(b, seq_of(t), 22).ok());
+  EXPECT_EQ(m.num_released(b), 4);
+  EXPECT_EQ(m.num_held_blocks(b), 2);
+  EXPECT_EQ(m.block_table(b)[3], -1);
+  EXPECT_GE(m.block_table(b)[4], 0);
+  expect_consistent(m);
+  // The chain was rebuilt over the released blocks: the held full block 4 entered the cache.
+  EXPECT_TRUE(m.is_cached(m.block_table(b)[4]));
+  ASSERT_TRUE(m.reserve(b, 24).ok());
+  m.commit(b, seq_of(iota(24)), 24);
+  expect_consistent(m);
+  m.free_sequence(b);
+  expect_consistent(m);
+  EXPECT_EQ(m.num_in_use_blocks(), 0);
+}
+
+}  // namespace
+}  // namespace nanoserve

@@ -97,6 +97,38 @@ TEST(EngineLoop, AbortFreesWithinAStep) {
   loop.stop();
 }
 
+// Preemption by swap shows in /metrics: preemptions of each kind, blocks each way, and the gauges of
+// swapped requests and swap slots back at 0 once everything finished.
+TEST(EngineLoop, SwapMetricsFollowTheEngine) {
+  EngineRigOptions o;
+  o.num_blocks = 8;  // 32 tokens: two requests of 10 + 12 cannot both finish
+  o.max_num_batched_tokens = 32;
+  o.swap_space_bytes = 64 * 64;  // 64 of the fake's blocks
+  EngineRig rig(o);
+  ServerMetrics metrics("m");
+  EngineLoop loop(*rig.engine, metrics, {});
+  loop.start();
+  auto h = loop.submit({make_request({'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j'}, 12),
+                        make_request({'k', 'l', 'm', 'n', 'o', 'p', 'q', 'r', 's', 't'}, 12)});
+  ASSERT_TRUE(h.ok());
+  collect(*h->stream);
+  loop.stop();
+  const EngineStats st = rig.engine->stats();
+  ASSERT_GT(st.num_swap_preemptions, 0);
+  EXPECT_DOUBLE_EQ(metrics.num_preemptions_total.value(), static_cast<double>(st.num_preemptions));
+  EXPECT_DOUBLE_EQ(metrics.num_preemptions_swapped_total.value(),
+                   static_cast<double>(st.num_swap_preemptions));
+  EXPECT_GT(metrics.swapped_out_blocks_total.value(), 0.0);
+  EXPECT_DOUBLE_EQ(metrics.swapped_in_blocks_total.value(), metrics.swapped_out_blocks_total.value());
+  EXPECT_DOUBLE_EQ(metrics.recomputed_tokens_total.value(), 0.0);
+  EXPECT_EQ(metrics.num_requests_swapped.value(), 0.0);
+  EXPECT_EQ(metrics.cpu_cache_usage_perc.value(), 0.0);
+  const std::string text = metrics.registry.render();
+  for (const char* name : {"nanoserve:num_requests_swapped", "nanoserve:cpu_cache_usage_perc",
+                           "nanoserve:swapped_out_blocks_total"})
+    EXPECT_NE(text.find(std::string("# TYPE ") + name + " "), std::string::npos) << name;
+}
+
 TEST(EngineLoop, QueueFullIsResourceExhausted) {
   EngineRigOptions o;
   o.max_num_seqs = 1;

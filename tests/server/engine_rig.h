@@ -8,6 +8,7 @@
 // Greedy output is testing::fake_greedy over that vocabulary.
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,7 @@ struct EngineRigOptions {
   int32_t num_blocks = 1024;
   int32_t block_size = 4;
   int32_t max_num_batched_tokens = 256;
+  std::optional<int64_t> swap_space_bytes;  // the fake's block is 64 bytes at block_size 4
 };
 
 // An Engine over a FakeModel of kFakeVocab tokens.
@@ -94,6 +96,7 @@ struct EngineRig {
     c.num_blocks = o.num_blocks;
     c.block_size = o.block_size;
     c.max_num_batched_tokens = o.max_num_batched_tokens;
+    c.swap_space_bytes = o.swap_space_bytes;
     auto m = std::make_unique<nanoserve::testing::FakeModel>(static_cast<int32_t>(kFakeVocab),
                                                              o.max_num_batched_tokens, o.max_num_seqs);
     model = m.get();
