@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "io/gguf.h"
+#include "model/config_hf.h"
 #include "model/model_fixture.h"
 
 namespace nanoserve {
@@ -64,6 +65,40 @@ TEST(ModelShapes, ParameterCounts) {
   EXPECT_EQ(model_param_count(*model_shape("smollm2-135m")), 134515008);
   // Qwen3-30B-A3B: 30.5B, every expert counted.
   EXPECT_EQ(model_param_count(*model_shape("qwen3-30b-a3b")), 30532122624);
+  // Gemma 3 12B's text model: the embedding 262208 x 3840 (tied) and 48
+  // layers of q 4096 x 3840, k and v 2048 x 3840 each, o, GeGLU 3 x 15360 x
+  // 3840, four norms of 3840 and the q/k norms of 256; the final norm.
+  EXPECT_EQ(model_param_count(*model_shape("gemma-3-12b")),
+            262208LL * 3840 + 48 * (4096LL * 3840 * 2 + 2 * 2048LL * 3840 + 3 * 15360LL * 3840 + 4 * 3840 +
+                                    2 * 256) +
+                3840);
+}
+
+// gemma-3-12b is what config_from_hf_json reads from its config.json's text
+// part (the keys its published config sets; Gemma3TextConfig's defaults for the rest).
+TEST(ModelShapes, Gemma3Of12bIsItsConfigJson) {
+  const char* json = R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "torch_dtype": "bfloat16", "text_config": {"model_type": "gemma3_text", "hidden_size": 3840,
+    "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 256, "sliding_window": 1024, "query_pre_attn_scalar": 256,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "vocab_size": 262208,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6, "final_logit_softcapping": null,
+    "attn_logit_softcapping": null}})";
+  auto hf = config_from_hf_json(nlohmann::json::parse(json), "gemma-3-12b/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status().to_string();
+  const ModelConfig shape = *model_shape("gemma-3-12b");
+  EXPECT_EQ(shape.to_string(), hf->config.to_string());
+  EXPECT_EQ(shape.sliding_layers, hf->config.sliding_layers);
+  EXPECT_EQ(shape.embed_scale, hf->config.embed_scale);
+  EXPECT_EQ(shape.embed_scale, 62.0f);  // sqrt(3840) = 61.97 in bf16
+  EXPECT_EQ(shape.query_pre_attn_scalar, hf->config.query_pre_attn_scalar);
+  EXPECT_EQ(shape.rope_local_theta, hf->config.rope_local_theta);
+  EXPECT_EQ(shape.rope_scaling.type, hf->config.rope_scaling.type);
+  EXPECT_EQ(shape.rope_scaling.factor, hf->config.rope_scaling.factor);
+  EXPECT_EQ(shape.attn_softcap, 0.0f);
+  EXPECT_EQ(shape.final_softcap, 0.0f);
+  EXPECT_EQ(shape.tied_embeddings, hf->config.tied_embeddings);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace nanoserve::paged_attention_kernels {
 // kNT: column tiles of the mma (8 columns each): with 2, twice the rows of a
 // sequence's window share a block (launches with rows of several positions).
 template <typename T, int HD, int G, bool kHold, int kNT>
-__global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
+__global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const bool hold = kHold && stages == kHoldStages && n_tiles > stages;
   const int32_t hold_entry = hold ? table_entries(stages) : 0;  // the first refill's
   const int bs_mask = (1 << p.block_size_log2) - 1;
-  constexpr int kStageBytes = kStageBytesPerWarp;
+  constexpr int kStageBytes = Geo::kStageBytes;
   char* warp_smem = smem + warp * stages * kStageBytes;
   // One mbarrier a stage of this warp, after every stage's rows.
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kWarps * stages * kStageBytes) + warp * kMaxStages;
@@ -142,6 +142,12 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const float scale_log2 = p.scale_log2;
+  // Soft-capping as the reference writes it: softcap * tanh((s scale) /
+  // softcap), a division as transformers has it, then to the log2 domain.
+  const float softcap = p.softcap;
+  auto capped_log2 = [&](float s) {
+    return __fmul_rn(__fmul_rn(softcap, tanhf(__fdiv_rn(__fmul_rn(s, p.scale), softcap))), kLog2e);
+  };
   const int head0 = group * G;  // first head of the group within the kv head's n_rep
   // Column c is head head0 + c % G of row t + c / G; column tile j holds
   // columns 8 j .. 8 j + 7.
@@ -333,7 +339,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
           for (int r = 0; r < 4; ++r) {
             const int pos = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1);
             const bool visible = pos < col_end[j][r & 1] && pos >= col_begin[j][r & 1];
-            s[n][mt][j][r] = visible ? __fmul_rn(s[n][mt][j][r], scale_log2) : -INFINITY;
+            s[n][mt][j][r] = !visible ? -INFINITY
+                             : softcap > 0.0f ? capped_log2(s[n][mt][j][r])
+                                              : __fmul_rn(s[n][mt][j][r], scale_log2);
             tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);
           }
         }
