@@ -295,9 +295,10 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // single decode rows keeps the split kernel, whose splits serve one row
   // better than one block a row and kv head.
   // A sliding window, soft-capping and head_dim 256 run on the split kernel alone.
-  const PagedAttentionKernel attention = query_tiles_allowed(c) && !small_step && db.num_tokens() > db.num_seqs()
-                                             ? PagedAttentionKernel::kQueryTiles
-                                             : PagedAttentionKernel::kSplit;
+  const PagedAttentionKernel attention =
+      query_tiles_allowed(c) && !small_step && db.num_tokens() > db.num_seqs()
+          ? PagedAttentionKernel::kQueryTiles
+          : PagedAttentionKernel::kSplit;
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).
@@ -420,9 +421,9 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
     };
     bool global_layers = false;
     for (int64_t l = 0; l < c.n_layers; ++l) global_layers |= c.sliding_window > 0 && c.layer_window(l) == 0;
-    const GraphKey key{static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq,
-                       static_cast<uint8_t>(output), attn_key(c.sliding_window),
-                       global_layers ? attn_key(0) : 0};
+    const GraphKey key{static_cast<int32_t>(T),    static_cast<int32_t>(R),
+                       batch.max_blocks_per_seq,   static_cast<uint8_t>(output),
+                       attn_key(c.sliding_window), global_layers ? attn_key(0) : 0};
     s.graphs.launch(key, st, [&] { enqueue_step(T, R, output); });
   } else {
     enqueue_step(T, R, output);

@@ -128,8 +128,8 @@ int64_t model_param_count(const ModelConfig& c) {
   const int64_t mlp =
       c.n_experts > 0 ? c.n_experts * (c.dim + 3 * c.dim * c.expert_ffn_dim) : 3 * c.dim * c.ffn_dim;
   const ArchInfo* a = find_arch(c.arch);
-  const int64_t norms = (a != nullptr && a->qk_norm ? 2 * c.head_dim : 0) +
-                       (a != nullptr && a->sandwich_norms ? 2 * c.dim : 0);
+  const int64_t norms =
+      (a != nullptr && a->qk_norm ? 2 * c.head_dim : 0) + (a != nullptr && a->sandwich_norms ? 2 * c.dim : 0);
   const int64_t per_layer = 2 * c.dim + norms + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;
   return c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2) + c.n_layers * per_layer + c.dim;
 }

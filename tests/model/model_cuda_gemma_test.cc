@@ -75,7 +75,8 @@ bool open_oracle(const std::string& family, ThreadPool& pool, Oracle& o) {
   std::ifstream jf(dir + "/oracle.json");
   EXPECT_TRUE(jf.good()) << dir << "/oracle.json is missing (scripts/hf_oracle.py make)";
   if (!jf.good()) return false;
-  for (const auto& p : nlohmann::json::parse(jf)["prompts"]) o.prompts.push_back(p.get<std::vector<int32_t>>());
+  for (const auto& p : nlohmann::json::parse(jf)["prompts"])
+    o.prompts.push_back(p.get<std::vector<int32_t>>());
   ModelSpec spec;
   spec.path = dir;
   auto source = open_model_source(spec);
@@ -89,11 +90,11 @@ bool open_oracle(const std::string& family, ThreadPool& pool, Oracle& o) {
   return true;
 }
 
-#define NS_SKIP_WITHOUT_ORACLE()                                                                     \
-  do {                                                                                               \
-    std::string why_;                                                                                \
+#define NS_SKIP_WITHOUT_ORACLE()                                                                    \
+  do {                                                                                              \
+    std::string why_;                                                                               \
     if (cuda::device_count(&why_) == 0) GTEST_SKIP() << "no CUDA device: " << why_;                 \
-    if (std::getenv("NS_HF_ORACLE_DIR") == nullptr)                                                  \
+    if (std::getenv("NS_HF_ORACLE_DIR") == nullptr)                                                 \
       GTEST_SKIP() << "NS_HF_ORACLE_DIR is not set (scripts/gpu-check makes it with hf_oracle.py)"; \
   } while (0)
 
@@ -122,7 +123,8 @@ double worst_nmse(CudaModel& gpu, const CpuModel& cpu, const std::vector<int32_t
   EXPECT_TRUE(want.ok()) << want.status().to_string();
   if (!want.ok()) return 1e30;
   double worst = 0;
-  for (int64_t t = 0; t < n; ++t) worst = std::max(worst, nmse(g.data() + t * V, want->data_as<const float>() + t * V, V));
+  for (int64_t t = 0; t < n; ++t)
+    worst = std::max(worst, nmse(g.data() + t * V, want->data_as<const float>() + t * V, V));
   return worst;
 }
 
@@ -174,11 +176,11 @@ TEST(GemmaCuda, Gemma2MatchesCpuAndPlantedErrorsFail) {
 
 TEST(GemmaCuda, Gemma3MatchesCpuAndPlantedErrorsFail) {
   NS_SKIP_WITHOUT_ORACLE();
-  check_against_cpu("gemma3", {{"window one wider", [](ModelConfig& c) { ++c.sliding_window; }},
-                               {"window one narrower", [](ModelConfig& c) { --c.sliding_window; }},
-                               {"local layers on the global rope", [](ModelConfig& c) { c.rope_local_theta = 0; }},
-                               {"attention scale of head_dim 128",
-                                [](ModelConfig& c) { c.query_pre_attn_scalar = 128; }}});
+  check_against_cpu(
+      "gemma3", {{"window one wider", [](ModelConfig& c) { ++c.sliding_window; }},
+                 {"window one narrower", [](ModelConfig& c) { --c.sliding_window; }},
+                 {"local layers on the global rope", [](ModelConfig& c) { c.rope_local_theta = 0; }},
+                 {"attention scale of head_dim 128", [](ModelConfig& c) { c.query_pre_attn_scalar = 128; }}});
 }
 
 // A sequence's logits, bitwise: alone, beside the others (prompts of uneven
@@ -193,7 +195,8 @@ TEST(GemmaCuda, BatchedChunkedAndGraphedEqualAlone) {
     ASSERT_TRUE(open_oracle(family, pool, o));
     const int64_t V = o.host->config().vocab_size;
     std::vector<std::vector<int32_t>> prompts;
-    for (const auto& p : o.prompts) prompts.push_back(std::vector<int32_t>(p.begin(), p.begin() + std::min<size_t>(p.size(), 150)));
+    for (const auto& p : o.prompts)
+      prompts.push_back(std::vector<int32_t>(p.begin(), p.begin() + std::min<size_t>(p.size(), 150)));
     constexpr int kDecodes = 40;  // past the window and a tile of 64 positions
     // Logits of each sequence: its prefill's last row, then each decode step's
     // (the fed token is 7 + step, whatever was sampled).
@@ -258,8 +261,10 @@ TEST(GemmaCuda, BatchedChunkedAndGraphedEqualAlone) {
       ASSERT_EQ(static_cast<int64_t>(batched[i].size()), (kDecodes + 1) * V);
       const size_t bytes = batched[i].size() * sizeof(float);
       const Rows alone = run({i}, true, 0);
-      EXPECT_EQ(std::memcmp(alone[0].data(), batched[i].data(), bytes), 0) << "prompt " << i << ": alone vs batched";
-      EXPECT_EQ(std::memcmp(eager[i].data(), batched[i].data(), bytes), 0) << "prompt " << i << ": eager vs graphs";
+      EXPECT_EQ(std::memcmp(alone[0].data(), batched[i].data(), bytes), 0)
+          << "prompt " << i << ": alone vs batched";
+      EXPECT_EQ(std::memcmp(eager[i].data(), batched[i].data(), bytes), 0)
+          << "prompt " << i << ": eager vs graphs";
       EXPECT_EQ(std::memcmp(chunked[i].data(), batched[i].data(), bytes), 0) << "prompt " << i << ": chunked";
     }
     std::printf("%s: logits alone = batched = chunked = eager over %zu prompts and %d decode steps\n", family,

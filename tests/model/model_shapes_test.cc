@@ -5,8 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <memory>
+
+#include "core/thread_pool.h"
 #include "io/gguf.h"
 #include "model/config_hf.h"
+#include "model/dummy_weights.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
 #include "model/model_fixture.h"
 
 namespace nanoserve {
@@ -69,8 +76,8 @@ TEST(ModelShapes, ParameterCounts) {
   // layers of q 4096 x 3840, k and v 2048 x 3840 each, o, GeGLU 3 x 15360 x
   // 3840, four norms of 3840 and the q/k norms of 256; the final norm.
   EXPECT_EQ(model_param_count(*model_shape("gemma-3-12b")),
-            262208LL * 3840 + 48 * (4096LL * 3840 * 2 + 2 * 2048LL * 3840 + 3 * 15360LL * 3840 + 4 * 3840 +
-                                    2 * 256) +
+            262208LL * 3840 +
+                48 * (4096LL * 3840 * 2 + 2 * 2048LL * 3840 + 3 * 15360LL * 3840 + 4 * 3840 + 2 * 256) +
                 3840);
 }
 
@@ -99,6 +106,31 @@ TEST(ModelShapes, Gemma3Of12bIsItsConfigJson) {
   EXPECT_EQ(shape.attn_softcap, 0.0f);
   EXPECT_EQ(shape.final_softcap, 0.0f);
   EXPECT_EQ(shape.tied_embeddings, hf->config.tied_embeddings);
+}
+
+// Dummy weights hold every tensor a Gemma 3 forward reads (the sandwich
+// norms and q/k norms too): the 12B shape cut to 6 small layers loads on the
+// CPU and runs a step to finite logits.
+TEST(ModelShapes, Gemma3DummyWeightsRunOnTheCpu) {
+  ModelConfig c = *model_shape("gemma-3-12b");
+  c.n_layers = 6;
+  c.sliding_layers.resize(6);
+  c.dim = 128;
+  c.ffn_dim = 256;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.vocab_size = 1000;
+  ThreadPool pool(1);
+  auto m = CpuModel::load(c, std::make_shared<DummyTensors>(c, "gemma-3-12b", 7), pool);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->weights().layers[5].post_ffn_norm.numel(), 128);
+  CpuKV cache = CpuKV::per_sequence(c, 1, 64, pool);
+  Workspace ws = (*m)->make_workspace(64, 1);
+  ForwardBatch b = testing::make_batch({{1, 2, 3, 4, 5}}, {0}, {0});
+  auto logits = (*m)->forward(b, cache, ws);
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  for (int64_t i = 0; i < c.vocab_size; ++i)
+    ASSERT_TRUE(std::isfinite(logits->data_as<const float>()[i])) << i;
 }
 
 }  // namespace

@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kThreads) gelu_mul_kernel(const uint16_t* __re
     const uint16_t* g = gate_up + t * 2 * F + c;
     const uint4 gv = *reinterpret_cast<const uint4*>(g);
     const uint4 uv = *reinterpret_cast<const uint4*>(g + F);
-    *reinterpret_cast<uint4*>(out + t * F + c) =
-        make_uint4(gelu_mul2(gv.x, uv.x), gelu_mul2(gv.y, uv.y), gelu_mul2(gv.z, uv.z), gelu_mul2(gv.w, uv.w));
+    *reinterpret_cast<uint4*>(out + t * F + c) = make_uint4(gelu_mul2(gv.x, uv.x), gelu_mul2(gv.y, uv.y),
+                                                            gelu_mul2(gv.z, uv.z), gelu_mul2(gv.w, uv.w));
   } else {
     const int64_t t = idx / F, f = idx - t * F;
     const uint16_t* g = gate_up + t * 2 * F + f;

@@ -63,7 +63,7 @@ struct Geometry {
   static constexpr int kRowBytes = HD * 2;         // one head's K (or V) row
   static constexpr int kStageBytes = stage_bytes_per_warp(HD);
   static constexpr int kWarpTokens = kStageBytes / (2 * kRowBytes);  // 16 (HD 128, 256) or 32 (HD 64)
-  static constexpr int kTileTokens = kWarps * kWarpTokens;                  // a block's tokens per stage
+  static constexpr int kTileTokens = kWarps * kWarpTokens;           // a block's tokens per stage
   // A warp-stage: K then V, each [kHalves][kWarpTokens lines of 128 bytes].
   static constexpr int kRegionBytes = kWarpTokens * kLineBytes;
   static constexpr int kKvBytes = kHalves * kRegionBytes;

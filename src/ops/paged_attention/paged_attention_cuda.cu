@@ -100,7 +100,7 @@ auto split_kernel(bool hold, int col_tiles) {
     NS_CHECK(!hold && col_tiles == 1) << "head_dim 256 runs the plain split kernel";
     return paged_attention_split_kernel<T, HD, G, false, 1>;
   } else {
-    return hold ? paged_attention_split_kernel<T, HD, G, true, 1>
+    return hold             ? paged_attention_split_kernel<T, HD, G, true, 1>
            : col_tiles == 2 ? paged_attention_split_kernel<T, HD, G, false, 2>
                             : paged_attention_split_kernel<T, HD, G, false, 1>;
   }

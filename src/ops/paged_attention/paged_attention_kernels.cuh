@@ -20,8 +20,14 @@ namespace nanoserve::paged_attention_kernels {
 //
 // kNT: column tiles of the mma (8 columns each): with 2, twice the rows of a
 // sequence's window share a block (launches with rows of several positions).
+// Blocks an SM the registers must allow: three, two where a tile is held,
+// one at head_dim 256 (its shared memory fits only one).
+constexpr int split_min_blocks(int head_dim, bool hold) {
+  return head_dim == 256 ? 1 : hold ? 2 : 3;
+}
+
 template <typename T, int HD, int G, bool kHold, int kNT>
-__global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kHold ? 2 : 3)
+__global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
@@ -339,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, HD == 256 ? 1 : kHold ? 2 : 3)
           for (int r = 0; r < 4; ++r) {
             const int pos = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1);
             const bool visible = pos < col_end[j][r & 1] && pos >= col_begin[j][r & 1];
-            s[n][mt][j][r] = !visible ? -INFINITY
+            s[n][mt][j][r] = !visible         ? -INFINITY
                              : softcap > 0.0f ? capped_log2(s[n][mt][j][r])
                                               : __fmul_rn(s[n][mt][j][r], scale_log2);
             tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);

@@ -80,7 +80,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
   static_assert(kAdd || !kPost, "the post norm is of the added delta");
   __shared__ float warp_sums[kMaxWarps];
   __shared__ float post_sums[kMaxWarps];  // delta's reduction: no barrier between the two
-  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  cuda::wait_primary_grid();              // launched dependent (core/cuda/launch.cuh)
   cuda::launch_dependents();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float* xr = x + base;
@@ -230,7 +230,8 @@ void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, flo
 void post_norm_add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& post_w, const Tensor& w,
                                 float eps, const Tensor& out, cuda::Stream s, RmsNormOut order) {
   check_args("post_norm_add_rmsnorm_cuda", x, &delta, w, out, &post_w);
-  launch<true, true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order, post_w.data_as<const float>());
+  launch<true, true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order,
+                     post_w.data_as<const float>());
 }
 
 }  // namespace nanoserve

@@ -32,8 +32,8 @@ void softcap_cuda(const Tensor& x, float cap, cuda::Stream s) {
   if (n == 0) return;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   NS_CHECK(blocks <= INT32_MAX) << "softcap_cuda: " << n << " elements";
-  cuda::launch_pdl(softcap_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, x.data_as<float>(),
-                   n, cap);
+  cuda::launch_pdl(softcap_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s,
+                   x.data_as<float>(), n, cap);
   NS_CUDA_CHECK_LAUNCH();
 }
 

@@ -31,8 +31,8 @@ struct GeluCase {
 GeluCase run_gelu_mul(int64_t T, int64_t F, bool misaligned, bool plant_silu = false) {
   const uint64_t seed = fresh_seed();
   GeluCase c;
-  c.what = "T " + std::to_string(T) + " F " + std::to_string(F) + (misaligned ? " (gate_up misaligned)" : "") +
-           ", seed " + std::to_string(seed);
+  c.what = "T " + std::to_string(T) + " F " + std::to_string(F) +
+           (misaligned ? " (gate_up misaligned)" : "") + ", seed " + std::to_string(seed);
   std::vector<float> gu = uniform_floats(T * 2 * F, seed, 12.0f);
   for (int64_t t = 0; t < T; ++t) {  // saturated gates, both signs
     gu[static_cast<size_t>(t * 2 * F)] = -100.0f;

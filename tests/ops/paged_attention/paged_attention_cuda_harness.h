@@ -57,8 +57,8 @@ struct Shape {
   int block_size = 16;
   int n_kv = 2;
   int n_rep = 4;
-  int window = 0;         // a sliding window (0: the whole history)
-  float softcap = 0.0f;   // soft-capping of the scaled scores (Gemma 2; 0: none)
+  int window = 0;        // a sliding window (0: the whole history)
+  float softcap = 0.0f;  // soft-capping of the scaled scores (Gemma 2; 0: none)
 };
 
 // One step of a paged batch, on the host (f32 values that are exactly

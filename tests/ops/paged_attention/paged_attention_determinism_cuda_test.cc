@@ -28,7 +28,7 @@ using namespace paged_attention_test;
 // registers (before or after the wait).
 // Two batches: splits up to 12 and up to 29 a row.
 void expect_output_independent_of_batch_and_reduction(const std::vector<std::pair<int, int>>& seqs,
-                                                       const Shape& s = {DType::kBF16, 128, 16, 2, 4}) {
+                                                      const Shape& s = {DType::kBF16, 128, 16, 2, 4}) {
   SCOPED_TRACE(describe(s));
   const Problem p = make_problem(fresh_seed(), s, seqs);
   const std::vector<uint16_t> base = download16(run_on_device(p).out);

@@ -30,7 +30,8 @@ double worst_against(const Problem& truth, const Problem& device) {
   std::vector<int> all;
   for (size_t b = 0; b < truth.batch.seq_ids.size(); ++b) all.push_back(static_cast<int>(b));
   double worst = 0.0;
-  for (const auto& [t, rel] : reference_errors(truth, out, all, truth.shape.window)) worst = std::max(worst, rel);
+  for (const auto& [t, rel] : reference_errors(truth, out, all, truth.shape.window))
+    worst = std::max(worst, rel);
   return worst;
 }
 
@@ -56,8 +57,8 @@ TEST(PagedAttentionCudaGemma, HeadDim256MatchesReference) {
 // outside the tolerance where one position weighs enough (a window of 3).
 TEST(PagedAttentionCudaGemma, HeadDim256WindowsMatchReference) {
   NS_SKIP_WITHOUT_GPU();
-  const std::vector<std::pair<int, int>> seqs{{1, 1},     {600, 600}, {1030, 20}, {3000, 300},
-                                              {5000, 1},  {513, 2},   {1025, 1},  {4097, 1}};
+  const std::vector<std::pair<int, int>> seqs{{1, 1},    {600, 600}, {1030, 20}, {3000, 300},
+                                              {5000, 1}, {513, 2},   {1025, 1},  {4097, 1}};
   PagedAttentionTuning single;
   single.pair_rows = false;
   for (const int w : {512, 1024, 4096, 3}) {
@@ -71,7 +72,8 @@ TEST(PagedAttentionCudaGemma, HeadDim256WindowsMatchReference) {
     if (w > 3) continue;
     Problem wider = p;
     wider.shape.window = w + 1;
-    EXPECT_GT(worst_against(p, wider), 3 * tolerance(s.dtype)) << describe(s) << ": a window one wider passed";
+    EXPECT_GT(worst_against(p, wider), 3 * tolerance(s.dtype))
+        << describe(s) << ": a window one wider passed";
   }
 }
 

@@ -30,8 +30,9 @@ struct PostRun {
   std::vector<float> out, x;
 };
 
-PostRun run_post(const std::vector<float>& x, const std::vector<uint16_t>& delta, const std::vector<float>& post_w,
-                 const std::vector<float>& w, int64_t T, int64_t dim, bool misaligned, bool plain_add = false) {
+PostRun run_post(const std::vector<float>& x, const std::vector<uint16_t>& delta,
+                 const std::vector<float>& post_w, const std::vector<float>& w, int64_t T, int64_t dim,
+                 bool misaligned, bool plain_add = false) {
   const Tensor buf = poisoned(DType::kF32, {T * dim + 1});
   const Tensor xd = Tensor::view(buf.data_as<float>() + (misaligned ? 1 : 0), DType::kF32, {T, dim},
                                  buf.owner(), Device::kCUDA);
