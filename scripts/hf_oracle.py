@@ -3,7 +3,7 @@
 family (GQA, head_dim 64, the default model's vocabulary size) run by HF
 transformers on the GPU, saved as an HF folder that nanoserve loads.
 
-  hf_oracle.py make OUT_DIR [--family F ...] [--tokenizer-json FILE]
+  hf_oracle.py make OUT_DIR [--family F ...] [--tokenizer-json FILE] [--device cpu]
       for each family F (default: all of llama, mistral, qwen2, qwen3, phi3,
       mistral_window, gemma2, gemma3)
       writes OUT_DIR/F/{config.json, model.safetensors, tokenizer.json} and
@@ -25,6 +25,8 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
                  10,000) and a global one (theta 1,000,000, linear scaling x 8),
                  planted: a window of 5
       A forward that is right must sit near the first and far from the second.
+      --device cpu runs transformers on the CPU (slow: minutes a family),
+      to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
@@ -112,8 +114,10 @@ def gemma_model(tf, family):
         else:
             rope = {"rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
                     "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
-        cfg = tf.Gemma3TextConfig(**common, layer_types=types, attn_logit_softcapping=None,
-                                  final_logit_softcapping=None, **rope)
+        # layer_types, and for transformers 4.5x (which reads only the
+        # pattern) sliding_window_pattern 4: layers 0-2 local, 3 global.
+        cfg = tf.Gemma3TextConfig(**common, layer_types=types, sliding_window_pattern=4,
+                                  attn_logit_softcapping=None, final_logit_softcapping=None, **rope)
         model_class = tf.Gemma3ForCausalLM
     cfg._attn_implementation = "eager"  # soft-caps and windows as the reference writes them
     return model_class(cfg)
