@@ -150,9 +150,10 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
   const float scale_log2 = p.scale_log2;
   // Soft-capping as the reference writes it: softcap * tanh((s scale) /
   // softcap), a division as transformers has it, then to the log2 domain.
-  const float softcap = p.softcap;
+  // The branch is uniform over the launch; without a cap the arithmetic is
+  // the one before, bit for bit.
   auto capped_log2 = [&](float s) {
-    return __fmul_rn(__fmul_rn(softcap, tanhf(__fdiv_rn(__fmul_rn(s, p.scale), softcap))), kLog2e);
+    return __fmul_rn(__fmul_rn(p.softcap, tanhf(__fdiv_rn(__fmul_rn(s, p.scale), p.softcap))), kLog2e);
   };
   const int head0 = group * G;  // first head of the group within the kv head's n_rep
   // Column c is head head0 + c % G of row t + c / G; column tile j holds
@@ -345,9 +346,9 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
           for (int r = 0; r < 4; ++r) {
             const int pos = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1);
             const bool visible = pos < col_end[j][r & 1] && pos >= col_begin[j][r & 1];
-            s[n][mt][j][r] = !visible         ? -INFINITY
-                             : softcap > 0.0f ? capped_log2(s[n][mt][j][r])
-                                              : __fmul_rn(s[n][mt][j][r], scale_log2);
+            s[n][mt][j][r] = !visible           ? -INFINITY
+                             : p.softcap > 0.0f ? capped_log2(s[n][mt][j][r])
+                                                : __fmul_rn(s[n][mt][j][r], scale_log2);
             tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);
           }
         }
