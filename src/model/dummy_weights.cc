@@ -45,6 +45,8 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   if (ec != std::errc() || p != name.data() + dot || layer < 0 || layer >= c.n_layers) return {};
   const std::string_view rest = name.substr(dot + 1);
   if (rest == "attn_norm.weight" || rest == "ffn_norm.weight") return {c.dim};
+  if (rest == "post_attention_norm.weight" || rest == "post_ffw_norm.weight")  // gemma's sandwich norms
+    return c.arch_info().sandwich_norms ? std::vector<int64_t>{c.dim} : std::vector<int64_t>{};
   if (rest == "attn_q.weight") return {q, c.dim};
   if (rest == "attn_k.weight" || rest == "attn_v.weight") return {kv, c.dim};
   if (rest == "attn_output.weight") return {c.dim, q};

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "ops/embedding/embedding_cuda.cuh"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/gather/gather_cuda.cuh"
+#include "ops/gelu_mul/gelu_mul_cuda.cuh"
 #include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul_cuda.cuh"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
@@ -26,6 +28,7 @@
 #include "ops/rope/rope_cuda.cuh"
 #include "ops/sample/sample_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
+#include "ops/softcap/softcap_cuda.cuh"
 
 namespace nanoserve {
 
@@ -77,14 +80,9 @@ CudaModel::~CudaModel() = default;
 // ---- memory ------------------------------------------------------------------------
 
 Status CudaModel::supports(const ModelConfig& c) {
-  if (c.arch == "gemma2" || c.arch == "gemma3") {
-    return unimplemented(
-        "--device cuda: the " + c.arch +
-        " family (soft-capping, sandwich norms, GeGLU, local layers) runs on the CPU only so far");
-  }
-  if (c.head_dim != 64 && c.head_dim != 128) {
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) {
     return unimplemented("--device cuda: head_dim " + std::to_string(c.head_dim) +
-                         " (the CUDA attention kernels take 64 or 128)");
+                         " (the CUDA attention kernels take 64, 128 or 256)");
   }
   if (c.n_rep() > 8) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
@@ -101,6 +99,16 @@ Status CudaModel::supports(const ModelConfig& c) {
   }
   return Status::ok_status();
 }
+
+namespace {
+
+// Whether a --cublas-prefill step may run attention on the query-tiled kernel,
+// which has no sliding window, no soft-capping and no head_dim 256.
+bool query_tiles_allowed(const ModelConfig& c) {
+  return c.sliding_window == 0 && c.attn_softcap == 0.0f && c.head_dim != 256;
+}
+
+}  // namespace
 
 int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
   return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
@@ -264,7 +272,9 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
-  const float eps = c.norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float eps = c.norm_eps, scale = c.attention_scale();
+  const ArchInfo& family = c.arch_info();
+  const bool gelu = std::string_view(family.hidden_act) != "silu";
   const int n_rep = static_cast<int>(c.n_rep());
   const DeviceBatch& db = *s.batch;
 
@@ -288,11 +298,11 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // of several rows runs attention on the query-tiled kernel; a step of
   // single decode rows keeps the split kernel, whose splits serve one row
   // better than one block a row and kv head.
-  // A sliding window runs on the split kernel alone.
-  const int window = static_cast<int>(c.sliding_window);
-  const PagedAttentionKernel attention = !small_step && db.num_tokens() > db.num_seqs() && window == 0
-                                             ? PagedAttentionKernel::kQueryTiles
-                                             : PagedAttentionKernel::kSplit;
+  // A sliding window, soft-capping and head_dim 256 run on the split kernel alone.
+  const PagedAttentionKernel attention =
+      query_tiles_allowed(c) && !small_step && db.num_tokens() > db.num_seqs()
+          ? PagedAttentionKernel::kQueryTiles
+          : PagedAttentionKernel::kSplit;
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).
@@ -307,7 +317,19 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       linear(xn, w, out);
     }
   };
-  embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
+  // proj (the sublayer's output) joins x, through its own norm first where
+  // the family has sandwich norms (post: that norm's weight), then x is normed.
+  auto join_norm = [&](const Tensor& post, const Tensor& w, RmsNormOut out_order) {
+    if (post.defined()) {
+      post_norm_add_rmsnorm_cuda(x, proj, post, w, eps, xn, st, out_order);
+    } else {
+      add_rmsnorm_cuda(x, proj, w, eps, xn, st, out_order);
+    }
+  };
+  const float embed_scale = !family.scaled_embedding ? 1.0f
+                            : c.embed_scale > 0.0f   ? c.embed_scale
+                                                     : std::sqrt(static_cast<float>(c.dim));
+  embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st, embed_scale);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const CudaLayer& L = weights_.layers[static_cast<size_t>(l)];
     // The previous layer's down output joins the residual inside the norm.
@@ -315,7 +337,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     if (l == 0) {
       rmsnorm_cuda(x, L.attn_norm, eps, xn, st, order(qkv_tiled));
     } else {
-      add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st, order(qkv_tiled));
+      join_norm(weights_.layers[static_cast<size_t>(l - 1)].post_ffn_norm, L.attn_norm, order(qkv_tiled));
     }
     linear_from_norm(qkv_tiled, L.wqkv, qkv);
     RopeKvExtras extras;  // the family's bias and q/k norm, fused into the rotation
@@ -325,28 +347,34 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       extras.k_norm = L.k_norm.data_as<const float>();
       extras.norm_eps = eps;
     }
-    rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
+    const Tensor& inv_freq = c.layer_local_rope(l) ? weights_.inv_freq_local : weights_.inv_freq;
+    rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
                        v_pools_[static_cast<size_t>(l)], st, extras);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
-                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)));
+                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)),
+                         c.attn_softcap);
     linear(attn2, L.wo, proj);
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
-    add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, order(gate_up_tiled));
+    join_norm(L.post_attn_norm, L.ffn_norm, order(gate_up_tiled));
     linear_from_norm(gate_up_tiled, L.w_gate_up, gate_up);
-    if (small_step && linear_swiglu_cuda_supports(gate_up, L.w_down, proj)) {
+    if (gelu) {  // GeGLU (gemma): its own pass, then the linear
+      gelu_tanh_mul_cuda(gate_up, act, st);
+      linear(act, L.w_down, proj);
+    } else if (small_step && linear_swiglu_cuda_supports(gate_up, L.w_down, proj)) {
       linear_swiglu_cuda(gate_up, L.w_down, proj, s.xperm, st);  // the SwiGLU in the tiled kernel's permute
     } else {
       silu_mul_cuda(gate_up, act, st);
       linear(act, L.w_down, proj);
     }
   }
-  add_rmsnorm_cuda(x, proj, weights_.output_norm, eps, xn, st);
+  join_norm(weights_.layers.back().post_ffn_norm, weights_.output_norm, RmsNormOut::kNatural);
   if (R > 0) {
     Tensor last = s.last.slice_rows(0, R), logits = s.logits.slice_rows(0, R);
     gather_rows_cuda(xn, db.logits_rows(), static_cast<int32_t>(R), last, st);
     linear(last, weights_.lm_head, logits);
+    if (c.final_softcap > 0.0f) softcap_cuda(logits, c.final_softcap, st);  // before argmax and sampling
     argmax_cuda(logits, s.argmax.data_as<int32_t>(), st);
     NS_CUDA_CHECK(cudaMemcpyAsync(s.argmax_host.get(), s.argmax.data(), static_cast<size_t>(R) * 4,
                                   cudaMemcpyDeviceToHost, st));
@@ -389,11 +417,17 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
                                   cudaMemcpyHostToDevice, st));
   }
   if (s.limits.cuda_graphs && T <= CudaLimits::kGraphMaxTokens) {
-    const GraphKey key{
-        static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq,
-        static_cast<uint8_t>(output),
-        paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
-                                        PagedAttentionKernel::kSplit, static_cast<int>(c.sliding_window))};
+    // The attention's launches are baked into the graph: those of the window,
+    // and where some layers have none (Gemma's global layers), theirs too.
+    auto attn_key = [&](int64_t window) {
+      return paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
+                                             PagedAttentionKernel::kSplit, static_cast<int>(window));
+    };
+    bool global_layers = false;
+    for (int64_t l = 0; l < c.n_layers; ++l) global_layers |= c.sliding_window > 0 && c.layer_window(l) == 0;
+    const GraphKey key{static_cast<int32_t>(T),    static_cast<int32_t>(R),
+                       batch.max_blocks_per_seq,   static_cast<uint8_t>(output),
+                       attn_key(c.sliding_window), global_layers ? attn_key(0) : 0};
     s.graphs.launch(key, st, [&] { enqueue_step(T, R, output); });
   } else {
     enqueue_step(T, R, output);

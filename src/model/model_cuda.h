@@ -2,15 +2,20 @@
 // The forward pass on a CUDA device, for every family of model/arch.h
 // (docs/model_cuda.md).
 //
-//   x = embed(tokens)                                           [T, dim] f32 residual stream
+//   x = embed(tokens) (x sqrt(dim): gemma)                      [T, dim] f32 residual stream
 // (every linear y = x w^T through linear_cuda, batch-invariant at any T; see CudaLimits)
 //   per layer: xn = rmsnorm(x)                                  bf16 (the add of the previous
 //                                                               sublayer's output fused in)
 //              qkv = xn wqkv^T; rope(q, k) + KV write            one GEMM, one fused kernel
-//              (+ qkv bias: qwen2; per-head q/k RMSNorm: qwen3, fused into the rope kernel)
-//              x += o_proj(paged_attention(q))
-//              x += down(silu(gate) * up), gate_up = xn wgu^T   one GEMM for gate and up
-//   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, greedy argmax too
+//              (+ qkv bias: qwen2; per-head q/k RMSNorm: qwen3, gemma3, fused into the rope
+//              kernel; gemma3's local layers rotate with their own table)
+//              x += o_proj(paged_attention(q))                  in the layer's window, scores
+//                                                               soft-capped (gemma2)
+//              x += down(act(gate) * up), gate_up = xn wgu^T    one GEMM for gate and up;
+//                                                               act: silu, or tanh GELU (gemma)
+//              (gemma: each sublayer's output normed before it joins x, fused into the next norm)
+//   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, soft-capped
+//                                                               (gemma2), greedy argmax too
 //
 // Weights live on the device in bf16 (norms in f32), uploaded once: F32, F16
 // and BF16 tensors are converted, GGUF block formats dequantized; with
@@ -51,6 +56,8 @@ struct CudaLayer {
   Tensor ffn_norm;         // [dim] f32
   LinearWeight w_gate_up;  // [2 ffn_dim, dim]: gate rows, then up
   LinearWeight w_down;     // [dim, ffn_dim]
+  Tensor post_attn_norm;   // [dim] f32, families with ArchInfo::sandwich_norms (gemma)
+  Tensor post_ffn_norm;    // [dim] f32, the same
 };
 
 struct CudaWeights {
@@ -59,6 +66,9 @@ struct CudaWeights {
   Tensor output_norm;  // [dim] f32
   Tensor lm_head;      // [vocab, dim] bf16; tok_embd itself when the embeddings are tied
   Tensor inv_freq;     // [rope_dim / 2] f32, the scaled rotary frequencies
+  // [rope_dim / 2] f32, the local layers' (ModelConfig::rope_local_theta,
+  // unscaled: gemma3); undefined when every layer rotates with inv_freq.
+  Tensor inv_freq_local;
 };
 
 // Sizes the step buffers are allocated for.
@@ -117,8 +127,8 @@ class CudaModel {
   int64_t fp8_linears() const;
 
   // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
-  // (head_dim other than 64 or 128, more than 8 query heads per kv head,
-  // partial rotary dims); OK otherwise.
+  // (head_dim other than 64, 128 or 256, more than 8 query heads per kv
+  // head, partial rotary dims); OK otherwise.
   static Status supports(const ModelConfig& config);
   // K+V bytes of one block over all layers (bf16).
   static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);

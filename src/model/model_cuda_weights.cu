@@ -22,6 +22,7 @@
 #include "ops/dequantize/dequantize.h"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/matmul/linear_cuda.cuh"
+#include "ops/rope/rope_freqs.h"
 
 namespace nanoserve {
 
@@ -140,14 +141,22 @@ int64_t bytes_of(const Tensor& t) {
   return t.defined() ? t.nbytes() : 0;
 }
 
+// The local layers' rotary table (gemma3), as CpuModel::load makes it: their
+// own theta, no scaling. Undefined when every layer rotates alike.
+Tensor local_inv_freq(const ModelConfig& c) {
+  if (c.rope_local_theta <= 0.0f) return Tensor();
+  return device_floats(rope_inv_freqs(c.rope_dim, c.rope_local_theta, RopeScaling{}, {}));
+}
+
 // Device bytes of the weights (a tied lm_head once).
 int64_t resident_bytes(const CudaWeights& w) {
-  int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm) + bytes_of(w.inv_freq);
+  int64_t bytes =
+      bytes_of(w.tok_embd) + bytes_of(w.output_norm) + bytes_of(w.inv_freq) + bytes_of(w.inv_freq_local);
   if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
   for (const CudaLayer& L : w.layers) {
     bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
              bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() +
-             L.w_down.nbytes();
+             L.w_down.nbytes() + bytes_of(L.post_attn_norm) + bytes_of(L.post_ffn_norm);
   }
   return bytes;
 }
@@ -184,12 +193,17 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
     L.ffn_norm = upload_vector(hl.ffn_norm);
     L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
     L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
+    if (config.arch_info().sandwich_norms) {
+      L.post_attn_norm = upload_vector(hl.post_attn_norm);
+      L.post_ffn_norm = upload_vector(hl.post_ffn_norm);
+    }
     NS_CHECK(L.wqkv.rows() == q_rows + 2 * kv_rows && L.wqkv.cols() == dim && L.wo.rows() == dim &&
              L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)
         << "upload: the host layer's shapes do not match the config";
     w.layers.push_back(std::move(L));
   }
   w.inv_freq = device_floats(inv_freq);
+  w.inv_freq_local = local_inv_freq(config);
   cuda::synchronize();
   m->weight_bytes_ = resident_bytes(w);
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
@@ -227,9 +241,14 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
     L.ffn_norm = device_ones(dim);
     L.w_gate_up = random({2 * ffn, dim});
     L.w_down = random({dim, ffn});
+    if (config.arch_info().sandwich_norms) {
+      L.post_attn_norm = device_ones(dim);
+      L.post_ffn_norm = device_ones(dim);
+    }
     w.layers.push_back(std::move(L));
   }
   w.inv_freq = device_floats(inv_freq);
+  w.inv_freq_local = local_inv_freq(config);
   cuda::synchronize();
   m->weight_bytes_ = resident_bytes(w);
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));

@@ -1,7 +1,8 @@
 // The CUDA forward end to end against HF transformers, one family at a time:
 // scripts/hf_oracle.py (run by scripts/gpu-check on the GPU machine, where
 // torch and transformers are) saves a small random model of each family
-// (llama, mistral, qwen2, qwen3, phi3, and mistral with a sliding window) as an HF folder, with its logits at
+// (llama, mistral, qwen2, qwen3, phi3, mistral with a sliding window, gemma2
+// and gemma3) as an HF folder, with its logits at
 // every position of four prompts, its greedy continuations, and the logits of
 // the same model with the family's planted error. This test loads each folder
 // through the engine's own loader, runs it on the GPU and compares: near the
@@ -233,6 +234,27 @@ TEST(CudaHfOracle, EveryFamilyMatchesTransformers) {
     check_family(family, sub);
   }
   EXPECT_EQ(found, 6);
+}
+
+// Gemma 2 and Gemma 3 (text) at head_dim 256: gemma2 with its soft-caps
+// (attention 5, final 10: small enough to bite) and alternating windows of 4,
+// planted error the attention soft-cap dropped; gemma3 with q/k norms, three
+// local layers (window 4, their own rope theta) and a global one (linear
+// scaling), planted error a window of 5. The bounds are the other families'.
+TEST(CudaHfOracle, GemmaFamiliesMatchTransformers) {
+  std::string why;
+  if (cuda::device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why;
+  const char* dir = std::getenv("NS_HF_ORACLE_DIR");
+  if (dir == nullptr)
+    GTEST_SKIP() << "NS_HF_ORACLE_DIR is not set (scripts/gpu-check makes it with scripts/hf_oracle.py)";
+  for (const char* family : {"gemma2", "gemma3"}) {
+    const std::string sub = std::string(dir) + "/" + family;
+    if (!std::ifstream(sub + "/oracle.json").good()) {
+      ADD_FAILURE() << sub << "/oracle.json is missing (scripts/hf_oracle.py make " << dir << ")";
+      continue;
+    }
+    check_family(family, sub);
+  }
 }
 
 // Every device tensor of a GGUF family fixture's upload equals its HF

@@ -52,6 +52,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/cuda/cuda_check.cuh"
 #include "ops/paged_attention/paged_attention_items.cuh"
@@ -82,11 +83,27 @@ void dispatch(DType dtype, int head_dim, int g, F&& f) {
   auto by_hd = [&]<typename T>() {
     if (head_dim == 64) return by_g.template operator()<T, 64>();
     if (head_dim == 128) return by_g.template operator()<T, 128>();
-    NS_CHECK(false) << "unsupported head_dim " << head_dim << " (64 or 128)";
+    if (head_dim == 256) return by_g.template operator()<T, 256>();
+    NS_CHECK(false) << "unsupported head_dim " << head_dim << " (64, 128 or 256)";
   };
   if (dtype == DType::kBF16) return by_hd.template operator()<__nv_bfloat16>();
   if (dtype == DType::kF16) return by_hd.template operator()<__half>();
   NS_CHECK(false) << "unsupported KV dtype " << dtype_name(dtype) << " (bf16 or f16)";
+}
+
+// The split kernel a launch runs. At head_dim 256 only the plain one: a held
+// tile (128 more registers a thread there) and two column tiles (o and q
+// doubled) would spill, and the plan asks for neither (plan_launch).
+template <typename T, int HD, int G>
+auto split_kernel(bool hold, int col_tiles) {
+  if constexpr (HD == 256) {
+    NS_CHECK(!hold && col_tiles == 1) << "head_dim 256 runs the plain split kernel";
+    return paged_attention_split_kernel<T, HD, G, false, 1>;
+  } else {
+    return hold             ? paged_attention_split_kernel<T, HD, G, true, 1>
+           : col_tiles == 2 ? paged_attention_split_kernel<T, HD, G, false, 2>
+                            : paged_attention_split_kernel<T, HD, G, false, 1>;
+  }
 }
 
 int head_group_size(int n_rep) {
@@ -137,7 +154,7 @@ int log2_exact(int64_t x) {
 
 PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32_t n_heads, int32_t head_dim)
     : max_rows_(max_rows), n_heads_(n_heads), head_dim_(head_dim) {
-  NS_CHECK(max_rows > 0 && n_heads > 0 && (head_dim == 64 || head_dim == 128))
+  NS_CHECK(max_rows > 0 && n_heads > 0 && (head_dim == 64 || head_dim == 128 || head_dim == 256))
       << "workspace: rows " << max_rows << ", heads " << n_heads << ", head_dim " << head_dim;
   partial_out_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits, head_dim});
   partial_lse_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits});
@@ -154,14 +171,15 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
   // Opt every attention kernel into its dynamic shared memory (over the 48 KB
   // default) once, here, outside any step loop or graph capture.
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int hd : {64, 128}) {
+    for (int hd : {64, 128, 256}) {
       for (int g : {1, 2, 4, 8}) {
         dispatch(dt, hd, g, [&]<typename T, int HD, int G>() {
-          for (auto kernel : {paged_attention_split_kernel<T, HD, G, false, 1>,
-                              paged_attention_split_kernel<T, HD, G, true, 1>,
-                              paged_attention_split_kernel<T, HD, G, false, 2>}) {
-            NS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes(HD, kMaxStages)));
+          const bool plain_only = HD == 256;
+          for (auto [hold, col_tiles] : {std::pair{false, 1}, std::pair{true, 1}, std::pair{false, 2}}) {
+            if (plain_only && (hold || col_tiles != 1)) continue;
+            NS_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, HD, G>(hold, col_tiles),
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_bytes(HD, max_stages(HD))));
           }
         });
       }
@@ -234,14 +252,16 @@ LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_
       options.stages > 0
           ? options.stages
           : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
-  NS_CHECK(lp.stages >= 2 && lp.stages <= kMaxStages) << "stages " << lp.stages;
+  NS_CHECK(lp.stages >= 2 && lp.stages <= max_stages(static_cast<int>(hd)))
+      << "stages " << lp.stages << " at head_dim " << hd;
+  const bool plain_only = hd == 256;  // split_kernel
   // Holding a tile in registers costs the third block an SM: only for a
   // launch that fits at two (at its depth of three stages), and only if a
   // split has a tile to refill.
-  lp.hold = options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} && lp.stages == kHoldStages &&
-            split_tiles > lp.stages;
+  lp.hold = options.hold_first_tile && !plain_only && blocks <= 2 * int64_t{ws.sm_count()} &&
+            lp.stages == kHoldStages && split_tiles > lp.stages;
   lp.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
-  lp.col_tiles = lp.pair_rows && !lp.hold ? 2 : 1;
+  lp.col_tiles = lp.pair_rows && !lp.hold && !plain_only ? 2 : 1;
   lp.window = lp.pair_rows ? window_rows(g, lp.col_tiles) : 1;
   lp.sliding_window = sliding_window;
   return lp;
@@ -305,7 +325,7 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, const PagedAttentionTuning& options,
-                          int sliding_window) {
+                          int sliding_window, float softcap) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
@@ -330,9 +350,11 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   NS_CHECK(sliding_window >= 0) << "sliding window " << sliding_window;
+  NS_CHECK(softcap >= 0.0f && std::isfinite(softcap)) << "softcap " << softcap;
   if (t_all == 0) return;
   if (options.query_tiles) {
     NS_CHECK(sliding_window == 0) << "the query-tiled kernel has no sliding window";
+    NS_CHECK(softcap == 0.0f) << "the query-tiled kernel has no soft-capping";
     launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2,
                        options.dependent_launch);
     return;
@@ -368,6 +390,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
     p.sliding_window = plan.sliding_window;
+    p.softcap = softcap;
+    p.scale = scale;
     p.items = ws.items();
     for_each_launch(t_all, ws, [&](int64_t r0, int64_t rows) {
       p.row_offset = static_cast<int>(r0);
@@ -388,8 +412,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         icfg.stream = stream;
         icfg.attrs = pdl;
         icfg.numAttrs = options.dependent_launch ? 1 : 0;
-        auto items_kernel = plan.col_tiles == 2 ? attention_items_kernel<T, HD, window_rows(G, 2)>
-                                                : attention_items_kernel<T, HD, window_rows(G, 1)>;
+        auto items_kernel = attention_items_kernel<T, HD, window_rows(G, 1)>;
+        if constexpr (HD != 256) {
+          if (plan.col_tiles == 2) items_kernel = attention_items_kernel<T, HD, window_rows(G, 2)>;
+        }
         NS_CUDA_CHECK(cudaLaunchKernelEx(&icfg, items_kernel, p, ws.items()));
         NS_CUDA_CHECK_LAUNCH();
       }
@@ -400,12 +426,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cfg.stream = stream;
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;
-      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg,
-                                       hold ? paged_attention_split_kernel<T, HD, G, true, 1>
-                                       : plan.col_tiles == 2
-                                           ? paged_attention_split_kernel<T, HD, G, false, 2>
-                                           : paged_attention_split_kernel<T, HD, G, false, 1>,
-                                       p));
+      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, split_kernel<T, HD, G>(hold, plan.col_tiles), p));
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1) {
         cudaLaunchConfig_t rcfg{};
@@ -435,9 +456,9 @@ PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, PagedAttentionKernel kernel,
-                          int sliding_window) {
+                          int sliding_window, float softcap) {
   paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel),
-                       sliding_window);
+                       sliding_window, softcap);
 }
 
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,

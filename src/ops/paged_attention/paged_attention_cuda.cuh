@@ -9,7 +9,8 @@
 //   [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
 // (a head-major layout, one head's rows of a block contiguous, measured no
 // faster and was removed: docs/log/kernels.md).
-// block_size: a power of two >= 8. head_dim: 64 or 128.
+// block_size: a power of two >= 8. head_dim: 64, 128 or 256 (256: the split
+// kernel only, its plain variant, at most 3 pipeline stages).
 // q, out: [T, n_heads, head_dim] in the pool dtype. n_heads = n_kv_heads * n_rep;
 // query head h reads kv head h / n_rep.
 //
@@ -76,11 +77,14 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 // sequence (as paged_attention_reference), or with a sliding window W > 0
 // [positions[t] + 1 - W, positions[t]] (attention_window_begin; the split
 // kernel only). A decode step has one token a sequence. The step's K/V must
-// already be in the pools (paged_kv_write_cuda).
+// already be in the pools (paged_kv_write_cuda). softcap > 0 caps each scaled
+// score to softcap * tanh(score / softcap) before the softmax (Gemma 2; the
+// split kernel only), as paged_attention_reference does.
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream = nullptr,
-                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0);
+                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0,
+                          float softcap = 0.0f);
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,
 // pipeline depth, kernel variant, the length of the block list), packed: equal

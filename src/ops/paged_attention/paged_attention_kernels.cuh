@@ -20,8 +20,14 @@ namespace nanoserve::paged_attention_kernels {
 //
 // kNT: column tiles of the mma (8 columns each): with 2, twice the rows of a
 // sequence's window share a block (launches with rows of several positions).
+// Blocks an SM the registers must allow: three, two where a tile is held,
+// one at head_dim 256 (its shared memory fits only one).
+constexpr int split_min_blocks(int head_dim, bool hold) {
+  return head_dim == 256 ? 1 : hold ? 2 : 3;
+}
+
 template <typename T, int HD, int G, bool kHold, int kNT>
-__global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
+__global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
   constexpr int kWT = Geo::kWarpTokens;
@@ -98,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const bool hold = kHold && stages == kHoldStages && n_tiles > stages;
   const int32_t hold_entry = hold ? table_entries(stages) : 0;  // the first refill's
   const int bs_mask = (1 << p.block_size_log2) - 1;
-  constexpr int kStageBytes = kStageBytesPerWarp;
+  constexpr int kStageBytes = Geo::kStageBytes;
   char* warp_smem = smem + warp * stages * kStageBytes;
   // One mbarrier a stage of this warp, after every stage's rows.
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kWarps * stages * kStageBytes) + warp * kMaxStages;
@@ -142,6 +148,13 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const float scale_log2 = p.scale_log2;
+  // Soft-capping as the reference writes it: softcap * tanh((s scale) /
+  // softcap), a division as transformers has it, then to the log2 domain.
+  // The branch is uniform over the launch; without a cap the arithmetic is
+  // the one before, bit for bit.
+  auto capped_log2 = [&](float s) {
+    return __fmul_rn(__fmul_rn(p.softcap, tanhf(__fdiv_rn(__fmul_rn(s, p.scale), p.softcap))), kLog2e);
+  };
   const int head0 = group * G;  // first head of the group within the kv head's n_rep
   // Column c is head head0 + c % G of row t + c / G; column tile j holds
   // columns 8 j .. 8 j + 7.
@@ -333,7 +346,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
           for (int r = 0; r < 4; ++r) {
             const int pos = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1);
             const bool visible = pos < col_end[j][r & 1] && pos >= col_begin[j][r & 1];
-            s[n][mt][j][r] = visible ? __fmul_rn(s[n][mt][j][r], scale_log2) : -INFINITY;
+            s[n][mt][j][r] = !visible           ? -INFINITY
+                             : p.softcap > 0.0f ? capped_log2(s[n][mt][j][r])
+                                                : __fmul_rn(s[n][mt][j][r], scale_log2);
             tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);
           }
         }

@@ -24,9 +24,12 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
     for (int i = 0; i < kDepth; ++i) {
       const float* src = po + (s0 + i) * HD + lane * kVec;
       if (s0 + i < n_splits) {
-        if constexpr (kVec == 4) {
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(src));
-          v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
+        if constexpr (kVec >= 4) {  // one or two 16-byte loads (HD 128, 256)
+#pragma unroll
+          for (int h = 0; h < kVec / 4; ++h) {
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(src) + h);
+            v[i][4 * h] = x.x, v[i][4 * h + 1] = x.y, v[i][4 * h + 2] = x.z, v[i][4 * h + 3] = x.w;
+          }
         } else {
           const float2 x = __ldcg(reinterpret_cast<const float2*>(src));
           v[i][0] = x.x, v[i][1] = x.y;
@@ -60,7 +63,14 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   }
   const float inv = 1.0f / w_sum;
   // The lane's kVec dims in one store.
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    uint4 packed;
+    packed.x = Elem<T>::pack2(acc[0] * inv, acc[1] * inv);
+    packed.y = Elem<T>::pack2(acc[2] * inv, acc[3] * inv);
+    packed.z = Elem<T>::pack2(acc[4] * inv, acc[5] * inv);
+    packed.w = Elem<T>::pack2(acc[6] * inv, acc[7] * inv);
+    *reinterpret_cast<uint4*>(out + lane * kVec) = packed;
+  } else if constexpr (kVec == 4) {
     uint2 packed;
     packed.x = Elem<T>::pack2(acc[0] * inv, acc[1] * inv);
     packed.y = Elem<T>::pack2(acc[2] * inv, acc[3] * inv);

@@ -30,4 +30,12 @@ void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
                       cuda::Stream s, RmsNormOut order = RmsNormOut::kNatural);
 
+// Gemma's sandwich norm of the sublayer's output, the residual add, then the
+// next norm: x[t] += rmsnorm(f32(delta[t])) * post_w (in f32, not rounded to
+// bf16), then out[t] = rmsnorm(x[t]) * w as above. Both norms use eps.
+//   post_w: [dim] f32 (the post-attention or post-feed-forward norm weight)
+void post_norm_add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& post_w, const Tensor& w,
+                                float eps, const Tensor& out, cuda::Stream s,
+                                RmsNormOut order = RmsNormOut::kNatural);
+
 }  // namespace nanoserve

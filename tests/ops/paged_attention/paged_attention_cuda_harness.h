@@ -57,7 +57,8 @@ struct Shape {
   int block_size = 16;
   int n_kv = 2;
   int n_rep = 4;
-  int window = 0;  // a sliding window (0: the whole history)
+  int window = 0;        // a sliding window (0: the whole history)
+  float softcap = 0.0f;  // soft-capping of the scaled scores (Gemma 2; 0: none)
 };
 
 // One step of a paged batch, on the host (f32 values that are exactly
@@ -191,7 +192,7 @@ inline DeviceRun run_on_device(const Problem& p, const PagedAttentionTuning& opt
   PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
   paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool, nullptr);
   paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
-                       r.out, nullptr, opt, s.window);
+                       r.out, nullptr, opt, s.window, s.softcap);
   cuda::synchronize();
   return r;
 }
@@ -245,6 +246,7 @@ inline std::vector<std::pair<int, double>> reference_errors(const Problem& p,
   a.head_dim = s.head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   a.window = window;
+  a.softcap = s.softcap;
   paged_attention_reference(a);
 
   std::vector<std::pair<int, double>> errors;
@@ -284,7 +286,8 @@ inline void expect_matches_reference(const Problem& p, const std::vector<uint16_
 inline std::string describe(const Shape& s) {
   return std::string(dtype_name(s.dtype)) + " head_dim " + std::to_string(s.head_dim) + " block " +
          std::to_string(s.block_size) + " n_kv " + std::to_string(s.n_kv) + " n_rep " +
-         std::to_string(s.n_rep) + (s.window > 0 ? " window " + std::to_string(s.window) : "");
+         std::to_string(s.n_rep) + (s.window > 0 ? " window " + std::to_string(s.window) : "") +
+         (s.softcap > 0.0f ? " softcap " + std::to_string(s.softcap) : "");
 }
 
 inline uint64_t fresh_seed() {
