@@ -18,11 +18,14 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         phi3     gate and up swapped in the fused gate_up
         mistral_window  mistral with a sliding window of 4 positions (eager
                  attention, which keeps q - k < 4), planted: a window of 5
+        qwen3moe 16 experts of ffn 256, top-4, norm_topk_prob; planted: top-3
+        mixtral  8 experts of ffn 256, top-2; planted: top-1
       A forward that is right must sit near the first and far from the second.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
-      times the scale, in f32), the plant being every scale 10% off.
+      times the scale, in f32), the plant being every scale 10% off (not for
+      the mixtures of experts, whose experts run in bf16 only on CUDA).
 
 Every weight that a family reads, norms and biases included, is random (the
 default init leaves norms at one and biases at zero, where a dropped or
@@ -41,7 +44,8 @@ import sys
 import torch
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window", "qwen3moe", "mixtral"]
+MOE_FAMILIES = ["qwen3moe", "mixtral"]
 WINDOW = 4
 
 COMMON = dict(vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
@@ -80,6 +84,18 @@ def tiny_model(family):
                             rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
                             pad_token_id=0)
         return tf.Phi3ForCausalLM(cfg)
+    if family == "qwen3moe":
+        cfg = tf.Qwen3MoeConfig(**COMMON, head_dim=64, max_position_embeddings=40960, rope_theta=1000000.0,
+                                moe_intermediate_size=256, num_experts=16, num_experts_per_tok=4,
+                                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                use_sliding_window=False, tie_word_embeddings=False, attention_bias=False)
+        return tf.Qwen3MoeForCausalLM(cfg)
+    if family == "mixtral":
+        moe = dict(COMMON, intermediate_size=256)
+        cfg = tf.MixtralConfig(**moe, head_dim=64, max_position_embeddings=32768, rope_theta=1000000.0,
+                               num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                               tie_word_embeddings=False)
+        return tf.MixtralForCausalLM(cfg)
     raise ValueError(family)
 
 
@@ -149,6 +165,19 @@ def plant(family, model):
                 half = w.shape[0] // 2
                 w.copy_(torch.cat([w[half:], w[:half]]))
             return "gate and up swapped"
+        if family in MOE_FAMILIES:
+            # Every module that holds the router's top_k (the sparse block, its
+            # router: the attribute moved between transformers versions).
+            found = 0
+            for layer in model.model.layers:
+                block = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
+                for mod in {id(m): m for m in block.modules()}.values():
+                    if isinstance(getattr(mod, "top_k", None), int):
+                        mod.top_k -= 1
+                        found += 1
+            assert found > 0, "no top_k attribute in the sparse blocks"
+            model.config.num_experts_per_tok -= 1
+            return f"router top-k {model.config.num_experts_per_tok} instead of {model.config.num_experts_per_tok + 1}"
     raise ValueError(family)
 
 
@@ -219,7 +248,8 @@ def make(out_dir, family, tokenizer_json):
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
-    for name, scale_error in (("fp8_logits.f32", 1.0), ("fp8_planted_logits.f32", 1.10)):
+    for name, scale_error in () if family in MOE_FAMILIES else (("fp8_logits.f32", 1.0),
+                                                                 ("fp8_planted_logits.f32", 1.10)):
         q = copy.deepcopy(model)
         quantize_fp8(q, scale_error)
         write_logits(q, prompts, os.path.join(out_dir, name))

@@ -50,6 +50,11 @@ struct CudaLayer {
   Tensor ffn_norm;         // [dim] f32
   LinearWeight w_gate_up;  // [2 ffn_dim, dim]: gate rows, then up
   LinearWeight w_down;     // [dim, ffn_dim]
+  // A mixture of experts instead of w_gate_up, w_down (config.n_experts > 0;
+  // ops/moe/moe_cuda.cuh), F = expert_ffn_dim:
+  Tensor router;        // [n_experts, dim] f32
+  Tensor exp_gate_up;   // [n_experts, 2 F, dim] bf16: expert e's gate rows, then its up rows
+  Tensor exp_down;      // [n_experts, dim, F] bf16
 };
 
 struct CudaWeights {

@@ -1,0 +1,285 @@
+// The CUDA mixture of experts (moe_cuda.cuh): the routing on the device (router
+// logits, softmax, top-k, weights, the counting sort of the slots by expert),
+// the rank-order combine, and the layer's sequence of launches. The grouped
+// expert GEMM is in moe_cuda_experts.cu.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.cuh"
+#include "ops/moe/moe_cuda.cuh"
+#include "ops/silu_mul/silu_mul.cuh"
+#include "ops/silu_mul/silu_mul_cuda.cuh"
+
+namespace nanoserve {
+
+namespace {
+
+constexpr int kRouteThreads = 256;  // 8 warps a token
+constexpr int kSortThreads = 1024;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// One block a token t. logit[e] = router[e] . x[t]: warp w takes experts
+// w, w + 8, ...; lane l sums d = l, l + 32, ... in order, and the lanes meet
+// in a fixed butterfly: one order per D. Then warp 0: softmax over all E,
+// top_k by probability (highest first, the lower id on a tie, as
+// moe_route), the weights (over their sum when normalize, summed in rank
+// order).
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_router_kernel(const uint16_t* __restrict__ x, const float* __restrict__ router, int E, int D, int k,
+                      bool normalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
+  __shared__ float p[kMoeCudaMaxExperts];
+  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint16_t* xt = x + int64_t{t} * D;
+  for (int e = warp; e < E; e += kRouteThreads / 32) {
+    const float* re = router + int64_t{e} * D;
+    float acc = 0.0f;
+    for (int d = lane; d < D; d += 32) acc = fmaf(swiglu::bf16_bits_to_f32(xt[d]), __ldg(re + d), acc);
+    acc = warp_sum(acc);
+    if (lane == 0) p[e] = acc;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  float mx = -INFINITY;
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) {
+    p[e] = expf(p[e] - mx);
+    sum += p[e];
+  }
+  sum = warp_sum(sum);
+  for (int e = lane; e < E; e += 32) p[e] /= sum;
+  __syncwarp();
+  float w[kMoeCudaMaxTopK];
+  int32_t sel[kMoeCudaMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMoeCudaMaxTopK; ++j) {
+    if (j >= k) break;
+    // A taken expert's probability is -1: below every other (all >= 0).
+    int best = -1;
+    float bp = -2.0f;
+    for (int e = lane; e < E; e += 32) {
+      if (p[e] > bp) {  // strict: the lower id of this lane's equals
+        best = e;
+        bp = p[e];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+      if (ob >= 0 && (best < 0 || op > bp || (op == bp && ob < best))) {
+        best = ob;
+        bp = op;
+      }
+    }
+    sel[j] = best;
+    w[j] = bp;
+    __syncwarp();
+    if (lane == 0) p[best] = -1.0f;
+    __syncwarp();
+  }
+  if (lane != 0) return;
+  float s = 0.0f;
+  if (normalize) {
+    for (int j = 0; j < k; ++j) s += w[j];
+  }
+  for (int j = 0; j < k; ++j) {
+    ids[int64_t{t} * k + j] = sel[j];
+    weights[int64_t{t} * k + j] = normalize ? w[j] / s : w[j];
+  }
+}
+
+// One block: the S = T * k slots sorted by expert. Counts by shared atomics
+// (exact whatever their order), offsets and the active list by warp 0's
+// scan, then warp 0 places the slots 32 at a time in slot order: lanes of
+// one expert (__match_any_sync) take consecutive rows after that expert's
+// cursor, so within an expert rows go by slot (token, then rank).
+__global__ void __launch_bounds__(kSortThreads)
+    moe_sort_kernel(const int32_t* __restrict__ ids, int S, int k, int E, int32_t* __restrict__ offsets,
+                    int32_t* __restrict__ active, int32_t* __restrict__ row_token,
+                    int32_t* __restrict__ row_of_slot) {
+  __shared__ int count[kMoeCudaMaxExperts];
+  __shared__ int cursor[kMoeCudaMaxExperts + 1];
+  for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+  __syncthreads();
+  for (int s = threadIdx.x; s < S; s += blockDim.x) atomicAdd(&count[ids[s]], 1);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp != 0) return;
+  // Lane l owns experts [l * per, (l + 1) * per).
+  const int per = (E + 31) / 32, e0 = min(E, lane * per), e1 = min(E, e0 + per);
+  int rows = 0, used = 0;
+  for (int e = e0; e < e1; ++e) {
+    rows += count[e];
+    used += count[e] > 0;
+  }
+  int rows_incl = rows, used_incl = used;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int r = __shfl_up_sync(0xffffffffu, rows_incl, o), u = __shfl_up_sync(0xffffffffu, used_incl, o);
+    if (lane >= o) {
+      rows_incl += r;
+      used_incl += u;
+    }
+  }
+  int at = rows_incl - rows, n = used_incl - used;
+  for (int e = e0; e < e1; ++e) {
+    offsets[e] = at;
+    cursor[e] = at;
+    if (count[e] > 0) active[1 + n++] = e;
+    at += count[e];
+  }
+  if (lane == 31) {
+    cursor[E] = 0;
+    offsets[E] = rows_incl;
+    active[0] = used_incl;
+  }
+  __syncwarp();
+  const unsigned lt = (1u << lane) - 1u;
+  for (int base = 0; base < S; base += 32) {
+    const int s = base + lane;
+    const int e = s < S ? ids[s] : E;  // E: past the end, a group of its own
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int first = cursor[e];
+    __syncwarp();
+    if (s < S) {
+      const int row = first + __popc(peers & lt);
+      row_of_slot[s] = row;
+      row_token[row] = s / k;
+    }
+    if ((peers & lt) == 0 && e < E) cursor[e] = first + __popc(peers);  // the group's lowest lane
+    __syncwarp();
+  }
+}
+
+// y[t] = bf16(sum_r w[t][r] * ys[row_of_slot[t * k + r]]), r = 0 first, in f32.
+__global__ void moe_combine_kernel(const float* __restrict__ ys, const int32_t* __restrict__ row_of_slot,
+                                   const float* __restrict__ weights, int k, int D, uint16_t* __restrict__ y) {
+  const int t = blockIdx.x;
+  const int32_t* rows = row_of_slot + int64_t{t} * k;
+  const float* w = weights + int64_t{t} * k;
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float v = w[0] * ys[int64_t{rows[0]} * D + d];
+    for (int r = 1; r < k; ++r) v = fmaf(w[r], ys[int64_t{rows[r]} * D + d], v);
+    y[int64_t{t} * D + d] = static_cast<uint16_t>(swiglu::f32_to_bf16_bits(v));
+  }
+}
+
+bool device_contiguous(const Tensor& t, DType dt) {
+  return t.defined() && t.device() == Device::kCUDA && t.dtype() == dt && t.is_contiguous();
+}
+
+}  // namespace
+
+std::string moe_cuda_unsupported(int64_t n_experts, int64_t top_k, int64_t dim, int64_t ffn) {
+  if (n_experts < 1 || n_experts > kMoeCudaMaxExperts) {
+    return std::to_string(n_experts) + " experts (the CUDA routing takes 1 to " +
+           std::to_string(kMoeCudaMaxExperts) + ")";
+  }
+  if (top_k < 1 || top_k > kMoeCudaMaxTopK || top_k > n_experts) {
+    return std::to_string(top_k) + " experts a token (the CUDA routing takes 1 to " +
+           std::to_string(kMoeCudaMaxTopK) + ")";
+  }
+  if (dim % 64 != 0 || ffn % 64 != 0) {
+    return "experts of dim " + std::to_string(dim) + " and ffn " + std::to_string(ffn) +
+           " (the CUDA expert GEMM needs multiples of 64)";
+  }
+  return {};
+}
+
+MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
+                                         int64_t ffn) {
+  const std::string why = moe_cuda_unsupported(n_experts, top_k, dim, ffn);
+  NS_CHECK(why.empty() && max_tokens >= 1) << "make_moe_cuda_workspace: " << why << ", " << max_tokens
+                                           << " tokens";
+  MoeCudaWorkspace ws;
+  ws.max_tokens = max_tokens;
+  ws.n_experts = n_experts;
+  ws.top_k = top_k;
+  ws.dim = dim;
+  ws.ffn = ffn;
+  const int64_t S = max_tokens * top_k;
+  ws.ids = cuda::empty(DType::kI32, {S});
+  ws.weights = cuda::empty(DType::kF32, {S});
+  ws.offsets = cuda::empty(DType::kI32, {n_experts + 1});
+  ws.active = cuda::empty(DType::kI32, {n_experts + 1});
+  ws.row_token = cuda::empty(DType::kI32, {S});
+  ws.row_of_slot = cuda::empty(DType::kI32, {S});
+  ws.gate_up = cuda::empty(DType::kBF16, {S, 2 * ffn});
+  ws.act = cuda::empty(DType::kBF16, {S, ffn});
+  ws.ys = cuda::empty(DType::kF32, {S, dim});
+  return ws;
+}
+
+int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
+                                 int64_t ffn) {
+  const int64_t S = max_tokens * top_k;
+  return S * 4 * 4 + (n_experts + 1) * 4 * 2 + S * 2 * ffn * 2 + S * ffn * 2 + S * dim * 4;
+}
+
+void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
+                    cuda::Stream s) {
+  const int64_t T = x.dim(0), D = ws.dim, E = ws.n_experts, k = params.top_k;
+  NS_CHECK(device_contiguous(x, DType::kBF16) && x.ndim() == 2 && x.dim(1) == D && T <= ws.max_tokens)
+      << "moe_route_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << " for a workspace of "
+      << ws.max_tokens << " x " << D;
+  NS_CHECK(device_contiguous(router, DType::kF32) && router.ndim() == 2 && router.dim(0) == E &&
+           router.dim(1) == D)
+      << "moe_route_cuda: router " << dtype_name(router.dtype()) << router.shape_string() << ", needs f32 ["
+      << E << ", " << D << "]";
+  NS_CHECK(k == ws.top_k) << "moe_route_cuda: top_k " << k << ", the workspace's " << ws.top_k;
+  ws.n_tokens = T;
+  if (T == 0) return;
+  moe_router_kernel<<<static_cast<unsigned>(T), kRouteThreads, 0, s>>>(
+      x.data_as<const uint16_t>(), router.data_as<const float>(), static_cast<int>(E), static_cast<int>(D),
+      static_cast<int>(k), params.normalize, ws.ids.data_as<int32_t>(), ws.weights.data_as<float>());
+  NS_CUDA_CHECK(cudaGetLastError());
+  moe_sort_kernel<<<1, kSortThreads, 0, s>>>(ws.ids.data_as<const int32_t>(), static_cast<int>(T * k),
+                                             static_cast<int>(k), static_cast<int>(E),
+                                             ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
+                                             ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
+  NS_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down, MoeCudaWorkspace& ws,
+                      const Tensor& y, cuda::Stream s) {
+  const int64_t T = ws.n_tokens, S = T * ws.top_k, D = ws.dim;
+  NS_CHECK(x.ndim() == 2 && x.dim(0) == T && device_contiguous(y, DType::kBF16) && y.ndim() == 2 &&
+           y.dim(0) == T && y.dim(1) == D)
+      << "moe_experts_cuda: x " << x.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
+      << " after a routing of " << T << " tokens";
+  if (T == 0) return;
+  const Tensor gu = ws.gate_up.slice_rows(0, S), act = ws.act.slice_rows(0, S), ys = ws.ys.slice_rows(0, S);
+  moe_grouped_linear_cuda(x, true, gate_up, ws, T, gu, s);
+  silu_mul_cuda(gu, act, s);
+  moe_grouped_linear_cuda(act, false, down, ws, T, ys, s);
+  const int threads = static_cast<int>(std::min<int64_t>(256, (D + 31) / 32 * 32));
+  moe_combine_kernel<<<static_cast<unsigned>(T), threads, 0, s>>>(
+      ys.data_as<const float>(), ws.row_of_slot.data_as<const int32_t>(), ws.weights.data_as<const float>(),
+      static_cast<int>(ws.top_k), static_cast<int>(D), y.data_as<uint16_t>());
+  NS_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_ffn_cuda(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
+                  const MoeParams& params, MoeCudaWorkspace& ws, const Tensor& y, cuda::Stream s) {
+  moe_route_cuda(x, router, params, ws, s);
+  moe_experts_cuda(x, gate_up, down, ws, y, s);
+}
+
+}  // namespace nanoserve
