@@ -18,8 +18,14 @@ namespace nanoserve {
 
 namespace {
 
-constexpr int kRouteThreads = 256;  // 8 warps a token
+constexpr int kLogitWarps = 4;     // experts a block of the router kernel
+constexpr int kLogitTokens = 8;    // tokens a block of the router kernel
 constexpr int kSortThreads = 1024;
+// Up to this many tokens the down kernel computes its input's SwiGLU itself
+// (each block of an expert recomputes its rows': cheap beside the weights at
+// decode); above, one silu_mul_cuda pass. Both give silu_mul_cuda's bits.
+constexpr int64_t kFusedSwiGLUMaxTokens = 64;
+constexpr int kPerLane = kMoeCudaMaxExperts / 32;  // probabilities a lane holds
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -33,94 +39,122 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// One block a token t. logit[e] = router[e] . x[t]: warp w takes experts
-// w, w + 8, ...; lane l sums d = l, l + 32, ... in order, and the lanes meet
-// in a fixed butterfly: one order per D. Then warp 0: softmax over all E,
-// top_k by probability (highest first, the lower id on a tie, as
-// moe_route), the weights (over their sum when normalize, summed in rank
-// order).
-__global__ void __launch_bounds__(kRouteThreads)
-    moe_router_kernel(const uint16_t* __restrict__ x, const float* __restrict__ router, int E, int D, int k,
-                      bool normalize, int32_t* __restrict__ ids, float* __restrict__ weights) {
-  __shared__ float p[kMoeCudaMaxExperts];
-  const int t = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const uint16_t* xt = x + int64_t{t} * D;
-  for (int e = warp; e < E; e += kRouteThreads / 32) {
-    const float* re = router + int64_t{e} * D;
-    float acc = 0.0f;
-    for (int d = lane; d < D; d += 32) acc = fmaf(swiglu::bf16_bits_to_f32(xt[d]), __ldg(re + d), acc);
-    acc = warp_sum(acc);
-    if (lane == 0) p[e] = acc;
-  }
-  __syncthreads();
-  if (warp != 0) return;
-  float mx = -INFINITY;
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, p[e]);
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int e = lane; e < E; e += 32) {
-    p[e] = expf(p[e] - mx);
-    sum += p[e];
-  }
-  sum = warp_sum(sum);
-  for (int e = lane; e < E; e += 32) p[e] /= sum;
-  __syncwarp();
-  float w[kMoeCudaMaxTopK];
-  int32_t sel[kMoeCudaMaxTopK];
+// logits[t][e] = router[e] . x[t], f32. Block (b, c): experts 4 b .. 4 b + 3
+// (a warp each) for tokens 8 c .. 8 c + 7, so a router row is read once for
+// 8 tokens. Lane l sums d = l, l + 32, ... in order for each token, and the
+// lanes meet in a fixed butterfly: one order per D, whatever T is.
+__global__ void __launch_bounds__(kLogitWarps * 32)
+    moe_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ router, int T, int E, int D,
+                      float* __restrict__ logits) {
+  const int e = blockIdx.x * kLogitWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  const int t0 = blockIdx.y * kLogitTokens;
+  if (e >= E) return;
+  const int nt = min(kLogitTokens, T - t0);
+  const float* re = router + int64_t{e} * D;
+  float acc[kLogitTokens];
 #pragma unroll
-  for (int j = 0; j < kMoeCudaMaxTopK; ++j) {
-    if (j >= k) break;
-    // A taken expert's probability is -1: below every other (all >= 0).
-    int best = -1;
-    float bp = -2.0f;
-    for (int e = lane; e < E; e += 32) {
-      if (p[e] > bp) {  // strict: the lower id of this lane's equals
-        best = e;
-        bp = p[e];
-      }
-    }
+  for (int j = 0; j < kLogitTokens; ++j) acc[j] = 0.0f;
+#pragma unroll 4
+  for (int d = lane; d < D; d += 32) {
+    const float r = __ldg(re + d);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-      if (ob >= 0 && (best < 0 || op > bp || (op == bp && ob < best))) {
-        best = ob;
-        bp = op;
-      }
+    for (int j = 0; j < kLogitTokens; ++j) {
+      if (j < nt) acc[j] = fmaf(swiglu::bf16_bits_to_f32(x[int64_t{t0 + j} * D + d]), r, acc[j]);
     }
-    sel[j] = best;
-    w[j] = bp;
-    __syncwarp();
-    if (lane == 0) p[best] = -1.0f;
-    __syncwarp();
   }
-  if (lane != 0) return;
-  float s = 0.0f;
-  if (normalize) {
-    for (int j = 0; j < k; ++j) s += w[j];
-  }
-  for (int j = 0; j < k; ++j) {
-    ids[int64_t{t} * k + j] = sel[j];
-    weights[int64_t{t} * k + j] = normalize ? w[j] / s : w[j];
+#pragma unroll
+  for (int j = 0; j < kLogitTokens; ++j) {
+    const float v = warp_sum(acc[j]);
+    if (lane == 0 && j < nt) logits[int64_t{t0 + j} * E + e] = v;
   }
 }
 
-// One block: the S = T * k slots sorted by expert. Counts by shared atomics
-// (exact whatever their order), offsets and the active list by warp 0's
-// scan, then warp 0 places the slots 32 at a time in slot order: lanes of
-// one expert (__match_any_sync) take consecutive rows after that expert's
-// cursor, so within an expert rows go by slot (token, then rank).
+// One block for the whole step. (1) Warp w routes tokens w, w + 32, ...:
+// the softmax over all E (lane l holds experts l, l + 32, ...), the top_k by
+// probability (highest first, the lower id on a tie, as moe_route), the
+// weights (over their sum, added in rank order, when normalize); counts per
+// expert by shared atomics (exact in any order). (2) Warp 0 scans the counts
+// into offsets and the active list. (3) Warp 0 places the slots 32 at a time
+// in slot order: the lanes of one expert (__match_any_sync) take consecutive
+// rows after its cursor, so within an expert rows go by token, then rank.
 __global__ void __launch_bounds__(kSortThreads)
-    moe_sort_kernel(const int32_t* __restrict__ ids, int S, int k, int E, int32_t* __restrict__ offsets,
-                    int32_t* __restrict__ active, int32_t* __restrict__ row_token,
-                    int32_t* __restrict__ row_of_slot) {
+    moe_route_kernel(const float* __restrict__ logits, int T, int E, int k, bool normalize,
+                     int32_t* __restrict__ ids, float* __restrict__ weights, int32_t* __restrict__ offsets,
+                     int32_t* __restrict__ active, int32_t* __restrict__ row_token,
+                     int32_t* __restrict__ row_of_slot) {
   __shared__ int count[kMoeCudaMaxExperts];
   __shared__ int cursor[kMoeCudaMaxExperts + 1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
   __syncthreads();
-  for (int s = threadIdx.x; s < S; s += blockDim.x) atomicAdd(&count[ids[s]], 1);
-  __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int t = warp; t < T; t += warps) {
+    const float* l = logits + int64_t{t} * E;
+    float p[kPerLane];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      p[i] = e < E ? l[e] : -INFINITY;
+      mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      p[i] = e < E ? expf(p[i] - mx) : -1.0f;  // past E: below every probability
+      if (e < E) sum += p[i];
+    }
+    sum = warp_sum(sum);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + 32 * i < E) p[i] /= sum;
+    }
+    float w[kMoeCudaMaxTopK];
+    int sel[kMoeCudaMaxTopK];
+#pragma unroll
+    for (int j = 0; j < kMoeCudaMaxTopK; ++j) {
+      if (j < k) {
+        // This lane's best (strict >: its lower id on a tie), then the
+        // warp's: the higher probability, on a tie the lower id. A taken
+        // expert's probability is -1.
+        int best = -1;
+        float bp = -2.0f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          if (p[i] > bp) {
+            best = lane + 32 * i;
+            bp = p[i];
+          }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          const int ob = __shfl_xor_sync(0xffffffffu, best, o);
+          const float op = __shfl_xor_sync(0xffffffffu, bp, o);
+          if (op > bp || (op == bp && ob < best)) {
+            best = ob;
+            bp = op;
+          }
+        }
+        sel[j] = best;
+        w[j] = bp;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          if (lane + 32 * i == best) p[i] = -1.0f;
+        }
+      }
+    }
+    if (lane == 0) {
+      float s = 0.0f;
+      for (int j = 0; j < k; ++j) s += w[j];
+      for (int j = 0; j < k; ++j) {
+        ids[int64_t{t} * k + j] = sel[j];
+        weights[int64_t{t} * k + j] = normalize ? w[j] / s : w[j];
+        atomicAdd(&count[sel[j]], 1);
+      }
+    }
+  }
+  __syncthreads();  // the counts, and ids in global memory, seen by warp 0
   if (warp != 0) return;
   // Lane l owns experts [l * per, (l + 1) * per).
   const int per = (E + 31) / 32, e0 = min(E, lane * per), e1 = min(E, e0 + per);
@@ -151,6 +185,7 @@ __global__ void __launch_bounds__(kSortThreads)
     active[0] = used_incl;
   }
   __syncwarp();
+  const int S = T * k;
   const unsigned lt = (1u << lane) - 1u;
   for (int base = 0; base < S; base += 32) {
     const int s = base + lane;
@@ -215,6 +250,7 @@ MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, 
   ws.dim = dim;
   ws.ffn = ffn;
   const int64_t S = max_tokens * top_k;
+  ws.logits = cuda::empty(DType::kF32, {max_tokens, n_experts});
   ws.ids = cuda::empty(DType::kI32, {S});
   ws.weights = cuda::empty(DType::kF32, {S});
   ws.offsets = cuda::empty(DType::kI32, {n_experts + 1});
@@ -230,7 +266,7 @@ MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, 
 int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
                                  int64_t ffn) {
   const int64_t S = max_tokens * top_k;
-  return S * 4 * 4 + (n_experts + 1) * 4 * 2 + S * 2 * ffn * 2 + S * ffn * 2 + S * dim * 4;
+  return max_tokens * n_experts * 4 + S * 4 * 4 + (n_experts + 1) * 4 * 2 + S * 2 * ffn * 2 + S * ffn * 2 + S * dim * 4;
 }
 
 void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
@@ -246,14 +282,17 @@ void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& para
   NS_CHECK(k == ws.top_k) << "moe_route_cuda: top_k " << k << ", the workspace's " << ws.top_k;
   ws.n_tokens = T;
   if (T == 0) return;
-  moe_router_kernel<<<static_cast<unsigned>(T), kRouteThreads, 0, s>>>(
-      x.data_as<const uint16_t>(), router.data_as<const float>(), static_cast<int>(E), static_cast<int>(D),
-      static_cast<int>(k), params.normalize, ws.ids.data_as<int32_t>(), ws.weights.data_as<float>());
+  const dim3 grid(static_cast<unsigned>((E + kLogitWarps - 1) / kLogitWarps),
+                  static_cast<unsigned>((T + kLogitTokens - 1) / kLogitTokens));
+  moe_logits_kernel<<<grid, kLogitWarps * 32, 0, s>>>(x.data_as<const uint16_t>(), router.data_as<const float>(),
+                                                      static_cast<int>(T), static_cast<int>(E), static_cast<int>(D),
+                                                      ws.logits.data_as<float>());
   NS_CUDA_CHECK(cudaGetLastError());
-  moe_sort_kernel<<<1, kSortThreads, 0, s>>>(ws.ids.data_as<const int32_t>(), static_cast<int>(T * k),
-                                             static_cast<int>(k), static_cast<int>(E),
-                                             ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
-                                             ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
+  moe_route_kernel<<<1, kSortThreads, 0, s>>>(ws.logits.data_as<const float>(), static_cast<int>(T),
+                                              static_cast<int>(E), static_cast<int>(k), params.normalize,
+                                              ws.ids.data_as<int32_t>(), ws.weights.data_as<float>(),
+                                              ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
+                                              ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
   NS_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -266,9 +305,13 @@ void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down
       << " after a routing of " << T << " tokens";
   if (T == 0) return;
   const Tensor gu = ws.gate_up.slice_rows(0, S), act = ws.act.slice_rows(0, S), ys = ws.ys.slice_rows(0, S);
-  moe_grouped_linear_cuda(x, true, gate_up, ws, T, gu, s);
-  silu_mul_cuda(gu, act, s);
-  moe_grouped_linear_cuda(act, false, down, ws, T, ys, s);
+  moe_grouped_linear_cuda(x, MoeRows::kGather, gate_up, ws, T, gu, s);
+  if (T <= kFusedSwiGLUMaxTokens) {
+    moe_grouped_linear_cuda(gu, MoeRows::kSortedSwiGLU, down, ws, T, ys, s);
+  } else {
+    silu_mul_cuda(gu, act, s);
+    moe_grouped_linear_cuda(act, MoeRows::kSorted, down, ws, T, ys, s);
+  }
   const int threads = static_cast<int>(std::min<int64_t>(256, (D + 31) / 32 * 32));
   moe_combine_kernel<<<static_cast<unsigned>(T), threads, 0, s>>>(
       ys.data_as<const float>(), ws.row_of_slot.data_as<const int32_t>(), ws.weights.data_as<const float>(),

@@ -10,17 +10,20 @@
 //
 // One layer's step, all on one stream, nothing read back to the host, grids
 // fixed by T (so a CUDA graph of it replays for any routing):
-//  1. moe_route_cuda: one block a token computes its E router logits (f32,
-//     one summation order fixed by D), the softmax over all E, the top_k
-//     (highest first, a tie to the lower id) and the weights (divided by
-//     their sum when normalize); then one block sorts the T * top_k slots by
-//     expert (a counting sort: counts, offsets, within an expert by token,
-//     then rank), writing offsets [E + 1], the active experts, row_token and
-//     row_of_slot, as moe_route does on the CPU.
+//  1. moe_route_cuda: the router logits [T, E] (f32, one summation order
+//     fixed by D; a block reads 4 router rows once for 8 tokens); then one
+//     block takes each token's softmax over all E, its top_k (highest first,
+//     a tie to the lower id) and weights (divided by their sum when
+//     normalize), and sorts the T * top_k slots by expert (a counting sort:
+//     counts, offsets, within an expert by token, then rank), writing
+//     offsets [E + 1], the active experts, row_token and row_of_slot, as
+//     moe_route does on the CPU.
 //  2. moe_grouped_linear_cuda over the active experts: expert e's gate_up
-//     rows over its rows of x (gathered through row_token), silu_mul, its
-//     down rows over the SwiGLU rows; each block owns 16 or 32 weight rows
-//     of one expert and streams them once for up to 64 of its rows.
+//     rows over its rows of x (gathered through row_token), then its down
+//     rows over the SwiGLU of those (computed inside the down kernel at up
+//     to 64 tokens, where it spares a launch; by silu_mul_cuda above: the
+//     same bits); each block owns 16 or 32 weight rows of one expert and
+//     streams them once for up to 64 of its rows.
 //  3. y[t] = sum over r = 0 .. top_k - 1, in rank order, of w[t][r] times
 //     the down output of slot (t, r), in f32, rounded to bf16 once.
 //
@@ -51,6 +54,7 @@ std::string moe_cuda_unsupported(int64_t n_experts, int64_t top_k, int64_t dim, 
 struct MoeCudaWorkspace {
   int64_t max_tokens = 0, n_experts = 0, top_k = 0, dim = 0, ffn = 0;
   int64_t n_tokens = 0;  // T of the last moe_route_cuda (host side: the grids' size)
+  Tensor logits;       // [max_tokens, E] f32 router output
   Tensor ids;          // [S] i32 expert of slot s = t * top_k + r
   Tensor weights;      // [S] f32 weight of slot s
   Tensor offsets;      // [E + 1] i32 expert e's sorted rows: [offsets[e], offsets[e + 1])
@@ -71,12 +75,18 @@ int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t 
 void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
                     cuda::Stream s);
 
+// Where the grouped GEMM takes sorted row i's x row from.
+enum class MoeRows : uint8_t {
+  kGather,        // x [T, K]: row row_token[i]
+  kSorted,        // x [S, K]: row i
+  kSortedSwiGLU,  // x [S, 2K] gate_up: the SwiGLU of row i, computed as silu_mul_cuda does, bit for bit
+};
+
 // y rows (sorted order) = x rows . w[e]^T for each active expert e over its
 // rows [offsets[e], offsets[e + 1]) of the routing in ws, for a step of T
-// tokens. x row of sorted row i: row_token[i] when gather (x is [T, K]),
-// else i (x is [S, K], already sorted). w: [E, N, K] bf16; y: [S, N] bf16
-// or f32. Only the active experts' weights are read.
-void moe_grouped_linear_cuda(const Tensor& x, bool gather, const Tensor& w, const MoeCudaWorkspace& ws, int64_t T,
+// tokens. w: [E, N, K] bf16; y: [S, N] bf16 or f32. Only the active
+// experts' weights are read.
+void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws, int64_t T,
                              const Tensor& y, cuda::Stream s);
 
 // Steps 2 and 3 over the routing in ws: y [T, D] bf16.

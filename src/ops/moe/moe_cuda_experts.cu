@@ -22,6 +22,7 @@
 #include "core/cuda/cuda_check.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
 #include "ops/moe/moe_cuda.cuh"
+#include "ops/silu_mul/silu_mul.cuh"
 
 namespace nanoserve {
 
@@ -43,8 +44,10 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
 }
 
 // x: [*, K] bf16 rows (x row of sorted row i: row_token[i] when gather, else
-// i); w: [E, N, K] bf16; y: [S, N].
-template <int MT, int NT, typename Out>
+// i), or with kSwiGLU [S, 2K] gate_up rows whose SwiGLU is x (each lane
+// computes its 16 values of a chunk with silu_mul.cuh: silu_mul_cuda's
+// bits); w: [E, N, K] bf16; y: [S, N].
+template <int MT, int NT, bool kSwiGLU, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_linear_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ row_token,
                       const uint16_t* __restrict__ w, const int32_t* __restrict__ offsets,
@@ -61,7 +64,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int row0 = blockIdx.x * (MT * 16);
   const int chunks = K / kChunk;
   const int c_begin = slice_begin(warp, chunks), c_end = slice_begin(warp + 1, chunks);
-  const int64_t k4 = K / 8;  // uint4 a row
+  const int64_t k4 = K / 8;                      // uint4 a row of w
+  const int64_t x4 = kSwiGLU ? 2 * k4 : k4;      // uint4 a row of x (gate_up: gate, then up)
   constexpr int kWChunk = kChunk / 8;
   const uint4* wrow[MT][2];
 #pragma unroll
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < NT; ++j) {
       const int r = p0 + j * 8 + g < r_end ? p0 + j * 8 + g : p0;
       const int src = row_token != nullptr ? __ldg(row_token + r) : r;
-      xrow[j] = reinterpret_cast<const uint4*>(x) + int64_t{src} * k4 + 2 * t;
+      xrow[j] = reinterpret_cast<const uint4*>(x) + int64_t{src} * x4 + 2 * t;
     }
     // Token tiles with at least one of the expert's rows (uniform in the block).
     const int tiles = min(NT, (r_end - p0 + 7) / 8);
@@ -121,7 +125,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
             if (j < tiles) {
-              const uint4 xv[2] = {__ldg(xrow[j] + off), __ldg(xrow[j] + off + 1)};
+              uint4 xv[2];
+              if constexpr (kSwiGLU) {
+                xv[0] = swiglu::silu_mul8(__ldg(xrow[j] + off), __ldg(xrow[j] + k4 + off));
+                xv[1] = swiglu::silu_mul8(__ldg(xrow[j] + off + 1), __ldg(xrow[j] + k4 + off + 1));
+              } else {
+                xv[0] = __ldg(xrow[j] + off);
+                xv[1] = __ldg(xrow[j] + off + 1);
+              }
 #pragma unroll
               for (int s = 0; s < 4; ++s) {
 #pragma unroll
@@ -171,11 +182,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int MT, int NT, typename Out>
-void launch(const uint16_t* x, const int32_t* row_token, const uint16_t* w, const MoeCudaWorkspace& ws, Out* y,
-            int places, int N, int K, cuda::Stream s) {
+void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w, const MoeCudaWorkspace& ws,
+            Out* y, int places, int N, int K, cuda::Stream s) {
   const dim3 grid(static_cast<unsigned>(N / (MT * 16)), static_cast<unsigned>(places));
-  moe_linear_kernel<MT, NT, Out><<<grid, kWarps * 32, 0, s>>>(x, row_token, w, ws.offsets.data_as<const int32_t>(),
-                                                              ws.active.data_as<const int32_t>(), y, N, K);
+  auto kernel = swiglu ? moe_linear_kernel<MT, NT, true, Out> : moe_linear_kernel<MT, NT, false, Out>;
+  kernel<<<grid, kWarps * 32, 0, s>>>(x, row_token, w, ws.offsets.data_as<const int32_t>(),
+                                      ws.active.data_as<const int32_t>(), y, N, K);
   NS_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -183,27 +195,28 @@ void launch(const uint16_t* x, const int32_t* row_token, const uint16_t* w, cons
 // tiles that hold them, up to 8; two row tiles once four token tiles run
 // (half the x reads). Neither changes any element's order.
 template <typename Out>
-void launch_for(const uint16_t* x, const int32_t* row_token, const uint16_t* w, const MoeCudaWorkspace& ws,
-                Out* y, int64_t T, int places, int N, int K, cuda::Stream s) {
+void launch_for(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w,
+                const MoeCudaWorkspace& ws, Out* y, int64_t T, int places, int N, int K, cuda::Stream s) {
   const bool two_rows = N % 32 == 0;
   if (T <= 8) {
-    launch<1, 1>(x, row_token, w, ws, y, places, N, K, s);
+    launch<1, 1>(x, swiglu, row_token, w, ws, y, places, N, K, s);
   } else if (T <= 16) {
-    launch<1, 2>(x, row_token, w, ws, y, places, N, K, s);
+    launch<1, 2>(x, swiglu, row_token, w, ws, y, places, N, K, s);
   } else if (T <= 32) {
-    two_rows ? launch<2, 4>(x, row_token, w, ws, y, places, N, K, s)
-             : launch<1, 4>(x, row_token, w, ws, y, places, N, K, s);
+    two_rows ? launch<2, 4>(x, swiglu, row_token, w, ws, y, places, N, K, s)
+             : launch<1, 4>(x, swiglu, row_token, w, ws, y, places, N, K, s);
   } else {
-    two_rows ? launch<2, 8>(x, row_token, w, ws, y, places, N, K, s)
-             : launch<1, 8>(x, row_token, w, ws, y, places, N, K, s);
+    two_rows ? launch<2, 8>(x, swiglu, row_token, w, ws, y, places, N, K, s)
+             : launch<1, 8>(x, swiglu, row_token, w, ws, y, places, N, K, s);
   }
 }
 
 }  // namespace
 
-void moe_grouped_linear_cuda(const Tensor& x, bool gather, const Tensor& w, const MoeCudaWorkspace& ws, int64_t T,
+void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws, int64_t T,
                              const Tensor& y, cuda::Stream s) {
   const int64_t S = T * ws.top_k, E = ws.n_experts;
+  const bool gather = rows == MoeRows::kGather, swiglu = rows == MoeRows::kSortedSwiGLU;
   auto on_device = [](const Tensor& t) { return t.defined() && t.device() == Device::kCUDA && t.is_contiguous(); };
   NS_CHECK(on_device(x) && on_device(w) && on_device(y) && x.dtype() == DType::kBF16 &&
            w.dtype() == DType::kBF16 && (y.dtype() == DType::kBF16 || y.dtype() == DType::kF32) &&
@@ -212,8 +225,8 @@ void moe_grouped_linear_cuda(const Tensor& x, bool gather, const Tensor& w, cons
       << dtype_name(w.dtype()) << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
       << ": needs contiguous device bf16 x [rows, K], bf16 w [E, N, K], bf16 or f32 y [S, N]";
   const int64_t N = w.dim(1), K = w.dim(2);
-  NS_CHECK(w.dim(0) == E && x.dim(1) == K && x.dim(0) == (gather ? T : S) && y.dim(0) == S && y.dim(1) == N &&
-           K % kChunk == 0 && N % 16 == 0 && T <= ws.max_tokens)
+  NS_CHECK(w.dim(0) == E && x.dim(1) == (swiglu ? 2 * K : K) && x.dim(0) == (gather ? T : S) && y.dim(0) == S &&
+           y.dim(1) == N && K % kChunk == 0 && N % 16 == 0 && T <= ws.max_tokens)
       << "moe_grouped_linear_cuda: x " << x.shape_string() << ", w " << w.shape_string() << ", y "
       << y.shape_string() << " for " << T << " tokens of top_k " << ws.top_k << " (K % 64, N % 16)";
   if (T == 0) return;
@@ -223,9 +236,9 @@ void moe_grouped_linear_cuda(const Tensor& x, bool gather, const Tensor& w, cons
   const auto* wd = w.data_as<const uint16_t>();
   const int n = static_cast<int>(N), k = static_cast<int>(K);
   if (y.dtype() == DType::kF32) {
-    launch_for(xd, rt, wd, ws, y.data_as<float>(), T, places, n, k, s);
+    launch_for(xd, swiglu, rt, wd, ws, y.data_as<float>(), T, places, n, k, s);
   } else {
-    launch_for(xd, rt, wd, ws, y.data_as<uint16_t>(), T, places, n, k, s);
+    launch_for(xd, swiglu, rt, wd, ws, y.data_as<uint16_t>(), T, places, n, k, s);
   }
 }
 
