@@ -21,6 +21,9 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         qwen3moe 16 experts of ffn 256, top-4, norm_topk_prob; planted: top-3
         mixtral  8 experts of ffn 256, top-2; planted: top-1
       A forward that is right must sit near the first and far from the second.
+      For the mixtures of experts, also router_margins: per prompt and
+      position, the least gap over the layers between the k-th and (k+1)-th
+      router logit.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
@@ -254,6 +257,21 @@ def make(out_dir, family, tokenizer_json):
         quantize_fp8(q, scale_error)
         write_logits(q, prompts, os.path.join(out_dir, name))
         del q
+    # Mixtures of experts: per position, the smallest gap over the layers
+    # between the k-th and (k+1)-th router logit. Where it is small, bf16
+    # activations may pick the other expert; the test holds only the
+    # positions with a clear routing to the logits bound.
+    router_margins = []
+    if family in MOE_FAMILIES:
+        k = cfg.num_experts_per_tok
+        with torch.no_grad():
+            for ids in prompts:
+                res = model(torch.tensor([ids], device="cuda"), output_router_logits=True)
+                gaps = []
+                for rl in res.router_logits:
+                    top = torch.topk(rl.float().reshape(len(ids), -1), k + 1, dim=-1).values
+                    gaps.append(top[:, k - 1] - top[:, k])
+                router_margins.append(torch.stack(gaps).min(0).values.cpu().tolist())
     # The rotary frequencies before the plant (mistral's changes them).
     rot = model.model.rotary_emb
     inv_freq = rot.inv_freq.float().cpu().tolist()
@@ -267,7 +285,7 @@ def make(out_dir, family, tokenizer_json):
                    "inv_freq": inv_freq, "attention_scaling": attention_scaling,
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
                    "fp8_logits_file": "fp8_logits.f32", "fp8_planted_logits_file": "fp8_planted_logits.f32",
-                   "planted": planted}, f)
+                   "planted": planted, "router_margins": router_margins}, f)
     print(f"hf_oracle: wrote {out_dir} ({family}, {len(prompts)} prompts, lengths {lengths}, "
           f"planted: {planted})")
 

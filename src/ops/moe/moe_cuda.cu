@@ -41,8 +41,9 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // logits[t][e] = router[e] . x[t], f32. Block (b, c): experts 4 b .. 4 b + 3
 // (a warp each) for tokens 8 c .. 8 c + 7, so a router row is read once for
-// 8 tokens. Lane l sums d = l, l + 32, ... in order for each token, and the
-// lanes meet in a fixed butterfly: one order per D, whatever T is.
+// 8 tokens. Lane l sums d = 4 q .. 4 q + 3 for q = l, l + 32, ... in order
+// (16-byte router loads), for each token, and the lanes meet in a fixed
+// butterfly: one order per D, whatever T is. PRECOND: D % 4 == 0.
 __global__ void __launch_bounds__(kLogitWarps * 32)
     moe_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ router, int T, int E, int D,
                       float* __restrict__ logits) {
@@ -50,16 +51,25 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   const int t0 = blockIdx.y * kLogitTokens;
   if (e >= E) return;
   const int nt = min(kLogitTokens, T - t0);
-  const float* re = router + int64_t{e} * D;
+  const float4* re = reinterpret_cast<const float4*>(router + int64_t{e} * D);
+  const uint2* xs = reinterpret_cast<const uint2*>(x + int64_t{t0} * D);  // 4 bf16 a uint2
+  const int q4 = D / 4;
   float acc[kLogitTokens];
 #pragma unroll
   for (int j = 0; j < kLogitTokens; ++j) acc[j] = 0.0f;
-#pragma unroll 4
-  for (int d = lane; d < D; d += 32) {
-    const float r = __ldg(re + d);
+#pragma unroll 2
+  for (int q = lane; q < q4; q += 32) {
+    const float4 r = __ldg(re + q);
 #pragma unroll
     for (int j = 0; j < kLogitTokens; ++j) {
-      if (j < nt) acc[j] = fmaf(swiglu::bf16_bits_to_f32(x[int64_t{t0 + j} * D + d]), r, acc[j]);
+      if (j < nt) {
+        const uint2 v = xs[int64_t{j} * q4 + q];
+        float a = acc[j];
+        a = fmaf(swiglu::bf16_bits_to_f32(v.x & 0xffffu), r.x, a);
+        a = fmaf(swiglu::bf16_bits_to_f32(v.x >> 16), r.y, a);
+        a = fmaf(swiglu::bf16_bits_to_f32(v.y & 0xffffu), r.z, a);
+        acc[j] = fmaf(swiglu::bf16_bits_to_f32(v.y >> 16), r.w, a);
+      }
     }
   }
 #pragma unroll

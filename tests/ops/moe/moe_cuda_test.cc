@@ -5,7 +5,8 @@
 // - the whole feed-forward against moe_ffn_ref (double) over f32 copies of
 //   random bf16 inputs and experts, T = 1 ... 150, E = 4 ... 128, top_k 1 ...
 //   8, with and without normalisation (NMSE bound below); the reference
-//   with top_k one short or one over (a router off by one) must be far;
+//   with top_k one short or one over (a router off by one) must be 20x
+//   farther;
 // - the grouped GEMM bit for bit against linear_cuda over each expert's rows
 //   gathered by hand (one summation order per K);
 // - batch invariance: a token's y bitwise the same alone, in any prefix of a
@@ -48,8 +49,10 @@ Problem make_problem(int64_t T, int64_t E, int64_t k, int64_t D, int64_t F, uint
   p.D = D;
   p.F = F;
   p.x = bf16_round(uniform_floats(T * D, seed, 2.0f));
-  // A router 3x wider than the experts: weights from 0.05 to 0.9, few near-ties.
-  p.router = uniform_floats(E * D, seed + 1, 3.0f * std::sqrt(3.0f / static_cast<float>(D)));
+  // Router logits of std ~1.2: the weights spread, so that a top_k one off
+  // moves y by NMSE 1e-2 or more (a wider router makes the (k+1)-th weight
+  // too small to see: at 3x, 1e-5 in a numpy model of these cases).
+  p.router = uniform_floats(E * D, seed + 1, std::sqrt(3.0f / static_cast<float>(D)));
   p.gate_up = bf16_round(uniform_floats(E * 2 * F * D, seed + 2, std::sqrt(3.0f / static_cast<float>(D))));
   p.down = bf16_round(uniform_floats(E * D * F, seed + 3, std::sqrt(3.0f / static_cast<float>(F))));
   p.x_dev = upload(to_bf16(p.x), DType::kBF16, {T, D});
@@ -95,9 +98,10 @@ double nmse_of(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 // The bf16 intermediates (gate and up, the SwiGLU, the output) each round by
-// up to 2^-9 relative: about 5e-6 together on this data. 5e-5 leaves 10x;
-// a token routed to a wrong expert moves y by O(1) (NMSE ~0.1 or more).
-constexpr double kMoeNmse = 5e-5;
+// up to 2^-9 relative: a numpy model of these roundings on these cases gives
+// NMSE up to 1.7e-5 (few elements at T = 1). 1e-4 leaves 6x; a token routed
+// to a wrong expert moves y by NMSE 1e-2 or more.
+constexpr double kMoeNmse = 1e-4;
 
 TEST(MoeCuda, RoutingMatchesCpu) {
   NS_SKIP_WITHOUT_GPU();
@@ -190,12 +194,14 @@ TEST(MoeCuda, MatchesReference) {
     const double err = nmse_of(got, ref);
     std::printf("%s: NMSE %.2e\n", what.c_str(), err);
     EXPECT_LE(err, kMoeNmse);
-    // Planted: the router's top-k one short or one over. The tolerance must see it.
+    // Planted: the router's top-k one short or one over. The tolerance must
+    // see it: 20x the bound (the numpy model of these cases: 1.1e-2 at the
+    // least over 12 draws each, 5x above that).
     for (const int64_t wrong : {c.k - 1, c.k + 1}) {
       if (wrong < 1 || wrong > c.E) continue;
       const double off = nmse_of(got, reference(p, c.T, wrong, c.normalize));
       std::printf("  against the reference with top_k %lld: NMSE %.2e\n", static_cast<long long>(wrong), off);
-      EXPECT_GT(off, 100 * kMoeNmse) << "top_k " << wrong << " would pass";
+      EXPECT_GT(off, 20 * kMoeNmse) << "top_k " << wrong << " would pass";
     }
   }
 }
