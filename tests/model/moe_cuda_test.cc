@@ -152,7 +152,8 @@ TEST(MoeCudaModel, GreedyAloneEqualsBatched) {
       ASSERT_TRUE(out.ok()) << out.status().to_string();
       for (int s = 0; s < S; ++s) {
         const auto& want = alone[static_cast<size_t>(s)][static_cast<size_t>(step)];
-        EXPECT_EQ(std::memcmp(out->data_as<const float>() + s * V, want.data(), static_cast<size_t>(V) * 4), 0)
+        EXPECT_EQ(std::memcmp(out->data_as<const float>() + s * V, want.data(), static_cast<size_t>(V) * 4),
+                  0)
             << "sequence " << s << " step " << step << ": batched logits differ from alone";
         starts[static_cast<size_t>(s)] += static_cast<int32_t>(segs[static_cast<size_t>(s)].size());
         segs[static_cast<size_t>(s)] = {tokens[static_cast<size_t>(s)][static_cast<size_t>(step)]};
@@ -216,18 +217,21 @@ std::vector<float> read_floats(const std::string& path) {
 // the layers; positions whose routing is clear (gap >= kClearMargin, many
 // times the router logits' error) are held to the bound, the others only
 // reported. The planted top-k - 1 must sit far on the clear positions.
-constexpr double kPositionNmse = 3e-3;  // the dense families' 1.5e-3, doubled for the experts' extra roundings
-constexpr double kClearMargin = 0.1;    // router logits of std ~1.4, errors of ~1e-2 (a first estimate)
+constexpr double kPositionNmse =
+    3e-3;                             // the dense families' 1.5e-3, doubled for the experts' extra roundings
+constexpr double kClearMargin = 0.1;  // router logits of std ~1.4, errors of ~1e-2 (a first estimate)
 
 void check_moe_family(const std::string& family, const std::string& dir) {
   SCOPED_TRACE(family);
   std::ifstream jf(dir + "/oracle.json");
   ASSERT_TRUE(jf.good()) << dir << "/oracle.json (scripts/hf_oracle.py make DIR --family " << family << ")";
   const nlohmann::json oracle = nlohmann::json::parse(jf);
-  ASSERT_TRUE(oracle.contains("router_margins") && oracle["router_margins"].size() == oracle["prompts"].size())
+  ASSERT_TRUE(oracle.contains("router_margins") &&
+              oracle["router_margins"].size() == oracle["prompts"].size())
       << "oracle.json without router_margins: made by an older scripts/hf_oracle.py";
   const std::vector<float> ref = read_floats(dir + "/" + oracle["logits_file"].get<std::string>());
-  const std::vector<float> planted = read_floats(dir + "/" + oracle["planted_logits_file"].get<std::string>());
+  const std::vector<float> planted =
+      read_floats(dir + "/" + oracle["planted_logits_file"].get<std::string>());
   ModelSpec spec;
   spec.path = dir;
   auto source = open_model_source(spec);
@@ -270,11 +274,12 @@ void check_moe_family(const std::string& family, const std::string& dir) {
   }
   const double planted_ratio = clear > 0 ? planted_sum / static_cast<double>(clear) / worst_clear : 0.0;
   std::printf(
-      "family %s: worst NMSE vs transformers %.2e over %lld of %lld positions with a clear routing (margin >= "
+      "family %s: worst NMSE vs transformers %.2e over %lld of %lld positions with a clear routing (margin "
+      ">= "
       "%.2f); over all %.2e, %lld within %.1e; planted error (%s) %.1fx farther\n",
       family.c_str(), worst_clear, static_cast<long long>(clear), static_cast<long long>(total), kClearMargin,
-      worst_all, static_cast<long long>(within_all), kPositionNmse, oracle["planted"].get<std::string>().c_str(),
-      planted_ratio);
+      worst_all, static_cast<long long>(within_all), kPositionNmse,
+      oracle["planted"].get<std::string>().c_str(), planted_ratio);
   EXPECT_GE(clear, total / 5) << "too few positions with a clear routing to hold";
   EXPECT_LE(worst_clear, kPositionNmse);
   EXPECT_GT(planted_ratio, 2.5) << "the tolerance would not see the planted error";
@@ -285,7 +290,8 @@ TEST(MoeCudaHfOracle, QwenMoeAndMixtralMatchTransformers) {
   const char* dir = std::getenv("NS_HF_ORACLE_DIR");
   if (dir == nullptr)
     GTEST_SKIP() << "NS_HF_ORACLE_DIR is not set (scripts/gpu-check makes it with scripts/hf_oracle.py)";
-  for (const char* family : {"qwen3moe", "mixtral"}) check_moe_family(family, std::string(dir) + "/" + family);
+  for (const char* family : {"qwen3moe", "mixtral"})
+    check_moe_family(family, std::string(dir) + "/" + family);
 }
 
 }  // namespace

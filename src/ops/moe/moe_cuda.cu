@@ -18,8 +18,8 @@ namespace nanoserve {
 
 namespace {
 
-constexpr int kLogitWarps = 4;     // experts a block of the router kernel
-constexpr int kLogitTokens = 8;    // tokens a block of the router kernel
+constexpr int kLogitWarps = 4;   // experts a block of the router kernel
+constexpr int kLogitTokens = 8;  // tokens a block of the router kernel
 constexpr int kSortThreads = 1024;
 // Up to this many tokens the down kernel computes its input's SwiGLU itself
 // (each block of an expert recomputes its rows': cheap beside the weights at
@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(kSortThreads)
 
 // y[t] = bf16(sum_r w[t][r] * ys[row_of_slot[t * k + r]]), r = 0 first, in f32.
 __global__ void moe_combine_kernel(const float* __restrict__ ys, const int32_t* __restrict__ row_of_slot,
-                                   const float* __restrict__ weights, int k, int D, uint16_t* __restrict__ y) {
+                                   const float* __restrict__ weights, int k, int D,
+                                   uint16_t* __restrict__ y) {
   const int t = blockIdx.x;
   const int32_t* rows = row_of_slot + int64_t{t} * k;
   const float* w = weights + int64_t{t} * k;
@@ -251,8 +252,8 @@ std::string moe_cuda_unsupported(int64_t n_experts, int64_t top_k, int64_t dim, 
 MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
                                          int64_t ffn) {
   const std::string why = moe_cuda_unsupported(n_experts, top_k, dim, ffn);
-  NS_CHECK(why.empty() && max_tokens >= 1) << "make_moe_cuda_workspace: " << why << ", " << max_tokens
-                                           << " tokens";
+  NS_CHECK(why.empty() && max_tokens >= 1)
+      << "make_moe_cuda_workspace: " << why << ", " << max_tokens << " tokens";
   MoeCudaWorkspace ws;
   ws.max_tokens = max_tokens;
   ws.n_experts = n_experts;
@@ -276,7 +277,8 @@ MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, 
 int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
                                  int64_t ffn) {
   const int64_t S = max_tokens * top_k;
-  return max_tokens * n_experts * 4 + S * 4 * 4 + (n_experts + 1) * 4 * 2 + S * 2 * ffn * 2 + S * ffn * 2 + S * dim * 4;
+  return max_tokens * n_experts * 4 + S * 4 * 4 + (n_experts + 1) * 4 * 2 + S * 2 * ffn * 2 + S * ffn * 2 +
+         S * dim * 4;
 }
 
 void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
@@ -294,15 +296,14 @@ void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& para
   if (T == 0) return;
   const dim3 grid(static_cast<unsigned>((E + kLogitWarps - 1) / kLogitWarps),
                   static_cast<unsigned>((T + kLogitTokens - 1) / kLogitTokens));
-  moe_logits_kernel<<<grid, kLogitWarps * 32, 0, s>>>(x.data_as<const uint16_t>(), router.data_as<const float>(),
-                                                      static_cast<int>(T), static_cast<int>(E), static_cast<int>(D),
-                                                      ws.logits.data_as<float>());
+  moe_logits_kernel<<<grid, kLogitWarps * 32, 0, s>>>(
+      x.data_as<const uint16_t>(), router.data_as<const float>(), static_cast<int>(T), static_cast<int>(E),
+      static_cast<int>(D), ws.logits.data_as<float>());
   NS_CUDA_CHECK(cudaGetLastError());
-  moe_route_kernel<<<1, kSortThreads, 0, s>>>(ws.logits.data_as<const float>(), static_cast<int>(T),
-                                              static_cast<int>(E), static_cast<int>(k), params.normalize,
-                                              ws.ids.data_as<int32_t>(), ws.weights.data_as<float>(),
-                                              ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
-                                              ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
+  moe_route_kernel<<<1, kSortThreads, 0, s>>>(
+      ws.logits.data_as<const float>(), static_cast<int>(T), static_cast<int>(E), static_cast<int>(k),
+      params.normalize, ws.ids.data_as<int32_t>(), ws.weights.data_as<float>(), ws.offsets.data_as<int32_t>(),
+      ws.active.data_as<int32_t>(), ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
   NS_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -54,16 +54,16 @@ std::string moe_cuda_unsupported(int64_t n_experts, int64_t top_k, int64_t dim, 
 struct MoeCudaWorkspace {
   int64_t max_tokens = 0, n_experts = 0, top_k = 0, dim = 0, ffn = 0;
   int64_t n_tokens = 0;  // T of the last moe_route_cuda (host side: the grids' size)
-  Tensor logits;       // [max_tokens, E] f32 router output
-  Tensor ids;          // [S] i32 expert of slot s = t * top_k + r
-  Tensor weights;      // [S] f32 weight of slot s
-  Tensor offsets;      // [E + 1] i32 expert e's sorted rows: [offsets[e], offsets[e + 1])
-  Tensor active;       // [E + 1] i32: active[0] experts with rows, then their ids, ascending
-  Tensor row_token;    // [S] i32 sorted row -> its token
-  Tensor row_of_slot;  // [S] i32 slot -> its sorted row
-  Tensor gate_up;      // [S, 2F] bf16 each sorted row's gate, then up
-  Tensor act;          // [S, F] bf16 silu(gate) * up
-  Tensor ys;           // [S, D] f32 each sorted row's expert output
+  Tensor logits;         // [max_tokens, E] f32 router output
+  Tensor ids;            // [S] i32 expert of slot s = t * top_k + r
+  Tensor weights;        // [S] f32 weight of slot s
+  Tensor offsets;        // [E + 1] i32 expert e's sorted rows: [offsets[e], offsets[e + 1])
+  Tensor active;         // [E + 1] i32: active[0] experts with rows, then their ids, ascending
+  Tensor row_token;      // [S] i32 sorted row -> its token
+  Tensor row_of_slot;    // [S] i32 slot -> its sorted row
+  Tensor gate_up;        // [S, 2F] bf16 each sorted row's gate, then up
+  Tensor act;            // [S, F] bf16 silu(gate) * up
+  Tensor ys;             // [S, D] f32 each sorted row's expert output
 };
 MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
                                          int64_t ffn);
@@ -86,8 +86,8 @@ enum class MoeRows : uint8_t {
 // rows [offsets[e], offsets[e + 1]) of the routing in ws, for a step of T
 // tokens. w: [E, N, K] bf16; y: [S, N] bf16 or f32. Only the active
 // experts' weights are read.
-void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws, int64_t T,
-                             const Tensor& y, cuda::Stream s);
+void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws,
+                             int64_t T, const Tensor& y, cuda::Stream s);
 
 // Steps 2 and 3 over the routing in ws: y [T, D] bf16.
 void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down, MoeCudaWorkspace& ws,

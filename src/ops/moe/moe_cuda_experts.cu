@@ -64,15 +64,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int row0 = blockIdx.x * (MT * 16);
   const int chunks = K / kChunk;
   const int c_begin = slice_begin(warp, chunks), c_end = slice_begin(warp + 1, chunks);
-  const int64_t k4 = K / 8;                      // uint4 a row of w
-  const int64_t x4 = kSwiGLU ? 2 * k4 : k4;      // uint4 a row of x (gate_up: gate, then up)
+  const int64_t k4 = K / 8;                  // uint4 a row of w
+  const int64_t x4 = kSwiGLU ? 2 * k4 : k4;  // uint4 a row of x (gate_up: gate, then up)
   constexpr int kWChunk = kChunk / 8;
   const uint4* wrow[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      wrow[mt][h] = reinterpret_cast<const uint4*>(w) + (int64_t{e} * N + row0 + mt * 16 + g + 8 * h) * k4 + 2 * t;
+      wrow[mt][h] =
+          reinterpret_cast<const uint4*>(w) + (int64_t{e} * N + row0 + mt * 16 + g + 8 * h) * k4 + 2 * t;
     }
   }
   // One pass: weights streamed past L2 (read once); several: kept for the next pass.
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
 #pragma unroll
-              for (int v = 0; v < 2; ++v) wv[u][mt][h][v] = load_weight(wrow[mt][h] + off + v, stream_weights);
+              for (int v = 0; v < 2; ++v)
+                wv[u][mt][h][v] = load_weight(wrow[mt][h] + off + v, stream_weights);
             }
           }
         }
@@ -182,8 +184,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int MT, int NT, typename Out>
-void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w, const MoeCudaWorkspace& ws,
-            Out* y, int places, int N, int K, cuda::Stream s) {
+void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w,
+            const MoeCudaWorkspace& ws, Out* y, int places, int N, int K, cuda::Stream s) {
   const dim3 grid(static_cast<unsigned>(N / (MT * 16)), static_cast<unsigned>(places));
   auto kernel = swiglu ? moe_linear_kernel<MT, NT, true, Out> : moe_linear_kernel<MT, NT, false, Out>;
   kernel<<<grid, kWarps * 32, 0, s>>>(x, row_token, w, ws.offsets.data_as<const int32_t>(),
@@ -213,11 +215,13 @@ void launch_for(const uint16_t* x, bool swiglu, const int32_t* row_token, const 
 
 }  // namespace
 
-void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws, int64_t T,
-                             const Tensor& y, cuda::Stream s) {
+void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws,
+                             int64_t T, const Tensor& y, cuda::Stream s) {
   const int64_t S = T * ws.top_k, E = ws.n_experts;
   const bool gather = rows == MoeRows::kGather, swiglu = rows == MoeRows::kSortedSwiGLU;
-  auto on_device = [](const Tensor& t) { return t.defined() && t.device() == Device::kCUDA && t.is_contiguous(); };
+  auto on_device = [](const Tensor& t) {
+    return t.defined() && t.device() == Device::kCUDA && t.is_contiguous();
+  };
   NS_CHECK(on_device(x) && on_device(w) && on_device(y) && x.dtype() == DType::kBF16 &&
            w.dtype() == DType::kBF16 && (y.dtype() == DType::kBF16 || y.dtype() == DType::kF32) &&
            x.ndim() == 2 && w.ndim() == 3 && y.ndim() == 2)
@@ -225,8 +229,8 @@ void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, con
       << dtype_name(w.dtype()) << w.shape_string() << ", y " << dtype_name(y.dtype()) << y.shape_string()
       << ": needs contiguous device bf16 x [rows, K], bf16 w [E, N, K], bf16 or f32 y [S, N]";
   const int64_t N = w.dim(1), K = w.dim(2);
-  NS_CHECK(w.dim(0) == E && x.dim(1) == (swiglu ? 2 * K : K) && x.dim(0) == (gather ? T : S) && y.dim(0) == S &&
-           y.dim(1) == N && K % kChunk == 0 && N % 16 == 0 && T <= ws.max_tokens)
+  NS_CHECK(w.dim(0) == E && x.dim(1) == (swiglu ? 2 * K : K) && x.dim(0) == (gather ? T : S) &&
+           y.dim(0) == S && y.dim(1) == N && K % kChunk == 0 && N % 16 == 0 && T <= ws.max_tokens)
       << "moe_grouped_linear_cuda: x " << x.shape_string() << ", w " << w.shape_string() << ", y "
       << y.shape_string() << " for " << T << " tokens of top_k " << ws.top_k << " (K % 64, N % 16)";
   if (T == 0) return;

@@ -37,7 +37,8 @@ using namespace nanoserve::testing;
 // and on the device, and x.
 struct Problem {
   int64_t T = 0, E = 0, k = 0, D = 0, F = 0;
-  std::vector<float> x, router, gate_up, down;  // x [T, D] (bf16 values), router [E, D] f32, [E, 2F, D], [E, D, F]
+  std::vector<float> x, router, gate_up,
+      down;  // x [T, D] (bf16 values), router [E, D] f32, [E, 2F, D], [E, D, F]
   Tensor x_dev, router_dev, gate_up_dev, down_dev;
 };
 
@@ -67,7 +68,8 @@ std::vector<float> reference(Problem& p, int64_t T, int64_t k, bool normalize) {
   std::vector<Tensor> gate, up, down;
   for (int64_t e = 0; e < p.E; ++e) {
     gate.push_back(Tensor::view(p.gate_up.data() + e * 2 * p.F * p.D, DType::kF32, {p.F, p.D}, nullptr));
-    up.push_back(Tensor::view(p.gate_up.data() + (e * 2 * p.F + p.F) * p.D, DType::kF32, {p.F, p.D}, nullptr));
+    up.push_back(
+        Tensor::view(p.gate_up.data() + (e * 2 * p.F + p.F) * p.D, DType::kF32, {p.F, p.D}, nullptr));
     down.push_back(Tensor::view(p.down.data() + e * p.D * p.F, DType::kF32, {p.D, p.F}, nullptr));
   }
   std::vector<float> y(static_cast<size_t>(T * p.D));
@@ -82,8 +84,8 @@ std::vector<float> reference(Problem& p, int64_t T, int64_t k, bool normalize) {
 std::vector<uint16_t> run_device(const Problem& p, const Tensor& x, bool normalize) {
   MoeCudaWorkspace ws = make_moe_cuda_workspace(std::max<int64_t>(x.dim(0), 1), p.E, p.k, p.D, p.F);
   const Tensor y = poisoned(DType::kBF16, {x.dim(0), p.D});
-  moe_ffn_cuda(x, p.router_dev, p.gate_up_dev, p.down_dev, MoeParams{static_cast<int32_t>(p.k), normalize}, ws, y,
-               nullptr);
+  moe_ffn_cuda(x, p.router_dev, p.gate_up_dev, p.down_dev, MoeParams{static_cast<int32_t>(p.k), normalize},
+               ws, y, nullptr);
   cuda::synchronize();
   return download<uint16_t>(y);
 }
@@ -105,11 +107,15 @@ constexpr double kMoeNmse = 1e-4;
 
 TEST(MoeCuda, RoutingMatchesCpu) {
   NS_SKIP_WITHOUT_GPU();
-  for (auto [T, E, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 2}, {37, 16, 4}, {150, 128, 8}, {97, 4, 1},
-                         {300, 512, 8}, {5, 40, 3}}) {
+  for (auto [T, E, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 2},
+                         {37, 16, 4},
+                         {150, 128, 8},
+                         {97, 4, 1},
+                         {300, 512, 8},
+                         {5, 40, 3}}) {
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("T " + std::to_string(T) + " E " + std::to_string(E) + " top_k " + std::to_string(k) + " seed " +
-                 std::to_string(seed));
+    SCOPED_TRACE("T " + std::to_string(T) + " E " + std::to_string(E) + " top_k " + std::to_string(k) +
+                 " seed " + std::to_string(seed));
     Problem p = make_problem(T, E, k, 128, 64, seed);
     for (const bool normalize : {false, true}) {
       MoeCudaWorkspace ws = make_moe_cuda_workspace(T, E, k, p.D, p.F);
@@ -126,7 +132,8 @@ TEST(MoeCuda, RoutingMatchesCpu) {
             s += double(p.x[t * p.D + d]) * p.router[e * p.D + d];
             a += std::fabs(double(p.x[t * p.D + d]) * p.router[e * p.D + d]);
           }
-          ASSERT_NEAR(logits[static_cast<size_t>(t * E + e)], s, 4e-6 * a + 1e-30) << "token " << t << " expert " << e;
+          ASSERT_NEAR(logits[static_cast<size_t>(t * E + e)], s, 4e-6 * a + 1e-30)
+              << "token " << t << " expert " << e;
         }
       }
       // The CPU routing of the device's logits: the same slots, field for field.
@@ -160,11 +167,11 @@ TEST(MoeCuda, RoutingBreaksTiesToTheLowerId) {
   NS_SKIP_WITHOUT_GPU();
   const int64_t E = 16, k = 4, D = 64;
   std::vector<float> x(2 * D, 0.0f), router(E * D, 0.0f);
-  x[0] = 1.0f;                   // token 0: x = e_0, every logit 0 (the router's column 0 is zero)
-  x[D + 1] = 1.0f;               // token 1: x = e_1
-  router[9 * D + 1] = 2.0f;      // experts 9 and 5 tie at the top for token 1,
+  x[0] = 1.0f;               // token 0: x = e_0, every logit 0 (the router's column 0 is zero)
+  x[D + 1] = 1.0f;           // token 1: x = e_1
+  router[9 * D + 1] = 2.0f;  // experts 9 and 5 tie at the top for token 1,
   router[5 * D + 1] = 2.0f;
-  router[12 * D + 1] = 1.0f;     // then 12, then every other at 0 (the lowest id, 0)
+  router[12 * D + 1] = 1.0f;  // then 12, then every other at 0 (the lowest id, 0)
   MoeCudaWorkspace ws = make_moe_cuda_workspace(2, E, k, D, 64);
   moe_route_cuda(upload(to_bf16(x), DType::kBF16, {2, D}), upload(router, DType::kF32, {E, D}),
                  MoeParams{static_cast<int32_t>(k), true}, ws, nullptr);
@@ -180,8 +187,9 @@ TEST(MoeCuda, MatchesReference) {
   };
   // Qwen3-MoE-like (many experts, top-8, normalised), Mixtral-like (8,
   // top-2), top-1, and 4 experts of ~75 rows each at T 150 (two passes of 64).
-  for (const Case c : {Case{1, 128, 8, 256, 128, true}, Case{5, 16, 4, 128, 64, false}, Case{17, 8, 2, 256, 192, true},
-                       Case{70, 64, 8, 128, 64, true}, Case{150, 4, 2, 128, 64, false}, Case{33, 8, 1, 64, 64, true}}) {
+  for (const Case c :
+       {Case{1, 128, 8, 256, 128, true}, Case{5, 16, 4, 128, 64, false}, Case{17, 8, 2, 256, 192, true},
+        Case{70, 64, 8, 128, 64, true}, Case{150, 4, 2, 128, 64, false}, Case{33, 8, 1, 64, 64, true}}) {
     const uint64_t seed = fresh_seed();
     const std::string what = "T " + std::to_string(c.T) + " E " + std::to_string(c.E) + " top_k " +
                              std::to_string(c.k) + " D " + std::to_string(c.D) + " F " + std::to_string(c.F) +
@@ -220,7 +228,8 @@ TEST(MoeCuda, GroupedLinearEqualsLinearPerExpert) {
     moe_grouped_linear_cuda(p.x_dev, MoeRows::kGather, p.gate_up_dev, ws, T, gu, nullptr);
     cuda::synchronize();
     const std::vector<uint16_t> got = download<uint16_t>(gu);
-    const std::vector<int32_t> offsets = download<int32_t>(ws.offsets), row_token = download<int32_t>(ws.row_token);
+    const std::vector<int32_t> offsets = download<int32_t>(ws.offsets),
+                               row_token = download<int32_t>(ws.row_token);
     const std::vector<uint16_t> x16 = to_bf16(p.x);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t b = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - b;
@@ -263,7 +272,8 @@ TEST(MoeCuda, RowsDoNotDependOnBatchSize) {
     const int64_t n = static_cast<int64_t>(mixed.size()) / D;
     const std::vector<uint16_t> got = run_device(p, upload(mixed, DType::kBF16, {n, D}), true);
     EXPECT_EQ(std::memcmp(got.data(), all.data(), D * 2), 0) << "token 0 beside tokens 50..96";
-    EXPECT_EQ(std::memcmp(got.data() + D, all.data() + 50 * D, (n - 1) * D * 2), 0) << "tokens 50..96 after token 0";
+    EXPECT_EQ(std::memcmp(got.data() + D, all.data() + 50 * D, (n - 1) * D * 2), 0)
+        << "tokens 50..96 after token 0";
   }
 }
 
