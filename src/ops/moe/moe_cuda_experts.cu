@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
@@ -187,7 +188,12 @@ template <int MT, int NT, typename Out>
 void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w,
             const MoeCudaWorkspace& ws, Out* y, int places, int N, int K, cuda::Stream s) {
   const dim3 grid(static_cast<unsigned>(N / (MT * 16)), static_cast<unsigned>(places));
-  auto kernel = swiglu ? moe_linear_kernel<MT, NT, true, Out> : moe_linear_kernel<MT, NT, false, Out>;
+  auto kernel = moe_linear_kernel<MT, NT, false, Out>;
+  if constexpr (std::is_same_v<Out, float>) {  // the SwiGLU input feeds down, whose y is f32
+    if (swiglu) kernel = moe_linear_kernel<MT, NT, true, Out>;
+  } else {
+    NS_CHECK(!swiglu) << "moe_grouped_linear_cuda: the SwiGLU input with a bf16 y";
+  }
   kernel<<<grid, kWarps * 32, 0, s>>>(x, row_token, w, ws.offsets.data_as<const int32_t>(),
                                       ws.active.data_as<const int32_t>(), y, N, K);
   NS_CUDA_CHECK(cudaGetLastError());
