@@ -217,8 +217,8 @@ std::vector<float> read_floats(const std::string& path) {
 // the layers; positions whose routing is clear (gap >= kClearMargin, many
 // times the router logits' error) are held to the bound, the others only
 // reported. The planted top-k - 1 must sit far on the clear positions.
-constexpr double kPositionNmse =
-    3e-3;  // the dense families' 1.5e-3, doubled for the experts' extra roundings
+// The bound: the dense families' 1.5e-3, doubled for the experts' extra roundings.
+constexpr double kPositionNmse = 3e-3;
 // hf_oracle.py's routers (3x their init): on a CPU run of the script, 60%
 // (qwen3moe) and 81% (mixtral) of positions had every layer's gap >= 0.1.
 constexpr double kClearMargin = 0.1;
