@@ -10,9 +10,9 @@
 // the j-th active expert (ws.active) or, past their count, returns at once:
 // the grid depends on T alone, so a captured graph serves any routing. A
 // block streams its MT * 16 weight rows once for each group of up to NT * 8
-// of the expert's rows (the weights read once whenever an expert has at most
-// 64 rows: every decode step of up to 64 sequences at top_k 8 of 128 experts
-// but the rarest).
+// of the expert's rows, NT chosen for the rows an expert is expected to
+// have (launch_for): the weights are read once from memory, a further pass
+// finding them in L2.
 
 #include <cuda_runtime.h>
 
@@ -199,18 +199,23 @@ void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint
   NS_CUDA_CHECK(cudaGetLastError());
 }
 
-// An expert has at most T rows (a token picks it once): the fewest token
-// tiles that hold them, up to 8; two row tiles once four token tiles run
-// (half the x reads). Neither changes any element's order.
+// Token tiles a pass: for the rows an expert is expected to have (T top_k /
+// E, doubled for the spread of a random routing; at most T), the fewest
+// that hold them, up to 8; an expert with more runs further passes (its
+// weights again, from L2). Two row tiles once four token tiles run (half
+// the x reads). Decode at batch 64 of top-8 of 128 (4 rows an expert on
+// average) so runs 8 rows a pass at 126 registers rather than 64 at 228.
+// None of this changes any element's order.
 template <typename Out>
 void launch_for(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w,
                 const MoeCudaWorkspace& ws, Out* y, int64_t T, int places, int N, int K, cuda::Stream s) {
   const bool two_rows = N % 32 == 0;
-  if (T <= 8) {
+  const int64_t rows = std::min<int64_t>(T, 2 * ((T * ws.top_k + ws.n_experts - 1) / ws.n_experts));
+  if (rows <= 8) {
     launch<1, 1>(x, swiglu, row_token, w, ws, y, places, N, K, s);
-  } else if (T <= 16) {
+  } else if (rows <= 16) {
     launch<1, 2>(x, swiglu, row_token, w, ws, y, places, N, K, s);
-  } else if (T <= 32) {
+  } else if (rows <= 32) {
     two_rows ? launch<2, 4>(x, swiglu, row_token, w, ws, y, places, N, K, s)
              : launch<1, 4>(x, swiglu, row_token, w, ws, y, places, N, K, s);
   } else {
