@@ -24,13 +24,19 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         gemma3   head_dim 256, q/k norms, three local layers (window 4, theta
                  10,000) and a global one (theta 1,000,000, linear scaling x 8),
                  planted: a window of 5
+        qwen3moe 16 experts of ffn 256, top-4, norm_topk_prob; planted: top-3
+        mixtral  8 experts of ffn 256, top-2; planted: top-1
       A forward that is right must sit near the first and far from the second.
+      For the mixtures of experts, also router_margins: per prompt and
+      position, the least gap over the layers between the k-th and (k+1)-th
+      router logit.
       --device cpu runs transformers on the CPU (slow: minutes a family),
       to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
-      times the scale, in f32), the plant being every scale 10% off.
+      times the scale, in f32), the plant being every scale 10% off (not for
+      the mixtures of experts, whose experts run in bf16 only on CUDA).
 
 Every weight that a family reads, norms and biases included, is random (the
 default init leaves norms at one and biases at zero, where a dropped or
@@ -50,7 +56,8 @@ import torch
 
 
 DEVICE = "cuda"  # --device cpu checks the script (and the CPU forward) where no GPU is
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window", "gemma2", "gemma3"]
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window", "gemma2", "gemma3", "qwen3moe", "mixtral"]
+MOE_FAMILIES = ["qwen3moe", "mixtral"]
 WINDOW = 4
 
 COMMON = dict(vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
@@ -91,6 +98,18 @@ def tiny_model(family):
                             rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
                             pad_token_id=0)
         return tf.Phi3ForCausalLM(cfg)
+    if family == "qwen3moe":
+        cfg = tf.Qwen3MoeConfig(**COMMON, head_dim=64, max_position_embeddings=40960, rope_theta=1000000.0,
+                                moe_intermediate_size=256, num_experts=16, num_experts_per_tok=4,
+                                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                use_sliding_window=False, tie_word_embeddings=False, attention_bias=False)
+        return tf.Qwen3MoeForCausalLM(cfg)
+    if family == "mixtral":
+        moe = dict(COMMON, intermediate_size=256)
+        cfg = tf.MixtralConfig(**moe, head_dim=64, max_position_embeddings=32768, rope_theta=1000000.0,
+                               num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                               tie_word_embeddings=False)
+        return tf.MixtralForCausalLM(cfg)
     raise ValueError(family)
 
 
@@ -207,6 +226,19 @@ def plant(family, model):
                 half = w.shape[0] // 2
                 w.copy_(torch.cat([w[half:], w[:half]]))
             return "gate and up swapped"
+        if family in MOE_FAMILIES:
+            # Every module that holds the router's top_k (the sparse block, its
+            # router: the attribute moved between transformers versions).
+            found = 0
+            for layer in model.model.layers:
+                block = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
+                for mod in {id(m): m for m in block.modules()}.values():
+                    if isinstance(getattr(mod, "top_k", None), int):
+                        mod.top_k -= 1
+                        found += 1
+            assert found > 0, "no top_k attribute in the sparse blocks"
+            model.config.num_experts_per_tok -= 1
+            return f"router top-k {model.config.num_experts_per_tok} instead of {model.config.num_experts_per_tok + 1}"
     raise ValueError(family)
 
 
@@ -247,6 +279,13 @@ def make(out_dir, family, tokenizer_json):
     model = tiny_model(family)
     cfg = model.config
     randomize_norms_and_biases(model, torch.Generator().manual_seed(99))
+    if family in MOE_FAMILIES:
+        # Routers 3x their init: the router logits spread (std ~1), so that few
+        # tokens' k-th and (k+1)-th experts nearly tie (at init the median gap is 0.06).
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight") or name.endswith("block_sparse_moe.gate.weight"):
+                    p.mul_(3.0)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
@@ -277,11 +316,27 @@ def make(out_dir, family, tokenizer_json):
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
-    for name, scale_error in (("fp8_logits.f32", 1.0), ("fp8_planted_logits.f32", 1.10)):
+    for name, scale_error in () if family in MOE_FAMILIES else (("fp8_logits.f32", 1.0),
+                                                                 ("fp8_planted_logits.f32", 1.10)):
         q = copy.deepcopy(model)
         quantize_fp8(q, scale_error)
         write_logits(q, prompts, os.path.join(out_dir, name))
         del q
+    # Mixtures of experts: per position, the smallest gap over the layers
+    # between the k-th and (k+1)-th router logit. Where it is small, bf16
+    # activations may pick the other expert; the test holds only the
+    # positions with a clear routing to the logits bound.
+    router_margins = []
+    if family in MOE_FAMILIES:
+        k = cfg.num_experts_per_tok
+        with torch.no_grad():
+            for ids in prompts:
+                res = model(torch.tensor([ids], device=DEVICE), output_router_logits=True)
+                gaps = []
+                for rl in res.router_logits:
+                    top = torch.topk(rl.float().reshape(len(ids), -1), k + 1, dim=-1).values
+                    gaps.append(top[:, k - 1] - top[:, k])
+                router_margins.append(torch.stack(gaps).min(0).values.cpu().tolist())
     # The rotary frequencies before the plant (mistral's changes them).
     inv_freq, attention_scaling = global_rotary(model)
     # The same model with the family's planted bug: the test checks that its
@@ -293,7 +348,7 @@ def make(out_dir, family, tokenizer_json):
                    "inv_freq": inv_freq, "attention_scaling": attention_scaling,
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
                    "fp8_logits_file": "fp8_logits.f32", "fp8_planted_logits_file": "fp8_planted_logits.f32",
-                   "planted": planted}, f)
+                   "planted": planted, "router_margins": router_margins}, f)
     print(f"hf_oracle: wrote {out_dir} ({family}, {len(prompts)} prompts, lengths {lengths}, "
           f"planted: {planted})")
 

@@ -23,6 +23,7 @@
 #include "ops/gelu_mul/gelu_mul_cuda.cuh"
 #include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul_cuda.cuh"
+#include "ops/moe/moe_cuda.cuh"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/rope/rope_cuda.cuh"
@@ -53,6 +54,7 @@ struct CudaModel::Step {
   Tensor logits;   // [max_logits_rows, vocab] f32
   Tensor scaled;   // [max_logits_rows, vocab] f32, the sampler's logits over the temperature
   Tensor argmax;   // [max_logits_rows] i32
+  std::unique_ptr<MoeCudaWorkspace> moe;  // the experts' buffers (config.n_experts > 0)
   Tensor kv;       // one allocation: [n_layers][2][num_blocks, block_size, n_kv_heads, head_dim] bf16
   std::shared_ptr<void> logits_host;  // pinned [max_logits_rows, vocab] f32
   std::shared_ptr<void> argmax_host;  // pinned [max_logits_rows] i32
@@ -88,10 +90,13 @@ Status CudaModel::supports(const ModelConfig& c) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
+  if (c.arch == "gpt-oss" || c.arch == "gpt_oss") {
+    return unimplemented("--device cuda: the " + c.arch +
+                         " family (attention sinks, clamped SwiGLU, MXFP4 experts) runs on the CPU only so far");
+  }
   if (c.n_experts > 0) {
-    return unimplemented("--device cuda: mixture of experts (" + c.arch + ", " +
-                         std::to_string(c.n_experts_used) + " of " + std::to_string(c.n_experts) +
-                         " experts); it runs on the CPU");
+    const std::string why = moe_cuda_unsupported(c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim);
+    if (!why.empty()) return unimplemented("--device cuda: " + c.arch + " with " + why);
   }
   if (c.rope_dim != c.head_dim) {
     return unimplemented("--device cuda: partial rotary dims (" + std::to_string(c.rope_dim) + " of " +
@@ -135,6 +140,7 @@ int64_t CudaModel::workspace_bytes(const ModelConfig& c, const CudaLimits& lim) 
   // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters; the block list.
   b += T * c.n_heads * (PagedAttentionWorkspaceCuda::kMaxSplits * (c.head_dim + 1) + 1) * 4;
   b += T * PagedAttentionWorkspaceCuda::kMaxSplits * 4;
+  if (c.n_experts > 0) b += moe_cuda_workspace_bytes(T, c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim);
   return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
 }
 
@@ -172,6 +178,10 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
   s->gate_up = cuda::empty(DType::kBF16, {T, 2 * c.ffn_dim});
   s->act = cuda::empty(DType::kBF16, {T, c.ffn_dim});
   s->xperm = cuda::empty(DType::kBF16, {linear_scratch_elems(c, T)});
+  if (c.n_experts > 0) {
+    s->moe = std::make_unique<MoeCudaWorkspace>(
+        make_moe_cuda_workspace(T, c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim));
+  }
   s->last = cuda::empty(DType::kBF16, {R, c.dim});
   s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->scaled = cuda::empty(DType::kF32, {R, c.vocab_size});
@@ -277,6 +287,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const bool gelu = std::string_view(family.hidden_act) != "silu";
   const int n_rep = static_cast<int>(c.n_rep());
   const DeviceBatch& db = *s.batch;
+  const MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
 
   Tensor x = s.x.slice_rows(0, T), xn = s.xn.slice_rows(0, T), qkv = s.qkv.slice_rows(0, T);
   Tensor q = s.q.slice_rows(0, T), attn = s.attn.slice_rows(0, T), proj = s.proj.slice_rows(0, T);
@@ -356,6 +367,11 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
                          scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)),
                          c.attn_softcap);
     linear(attn2, L.wo, proj);
+    if (L.router.defined()) {  // experts: routed on the device, then the grouped expert GEMM
+      add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
+      moe_ffn_cuda(xn, L.router, L.exp_gate_up, L.exp_down, moe_params, *s.moe, proj, st);
+      continue;
+    }
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
     join_norm(L.post_attn_norm, L.ffn_norm, order(gate_up_tiled));
     linear_from_norm(gate_up_tiled, L.w_gate_up, gate_up);

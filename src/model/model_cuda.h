@@ -58,6 +58,11 @@ struct CudaLayer {
   LinearWeight w_down;     // [dim, ffn_dim]
   Tensor post_attn_norm;   // [dim] f32, families with ArchInfo::sandwich_norms (gemma)
   Tensor post_ffn_norm;    // [dim] f32, the same
+  // A mixture of experts instead of w_gate_up, w_down (config.n_experts > 0;
+  // ops/moe/moe_cuda.cuh), F = expert_ffn_dim:
+  Tensor router;        // [n_experts, dim] f32
+  Tensor exp_gate_up;   // [n_experts, 2 F, dim] bf16: expert e's gate rows, then its up rows
+  Tensor exp_down;      // [n_experts, dim, F] bf16
 };
 
 struct CudaWeights {

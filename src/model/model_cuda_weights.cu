@@ -126,6 +126,37 @@ LinearWeight upload_linear(std::initializer_list<LinearPart> parts) {
   return LinearWeight(std::move(w));
 }
 
+// A layer's experts (ops/moe/moe_cuda.cuh): the router in f32 and each
+// expert's gate and up rows stacked into [E, 2F, dim], its down into
+// [E, dim, F], in bf16, from E host tensors of any stored dtype (views into
+// a GGUF's stacked ffn_{gate,up,down}_exps, or an HF checkpoint's tensor per
+// expert). FP8 E4M3 experts have no row scales here: refused by name.
+Status upload_experts(const ModelConfig& c, const LayerWeights& hl, CudaLayer& L) {
+  const int64_t E = c.n_experts, F = c.expert_ffn_dim, dim = c.dim;
+  if (static_cast<int64_t>(hl.exp_gate.size()) != E || static_cast<int64_t>(hl.exp_up.size()) != E ||
+      static_cast<int64_t>(hl.exp_down.size()) != E || !hl.router.defined()) {
+    return invalid_argument("upload: a layer's experts do not match the config's " + std::to_string(E));
+  }
+  for (const std::vector<Tensor>* set : {&hl.exp_gate, &hl.exp_up, &hl.exp_down}) {
+    for (const Tensor& t : *set) {
+      if (t.dtype() == DType::kF8E4M3) {
+        return unimplemented("--device cuda: FP8 E4M3 expert weights (the CUDA experts take bf16)");
+      }
+    }
+  }
+  L.router = upload_vector(hl.router).reshape({E, dim});
+  L.exp_gate_up = cuda::empty(DType::kBF16, {E, 2 * F, dim});
+  L.exp_down = cuda::empty(DType::kBF16, {E, dim, F});
+  const Tensor gate_up = L.exp_gate_up.reshape({E * 2 * F, dim}), down = L.exp_down.reshape({E * dim, F});
+  for (int64_t e = 0; e < E; ++e) {
+    const auto i = static_cast<size_t>(e);
+    upload_rows(hl.exp_gate[i], gate_up, e * 2 * F);
+    upload_rows(hl.exp_up[i], gate_up, e * 2 * F + F);
+    upload_rows(hl.exp_down[i], down, e * dim);
+  }
+  return Status::ok_status();
+}
+
 Tensor device_floats(std::span<const float> v) {
   Tensor h = Tensor::empty(DType::kF32, {static_cast<int64_t>(v.size())});
   std::copy(v.begin(), v.end(), h.data_as<float>());
@@ -156,7 +187,8 @@ int64_t resident_bytes(const CudaWeights& w) {
   for (const CudaLayer& L : w.layers) {
     bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
              bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() +
-             L.w_down.nbytes() + bytes_of(L.post_attn_norm) + bytes_of(L.post_ffn_norm);
+             L.w_down.nbytes() + bytes_of(L.post_attn_norm) + bytes_of(L.post_ffn_norm) + bytes_of(L.router) +
+             bytes_of(L.exp_gate_up) + bytes_of(L.exp_down);
   }
   return bytes;
 }
@@ -191,14 +223,19 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
     }
     L.wo = upload_linear({{&hl.wo, &hl.scale.wo}});
     L.ffn_norm = upload_vector(hl.ffn_norm);
-    L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
-    L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
+    if (config.n_experts > 0) {
+      NS_RETURN_IF_ERROR(upload_experts(config, hl, L));
+    } else {
+      L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
+      L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
+    }
     if (config.arch_info().sandwich_norms) {
       L.post_attn_norm = upload_vector(hl.post_attn_norm);
       L.post_ffn_norm = upload_vector(hl.post_ffn_norm);
     }
     NS_CHECK(L.wqkv.rows() == q_rows + 2 * kv_rows && L.wqkv.cols() == dim && L.wo.rows() == dim &&
-             L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)
+             (config.n_experts > 0 ||
+              (L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)))
         << "upload: the host layer's shapes do not match the config";
     w.layers.push_back(std::move(L));
   }
@@ -239,8 +276,19 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
     }
     L.wo = random({dim, config.n_heads * hd});
     L.ffn_norm = device_ones(dim);
-    L.w_gate_up = random({2 * ffn, dim});
-    L.w_down = random({dim, ffn});
+    if (config.n_experts > 0) {  // the fan-in of each expert matrix is its last dimension
+      const int64_t E = config.n_experts, F = config.expert_ffn_dim;
+      L.router = cuda::empty(DType::kF32, {E, dim});
+      L.exp_gate_up = cuda::empty(DType::kBF16, {E, 2 * F, dim});
+      L.exp_down = cuda::empty(DType::kBF16, {E, dim, F});
+      for (const Tensor* t : {&L.router, &L.exp_gate_up, &L.exp_down}) {
+        fill_uniform_cuda(*t, seed + 0x9e3779b97f4a7c15ull * ++stream_id, std::sqrt(3.0f / t->dim(t->ndim() - 1)),
+                          nullptr);
+      }
+    } else {
+      L.w_gate_up = random({2 * ffn, dim});
+      L.w_down = random({dim, ffn});
+    }
     if (config.arch_info().sandwich_norms) {
       L.post_attn_norm = device_ones(dim);
       L.post_ffn_norm = device_ones(dim);
@@ -263,6 +311,9 @@ int64_t CudaModel::fp8_linears() const {
 
 Status CudaModel::quantize_fp8() {
   if (step_ != nullptr) return failed_precondition("quantize_fp8: after allocate()");
+  if (config_.n_experts > 0) {
+    return unimplemented("--quantization fp8: the experts of " + config_.arch + " run in bf16 only on CUDA");
+  }
   if (fp8()) return failed_precondition("quantize_fp8: every linear already is FP8");
   for (CudaLayer& L : weights_.layers) {
     for (LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
