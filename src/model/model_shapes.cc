@@ -126,7 +126,13 @@ int64_t model_param_count(const ModelConfig& c) {
       c.n_experts > 0 ? c.n_experts * (c.dim + 3 * c.dim * c.expert_ffn_dim) : 3 * c.dim * c.ffn_dim;
   const ArchInfo* a = find_arch(c.arch);
   const int64_t norms = a != nullptr && a->qk_norm ? 2 * c.head_dim : 0;
-  const int64_t per_layer = 2 * c.dim + norms + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;
+  // Biases and sinks (qwen2, gpt-oss): q/k/v, o, one logit a head, router and experts.
+  int64_t biases = 0;
+  if (a != nullptr && a->qkv_bias) biases += q + 2 * kv;
+  if (a != nullptr && a->o_bias) biases += c.dim;
+  if (a != nullptr && a->attn_sinks) biases += c.n_heads;
+  if (a != nullptr && a->oss_experts) biases += c.n_experts * (1 + 2 * c.expert_ffn_dim + c.dim);
+  const int64_t per_layer = 2 * c.dim + norms + biases + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;
   return c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2) + c.n_layers * per_layer + c.dim;
 }
 
