@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -141,6 +142,38 @@ TEST(GptOss, PlantedErrorsFail) {
       std::printf("%s with %s: max |logit - transformers| = %.3g\n", where, p.what, worst);
       EXPECT_GT(worst, 50 * kMaxAbs) << where << ": " << p.what << " passes";
     }
+  }
+}
+
+// Only the routed experts run, from the MXFP4 GGUF: a decode step runs
+// top_k experts of one row in every layer, a prefill T * top_k rows, and a
+// short prompt leaves some experts unread.
+TEST(GptOss, RunsOnlyTheRoutedExperts) {
+  ThreadPool pool(2);
+  const ModelSource src = testing::open_family_source(kDir + "gptoss_mxfp4/model.gguf");
+  auto m = load_model(src.config, src.tensors, pool);
+  ASSERT_NE(m, nullptr);
+  const ModelConfig& c = m->config();
+  const std::vector<int32_t> ids = {5, 77, 200, 31};
+  CpuKV cache = CpuKV::per_sequence(c, 1, 8, pool);
+  Workspace ws = m->make_workspace(8, 8);
+  step(*m, cache, ws, ids, 0, 3);
+  int64_t unread = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    int64_t rows = 0;
+    for (int64_t e = 0; e < c.n_experts; ++e) {
+      rows += ws.expert_rows[l * c.n_experts + e];
+      unread += ws.expert_rows[l * c.n_experts + e] == 0;
+    }
+    EXPECT_EQ(rows, 3 * c.n_experts_used) << "layer " << l;
+  }
+  EXPECT_GT(unread, 0);
+  std::fill(ws.expert_rows.begin(), ws.expert_rows.end(), 0);
+  step(*m, cache, ws, ids, 3, 4);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    int64_t ran = 0;
+    for (int64_t e = 0; e < c.n_experts; ++e) ran += ws.expert_rows[l * c.n_experts + e];
+    EXPECT_EQ(ran, c.n_experts_used) << "layer " << l;
   }
 }
 
