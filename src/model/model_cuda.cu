@@ -77,6 +77,12 @@ CudaModel::~CudaModel() = default;
 // ---- memory ------------------------------------------------------------------------
 
 Status CudaModel::supports(const ModelConfig& c) {
+  if (c.arch == "gpt-oss") {
+    return unimplemented(
+        "--device cuda: the gpt-oss family (attention sinks, YaRN, clamped SwiGLU experts) runs on the CPU "
+        "only "
+        "so far");
+  }
   if (c.arch == "gemma2" || c.arch == "gemma3") {
     return unimplemented(
         "--device cuda: the " + c.arch +
