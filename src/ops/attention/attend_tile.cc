@@ -233,7 +233,7 @@ void softmax_row(float* s, int64_t len, float sink) {
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, sum);
   float total = combine8(lanes);
-  if (sink > -INFINITY) total += exp_scalar(sink - m_row);
+  if (sink > -INFINITY) total += exp_approx(sink - m_row);
   const __m256 inv = _mm256_set1_ps(1.0f / total);
   for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
   if (n8 < len) _mm256_maskstore_ps(s + n8, tail, _mm256_mul_ps(_mm256_maskload_ps(s + n8, tail), inv));
@@ -247,7 +247,7 @@ void softmax_row(float* s, int64_t len, float sink) {
     lanes[p % 8] = lanes[p % 8] + s[p];
   }
   float total = combine8(lanes);
-  if (sink > -INFINITY) total += exp_scalar(sink - m);
+  if (sink > -INFINITY) total += exp_approx(sink - m);
   const float inv = 1.0f / total;
   for (int64_t p = 0; p < len; ++p) s[p] = s[p] * inv;
 #endif
