@@ -109,9 +109,15 @@ void print_config(const ModelConfig& c) {
   const char* scaling = "none";
   if (c.rope_scaling.type == RopeScaling::Type::kLinear) scaling = "linear";
   if (c.rope_scaling.type == RopeScaling::Type::kLlama3) scaling = "llama3";
+  if (c.rope_scaling.type == RopeScaling::Type::kYarn) scaling = "yarn";
   std::printf("  rope theta %g, rope dim %" PRId64 ", scaling %s", c.rope_theta, c.rope_dim, scaling);
   if (c.rope_scaling.type != RopeScaling::Type::kNone) std::printf(" x%g", c.rope_scaling.factor);
   if (c.rope_scaling.freq_factors_tensor) std::printf(" (rope_freqs.weight)");
+  if (c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    std::printf(" over %" PRId64 " positions (beta %g / %g%s), q and k x %g",
+                c.rope_scaling.original_context_length, c.rope_scaling.beta_fast, c.rope_scaling.beta_slow,
+                c.rope_scaling.truncate ? "" : ", not truncated", rope_attention_factor(c.rope_scaling));
+  }
   std::printf("\n  rms norm eps %g, embeddings %s\n", c.norm_eps,
               c.tied_embeddings ? "tied (no output.weight)" : "separate");
   if (c.n_experts > 0) {
@@ -120,14 +126,23 @@ void print_config(const ModelConfig& c) {
                 c.expert_weights_norm ? "renormalised over the top-k" : "the softmax's");
   }
   const ArchInfo* a = find_arch(c.arch);
-  if (a != nullptr && (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up || a->sandwich_norms)) {
+  if (a != nullptr && a->oss_experts && c.n_experts > 0) {
+    std::printf(
+        "  experts: router and expert biases, softmax over the top-k logits, clamped SwiGLU (alpha %g, "
+        "limit %g)\n",
+        c.swiglu_alpha, c.swiglu_limit);
+  }
+  if (a != nullptr &&
+      (a->qkv_bias || a->qk_norm || a->fused_qkv_gate_up || a->sandwich_norms || a->attn_sinks)) {
     std::string beyond;
     for (const auto& [on, what] : {std::pair<bool, const char*>{a->qkv_bias, "q/k/v biases"},
                                    {a->qk_norm, "q/k head norms"},
                                    {a->fused_qkv_gate_up, "fused qkv and gate_up"},
                                    {a->sandwich_norms, "sandwich norms"},
                                    {a->norm_plus_one, "(1 + w) norms"},
-                                   {std::string_view(a->hidden_act) != "silu", "GeGLU (tanh GELU)"}}) {
+                                   {std::string_view(a->hidden_act) != "silu", "GeGLU (tanh GELU)"},
+                                   {a->o_bias, "o bias"},
+                                   {a->attn_sinks, "attention sinks"}}) {
       if (on) beyond += (beyond.empty() ? " " : ", ") + std::string(what);
     }
     std::printf("  beyond llama:%s\n", beyond.c_str());

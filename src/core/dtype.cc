@@ -11,6 +11,7 @@ constexpr DTypeInfo kInfos[] = {
     {"Q4_K", 256, 144, true},  {"Q6_K", 256, 210, true},  {"I32", 1, 4, false},
     {"Q5_0", 32, 22, true},    {"Q5_1", 32, 24, true},    {"Q2_K", 256, 84, true},
     {"Q3_K", 256, 110, true},  {"Q5_K", 256, 176, true},  {"F8_E4M3", 1, 1, false},
+    {"U8", 1, 1, false},       {"MXFP4", 32, 17, true},
 };
 }  // namespace
 

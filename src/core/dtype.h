@@ -24,6 +24,8 @@ enum class DType : uint8_t {
   kQ3_K,  // 256 values: 3-bit quants, 6-bit signed sub-block scales
   kQ5_K,  // 256 values: 5-bit quants, 6-bit sub-block scales/mins (as Q4_K)
   kF8E4M3,  // FP8 E4M3 (core/half.h); a weight of it carries its scales beside it
+  kU8,      // raw bytes (safetensors U8: an HF MXFP4 checkpoint's blocks and scales)
+  kMXFP4,   // 32 values: E8M0 scale byte + 16 bytes of E2M1 (OCP microscaling FP4, ggml's layout)
 };
 
 struct DTypeInfo {

@@ -80,6 +80,7 @@ std::optional<DType> dtype_from_ggml_type(uint32_t t) {
     case 14: return DType::kQ6_K;
     case 26: return DType::kI32;
     case 30: return DType::kBF16;
+    case 39: return DType::kMXFP4;
     default: return std::nullopt;
   }
 }
@@ -104,7 +105,6 @@ const char* unsupported_ggml_type_name(uint32_t t) {
     case 29: return "IQ1_M";
     case 34: return "TQ1_0";
     case 35: return "TQ2_0";
-    case 39: return "MXFP4";
     default: return nullptr;
   }
 }

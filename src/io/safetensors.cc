@@ -72,13 +72,15 @@ StatusOr<DType> safetensors_dtype(std::string_view name) {
   if (name == "BF16") return DType::kBF16;
   // The weights of FP8 checkpoints (their scales are tensors of their own).
   if (name == "F8_E4M3") return DType::kF8E4M3;
-  static constexpr const char* kKnown[] = {"BOOL",    "U8",      "I8",  "I16", "U16",         "I32",
-                                           "U32",     "I64",     "U64", "F64", "F8_E5M2",     "F8_E8M0",
-                                           "F6_E2M3", "F6_E3M2", "F4",  "C64", "F8_E4M3FNUZ", "F8_E5M2FNUZ"};
+  // Bytes: gpt-oss's MXFP4 blocks and E8M0 scales (model/hf_gptoss.h).
+  if (name == "U8") return DType::kU8;
+  static constexpr const char* kKnown[] = {"BOOL",    "I8",  "I16", "U16",         "I32",        "U32",
+                                           "I64",     "U64", "F64", "F8_E5M2",     "F8_E8M0",    "F6_E2M3",
+                                           "F6_E3M2", "F4",  "C64", "F8_E4M3FNUZ", "F8_E5M2FNUZ"};
   for (const char* k : kKnown) {
     if (name == k) {
       return unimplemented("unsupported dtype '" + std::string(name) +
-                           "' (F32, F16, BF16 and F8_E4M3 are read)");
+                           "' (F32, F16, BF16, F8_E4M3 and U8 are read)");
     }
   }
   return data_loss("unknown dtype '" + printable(name) + "'");

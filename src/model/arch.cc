@@ -32,6 +32,14 @@ constexpr ArchInfo kArchs[] = {
      .sandwich_norms = true,
      .scaled_embedding = true,
      .logit_softcaps = true},
+    {.name = "gpt-oss",
+     .qkv_bias = true,
+     .gguf_rope_pairs = RopePairs::kHalves,
+     .experts = ArchExperts::kAlways,
+     .o_bias = true,
+     .attn_sinks = true,
+     .oss_experts = true,
+     .ffn_norm_name = "post_attention_norm.weight"},
 };
 
 }  // namespace
@@ -75,12 +83,19 @@ std::vector<std::string> arch_layer_tensors(const ModelConfig& config) {
     names.push_back("attn_k_norm.weight");
   }
   names.push_back("attn_output.weight");
+  if (c.o_bias) names.push_back("attn_output.bias");
+  if (c.attn_sinks) names.push_back("attn_sinks.weight");
   if (c.sandwich_norms) names.push_back("post_attention_norm.weight");
-  names.push_back("ffn_norm.weight");
+  names.push_back(c.ffn_norm_name);
   if (config.n_experts > 0) {
     for (const char* n :
          {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
       names.push_back(n);
+    }
+    if (c.oss_experts) {
+      for (const char* n :
+           {"ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"})
+        names.push_back(n);
     }
     return names;
   }

@@ -29,6 +29,11 @@
 //                                                           add soft-caps and alternating windows
 //   gemma3  gemma3                      gemma3_text,        gemma2's, plus q/k norm; local layers
 //                                       gemma3 (text part)  rotate with their own theta, unscaled
+//   gpt-oss gpt-oss                     gpt_oss             q/k/v/o biases, a sink logit per head,
+//                                                           experts in every layer with biases,
+//                                                           top-k then softmax, a clamped SwiGLU;
+//                                                           its checkpoints add alternating 128-token
+//                                                           windows, YaRN and MXFP4 experts
 //
 // What a checkpoint sets rather than its family (tied embeddings, norm eps,
 // rope theta and scaling) is in ModelConfig; config_hf.cc holds the HF config
@@ -89,6 +94,19 @@ struct ArchInfo {
   // Its configs may soft-cap attention scores and final logits
   // (ModelConfig::attn_softcap, final_softcap); elsewhere the keys are refused.
   bool logit_softcaps = false;
+  // gpt-oss. The o projection adds a bias (attn_output.bias).
+  bool o_bias = false;
+  // One learned logit a query head joins each softmax's denominator
+  // (attn_sinks.weight [n_heads]; ops/attention/attention.h).
+  bool attn_sinks = false;
+  // The experts of ops/moe/moe.h's gpt-oss rule: router and expert biases
+  // (ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias), the top-k of the
+  // logits then a softmax over those k, and the clamped SwiGLU
+  // (ModelConfig::swiglu_alpha, swiglu_limit).
+  bool oss_experts = false;
+  // The GGUF name of the norm before the MLP (llama.cpp's gpt-oss files call
+  // it post_attention_norm, after HF's post_attention_layernorm).
+  const char* ffn_norm_name = "ffn_norm.weight";
 };
 
 // nullptr when `name` is not built.

@@ -177,6 +177,19 @@ Status ModelConfig::validate() const {
   if (rope_scaling.type != RopeScaling::Type::kNone) {
     NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.factor", rope_scaling.factor));
   }
+  if (rope_scaling.type == RopeScaling::Type::kYarn) {
+    NS_RETURN_IF_ERROR(check_range("rope_scaling.original_context_length",
+                                   rope_scaling.original_context_length, 1, kMaxContext));
+    NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.beta_fast", rope_scaling.beta_fast));
+    NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.beta_slow", rope_scaling.beta_slow));
+    if (rope_scaling.attention_factor != 0.0f)
+      NS_RETURN_IF_ERROR(
+          check_positive_finite("rope_scaling.attention_factor", rope_scaling.attention_factor));
+  }
+  if (n_experts > 0 && arch_info_or_null() != nullptr && arch_info_or_null()->oss_experts) {
+    NS_RETURN_IF_ERROR(check_positive_finite("swiglu_alpha", swiglu_alpha));
+    NS_RETURN_IF_ERROR(check_positive_finite("swiglu_limit", swiglu_limit));
+  }
   if (rope_scaling.type == RopeScaling::Type::kLlama3) {
     NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.low_freq_factor", rope_scaling.low_freq_factor));
     NS_RETURN_IF_ERROR(check_positive_finite("rope_scaling.high_freq_factor", rope_scaling.high_freq_factor));
@@ -202,6 +215,11 @@ std::string ModelConfig::to_string() const {
       s << ", rope scaling llama3 x" << rope_scaling.factor << " (low " << rope_scaling.low_freq_factor
         << ", high " << rope_scaling.high_freq_factor << ", original context "
         << rope_scaling.original_context_length << ")";
+      break;
+    case RopeScaling::Type::kYarn:
+      s << ", rope scaling yarn x" << rope_scaling.factor << " (original context "
+        << rope_scaling.original_context_length << ", beta " << rope_scaling.beta_fast << "/"
+        << rope_scaling.beta_slow << ", attention factor " << rope_attention_factor(rope_scaling) << ")";
       break;
   }
   if (rope_scaling.freq_factors_tensor) s << ", rope_freqs.weight";
@@ -231,6 +249,9 @@ std::string ModelConfig::to_string() const {
     if (a->scaled_embedding)
       s << ", embedding x " << (embed_scale > 0.0f ? embed_scale : std::sqrt(float(dim)));
     if (std::string_view(a->hidden_act) != "silu") s << ", " << a->hidden_act;
+    if (a->o_bias) s << ", o bias";
+    if (a->attn_sinks) s << ", attention sinks";
+    if (a->oss_experts) s << ", clamped SwiGLU (alpha " << swiglu_alpha << ", limit " << swiglu_limit << ")";
   }
   return s.str();
 }
@@ -305,9 +326,12 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
       rs.type = RopeScaling::Type::kLinear;
     } else if (*type == "llama3") {
       rs.type = RopeScaling::Type::kLlama3;
+    } else if (*type == "yarn") {
+      rs.type = RopeScaling::Type::kYarn;
+      rs.truncate = c.arch != "gpt-oss";  // gpt-oss's config.json: truncate false
     } else {
       return unimplemented("metadata '" + p + "rope.scaling.type': scaling '" + type->substr(0, 32) +
-                           "' is not supported (none, linear, llama3)");
+                           "' is not supported (none, linear, llama3, yarn)");
     }
   } else if (f.find(p + "rope.scale_linear") != nullptr) {  // older key for linear scaling
     rs.type = RopeScaling::Type::kLinear;
@@ -318,6 +342,13 @@ StatusOr<ModelConfig> config_from_gguf(const GgufFile& f) {
   NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.high_freq_factor", &rs.high_freq_factor));
   NS_RETURN_IF_ERROR(
       read_int(f, p + "rope.scaling.original_context_length", false, &rs.original_context_length));
+  NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.yarn_beta_fast", &rs.beta_fast));
+  NS_RETURN_IF_ERROR(read_float(f, p + "rope.scaling.yarn_beta_slow", &rs.beta_slow));
+  if (c.arch == "gpt-oss" && c.sliding_window > 0) {
+    // llama.cpp's gpt-oss: the even layers slide, the odd ones attend everything.
+    c.sliding_layers.assign(static_cast<size_t>(std::clamp<int64_t>(c.n_layers, 0, kMaxLayers)), 0);
+    for (size_t l = 0; l < c.sliding_layers.size(); l += 2) c.sliding_layers[l] = 1;
+  }
   if (const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight")) {
     if (t->dtype != DType::kF32 || t->shape.size() != 1 || t->shape[0] * 2 != c.rope_dim) {
       return invalid_argument(

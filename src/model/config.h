@@ -41,6 +41,9 @@ struct ModelConfig {
   int64_t n_experts_used = 0;
   int64_t expert_ffn_dim = 0;
   bool expert_weights_norm = true;
+  // gpt-oss's clamped SwiGLU (ArchInfo::oss_experts; ops/moe/moe.h).
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
   // Which layers slide (Gemma's alternation: local layers with the window,
   // global ones without): [n_layers], 1 = sliding. Empty: every layer slides
   // (Mistral) when sliding_window > 0.
@@ -78,6 +81,8 @@ struct ModelConfig {
   // *family, or arch's row when apply_arch has not run (a config made by
   // hand); NS_CHECK that the architecture is built.
   const ArchInfo& arch_info() const;
+  // *family, or arch's row; null when the architecture is not built.
+  const ArchInfo* arch_info_or_null() const { return family != nullptr ? family : find_arch(arch); }
   // INVALID_ARGUMENT naming the field when the hyperparameters are inconsistent.
   Status validate() const;
   std::string to_string() const;

@@ -84,6 +84,39 @@ class Reader {
   const std::string& name_;
 };
 
+// YaRN, as transformers' _compute_yarn_parameters reads it (gpt-oss).
+Status read_yarn(const Reader& r, const json& rs, RopeScaling* out) {
+  out->type = RopeScaling::Type::kYarn;
+  for (const char* key : {"factor", "original_max_position_embeddings"}) {
+    if (rs.find(key) == rs.end()) return r.error(std::string("rope_scaling.") + key, "missing");
+  }
+  NS_RETURN_IF_ERROR(r.number_in(rs, "factor", "rope_scaling.factor", &out->factor));
+  const json& orig = rs["original_max_position_embeddings"];
+  if (!orig.is_number_integer())
+    return r.error("rope_scaling.original_max_position_embeddings", "expected an integer");
+  out->original_context_length = orig.get<int64_t>();
+  // beta_fast / beta_slow: null or absent is 32 / 1 (Python's `or`).
+  for (auto [key, dst] :
+       {std::pair<const char*, float*>{"beta_fast", &out->beta_fast}, {"beta_slow", &out->beta_slow}}) {
+    if (auto it = rs.find(key);
+        it != rs.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0))
+      NS_RETURN_IF_ERROR(r.number_in(rs, key, std::string("rope_scaling.") + key, dst));
+  }
+  if (auto it = rs.find("attention_factor"); it != rs.end() && !it->is_null())
+    NS_RETURN_IF_ERROR(
+        r.number_in(rs, "attention_factor", "rope_scaling.attention_factor", &out->attention_factor));
+  if (auto it = rs.find("truncate"); it != rs.end()) {
+    if (!it->is_boolean()) return r.error("rope_scaling.truncate", "expected a boolean");
+    out->truncate = it->get<bool>();
+  }
+  for (const char* key : {"mscale", "mscale_all_dim"}) {
+    if (auto it = rs.find(key);
+        it != rs.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 0.0))
+      return r.unsupported(std::string("rope_scaling.") + key +
+                           ": DeepSeek's YaRN attention factor is not supported");
+  }
+  return Status::ok_status();
+}
 Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
   if (!rs.is_object()) return r.error("rope_scaling", "expected an object or null");
   auto type_it = rs.find("rope_type");
@@ -101,9 +134,10 @@ Status read_rope_scaling(const Reader& r, const json& rs, RopeScaling* out) {
     if (rs.find("factor") == rs.end()) return r.error("rope_scaling.factor", "missing");
     return r.number_in(rs, "factor", "rope_scaling.factor", &out->factor);
   }
+  if (type == "yarn") return read_yarn(r, rs, out);
   if (type != "llama3") {
     return r.unsupported("rope_scaling.rope_type '" + type.substr(0, 32) +
-                         "' is not supported (default, linear, llama3)");
+                         "' is not supported (default, linear, llama3, yarn)");
   }
   out->type = RopeScaling::Type::kLlama3;
   for (const char* key :
@@ -146,6 +180,7 @@ constexpr HfArch kHfArchs[] = {
     {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", 32768, 1e-6f, 0, false, true},
     {"gemma2", "Gemma2ForCausalLM", "gemma2", 8192, 1e-6f, 256, true},
     {"gemma3_text", "Gemma3ForCausalLM", "gemma3", 131072, 1e-6f, 256, true},
+    {"gpt_oss", "GptOssForCausalLM", "gpt-oss", 131072, 1e-5f, 64, false, true},
 };
 
 // The experts of Mixtral (num_local_experts of intermediate_size, top
@@ -156,17 +191,41 @@ Status read_experts(const Reader& r, const HfArch& arch, ModelConfig& c) {
   const char* count_key =
       r.find("num_experts") != nullptr && type == "qwen3_moe" ? "num_experts" : "num_local_experts";
   // The config classes' defaults where config.json leaves a key out.
-  const bool mixtral = type == "mixtral";
+  const bool mixtral = type == "mixtral", oss = type == "gpt_oss";
   c.n_experts = mixtral ? 8 : 128;
-  c.n_experts_used = mixtral ? 2 : 8;
+  c.n_experts_used = mixtral ? 2 : oss ? 4 : 8;
   NS_RETURN_IF_ERROR(r.integer(count_key, false, &c.n_experts));
   NS_RETURN_IF_ERROR(r.integer("num_experts_per_tok", false, &c.n_experts_used));
   if (c.n_experts < 1) return r.error(count_key, "expected at least 1");
   if (c.n_experts_used < 1 || c.n_experts_used > c.n_experts)
     return r.error("num_experts_per_tok", "expected 1 to " + std::to_string(c.n_experts));
-  if (mixtral) {
+  if (mixtral || oss) {
     c.expert_ffn_dim = c.ffn_dim;
-    c.expert_weights_norm = true;
+    c.expert_weights_norm = true;  // gpt-oss: its softmax over the top-k (ops/moe/moe.h)
+  }
+  if (mixtral) return Status::ok_status();
+  if (oss) {
+    NS_RETURN_IF_ERROR(r.number("swiglu_alpha", &c.swiglu_alpha));
+    NS_RETURN_IF_ERROR(r.number("swiglu_limit", &c.swiglu_limit));
+    // Which layers slide: layer_types, else GptOssConfig's even layers; 128 positions by default.
+    int64_t window = 128;
+    if (const json* v = r.find("sliding_window"); v != nullptr && !v->is_null())
+      NS_RETURN_IF_ERROR(r.integer("sliding_window", false, &window));
+    if (window < 0) return r.error("sliding_window", "expected a positive integer or null");
+    c.sliding_layers.assign(static_cast<size_t>(c.n_layers), 0);
+    for (size_t l = 0; l < c.sliding_layers.size(); l += 2) c.sliding_layers[l] = 1;
+    if (const json* types = r.find("layer_types"); types != nullptr && !types->is_null()) {
+      if (!types->is_array() || static_cast<int64_t>(types->size()) != c.n_layers)
+        return r.error("layer_types", "expected a list of num_hidden_layers types");
+      for (size_t l = 0; l < types->size(); ++l) {
+        const json& t = (*types)[l];
+        if (t != "sliding_attention" && t != "full_attention")
+          return r.error("layer_types", "entry " + std::to_string(l) + " " + t.dump().substr(0, 32) +
+                                            " (sliding_attention or full_attention)");
+        c.sliding_layers[l] = t == "sliding_attention";
+      }
+    }
+    c.sliding_window = window > 0 && window < c.context_length ? window : 0;
     return Status::ok_status();
   }
   c.expert_ffn_dim = 768;
@@ -434,9 +493,9 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
   NS_RETURN_IF_ERROR(refuse_unsupported(r, *arch));
   // Mistral's window, in every layer (Qwen's is refused above; it keeps the
   // key with use_sliding_window false, and then has none).
-  if (const json* v = r.find("sliding_window"); v != nullptr && type != "qwen2" && type != "qwen3" &&
-                                                type != "qwen3_moe" && !is_gemma(*arch) && !v->is_null() &&
-                                                !(v->is_boolean() && !v->get<bool>())) {
+  if (const json* v = r.find("sliding_window");
+      v != nullptr && type != "qwen2" && type != "qwen3" && type != "qwen3_moe" && type != "gpt_oss" &&
+      !is_gemma(*arch) && !v->is_null() && !(v->is_boolean() && !v->get<bool>())) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1)
       return r.error("sliding_window", "expected a positive integer, false or null");
     c.sliding_window = v->get<int64_t>() < c.context_length ? v->get<int64_t>() : 0;
@@ -474,7 +533,16 @@ StatusOr<HfModelConfig> config_from_hf_json(const json& j, const std::string& na
                            "' is not supported (float32, float16, bfloat16)");
     }
   }
-  NS_ASSIGN_OR_RETURN(out.fp8, read_hf_fp8(j, name));
+  // gpt-oss's MXFP4 experts (model/hf_gptoss.h); any other quantization is read_hf_fp8's.
+  const json* qc = r.find("quantization_config");
+  const json* qm =
+      qc != nullptr && qc->is_object() && qc->contains("quant_method") ? &(*qc)["quant_method"] : nullptr;
+  if (qm != nullptr && *qm == "mxfp4") {
+    if (type != "gpt_oss") return r.unsupported("quantization_config.quant_method 'mxfp4' outside gpt-oss");
+    out.mxfp4 = true;
+  } else {
+    NS_ASSIGN_OR_RETURN(out.fp8, read_hf_fp8(j, name));
+  }
   Status st = c.validate();
   if (!st.ok()) return Status(st.code(), name + ": " + st.message());
   return out;

@@ -7,7 +7,9 @@
 // sliding windows, experts, logit soft-capping outside Gemma, attention or
 // MLP biases beyond qwen2's, partial rotary,
 // activations other than silu, rope types other than default / linear /
-// llama3: longrope, su, yarn, dynamic ...), are refused by name. A wrong type or a value
+// llama3, yarn: longrope, su, dynamic ...), are refused by name. GptOssForCausalLM
+// (arch gpt-oss) reads its experts, layer_types, swiglu_alpha / swiglu_limit
+// and YaRN. A wrong type or a value
 // out of range names the key: "config.json: 'num_key_value_heads': expected an integer".
 // quantization_config is read by read_hf_fp8: FP8 checkpoints load, any
 // other quantization is refused by name.
@@ -29,6 +31,8 @@ struct HfModelConfig {
   std::vector<int32_t> eos_ids;  // eos_token_id, an id or a list of them
   std::string torch_dtype;       // "bfloat16", ...; empty if absent (informational)
   HfFp8 fp8;                     // quantization_config: FP8 weights (model/hf_fp8.h), or none
+  bool mxfp4 = false;            // quantization_config {quant_method: mxfp4}: gpt-oss's experts as
+                                 // *_blocks / *_scales (model/hf_gptoss.h)
 };
 
 // `name` starts every message (the file's path).

@@ -44,9 +44,19 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   auto [p, ec] = std::from_chars(name.data(), name.data() + dot, layer);
   if (ec != std::errc() || p != name.data() + dot || layer < 0 || layer >= c.n_layers) return {};
   const std::string_view rest = name.substr(dot + 1);
-  if (rest == "attn_norm.weight" || rest == "ffn_norm.weight") return {c.dim};
+  const ArchInfo& family = c.arch_info();
+  if (rest == "attn_norm.weight" || rest == family.ffn_norm_name) return {c.dim};
   if (rest == "post_attention_norm.weight" || rest == "post_ffw_norm.weight")  // gemma's sandwich norms
-    return c.arch_info().sandwich_norms ? std::vector<int64_t>{c.dim} : std::vector<int64_t>{};
+    return family.sandwich_norms ? std::vector<int64_t>{c.dim} : std::vector<int64_t>{};
+  if (family.qkv_bias && rest == "attn_q.bias") return {q};
+  if (family.qkv_bias && (rest == "attn_k.bias" || rest == "attn_v.bias")) return {kv};
+  if (family.o_bias && rest == "attn_output.bias") return {c.dim};
+  if (family.attn_sinks && rest == "attn_sinks.weight") return {c.n_heads};
+  if (family.oss_experts && c.n_experts > 0) {
+    if (rest == "ffn_gate_inp.bias") return {c.n_experts};
+    if (rest == "ffn_gate_exps.bias" || rest == "ffn_up_exps.bias") return {c.n_experts, c.expert_ffn_dim};
+    if (rest == "ffn_down_exps.bias") return {c.n_experts, c.dim};
+  }
   if (rest == "attn_q.weight") return {q, c.dim};
   if (rest == "attn_k.weight" || rest == "attn_v.weight") return {kv, c.dim};
   if (rest == "attn_output.weight") return {c.dim, q};

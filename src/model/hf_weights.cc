@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "model/arch.h"
+#include "model/hf_gptoss.h"
 #include "model/rope_layout.h"
 #include "ops/dequantize/dequantize.h"
 
@@ -39,6 +40,13 @@ std::optional<std::string_view> hf_layer_name(const ModelConfig& c, std::string_
     if (g == "post_attention_norm.weight") return "post_attention_layernorm.weight";
     if (g == "ffn_norm.weight") return "pre_feedforward_layernorm.weight";
     if (g == "post_ffw_norm.weight") return "post_feedforward_layernorm.weight";
+  }
+  if (c.arch_info().oss_experts) {  // gpt-oss
+    if (g == "attn_output.bias") return "self_attn.o_proj.bias";
+    if (g == "attn_sinks.weight") return "self_attn.sinks";
+    if (g == "post_attention_norm.weight") return "post_attention_layernorm.weight";
+    if (g == "ffn_gate_inp.weight") return "mlp.router.weight";
+    if (g == "ffn_gate_inp.bias") return "mlp.router.bias";
   }
   if (g == "ffn_gate_inp.weight")
     return c.arch == "qwen3moe" ? "mlp.gate.weight" : "block_sparse_moe.gate.weight";
@@ -110,6 +118,9 @@ std::optional<std::string> hf_tensor_name(const ModelConfig& c, std::string_view
   }
   const std::vector<std::string> names = arch_layer_tensors(c);  // only the architecture's own
   if (std::find(names.begin(), names.end(), rest) == names.end()) return std::nullopt;
+  // gpt-oss's stacked experts are built from several tensors (model/hf_gptoss.h): named by their module.
+  if (c.arch_info().oss_experts && gptoss_expert_tensor_name(rest))
+    return "model.layers." + std::to_string(layer) + ".mlp.experts";
   auto hf = hf_layer_name(c, rest);
   if (!hf) return std::nullopt;
   return "model.layers." + std::to_string(layer) + "." + std::string(*hf);
@@ -141,6 +152,11 @@ StatusOr<std::shared_ptr<const HfLlamaTensors>> HfLlamaTensors::create(
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (const std::string& n : layer_names) {
       if (auto hf = t->stored_name("blk." + std::to_string(l) + "." + n)) used.insert(*hf);
+    }
+    if (config.arch_info().oss_experts) {
+      for (std::string& n : gptoss_expert_sources(*t->ckpt_, "model.layers." + std::to_string(l) + "."))
+        used.insert(std::move(n));
+      continue;
     }
     for (int64_t e = 0; e < config.n_experts; ++e) {
       for (const std::string& n : arch_expert_tensors(e)) {
@@ -188,6 +204,7 @@ std::string HfLlamaTensors::display_name(std::string_view name) const {
 bool HfLlamaTensors::contains(std::string_view name) const {
   if (name == "output.weight" && config_.tied_embeddings) return false;
   auto hf = stored_name(name);
+  if (hf && hf->ends_with(".mlp.experts")) return true;  // gpt-oss's, built by tensor()
   return hf && ckpt_->find_tensor(*hf) != nullptr;
 }
 
@@ -195,6 +212,10 @@ StatusOr<Tensor> HfLlamaTensors::tensor(std::string_view name) const {
   auto hf = stored_name(name);
   if (!hf || (name == "output.weight" && config_.tied_embeddings)) {
     return not_found(ckpt_->folder() + ": no tensor for '" + std::string(name.substr(0, 200)) + "'");
+  }
+  if (hf->ends_with(".mlp.experts")) {
+    const std::string layer_prefix = hf->substr(0, hf->size() - 11);  // "model.layers.N."
+    return gptoss_expert_tensor(*ckpt_, config_, layer_prefix, name.substr(name.find('.', 4) + 1));
   }
   const SafetensorsTensorInfo* info = ckpt_->find_tensor(*hf);
   if (info != nullptr && info->dtype == DType::kF8E4M3) return fp8_tensor(name, *hf);

@@ -177,13 +177,13 @@ void CpuKV::write_per_sequence(int layer, const ForwardBatch& batch, const Tenso
 }
 
 void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const Tensor& k, const Tensor& v,
-                   int n_rep, float scale, Tensor& out, int64_t window, float softcap) {
+                   int n_rep, float scale, Tensor& out, int64_t window, float softcap, const float* sinks) {
   NS_CHECK(layer >= 0 && layer < static_cast<int>(k_.size())) << "layer " << layer;
   if (o_.layout == CpuKVLayout::kPerSequence) {
     write_per_sequence(layer, batch, k, v);
     ++counts_.writes;
     ++counts_.per_sequence_reads;
-    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap);
+    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap, sinks);
     return;
   }
   const Tensor &kp = k_[static_cast<size_t>(layer)], &vp = v_[static_cast<size_t>(layer)];
@@ -199,7 +199,7 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
     }
     paged_kv_gather(kp, vp, batch, gather_k_, gather_v_, history_, pool_, gather_scratch_);
     ++counts_.gathers;
-    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap);
+    attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap, sinks);
     return;
   }
   const int32_t T = batch.num_tokens();
@@ -233,6 +233,7 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
   a.scale = scale;
   a.window = static_cast<int32_t>(window);
   a.softcap = softcap;
+  a.sinks = sinks;
   ++counts_.fused_reads;
   paged_attention_cpu(a, pool_, scores_.data(),
                       paged_attention_cpu_scores_stride(n_heads_ / n_kv_heads_, o_.max_context));

@@ -71,8 +71,10 @@ class CpuKV {
   //   q, out: [T, n_heads, head_dim] f32; k, v: [T, n_kv_heads, head_dim] f32
   //   window: the layer's sliding window (0: none)
   //   softcap: the attention scores' soft-cap (0: none)
+  //   sinks: [n_heads] f32 sink logits (gpt-oss; ops/attention/attention.h), or null
   void attend(int layer, const ForwardBatch& batch, const Tensor& q, const Tensor& k, const Tensor& v,
-              int n_rep, float scale, Tensor& out, int64_t window = 0, float softcap = 0.0f);
+              int n_rep, float scale, Tensor& out, int64_t window = 0, float softcap = 0.0f,
+              const float* sinks = nullptr);
 
   // Creates the swap area of num_slots blocks (paged only); FAILED_PRECONDITION when it exists
   // or the layout is per sequence.

@@ -142,7 +142,14 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
   Tensor attn = ws.attn.slice_rows(0, T), proj = ws.proj.slice_rows(0, T);
   const bool moe = c.n_experts > 0;
   Tensor gate = moe ? Tensor() : ws.gate.slice_rows(0, T), up = moe ? Tensor() : ws.up.slice_rows(0, T);
-  const MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
+  MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
+  if (family.oss_experts) {
+    moe_params.gating = MoeGating::kTopKThenSoftmax;
+    moe_params.activation = MoeActivation::kClampedSwiglu;
+    moe_params.swiglu_alpha = c.swiglu_alpha;
+    moe_params.swiglu_limit = c.swiglu_limit;
+  }
+  const float mscale = rope_attention_factor_;
   // Per-head views of the same memory: [T, heads, head_dim].
   Tensor q3 = q.reshape({T, c.n_heads, hd}), k3 = k.reshape({T, c.n_kv_heads, hd});
   Tensor v3 = v.reshape({T, c.n_kv_heads, hd}), attn3 = attn.reshape({T, c.n_heads, hd});
@@ -176,10 +183,16 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
     const std::vector<float>& freqs = c.layer_local_rope(l) ? inv_freq_local_ : inv_freq_;
     rope(q3, positions, freqs, pool);
     rope(k3, positions, freqs, pool);
+    if (mscale != 1.0f) {  // transformers scales cos and sin: both rotated q and k
+      scale_into(q.data_as<float>(), mscale, T * c.n_heads * hd);
+      scale_into(k.data_as<float>(), mscale, T * c.n_kv_heads * hd);
+    }
     clock.mark(ForwardPhase::kRope);
-    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3, c.layer_window(l), c.attn_softcap);
+    kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3, c.layer_window(l), c.attn_softcap,
+              family.attn_sinks ? L.sinks.data_as<const float>() : nullptr);
     clock.mark(ForwardPhase::kAttention);
     matmul(L.wo, attn, proj, pool, mm_scratch);
+    if (family.o_bias) add_bias(proj, L.bo);
     clock.mark(ForwardPhase::kOProj);
     if (family.sandwich_norms) {
       rmsnorm(proj, L.post_attn_norm, eps, proj, pool);
@@ -191,8 +204,14 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
     rmsnorm(x, L.ffn_norm, eps, xn, pool);
     clock.mark(ForwardPhase::kFfnNorm);
     if (moe) {
-      moe_ffn(xn, L.router, MoeExperts{L.exp_gate, L.exp_up, L.exp_down}, moe_params, ws.moe, proj, pool,
-              mm_scratch);
+      MoeExperts experts{L.exp_gate, L.exp_up, L.exp_down};
+      if (family.oss_experts) {
+        experts.router_bias = &L.router_bias;
+        experts.gate_bias = &L.exp_gate_bias;
+        experts.up_bias = &L.exp_up_bias;
+        experts.down_bias = &L.exp_down_bias;
+      }
+      moe_ffn(xn, L.router, experts, moe_params, ws.moe, proj, pool, mm_scratch);
       int64_t* rows = ws.expert_rows.data() + l * c.n_experts;
       for (int64_t e = 0; e < c.n_experts; ++e) rows[e] += ws.moe.routing.rows_of(e);
       clock.mark(ForwardPhase::kExperts);

@@ -1,17 +1,20 @@
 #pragma once
 // The Llama-family forward pass on the CPU: llama (SmolLM2, Llama 2/3,
-// Mistral, Mixtral), qwen2, qwen3, phi3, qwen3moe, gemma2 and gemma3 (model/arch.h).
+// Mistral, Mixtral), qwen2, qwen3, phi3, qwen3moe, gemma2, gemma3 and gpt-oss (model/arch.h).
 //
 //   x = embed(tokens) (x sqrt(dim): gemma)                   [T, dim]
 //   per layer: q, k, v = qkv(rmsnorm(x)) (+ bias: qwen2)
 //              q, k = rmsnorm per head (qwen3, gemma3)
+//              q, k *= YaRN's attention factor (gpt-oss)
 //              x += o_proj(attention(rope(q), rope(k), v))   over the KV cache, in
-//                   the layer's window; scores soft-capped (gemma2); the
-//                   o_proj output normed first (gemma's sandwich norms)
+//                   the layer's window; scores soft-capped (gemma2); a sink
+//                   logit a head in the softmax (gpt-oss); o_proj + bias
+//                   (gpt-oss); the o_proj output normed first (gemma's sandwich norms)
 //              x += down(act(gate(rmsnorm(x))) * up(...))    act: silu, or tanh GELU
 //                   (gemma); the down output normed first (gemma)
-//                or, with experts (Mixtral, qwen3moe), the routed experts'
-//                weighted sum of the same (ops/moe/moe.h)
+//                or, with experts (Mixtral, qwen3moe, gpt-oss), the routed
+//                experts' weighted sum of the same (ops/moe/moe.h; gpt-oss:
+//                biases, top-k then softmax, a clamped SwiGLU)
 //   logits = lm_head(rmsnorm(x[logits_rows]))                [R, vocab]
 //            soft-capped (gemma2)
 //
@@ -51,6 +54,8 @@ struct LayerWeights {
   Tensor q_norm;      // [head_dim] f32, qwen3 only
   Tensor k_norm;      // [head_dim] f32, qwen3 only
   Tensor wo;          // [dim, n_heads * head_dim]
+  Tensor bo;          // [dim] f32; gpt-oss only
+  Tensor sinks;       // [n_heads] f32 attention sink logits; gpt-oss only
   Tensor ffn_norm;    // [dim] f32
   Tensor w_gate;      // [ffn_dim, dim]
   Tensor w_up;        // [ffn_dim, dim]
@@ -60,6 +65,11 @@ struct LayerWeights {
   std::vector<Tensor> exp_gate;  // n_experts x [expert_ffn_dim, dim]
   std::vector<Tensor> exp_up;    // n_experts x [expert_ffn_dim, dim]
   std::vector<Tensor> exp_down;  // n_experts x [dim, expert_ffn_dim]
+  // gpt-oss's biases (ArchInfo::oss_experts), f32.
+  Tensor router_bias;    // [n_experts]
+  Tensor exp_gate_bias;  // [n_experts, expert_ffn_dim]
+  Tensor exp_up_bias;    // [n_experts, expert_ffn_dim]
+  Tensor exp_down_bias;  // [n_experts, dim]
 
   // Sandwich norms (gemma): the o_proj and down outputs normed before each residual add.
   Tensor post_attn_norm;  // [dim] f32
@@ -138,6 +148,8 @@ class CpuModel {
   // The local layers' (ModelConfig::rope_local_theta, unscaled); empty when
   // every layer rotates with inv_freq().
   const std::vector<float>& inv_freq_local() const { return inv_freq_local_; }
+  // What rotated q and k are multiplied by: YaRN's attention factor, else 1.
+  float rope_attention_factor() const { return rope_attention_factor_; }
   ThreadPool& pool() const { return pool_; }
 
   // PRECOND: each >= 1.
@@ -162,6 +174,7 @@ class CpuModel {
   ModelWeights weights_;
   std::vector<float> inv_freq_;        // [rope_dim / 2]
   std::vector<float> inv_freq_local_;  // [rope_dim / 2] or empty
+  float rope_attention_factor_ = 1.0f;
 };
 
 }  // namespace nanoserve

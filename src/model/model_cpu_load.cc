@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "core/half.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/arch.h"
@@ -24,6 +25,37 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// An MXFP4 tensor [..., K] into owned bf16 of the same shape.
+Tensor mxfp4_to_bf16(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::kBF16, t.shape());
+  const int64_t K = t.dim(-1), rows = t.numel() / K;
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(DType::kMXFP4, static_cast<const char*>(t.data()) + dtype_bytes(DType::kMXFP4, r * K),
+                   row.data(), K);
+    uint16_t* o = static_cast<uint16_t*>(out.data()) + r * K;
+    for (int64_t k = 0; k < K; ++k) o[k] = f32_to_bf16(row[static_cast<size_t>(k)]);
+  }
+  return out;
+}
+
+// A [rows, cols] (or [E, n]) tensor as f32, converted into owned memory if stored otherwise.
+StatusOr<Tensor> load_f32(const TensorSource& f, const std::string& name, std::vector<int64_t> shape) {
+  NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
+  if (t.shape() != shape) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
+                            ", the config implies " + shape_str(shape));
+  }
+  if (t.dtype() == DType::kF32) return t;
+  if (t.dtype() == DType::kI32 || t.dtype() == DType::kU8) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is " + dtype_name(t.dtype()) +
+                            ", not a weight type");
+  }
+  Tensor out = Tensor::empty(DType::kF32, shape);
+  dequantize_row(t.dtype(), t.data(), out.data_as<float>(), t.numel());
+  return out;
+}
+
 // A weight the matmul can read, of exactly `shape`.
 StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std::vector<int64_t> shape) {
   NS_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
@@ -31,9 +63,13 @@ StatusOr<Tensor> load_matrix(const TensorSource& f, const std::string& name, std
     return invalid_argument("tensor '" + f.display_name(name) + "' has shape " + t.shape_string() +
                             ", the config implies " + shape_str(shape));
   }
-  if (t.dtype() == DType::kI32) {
-    return invalid_argument("tensor '" + f.display_name(name) + "' is I32, not a weight type");
+  if (t.dtype() == DType::kI32 || t.dtype() == DType::kU8) {
+    return invalid_argument("tensor '" + f.display_name(name) + "' is " + dtype_name(t.dtype()) +
+                            ", not a weight type");
   }
+  // MXFP4 (gpt-oss's experts in GGUF) is dequantized here to bf16, which the
+  // CPU matmul reads; exact, as an E2M1 value times a power of two fits bf16.
+  if (t.dtype() == DType::kMXFP4) return mxfp4_to_bf16(t);
   return t;
 }
 
@@ -94,6 +130,12 @@ Status load_experts(const TensorSource& f, const ModelConfig& c, const std::stri
   NS_RETURN_IF_ERROR(load_expert_set(f, c, p, "gate", ffn, dim, L.exp_gate));
   NS_RETURN_IF_ERROR(load_expert_set(f, c, p, "up", ffn, dim, L.exp_up));
   NS_RETURN_IF_ERROR(load_expert_set(f, c, p, "down", dim, ffn, L.exp_down));
+  if (c.arch_info().oss_experts) {
+    NS_ASSIGN_OR_RETURN(L.router_bias, load_vector(f, p + "ffn_gate_inp.bias", c.n_experts));
+    NS_ASSIGN_OR_RETURN(L.exp_gate_bias, load_f32(f, p + "ffn_gate_exps.bias", {c.n_experts, ffn}));
+    NS_ASSIGN_OR_RETURN(L.exp_up_bias, load_f32(f, p + "ffn_up_exps.bias", {c.n_experts, ffn}));
+    NS_ASSIGN_OR_RETURN(L.exp_down_bias, load_f32(f, p + "ffn_down_exps.bias", {c.n_experts, dim}));
+  }
   return Status::ok_status();
 }
 
@@ -131,11 +173,17 @@ StatusOr<LayerWeights> load_layer(const TensorSource& f, const ModelConfig& c, i
     NS_ASSIGN_OR_RETURN(L.k_norm, load_vector(f, p + "attn_k_norm.weight", hd));
   }
   NS_ASSIGN_OR_RETURN(L.wo, load_linear(f, p + "attn_output.weight", {dim, q_dim}, &L.scale.wo));
+  if (family.o_bias) {
+    NS_ASSIGN_OR_RETURN(L.bo, load_vector(f, p + "attn_output.bias", dim));
+  }
+  if (family.attn_sinks) {
+    NS_ASSIGN_OR_RETURN(L.sinks, load_vector(f, p + "attn_sinks.weight", c.n_heads));
+  }
   if (family.sandwich_norms) {
     NS_ASSIGN_OR_RETURN(L.post_attn_norm, load_vector(f, p + "post_attention_norm.weight", dim));
     NS_ASSIGN_OR_RETURN(L.post_ffn_norm, load_vector(f, p + "post_ffw_norm.weight", dim));
   }
-  NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + "ffn_norm.weight", dim));
+  NS_ASSIGN_OR_RETURN(L.ffn_norm, load_vector(f, p + family.ffn_norm_name, dim));
   if (c.n_experts > 0) {
     NS_RETURN_IF_ERROR(load_experts(f, c, p, L));
     return L;
@@ -209,6 +257,7 @@ StatusOr<std::unique_ptr<CpuModel>> CpuModel::load(const ModelConfig& given,
     NS_ASSIGN_OR_RETURN(Tensor rf, load_vector(f, "rope_freqs.weight", config.rope_dim / 2));
     freq_factors.assign(rf.data_as<const float>(), rf.data_as<const float>() + rf.numel());
   }
+  m->rope_attention_factor_ = nanoserve::rope_attention_factor(config.rope_scaling);
   m->inv_freq_ = rope_inv_freqs(config.rope_dim, config.rope_theta, config.rope_scaling, freq_factors);
   if (config.rope_local_theta > 0.0f) {  // Gemma 3's local layers: their own theta, no scaling
     m->inv_freq_local_ = rope_inv_freqs(config.rope_dim, config.rope_local_theta, RopeScaling{}, {});

@@ -103,11 +103,42 @@ ModelConfig gemma3_12b() {
   return c;
 }
 
+// gpt-oss-20b's config.json: 24 layers of 32 experts (4 routed) of 2880,
+// 64 heads of 64 over 8 kv heads, 128-token windows on the even layers, YaRN
+// x32 over 4096 positions (beta 32 / 1, not truncated), swiglu_limit 7.
+ModelConfig gpt_oss_20b() {
+  ModelConfig c;
+  c.arch = "gpt-oss";
+  c.n_layers = 24;
+  c.dim = 2880;
+  c.n_heads = 64;
+  c.n_kv_heads = 8;
+  c.head_dim = 64;
+  c.rope_dim = 64;
+  c.ffn_dim = 2880;
+  c.vocab_size = 201088;
+  c.context_length = 131072;
+  c.rope_theta = 150000.0f;
+  c.norm_eps = 1e-5f;
+  c.rope_scaling.type = RopeScaling::Type::kYarn;
+  c.rope_scaling.factor = 32.0f;
+  c.rope_scaling.original_context_length = 4096;
+  c.rope_scaling.truncate = false;
+  c.tied_embeddings = false;
+  c.sliding_window = 128;
+  c.sliding_layers.assign(24, 0);
+  for (size_t l = 0; l < c.sliding_layers.size(); l += 2) c.sliding_layers[l] = 1;
+  c.n_experts = 32;
+  c.n_experts_used = 4;
+  c.expert_ffn_dim = 2880;
+  return c;
+}
+
 }  // namespace
 
 const std::vector<std::string>& model_shape_names() {
   static const std::vector<std::string> kNames = {"llama-3-8b", "llama-3.2-1b", "smollm2-135m",
-                                                  "qwen3-30b-a3b", "gemma-3-12b"};
+                                                  "qwen3-30b-a3b", "gemma-3-12b", "gpt-oss-20b"};
   return kNames;
 }
 
@@ -117,6 +148,7 @@ StatusOr<ModelConfig> model_shape(std::string_view name) {
   if (name == "smollm2-135m") return smollm2_135m();
   if (name == "qwen3-30b-a3b") return qwen3_30b_a3b();
   if (name == "gemma-3-12b") return gemma3_12b();
+  if (name == "gpt-oss-20b") return gpt_oss_20b();
   std::string known;
   for (const std::string& n : model_shape_names()) known += (known.empty() ? "" : ", ") + n;
   return invalid_argument("--model-shape: unknown shape '" + std::string(name.substr(0, 64)) +
@@ -130,7 +162,13 @@ int64_t model_param_count(const ModelConfig& c) {
   const ArchInfo* a = find_arch(c.arch);
   const int64_t norms =
       (a != nullptr && a->qk_norm ? 2 * c.head_dim : 0) + (a != nullptr && a->sandwich_norms ? 2 * c.dim : 0);
-  const int64_t per_layer = 2 * c.dim + norms + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;
+  // Biases and sinks (qwen2, gpt-oss): q/k/v, o, one logit a head, router and experts.
+  int64_t biases = 0;
+  if (a != nullptr && a->qkv_bias) biases += q + 2 * kv;
+  if (a != nullptr && a->o_bias) biases += c.dim;
+  if (a != nullptr && a->attn_sinks) biases += c.n_heads;
+  if (a != nullptr && a->oss_experts) biases += c.n_experts * (1 + 2 * c.expert_ffn_dim + c.dim);
+  const int64_t per_layer = 2 * c.dim + norms + biases + c.dim * q + 2 * c.dim * kv + q * c.dim + mlp;
   return c.vocab_size * c.dim * (c.tied_embeddings ? 1 : 2) + c.n_layers * per_layer + c.dim;
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "io/gguf.h"
@@ -58,10 +59,29 @@ TEST(Arch, FlagsOfEachArchitecture) {
     EXPECT_EQ(c.arch_info().experts == ArchExperts::kAlways, c.arch == "qwen3moe");
     EXPECT_EQ(c.arch_info().fused_qkv_gate_up, c.arch == "phi3");
   }
+  // gpt-oss: its biases, sinks, the MLP's norm under llama.cpp's name, and the experts' biases.
+  ModelConfig oss;
+  oss.arch = "gpt-oss";
+  oss.n_layers = 2;
+  oss.n_experts = 4;
+  ASSERT_TRUE(apply_arch(oss).ok());
+  EXPECT_TRUE(oss.arch_info().qkv_bias && oss.arch_info().o_bias && oss.arch_info().attn_sinks &&
+              oss.arch_info().oss_experts);
+  EXPECT_EQ(oss.arch_info().gguf_rope_pairs, RopePairs::kHalves);
+  const std::vector<std::string> names = arch_layer_tensors(oss);
+  for (const char* n :
+       {"attn_q.bias", "attn_output.bias", "attn_sinks.weight", "post_attention_norm.weight",
+        "ffn_gate_inp.bias", "ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  }
+  EXPECT_EQ(std::find(names.begin(), names.end(), "ffn_norm.weight"), names.end());
+  EXPECT_TRUE(arch_uses_tensor(oss, "blk.1.attn_sinks.weight"));
+  EXPECT_FALSE(arch_uses_tensor(oss, "blk.1.ffn_norm.weight"));
   ModelConfig other;
   other.arch = "starcoder2";
-  expect_unimplemented(apply_arch(other), "architecture 'starcoder2' is not supported (built: llama, qwen2, qwen3, "
-                                          "phi3, qwen3moe, gemma2, gemma3)");
+  expect_unimplemented(apply_arch(other),
+                       "architecture 'starcoder2' is not supported (built: llama, qwen2, qwen3, "
+                       "phi3, qwen3moe, gemma2, gemma3, gpt-oss)");
 }
 
 TEST(Arch, LayerTensorsPerArchitecture) {

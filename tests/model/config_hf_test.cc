@@ -280,11 +280,16 @@ TEST(ConfigHf, RefusesByName) {
        "'attention_bias' = true"},
       {"mlp bias", [](json& j) { j["mlp_bias"] = true; }, StatusCode::kUnimplemented, "'mlp_bias' = true"},
       {"gelu", [](json& j) { j["hidden_act"] = "gelu"; }, StatusCode::kUnimplemented, "hidden_act \"gelu\""},
-      {"yarn",
+      {"dynamic",
+       [](json& j) {
+         j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
+       },
+       StatusCode::kUnimplemented, "rope_type 'dynamic'"},
+      {"yarn missing key",
        [](json& j) {
          j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
        },
-       StatusCode::kUnimplemented, "rope_type 'yarn'"},
+       StatusCode::kInvalidArgument, "'rope_scaling.original_max_position_embeddings': missing"},
       {"llama3 missing key", [](json& j) { j["rope_scaling"].erase("low_freq_factor"); },
        StatusCode::kInvalidArgument, "'rope_scaling.low_freq_factor': missing"},
       {"partial rotary", [](json& j) { j["partial_rotary_factor"] = 0.5; }, StatusCode::kUnimplemented,

@@ -117,7 +117,7 @@ TEST(ModelConfig, LinearScalingAndUnknownScaling) {
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
   EXPECT_EQ(c->rope_scaling.factor, 2.0f);
-  expect_error(config_of(small_llama().kv_string("llama.rope.scaling.type", "yarn")),
+  expect_error(config_of(small_llama().kv_string("llama.rope.scaling.type", "longrope")),
                StatusCode::kUnimplemented, "rope.scaling.type");
   expect_error(config_of(small_llama().kv_u32("llama.rope.scaling.type", 1)), StatusCode::kInvalidArgument,
                "rope.scaling.type");

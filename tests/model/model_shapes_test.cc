@@ -72,6 +72,9 @@ TEST(ModelShapes, ParameterCounts) {
   EXPECT_EQ(model_param_count(*model_shape("smollm2-135m")), 134515008);
   // Qwen3-30B-A3B: 30.5B, every expert counted.
   EXPECT_EQ(model_param_count(*model_shape("qwen3-30b-a3b")), 30532122624);
+  // gpt-oss-20b as transformers counts it (num_parameters() of the dequantized
+  // model: every bias and sink included), the "21B" of its model card.
+  EXPECT_EQ(model_param_count(*model_shape("gpt-oss-20b")), 20914757184);
   // Gemma 3 12B's text model: the embedding 262208 x 3840 (tied) and 48
   // layers of q 4096 x 3840, k and v 2048 x 3840 each, o, GeGLU 3 x 15360 x
   // 3840, four norms of 3840 and the q/k norms of 256; the final norm.

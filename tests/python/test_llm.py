@@ -188,7 +188,7 @@ def test_gil_is_released_while_the_engine_runs(llm):
     t = threading.Thread(target=ticker)
     t.start()
     start = time.monotonic()
-    llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=48, ignore_eos=True), use_tqdm=False)
+    llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=256, ignore_eos=True), use_tqdm=False)
     elapsed = time.monotonic() - start
     done.set()
     t.join()

@@ -82,7 +82,9 @@ def test_start_up_log_states_the_engine_and_its_numbers_agree(jserver):
     kv = [l["msg"] for l in lines if l["msg"].startswith("KV cache:")]
     assert len(kv) == 1, lines
     m = re.fullmatch(r"KV cache: (\d+) blocks x (\d+) tokens = (\d+) tokens \([\d.]+ MiB\); up to ([\d.]+) "
-                     r"sequences of max_model_len (\d+); prefix caching (on|off)", kv[0])
+                     r"sequences of max_model_len (\d+); prefix caching (on|off); "
+                     r"(preemption recomputes \(no swap space\)|swap space \d+ blocks \([\d.]+ MiB\), preemption .*)",
+                     kv[0])
     assert m, kv
     blocks, block_size, tokens, seqs, max_len = (float(x) for x in m.groups()[:5])
     assert (blocks, block_size, tokens, max_len) == (e["kv_cache_blocks"], e["block_size"], e["kv_cache_tokens"],

@@ -22,11 +22,12 @@ namespace nanoserve {
 //     whole call (f32 storage read in place)
 //   scores: scratch of min(n_q, 16) * (n_ctx - p_begin) floats
 // softcap > 0 caps each scaled score to softcap * tanh(score / softcap) before
-// the softmax (Gemma 2); 0: none.
+// the softmax (Gemma 2); 0: none. sinks: row r's sink logit is sinks[r]
+// (gpt-oss's per-head sinks, attend_tile.h); null: none.
 template <typename KRow, typename VRow>
 inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t head_dim, int64_t p_begin,
                         int64_t n_ctx, KRow&& k_row, VRow&& v_row, float scale, float* scores, float* out,
-                        int64_t out_stride, float softcap = 0.0f) {
+                        int64_t out_stride, float softcap = 0.0f, const float* sinks = nullptr) {
   constexpr int64_t kMaxRows = 16;  // rows per pass; more rows take another pass
   const float* kp[attn::kKeyBlock];
   const float* vp[attn::kKeyBlock];
@@ -42,7 +43,8 @@ inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t h
   for (int64_t r0 = 0; r0 < n_q; r0 += kMaxRows) {
     const int64_t n = n_q - r0 < kMaxRows ? n_q - r0 : kMaxRows;
     for (int64_t r = 0; r < n; ++r)
-      rows[r] = {q + (r0 + r) * q_stride, out + (r0 + r) * out_stride, p_begin, n_ctx};
+      rows[r] = {q + (r0 + r) * q_stride, out + (r0 + r) * out_stride, p_begin, n_ctx,
+                 sinks != nullptr ? sinks[r0 + r] : -INFINITY};
     attend_tile(rows, n, head_dim, scale, k_block, v_block, scores, softcap);
   }
 }
@@ -52,8 +54,10 @@ inline void attend_rows(const float* q, int64_t q_stride, int64_t n_q, int64_t h
 //   scores: scratch of n_ctx - p_begin floats
 template <typename KRow, typename VRow>
 inline void attend_row(const float* q, int64_t head_dim, int64_t p_begin, int64_t n_ctx, KRow&& k_row,
-                       VRow&& v_row, float scale, float* scores, float* out, float softcap = 0.0f) {
-  attend_rows(q, head_dim, 1, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out, head_dim, softcap);
+                       VRow&& v_row, float scale, float* scores, float* out, float softcap = 0.0f,
+                       const float* sink = nullptr) {
+  attend_rows(q, head_dim, 1, head_dim, p_begin, n_ctx, k_row, v_row, scale, scores, out, head_dim, softcap,
+              sink);
 }
 
 // The first position a query at `position` attends with a sliding window of

@@ -204,7 +204,7 @@ void qk_block(const float* const* q, int64_t n_rows, const float* const* k, int6
   qk_scalar(q, n_rows, k, n_keys, hd, scale, s);
 }
 
-void softmax_row(float* s, int64_t len) {
+void softmax_row(float* s, int64_t len, float sink) {
 #ifdef NS_ATTN_AVX2
   const int64_t n8 = len & ~int64_t{7};
   const __m256i tail = tail_mask(len - n8);
@@ -215,7 +215,9 @@ void softmax_row(float* s, int64_t len) {
                                       _mm256_castsi256_ps(tail));
     mv = _mm256_max_ps(mv, x);
   }
-  const __m256 m = _mm256_set1_ps(hmax8(mv));
+  float m_row = hmax8(mv);
+  if (sink > m_row) m_row = sink;
+  const __m256 m = _mm256_set1_ps(m_row);
   __m256 sum = _mm256_setzero_ps();
   for (int64_t i = 0; i < n8; i += 8) {
     const __m256 e = exp_approx8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
@@ -230,18 +232,23 @@ void softmax_row(float* s, int64_t len) {
   }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, sum);
-  const __m256 inv = _mm256_set1_ps(1.0f / combine8(lanes));
+  float total = combine8(lanes);
+  if (sink > -INFINITY) total += exp_approx(sink - m_row);
+  const __m256 inv = _mm256_set1_ps(1.0f / total);
   for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
   if (n8 < len) _mm256_maskstore_ps(s + n8, tail, _mm256_mul_ps(_mm256_maskload_ps(s + n8, tail), inv));
 #else
   float m = -INFINITY;
   for (int64_t p = 0; p < len; ++p) m = s[p] > m ? s[p] : m;
+  if (sink > m) m = sink;
   float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t p = 0; p < len; ++p) {
     s[p] = exp_approx(s[p] - m);
     lanes[p % 8] = lanes[p % 8] + s[p];
   }
-  const float inv = 1.0f / combine8(lanes);
+  float total = combine8(lanes);
+  if (sink > -INFINITY) total += exp_approx(sink - m);
+  const float inv = 1.0f / total;
   for (int64_t p = 0; p < len; ++p) s[p] = s[p] * inv;
 #endif
 }

@@ -17,6 +17,9 @@
 //   e_p      = attn_exp(score_p - m);
 //   sum      = 8 partial sums over p (lane j takes p - begin = j mod 8, in
 //              order), combined as the dot's lanes;
+//   with a sink logit s (gpt-oss: one a head), m = max(m, s) above and
+//              sum += attn_exp(s - m) after the lanes are combined: the sink
+//              joins the denominator only, and weighs no value;
 //   w_p      = e_p * (1 / sum);
 //   out[d]   = sum over p in position order of fma(w_p, v_p[d], acc), from +0.
 // Every multiply-add above is one fma and nothing else is fused: the kernels'
@@ -47,8 +50,9 @@ inline constexpr int64_t kMaxTileRows = 64;
 // scores of n_rows rows x n_keys keys: s[r][j] = dot(q[r], k[j]) * scale.
 void qk_block(const float* const* q, int64_t n_rows, const float* const* k, int64_t n_keys, int64_t head_dim,
               float scale, float* const* s);
-// In place: a row of len scores becomes its softmax weights w_p.
-void softmax_row(float* s, int64_t len);
+// In place: a row of len scores becomes its softmax weights w_p; a finite
+// sink joins the denominator (-inf: none, the same bits as without).
+void softmax_row(float* s, int64_t len, float sink = -INFINITY);
 // out[r][d] = fma(w[r][j], v[j][d], out[r][d]) for j in order, from +0 when
 // `first` (else from what out[r] holds). Rows of one call share their keys.
 void pv_block(const float* const* w, int64_t n_rows, const float* const* v, int64_t n_keys, int64_t head_dim,
@@ -61,6 +65,7 @@ struct AttnRow {
   const float* q;
   float* out;
   int64_t begin, end;
+  float sink = -INFINITY;  // the row's sink logit (gpt-oss); -inf: none
 };
 
 // out[r] = softmax(scale * q_r K[begin_r, end_r)^T) V[begin_r, end_r) for the
@@ -109,7 +114,8 @@ inline void attend_tile(const AttnRow* rows, int64_t n_rows, int64_t head_dim, f
       for (int64_t p = 0; p < rows[r].end - rows[r].begin; ++p) s[p] = softcap * std::tanh(s[p] / softcap);
     }
   }
-  for (int64_t r = 0; r < n_rows; ++r) attn::softmax_row(row_scores(r), rows[r].end - rows[r].begin);
+  for (int64_t r = 0; r < n_rows; ++r)
+    attn::softmax_row(row_scores(r), rows[r].end - rows[r].begin, rows[r].sink);
   // Values, a key block at a time; rows with the same key range in the block
   // (the query heads of one token) share each V row's loads.
   const float* wp[attn::kMaxTileRows];

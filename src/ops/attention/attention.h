@@ -9,6 +9,9 @@
 //   w of those (attend_row.h's attention_window_begin). Query head h reads kv
 //   head h / n_rep (GQA by index). softcap > 0: each scaled score becomes
 //   softcap * tanh(score / softcap) before the softmax (Gemma 2); 0: none.
+//   sinks [n_heads] f32 (gpt-oss): head h's sink logit joins its softmax's
+//   denominator, exp(sinks[h] - m) beside the scores' (not scaled, weighing
+//   no value); null: none.
 
 #include <cstdint>
 #include <span>
@@ -33,7 +36,7 @@ struct KVHistory {
 
 // Plain truth: double accumulation, no shared code with the fast path.
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-                   Tensor& out, int64_t window = 0, float softcap = 0.0f);
+                   Tensor& out, int64_t window = 0, float softcap = 0.0f, const float* sinks = nullptr);
 
 // Scratch floats attention() needs: one row of scores per thread.
 int64_t attention_scratch_floats(int n_threads, int64_t max_context);
@@ -42,6 +45,6 @@ int64_t attention_scratch_floats(int n_threads, int64_t max_context);
 // the same reduction the fused paged read uses, so both agree bitwise.
 void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
                Tensor& out, ThreadPool& pool, std::span<float> scratch, int64_t window = 0,
-               float softcap = 0.0f);
+               float softcap = 0.0f, const float* sinks = nullptr);
 
 }  // namespace nanoserve

@@ -14,7 +14,8 @@ constexpr int64_t kMinParallelWork = 1 << 16;
 int64_t attention_scratch_floats(int n_threads, int64_t max_context) { return n_threads * max_context; }
 
 void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-               Tensor& out, ThreadPool& pool, std::span<float> scratch, int64_t window, float softcap) {
+               Tensor& out, ThreadPool& pool, std::span<float> scratch, int64_t window, float softcap,
+               const float* sinks) {
   const int64_t T = q.dim(0), n_heads = q.dim(1), head_dim = q.dim(2);
   NS_CHECK(out.dim(0) == T && out.dim(1) == n_heads && out.dim(2) == head_dim && n_heads % n_rep == 0)
       << "attention shapes";
@@ -42,7 +43,7 @@ void attention(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist
       attend_row(
           qs + (t * n_heads + h) * head_dim, head_dim, attention_window_begin(batch.positions[t], window),
           n_ctx, [&](int64_t p) { return kb + p * ps; }, [&](int64_t p) { return vb + p * ps; }, scale,
-          scores, os + (t * n_heads + h) * head_dim, softcap);
+          scores, os + (t * n_heads + h) * head_dim, softcap, sinks != nullptr ? sinks + h : nullptr);
     }
   };
   // A decode step over short histories is a few microseconds of work: waking

@@ -8,7 +8,7 @@
 namespace nanoserve {
 
 void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& hist, int n_rep, float scale,
-                   Tensor& out, int64_t window, float softcap) {
+                   Tensor& out, int64_t window, float softcap, const float* sinks) {
   const int64_t n_heads = q.dim(1), head_dim = q.dim(2);
   const float* qs = q.data_as<const float>();
   float* os = out.data_as<float>();
@@ -36,8 +36,10 @@ void attention_ref(const Tensor& q, const ForwardBatch& batch, const KVHistory& 
           if (softcap > 0.0f) s[p] = softcap * std::tanh(s[p] / softcap);
           mx = std::fmax(mx, s[p]);
         }
+        if (sinks != nullptr) mx = std::fmax(mx, sinks[h]);
         double sum = 0;
         for (double& v : s) sum += (v = std::exp(v - mx));
+        if (sinks != nullptr) sum += std::exp(static_cast<double>(sinks[h]) - mx);  // weighs no value
         for (int64_t i = 0; i < head_dim; ++i) {
           double acc = 0;
           for (int64_t p = 0; p < n_ctx; ++p) {

@@ -22,6 +22,8 @@
 //         16 sub-blocks of 16, 6-bit scale sc (stored + 32): x = d*sc * (q2 + 4*hbit - 4)
 //   Q5_K  [176 B / 256 values]: f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 q[128]
 //         as Q4_K with a fifth bit per value from qh: x = d*sc * q5 - dmin*mn
+//   MXFP4 [17 B / 32 values]: u8 e; u8 q[16]   (OCP microscaling FP4, as ggml stores it)
+//         x[j] = e2m1(lo(q[j])) * 2^(e-127),  x[j+16] = e2m1(hi(q[j])) * 2^(e-127)
 // The exact bit positions are at each decoder below and in docs/kernels.md.
 // Plain types: F32 (copy), F16, BF16.
 

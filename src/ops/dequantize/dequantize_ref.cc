@@ -187,6 +187,28 @@ void dequant_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// MXFP4: byte 0 is the E8M0 scale e (2^(e - 127)); value j < 16 is the E2M1
+// code in the low nibble of byte 1 + j, value j + 16 the high nibble. E2M1:
+// sign bit 3, then {0, 0.5, 1, 1.5, 2, 3, 4, 6}. Computed as ggml does, twice
+// the E2M1 value (an integer) times half the scale, so every bit pattern
+// decodes alike, e = 255 included (finite below 2^128, not the spec's NaN).
+constexpr int kMxfp4Bytes = 17;
+float e8m0_half(uint8_t e) {  // 2^(e - 128), e = 0 and 1 as subnormals
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+void dequant_mxfp4(const uint8_t* b, float* out) {
+  static constexpr float kTwiceE2M1[16] = {0.0f, 1.0f,  2.0f,  3.0f,  4.0f,  6.0f,  8.0f,  12.0f,
+                                           0.0f, -1.0f, -2.0f, -3.0f, -4.0f, -6.0f, -8.0f, -12.0f};
+  const float d = e8m0_half(b[0]);
+  for (int j = 0; j < 16; ++j) {
+    out[j] = kTwiceE2M1[b[1 + j] & 0x0F] * d;
+    out[j + 16] = kTwiceE2M1[b[1 + j] >> 4] * d;
+  }
+}
+
 template <int kBlockElems, int kBlockBytes, void (*kBlock)(const uint8_t*, float*)>
 void dequant_blocks(const void* src, float* dst, int64_t n) {
   const auto* b = static_cast<const uint8_t*>(src);
@@ -220,7 +242,9 @@ void dequantize_row(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kF8E4M3:  // the unscaled values: the caller applies the weight's scales
       for (int64_t i = 0; i < n; ++i) dst[i] = f8e4m3_to_f32(bytes[i]);
       return;
-    case DType::kI32: break;
+    case DType::kMXFP4: return dequant_blocks<32, kMxfp4Bytes, dequant_mxfp4>(src, dst, n);
+    case DType::kI32:
+    case DType::kU8: break;
   }
   NS_CHECK(false) << "dequantize_row: no float form for " << dtype_name(dtype);
 }

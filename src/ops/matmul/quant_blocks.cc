@@ -23,6 +23,8 @@ bool row_dtype_supported(DType dtype) {
     case DType::kQ6_K: return true;
     case DType::kI32:
     case DType::kF8E4M3: return false;  // its scales live beside it (model_cuda)
+    case DType::kU8:
+    case DType::kMXFP4: return false;  // dequantized at load (model/model_cpu_load.cc)
   }
   return false;
 }

@@ -12,6 +12,16 @@
 // Mixtral is normalize = true (its softmax over the selected logits is the
 // same weights); Qwen3-MoE takes normalize from norm_topk_prob.
 //
+// gpt-oss departs in four places (each a field below; the defaults are the
+// rule above):
+//   logits[t] = router · x[t] + router_bias
+//   ids[t]    = the top_k experts by logits[t] (the same order and tie rule),
+//   w[t][r]   = softmax over the top_k selected logits (kTopKThenSoftmax)
+//   h         = gate_e · x[t] + gate_bias[e],  u = up_e · x[t] + up_bias[e]
+//   act       = (min(u, L) clamped to [-L, L] + 1) * g' * sigmoid(alpha * g'),
+//               g' = min(h, L)                    (kClampedSwiglu, L = limit)
+//   y[t]      = Σ_r w[t][r] · (down_e · act + down_bias[e])
+//
 // The contract, for every implementation (the CPU one here, a CUDA grouped
 // GEMM next):
 //  - Grouping: moe_route sorts the step's T * top_k (token, rank) slots by
@@ -42,12 +52,36 @@ struct MoeExperts {
   std::span<const Tensor> gate;  // E x [F, D]
   std::span<const Tensor> up;    // E x [F, D]
   std::span<const Tensor> down;  // E x [D, F]
+  // Biases (gpt-oss), f32; null: none.
+  const Tensor* router_bias = nullptr;  // [E]
+  const Tensor* gate_bias = nullptr;    // [E, F]
+  const Tensor* up_bias = nullptr;      // [E, F]
+  const Tensor* down_bias = nullptr;    // [E, D]
+};
+
+// How the router's logits become the top_k weights.
+enum class MoeGating : uint8_t {
+  kSoftmaxThenTopK,  // softmax over all E, top_k of it, normalized or not (Qwen3-MoE, Mixtral)
+  kTopKThenSoftmax,  // top_k of the logits, softmax over those k (gpt-oss)
+};
+// The experts' gated activation of (gate, up).
+enum class MoeActivation : uint8_t {
+  kSilu,           // silu(g) * u
+  kClampedSwiglu,  // gpt-oss: g' = min(g, limit), u' = clamp(u, ±limit), (u' + 1) * g' * sigmoid(alpha g')
 };
 
 struct MoeParams {
   int32_t top_k = 0;       // 1 <= top_k <= E
-  bool normalize = false;  // divide the top_k weights by their sum
+  bool normalize = false;  // divide the top_k weights by their sum (kSoftmaxThenTopK)
+  MoeGating gating = MoeGating::kSoftmaxThenTopK;
+  MoeActivation activation = MoeActivation::kSilu;
+  float swiglu_alpha = 1.702f;  // kClampedSwiglu
+  float swiglu_limit = 7.0f;    // kClampedSwiglu
 };
+
+// In place over gate [n, F] and up [n, F]: gate = the clamped SwiGLU of (gate,
+// up) (MoeActivation::kClampedSwiglu). Element by element, in f32.
+void clamped_swiglu(Tensor& gate, const Tensor& up, float alpha, float limit);
 
 // One step's routing, sized once for up to max_tokens tokens (nothing is
 // allocated per step). Slot s = t * top_k + r is token t's rank r.

@@ -13,6 +13,47 @@
 
 namespace nanoserve {
 
+namespace {
+
+// ids[0..k) = the k largest of l[0..E), highest first, a tie to the lower id;
+// w = their softmax (the largest is ids[0]'s, so exp never overflows).
+void route_topk_then_softmax(const float* l, int64_t E, int64_t k, int32_t* ids, float* w) {
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i) taken |= ids[i] == e;
+      if (!taken && (best < 0 || l[e] > l[best])) best = static_cast<int32_t>(e);
+    }
+    ids[j] = best;
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) sum += (w[j] = std::exp(l[ids[j]] - l[ids[0]]));
+  for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+}
+
+// y[i] += b[i] over rows of y [n, N], b [N] f32.
+void add_row_bias(Tensor& y, const float* b) {
+  const int64_t n = y.dim(0), N = y.dim(1);
+  float* p = y.data_as<float>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < N; ++j) p[i * N + j] += b[j];
+}
+
+}  // namespace
+
+void clamped_swiglu(Tensor& gate, const Tensor& up, float alpha, float limit) {
+  NS_CHECK(gate.shape() == up.shape() && gate.dtype() == DType::kF32 && up.dtype() == DType::kF32)
+      << "clamped_swiglu: gate " << gate.shape_string() << ", up " << up.shape_string();
+  float* g = gate.data_as<float>();
+  const float* u = up.data_as<const float>();
+  for (int64_t i = 0; i < gate.numel(); ++i) {
+    const float gi = std::min(g[i], limit);  // NaN passes through, as torch.clamp
+    const float ui = std::clamp(u[i], -limit, limit);
+    g[i] = (ui + 1.0f) * (gi * (1.0f / (1.0f + std::exp(-(gi * alpha)))));
+  }
+}
+
 void moe_route(const Tensor& logits, const MoeParams& params, MoeRouting& r) {
   const int64_t T = logits.dim(0), E = logits.dim(1), k = params.top_k;
   NS_CHECK(logits.dtype() == DType::kF32 && logits.ndim() == 2)
@@ -31,8 +72,14 @@ void moe_route(const Tensor& logits, const MoeParams& params, MoeRouting& r) {
   r.row_of_slot.resize(slots);
   std::fill(r.offsets.begin(), r.offsets.end(), 0);
 
+  const bool topk_first = params.gating == MoeGating::kTopKThenSoftmax;
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits.data_as<const float>() + t * E;
+    if (topk_first) {  // gpt-oss: the top_k logits, then a softmax over them
+      route_topk_then_softmax(l, E, k, r.ids.data() + t * k, r.weights.data() + t * k);
+      for (int64_t j = 0; j < k; ++j) ++r.offsets[static_cast<size_t>(r.ids[t * k + j]) + 1];
+      continue;
+    }
     float mx = l[0];
     for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e]);
     float* p = r.probs.data();
@@ -116,6 +163,7 @@ void moe_ffn(const Tensor& x, const Tensor& router, const MoeExperts& experts, c
       << ws.xs.shape_string();
   Tensor logits = ws.logits.slice_rows(0, T);
   matmul(router, x, logits, pool, scratch);
+  if (experts.router_bias != nullptr) add_row_bias(logits, experts.router_bias->data_as<const float>());
   MoeRouting& r = ws.routing;
   moe_route(logits, params, r);
 
@@ -134,8 +182,16 @@ void moe_ffn(const Tensor& x, const Tensor& router, const MoeExperts& experts, c
            ye = ws.ys.slice_rows(b, b + n);
     const MatmulPair gate_up[] = {{&experts.gate[e], &ge}, {&experts.up[e], &ue}};
     matmul(gate_up, xe, pool, scratch);
-    silu_mul(ge, ue, ge, pool);
+    if (experts.gate_bias != nullptr)
+      add_row_bias(ge, experts.gate_bias->data_as<const float>() + e * ge.dim(1));
+    if (experts.up_bias != nullptr) add_row_bias(ue, experts.up_bias->data_as<const float>() + e * ue.dim(1));
+    if (params.activation == MoeActivation::kClampedSwiglu) {
+      clamped_swiglu(ge, ue, params.swiglu_alpha, params.swiglu_limit);
+    } else {
+      silu_mul(ge, ue, ge, pool);
+    }
     matmul(experts.down[e], ge, ye, pool, scratch);
+    if (experts.down_bias != nullptr) add_row_bias(ye, experts.down_bias->data_as<const float>() + e * D);
   }
   // y[t] = Σ_r w[t][r] · ys[row of (t, r)], in rank order whatever the expert order.
   for (int64_t t = 0; t < T; ++t) {

@@ -39,10 +39,17 @@ void moe_ffn_ref(const Tensor& x, const Tensor& router, const MoeExperts& expert
     double mx = -INFINITY, sum = 0.0;
     for (int64_t e = 0; e < E; ++e) {
       p[static_cast<size_t>(e)] = dot_row(router, e, xt, row);
+      if (experts.router_bias != nullptr)
+        p[static_cast<size_t>(e)] += experts.router_bias->data_as<const float>()[e];
       mx = std::fmax(mx, p[static_cast<size_t>(e)]);
     }
-    for (double& v : p) sum += (v = std::exp(v - mx));
-    for (double& v : p) v /= sum;
+    // Softmax over all E first (the default), or over the k selected logits
+    // after the top-k (gpt-oss): the top-k order is the same either way.
+    const bool topk_first = params.gating == MoeGating::kTopKThenSoftmax;
+    if (!topk_first) {
+      for (double& v : p) sum += (v = std::exp(v - mx));
+      for (double& v : p) v /= sum;
+    }
     // Top-k: repeatedly the highest not yet taken, the lower id on a tie.
     std::vector<int64_t> ids;
     std::vector<double> w;
@@ -58,7 +65,12 @@ void moe_ffn_ref(const Tensor& x, const Tensor& router, const MoeExperts& expert
       ids.push_back(best);
       w.push_back(p[static_cast<size_t>(best)]);
     }
-    if (params.normalize) {
+    if (topk_first) {
+      const double top = w[0];  // the largest selected logit
+      double s = 0.0;
+      for (double& v : w) s += (v = std::exp(v - top));
+      for (double& v : w) v /= s;
+    } else if (params.normalize) {
       double s = 0.0;
       for (double v : w) s += v;
       for (double& v : w) v /= s;
@@ -72,11 +84,27 @@ void moe_ffn_ref(const Tensor& x, const Tensor& router, const MoeExperts& expert
       const int64_t F = gate.dim(0);
       h.resize(static_cast<size_t>(F));
       for (int64_t f = 0; f < F; ++f) {
-        const double g = dot_row(gate, f, xt, row), u = dot_row(up, f, xt, row);
-        h[static_cast<size_t>(f)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        double g = dot_row(gate, f, xt, row), u = dot_row(up, f, xt, row);
+        if (experts.gate_bias != nullptr)
+          g += experts.gate_bias->data_as<const float>()[static_cast<int64_t>(e) * F + f];
+        if (experts.up_bias != nullptr)
+          u += experts.up_bias->data_as<const float>()[static_cast<int64_t>(e) * F + f];
+        if (params.activation == MoeActivation::kClampedSwiglu) {
+          const double L = params.swiglu_limit;
+          g = std::fmin(g, L);
+          u = std::fmax(-L, std::fmin(u, L));
+          h[static_cast<size_t>(f)] =
+              static_cast<float>((u + 1.0) * g / (1.0 + std::exp(-params.swiglu_alpha * g)));
+        } else {
+          h[static_cast<size_t>(f)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        }
       }
-      for (int64_t d = 0; d < D; ++d)
-        out[static_cast<size_t>(d)] += w[static_cast<size_t>(j)] * dot_row(down, d, h.data(), row);
+      for (int64_t d = 0; d < D; ++d) {
+        double o = dot_row(down, d, h.data(), row);
+        if (experts.down_bias != nullptr)
+          o += experts.down_bias->data_as<const float>()[static_cast<int64_t>(e) * D + d];
+        out[static_cast<size_t>(d)] += w[static_cast<size_t>(j)] * o;
+      }
     }
     for (int64_t d = 0; d < D; ++d)
       y.data_as<float>()[t * D + d] = static_cast<float>(out[static_cast<size_t>(d)]);

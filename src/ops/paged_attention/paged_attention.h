@@ -55,6 +55,10 @@ struct PagedAttentionArgs {
   // Soft-capping: each scaled score becomes softcap * tanh(score / softcap)
   // before the softmax (Gemma 2); 0: none.
   float softcap = 0.0f;
+  // Attention sinks (gpt-oss), [n_heads] f32: query head h's sink logit joins
+  // its softmax's denominator (attention.h); null: none. CPU only: the CUDA
+  // kernels do not read it (its forward refuses such models).
+  const float* sinks = nullptr;
 
   // 16-bit pools, read by paged_attention_cpu only: when kv_dtype is kF16 or
   // kBF16, k_pool16/v_pool16 (same layout) are read instead of k_pool/v_pool,

@@ -90,7 +90,8 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
       p1 = std::max(p1, end);
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t off = (t * a.n_heads + kvh * n_rep + r0 + h) * hd;
-        rows[n_rows++] = {a.q + off, a.out + off, begin, end};
+        const float sink = a.sinks != nullptr ? a.sinks[kvh * n_rep + r0 + h] : -INFINITY;
+        rows[n_rows++] = {a.q + off, a.out + off, begin, end, sink};
       }
     }
     NS_CHECK(n_rows * (p1 - p0) <= scores_stride)

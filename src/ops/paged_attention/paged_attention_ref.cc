@@ -102,11 +102,14 @@ void paged_attention_reference(const PagedAttentionArgs& a) {
           if (a.softcap > 0.0f) scores[p] = a.softcap * std::tanh(scores[p] / a.softcap);
           if (scores[p] > max_score) max_score = scores[p];
         }
+        const double sink = a.sinks != nullptr ? static_cast<double>(a.sinks[qh]) : -INFINITY;
+        if (sink > max_score) max_score = sink;
         double sum = 0.0;
         for (int64_t p = 0; p < n_ctx; ++p) {
           scores[p] = std::exp(scores[p] - max_score);
           sum += scores[p];
         }
+        if (a.sinks != nullptr) sum += std::exp(sink - max_score);  // the denominator only
         for (int64_t d = 0; d < hd; ++d) acc[d] = 0.0;
         for (int64_t p = 0; p < n_ctx; ++p) {
           const float* v = row(a.v_pool, p);

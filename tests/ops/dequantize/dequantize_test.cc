@@ -209,7 +209,7 @@ TEST(Dequantize, MatchesGgufPackageOnFixture) {
   }
   EXPECT_EQ(model_cases, 4);
   for (const char* d : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q5_0", "Q5_1", "Q2_K",
-                        "Q3_K", "Q5_K"}) {
+                        "Q3_K", "Q5_K", "MXFP4"}) {
     EXPECT_TRUE(dtypes_seen.count(d)) << "no fixture case for " << d;
   }
 }
