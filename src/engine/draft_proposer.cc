@@ -4,14 +4,15 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "engine/engine.h"
 
 namespace nanoserve {
 
 StatusOr<std::unique_ptr<DraftProposer>> DraftProposer::create(std::unique_ptr<ModelRunner> runner,
                                                                int64_t target_vocab, int32_t num_blocks,
                                                                int32_t block_size, int32_t max_num_seqs,
-                                                               int64_t max_seq_len,
-                                                               std::shared_ptr<void> keep) {
+                                                               int64_t max_seq_len, std::shared_ptr<void> keep,
+                                                               bool release_window_blocks) {
   NS_CHECK(runner != nullptr) << "DraftProposer without a runner";
   if (runner->config().vocab_size != target_vocab) {
     return invalid_argument("speculative_config.model: the draft model's vocabulary has " +
@@ -26,6 +27,8 @@ StatusOr<std::unique_ptr<DraftProposer>> DraftProposer::create(std::unique_ptr<M
   bc.max_num_seqs = max_num_seqs;
   bc.max_seq_len = max_seq_len;
   bc.enable_prefix_caching = false;  // its cache follows one request each, rolled back often
+  bc.sliding_window = release_window_blocks ? kv_window_to_release(runner->config()) : 0;
+  bc.window_read_margin = runner->window_read_margin();
   NS_RETURN_IF_ERROR(bc.validate());
   NS_RETURN_IF_ERROR(runner->init_kv_cache(num_blocks, block_size));
   return std::unique_ptr<DraftProposer>(new DraftProposer(std::move(runner), bc, std::move(keep)));
@@ -92,6 +95,12 @@ Status DraftProposer::propose(std::span<Request* const> reqs, std::span<const in
     const int64_t held = std::min<int64_t>(static_cast<int64_t>(s->tokens.size()), n);
     while (agree < held && s->tokens[agree] == r->token_at(agree)) ++agree;
     agree = std::min(agree, n - 1);
+    if (blocks_.releasable_blocks(agree) < blocks_.num_released(s->seq)) {
+      // Behind a window: what agrees would read blocks already released.
+      blocks_.free_sequence(s->seq);
+      s->seq = blocks_.add_sequence().value();  // the handle just freed
+      agree = 0;
+    }
     blocks_.shrink_to(s->seq, agree);
     s->tokens.resize(agree);
     const int64_t need = n + k[i] - 1;  // the request's tokens and all proposals but the last

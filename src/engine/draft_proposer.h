@@ -6,7 +6,9 @@
 // Per request it keeps the tokens whose K/V its cache holds. Before each
 // proposal it finds how many of them still agree with the request (the
 // target's accepted tokens), rolls its cache back to that (BlockManager::
-// shrink_to), feeds the rest of the request's tokens, and then decodes k
+// shrink_to; when the agreeing tokens' window would need blocks it released
+// behind its window, it starts the request afresh), feeds the rest of the
+// request's tokens, and then decodes k
 // greedy tokens: one forward per token, batched over the requests. The last
 // proposal is never fed, so after a proposal of k the cache holds the
 // request's tokens plus the first k - 1 proposals.
@@ -35,11 +37,13 @@ class DraftProposer final : public Proposer {
   // Creates the draft's KV storage (num_blocks of block_size tokens) and its
   // block manager. INVALID_ARGUMENT when the vocabularies differ. `keep` is
   // held for the runner's life (what its weights view, e.g. the mapped file).
+  // A draft model whose every layer slides releases the blocks behind its
+  // window, as the target's cache does (EngineConfig::release_window_blocks).
   static StatusOr<std::unique_ptr<DraftProposer>> create(std::unique_ptr<ModelRunner> runner,
                                                          int64_t target_vocab, int32_t num_blocks,
                                                          int32_t block_size, int32_t max_num_seqs,
-                                                         int64_t max_seq_len,
-                                                         std::shared_ptr<void> keep = {});
+                                                         int64_t max_seq_len, std::shared_ptr<void> keep = {},
+                                                         bool release_window_blocks = true);
 
   bool cheap() const override { return false; }
   Status propose(std::span<Request* const> reqs, std::span<const int32_t> k) override;

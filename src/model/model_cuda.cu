@@ -1,6 +1,7 @@
 #include "model/model_cuda.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -71,7 +72,27 @@ struct CudaModel::Step {
   int32_t last_rows = 0;
   StepGraphs graphs;
 
+  // The host's time between steps, while the GPU waits: from one step's
+  // synchronize to the next step's launch (the engine's commit, outputs and
+  // scheduling, then this step's metadata). A gap over kIdleGap is time with
+  // no work (a server between requests), not counted.
+  static constexpr double kIdleGap = 0.02;
+  std::chrono::steady_clock::time_point synced{};
+  double host_gap_s = 0.0;
+  int64_t host_gaps = 0;
+  void note_launch() {
+    if (synced == std::chrono::steady_clock::time_point{}) return;
+    const double gap = std::chrono::duration<double>(std::chrono::steady_clock::now() - synced).count();
+    if (gap > kIdleGap) return;
+    host_gap_s += gap;
+    ++host_gaps;
+  }
+
   ~Step() {
+    if (host_gaps > 0) {
+      NS_LOG(INFO) << "host time between steps: " << host_gap_s / static_cast<double>(host_gaps) * 1e6
+                   << " us a step, mean of " << host_gaps;
+    }
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
@@ -432,6 +453,7 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
     NS_CUDA_CHECK(cudaMemcpyAsync(s.sample_params.data(), s.sample_params_host.get(), bytes,
                                   cudaMemcpyHostToDevice, st));
   }
+  s.note_launch();
   if (s.limits.cuda_graphs && T <= CudaLimits::kGraphMaxTokens) {
     // The attention's launches are baked into the graph: those of the window,
     // and where some layers have none (Gemma's global layers), theirs too.
@@ -449,6 +471,7 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
     enqueue_step(T, R, output);
   }
   NS_CUDA_CHECK(cudaStreamSynchronize(st));
+  s.synced = std::chrono::steady_clock::now();
   s.last_rows = static_cast<int32_t>(R);
   s.last_sampled = sample;
   return Tensor::view(s.logits_host.get(), DType::kF32, {R, c.vocab_size}, s.logits_host);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/draft_proposer.h"
 #include "engine/engine.h"
 #include "engine/rng.h"
 #include "model/model_source.h"
@@ -29,6 +30,8 @@ struct RunResult {
   std::map<int, std::vector<int32_t>> tokens;  // by prompt index
   int32_t most_in_use = 0;
   int64_t releases = 0;
+  int32_t draft_most_in_use = 0;  // the draft model's cache (speculative decoding)
+  int64_t draft_releases = 0;
 };
 
 struct RunSetup {
@@ -39,6 +42,9 @@ struct RunSetup {
   int32_t max_num_batched_tokens = 16;
   int32_t max_tokens = 12;
   int32_t num_blocks = 128;
+  // >= 0: proposals (k = 3) from a draft model that is the same model with
+  // this window (0: none), in its own cache.
+  int64_t draft_window = -1;
 };
 
 // Runs every prompt to the end, greedy, all admitted together.
@@ -64,8 +70,27 @@ RunResult run(const std::string& path, const std::vector<std::vector<int32_t>>& 
   ro.max_num_seqs = c.max_num_seqs;
   ro.max_context = c.max_model_len;
   ro.fused_read = s.fused_read;
+  DraftProposer* draft = nullptr;
+  std::unique_ptr<DraftProposer> owned_draft;
+  if (s.draft_window >= 0) {
+    ModelConfig dc = src->config;
+    dc.sliding_window = s.draft_window;
+    StatusOr<std::unique_ptr<CpuModel>> dm = CpuModel::load(dc, src->tensors, pool);
+    NS_CHECK(dm.ok()) << dm.status().to_string();
+    StatusOr<std::unique_ptr<DraftProposer>> d =
+        DraftProposer::create(std::make_unique<CpuRunner>(std::move(dm).value(), ro, pool), mc.vocab_size,
+                              c.num_blocks, c.block_size, c.max_num_seqs, c.max_model_len, {}, s.release);
+    NS_CHECK(d.ok()) << d.status().to_string();
+    owned_draft = std::move(d).value();
+    draft = owned_draft.get();
+    c.speculative.method = SpecMethod::kDraftModel;
+    c.speculative.model = "the same model, another window";
+    c.speculative.num_speculative_tokens = 3;
+    c.speculative.adaptive = false;
+    ro.max_logits_rows = c.max_num_seqs * (1 + 3);
+  }
   auto runner = std::make_unique<CpuRunner>(std::move(model).value(), ro, pool);
-  StatusOr<std::unique_ptr<Engine>> e = Engine::create(c, std::move(runner), nullptr);
+  StatusOr<std::unique_ptr<Engine>> e = Engine::create(c, std::move(runner), nullptr, std::move(owned_draft));
   NS_CHECK(e.ok()) << e.status().to_string();
   Engine& engine = **e;
   std::map<RequestId, int> index;
@@ -84,12 +109,15 @@ RunResult run(const std::string& path, const std::vector<std::vector<int32_t>>& 
     const Status inv = engine.check_invariants();
     EXPECT_TRUE(inv.ok()) << inv.to_string();
     r.most_in_use = std::max(r.most_in_use, engine.block_manager().num_in_use_blocks());
+    if (draft != nullptr)
+      r.draft_most_in_use = std::max(r.draft_most_in_use, draft->block_manager().num_in_use_blocks());
     for (const RequestOutput& o : outs) {
       std::vector<int32_t>& t = r.tokens[index.at(o.id)];
       t.insert(t.end(), o.new_tokens.begin(), o.new_tokens.end());
     }
   }
   r.releases = engine.block_manager().num_window_releases();
+  if (draft != nullptr) r.draft_releases = draft->block_manager().num_window_releases();
   return r;
 }
 
@@ -146,6 +174,37 @@ TEST(WindowReleaseModel, MistralWindowFixtureGivesTheSameTokensHoldingItsWindow)
   // each reads its last 5 positions, at most 4 blocks, plus an 8-token chunk.
   EXPECT_GE(off.most_in_use, 100);
   EXPECT_LE(on.most_in_use, 3 * 4 + 4);
+}
+
+// A draft model with a window releases behind it too (DraftProposer), and
+// its rollbacks across a released block start the request afresh: the
+// fixture as the target, and as its own draft with a window of 3 (most
+// proposals rejected, so rollbacks) or of 5 (every one kept).
+TEST(WindowReleaseModel, WindowedDraftHoldsOnlyItsWindowAndChangesNoToken) {
+  ThreadPool pool(0);
+  const std::vector<std::vector<int32_t>> prompts = prompts_of(7, 384, {20, 3, 45});
+  RunSetup s;
+  s.block_size = 2;
+  s.max_num_batched_tokens = 16;
+  s.max_tokens = 80;
+  s.num_blocks = 256;
+  const RunResult plain = run(kMistralWindow, prompts, s, pool);
+  for (const int64_t w : {3, 5}) {
+    SCOPED_TRACE("draft window " + std::to_string(w));
+    s.draft_window = w;
+    const RunResult on = run(kMistralWindow, prompts, s, pool);
+    EXPECT_EQ(on.tokens, plain.tokens);
+    EXPECT_GT(on.draft_releases, 0);
+    // Each of 3 sequences reads its last w + 3 positions (k - 1 proposals
+    // fed, and a chunk of at most 16): at most 12 blocks of 2 held.
+    EXPECT_LE(on.draft_most_in_use, 3 * 12);
+    s.release = false;
+    const RunResult off = run(kMistralWindow, prompts, s, pool);
+    s.release = true;
+    EXPECT_EQ(off.tokens, plain.tokens);
+    EXPECT_EQ(off.draft_releases, 0);
+    EXPECT_GE(off.draft_most_in_use, 100);  // 3 sequences of up to 125 tokens
+  }
 }
 
 }  // namespace
