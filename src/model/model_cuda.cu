@@ -28,6 +28,7 @@
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/rope/rope_cuda.cuh"
+#include "ops/rope/rope_freqs.h"
 #include "ops/sample/sample_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 #include "ops/softcap/softcap_cuda.cuh"
@@ -111,9 +112,11 @@ Status CudaModel::supports(const ModelConfig& c) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
-  if (c.arch == "gpt-oss" || c.arch == "gpt_oss") {
-    return unimplemented("--device cuda: the " + c.arch +
-                         " family (attention sinks, clamped SwiGLU, MXFP4 experts) runs on the CPU only so far");
+  const ArchInfo* family = c.arch_info_or_null();
+  if (family != nullptr && family->o_bias && c.n_experts == 0) {
+    return unimplemented(
+        "--device cuda: an o_proj bias without experts (the CUDA forward adds it in the "
+        "experts' norm)");
   }
   if (c.n_experts > 0) {
     const std::string why = moe_cuda_unsupported(c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim);
@@ -129,9 +132,9 @@ Status CudaModel::supports(const ModelConfig& c) {
 namespace {
 
 // Whether a --cublas-prefill step may run attention on the query-tiled kernel,
-// which has no sliding window, no soft-capping and no head_dim 256.
+// which has no sliding window, no soft-capping, no sinks and no head_dim 256.
 bool query_tiles_allowed(const ModelConfig& c) {
-  return c.sliding_window == 0 && c.attn_softcap == 0.0f && c.head_dim != 256;
+  return c.sliding_window == 0 && c.attn_softcap == 0.0f && c.head_dim != 256 && !c.arch_info().attn_sinks;
 }
 
 }  // namespace
@@ -308,7 +311,15 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const bool gelu = std::string_view(family.hidden_act) != "silu";
   const int n_rep = static_cast<int>(c.n_rep());
   const DeviceBatch& db = *s.batch;
-  const MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
+  MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
+  if (family.oss_experts) {  // gpt-oss: as the CPU forward's
+    moe_params.gating = MoeGating::kTopKThenSoftmax;
+    moe_params.activation = MoeActivation::kClampedSwiglu;
+    moe_params.swiglu_alpha = c.swiglu_alpha;
+    moe_params.swiglu_limit = c.swiglu_limit;
+  }
+  // YaRN's attention factor times the rotated q and k (1: none), as the CPU forward.
+  const float rotated_scale = rope_attention_factor(c.rope_scaling);
 
   Tensor x = s.x.slice_rows(0, T), xn = s.xn.slice_rows(0, T), qkv = s.qkv.slice_rows(0, T);
   Tensor q = s.q.slice_rows(0, T), attn = s.attn.slice_rows(0, T), proj = s.proj.slice_rows(0, T);
@@ -379,6 +390,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       extras.k_norm = L.k_norm.data_as<const float>();
       extras.norm_eps = eps;
     }
+    extras.rotated_scale = rotated_scale;
     const Tensor& inv_freq = c.layer_local_rope(l) ? weights_.inv_freq_local : weights_.inv_freq;
     rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
@@ -386,13 +398,21 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
                        v_pools_[static_cast<size_t>(l)], st, extras);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
                          scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)),
-                         c.attn_softcap);
+                         c.attn_softcap, L.sinks.defined() ? L.sinks.data_as<const float>() : nullptr);
     linear(attn2, L.wo, proj);
     if (L.router.defined()) {  // experts: routed on the device, then the grouped expert GEMM
-      add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st);
-      moe_ffn_cuda(xn, L.router, L.exp_gate_up, L.exp_down, moe_params, *s.moe, proj, st);
+      add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, RmsNormOut::kNatural,
+                       L.o_bias.defined() ? &L.o_bias : nullptr);
+      MoeCudaBiases biases;
+      if (L.router_bias.defined()) {
+        biases.router = L.router_bias.data_as<const float>();
+        biases.gate_up = L.exp_gate_up_bias.data_as<const float>();
+        biases.down = L.exp_down_bias.data_as<const float>();
+      }
+      moe_ffn_cuda(xn, L.router, L.exp_gate_up, L.exp_down, moe_params, *s.moe, proj, st, biases);
       continue;
     }
+    NS_CHECK(!L.o_bias.defined()) << "an o_proj bias outside a layer with experts";
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
     join_norm(L.post_attn_norm, L.ffn_norm, order(gate_up_tiled));
     linear_from_norm(gate_up_tiled, L.w_gate_up, gate_up);

@@ -7,12 +7,17 @@
 //   per layer: xn = rmsnorm(x)                                  bf16 (the add of the previous
 //                                                               sublayer's output fused in)
 //              qkv = xn wqkv^T; rope(q, k) + KV write            one GEMM, one fused kernel
-//              (+ qkv bias: qwen2; per-head q/k RMSNorm: qwen3, gemma3, fused into the rope
-//              kernel; gemma3's local layers rotate with their own table)
+//              (+ qkv bias: qwen2, gpt-oss; per-head q/k RMSNorm: qwen3, gemma3, fused into
+//              the rope kernel; gemma3's local layers rotate with their own table;
+//              gpt-oss's YaRN attention factor times the rotated q and k)
 //              x += o_proj(paged_attention(q))                  in the layer's window, scores
-//                                                               soft-capped (gemma2)
+//                                                               soft-capped (gemma2), a sink
+//                                                               logit a head (gpt-oss);
+//                                                               + o bias (gpt-oss), in the norm
 //              x += down(act(gate) * up), gate_up = xn wgu^T    one GEMM for gate and up;
 //                                                               act: silu, or tanh GELU (gemma)
+//                or the routed experts' (ops/moe/moe_cuda.cuh; gpt-oss: their biases, top-k
+//                then softmax, the clamped SwiGLU)
 //              (gemma: each sublayer's output normed before it joins x, fused into the next norm)
 //   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, soft-capped
 //                                                               (gemma2), greedy argmax too
@@ -53,6 +58,8 @@ struct CudaLayer {
   Tensor q_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
   Tensor k_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
   LinearWeight wo;         // [dim, n_heads * head_dim]
+  Tensor o_bias;           // [dim] f32, families with ArchInfo::o_bias (gpt-oss)
+  Tensor sinks;            // [n_heads] f32 sink logits, families with ArchInfo::attn_sinks (gpt-oss)
   Tensor ffn_norm;         // [dim] f32
   LinearWeight w_gate_up;  // [2 ffn_dim, dim]: gate rows, then up
   LinearWeight w_down;     // [dim, ffn_dim]
@@ -63,6 +70,10 @@ struct CudaLayer {
   Tensor router;        // [n_experts, dim] f32
   Tensor exp_gate_up;   // [n_experts, 2 F, dim] bf16: expert e's gate rows, then its up rows
   Tensor exp_down;      // [n_experts, dim, F] bf16
+  // gpt-oss's expert biases (ArchInfo::oss_experts), f32:
+  Tensor router_bias;       // [n_experts]
+  Tensor exp_gate_up_bias;  // [n_experts, 2 F]: expert e's gate bias, then its up bias
+  Tensor exp_down_bias;     // [n_experts, dim]
 };
 
 struct CudaWeights {
@@ -133,7 +144,7 @@ class CudaModel {
 
   // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
   // (head_dim other than 64, 128 or 256, more than 8 query heads per kv
-  // head, partial rotary dims); OK otherwise.
+  // head, partial rotary dims, experts outside moe_cuda_unsupported's); OK otherwise.
   static Status supports(const ModelConfig& config);
   // K+V bytes of one block over all layers (bf16).
   static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);

@@ -145,6 +145,29 @@ Status upload_experts(const ModelConfig& c, const LayerWeights& hl, CudaLayer& L
     }
   }
   L.router = upload_vector(hl.router).reshape({E, dim});
+  if (c.arch_info().oss_experts) {  // gpt-oss's biases; gate and up side by side per expert, as exp_gate_up
+    for (const Tensor* b : {&hl.router_bias, &hl.exp_gate_bias, &hl.exp_up_bias, &hl.exp_down_bias}) {
+      if (!b->defined()) return invalid_argument("upload: a gpt-oss layer without its expert biases");
+    }
+    if (hl.router_bias.numel() != E || hl.exp_gate_bias.numel() != E * F || hl.exp_up_bias.numel() != E * F ||
+        hl.exp_down_bias.numel() != E * dim) {
+      return invalid_argument("upload: the expert biases do not match " + std::to_string(E) + " experts of " +
+                              std::to_string(F));
+    }
+    L.router_bias = upload_vector(hl.router_bias);
+    Tensor gate_up_bias = Tensor::empty(DType::kF32, {E, 2 * F});
+    const int64_t gate_bytes = dtype_bytes(hl.exp_gate_bias.dtype(), F),
+                  up_bytes = dtype_bytes(hl.exp_up_bias.dtype(), F);
+    for (int64_t e = 0; e < E; ++e) {
+      float* row = gate_up_bias.data_as<float>() + e * 2 * F;
+      dequantize_row(hl.exp_gate_bias.dtype(),
+                     static_cast<const uint8_t*>(hl.exp_gate_bias.data()) + e * gate_bytes, row, F);
+      dequantize_row(hl.exp_up_bias.dtype(),
+                     static_cast<const uint8_t*>(hl.exp_up_bias.data()) + e * up_bytes, row + F, F);
+    }
+    L.exp_gate_up_bias = cuda::to_device(gate_up_bias);
+    L.exp_down_bias = upload_vector(hl.exp_down_bias).reshape({E, dim});
+  }
   L.exp_gate_up = cuda::empty(DType::kBF16, {E, 2 * F, dim});
   L.exp_down = cuda::empty(DType::kBF16, {E, dim, F});
   const Tensor gate_up = L.exp_gate_up.reshape({E * 2 * F, dim}), down = L.exp_down.reshape({E * dim, F});
@@ -188,7 +211,8 @@ int64_t resident_bytes(const CudaWeights& w) {
     bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
              bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() +
              L.w_down.nbytes() + bytes_of(L.post_attn_norm) + bytes_of(L.post_ffn_norm) + bytes_of(L.router) +
-             bytes_of(L.exp_gate_up) + bytes_of(L.exp_down);
+             bytes_of(L.exp_gate_up) + bytes_of(L.exp_down) + bytes_of(L.o_bias) + bytes_of(L.sinks) +
+             bytes_of(L.router_bias) + bytes_of(L.exp_gate_up_bias) + bytes_of(L.exp_down_bias);
   }
   return bytes;
 }
@@ -222,6 +246,8 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
       L.k_norm = upload_vector(hl.k_norm);
     }
     L.wo = upload_linear({{&hl.wo, &hl.scale.wo}});
+    if (config.arch_info().o_bias) L.o_bias = upload_vector(hl.bo);
+    if (config.arch_info().attn_sinks) L.sinks = upload_vector(hl.sinks);
     L.ffn_norm = upload_vector(hl.ffn_norm);
     if (config.n_experts > 0) {
       NS_RETURN_IF_ERROR(upload_experts(config, hl, L));
@@ -275,6 +301,11 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
       L.k_norm = device_ones(hd);
     }
     L.wo = random({dim, config.n_heads * hd});
+    // gpt-oss's biases and sinks are zero: the bytes and the arithmetic of real ones.
+    if (config.arch_info().o_bias)
+      L.o_bias = device_floats(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+    if (config.arch_info().attn_sinks)
+      L.sinks = device_floats(std::vector<float>(static_cast<size_t>(config.n_heads), 0.0f));
     L.ffn_norm = device_ones(dim);
     if (config.n_experts > 0) {  // the fan-in of each expert matrix is its last dimension
       const int64_t E = config.n_experts, F = config.expert_ffn_dim;
@@ -284,6 +315,13 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
       for (const Tensor* t : {&L.router, &L.exp_gate_up, &L.exp_down}) {
         fill_uniform_cuda(*t, seed + 0x9e3779b97f4a7c15ull * ++stream_id, std::sqrt(3.0f / t->dim(t->ndim() - 1)),
                           nullptr);
+      }
+      if (config.arch_info().oss_experts) {
+        L.router_bias = device_floats(std::vector<float>(static_cast<size_t>(E), 0.0f));
+        L.exp_gate_up_bias =
+            device_floats(std::vector<float>(static_cast<size_t>(E * 2 * F), 0.0f)).reshape({E, 2 * F});
+        L.exp_down_bias =
+            device_floats(std::vector<float>(static_cast<size_t>(E * dim), 0.0f)).reshape({E, dim});
       }
     } else {
       L.w_gate_up = random({2 * ffn, dim});

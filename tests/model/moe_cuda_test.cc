@@ -1,6 +1,6 @@
 // The mixture-of-experts forward on the GPU (Qwen3-MoE, Mixtral):
-// - what CudaModel::supports refuses by name (gpt-oss, shapes the expert
-//   GEMM does not take) and --quantization fp8 over experts;
+// - what CudaModel::supports refuses by name (shapes the expert GEMM does
+//   not take, gpt-oss's too) and --quantization fp8 over experts;
 // - a sequence's logits bitwise the same alone and batched with three
 //   others, through a prefill (eager, 132 tokens) and 4 greedy decode steps
 //   (CUDA graphs), on dummy weights of a small qwen3moe and mixtral shape;
@@ -85,8 +85,11 @@ ForwardBatch batch_of(const std::vector<std::vector<int32_t>>& segs, const std::
 TEST(MoeCudaModel, SupportsRefusesByName) {
   EXPECT_TRUE(CudaModel::supports(model_shape("qwen3-30b-a3b").value()).ok());
   EXPECT_TRUE(CudaModel::supports(small_moe(true)).ok());
+  // gpt-oss runs (gptoss_cuda_test.cc), its shape the others' limits.
   ModelConfig c = small_moe(false);
   c.arch = "gpt-oss";
+  EXPECT_TRUE(CudaModel::supports(c).ok());
+  c.expert_ffn_dim = 96;
   const Status oss = CudaModel::supports(c);
   EXPECT_EQ(oss.code(), StatusCode::kUnimplemented);
   EXPECT_NE(oss.message().find("gpt-oss"), std::string::npos) << oss.to_string();

@@ -43,10 +43,11 @@ __device__ __forceinline__ float warp_max(float v) {
 // (a warp each) for tokens 8 c .. 8 c + 7, so a router row is read once for
 // 8 tokens. Lane l sums d = 4 q .. 4 q + 3 for q = l, l + 32, ... in order
 // (16-byte router loads), for each token, and the lanes meet in a fixed
-// butterfly: one order per D, whatever T is. PRECOND: D % 4 == 0.
+// butterfly: one order per D, whatever T is; then + bias[e] (gpt-oss; null:
+// none). PRECOND: D % 4 == 0.
 __global__ void __launch_bounds__(kLogitWarps * 32)
-    moe_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ router, int T, int E, int D,
-                      float* __restrict__ logits) {
+    moe_logits_kernel(const uint16_t* __restrict__ x, const float* __restrict__ router,
+                      const float* __restrict__ bias, int T, int E, int D, float* __restrict__ logits) {
   const int e = blockIdx.x * kLogitWarps + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   const int t0 = blockIdx.y * kLogitTokens;
   if (e >= E) return;
@@ -75,20 +76,22 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
 #pragma unroll
   for (int j = 0; j < kLogitTokens; ++j) {
     const float v = warp_sum(acc[j]);
-    if (lane == 0 && j < nt) logits[int64_t{t0 + j} * E + e] = v;
+    if (lane == 0 && j < nt) logits[int64_t{t0 + j} * E + e] = bias != nullptr ? v + bias[e] : v;
   }
 }
 
 // One block for the whole step. (1) Warp w routes tokens w, w + 32, ...:
 // the softmax over all E (lane l holds experts l, l + 32, ...), the top_k by
 // probability (highest first, the lower id on a tie, as moe_route), the
-// weights (over their sum, added in rank order, when normalize); counts per
-// expert by shared atomics (exact in any order). (2) Warp 0 scans the counts
+// weights (over their sum, added in rank order, when normalize); or with
+// topk_first (gpt-oss) the top_k by logit and the softmax over those k
+// (exp(l_j - l_0), summed in rank order, as moe_route); counts per expert by
+// shared atomics (exact in any order). (2) Warp 0 scans the counts
 // into offsets and the active list. (3) Warp 0 places the slots 32 at a time
 // in slot order: the lanes of one expert (__match_any_sync) take consecutive
 // rows after its cursor, so within an expert rows go by token, then rank.
 __global__ void __launch_bounds__(kSortThreads)
-    moe_route_kernel(const float* __restrict__ logits, int T, int E, int k, bool normalize,
+    moe_route_kernel(const float* __restrict__ logits, int T, int E, int k, bool normalize, bool topk_first,
                      int32_t* __restrict__ ids, float* __restrict__ weights, int32_t* __restrict__ offsets,
                      int32_t* __restrict__ active, int32_t* __restrict__ row_token,
                      int32_t* __restrict__ row_of_slot) {
@@ -107,18 +110,23 @@ __global__ void __launch_bounds__(kSortThreads)
       p[i] = e < E ? l[e] : -INFINITY;
       mx = fmaxf(mx, p[i]);
     }
-    mx = warp_max(mx);
-    float sum = 0.0f;
+    // What ranks the experts: the probabilities (taken, or past E: -1, below
+    // every one), or with topk_first the logits themselves (-inf below them).
+    const float none = topk_first ? -INFINITY : -1.0f;
+    if (!topk_first) {
+      mx = warp_max(mx);
+      float sum = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      p[i] = e < E ? expf(p[i] - mx) : -1.0f;  // past E: below every probability
-      if (e < E) sum += p[i];
-    }
-    sum = warp_sum(sum);
+      for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? expf(p[i] - mx) : none;
+        if (e < E) sum += p[i];
+      }
+      sum = warp_sum(sum);
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (lane + 32 * i < E) p[i] /= sum;
+      for (int i = 0; i < kPerLane; ++i) {
+        if (lane + 32 * i < E) p[i] /= sum;
+      }
     }
     float w[kMoeCudaMaxTopK];
     int sel[kMoeCudaMaxTopK];
@@ -129,7 +137,7 @@ __global__ void __launch_bounds__(kSortThreads)
         // warp's: the higher probability, on a tie the lower id. A taken
         // expert's probability is -1.
         int best = -1;
-        float bp = -2.0f;
+        float bp = topk_first ? -INFINITY : -2.0f;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           if (p[i] > bp) {
@@ -150,16 +158,19 @@ __global__ void __launch_bounds__(kSortThreads)
         w[j] = bp;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-          if (lane + 32 * i == best) p[i] = -1.0f;
+          if (lane + 32 * i == best) p[i] = none;
         }
       }
     }
     if (lane == 0) {
       float s = 0.0f;
+      if (topk_first) {  // w[0] is the largest selected logit
+        for (int j = k - 1; j >= 0; --j) w[j] = expf(w[j] - w[0]);
+      }
       for (int j = 0; j < k; ++j) s += w[j];
       for (int j = 0; j < k; ++j) {
         ids[int64_t{t} * k + j] = sel[j];
-        weights[int64_t{t} * k + j] = normalize ? w[j] / s : w[j];
+        weights[int64_t{t} * k + j] = normalize || topk_first ? w[j] / s : w[j];
         atomicAdd(&count[sel[j]], 1);
       }
     }
@@ -227,6 +238,18 @@ __global__ void moe_combine_kernel(const float* __restrict__ ys, const int32_t* 
   }
 }
 
+// act[r][f] = clamped_swiglu(gate_up[r][f], gate_up[r][F + f]), 8 outputs a
+// thread (F % 8 == 0): the arithmetic of the down kernel's fused load.
+__global__ void moe_clamped_swiglu_kernel(const uint16_t* __restrict__ gate_up, int64_t F, int64_t units,
+                                          float alpha, float limit, uint16_t* __restrict__ act) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= units) return;
+  const int64_t per_row = F / 8, r = idx / per_row, c = (idx - r * per_row) * 8;
+  const uint16_t* g = gate_up + r * 2 * F + c;
+  *reinterpret_cast<uint4*>(act + r * F + c) = swiglu::clamped_swiglu8(
+      *reinterpret_cast<const uint4*>(g), *reinterpret_cast<const uint4*>(g + F), alpha, limit);
+}
+
 bool device_contiguous(const Tensor& t, DType dt) {
   return t.defined() && t.device() == Device::kCUDA && t.dtype() == dt && t.is_contiguous();
 }
@@ -282,7 +305,7 @@ int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t 
 }
 
 void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
-                    cuda::Stream s) {
+                    cuda::Stream s, const float* router_bias) {
   const int64_t T = x.dim(0), D = ws.dim, E = ws.n_experts, k = params.top_k;
   NS_CHECK(device_contiguous(x, DType::kBF16) && x.ndim() == 2 && x.dim(1) == D && T <= ws.max_tokens)
       << "moe_route_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << " for a workspace of "
@@ -297,18 +320,34 @@ void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& para
   const dim3 grid(static_cast<unsigned>((E + kLogitWarps - 1) / kLogitWarps),
                   static_cast<unsigned>((T + kLogitTokens - 1) / kLogitTokens));
   moe_logits_kernel<<<grid, kLogitWarps * 32, 0, s>>>(
-      x.data_as<const uint16_t>(), router.data_as<const float>(), static_cast<int>(T), static_cast<int>(E),
-      static_cast<int>(D), ws.logits.data_as<float>());
+      x.data_as<const uint16_t>(), router.data_as<const float>(), router_bias, static_cast<int>(T),
+      static_cast<int>(E), static_cast<int>(D), ws.logits.data_as<float>());
   NS_CUDA_CHECK(cudaGetLastError());
   moe_route_kernel<<<1, kSortThreads, 0, s>>>(
       ws.logits.data_as<const float>(), static_cast<int>(T), static_cast<int>(E), static_cast<int>(k),
-      params.normalize, ws.ids.data_as<int32_t>(), ws.weights.data_as<float>(), ws.offsets.data_as<int32_t>(),
-      ws.active.data_as<int32_t>(), ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
+      params.normalize, params.gating == MoeGating::kTopKThenSoftmax, ws.ids.data_as<int32_t>(),
+      ws.weights.data_as<float>(), ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
+      ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
+  NS_CUDA_CHECK(cudaGetLastError());
+}
+
+void moe_clamped_swiglu_cuda(const Tensor& gate_up, const Tensor& act, float alpha, float limit,
+                             cuda::Stream s) {
+  NS_CHECK(device_contiguous(gate_up, DType::kBF16) && device_contiguous(act, DType::kBF16) &&
+           act.ndim() == 2 && gate_up.ndim() == 2 && gate_up.dim(0) == act.dim(0) &&
+           gate_up.dim(1) == 2 * act.dim(1) && act.dim(1) % 8 == 0)
+      << "moe_clamped_swiglu_cuda: gate_up " << gate_up.shape_string() << ", act " << act.shape_string()
+      << ": needs contiguous bf16 [S, 2F] and [S, F], F % 8 == 0";
+  const int64_t units = act.numel() / 8;
+  if (units == 0) return;
+  constexpr int kThreads = 256;
+  moe_clamped_swiglu_kernel<<<static_cast<unsigned>((units + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      gate_up.data_as<const uint16_t>(), act.dim(1), units, alpha, limit, act.data_as<uint16_t>());
   NS_CUDA_CHECK(cudaGetLastError());
 }
 
 void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down, MoeCudaWorkspace& ws,
-                      const Tensor& y, cuda::Stream s) {
+                      const Tensor& y, cuda::Stream s, const MoeParams& params, const MoeCudaBiases& biases) {
   const int64_t T = ws.n_tokens, S = T * ws.top_k, D = ws.dim;
   NS_CHECK(x.ndim() == 2 && x.dim(0) == T && device_contiguous(y, DType::kBF16) && y.ndim() == 2 &&
            y.dim(0) == T && y.dim(1) == D)
@@ -316,12 +355,22 @@ void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down
       << " after a routing of " << T << " tokens";
   if (T == 0) return;
   const Tensor gu = ws.gate_up.slice_rows(0, S), act = ws.act.slice_rows(0, S), ys = ws.ys.slice_rows(0, S);
-  moe_grouped_linear_cuda(x, MoeRows::kGather, gate_up, ws, T, gu, s);
+  MoeLinearExtras up_extras, down_extras;
+  up_extras.bias = biases.gate_up;
+  down_extras.bias = biases.down;
+  down_extras.activation = params.activation;
+  down_extras.swiglu_alpha = params.swiglu_alpha;
+  down_extras.swiglu_limit = params.swiglu_limit;
+  moe_grouped_linear_cuda(x, MoeRows::kGather, gate_up, ws, T, gu, s, up_extras);
   if (T <= kFusedSwiGLUMaxTokens) {
-    moe_grouped_linear_cuda(gu, MoeRows::kSortedSwiGLU, down, ws, T, ys, s);
+    moe_grouped_linear_cuda(gu, MoeRows::kSortedSwiGLU, down, ws, T, ys, s, down_extras);
   } else {
-    silu_mul_cuda(gu, act, s);
-    moe_grouped_linear_cuda(act, MoeRows::kSorted, down, ws, T, ys, s);
+    if (params.activation == MoeActivation::kClampedSwiglu) {
+      moe_clamped_swiglu_cuda(gu, act, params.swiglu_alpha, params.swiglu_limit, s);
+    } else {
+      silu_mul_cuda(gu, act, s);
+    }
+    moe_grouped_linear_cuda(act, MoeRows::kSorted, down, ws, T, ys, s, down_extras);
   }
   const int threads = static_cast<int>(std::min<int64_t>(256, (D + 31) / 32 * 32));
   moe_combine_kernel<<<static_cast<unsigned>(T), threads, 0, s>>>(
@@ -331,9 +380,10 @@ void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down
 }
 
 void moe_ffn_cuda(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
-                  const MoeParams& params, MoeCudaWorkspace& ws, const Tensor& y, cuda::Stream s) {
-  moe_route_cuda(x, router, params, ws, s);
-  moe_experts_cuda(x, gate_up, down, ws, y, s);
+                  const MoeParams& params, MoeCudaWorkspace& ws, const Tensor& y, cuda::Stream s,
+                  const MoeCudaBiases& biases) {
+  moe_route_cuda(x, router, params, ws, s, biases.router);
+  moe_experts_cuda(x, gate_up, down, ws, y, s, params, biases);
 }
 
 }  // namespace nanoserve

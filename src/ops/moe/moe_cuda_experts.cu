@@ -44,15 +44,22 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
   return stream ? __ldcs(p) : __ldg(p);
 }
 
+// The x rows of the kernel: as they are, or the SwiGLU of gate_up rows
+// (silu_mul_cuda's bits), or its clamped form (gpt-oss: moe_clamped_swiglu_cuda's).
+enum class XAct : int { kNone, kSilu, kClamped };
+
 // x: [*, K] bf16 rows (x row of sorted row i: row_token[i] when gather, else
-// i), or with kSwiGLU [S, 2K] gate_up rows whose SwiGLU is x (each lane
-// computes its 16 values of a chunk with silu_mul.cuh: silu_mul_cuda's
-// bits); w: [E, N, K] bf16; y: [S, N].
-template <int MT, int NT, bool kSwiGLU, typename Out>
+// i), or with kAct != kNone [S, 2K] gate_up rows whose SwiGLU is x (each
+// lane computes its 16 values of a chunk with silu_mul.cuh); w: [E, N, K]
+// bf16; y: [S, N], each element + bias[e][n] in f32 where bias is not null
+// (after the chain: the sum's order is the same with it).
+template <int MT, int NT, XAct kAct, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_linear_kernel(const uint16_t* __restrict__ x, const int32_t* __restrict__ row_token,
                       const uint16_t* __restrict__ w, const int32_t* __restrict__ offsets,
-                      const int32_t* __restrict__ active, Out* __restrict__ y, int N, int K) {
+                      const int32_t* __restrict__ active, const float* __restrict__ bias, float alpha,
+                      float limit, Out* __restrict__ y, int N, int K) {
+  constexpr bool kSwiGLU = kAct != XAct::kNone;
   constexpr int kAcc = MT * NT * 4;
   constexpr int kRows = NT * 8;  // the expert's rows a pass
   __shared__ float partial[kWarps - 1][kAcc][32];
@@ -129,9 +136,14 @@ __global__ void __launch_bounds__(kWarps * 32)
           for (int j = 0; j < NT; ++j) {
             if (j < tiles) {
               uint4 xv[2];
-              if constexpr (kSwiGLU) {
+              if constexpr (kAct == XAct::kSilu) {
                 xv[0] = swiglu::silu_mul8(__ldg(xrow[j] + off), __ldg(xrow[j] + k4 + off));
                 xv[1] = swiglu::silu_mul8(__ldg(xrow[j] + off + 1), __ldg(xrow[j] + k4 + off + 1));
+              } else if constexpr (kAct == XAct::kClamped) {
+                xv[0] =
+                    swiglu::clamped_swiglu8(__ldg(xrow[j] + off), __ldg(xrow[j] + k4 + off), alpha, limit);
+                xv[1] = swiglu::clamped_swiglu8(__ldg(xrow[j] + off + 1), __ldg(xrow[j] + k4 + off + 1),
+                                                alpha, limit);
               } else {
                 xv[0] = __ldg(xrow[j] + off);
                 xv[1] = __ldg(xrow[j] + off + 1);
@@ -175,6 +187,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             for (int q = 0; q < kWarps - 1; ++q) v += partial[q][(mt * NT + j) * 4 + i][lane];
             const int row = row0 + mt * 16 + g + (i >= 2 ? 8 : 0);
             const int r = p0 + j * 8 + 2 * t + (i & 1);
+            if (bias != nullptr) v += __ldg(bias + int64_t{e} * N + row);
             if (r < r_end) store(y + int64_t{r} * N + row, v);
           }
         }
@@ -185,17 +198,20 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int MT, int NT, typename Out>
-void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w,
-            const MoeCudaWorkspace& ws, Out* y, int places, int N, int K, cuda::Stream s) {
+void launch(const uint16_t* x, XAct act, const int32_t* row_token, const uint16_t* w,
+            const MoeCudaWorkspace& ws, Out* y, int places, int N, int K, const MoeLinearExtras& ex,
+            cuda::Stream s) {
   const dim3 grid(static_cast<unsigned>(N / (MT * 16)), static_cast<unsigned>(places));
-  auto kernel = moe_linear_kernel<MT, NT, false, Out>;
+  auto kernel = moe_linear_kernel<MT, NT, XAct::kNone, Out>;
   if constexpr (std::is_same_v<Out, float>) {  // the SwiGLU input feeds down, whose y is f32
-    if (swiglu) kernel = moe_linear_kernel<MT, NT, true, Out>;
+    if (act == XAct::kSilu) kernel = moe_linear_kernel<MT, NT, XAct::kSilu, Out>;
+    if (act == XAct::kClamped) kernel = moe_linear_kernel<MT, NT, XAct::kClamped, Out>;
   } else {
-    NS_CHECK(!swiglu) << "moe_grouped_linear_cuda: the SwiGLU input with a bf16 y";
+    NS_CHECK(act == XAct::kNone) << "moe_grouped_linear_cuda: the SwiGLU input with a bf16 y";
   }
   kernel<<<grid, kWarps * 32, 0, s>>>(x, row_token, w, ws.offsets.data_as<const int32_t>(),
-                                      ws.active.data_as<const int32_t>(), y, N, K);
+                                      ws.active.data_as<const int32_t>(), ex.bias, ex.swiglu_alpha,
+                                      ex.swiglu_limit, y, N, K);
   NS_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -207,27 +223,28 @@ void launch(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint
 // average) so runs 8 rows a pass at 126 registers rather than 64 at 228.
 // None of this changes any element's order.
 template <typename Out>
-void launch_for(const uint16_t* x, bool swiglu, const int32_t* row_token, const uint16_t* w,
-                const MoeCudaWorkspace& ws, Out* y, int64_t T, int places, int N, int K, cuda::Stream s) {
+void launch_for(const uint16_t* x, XAct swiglu, const int32_t* row_token, const uint16_t* w,
+                const MoeCudaWorkspace& ws, Out* y, int64_t T, int places, int N, int K,
+                const MoeLinearExtras& ex, cuda::Stream s) {
   const bool two_rows = N % 32 == 0;
   const int64_t rows = std::min<int64_t>(T, 2 * ((T * ws.top_k + ws.n_experts - 1) / ws.n_experts));
   if (rows <= 8) {
-    launch<1, 1>(x, swiglu, row_token, w, ws, y, places, N, K, s);
+    launch<1, 1>(x, swiglu, row_token, w, ws, y, places, N, K, ex, s);
   } else if (rows <= 16) {
-    launch<1, 2>(x, swiglu, row_token, w, ws, y, places, N, K, s);
+    launch<1, 2>(x, swiglu, row_token, w, ws, y, places, N, K, ex, s);
   } else if (rows <= 32) {
-    two_rows ? launch<2, 4>(x, swiglu, row_token, w, ws, y, places, N, K, s)
-             : launch<1, 4>(x, swiglu, row_token, w, ws, y, places, N, K, s);
+    two_rows ? launch<2, 4>(x, swiglu, row_token, w, ws, y, places, N, K, ex, s)
+             : launch<1, 4>(x, swiglu, row_token, w, ws, y, places, N, K, ex, s);
   } else {
-    two_rows ? launch<2, 8>(x, swiglu, row_token, w, ws, y, places, N, K, s)
-             : launch<1, 8>(x, swiglu, row_token, w, ws, y, places, N, K, s);
+    two_rows ? launch<2, 8>(x, swiglu, row_token, w, ws, y, places, N, K, ex, s)
+             : launch<1, 8>(x, swiglu, row_token, w, ws, y, places, N, K, ex, s);
   }
 }
 
 }  // namespace
 
 void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, const MoeCudaWorkspace& ws,
-                             int64_t T, const Tensor& y, cuda::Stream s) {
+                             int64_t T, const Tensor& y, cuda::Stream s, const MoeLinearExtras& extras) {
   const int64_t S = T * ws.top_k, E = ws.n_experts;
   const bool gather = rows == MoeRows::kGather, swiglu = rows == MoeRows::kSortedSwiGLU;
   auto on_device = [](const Tensor& t) {
@@ -250,10 +267,13 @@ void moe_grouped_linear_cuda(const Tensor& x, MoeRows rows, const Tensor& w, con
   const auto* xd = x.data_as<const uint16_t>();
   const auto* wd = w.data_as<const uint16_t>();
   const int n = static_cast<int>(N), k = static_cast<int>(K);
+  const XAct act = !swiglu                                              ? XAct::kNone
+                   : extras.activation == MoeActivation::kClampedSwiglu ? XAct::kClamped
+                                                                        : XAct::kSilu;
   if (y.dtype() == DType::kF32) {
-    launch_for(xd, swiglu, rt, wd, ws, y.data_as<float>(), T, places, n, k, s);
+    launch_for(xd, act, rt, wd, ws, y.data_as<float>(), T, places, n, k, extras, s);
   } else {
-    launch_for(xd, swiglu, rt, wd, ws, y.data_as<uint16_t>(), T, places, n, k, s);
+    launch_for(xd, act, rt, wd, ws, y.data_as<uint16_t>(), T, places, n, k, extras, s);
   }
 }
 

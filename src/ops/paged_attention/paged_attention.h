@@ -56,8 +56,8 @@ struct PagedAttentionArgs {
   // before the softmax (Gemma 2); 0: none.
   float softcap = 0.0f;
   // Attention sinks (gpt-oss), [n_heads] f32: query head h's sink logit joins
-  // its softmax's denominator (attention.h); null: none. CPU only: the CUDA
-  // kernels do not read it (its forward refuses such models).
+  // its softmax's denominator (attention.h); null: none. The CUDA split
+  // kernel takes the same (paged_attention_cuda's sinks).
   const float* sinks = nullptr;
 
   // 16-bit pools, read by paged_attention_cpu only: when kv_dtype is kF16 or

@@ -165,6 +165,12 @@ struct AttnParams {
   // softcap), then times log2(e); 0: s scale_log2, as without it.
   float softcap;
   float scale;
+  // Attention sinks (gpt-oss), [n_heads] f32 device, or null: query head h's
+  // logit sinks[h] (not scaled) joins its softmax's denominator, weighing no
+  // value. It enters once a row, where the splits' sums meet (the split
+  // kernel's epilogue for a row of one split, combine_splits for the others),
+  // so the partials, the split plan and every other sum are those without it.
+  const float* sinks;
 };
 
 struct RowInfo {

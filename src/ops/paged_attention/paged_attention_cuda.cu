@@ -325,7 +325,7 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, const PagedAttentionTuning& options,
-                          int sliding_window, float softcap) {
+                          int sliding_window, float softcap, const float* sinks) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
@@ -355,6 +355,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   if (options.query_tiles) {
     NS_CHECK(sliding_window == 0) << "the query-tiled kernel has no sliding window";
     NS_CHECK(softcap == 0.0f) << "the query-tiled kernel has no soft-capping";
+    NS_CHECK(sinks == nullptr) << "the query-tiled kernel has no attention sinks";
     launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2,
                        options.dependent_launch);
     return;
@@ -392,6 +393,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.sliding_window = plan.sliding_window;
     p.softcap = softcap;
     p.scale = scale;
+    p.sinks = sinks;
     p.items = ws.items();
     for_each_launch(t_all, ws, [&](int64_t r0, int64_t rows) {
       p.row_offset = static_cast<int>(r0);
@@ -456,9 +458,9 @@ PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, PagedAttentionKernel kernel,
-                          int sliding_window, float softcap) {
+                          int sliding_window, float softcap, const float* sinks) {
   paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel),
-                       sliding_window, softcap);
+                       sliding_window, softcap, sinks);
 }
 
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,

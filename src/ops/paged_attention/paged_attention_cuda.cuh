@@ -79,12 +79,16 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 // kernel only). A decode step has one token a sequence. The step's K/V must
 // already be in the pools (paged_kv_write_cuda). softcap > 0 caps each scaled
 // score to softcap * tanh(score / softcap) before the softmax (Gemma 2; the
-// split kernel only), as paged_attention_reference does.
+// split kernel only), as paged_attention_reference does. sinks: [n_heads]
+// f32 device pointer (gpt-oss; the split kernel only), query head h's sink
+// logit joining its softmax's denominator as paged_attention_reference's
+// PagedAttentionArgs::sinks; null: none. A row's split plan, and so its bits'
+// independence of the batch, is the same with sinks as without.
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream = nullptr,
                           PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0,
-                          float softcap = 0.0f);
+                          float softcap = 0.0f, const float* sinks = nullptr);
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,
 // pipeline depth, kernel variant, the length of the block list), packed: equal

@@ -544,7 +544,12 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     }
     const int qh = kvh * p.n_rep + head0 + hg;
     // One division, then products: four IEEE divisions are four branchy
-    // sequences on the chain, and they split the wide store.
+    // sequences on the chain, and they split the wide store. A row of one
+    // split takes its sink into the denominator here (a partial never does:
+    // combine_splits adds it once).
+    if (p.sinks != nullptr && plan.n_splits == 1) {
+      l_all = __fadd_rn(l_all, exp2f(__fsub_rn(__fmul_rn(__ldg(p.sinks + qh), kLog2e), m_all)));
+    }
     const float inv = 1.0f / l_all;
 #pragma unroll
     for (int k = 0; k < 4; ++k) a_all[k] = __fmul_rn(a_all[k], inv);

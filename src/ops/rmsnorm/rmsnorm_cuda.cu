@@ -72,11 +72,13 @@ __device__ __forceinline__ float delta_scale(const uint16_t* __restrict__ dr, in
 // kAdd: x += delta first. kPost: x += rmsnorm(delta) * post_w instead (the
 // products rounded one at a time, as the CPU's (d * scale) * w, then added).
 // kVec: units of 4 elements. kPermuted: out in the tiled linear's k order
-// (kVec only).
+// (kVec only). delta_bias (kAdd without kPost; null: none): x += delta + bias,
+// the sum in f32 (gpt-oss's o_proj bias).
 template <bool kAdd, bool kVec, bool kPermuted, bool kPost = false>
 __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
                                const float* __restrict__ w, float eps, int32_t dim,
-                               uint16_t* __restrict__ out, const float* __restrict__ post_w = nullptr) {
+                               uint16_t* __restrict__ out, const float* __restrict__ post_w = nullptr,
+                               const float* __restrict__ delta_bias = nullptr) {
   static_assert(kAdd || !kPost, "the post norm is of the added delta");
   __shared__ float warp_sums[kMaxWarps];
   __shared__ float post_sums[kMaxWarps];  // delta's reduction: no barrier between the two
@@ -91,7 +93,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
   auto joined = [&](uint32_t bits16, int32_t i) {
     const float d = bf16_bits_to_f32(bits16);
     if constexpr (kPost) return __fmul_rn(__fmul_rn(d, ds), post_w[i]);
-    return d;
+    return delta_bias != nullptr ? d + delta_bias[i] : d;
   };
   float ss = 0.0f;
   if constexpr (kVec) {
@@ -183,7 +185,8 @@ void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tens
 
 template <bool kAdd, bool kPost = false>
 void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, const Tensor& out,
-            cuda::Stream s, RmsNormOut order, const float* post_w = nullptr) {
+            cuda::Stream s, RmsNormOut order, const float* post_w = nullptr,
+            const float* delta_bias = nullptr) {
   const int64_t rows = x.dim(0);
   if (rows == 0) return;
   const int32_t dim = static_cast<int32_t>(x.dim(1));
@@ -202,13 +205,13 @@ void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, 
         << "rmsnorm_cuda: the tiled linear's order needs dim % 64 == 0 and 16-byte aligned tensors (dim "
         << dim << ")";
     cuda::launch_pdl(rmsnorm_kernel<kAdd, true, true, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
-                     dim, op, post_w);
+                     dim, op, post_w, delta_bias);
   } else if (vec) {
     cuda::launch_pdl(rmsnorm_kernel<kAdd, true, false, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
-                     dim, op, post_w);
+                     dim, op, post_w, delta_bias);
   } else {
     cuda::launch_pdl(rmsnorm_kernel<kAdd, false, false, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
-                     dim, op, post_w);
+                     dim, op, post_w, delta_bias);
   }
   NS_CUDA_CHECK_LAUNCH();
 }
@@ -222,9 +225,16 @@ void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out
 }
 
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
-                      cuda::Stream s, RmsNormOut order) {
+                      cuda::Stream s, RmsNormOut order, const Tensor* delta_bias) {
   check_args("add_rmsnorm_cuda", x, &delta, w, out);
-  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order);
+  if (delta_bias != nullptr) {
+    NS_CHECK(delta_bias->device() == Device::kCUDA && delta_bias->dtype() == DType::kF32 &&
+             delta_bias->numel() == x.dim(1) && delta_bias->is_contiguous())
+        << "add_rmsnorm_cuda: delta_bias must be a [" << x.dim(1) << "] f32 device tensor, got "
+        << dtype_name(delta_bias->dtype()) << delta_bias->shape_string();
+  }
+  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order, nullptr,
+               delta_bias != nullptr ? delta_bias->data_as<const float>() : nullptr);
 }
 
 void post_norm_add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& post_w, const Tensor& w,

@@ -149,6 +149,10 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
         x[2 * p + 1] = x0 * sn + x1 * cs;
       }
     }
+    if (a.extras.rotated_scale != 1.0f) {  // as the CPU forward: the rotated head times the factor
+#pragma unroll
+      for (int e = 0; e < C; ++e) x[e] *= a.extras.rotated_scale;
+    }
   }
 #pragma unroll
   for (int p = 0; p < C / 2; ++p) c.w[p] = f32_to_bf16_bits(x[2 * p]) | (f32_to_bf16_bits(x[2 * p + 1]) << 16);

@@ -18,11 +18,16 @@ namespace nanoserve {
 //   qkv_bias  [(n_heads + 2 n_kv_heads) * head_dim]  added to every row of qkv (qwen2)
 //   q_norm, k_norm  [head_dim]  an RMSNorm of each q and k head, over head_dim,
 //                   after the bias and before the rotation (qwen3); both or neither
+//   rotated_scale   what the rotated q and k heads (every element) are multiplied
+//                   by after the rotation, in f32 before the bf16 rounding: YaRN's
+//                   attention factor (gpt-oss; rope_attention_factor), 1 otherwise
+//                   (the same bits as without it)
 struct RopeKvExtras {
   const float* qkv_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   float norm_eps = 0.0f;
+  float rotated_scale = 1.0f;
 };
 
 // For every token t of the step:
