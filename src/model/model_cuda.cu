@@ -108,8 +108,27 @@ Status CudaModel::supports(const ModelConfig& c) {
   return Status::ok_status();
 }
 
-int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
-  return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
+int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size, DType kv_dtype) {
+  return 2 * c.n_layers * dtype_bytes(kv_dtype, int64_t{block_size} * c.n_kv_heads * c.head_dim);
+}
+
+Status CudaModel::set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales) {
+  if (read_scales.empty()) read_scales = scales;
+  for (const auto* v : {&scales, &read_scales}) {
+    if (static_cast<int64_t>(v->size()) != config_.n_layers) {
+      return invalid_argument("KV scales: " + std::to_string(v->size()) + " for " +
+                              std::to_string(config_.n_layers) + " layers");
+    }
+    for (size_t l = 0; l < v->size(); ++l) {
+      if (!kv_scale_valid((*v)[l].k) || !kv_scale_valid((*v)[l].v)) {
+        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " + std::to_string((*v)[l].k) +
+                                ", v " + std::to_string((*v)[l].v) + " (each must be finite and > 0)");
+      }
+    }
+  }
+  kv_scales_ = std::move(scales);
+  kv_read_scales_ = std::move(read_scales);
+  return Status::ok_status();
 }
 
 namespace {
@@ -149,6 +168,14 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
                             ": the CUDA attention needs a power of two >= 8");
   }
   NS_RETURN_IF_ERROR(supports(c));
+  if (limits.kv_dtype != DType::kBF16 && limits.kv_dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("CUDA KV pools of ") + dtype_name(limits.kv_dtype) +
+                            " (bf16 or f8e4m3)");
+  }
+  if (kv_scales_.empty()) {
+    kv_scales_.assign(static_cast<size_t>(c.n_layers), KvScales{});
+    kv_read_scales_ = kv_scales_;
+  }
   auto s = std::make_unique<Step>();
   s->limits = limits;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
@@ -184,15 +211,17 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
   s->sampled_host = cuda::pinned_host(R * 4);
   s->sample_logprobs_host = cuda::pinned_host(R * static_cast<int64_t>(sizeof(SampleRowLogprobs)));
   // The pools: one allocation, a K and a V view per layer.
+  const DType kv_dt = limits.kv_dtype;
   const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
-  s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});
+  const int64_t pool_bytes = dtype_bytes(kv_dt, pool_elems);
+  s->kv = cuda::empty(kv_dt, {c.n_layers, 2, pool_elems});
   k_pools_.clear();
   v_pools_.clear();
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto* base = s->kv.data_as<uint16_t>() + l * 2 * pool_elems;
+    auto* base = s->kv.data_as<uint8_t>() + l * 2 * pool_bytes;
     const std::vector<int64_t> shape = {num_blocks, block_size, c.n_kv_heads, c.head_dim};
-    k_pools_.push_back(Tensor::view(base, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
-    v_pools_.push_back(Tensor::view(base + pool_elems, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
+    k_pools_.push_back(Tensor::view(base, kv_dt, shape, s->kv.owner(), Device::kCUDA));
+    v_pools_.push_back(Tensor::view(base + pool_bytes, kv_dt, shape, s->kv.owner(), Device::kCUDA));
   }
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -334,9 +363,10 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
-                       v_pools_[static_cast<size_t>(l)], st, extras);
+                       v_pools_[static_cast<size_t>(l)], st, extras, kv_scales_[static_cast<size_t>(l)]);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
-                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)));
+                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)),
+                         kv_read_scales_[static_cast<size_t>(l)]);
     linear(attn2, L.wo, proj);
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
     add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, order(gate_up_tiled));

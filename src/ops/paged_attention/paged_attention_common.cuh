@@ -152,6 +152,7 @@ struct AttnParams {
   bool hold_before_wait;  // PagedAttentionTuning::hold_before_wait
   float scale_log2;       // scale * log2(e)
   int sliding_window;     // 0: the whole history; else W (sliding_first)
+  float k_scale, v_scale;  // an fp8 pool's (KvScales): x = f32(q) * scale
 };
 
 struct RowInfo {

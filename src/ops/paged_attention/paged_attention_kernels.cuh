@@ -6,6 +6,9 @@
 // paged_attention_cuda.cu for the design summary and docs/kernels.md for its
 // versions and measurements.
 
+#include <type_traits>
+
+#include "core/cuda/kv_quant.cuh"
 #include "ops/paged_attention/paged_attention_common.cuh"
 #include "ops/paged_attention/paged_attention_reduce.cuh"
 
@@ -20,10 +23,19 @@ namespace nanoserve::paged_attention_kernels {
 //
 // kNT: column tiles of the mma (8 columns each): with 2, twice the rows of a
 // sequence's window share a block (launches with rows of several positions).
-template <typename T, int HD, int G, bool kHold, int kNT>
+//
+// KV: the pool's element, T or uint8_t (E4M3 with the layer's scales). An
+// fp8 tile lands dense (each 64-element line of a row is 64 bytes, at the
+// start of its region) and is dequantized in place, once it has landed, to the
+// swizzled T layout a tensor copy of a T pool leaves: from there on the
+// kernel is the T kernel, over the dequantized values.
+template <typename T, int HD, int G, bool kHold, int kNT, typename KV = T>
 __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
+  constexpr bool kF8 = std::is_same_v<KV, uint8_t>;
+  static_assert(kF8 || std::is_same_v<KV, T>, "a pool of T or of E4M3 bytes");
+  constexpr int kCopyLineBytes = kF8 ? kLineBytes / 2 : kLineBytes;  // a line of the pool, as copied
   constexpr int kWT = Geo::kWarpTokens;
   // S^T = K Q^T and O^T += V^T P^T: K and V are the mma's A operand (16
   // tokens, or 16 dims, a tile), the head group its n = 8 columns.
@@ -123,7 +135,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     const int boxes =
         tile < n_tiles && warp_begin < end ? min(n_box, (end - warp_begin + box_rows - 1) / box_rows) : 0;
     if (expect) {
-      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kLineBytes);
+      if (lane == 0)
+        mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kCopyLineBytes);
       __syncwarp();  // expected before any copy can complete
     }
     const int r = lane % per_kv, b = r / Geo::kHalves, h = r % Geo::kHalves;
@@ -133,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     if (lane < 2 * per_kv && b < boxes && (part == 2 || (part == 0) == early)) {
       const bool is_v = lane >= per_kv;
       const int in_block = first & bs_mask;
-      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes;
+      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kCopyLineBytes;
       const CUtensorMap* map = is_v ? &p.v_map : &p.k_map;
       // Evict first: the history is read once a step; q, the partials and the metadata stay cached.
       tensor_copy_5d_hinted(dst, map, 0, h, kvh, in_block, blk, bars + slot, cuda::l2_evict_first_policy());
@@ -187,11 +200,56 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   };
   const uint32_t warp_stages = cuda::smem_addr(warp_smem);
 
+  // An fp8 warp-stage, landed: line h of K's (V's) rows at the start of
+  // region h, row r's 64 bytes at 64 r. Each lane reads its 16-byte chunks
+  // (kF8Chunks) before any lane writes (the T rows overlap them), then
+  // writes each as two swizzled T chunks, then orders its writes before the
+  // copy engine's next ones into the stage (its refill).
+  auto dequantize_stage = [&](int slot) {
+    if constexpr (kF8) {
+      char* sk = warp_smem + slot * kStageBytes;
+      constexpr int kRegionChunks = kWT * kLineBytes / 2 / 16;  // 4 a row
+      constexpr int kF8Chunks = 2 * Geo::kHalves * kRegionChunks / 32;
+      static_assert(kF8Chunks * 32 == 2 * Geo::kHalves * kRegionChunks, "whole chunks a lane");
+      uint4 raw[kF8Chunks];
+#pragma unroll
+      for (int i = 0; i < kF8Chunks; ++i) {
+        const int idx = lane + 32 * i;  // over [K, V][kHalves][kRegionChunks]
+        raw[i] = *reinterpret_cast<const uint4*>(sk + idx / kRegionChunks * Geo::kRegionBytes +
+                                                 idx % kRegionChunks * 16);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int i = 0; i < kF8Chunks; ++i) {
+        const int idx = lane + 32 * i;
+        const int region = idx / kRegionChunks, c = idx % kRegionChunks;
+        const int is_v = region / Geo::kHalves, h = region % Geo::kHalves;
+        const int r = c / 4, c16 = c % 4;  // row, and 16 elements of its line
+        const float sc = is_v ? p.v_scale : p.k_scale;
+        const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+        uint32_t t2[8];  // T pairs: elements 2 j, 2 j + 1 of the 16
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float2 f = cuda::kv_f8x2_dequantize(static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2))), sc);
+          t2[j] = Elem<T>::pack2(f.x, f.y);
+        }
+        char* base = sk + is_v * Geo::kKvBytes;
+        *reinterpret_cast<uint4*>(base + row_chunk_offset<HD>(r, 8 * h + 2 * c16)) =
+            make_uint4(t2[0], t2[1], t2[2], t2[3]);
+        *reinterpret_cast<uint4*>(base + row_chunk_offset<HD>(r, 8 * h + 2 * c16 + 1)) =
+            make_uint4(t2[4], t2[5], t2[6], t2[7]);
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncwarp();
+    }
+  };
+
   // The first tile (whole: the split has more) into registers, then its
   // stage refilled at once.
   uint32_t hk[kMT][kKS][4], hv[kMT][kDT][4];
   auto hold_first_tile = [&](int part, int early_until) {
     mbarrier_wait(bars, 0);
+    dequantize_stage(0);
     const auto from_k = smem_k(warp_stages);
     const auto from_v = smem_v(warp_stages);
 #pragma unroll
@@ -428,7 +486,10 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           warp_begin[n] = begin + n * Geo::kTileTokens + warp * kWT;
-          if (n > 0) mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+          if (n > 0) {
+            mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+            dequantize_stage(n % kHoldStages);
+          }
         }
         if constexpr (N > kHoldStages) zero_v_past_end(0, warp_begin[kHoldStages]);  // a last tile
         compute_tiles(warp_begin, from_k, from_v);
@@ -455,6 +516,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   int32_t next_entry = table_entries(tile + stages);
   for (; tile < n_tiles; ++tile) {
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
+    dequantize_stage(slot);
     const uint32_t stage = warp_stages + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
     zero_v_past_end(slot, warp_begin);
