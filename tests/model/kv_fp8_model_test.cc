@@ -1,8 +1,9 @@
 // The FP8 (E4M3) KV cache under the default model's CPU forward, against the
 // f32 cache: four prompts batched, greedy decoding.
-//   - logits NMSE within kFp8KvNmse at every step (the steps fed the f32
-//     run's tokens, so both see the same inputs), and a planted scale error
-//     (K read at twice the scale it was written with, every layer) outside it;
+//   - logits NMSE within kFp8KvNmse at every step and within kFp8KvMeanNmse on
+//     average (the steps fed the f32 run's tokens, so both see the same
+//     inputs), and a planted scale error (K read at twice the scale it was
+//     written with, every layer) outside the mean bound;
 //   - greedy tokens agree until the first step where the f32 top-2 margin is
 //     under kFp8KvNearTie;
 //   - a sequence alone gives the bits it gives in the batch (batch invariance:
@@ -33,15 +34,20 @@ using testing::nmse;
 
 constexpr int kSteps = 12;  // the prefill, then 11 decode steps
 constexpr int32_t kBlock = 16, kMaxLen = 64;
-// The bound, from the element error: E4M3 keeps 3 mantissa bits, so a K or V
-// element (scale 1.0, |x| in the normal range) is off by at most 2^-4 of
-// itself, 2^-4 / sqrt(3) RMS: an NMSE of 1.3e-3 on each stored tensor, the
-// size of the error FP8 weights put on each linear's output. The logits are
-// 30 layers on: measured 1.7e-4 to 3.5e-2 a row on this model over the four
-// prompts (this machine's CPU, f32 compute), and 4x that is the bound. The
-// planted error (every K read at twice its value: each layer's scores twice
-// as sharp) lands at NMSE 0.3 to 0.6 a row on average, over 8x the bound.
-constexpr double kFp8KvNmse = 0.15;
+// The bounds, from the element error: E4M3 keeps 3 mantissa bits, so a K or
+// V element (scale 1.0, |x| in the normal range) is off by at most 2^-4 of
+// itself, about 2^-4 / sqrt(3) relative RMS: an NMSE of ~1.3e-3 on each stored
+// tensor (the size of the error FP8 weights put on each linear's output). If
+// the 2 x 30 such errors reached the logits unamplified and uncorrelated,
+// their NMSE would add to at most ~0.08; attention averages V errors over its
+// keys, so less: measured 4.5e-3 on average, 9.1e-5 to 3.5e-2 a row
+// (2026-12-05, a 2-core x86 VM, f32 compute, 48 rows: four prompts, 12
+// steps). The mean bound sits between the two (7x the measurement), the row
+// bound at 4x the worst row; the planted error (every K read at twice its
+// value: each layer's scores twice as sharp) measured 0.24 on average, 8x the
+// mean bound.
+constexpr double kFp8KvNmse = 0.15;      // any row
+constexpr double kFp8KvMeanNmse = 0.03;  // the mean over the rows
 constexpr float kFp8KvNearTie = 1.0f;  // logits: greedy may part below this f32 top-2 margin
 
 float margin(const float* row, int64_t n) {
@@ -141,7 +147,8 @@ TEST_F(Fp8KvModel, LogitsNearF32AndFarFromAWrongScale) {
   }
   std::printf("fp8 KV vs f32 KV: logits NMSE %.2e to %.2e (mean %.2e) over %lld rows; K read x2: mean %.2e\n",
               least, worst, mean, static_cast<long long>(rows), planted_mean);
-  EXPECT_GT(planted_mean, kFp8KvNmse) << "K read at twice its scale passes the bound";
+  EXPECT_LE(mean, kFp8KvMeanNmse);
+  EXPECT_GT(planted_mean, kFp8KvMeanNmse) << "K read at twice its scale passes the bound";
 }
 
 TEST_F(Fp8KvModel, GreedyAgreesWithF32UntilANearTie) {

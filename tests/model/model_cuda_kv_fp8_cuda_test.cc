@@ -1,8 +1,9 @@
 // The default model's CUDA forward with an FP8 (E4M3) KV cache against the
 // same model with the bf16 cache (bf16 weights in both):
-//   - logits at every position of four prompts within kFp8KvNmse, and a
-//     planted scale error (every layer's K read at twice the scale it was
-//     written with) outside it;
+//   - logits of four prompts' prefill and decode steps within kFp8KvNmse a
+//     row and kFp8KvMeanNmse on average, and a planted scale error (every
+//     layer's K read at twice the scale it was written with) outside the mean
+//     bound;
 //   - greedy decoding agrees until the first step whose bf16 top-2 margin is
 //     under kFp8KvNearTie;
 //   - batch invariance with fp8 pools: a prompt chunked, and beside others,
@@ -34,11 +35,13 @@ using testing::nmse;
 constexpr int32_t kBlockSize = 16;
 constexpr int32_t kBlocksPerSeq = 32;  // 512 positions a sequence
 constexpr int32_t kMaxSeqs = 8;
-// The bound and the near-tie margin of the CPU's fp8-KV test
-// (tests/model/kv_fp8_model_test.cc, where they are derived and measured):
-// the element error is the same rule on both devices, and the bf16 cache this
-// compares with is 2^-5 of E4M3's step away from f32.
+// The bounds and the near-tie margin of the CPU's fp8-KV test
+// (tests/model/kv_fp8_model_test.cc, where they are derived and measured on
+// the same 48 rows): the element rule is the same on both devices, and the
+// bf16 cache compared with here is 16 times finer than E4M3 (7 mantissa bits
+// to 3), so it stands in for the CPU's f32.
 constexpr double kFp8KvNmse = 0.15;
+constexpr double kFp8KvMeanNmse = 0.03;
 constexpr float kFp8KvNearTie = 1.0f;
 
 void add_tables(ForwardBatch& b) {
@@ -117,6 +120,10 @@ TEST_F(CudaKvFp8, PoolsHoldTwiceTheTokensInTheSameBytes) {
   EXPECT_FALSE(gpu->set_kv_scales(bad).ok());
 }
 
+// As the CPU's test: each of four prompts prefilled, then 11 decode steps fed
+// the bf16 run's greedy tokens (both caches see the same inputs): 48 logits
+// rows, each within kFp8KvNmse, their mean within kFp8KvMeanNmse, and the
+// planted error's mean outside it.
 TEST_F(CudaKvFp8, LogitsNearBf16KvAndFarFromAWrongScale) {
   NS_SKIP_WITHOUT_GPU();
   auto bf16 = make_gpu(DType::kBF16), fp8 = make_gpu(DType::kF8E4M3), planted = make_gpu(DType::kF8E4M3);
@@ -124,38 +131,42 @@ TEST_F(CudaKvFp8, LogitsNearBf16KvAndFarFromAWrongScale) {
   const size_t L = static_cast<size_t>(cpu_->config().n_layers);
   ASSERT_TRUE(planted->set_kv_scales(std::vector<KvScales>(L), std::vector<KvScales>(L, KvScales{2.0f, 1.0f})).ok());
   const int64_t V = cpu_->config().vocab_size;
-  double worst = 0, planted_least = 1e30;
+  constexpr int kSteps = 12;
+  double worst = 0, mean = 0, planted_mean = 0;
+  int rows = 0;
   for (int p = 0; p < 4; ++p) {
     const auto prompt = encode(kPrompts[p]);
-    const int32_t n = static_cast<int32_t>(prompt.size());
     ForwardBatch b = testing::make_batch({prompt}, {0}, {p});
-    b.logits_rows.clear();
-    for (int32_t t = 0; t < n; ++t) b.logits_rows.push_back(t);
-    add_tables(b);
-    std::vector<float> ref, got;
-    for (auto* m : {bf16.get(), fp8.get()}) {
-      auto out = m->forward(b);
-      ASSERT_TRUE(out.ok()) << out.status().to_string();
-      (m == bf16.get() ? ref : got).assign(out->data_as<const float>(), out->data_as<const float>() + n * V);
+    int32_t pos = static_cast<int32_t>(prompt.size());
+    for (int step = 0; step < kSteps; ++step) {
+      add_tables(b);
+      std::vector<float> ref;
+      auto r = bf16->forward(b);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ref.assign(r->data_as<const float>(), r->data_as<const float>() + V);
+      auto g = fp8->forward(b);
+      ASSERT_TRUE(g.ok()) << g.status().to_string();
+      const float* gp = g->data_as<const float>();
+      ASSERT_TRUE(std::all_of(gp, gp + V, [](float x) { return std::isfinite(x); })) << "step " << step;
+      const double e = nmse(gp, ref.data(), V);
+      auto pl = planted->forward(b);
+      ASSERT_TRUE(pl.ok());
+      const double pe = nmse(pl->data_as<const float>(), ref.data(), V);
+      EXPECT_LE(e, kFp8KvNmse) << "prompt " << p << ", step " << step;
+      worst = std::max(worst, e);
+      mean += e;
+      planted_mean += pe;
+      ++rows;
+      b = testing::make_batch({{testing::argmax(ref.data(), V)}}, {pos++}, {p});
     }
-    auto pl = planted->forward(b);
-    ASSERT_TRUE(pl.ok());
-    double w = 0, pm = 0;
-    for (int32_t t = 0; t < n; ++t) {
-      const float* g = got.data() + t * V;
-      ASSERT_TRUE(std::all_of(g, g + V, [](float x) { return std::isfinite(x); })) << "row " << t;
-      w = std::max(w, nmse(g, ref.data() + t * V, V));
-      pm += nmse(pl->data_as<const float>() + t * V, ref.data() + t * V, V) / n;
-    }
-    std::printf("prompt %d: %d positions, fp8 KV vs bf16 KV worst logits NMSE %.2e; K read x2: mean %.2e\n", p,
-                n, w, pm);
-    worst = std::max(worst, w);
-    planted_least = std::min(planted_least, pm);
   }
-  std::printf("fp8 KV vs bf16 KV: worst NMSE %.2e (bound %.2e), planted scale error %.1fx farther\n", worst,
-              kFp8KvNmse, planted_least / worst);
-  EXPECT_LE(worst, kFp8KvNmse);
-  EXPECT_GT(planted_least, kFp8KvNmse) << "K read at twice its scale passes the bound";
+  mean /= rows;
+  planted_mean /= rows;
+  std::printf("fp8 KV vs bf16 KV: logits NMSE mean %.2e (bound %.2e), worst %.2e (bound %.2e) over %d rows; "
+              "K read x2: mean %.2e\n",
+              mean, kFp8KvMeanNmse, worst, kFp8KvNmse, rows, planted_mean);
+  EXPECT_LE(mean, kFp8KvMeanNmse);
+  EXPECT_GT(planted_mean, kFp8KvMeanNmse) << "K read at twice its scale passes the bound";
 }
 
 TEST_F(CudaKvFp8, GreedyAgreesWithBf16KvUntilANearTie) {
