@@ -158,13 +158,14 @@ Status CpuKV::set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> 
   if (read_scales.empty()) read_scales = scales;
   for (const auto* v : {&scales, &read_scales}) {
     if (v->size() != k_.size()) {
-      return invalid_argument("KV scales: " + std::to_string(v->size()) + " for " + std::to_string(k_.size()) +
-                              " layers");
+      return invalid_argument("KV scales: " + std::to_string(v->size()) + " for " +
+                              std::to_string(k_.size()) + " layers");
     }
     for (size_t l = 0; l < v->size(); ++l) {
       if (!kv_scale_valid((*v)[l].k) || !kv_scale_valid((*v)[l].v)) {
-        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " + std::to_string((*v)[l].k) +
-                                ", v " + std::to_string((*v)[l].v) + " (each must be finite and > 0)");
+        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " +
+                                std::to_string((*v)[l].k) + ", v " + std::to_string((*v)[l].v) +
+                                " (each must be finite and > 0)");
       }
     }
   }

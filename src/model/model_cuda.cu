@@ -121,8 +121,9 @@ Status CudaModel::set_kv_scales(std::vector<KvScales> scales, std::vector<KvScal
     }
     for (size_t l = 0; l < v->size(); ++l) {
       if (!kv_scale_valid((*v)[l].k) || !kv_scale_valid((*v)[l].v)) {
-        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " + std::to_string((*v)[l].k) +
-                                ", v " + std::to_string((*v)[l].v) + " (each must be finite and > 0)");
+        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " +
+                                std::to_string((*v)[l].k) + ", v " + std::to_string((*v)[l].v) +
+                                " (each must be finite and > 0)");
       }
     }
   }

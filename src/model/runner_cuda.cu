@@ -50,7 +50,8 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
   }
   if (o.kv_dtype == DType::kF8E4M3 && o.cublas_prefill) {
     return invalid_argument(
-        "--kv-cache-dtype fp8 with --cublas-prefill: the query-tiled prefill attention reads bf16 pools only");
+        "--kv-cache-dtype fp8 with --cublas-prefill: the query-tiled prefill attention reads bf16 pools "
+        "only");
   }
   if (o.fp8_weights && o.cublas_prefill) {
     return invalid_argument(

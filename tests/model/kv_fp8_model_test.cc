@@ -48,7 +48,7 @@ constexpr int32_t kBlock = 16, kMaxLen = 64;
 // mean bound.
 constexpr double kFp8KvNmse = 0.15;      // any row
 constexpr double kFp8KvMeanNmse = 0.03;  // the mean over the rows
-constexpr float kFp8KvNearTie = 1.0f;  // logits: greedy may part below this f32 top-2 margin
+constexpr float kFp8KvNearTie = 1.0f;    // logits: greedy may part below this f32 top-2 margin
 
 float margin(const float* row, int64_t n) {
   float a = -INFINITY, b = -INFINITY;
@@ -110,7 +110,8 @@ class Fp8KvModel : public ::testing::Test {
       for (size_t i = 0; i < B; ++i) {
         (*tokens)[step].push_back(argmax(l + i * V, V));
         starts[i] += static_cast<int32_t>(segs[i].size());
-        segs[i] = {forced != nullptr ? (*forced)[step][static_cast<size_t>(which[i])] : (*tokens)[step].back()};
+        segs[i] = {forced != nullptr ? (*forced)[step][static_cast<size_t>(which[i])]
+                                     : (*tokens)[step].back()};
       }
     }
     return all;

@@ -129,7 +129,8 @@ TEST_F(CudaKvFp8, LogitsNearBf16KvAndFarFromAWrongScale) {
   auto bf16 = make_gpu(DType::kBF16), fp8 = make_gpu(DType::kF8E4M3), planted = make_gpu(DType::kF8E4M3);
   ASSERT_TRUE(bf16 && fp8 && planted);
   const size_t L = static_cast<size_t>(cpu_->config().n_layers);
-  ASSERT_TRUE(planted->set_kv_scales(std::vector<KvScales>(L), std::vector<KvScales>(L, KvScales{2.0f, 1.0f})).ok());
+  ASSERT_TRUE(
+      planted->set_kv_scales(std::vector<KvScales>(L), std::vector<KvScales>(L, KvScales{2.0f, 1.0f})).ok());
   const int64_t V = cpu_->config().vocab_size;
   constexpr int kSteps = 12;
   double worst = 0, mean = 0, planted_mean = 0;
@@ -162,9 +163,10 @@ TEST_F(CudaKvFp8, LogitsNearBf16KvAndFarFromAWrongScale) {
   }
   mean /= rows;
   planted_mean /= rows;
-  std::printf("fp8 KV vs bf16 KV: logits NMSE mean %.2e (bound %.2e), worst %.2e (bound %.2e) over %d rows; "
-              "K read x2: mean %.2e\n",
-              mean, kFp8KvMeanNmse, worst, kFp8KvNmse, rows, planted_mean);
+  std::printf(
+      "fp8 KV vs bf16 KV: logits NMSE mean %.2e (bound %.2e), worst %.2e (bound %.2e) over %d rows; "
+      "K read x2: mean %.2e\n",
+      mean, kFp8KvMeanNmse, worst, kFp8KvNmse, rows, planted_mean);
   EXPECT_LE(mean, kFp8KvMeanNmse);
   EXPECT_GT(planted_mean, kFp8KvMeanNmse) << "K read at twice its scale passes the bound";
 }
@@ -229,7 +231,8 @@ TEST_F(CudaKvFp8, ChunkedAndBatchedPrefillMatchWhole) {
     chunked.assign(out->data_as<const float>(), out->data_as<const float>() + V);
   }
   EXPECT_EQ(std::memcmp(chunked.data(), ref.data(), V * sizeof(float)), 0)
-      << "chunked prefill differs from the whole prompt's (NMSE " << nmse(chunked.data(), ref.data(), V) << ")";
+      << "chunked prefill differs from the whole prompt's (NMSE " << nmse(chunked.data(), ref.data(), V)
+      << ")";
   const auto a = encode(kPrompts[0]), c = encode(kPrompts[4]);
   ForwardBatch batch = testing::make_batch({a, prompt, c}, {0, 0, 0}, {3, 2, 4});
   add_tables(batch);

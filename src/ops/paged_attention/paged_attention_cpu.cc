@@ -123,7 +123,8 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
     float* kbuf = widened;
     float* vbuf = widened + (Rows::kWidens ? attn::kKeyBlock * hd : 0);
     attend_tile(
-        rows, n_rows, hd, a.scale, [&](int64_t p, int64_t n) { return block(k_base, kp, kbuf, p, n, a.k_scale); },
+        rows, n_rows, hd, a.scale,
+        [&](int64_t p, int64_t n) { return block(k_base, kp, kbuf, p, n, a.k_scale); },
         [&](int64_t p, int64_t n) { return block(v_base, vp, vbuf, p, n, a.v_scale); }, sc, a.softcap);
   }
 }

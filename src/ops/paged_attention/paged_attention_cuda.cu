@@ -42,7 +42,10 @@
 //    the pair reads each K/V tile once (the block of row p + 1 returns);
 //  - at the end the warps are merged in warp order through shared memory. A
 //    row longer than one split writes (o, lse) partials, combined in split
-//    order by one warp per head (the reduce kernel, one warp a block).
+//    order by one warp per head (the reduce kernel, one warp a block);
+//  - over fp8 (E4M3) pools the copies move one byte an element, unswizzled,
+//    and the warp dequantizes each landed stage in shared memory to the bf16
+//    layout above (bf16(f32(q) * scale)): the rest is the bf16 kernel.
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/paged_attention/paged_attention_tuning.cuh"
@@ -123,8 +126,8 @@ CUtensorMap pool_tensor_map(void* encode_fn, const Tensor& pool, int box_rows) {
   const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode_fn)(
       &map, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 5,
       const_cast<void*>(pool.data()), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      f8 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      f8 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   NS_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for pool "
                               << pool.shape_string();
   return map;

@@ -1,9 +1,8 @@
 #pragma once
 // CUDA paged attention: the KV write and the attention read through block
-// tables, for bf16/f16 caches and E4M3 (fp8) caches with per-layer scales. Plain C++ declarations (no CUDA header), so the
-// engine's .cc files built with NANOSERVE_CUDA can call them; the kernels live
-// in paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth
-// these are tested against.
+// tables, for bf16/f16 caches and E4M3 (fp8) caches with per-layer scales. Plain C++ declarations (no CUDA
+// header), so the engine's .cc files built with NANOSERVE_CUDA can call them; the kernels live in
+// paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth these are tested against.
 //
 // Pools, one per layer for K and one for V, as the CPU's:
 //   [num_blocks, block_size, n_kv_heads, head_dim]  bf16, f16 or f8e4m3

@@ -8,8 +8,8 @@
 
 #include <type_traits>
 
-#include "core/cuda/kv_quant.cuh"
 #include "ops/paged_attention/paged_attention_common.cuh"
+#include "ops/paged_attention/paged_attention_fp8.cuh"
 #include "ops/paged_attention/paged_attention_reduce.cuh"
 
 namespace nanoserve::paged_attention_kernels {
@@ -200,48 +200,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   };
   const uint32_t warp_stages = cuda::smem_addr(warp_smem);
 
-  // An fp8 warp-stage, landed: line h of K's (V's) rows at the start of
-  // region h, row r's 64 bytes at 64 r. Each lane reads its 16-byte chunks
-  // (kF8Chunks) before any lane writes (the T rows overlap them), then
-  // writes each as two swizzled T chunks, then orders its writes before the
-  // copy engine's next ones into the stage (its refill).
+  // An fp8 stage, once landed, to the T layout (paged_attention_fp8.cuh).
   auto dequantize_stage = [&](int slot) {
-    if constexpr (kF8) {
-      char* sk = warp_smem + slot * kStageBytes;
-      constexpr int kRegionChunks = kWT * kLineBytes / 2 / 16;  // 4 a row
-      constexpr int kF8Chunks = 2 * Geo::kHalves * kRegionChunks / 32;
-      static_assert(kF8Chunks * 32 == 2 * Geo::kHalves * kRegionChunks, "whole chunks a lane");
-      uint4 raw[kF8Chunks];
-#pragma unroll
-      for (int i = 0; i < kF8Chunks; ++i) {
-        const int idx = lane + 32 * i;  // over [K, V][kHalves][kRegionChunks]
-        raw[i] = *reinterpret_cast<const uint4*>(sk + idx / kRegionChunks * Geo::kRegionBytes +
-                                                 idx % kRegionChunks * 16);
-      }
-      __syncwarp();
-#pragma unroll
-      for (int i = 0; i < kF8Chunks; ++i) {
-        const int idx = lane + 32 * i;
-        const int region = idx / kRegionChunks, c = idx % kRegionChunks;
-        const int is_v = region / Geo::kHalves, h = region % Geo::kHalves;
-        const int r = c / 4, c16 = c % 4;  // row, and 16 elements of its line
-        const float sc = is_v ? p.v_scale : p.k_scale;
-        const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
-        uint32_t t2[8];  // T pairs: elements 2 j, 2 j + 1 of the 16
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float2 f = cuda::kv_f8x2_dequantize(static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2))), sc);
-          t2[j] = Elem<T>::pack2(f.x, f.y);
-        }
-        char* base = sk + is_v * Geo::kKvBytes;
-        *reinterpret_cast<uint4*>(base + row_chunk_offset<HD>(r, 8 * h + 2 * c16)) =
-            make_uint4(t2[0], t2[1], t2[2], t2[3]);
-        *reinterpret_cast<uint4*>(base + row_chunk_offset<HD>(r, 8 * h + 2 * c16 + 1)) =
-            make_uint4(t2[4], t2[5], t2[6], t2[7]);
-      }
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      __syncwarp();
-    }
+    if constexpr (kF8) dequantize_f8_stage<T, HD>(warp_smem + slot * kStageBytes, lane, p.k_scale, p.v_scale);
   };
 
   // The first tile (whole: the split has more) into registers, then its

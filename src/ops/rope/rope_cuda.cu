@@ -84,7 +84,8 @@ __device__ __forceinline__ void store_chunk_f8(uint8_t* p, const Chunk<C>& c, fl
   uint32_t q[2] = {0u, 0u};
 #pragma unroll
   for (int e = 0; e < C; ++e) {
-    const uint32_t b = cuda::kv_f8_quantize(bf16_bits_to_f32((c.w[e / 2] >> (16 * (e % 2))) & 0xffffu), scale);
+    const uint32_t b =
+        cuda::kv_f8_quantize(bf16_bits_to_f32((c.w[e / 2] >> (16 * (e % 2))) & 0xffffu), scale);
     q[e / 4] |= b << (8 * (e % 4));
   }
   if constexpr (C == 8) {
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
     pool = a.k_pool, off = (slot * a.n_kv + head - a.n_heads) * a.head_dim + e0, kv_scale = a.k_scale;
     norm = a.extras.k_norm;
   } else {
-    pool = a.v_pool, off = (slot * a.n_kv + head - a.n_heads - a.n_kv) * a.head_dim + e0, kv_scale = a.v_scale;
+    pool = a.v_pool, off = (slot * a.n_kv + head - a.n_heads - a.n_kv) * a.head_dim + e0,
+    kv_scale = a.v_scale;
   }
   // An fp8 pool takes the bf16 row the bf16 pool would hold, quantized.
   auto store = [&](const Chunk<C>& out) {

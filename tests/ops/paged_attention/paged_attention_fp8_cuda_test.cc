@@ -69,7 +69,8 @@ TEST(PagedAttentionFp8Cuda, KvWriteQuantizesEveryBf16LikeTheCpu) {
   fb.slot_mapping[5] = -1;  // padding: not written
   DeviceBatch batch(kT, 1, kT / kBs);
   batch.upload(fb);
-  const Tensor kd = device_from(k, DType::kBF16, {kT, kKv, kHd}), vd = device_from(v, DType::kBF16, {kT, kKv, kHd});
+  const Tensor kd = device_from(k, DType::kBF16, {kT, kKv, kHd}),
+               vd = device_from(v, DType::kBF16, {kT, kKv, kHd});
   for (const KvScales scales : {KvScales{1.0f, 1.0f}, KvScales{0.37f, 3.1f}}) {
     SCOPED_TRACE(std::to_string(scales.k) + ", " + std::to_string(scales.v));
     Tensor kp = cuda::empty(DType::kF8E4M3, {kBlocks, kBs, kKv, kHd});
@@ -119,8 +120,10 @@ TEST(PagedAttentionFp8Cuda, RopeKvWriteIntoFp8PoolsQuantizesTheBf16Rows) {
   const Tensor slots_d = cuda::to_device(Tensor::view(slots.data(), DType::kI32, {kT}, nullptr));
   const Tensor freq_d = cuda::to_device(Tensor::view(inv_freq.data(), DType::kF32, {kHd / 2}, nullptr));
   const KvScales scales{0.21f, 0.083f};
-  Tensor q16 = cuda::empty(DType::kBF16, {kT, kHeads, kHd}), q8 = cuda::empty(DType::kBF16, {kT, kHeads, kHd});
-  Tensor k16 = cuda::empty(DType::kBF16, {kBlocks, kBs, kKv, kHd}), v16 = cuda::empty(DType::kBF16, k16.shape());
+  Tensor q16 = cuda::empty(DType::kBF16, {kT, kHeads, kHd}),
+         q8 = cuda::empty(DType::kBF16, {kT, kHeads, kHd});
+  Tensor k16 = cuda::empty(DType::kBF16, {kBlocks, kBs, kKv, kHd}),
+         v16 = cuda::empty(DType::kBF16, k16.shape());
   Tensor k8 = cuda::empty(DType::kF8E4M3, k16.shape()), v8 = cuda::empty(DType::kF8E4M3, k16.shape());
   for (const Tensor* t : {&k16, &v16}) cuda::fill_bytes(*t, 0);
   for (const Tensor* t : {&k8, &v8}) cuda::fill_bytes(*t, 0);
@@ -130,7 +133,8 @@ TEST(PagedAttentionFp8Cuda, RopeKvWriteIntoFp8PoolsQuantizesTheBf16Rows) {
                      freq_d.data_as<const float>(), kHd, kHeads, kKv, q8, k8, v8, nullptr, {}, scales);
   cuda::synchronize();
   EXPECT_TRUE(download16(q8) == download16(q16)) << "q differs with fp8 pools";
-  std::vector<uint8_t> want_k = quantize(download16(k16), scales.k), want_v = quantize(download16(v16), scales.v);
+  std::vector<uint8_t> want_k = quantize(download16(k16), scales.k),
+                       want_v = quantize(download16(v16), scales.v);
   // Unwritten slots: zero in both (a zero bf16 quantizes to a zero byte).
   EXPECT_TRUE(download8(k8) == want_k) << "K pool";
   EXPECT_TRUE(download8(v8) == want_v) << "V pool";
@@ -139,10 +143,10 @@ TEST(PagedAttentionFp8Cuda, RopeKvWriteIntoFp8PoolsQuantizesTheBf16Rows) {
 // A problem's pools in fp8 (this step's slots NaN until the write) and the
 // same pools dequantized to bf16 (with this step's rows).
 struct Fp8Problem {
-  Problem p;       // bf16 values; p.k_pool / v_pool become the dequantized f32 truth
+  Problem p;  // bf16 values; p.k_pool / v_pool become the dequantized f32 truth
   KvScales scales;
   std::vector<uint8_t> k8, v8, k8_full, v8_full;  // pools before and after the write
-  std::vector<uint16_t> k_deq16, v_deq16;          // the full pools, dequantized, in bf16
+  std::vector<uint16_t> k_deq16, v_deq16;         // the full pools, dequantized, in bf16
 };
 
 Fp8Problem make_fp8_problem(uint64_t seed, const Shape& s, const std::vector<std::pair<int, int>>& seqs,
@@ -177,7 +181,8 @@ void check_fp8(const Shape& s, const std::vector<std::pair<int, int>>& seqs, KvS
   const int64_t hd = s.head_dim;
   const std::vector<int64_t> pool_shape = {p.num_blocks, s.block_size, s.n_kv, hd};
   Tensor k8 = device_bytes(f.k8, pool_shape), v8 = device_bytes(f.v8, pool_shape);
-  const Tensor kd = device_from(f.k_deq16, DType::kBF16, pool_shape), vd = device_from(f.v_deq16, DType::kBF16, pool_shape);
+  const Tensor kd = device_from(f.k_deq16, DType::kBF16, pool_shape),
+               vd = device_from(f.v_deq16, DType::kBF16, pool_shape);
   const Tensor q = device_from(p.q16, DType::kBF16, {p.num_tokens, p.n_heads, hd});
   const Tensor k_new = device_from(p.k_new16, DType::kBF16, {p.num_tokens, s.n_kv, hd});
   const Tensor v_new = device_from(p.v_new16, DType::kBF16, {p.num_tokens, s.n_kv, hd});
@@ -199,7 +204,8 @@ void check_fp8(const Shape& s, const std::vector<std::pair<int, int>>& seqs, KvS
   const std::vector<uint16_t> got = download16(out8), want = download16(out16);
   size_t diff = 0;
   for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
-  ASSERT_EQ(diff, 0u) << "of " << got.size() << " outputs differ from the bf16 kernel over the dequantized pools";
+  ASSERT_EQ(diff, 0u) << "of " << got.size()
+                      << " outputs differ from the bf16 kernel over the dequantized pools";
   if (check.empty()) {
     for (size_t b = 0; b < seqs.size(); ++b) check.push_back(static_cast<int>(b));
   }
@@ -236,9 +242,9 @@ TEST(PagedAttentionFp8Cuda, EveryTuningEqualsBf16OverDequantizedPools) {
   const std::vector<std::pair<int, int>> decode{{1, 1}, {300, 1}, {2048, 1}, {9000, 1}};
   const std::vector<std::pair<int, int>> extend{{1, 1}, {37, 37}, {120, 20}, {1000, 300}, {2048, 1}, {5, 2}};
   for (const PagedAttentionTuning& t : tunings()) {
-    SCOPED_TRACE(::testing::Message() << "hold " << t.hold_first_tile << " pair " << t.pair_rows << " stages "
-                                      << t.stages << " early " << t.early_kv << " before_wait "
-                                      << t.hold_before_wait);
+    SCOPED_TRACE(::testing::Message()
+                 << "hold " << t.hold_first_tile << " pair " << t.pair_rows << " stages " << t.stages
+                 << " early " << t.early_kv << " before_wait " << t.hold_before_wait);
     check_fp8({DType::kBF16, 128, 16, 8, 4}, decode, kScales, t);
     check_fp8({DType::kBF16, 64, 16, 2, 8}, extend, kScales, t);
     check_fp8({DType::kBF16, 128, 16, 2, 2}, extend, kScales, t);

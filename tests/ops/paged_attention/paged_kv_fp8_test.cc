@@ -28,19 +28,19 @@ TEST(KvQuant, QuantizeRoundsToNearestEvenSaturatesAndKeepsNaN) {
     uint8_t want;
   };
   const Case cases[] = {
-      {0.0f, 1.0f, 0x00},       {-0.0f, 1.0f, 0x80},     {1.0f, 1.0f, 0x38},  // 1.0: exponent 7, mantissa 0
-      {-1.0f, 1.0f, 0xb8},      {1.0625f, 1.0f, 0x38},                         // tie 1 | 1.125: even (1)
-      {1.1875f, 1.0f, 0x3a},                                                   // tie 1.125 | 1.25: even (1.25)
-      {1.07f, 1.0f, 0x39},                                                     // above the tie: up
-      {448.0f, 1.0f, 0x7e},     {463.0f, 1.0f, 0x7e},   {-1e6f, 1.0f, 0xfe},  // saturated, never NaN
-      {inf, 1.0f, 0x7e},        {-inf, 1.0f, 0xfe},     {nan, 1.0f, 0x7f},   {-nan, 1.0f, 0x7f},
-      {0x1p-9f, 1.0f, 0x01},                                                   // the least subnormal
-      {0x1p-10f, 1.0f, 0x00},                                                  // tie 0 | 2^-9: even (0)
-      {3 * 0x1p-10f, 1.0f, 0x02},                                              // tie 2^-9 | 2^-8: even
-      {0x1p-6f, 1.0f, 0x08},                                                   // the least normal
-      {10.0f, 0.5f, 0x5a},                                                     // 20 = 1.25 x 2^4
-      {10.0f, 2.0f, 0x4a},                                                     // 5 = 1.25 x 2^2
-      {300.0f, 0.5f, 0x7e},                                                    // 600 saturates
+      {0.0f, 1.0f, 0x00},         {-0.0f, 1.0f, 0x80},   {1.0f, 1.0f, 0x38},  // 1.0: exponent 7, mantissa 0
+      {-1.0f, 1.0f, 0xb8},        {1.0625f, 1.0f, 0x38},                      // tie 1 | 1.125: even (1)
+      {1.1875f, 1.0f, 0x3a},                                                  // tie 1.125 | 1.25: even (1.25)
+      {1.07f, 1.0f, 0x39},                                                    // above the tie: up
+      {448.0f, 1.0f, 0x7e},       {463.0f, 1.0f, 0x7e},  {-1e6f, 1.0f, 0xfe},  // saturated, never NaN
+      {inf, 1.0f, 0x7e},          {-inf, 1.0f, 0xfe},    {nan, 1.0f, 0x7f},
+      {-nan, 1.0f, 0x7f},         {0x1p-9f, 1.0f, 0x01},  // the least subnormal
+      {0x1p-10f, 1.0f, 0x00},                             // tie 0 | 2^-9: even (0)
+      {3 * 0x1p-10f, 1.0f, 0x02},                         // tie 2^-9 | 2^-8: even
+      {0x1p-6f, 1.0f, 0x08},                              // the least normal
+      {10.0f, 0.5f, 0x5a},                                // 20 = 1.25 x 2^4
+      {10.0f, 2.0f, 0x4a},                                // 5 = 1.25 x 2^2
+      {300.0f, 0.5f, 0x7e},                               // 600 saturates
   };
   for (const Case& c : cases) {
     EXPECT_EQ(kv_f8_quantize(c.x, c.scale), c.want) << "x " << c.x << ", scale " << c.scale;
@@ -63,7 +63,7 @@ TEST(PagedKvFp8, WriteQuantizesAndGatherDequantizes) {
   constexpr int64_t kBlocks = 4, kBs = 4, kKv = 2, kHd = 8, kRow = kKv * kHd;
   const KvScales scales{0.37f, 2.5f};
   std::mt19937 rng(7);
-  std::normal_distribution<float> n(0.0f, 60.0f);  // some beyond 448 x scale
+  std::normal_distribution<float> n(0.0f, 60.0f);    // some beyond 448 x scale
   const std::vector<int32_t> slots = {5, 6, 14, 9};  // the tokens' slots: blocks 1, 1, 3, 2
   const int32_t T = static_cast<int32_t>(slots.size());
   Tensor k = Tensor::empty(DType::kF32, {T, kKv, kHd}), v = Tensor::empty(DType::kF32, {T, kKv, kHd});
@@ -149,13 +149,15 @@ TEST(PagedKvFp8, FusedReadEqualsGatherOverDequantizedPool) {
     a.v_scale = scales.v;
     std::vector<float> scores(static_cast<size_t>(pool.num_threads()) *
                               paged_attention_cpu_scores_stride(testing::PagedCase::kRep, 200));
-    paged_attention_cpu(a, pool, scores.data(), paged_attention_cpu_scores_stride(testing::PagedCase::kRep, 200));
+    paged_attention_cpu(a, pool, scores.data(),
+                        paged_attention_cpu_scores_stride(testing::PagedCase::kRep, 200));
     const std::vector<float> want = c.gather(window, 0.0f);
     ASSERT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0)
         << "the fused fp8 read differs from the gather over the dequantized pool";
     // A wrong scale on the read (K read at twice its value) does not.
     a.k_scale = 2 * scales.k;
-    paged_attention_cpu(a, pool, scores.data(), paged_attention_cpu_scores_stride(testing::PagedCase::kRep, 200));
+    paged_attention_cpu(a, pool, scores.data(),
+                        paged_attention_cpu_scores_stride(testing::PagedCase::kRep, 200));
     EXPECT_NE(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0);
   }
 }
