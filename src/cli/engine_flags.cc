@@ -69,8 +69,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--num-blocks", c.num_blocks, "KV pool size in blocks (overrides --kv-cache-memory)");
   sub->add_option("--kv-cache-memory", f.kv_cache_memory,
                   "KV pool size in bytes, K+V of all layers (e.g. 512M, 2G; default 1G)");
-  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache element type (auto: f32 on the CPU)")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
+  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "KV cache element type (auto: f32 on the CPU, bf16 on CUDA; fp8 = fp8_e4m3: E4M3 with "
+                  "per-layer scales)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}))
       ->capture_default_str();
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
                 "Reuse the cached KV blocks of a shared prompt prefix (default on)");
@@ -121,8 +123,14 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
     c.kv_cache_dtype = DType::kF16;
   } else if (f.kv_cache_dtype == "bf16") {
     c.kv_cache_dtype = DType::kBF16;
+  } else if (f.kv_cache_dtype == "fp8" || f.kv_cache_dtype == "fp8_e4m3") {
+    c.kv_cache_dtype = DType::kF8E4M3;  // vLLM's fp8 is E4M3 too
+  } else if (f.kv_cache_dtype == "fp8_e5m2") {
+    return invalid_argument(
+        "--kv-cache-dtype fp8_e5m2: the E5M2 KV cache is not implemented; fp8 (fp8_e4m3) is");
   } else if (f.kv_cache_dtype != "auto") {
-    return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype + "' is not auto, f32, f16 or bf16");
+    return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype +
+                            "' is not auto, f32, f16, bf16, fp8 or fp8_e4m3");
   }
   if (f.device == "cpu") {
     c.device = Device::kCPU;

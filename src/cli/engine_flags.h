@@ -18,7 +18,7 @@ namespace nanoserve::cli {
 struct EngineFlags {
   EngineConfig config;
   std::string kv_cache_memory;          // "1073741824", "512M", "2G"
-  std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16
+  std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16 | fp8 | fp8_e4m3 (fp8_e5m2 refused)
   int threads = 0;                      // 0: all cores
   std::string device = "auto";          // auto | cpu | cuda
   std::string load_format = "auto";     // auto | gguf | safetensors | dummy

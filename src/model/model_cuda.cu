@@ -139,8 +139,28 @@ bool query_tiles_allowed(const ModelConfig& c) {
 
 }  // namespace
 
-int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
-  return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
+int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size, DType kv_dtype) {
+  return 2 * c.n_layers * dtype_bytes(kv_dtype, int64_t{block_size} * c.n_kv_heads * c.head_dim);
+}
+
+Status CudaModel::set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales) {
+  if (read_scales.empty()) read_scales = scales;
+  for (const auto* v : {&scales, &read_scales}) {
+    if (static_cast<int64_t>(v->size()) != config_.n_layers) {
+      return invalid_argument("KV scales: " + std::to_string(v->size()) + " for " +
+                              std::to_string(config_.n_layers) + " layers");
+    }
+    for (size_t l = 0; l < v->size(); ++l) {
+      if (!kv_scale_valid((*v)[l].k) || !kv_scale_valid((*v)[l].v)) {
+        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " +
+                                std::to_string((*v)[l].k) + ", v " + std::to_string((*v)[l].v) +
+                                " (each must be finite and > 0)");
+      }
+    }
+  }
+  kv_scales_ = std::move(scales);
+  kv_read_scales_ = std::move(read_scales);
+  return Status::ok_status();
 }
 
 namespace {
@@ -181,6 +201,14 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
                             ": the CUDA attention needs a power of two >= 8");
   }
   NS_RETURN_IF_ERROR(supports(c));
+  if (limits.kv_dtype != DType::kBF16 && limits.kv_dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("CUDA KV pools of ") + dtype_name(limits.kv_dtype) +
+                            " (bf16 or f8e4m3)");
+  }
+  if (kv_scales_.empty()) {
+    kv_scales_.assign(static_cast<size_t>(c.n_layers), KvScales{});
+    kv_read_scales_ = kv_scales_;
+  }
   auto s = std::make_unique<Step>();
   s->limits = limits;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
@@ -220,15 +248,17 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
   s->sampled_host = cuda::pinned_host(R * 4);
   s->sample_logprobs_host = cuda::pinned_host(R * static_cast<int64_t>(sizeof(SampleRowLogprobs)));
   // The pools: one allocation, a K and a V view per layer.
+  const DType kv_dt = limits.kv_dtype;
   const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
-  s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});
+  const int64_t pool_bytes = dtype_bytes(kv_dt, pool_elems);
+  s->kv = cuda::empty(kv_dt, {c.n_layers, 2, pool_elems});
   k_pools_.clear();
   v_pools_.clear();
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto* base = s->kv.data_as<uint16_t>() + l * 2 * pool_elems;
+    auto* base = s->kv.data_as<uint8_t>() + l * 2 * pool_bytes;
     const std::vector<int64_t> shape = {num_blocks, block_size, c.n_kv_heads, c.head_dim};
-    k_pools_.push_back(Tensor::view(base, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
-    v_pools_.push_back(Tensor::view(base + pool_elems, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
+    k_pools_.push_back(Tensor::view(base, kv_dt, shape, s->kv.owner(), Device::kCUDA));
+    v_pools_.push_back(Tensor::view(base + pool_bytes, kv_dt, shape, s->kv.owner(), Device::kCUDA));
   }
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -341,11 +371,12 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // of several rows runs attention on the query-tiled kernel; a step of
   // single decode rows keeps the split kernel, whose splits serve one row
   // better than one block a row and kv head.
-  // A sliding window, soft-capping and head_dim 256 run on the split kernel alone.
-  const PagedAttentionKernel attention =
-      query_tiles_allowed(c) && !small_step && db.num_tokens() > db.num_seqs()
-          ? PagedAttentionKernel::kQueryTiles
-          : PagedAttentionKernel::kSplit;
+  // A sliding window, soft-capping, sinks, head_dim 256 and fp8 pools run on
+  // the split kernel alone (make_cuda_runner refuses fp8 with --cublas-prefill).
+  const PagedAttentionKernel attention = query_tiles_allowed(c) && s.limits.kv_dtype != DType::kF8E4M3 &&
+                                                 !small_step && db.num_tokens() > db.num_seqs()
+                                             ? PagedAttentionKernel::kQueryTiles
+                                             : PagedAttentionKernel::kSplit;
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).
@@ -395,10 +426,11 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
-                       v_pools_[static_cast<size_t>(l)], st, extras);
+                       v_pools_[static_cast<size_t>(l)], st, extras, kv_scales_[static_cast<size_t>(l)]);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
                          scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)),
-                         c.attn_softcap, L.sinks.defined() ? L.sinks.data_as<const float>() : nullptr);
+                         c.attn_softcap, L.sinks.defined() ? L.sinks.data_as<const float>() : nullptr,
+                         kv_read_scales_[static_cast<size_t>(l)]);
     linear(attn2, L.wo, proj);
     if (L.router.defined()) {  // experts: routed on the device, then the grouped expert GEMM
       add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, RmsNormOut::kNatural,

@@ -27,8 +27,9 @@
 // quantize_fp8() the four linears of each layer become FP8 E4M3 rows with a
 // scale each (weight-only: activations stay bf16). An FP8 checkpoint's
 // per-channel and per-tensor linears upload as such rows directly. q/k/v are
-// one matrix, gate/up one matrix. The KV pools are bf16, one pair per layer,
-// [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
+// one matrix, gate/up one matrix. The KV pools are bf16, or FP8 E4M3 with a
+// K and a V scale per layer (CudaLimits::kv_dtype, core/kv_quant.h), one pair
+// per layer, [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
 // allocated before the first step; a step allocates nothing.
 //
 // Plain C++ (no CUDA header): the engine's .cc code built with NANOSERVE_CUDA
@@ -39,6 +40,7 @@
 #include <span>
 #include <vector>
 
+#include "core/kv_quant.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -106,6 +108,9 @@ struct CudaLimits {
   // combination is seen; off (--enforce-eager) every step is launched.
   bool cuda_graphs = true;
   static constexpr int32_t kGraphMaxTokens = 64;
+  // The pools' element: kBF16, or kF8E4M3 (--kv-cache-dtype fp8: twice the
+  // tokens in the same bytes; each layer's KvScales, kv_scales()).
+  DType kv_dtype = DType::kBF16;
 };
 
 class CudaModel {
@@ -146,8 +151,9 @@ class CudaModel {
   // (head_dim other than 64, 128 or 256, more than 8 query heads per kv
   // head, partial rotary dims, experts outside moe_cuda_unsupported's); OK otherwise.
   static Status supports(const ModelConfig& config);
-  // K+V bytes of one block over all layers (bf16).
-  static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);
+  // K+V bytes of one block over all layers, in the pools' dtype (bf16 or f8e4m3).
+  static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size,
+                                    DType kv_dtype = DType::kBF16);
   // Device bytes the step buffers of `limits` take (for memory planning before allocate()).
   static int64_t workspace_bytes(const ModelConfig& config, const CudaLimits& limits);
 
@@ -179,9 +185,15 @@ class CudaModel {
   // the device handed back); valid until the next forward.
   std::span<const float> logits_row(int32_t row);
 
-  // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16.
+  // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16 or f8e4m3.
   const Tensor& k_pool(int layer) const;
   const Tensor& v_pool(int layer) const;
+  // Each layer's K and V scales of an fp8 pool: 1.0 (vLLM's default) unless
+  // set. set_kv_scales: one per layer, finite and > 0; before the first
+  // forward. read_scales: what the attention dequantizes with, where a test
+  // plants a mismatch; empty, the same as `scales`.
+  const std::vector<KvScales>& kv_scales() const { return kv_scales_; }
+  Status set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales = {});
   // Graphs captured so far (for tests and reports).
   int64_t graph_captures() const;
 
@@ -210,6 +222,7 @@ class CudaModel {
   int64_t weight_bytes_ = 0;
   int32_t num_blocks_ = 0, block_size_ = 0;
   std::vector<Tensor> k_pools_, v_pools_;  // [n_layers] views into one allocation each
+  std::vector<KvScales> kv_scales_, kv_read_scales_;  // [n_layers]: the KV write's, the attention's
   std::unique_ptr<Step> step_;
   void* step_stream() const;         // the step's cudaStream_t (model_cuda.cu), for the swap copies
   std::shared_ptr<void> swap_host_;  // pinned, layout above

@@ -2,7 +2,7 @@
 // The CUDA forward as the engine's ModelRunner (docs/model_cuda.md): every
 // family of the table (model/arch.h). The same engine, scheduler, block
 // manager and sampler as on the CPU; underneath, model/model_cuda.h with its
-// bf16 KV pools.
+// bf16 or fp8 KV pools.
 //
 // Plain C++ (no CUDA header); defined in runner_cuda.cu, so only a build
 // with NANOSERVE_CUDA has it.
@@ -33,6 +33,7 @@ struct CudaRunnerOptions {
   bool cublas_prefill = false;  // CudaLimits::cublas_prefill
   bool fp8_weights = false;     // CudaModel::quantize_fp8 once the weights are resident
   bool cuda_graphs = true;      // CudaLimits::cuda_graphs
+  DType kv_dtype = DType::kBF16;  // CudaLimits::kv_dtype: kBF16 or kF8E4M3 (--kv-cache-dtype)
   // The share of the device's memory for weights, KV and step buffers
   // together (vLLM's --gpu-memory-utilization); in (0, 1].
   double gpu_memory_utilization = 0.9;
@@ -47,7 +48,7 @@ class CudaRunner final : public ModelRunner {
 
   const ModelConfig& config() const override { return model_->config(); }
   int64_t kv_bytes_per_block(int32_t block_size) const override {
-    return CudaModel::kv_bytes_per_block(model_->config(), block_size);
+    return CudaModel::kv_bytes_per_block(model_->config(), block_size, limits_.kv_dtype);
   }
   int64_t kv_cache_budget_bytes() const override { return kv_budget_bytes_; }
   Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;

@@ -56,6 +56,23 @@ def test_dtype_on_the_cpu_sets_the_kv_cache_dtype():
     assert "--dtype" in refused("--dtype", "int8")
 
 
+def test_kv_cache_dtype_fp8_holds_four_times_the_f32_tokens_and_serves():
+    tokens = {}
+    for dtype in ("f32", "fp8", "fp8_e4m3"):
+        with Serve(QWEN2_GGUF, "--port", "0", "--kv-cache-dtype", dtype, *SMALL) as s:
+            assert s.started(), s.stderr
+            r = requests.post(s.url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 8,
+                                                               "temperature": 0, "ignore_eos": True}, timeout=30)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8, r.text
+            _, err = s.stop()
+            tokens[dtype] = kv_tokens(err)
+    # One byte an element against four, in the same --kv-cache-memory.
+    assert tokens["fp8"] == tokens["fp8_e4m3"] == 4 * tokens["f32"], tokens
+    # E5M2 (vLLM's other fp8) is refused by name, not taken as E4M3.
+    err = refused("--kv-cache-dtype", "fp8_e5m2")
+    assert "fp8_e5m2" in err and "not implemented" in err, err
+
+
 def test_uvicorn_log_level_is_the_log_level():
     for level, shown in (("warning", False), ("info", True)):
         with Serve(QWEN2_GGUF, "--port", "0", "--uvicorn-log-level", level, *SMALL) as s:

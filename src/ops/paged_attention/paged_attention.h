@@ -66,6 +66,12 @@ struct PagedAttentionArgs {
   DType kv_dtype = DType::kF32;
   const uint16_t* k_pool16 = nullptr;
   const uint16_t* v_pool16 = nullptr;
+  // E4M3 pools (kv_dtype kF8E4M3), likewise: each element read as
+  // f32(q) * scale (kv_f8_dequantize, core/kv_quant.h) with its pool's scale.
+  const uint8_t* k_pool8 = nullptr;
+  const uint8_t* v_pool8 = nullptr;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // INVALID_ARGUMENT naming the first inconsistency: dims, seq_starts not

@@ -171,6 +171,7 @@ struct AttnParams {
   // kernel's epilogue for a row of one split, combine_splits for the others),
   // so the partials, the split plan and every other sum are those without it.
   const float* sinks;
+  float k_scale, v_scale;  // an fp8 pool's (KvScales): x = f32(q) * scale
 };
 
 struct RowInfo {

@@ -6,7 +6,10 @@
 // paged_attention_cuda.cu for the design summary and docs/kernels.md for its
 // versions and measurements.
 
+#include <type_traits>
+
 #include "ops/paged_attention/paged_attention_common.cuh"
+#include "ops/paged_attention/paged_attention_fp8.cuh"
 #include "ops/paged_attention/paged_attention_reduce.cuh"
 
 namespace nanoserve::paged_attention_kernels {
@@ -26,10 +29,18 @@ constexpr int split_min_blocks(int head_dim, bool hold) {
   return head_dim == 256 ? 1 : hold ? 2 : 3;
 }
 
-template <typename T, int HD, int G, bool kHold, int kNT>
+// KV: the pool's element, T or uint8_t (E4M3 with the layer's scales). An
+// fp8 tile lands dense (each 64-element line of a row is 64 bytes, at the
+// start of its region) and is dequantized in place, once it has landed, to the
+// swizzled T layout a tensor copy of a T pool leaves: from there on the
+// kernel is the T kernel, over the dequantized values.
+template <typename T, int HD, int G, bool kHold, int kNT, typename KV = T>
 __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
+  constexpr bool kF8 = std::is_same_v<KV, uint8_t>;
+  static_assert(kF8 || std::is_same_v<KV, T>, "a pool of T or of E4M3 bytes");
+  constexpr int kCopyLineBytes = kF8 ? kLineBytes / 2 : kLineBytes;  // a line of the pool, as copied
   constexpr int kWT = Geo::kWarpTokens;
   // S^T = K Q^T and O^T += V^T P^T: K and V are the mma's A operand (16
   // tokens, or 16 dims, a tile), the head group its n = 8 columns.
@@ -129,7 +140,8 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     const int boxes =
         tile < n_tiles && warp_begin < end ? min(n_box, (end - warp_begin + box_rows - 1) / box_rows) : 0;
     if (expect) {
-      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kLineBytes);
+      if (lane == 0)
+        mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kCopyLineBytes);
       __syncwarp();  // expected before any copy can complete
     }
     const int r = lane % per_kv, b = r / Geo::kHalves, h = r % Geo::kHalves;
@@ -139,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     if (lane < 2 * per_kv && b < boxes && (part == 2 || (part == 0) == early)) {
       const bool is_v = lane >= per_kv;
       const int in_block = first & bs_mask;
-      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes;
+      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kCopyLineBytes;
       const CUtensorMap* map = is_v ? &p.v_map : &p.k_map;
       // Evict first: the history is read once a step; q, the partials and the metadata stay cached.
       tensor_copy_5d_hinted(dst, map, 0, h, kvh, in_block, blk, bars + slot, cuda::l2_evict_first_policy());
@@ -200,11 +212,17 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
   };
   const uint32_t warp_stages = cuda::smem_addr(warp_smem);
 
+  // An fp8 stage, once landed, to the T layout (paged_attention_fp8.cuh).
+  auto dequantize_stage = [&](int slot) {
+    if constexpr (kF8) dequantize_f8_stage<T, HD>(warp_smem + slot * kStageBytes, lane, p.k_scale, p.v_scale);
+  };
+
   // The first tile (whole: the split has more) into registers, then its
   // stage refilled at once.
   uint32_t hk[kMT][kKS][4], hv[kMT][kDT][4];
   auto hold_first_tile = [&](int part, int early_until) {
     mbarrier_wait(bars, 0);
+    dequantize_stage(0);
     const auto from_k = smem_k(warp_stages);
     const auto from_v = smem_v(warp_stages);
 #pragma unroll
@@ -443,7 +461,10 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           warp_begin[n] = begin + n * Geo::kTileTokens + warp * kWT;
-          if (n > 0) mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+          if (n > 0) {
+            mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+            dequantize_stage(n % kHoldStages);
+          }
         }
         if constexpr (N > kHoldStages) zero_v_past_end(0, warp_begin[kHoldStages]);  // a last tile
         compute_tiles(warp_begin, from_k, from_v);
@@ -470,6 +491,7 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
   int32_t next_entry = table_entries(tile + stages);
   for (; tile < n_tiles; ++tile) {
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
+    dequantize_stage(slot);
     const uint32_t stage = warp_stages + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
     zero_v_past_end(slot, warp_begin);

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/cuda/device_memory.cuh"
+#include "core/kv_quant.h"
 #include "core/tensor.h"
 
 namespace nanoserve {
@@ -40,7 +41,9 @@ struct RopeKvExtras {
 //   positions, slot_mapping: [T] i32 device pointers; slot = block * block_size + offset
 //   inv_freq: [rope_dim / 2] f32 device pointer (rope_inv_freqs: any scaling already applied)
 //   q_out: [T, n_heads, head_dim] bf16
-//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16, as paged_attention_cuda reads them
+//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16, as paged_attention_cuda reads them;
+//                   or f8e4m3: the bf16 row above, each element quantized with
+//                   kv_scales (core/kv_quant.h), which only such pools read
 // A slot < 0 is not written (a token whose K/V is not kept); neither is a slot
 // >= num_blocks * block_size (it would be out of bounds: the pool is never
 // written outside itself). q is written for every token.
@@ -50,6 +53,6 @@ struct RopeKvExtras {
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
                         const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
-                        const RopeKvExtras& extras = {});
+                        const RopeKvExtras& extras = {}, const KvScales& kv_scales = {});
 
 }  // namespace nanoserve
