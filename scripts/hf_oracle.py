@@ -35,7 +35,8 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
-      times the scale, in f32), the plant being every scale 10% off (not for
+      times the scale, in f32), the plant being the odd rows' scales x 1.1
+      and the even rows' / 1.1 (not for
       the mixtures of experts, whose experts run in bf16 only on CUDA).
 
 Every weight that a family reads, norms and biases included, is random (the
@@ -166,7 +167,9 @@ def randomize_norms_and_biases(model, g):
 
 
 def quantize_fp8(model, scale_error=1.0):
-    """Every linear of the layers as FP8 E4M3 rows times their scales, in place."""
+    """Every linear of the layers as FP8 E4M3 rows times their scales, in place;
+    scale_error multiplies the odd rows' scales and divides the even rows'
+    (a per-channel error, which no norm after the linear can undo)."""
     with torch.no_grad():
         for layer in model.model.layers:
             for mod in layer.modules():
@@ -175,7 +178,9 @@ def quantize_fp8(model, scale_error=1.0):
                     amax = w.abs().amax(dim=1, keepdim=True)
                     scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
                     q = (w / scale).to(torch.float8_e4m3fn).float()
-                    mod.weight.copy_(q * (scale * scale_error))
+                    err = torch.full_like(scale, 1.0 / scale_error)
+                    err[1::2] = scale_error
+                    mod.weight.copy_(q * (scale * err))
 
 
 def write_logits(model, prompts, path):

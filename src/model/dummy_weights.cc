@@ -85,8 +85,10 @@ StatusOr<Tensor> DummyTensors::tensor(std::string_view name) const {
   Tensor t = Tensor::empty(DType::kF32, shape);
   float* v = t.data_as<float>();
   const int64_t n = t.numel();
-  if (shape.size() == 1) {
-    for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+  if (shape.size() == 1 || name.ends_with(".bias")) {
+    // Norm weights 1; biases and attention sinks 0.
+    const bool norm = name.find("norm") != std::string_view::npos;
+    for (int64_t i = 0; i < n; ++i) v[i] = norm ? 1.0f : 0.0f;
     return t;
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));

@@ -134,7 +134,7 @@ struct Plant {
 };
 
 // bf16 activations and K/V against the CPU's f32 over the same bf16-exact
-// weights: the transformers bound of the other families (1.5e-3), and each
+// weights: Gemma's transformers bound (4e-3, families_hf_oracle_cuda_test.cc), and each
 // planted error on the GPU at least 2.5 times farther on every prompt of more
 // than one position (where a window or a cap of the scores can show).
 void check_against_cpu(const std::string& family, const std::vector<Plant>& plants) {
@@ -149,7 +149,7 @@ void check_against_cpu(const std::string& family, const std::vector<Plant>& plan
   double worst = *std::max_element(ours.begin(), ours.end());
   std::printf("%s on the GPU vs the CPU forward: worst NMSE %.2e over %zu prompts\n", family.c_str(), worst,
               o.prompts.size());
-  EXPECT_LE(worst, 1.5e-3);
+  EXPECT_LE(worst, 4e-3);
   for (const Plant& plant : plants) {
     ModelConfig c = o.host->config();
     plant.change(c);
