@@ -1,5 +1,6 @@
 #include "cli/engine_flags.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -54,10 +55,10 @@ StatusOr<int64_t> parse_bytes(const std::string& s) {
 
 void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   EngineConfig& c = f.config;
-  sub->add_option("--max-num-seqs", c.max_num_seqs, "Most sequences in one step")->capture_default_str();
-  sub->add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
-                  "Token budget of one step (prefill chunk)")
-      ->capture_default_str();
+  sub->add_option("--max-num-seqs", f.max_num_seqs,
+                  "Most sequences in one step (default: 64 on the CPU, 256 on CUDA)");
+  sub->add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                  "Token budget of one step, the prefill chunk (default: 512 on the CPU, 2048 on CUDA)");
   sub->add_option("--max-model-len", c.max_model_len,
                   "Longest prompt + output (0: the model's context length; more than it needs "
                   "--allow-long-max-model-len)")
@@ -145,6 +146,10 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
       return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
     }
   }
+  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
+  const StepLimitDefaults limits = default_step_limits(device);
+  c.max_num_seqs = f.max_num_seqs.value_or(limits.max_num_seqs);
+  c.max_num_batched_tokens = f.max_num_batched_tokens.value_or(std::max(limits.max_num_batched_tokens, c.max_num_seqs));
   // Below one the runner's step buffers would be empty: refused here, by name,
   // before a command starts anything.
   if (c.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be >= 1");
@@ -169,7 +174,6 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   } else if (f.preemption_mode != "auto") {
     return invalid_argument("--preemption-mode: '" + f.preemption_mode + "' is not auto, swap or recompute");
   }
-  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
   NS_RETURN_IF_ERROR(apply_vllm_engine_flags(f, device, &c));
   return c;
 }

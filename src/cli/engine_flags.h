@@ -17,6 +17,10 @@ namespace nanoserve::cli {
 
 struct EngineFlags {
   EngineConfig config;
+  // The scheduler's limits; unset: the device's (default_step_limits), and
+  // at least max_num_seqs tokens.
+  std::optional<int32_t> max_num_seqs;
+  std::optional<int32_t> max_num_batched_tokens;
   std::string kv_cache_memory;          // "1073741824", "512M", "2G"
   std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16 | fp8 | fp8_e4m3 (fp8_e5m2 refused)
   int threads = 0;                      // 0: all cores

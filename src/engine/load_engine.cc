@@ -34,6 +34,10 @@ StatusOr<Device> resolve_device(std::optional<Device> requested) {
 #endif
 }
 
+StepLimitDefaults default_step_limits(Device device) {
+  return device == Device::kCUDA ? StepLimitDefaults{256, 2048} : StepLimitDefaults{64, 512};
+}
+
 namespace {
 
 // Logits rows a step needs: one per sequence, and one per proposed token.

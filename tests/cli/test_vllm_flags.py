@@ -236,3 +236,22 @@ def test_preemption_mode_and_swap_space_are_honoured_or_refused_by_name():
     r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--preemption-mode", "recompute", "--swap-space", "1",
             *SMALL)
     assert r.returncode == 0 and "preemption recomputes (no swap space)" in r.stderr, r.stderr
+
+
+def engine_limits(*args):
+    """max_num_seqs and max_num_batched_tokens of the start-up log's engine line."""
+    with Serve(QWEN2_GGUF, "--port", "0", "--device", "cpu", "--log-format", "json", *args, *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+    engine = [json.loads(l) for l in err.splitlines() if l.startswith("{") and '"msg":"engine"' in l]
+    assert len(engine) == 1, err
+    return engine[0]["max_num_seqs"], engine[0]["max_num_batched_tokens"]
+
+
+def test_unset_limits_are_the_devices_and_the_budget_covers_the_sequences():
+    # The CPU's defaults (docs/engine.md, "Default limits"; CUDA's are 256 and 2,048).
+    assert engine_limits() == (64, 512)
+    assert engine_limits("--max-num-seqs", "8") == (8, 512)
+    # A sequence cap above the default budget raises the budget with it, so every decode fits a step.
+    assert engine_limits("--max-num-seqs", "600") == (600, 600)
+    assert engine_limits("--max-num-batched-tokens", "64") == (64, 64)

@@ -75,8 +75,13 @@ bool open_oracle(const std::string& family, ThreadPool& pool, Oracle& o) {
   std::ifstream jf(dir + "/oracle.json");
   EXPECT_TRUE(jf.good()) << dir << "/oracle.json is missing (scripts/hf_oracle.py make)";
   if (!jf.good()) return false;
-  for (const auto& p : nlohmann::json::parse(jf)["prompts"])
-    o.prompts.push_back(p.get<std::vector<int32_t>>());
+  // The parsed document held by name: a range-for over a member of the
+  // temporary would read it after it is destroyed (C++20 extends only the
+  // outermost temporary's life).
+  const nlohmann::json oracle = nlohmann::json::parse(jf);
+  for (const auto& p : oracle.at("prompts")) o.prompts.push_back(p.get<std::vector<int32_t>>());
+  EXPECT_FALSE(o.prompts.empty()) << dir << "/oracle.json: no prompts";
+  if (o.prompts.empty()) return false;
   ModelSpec spec;
   spec.path = dir;
   auto source = open_model_source(spec);
