@@ -28,8 +28,8 @@ struct GeluCase {
 };
 
 // Runs the kernel (or, planted, silu_mul_cuda) on one random case.
-GeluCase run_gelu_mul(int64_t T, int64_t F, bool misaligned, bool plant_silu = false) {
-  const uint64_t seed = fresh_seed();
+GeluCase run_gelu_mul(int64_t T, int64_t F, bool misaligned, bool plant_silu = false,
+                      uint64_t seed = fresh_seed()) {
   GeluCase c;
   c.what = "T " + std::to_string(T) + " F " + std::to_string(F) +
            (misaligned ? " (gate_up misaligned)" : "") + ", seed " + std::to_string(seed);
@@ -85,16 +85,26 @@ TEST(GeluMulCuda, MatchesReference) {
   }
 }
 
-// The planted error: SiLU where GeLU belongs is far outside the bound.
+// The planted error: SiLU where GeLU belongs lands far from the reference,
+// against the kernel on the same input. Over these gates (mostly past +-3,
+// where the two agree to a few percent, and +-100 rows that dominate the
+// norm) bf16 rounding alone gives NMSE 2.7e-6 and SiLU 2.5e-4 (f64 with bf16
+// rounding, numpy): 95x. The H100 run (2026-12-05) measured the plant at
+// 2.5e-4, below the absolute 1e-3 this test first asked for.
 TEST(GeluMulCuda, SiluInItsPlaceFails) {
   NS_SKIP_WITHOUT_GPU();
-  const GeluCase c = run_gelu_mul(17, 9216, false, /*plant_silu=*/true);
-  double err = 0.0, norm = 0.0;
-  for (size_t i = 0; i < c.ref.size(); ++i) {
-    err += (c.out[i] - static_cast<double>(c.ref[i])) * (c.out[i] - static_cast<double>(c.ref[i]));
-    norm += static_cast<double>(c.ref[i]) * c.ref[i];
-  }
-  EXPECT_GT(err / norm, 100 * kNmseBf16) << c.what;
+  const uint64_t seed = fresh_seed();
+  const GeluCase good = run_gelu_mul(17, 9216, false, false, seed);
+  const GeluCase bad = run_gelu_mul(17, 9216, false, /*plant_silu=*/true, seed);
+  auto nmse_of = [](const GeluCase& c) {
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < c.ref.size(); ++i) {
+      err += (c.out[i] - static_cast<double>(c.ref[i])) * (c.out[i] - static_cast<double>(c.ref[i]));
+      norm += static_cast<double>(c.ref[i]) * c.ref[i];
+    }
+    return err / norm;
+  };
+  EXPECT_GT(nmse_of(bad), 20 * nmse_of(good)) << bad.what;
 }
 
 }  // namespace

@@ -135,9 +135,10 @@ double nmse_of(const std::vector<float>& a, const std::vector<float>& ref) {
 // The bf16 roundings of gate_up (pre-activations of ~9, so 2^-9 relative is
 // ~0.02 absolute), of the SwiGLU and of y; the clamped SwiGLU's output is a
 // product of two of them. moe_cuda_test.cc's bound for the plain experts is
-// 1e-4; these products roughly double each rounding's share: 2e-4, a first
-// estimate the first GPU run sets (the test prints every figure).
-constexpr double kOssNmse = 2e-4;
+// 1e-4. Measured on the H100 (2026-12-05): 4.9e-6 to 7.1e-6 over the five
+// cases below; bound 3e-5. A plant must land 20 times the bound away: the
+// nearest, top_k one off at T = 17 and more, landed at 1.0e-2 or farther.
+constexpr double kOssNmse = 3e-5;
 
 TEST(MoeOssCuda, RoutingMatchesCpu) {
   NS_SKIP_WITHOUT_GPU();
@@ -250,8 +251,11 @@ TEST(MoeOssCuda, MatchesReferenceAndPlantedErrorsFail) {
            return reference(p, m);
          }},
     };
+    // top_k one off changes a single token's output by its least routed
+    // expert's share (8.6e-4 and 1.4e-3 at T = 1 on the H100): checked where
+    // several tokens route.
     for (const int64_t wrong : {c.k - 1, c.k + 1}) {
-      if (wrong < 1 || wrong > c.E) continue;
+      if (wrong < 1 || wrong > c.E || c.T == 1) continue;
       plants.emplace_back("top_k " + std::to_string(wrong), [&p, base, wrong] {
         MoeParams m = base;
         m.top_k = static_cast<int32_t>(wrong);
