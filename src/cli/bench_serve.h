@@ -49,8 +49,8 @@ struct BenchRequest {
 // was handed to the socket (connect included, as vLLM's client does).
 struct RequestOutcome {
   bool ok = false;
-  std::string error;                         // the first error, when !ok
-  double start_s = 0;                        // send time, from the start of the run
+  std::string error;   // the first error, when !ok
+  double start_s = 0;  // send time, from the start of the run
   // False for a stream that carried tokens (usage.completion_tokens > 0) but
   // no text: ids that decode to nothing (a dummy model's past the
   // tokenizer's vocabulary). Its tokens count; it has no TTFT, TPOT or ITL.

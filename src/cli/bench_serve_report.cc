@@ -147,7 +147,8 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     ms["e2el"].push_back(out.latency_s * 1e3);
     untimed += !out.timed;
     if (out.timed) ms["ttft"].push_back(out.ttft_s * 1e3);
-    if (out.timed && gen > 1) ms["tpot"].push_back((out.latency_s - out.ttft_s) / static_cast<double>(gen - 1) * 1e3);
+    if (out.timed && gen > 1)
+      ms["tpot"].push_back((out.latency_s - out.ttft_s) / static_cast<double>(gen - 1) * 1e3);
     json itl = json::array();
     for (double gap : out.itl_s) {
       ms["itl"].push_back(gap * 1e3);

@@ -31,7 +31,7 @@ struct EngineFlags {
   // (or vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) allows it.
   bool allow_long_max_model_len = false;
   std::optional<double> gpu_memory_utilization;  // CUDA only; unset: 0.9. Refused on a CPU run.
-  std::string speculative_config;  // JSON, as vLLM's --speculative-config (engine/speculative.h)
+  std::string speculative_config;        // JSON, as vLLM's --speculative-config (engine/speculative.h)
   std::string preemption_mode = "auto";  // auto | swap | recompute (vLLM's --preemption-mode)
 
   // vLLM's engine flags, taken so that its command lines run (cli/vllm_flags.h).

@@ -75,10 +75,10 @@ StatusOr<std::unique_ptr<Proposer>> cpu_draft(const EngineConfig& config, const 
   ro.max_context = max_len;
   ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);
   auto runner = std::make_unique<CpuRunner>(std::move(model), ro, pool);
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
-                      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks,
-                                            config.block_size, config.max_num_seqs, max_len, source,
-                                            config.release_window_blocks));
+  NS_ASSIGN_OR_RETURN(
+      std::unique_ptr<DraftProposer> d,
+      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks, config.block_size,
+                            config.max_num_seqs, max_len, source, config.release_window_blocks));
   return std::unique_ptr<Proposer>(std::move(d));
 }
 
@@ -162,11 +162,10 @@ StatusOr<std::unique_ptr<Engine>> cuda_engine(const ModelSource& source, EngineC
       config.num_blocks =
           static_cast<int32_t>(std::min<int64_t>(bytes / per_block, std::numeric_limits<int32_t>::max()));
     }
-    NS_ASSIGN_OR_RETURN(
-        std::unique_ptr<DraftProposer> d,
-        DraftProposer::create(std::move(draft_runner), source.config.vocab_size, config.num_blocks,
-                              config.block_size, config.max_num_seqs, max_len, draft_source,
-                              config.release_window_blocks));
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
+                        DraftProposer::create(std::move(draft_runner), source.config.vocab_size,
+                                              config.num_blocks, config.block_size, config.max_num_seqs,
+                                              max_len, draft_source, config.release_window_blocks));
     draft = std::move(d);
   }
   return Engine::create(with_spec_defaults(config, Device::kCUDA), std::move(runner), text, std::move(draft));

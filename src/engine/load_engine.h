@@ -14,8 +14,8 @@
 #include "engine/engine.h"
 #include "engine/tokenizer_text.h"
 #include "io/gguf.h"
-#include "model/runner_cpu.h"
 #include "model/model_source.h"
+#include "model/runner_cpu.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
@@ -27,7 +27,7 @@ struct LoadedEngine {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenizerText> text;
   std::unique_ptr<Engine> engine;
-  CpuRunner* runner = nullptr;  // the CPU runner, owned by the engine; null on CUDA
+  CpuRunner* runner = nullptr;   // the CPU runner, owned by the engine; null on CUDA
   Device device = Device::kCPU;  // where the model runs
 };
 

@@ -28,11 +28,11 @@ struct CudaRunnerOptions {
   // Logits rows in one step: one per sequence, and one per proposed token
   // under speculative decoding; 0 means max_seqs.
   int32_t max_logits_rows = 0;
-  int64_t max_context = 0;      // longest sequence; >= 1
-  int32_t block_size = 16;      // the engine's KV block size
-  bool cublas_prefill = false;  // CudaLimits::cublas_prefill
-  bool fp8_weights = false;     // CudaModel::quantize_fp8 once the weights are resident
-  bool cuda_graphs = true;      // CudaLimits::cuda_graphs
+  int64_t max_context = 0;        // longest sequence; >= 1
+  int32_t block_size = 16;        // the engine's KV block size
+  bool cublas_prefill = false;    // CudaLimits::cublas_prefill
+  bool fp8_weights = false;       // CudaModel::quantize_fp8 once the weights are resident
+  bool cuda_graphs = true;        // CudaLimits::cuda_graphs
   DType kv_dtype = DType::kBF16;  // CudaLimits::kv_dtype: kBF16 or kF8E4M3 (--kv-cache-dtype)
   // The share of the device's memory for weights, KV and step buffers
   // together (vLLM's --gpu-memory-utilization); in (0, 1].

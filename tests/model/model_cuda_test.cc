@@ -289,8 +289,8 @@ TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAWrongScale) {
       w = std::max(w, nmse(got.data() + t * V, ref.data() + t * V, V));
       pm += nmse(pl->data_as<const float>() + t * V, ref.data() + t * V, V) / n;
     }
-    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; scales x 2: mean %.2e\n",
-                p, n, w, pm);
+    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; scales x 2: mean %.2e\n", p, n,
+                w, pm);
     worst = std::max(worst, w);
     planted_least = std::min(planted_least, pm);
   }

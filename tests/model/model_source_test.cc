@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/kv_cpu.h"
 #include "model/dummy_weights.h"
+#include "model/kv_cpu.h"
 #include "model/model_cpu.h"
 #include "model/model_fixture.h"
 #include "model/model_shapes.h"
@@ -172,8 +172,8 @@ TEST(DummyWeights, WindowAndExpertShapesOpenWithTheirExtraTensors) {
   }
   const ModelConfig g = *model_shape("gemma-3-12b");
   DummyTensors gemma(g, "gemma-3-12b", 0);
-  for (const char* name : {"blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight",
-                           "blk.0.attn_q_norm.weight"}) {
+  for (const char* name :
+       {"blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight", "blk.0.attn_q_norm.weight"}) {
     auto t = gemma.tensor(name);
     ASSERT_TRUE(t.ok()) << name << ": " << t.status().to_string();
     EXPECT_EQ(t->data_as<const float>()[0], 1.0f) << name;
