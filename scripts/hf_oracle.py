@@ -3,9 +3,9 @@
 family (GQA, head_dim 64, the default model's vocabulary size) run by HF
 transformers on the GPU, saved as an HF folder that nanoserve loads.
 
-  hf_oracle.py make OUT_DIR [--family F ...] [--tokenizer-json FILE]
+  hf_oracle.py make OUT_DIR [--family F ...] [--tokenizer-json FILE] [--device cpu]
       for each family F (default: all of llama, mistral, qwen2, qwen3, phi3,
-      mistral_window)
+      mistral_window, gemma2, gemma3)
       writes OUT_DIR/F/{config.json, model.safetensors, tokenizer.json} and
       OUT_DIR/F/oracle.json: prompts (token ids), transformers' logits at every
       position (f32 file oracle_logits.f32, rows in prompt order), its greedy
@@ -18,11 +18,26 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         phi3     gate and up swapped in the fused gate_up
         mistral_window  mistral with a sliding window of 4 positions (eager
                  attention, which keeps q - k < 4), planted: a window of 5
+        gemma2   head_dim 256, every other layer local (window 4), attention
+                 soft-cap 5 and final soft-cap 10 (small enough to bite),
+                 planted: no attention soft-cap
+        gemma3   head_dim 256, q/k norms, three local layers (window 4, theta
+                 10,000) and a global one (theta 1,000,000, linear scaling x 8),
+                 planted: a window of 5
+        qwen3moe 16 experts of ffn 256, top-4, norm_topk_prob; planted: top-3
+        mixtral  8 experts of ffn 256, top-2; planted: top-1
       A forward that is right must sit near the first and far from the second.
+      For the mixtures of experts, also router_margins: per prompt and
+      position, the least gap over the layers between the k-th and (k+1)-th
+      router logit.
+      --device cpu runs transformers on the CPU (slow: minutes a family),
+      to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
       every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
-      times the scale, in f32), the plant being every scale 10% off.
+      times the scale, in f32), the plant being the odd rows' scales x 1.1
+      and the even rows' / 1.1 (not for
+      the mixtures of experts, whose experts run in bf16 only on CUDA).
 
 Every weight that a family reads, norms and biases included, is random (the
 default init leaves norms at one and biases at zero, where a dropped or
@@ -41,7 +56,9 @@ import sys
 import torch
 
 
-FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window"]
+DEVICE = "cuda"  # --device cpu checks the script (and the CPU forward) where no GPU is
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window", "gemma2", "gemma3", "qwen3moe", "mixtral"]
+MOE_FAMILIES = ["qwen3moe", "mixtral"]
 WINDOW = 4
 
 COMMON = dict(vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
@@ -75,12 +92,68 @@ def tiny_model(family):
         cfg = tf.Qwen3Config(**COMMON, head_dim=64, max_position_embeddings=40960, rope_theta=1000000.0,
                              use_sliding_window=False, tie_word_embeddings=True, attention_bias=False)
         return tf.Qwen3ForCausalLM(cfg)
+    if family in ("gemma2", "gemma3"):
+        return gemma_model(tf, family)
     if family == "phi3":
         cfg = tf.Phi3Config(**COMMON, max_position_embeddings=4096, original_max_position_embeddings=4096,
                             rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
                             pad_token_id=0)
         return tf.Phi3ForCausalLM(cfg)
+    if family == "qwen3moe":
+        cfg = tf.Qwen3MoeConfig(**COMMON, head_dim=64, max_position_embeddings=40960, rope_theta=1000000.0,
+                                moe_intermediate_size=256, num_experts=16, num_experts_per_tok=4,
+                                norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                                use_sliding_window=False, tie_word_embeddings=False, attention_bias=False)
+        return tf.Qwen3MoeForCausalLM(cfg)
+    if family == "mixtral":
+        moe = dict(COMMON, intermediate_size=256)
+        cfg = tf.MixtralConfig(**moe, head_dim=64, max_position_embeddings=32768, rope_theta=1000000.0,
+                               num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                               tie_word_embeddings=False)
+        return tf.MixtralForCausalLM(cfg)
     raise ValueError(family)
+
+
+def gemma_model(tf, family):
+    """Gemma at head_dim 256 (every real Gemma 2 and 3 but 27B), 4 layers."""
+    major = int(tf.__version__.split(".")[0])
+    common = dict(COMMON, num_attention_heads=4, num_key_value_heads=2, head_dim=256, query_pre_attn_scalar=256,
+                  rms_norm_eps=1e-6, sliding_window=WINDOW, hidden_activation="gelu_pytorch_tanh",
+                  tie_word_embeddings=True, max_position_embeddings=8192)
+    if family == "gemma2":
+        rope = ({"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}} if major >= 5
+                else {"rope_theta": 10000.0})
+        cfg = tf.Gemma2Config(**common, attn_logit_softcapping=5.0, final_logit_softcapping=10.0, **rope)
+        model_class = tf.Gemma2ForCausalLM
+    else:
+        types = ["sliding_attention"] * 3 + ["full_attention"]
+        if major >= 5:
+            rope = {"rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}}
+        else:
+            rope = {"rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+                    "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+        # layer_types, and for transformers 4.5x (which reads only the
+        # pattern) sliding_window_pattern 4: layers 0-2 local, 3 global.
+        cfg = tf.Gemma3TextConfig(**common, layer_types=types, sliding_window_pattern=4,
+                                  attn_logit_softcapping=None, final_logit_softcapping=None, **rope)
+        model_class = tf.Gemma3ForCausalLM
+    cfg._attn_implementation = "eager"  # soft-caps and windows as the reference writes them
+    return model_class(cfg)
+
+
+def global_rotary(model):
+    """The global layers' rotary frequencies and attention scaling (Gemma 3
+    keeps one set a layer type in recent transformers)."""
+    rot = model.model.rotary_emb
+    inv_freq = getattr(rot, "inv_freq", None)
+    if inv_freq is None:
+        inv_freq = getattr(rot, "full_attention_inv_freq")
+    scaling = getattr(rot, "attention_scaling", None)
+    if not isinstance(scaling, (int, float)):
+        scaling = getattr(rot, "full_attention_attention_scaling", 1.0)
+    return inv_freq.float().cpu().tolist(), float(scaling)
 
 
 def randomize_norms_and_biases(model, g):
@@ -94,7 +167,9 @@ def randomize_norms_and_biases(model, g):
 
 
 def quantize_fp8(model, scale_error=1.0):
-    """Every linear of the layers as FP8 E4M3 rows times their scales, in place."""
+    """Every linear of the layers as FP8 E4M3 rows times their scales, in place;
+    scale_error multiplies the odd rows' scales and divides the even rows'
+    (a per-channel error, which no norm after the linear can undo)."""
     with torch.no_grad():
         for layer in model.model.layers:
             for mod in layer.modules():
@@ -103,13 +178,15 @@ def quantize_fp8(model, scale_error=1.0):
                     amax = w.abs().amax(dim=1, keepdim=True)
                     scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
                     q = (w / scale).to(torch.float8_e4m3fn).float()
-                    mod.weight.copy_(q * (scale * scale_error))
+                    err = torch.full_like(scale, 1.0 / scale_error)
+                    err[1::2] = scale_error
+                    mod.weight.copy_(q * (scale * err))
 
 
 def write_logits(model, prompts, path):
     with open(path, "wb") as f, torch.no_grad():
         for ids in prompts:
-            f.write(model(torch.tensor([ids], device="cuda")).logits[0].float().cpu().numpy().tobytes())
+            f.write(model(torch.tensor([ids], device=DEVICE)).logits[0].float().cpu().numpy().tobytes())
 
 
 def plant(family, model):
@@ -127,7 +204,12 @@ def plant(family, model):
             if hasattr(rot, "original_inv_freq"):
                 rot.original_inv_freq = rot.inv_freq.clone()
             return "rope theta 10000 instead of 1000000"
-        if family == "mistral_window":
+        if family == "gemma2":
+            model.config.attn_logit_softcapping = None
+            for layer in model.model.layers:
+                layer.self_attn.attn_logit_softcapping = None
+            return "no attention soft-cap"
+        if family in ("mistral_window", "gemma3"):
             model.config.sliding_window = WINDOW + 1
             for layer in model.model.layers:
                 if hasattr(layer.self_attn, "sliding_window"):
@@ -149,6 +231,19 @@ def plant(family, model):
                 half = w.shape[0] // 2
                 w.copy_(torch.cat([w[half:], w[:half]]))
             return "gate and up swapped"
+        if family in MOE_FAMILIES:
+            # Every module that holds the router's top_k (the sparse block, its
+            # router: the attribute moved between transformers versions).
+            found = 0
+            for layer in model.model.layers:
+                block = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe")
+                for mod in {id(m): m for m in block.modules()}.values():
+                    if isinstance(getattr(mod, "top_k", None), int):
+                        mod.top_k -= 1
+                        found += 1
+            assert found > 0, "no top_k attribute in the sparse blocks"
+            model.config.num_experts_per_tok -= 1
+            return f"router top-k {model.config.num_experts_per_tok} instead of {model.config.num_experts_per_tok + 1}"
     raise ValueError(family)
 
 
@@ -189,13 +284,20 @@ def make(out_dir, family, tokenizer_json):
     model = tiny_model(family)
     cfg = model.config
     randomize_norms_and_biases(model, torch.Generator().manual_seed(99))
+    if family in MOE_FAMILIES:
+        # Routers 3x their init: the router logits spread (std ~1), so that few
+        # tokens' k-th and (k+1)-th experts nearly tie (at init the median gap is 0.06).
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("mlp.gate.weight") or name.endswith("block_sparse_moe.gate.weight"):
+                    p.mul_(3.0)
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
     # Saved from a copy: a round trip of the model itself through bf16 would
     # also round its rotary frequencies (a buffer), and the reference with them.
     copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out_dir, safe_serialization=True)
-    model = model.cuda().eval()
+    model = model.to(DEVICE).eval()
     if tokenizer_json:
         with open(tokenizer_json, "rb") as f, open(os.path.join(out_dir, "tokenizer.json"), "wb") as g:
             g.write(f.read())
@@ -208,26 +310,40 @@ def make(out_dir, family, tokenizer_json):
     greedy = []
     with open(logits_path, "wb") as f, torch.no_grad():
         for ids in prompts:
-            x = torch.tensor([ids], device="cuda")
+            x = torch.tensor([ids], device=DEVICE)
             out = model(x).logits[0].float().cpu()
             f.write(out.numpy().tobytes())
             # Greedy continuation, 24 tokens, with each step's top-2 margin.
             seq, margins = list(ids), []
             for _ in range(24):
-                last = model(torch.tensor([seq], device="cuda")).logits[0, -1].float()
+                last = model(torch.tensor([seq], device=DEVICE)).logits[0, -1].float()
                 top = torch.topk(last, 2)
                 margins.append(float(top.values[0] - top.values[1]))
                 seq.append(int(top.indices[0]))
             greedy.append({"tokens": seq[len(ids):], "margins": margins})
-    for name, scale_error in (("fp8_logits.f32", 1.0), ("fp8_planted_logits.f32", 1.10)):
+    for name, scale_error in () if family in MOE_FAMILIES else (("fp8_logits.f32", 1.0),
+                                                                 ("fp8_planted_logits.f32", 1.10)):
         q = copy.deepcopy(model)
         quantize_fp8(q, scale_error)
         write_logits(q, prompts, os.path.join(out_dir, name))
         del q
+    # Mixtures of experts: per position, the smallest gap over the layers
+    # between the k-th and (k+1)-th router logit. Where it is small, bf16
+    # activations may pick the other expert; the test holds only the
+    # positions with a clear routing to the logits bound.
+    router_margins = []
+    if family in MOE_FAMILIES:
+        k = cfg.num_experts_per_tok
+        with torch.no_grad():
+            for ids in prompts:
+                res = model(torch.tensor([ids], device=DEVICE), output_router_logits=True)
+                gaps = []
+                for rl in res.router_logits:
+                    top = torch.topk(rl.float().reshape(len(ids), -1), k + 1, dim=-1).values
+                    gaps.append(top[:, k - 1] - top[:, k])
+                router_margins.append(torch.stack(gaps).min(0).values.cpu().tolist())
     # The rotary frequencies before the plant (mistral's changes them).
-    rot = model.model.rotary_emb
-    inv_freq = rot.inv_freq.float().cpu().tolist()
-    attention_scaling = float(getattr(rot, "attention_scaling", 1.0))
+    inv_freq, attention_scaling = global_rotary(model)
     # The same model with the family's planted bug: the test checks that its
     # tolerance tells this apart from the right answer.
     planted = plant(family, model)
@@ -237,7 +353,7 @@ def make(out_dir, family, tokenizer_json):
                    "inv_freq": inv_freq, "attention_scaling": attention_scaling,
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
                    "fp8_logits_file": "fp8_logits.f32", "fp8_planted_logits_file": "fp8_planted_logits.f32",
-                   "planted": planted}, f)
+                   "planted": planted, "router_margins": router_margins}, f)
     print(f"hf_oracle: wrote {out_dir} ({family}, {len(prompts)} prompts, lengths {lengths}, "
           f"planted: {planted})")
 
@@ -249,7 +365,10 @@ def main():
     m.add_argument("out_dir")
     m.add_argument("--family", action="append", choices=FAMILIES)
     m.add_argument("--tokenizer-json")
+    m.add_argument("--device", default="cuda")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
     for family in a.family or FAMILIES:
         make(os.path.join(a.out_dir, family), family, a.tokenizer_json)
     return 0

@@ -91,7 +91,7 @@ double std_of(const std::vector<double>& v) {
 double peak_output_tps(const LoadResult& r) {
   std::map<int64_t, int64_t> per_second;
   for (const RequestOutcome& o : r.outcomes) {
-    if (!o.ok) continue;
+    if (!o.ok || !o.timed) continue;
     double t = o.start_s + o.ttft_s;
     ++per_second[static_cast<int64_t>(std::floor(t))];
     for (double gap : o.itl_s) {
@@ -117,7 +117,7 @@ double percentile_of(std::vector<double> v, double p) {
 
 json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests, const ReportOptions& o,
                  const json& run_info, bool detailed) {
-  int64_t completed = 0, failed = 0, input_tokens = 0, output_tokens = 0;
+  int64_t completed = 0, failed = 0, untimed = 0, input_tokens = 0, output_tokens = 0;
   bool usage_missing = false;
   std::string first_error;
   std::map<std::string, std::vector<double>> ms;  // metric -> samples in ms
@@ -144,9 +144,11 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     if (!out.completion_tokens) usage_missing = true;
     input_tokens += in;
     output_tokens += gen;
-    ms["ttft"].push_back(out.ttft_s * 1e3);
     ms["e2el"].push_back(out.latency_s * 1e3);
-    if (gen > 1) ms["tpot"].push_back((out.latency_s - out.ttft_s) / static_cast<double>(gen - 1) * 1e3);
+    untimed += !out.timed;
+    if (out.timed) ms["ttft"].push_back(out.ttft_s * 1e3);
+    if (out.timed && gen > 1)
+      ms["tpot"].push_back((out.latency_s - out.ttft_s) / static_cast<double>(gen - 1) * 1e3);
     json itl = json::array();
     for (double gap : out.itl_s) {
       ms["itl"].push_back(gap * 1e3);
@@ -155,7 +157,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     input_lens.push_back(in);
     usage_prompt.push_back(out.prompt_tokens ? json(*out.prompt_tokens) : json(nullptr));
     output_lens.push_back(gen);
-    ttfts.push_back(out.ttft_s);
+    ttfts.push_back(out.timed ? json(out.ttft_s) : json(nullptr));
     itls.push_back(std::move(itl));
     starts.push_back(out.start_s);
     if (detailed) texts.push_back(out.text);
@@ -166,6 +168,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
   result["duration"] = r.duration_s;
   result["completed"] = completed;
   result["failed"] = failed;
+  result["untimed"] = untimed;
   result["total_input_tokens"] = input_tokens;
   result["total_output_tokens"] = output_tokens;
   result["request_throughput"] = static_cast<double>(completed) / duration;
@@ -178,6 +181,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
   std::printf("%s\n", "============ Serving Benchmark Result ============");
   line("Successful requests:", std::to_string(completed));
   line("Failed requests:", std::to_string(failed));
+  if (untimed > 0) line("Requests with no text (untimed):", std::to_string(untimed));
   if (r.max_concurrency > 0) line("Maximum request concurrency:", std::to_string(r.max_concurrency));
   const json& rate_j = run_info.contains("request_rate") ? run_info["request_rate"] : json();
   const double rate = rate_j.is_number() ? rate_j.get<double>() : 0.0;  // "inf" is a string

@@ -1,5 +1,6 @@
 #include "cli/engine_flags.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -54,10 +55,10 @@ StatusOr<int64_t> parse_bytes(const std::string& s) {
 
 void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   EngineConfig& c = f.config;
-  sub->add_option("--max-num-seqs", c.max_num_seqs, "Most sequences in one step")->capture_default_str();
-  sub->add_option("--max-num-batched-tokens", c.max_num_batched_tokens,
-                  "Token budget of one step (prefill chunk)")
-      ->capture_default_str();
+  sub->add_option("--max-num-seqs", f.max_num_seqs,
+                  "Most sequences in one step (default: 64 on the CPU, 256 on CUDA)");
+  sub->add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                  "Token budget of one step, the prefill chunk (default: 512 on the CPU, 2048 on CUDA)");
   sub->add_option("--max-model-len", c.max_model_len,
                   "Longest prompt + output (0: the model's context length; more than it needs "
                   "--allow-long-max-model-len)")
@@ -69,8 +70,10 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
   sub->add_option("--num-blocks", c.num_blocks, "KV pool size in blocks (overrides --kv-cache-memory)");
   sub->add_option("--kv-cache-memory", f.kv_cache_memory,
                   "KV pool size in bytes, K+V of all layers (e.g. 512M, 2G; default 1G)");
-  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache element type (auto: f32 on the CPU)")
-      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}))
+  sub->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                  "KV cache element type (auto: f32 on the CPU, bf16 on CUDA; fp8 = fp8_e4m3: E4M3 with "
+                  "per-layer scales)")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}))
       ->capture_default_str();
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
                 "Reuse the cached KV blocks of a shared prompt prefix (default on)");
@@ -121,8 +124,14 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
     c.kv_cache_dtype = DType::kF16;
   } else if (f.kv_cache_dtype == "bf16") {
     c.kv_cache_dtype = DType::kBF16;
+  } else if (f.kv_cache_dtype == "fp8" || f.kv_cache_dtype == "fp8_e4m3") {
+    c.kv_cache_dtype = DType::kF8E4M3;  // vLLM's fp8 is E4M3 too
+  } else if (f.kv_cache_dtype == "fp8_e5m2") {
+    return invalid_argument(
+        "--kv-cache-dtype fp8_e5m2: the E5M2 KV cache is not implemented; fp8 (fp8_e4m3) is");
   } else if (f.kv_cache_dtype != "auto") {
-    return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype + "' is not auto, f32, f16 or bf16");
+    return invalid_argument("--kv-cache-dtype: '" + f.kv_cache_dtype +
+                            "' is not auto, f32, f16, bf16, fp8 or fp8_e4m3");
   }
   if (f.device == "cpu") {
     c.device = Device::kCPU;
@@ -137,6 +146,11 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
       return invalid_argument("--gpu-memory-utilization must be in (0, 1]");
     }
   }
+  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
+  const StepLimitDefaults limits = default_step_limits(device);
+  c.max_num_seqs = f.max_num_seqs.value_or(limits.max_num_seqs);
+  c.max_num_batched_tokens =
+      f.max_num_batched_tokens.value_or(std::max(limits.max_num_batched_tokens, c.max_num_seqs));
   // Below one the runner's step buffers would be empty: refused here, by name,
   // before a command starts anything.
   if (c.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be >= 1");
@@ -161,7 +175,6 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
   } else if (f.preemption_mode != "auto") {
     return invalid_argument("--preemption-mode: '" + f.preemption_mode + "' is not auto, swap or recompute");
   }
-  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
   NS_RETURN_IF_ERROR(apply_vllm_engine_flags(f, device, &c));
   return c;
 }

@@ -17,17 +17,21 @@ namespace nanoserve::cli {
 
 struct EngineFlags {
   EngineConfig config;
+  // The scheduler's limits; unset: the device's (default_step_limits), and
+  // at least max_num_seqs tokens.
+  std::optional<int32_t> max_num_seqs;
+  std::optional<int32_t> max_num_batched_tokens;
   std::string kv_cache_memory;          // "1073741824", "512M", "2G"
-  std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16
+  std::string kv_cache_dtype = "auto";  // auto | f32 | f16 | bf16 | fp8 | fp8_e4m3 (fp8_e5m2 refused)
   int threads = 0;                      // 0: all cores
   std::string device = "auto";          // auto | cpu | cuda
   std::string load_format = "auto";     // auto | gguf | safetensors | dummy
-  std::string model_shape;              // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m, qwen3-30b-a3b
+  std::string model_shape;  // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m, qwen3-30b-a3b, gemma-3-12b
   // --max-model-len above the model's context length is refused unless this
   // (or vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) allows it.
   bool allow_long_max_model_len = false;
   std::optional<double> gpu_memory_utilization;  // CUDA only; unset: 0.9. Refused on a CPU run.
-  std::string speculative_config;  // JSON, as vLLM's --speculative-config (engine/speculative.h)
+  std::string speculative_config;        // JSON, as vLLM's --speculative-config (engine/speculative.h)
   std::string preemption_mode = "auto";  // auto | swap | recompute (vLLM's --preemption-mode)
 
   // vLLM's engine flags, taken so that its command lines run (cli/vllm_flags.h).

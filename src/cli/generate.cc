@@ -174,9 +174,9 @@ CommandRun add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"paged", "naive"}));
   // One request: one sequence a step and 512-token prefill chunks unless the
   // flags say otherwise (--prefill-chunk is the older name of the token budget).
-  args->engine.config.max_num_seqs = 1;
-  args->engine.config.max_num_batched_tokens = 512;
-  CLI::Option* chunk = cmd->add_option("--prefill-chunk", args->engine.config.max_num_batched_tokens,
+  args->engine.max_num_seqs = 1;
+  args->engine.max_num_batched_tokens = 512;
+  CLI::Option* chunk = cmd->add_option("--prefill-chunk", args->engine.max_num_batched_tokens,
                                        "Prompt tokens per forward step (= --max-num-batched-tokens)")
                            ->check(CLI::Range(1, 1 << 16));
   add_engine_flags(cmd, args->engine);

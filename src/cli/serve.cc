@@ -114,7 +114,8 @@ void log_engine(const LoadedEngine& m, const EngineConfig& config, const ThreadP
   Engine& engine = *m.engine;
   const BlockManager& bm = engine.block_manager();
   const bool cpu = m.device == Device::kCPU;
-  std::string kv_dtype = dtype_name(cpu ? config.kv_cache_dtype.value_or(DType::kF32) : DType::kBF16);
+  const DType kv_dt = config.kv_cache_dtype.value_or(cpu ? DType::kF32 : DType::kBF16);
+  std::string kv_dtype = kv_dt == DType::kF8E4M3 ? "fp8_e4m3" : dtype_name(kv_dt);
   for (char& c : kv_dtype) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const int64_t tokens = static_cast<int64_t>(bm.num_blocks()) * bm.block_size();
   const double mib = static_cast<double>(engine.runner().kv_bytes_per_block(bm.block_size())) *

@@ -34,6 +34,10 @@ StatusOr<Device> resolve_device(std::optional<Device> requested) {
 #endif
 }
 
+StepLimitDefaults default_step_limits(Device device) {
+  return device == Device::kCUDA ? StepLimitDefaults{256, 2048} : StepLimitDefaults{64, 512};
+}
+
 namespace {
 
 // Logits rows a step needs: one per sequence, and one per proposed token.
@@ -71,19 +75,20 @@ StatusOr<std::unique_ptr<Proposer>> cpu_draft(const EngineConfig& config, const 
   ro.max_context = max_len;
   ro.kv_dtype = config.kv_cache_dtype.value_or(DType::kF32);
   auto runner = std::make_unique<CpuRunner>(std::move(model), ro, pool);
-  NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
-                      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks,
-                                            config.block_size, config.max_num_seqs, max_len, source,
-                                            config.release_window_blocks));
+  NS_ASSIGN_OR_RETURN(
+      std::unique_ptr<DraftProposer> d,
+      DraftProposer::create(std::move(runner), target.vocab_size, num_blocks, config.block_size,
+                            config.max_num_seqs, max_len, source, config.release_window_blocks));
   return std::unique_ptr<Proposer>(std::move(d));
 }
 
 #if NANOSERVE_CUDA
 StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, const EngineConfig& config,
                                                   int64_t max_len, ThreadPool& pool) {
-  if (config.kv_cache_dtype.has_value() && *config.kv_cache_dtype != DType::kBF16) {
-    return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(*config.kv_cache_dtype) +
-                            ": the CUDA KV cache is bf16 (auto or bf16)");
+  const DType kv_dtype = config.kv_cache_dtype.value_or(DType::kBF16);
+  if (kv_dtype != DType::kBF16 && kv_dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(kv_dtype) +
+                            ": the CUDA KV cache is bf16 or fp8 (auto, bf16, fp8 or fp8_e4m3)");
   }
   if (config.naive_kv_cache)
     return invalid_argument("--kv-cache naive: the CUDA runner has only the paged cache");
@@ -96,6 +101,7 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_runner(const ModelSource& source, con
   o.cublas_prefill = config.cublas_prefill;
   o.fp8_weights = config.fp8_weights;
   o.cuda_graphs = !config.enforce_eager;
+  o.kv_dtype = kv_dtype;
   o.gpu_memory_utilization = config.gpu_memory_utilization;
   o.kv_sized_elsewhere = config.num_blocks > 0 || config.kv_cache_bytes > 0;
   return make_cuda_runner(source, o, pool);
@@ -119,6 +125,7 @@ StatusOr<std::unique_ptr<CudaRunner>> cuda_draft_runner(const EngineConfig& conf
   o.max_context = max_len;
   o.block_size = config.block_size;
   o.cuda_graphs = !config.enforce_eager;
+  o.kv_dtype = config.kv_cache_dtype.value_or(DType::kBF16);  // as the target's (cuda_runner checks it)
   o.gpu_memory_utilization = config.gpu_memory_utilization;
   o.kv_sized_elsewhere = true;  // the target's pool sets the draft's block count
   StatusOr<std::unique_ptr<CudaRunner>> r = make_cuda_runner(*source, o, pool);
@@ -155,11 +162,10 @@ StatusOr<std::unique_ptr<Engine>> cuda_engine(const ModelSource& source, EngineC
       config.num_blocks =
           static_cast<int32_t>(std::min<int64_t>(bytes / per_block, std::numeric_limits<int32_t>::max()));
     }
-    NS_ASSIGN_OR_RETURN(
-        std::unique_ptr<DraftProposer> d,
-        DraftProposer::create(std::move(draft_runner), source.config.vocab_size, config.num_blocks,
-                              config.block_size, config.max_num_seqs, max_len, draft_source,
-                              config.release_window_blocks));
+    NS_ASSIGN_OR_RETURN(std::unique_ptr<DraftProposer> d,
+                        DraftProposer::create(std::move(draft_runner), source.config.vocab_size,
+                                              config.num_blocks, config.block_size, config.max_num_seqs,
+                                              max_len, draft_source, config.release_window_blocks));
     draft = std::move(d);
   }
   return Engine::create(with_spec_defaults(config, Device::kCUDA), std::move(runner), text, std::move(draft));

@@ -14,8 +14,8 @@
 #include "engine/engine.h"
 #include "engine/tokenizer_text.h"
 #include "io/gguf.h"
-#include "model/runner_cpu.h"
 #include "model/model_source.h"
+#include "model/runner_cpu.h"
 #include "tokenizer/tokenizer.h"
 
 namespace nanoserve {
@@ -27,13 +27,22 @@ struct LoadedEngine {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<TokenizerText> text;
   std::unique_ptr<Engine> engine;
-  CpuRunner* runner = nullptr;  // the CPU runner, owned by the engine; null on CUDA
+  CpuRunner* runner = nullptr;   // the CPU runner, owned by the engine; null on CUDA
   Device device = Device::kCPU;  // where the model runs
 };
 
 // auto (nullopt): CUDA when the build has it and a device is present, else the CPU.
 // FAILED_PRECONDITION for cuda in a build without it.
 StatusOr<Device> resolve_device(std::optional<Device> requested);
+
+// The scheduler's limits where none are given, per device (docs/engine.md,
+// "Default limits", has the sweep behind them): the CPU 64 sequences and 512
+// tokens a step; CUDA 256 and 2,048.
+struct StepLimitDefaults {
+  int32_t max_num_seqs;
+  int32_t max_num_batched_tokens;
+};
+StepLimitDefaults default_step_limits(Device device);
 
 // Opens the model (open_model_source), loads weights and tokenizer, and sizes
 // the KV cache. `pool` must outlive the result. Every built family runs on

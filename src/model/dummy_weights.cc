@@ -46,6 +46,8 @@ std::vector<int64_t> DummyTensors::shape_of(std::string_view name) const {
   const std::string_view rest = name.substr(dot + 1);
   const ArchInfo& family = c.arch_info();
   if (rest == "attn_norm.weight" || rest == family.ffn_norm_name) return {c.dim};
+  if (rest == "post_attention_norm.weight" || rest == "post_ffw_norm.weight")  // gemma's sandwich norms
+    return family.sandwich_norms ? std::vector<int64_t>{c.dim} : std::vector<int64_t>{};
   if (family.qkv_bias && rest == "attn_q.bias") return {q};
   if (family.qkv_bias && (rest == "attn_k.bias" || rest == "attn_v.bias")) return {kv};
   if (family.o_bias && rest == "attn_output.bias") return {c.dim};
@@ -83,8 +85,10 @@ StatusOr<Tensor> DummyTensors::tensor(std::string_view name) const {
   Tensor t = Tensor::empty(DType::kF32, shape);
   float* v = t.data_as<float>();
   const int64_t n = t.numel();
-  if (shape.size() == 1) {
-    for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+  if (shape.size() == 1 || name.ends_with(".bias")) {
+    // Norm weights 1; biases and attention sinks 0.
+    const bool norm = name.find("norm") != std::string_view::npos;
+    for (int64_t i = 0; i < n; ++i) v[i] = norm ? 1.0f : 0.0f;
     return t;
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.back()));

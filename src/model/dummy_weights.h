@@ -3,8 +3,9 @@
 // tests that need no real model. Deterministic: a tensor's values depend only
 // on its name, its shape and the seed. Matrices are f32, uniform in
 // [-1/sqrt(K), 1/sqrt(K)] (K = the input width), so activations stay of order
-// one through the layers; norm weights are 1. Built in memory on request, so a
-// CPU model checks first that they fit (TensorSource::materializes).
+// one through the layers; norm weights are 1, biases and attention sinks 0.
+// Built in memory on request, so a CPU model checks first that they fit
+// (TensorSource::materializes).
 
 #include <cstdint>
 #include <memory>

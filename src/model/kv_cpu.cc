@@ -31,6 +31,8 @@ CpuKV::CpuKV(const ModelConfig& c, const CpuKVOptions& o, ThreadPool& pool)
     k_.push_back(Tensor::empty(o_.dtype, shape));
     v_.push_back(Tensor::empty(o_.dtype, shape));
   }
+  write_scales_.assign(static_cast<size_t>(c.n_layers), KvScales{});
+  read_scales_ = write_scales_;
   const int64_t n_rep = c.n_heads / c.n_kv_heads;
   scores_.assign(static_cast<size_t>(
                      std::max(attention_scratch_floats(pool.num_threads(), o_.max_context),
@@ -61,8 +63,10 @@ StatusOr<std::unique_ptr<CpuKV>> CpuKV::create(const ModelConfig& c, const CpuKV
     if (o.num_blocks < 1) return bad("num_blocks must be >= 1");
     if (o.block_size < 1 || o.block_size > 4096)
       return bad("block_size " + std::to_string(o.block_size) + " outside [1, 4096]");
-    if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16)
-      return invalid_argument(std::string("kv cache dtype: ") + dtype_name(o.dtype) + " (f32, f16 or bf16)");
+    if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16 &&
+        o.dtype != DType::kF8E4M3)
+      return invalid_argument(std::string("kv cache dtype: ") + dtype_name(o.dtype) +
+                              " (f32, f16, bf16 or f8e4m3)");
     if (int64_t{o.num_blocks} * o.block_size > std::numeric_limits<int32_t>::max())
       return bad("num_blocks * block_size exceeds 2^31 slots");
   }
@@ -150,6 +154,26 @@ void CpuKV::swap_blocks(std::span<const BlockCopy> copies, bool out) {
   });
 }
 
+Status CpuKV::set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales) {
+  if (read_scales.empty()) read_scales = scales;
+  for (const auto* v : {&scales, &read_scales}) {
+    if (v->size() != k_.size()) {
+      return invalid_argument("KV scales: " + std::to_string(v->size()) + " for " +
+                              std::to_string(k_.size()) + " layers");
+    }
+    for (size_t l = 0; l < v->size(); ++l) {
+      if (!kv_scale_valid((*v)[l].k) || !kv_scale_valid((*v)[l].v)) {
+        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " +
+                                std::to_string((*v)[l].k) + ", v " + std::to_string((*v)[l].v) +
+                                " (each must be finite and > 0)");
+      }
+    }
+  }
+  write_scales_ = std::move(scales);
+  read_scales_ = std::move(read_scales);
+  return Status::ok_status();
+}
+
 void CpuKV::write_per_sequence(int layer, const ForwardBatch& batch, const Tensor& k, const Tensor& v) {
   const int64_t max_ctx = k_[layer].dim(2), row_stride = n_kv_heads_ * max_ctx * head_dim_;
   float* kc = k_[layer].data_as<float>();
@@ -187,7 +211,8 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
     return;
   }
   const Tensor &kp = k_[static_cast<size_t>(layer)], &vp = v_[static_cast<size_t>(layer)];
-  paged_kv_write(k, v, batch, kp, vp);
+  const KvScales& read = read_scales_[static_cast<size_t>(layer)];
+  paged_kv_write(k, v, batch, kp, vp, write_scales_[static_cast<size_t>(layer)]);
   ++counts_.writes;
   if (!o_.fused_read) {
     int64_t total = 0;
@@ -197,7 +222,7 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
       gather_k_ = Tensor::empty(DType::kF32, {total, n_kv_heads_, head_dim_});
       gather_v_ = Tensor::empty(DType::kF32, {total, n_kv_heads_, head_dim_});
     }
-    paged_kv_gather(kp, vp, batch, gather_k_, gather_v_, history_, pool_, gather_scratch_);
+    paged_kv_gather(kp, vp, batch, gather_k_, gather_v_, history_, pool_, gather_scratch_, read);
     ++counts_.gathers;
     attention(q, batch, history_, n_rep, scale, out, pool_, scores_, window, softcap, sinks);
     return;
@@ -212,6 +237,12 @@ void CpuKV::attend(int layer, const ForwardBatch& batch, const Tensor& q, const 
   if (o_.dtype == DType::kF32) {
     a.k_pool = kp.data_as<const float>();
     a.v_pool = vp.data_as<const float>();
+  } else if (o_.dtype == DType::kF8E4M3) {
+    a.kv_dtype = o_.dtype;
+    a.k_pool8 = static_cast<const uint8_t*>(kp.data());
+    a.v_pool8 = static_cast<const uint8_t*>(vp.data());
+    a.k_scale = read.k;
+    a.v_scale = read.v;
   } else {
     a.kv_dtype = o_.dtype;
     a.k_pool16 = static_cast<const uint16_t*>(kp.data());

@@ -7,7 +7,8 @@
 //
 // Layouts:
 //   kPaged          k_pool(l), v_pool(l)  [num_blocks, block_size, n_kv_heads, head_dim]
-//                   f32, f16 or bf16, shared by every sequence; one write, then
+//                   f32, f16, bf16 or f8e4m3 (E4M3 with a K and a V scale per
+//                   layer, core/kv_quant.h), shared by every sequence; one write, then
 //                   either read: fused (paged_attention_cpu through the block
 //                   tables) or gather (a contiguous f32 copy, then attention()).
 //                   Both give bitwise-identical outputs within one dtype.
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/kv_quant.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -44,7 +46,7 @@ struct CpuKVOptions {
   CpuKVLayout layout = CpuKVLayout::kPaged;
   int32_t num_blocks = 0;     // paged: >= 1
   int32_t block_size = 16;    // paged: tokens per block
-  DType dtype = DType::kF32;  // paged: kF32, kF16 or kBF16; per sequence: kF32
+  DType dtype = DType::kF32;  // paged: kF32, kF16, kBF16 or kF8E4M3; per sequence: kF32
   int64_t max_context = 0;    // longest context a step may attend; >= 1
   int32_t max_num_seqs = 64;  // sequences in one step (per sequence: also the rows)
   bool fused_read = true;     // paged: the fused read; false: the gather
@@ -101,6 +103,11 @@ class CpuKV {
   int64_t pool_bytes() const;  // K+V of all layers
   const Tensor& k_pool(int layer) const { return k_[static_cast<size_t>(layer)]; }
   const Tensor& v_pool(int layer) const { return v_[static_cast<size_t>(layer)]; }
+  // An fp8 pool's per-layer scales: 1.0 (vLLM's default) unless set. One per
+  // layer, finite and > 0. read_scales: what the reads dequantize with, where
+  // a test plants a mismatch; empty, the same as `scales`.
+  Status set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales = {});
+  const std::vector<KvScales>& kv_scales() const { return write_scales_; }
 
  private:
   CpuKV(const ModelConfig& config, const CpuKVOptions& o, ThreadPool& pool);
@@ -110,6 +117,7 @@ class CpuKV {
   int64_t n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   ThreadPool& pool_;
   std::vector<Tensor> k_, v_;  // [n_layers], layout above
+  std::vector<KvScales> write_scales_, read_scales_;  // [n_layers], fp8 pools
   std::vector<Tensor> k_swap_,
       v_swap_;  // [n_layers] swap area, [num_swap_slots, block_size, n_kv_heads, head_dim]
   int32_t num_swap_slots_ = 0;

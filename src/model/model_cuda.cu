@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,13 +21,17 @@
 #include "ops/embedding/embedding_cuda.cuh"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/gather/gather_cuda.cuh"
+#include "ops/gelu_mul/gelu_mul_cuda.cuh"
 #include "ops/matmul/linear_cuda.cuh"
 #include "ops/matmul/matmul_cuda.cuh"
+#include "ops/moe/moe_cuda.cuh"
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/rope/rope_cuda.cuh"
+#include "ops/rope/rope_freqs.h"
 #include "ops/sample/sample_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
+#include "ops/softcap/softcap_cuda.cuh"
 
 namespace nanoserve {
 
@@ -51,6 +56,7 @@ struct CudaModel::Step {
   Tensor logits;   // [max_logits_rows, vocab] f32
   Tensor scaled;   // [max_logits_rows, vocab] f32, the sampler's logits over the temperature
   Tensor argmax;   // [max_logits_rows] i32
+  std::unique_ptr<MoeCudaWorkspace> moe;  // the experts' buffers (config.n_experts > 0)
   Tensor kv;       // one allocation: [n_layers][2][num_blocks, block_size, n_kv_heads, head_dim] bf16
   std::shared_ptr<void> logits_host;  // pinned [max_logits_rows, vocab] f32
   std::shared_ptr<void> argmax_host;  // pinned [max_logits_rows] i32
@@ -98,29 +104,23 @@ CudaModel::~CudaModel() = default;
 // ---- memory ------------------------------------------------------------------------
 
 Status CudaModel::supports(const ModelConfig& c) {
-  if (c.arch == "gpt-oss") {
-    return unimplemented(
-        "--device cuda: the gpt-oss family (attention sinks, YaRN, clamped SwiGLU experts) runs on the CPU "
-        "only "
-        "so far");
-  }
-  if (c.arch == "gemma2" || c.arch == "gemma3") {
-    return unimplemented(
-        "--device cuda: the " + c.arch +
-        " family (soft-capping, sandwich norms, GeGLU, local layers) runs on the CPU only so far");
-  }
-  if (c.head_dim != 64 && c.head_dim != 128) {
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256) {
     return unimplemented("--device cuda: head_dim " + std::to_string(c.head_dim) +
-                         " (the CUDA attention kernels take 64 or 128)");
+                         " (the CUDA attention kernels take 64, 128 or 256)");
   }
   if (c.n_rep() > 8) {
     return unimplemented("--device cuda: " + std::to_string(c.n_rep()) +
                          " query heads per kv head (the CUDA attention takes at most 8)");
   }
+  const ArchInfo* family = c.arch_info_or_null();
+  if (family != nullptr && family->o_bias && c.n_experts == 0) {
+    return unimplemented(
+        "--device cuda: an o_proj bias without experts (the CUDA forward adds it in the "
+        "experts' norm)");
+  }
   if (c.n_experts > 0) {
-    return unimplemented("--device cuda: mixture of experts (" + c.arch + ", " +
-                         std::to_string(c.n_experts_used) + " of " + std::to_string(c.n_experts) +
-                         " experts); it runs on the CPU");
+    const std::string why = moe_cuda_unsupported(c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim);
+    if (!why.empty()) return unimplemented("--device cuda: " + c.arch + " with " + why);
   }
   if (c.rope_dim != c.head_dim) {
     return unimplemented("--device cuda: partial rotary dims (" + std::to_string(c.rope_dim) + " of " +
@@ -129,8 +129,38 @@ Status CudaModel::supports(const ModelConfig& c) {
   return Status::ok_status();
 }
 
-int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size) {
-  return 2 * c.n_layers * int64_t{block_size} * c.n_kv_heads * c.head_dim * 2;
+namespace {
+
+// Whether a --cublas-prefill step may run attention on the query-tiled kernel,
+// which has no sliding window, no soft-capping, no sinks and no head_dim 256.
+bool query_tiles_allowed(const ModelConfig& c) {
+  return c.sliding_window == 0 && c.attn_softcap == 0.0f && c.head_dim != 256 && !c.arch_info().attn_sinks;
+}
+
+}  // namespace
+
+int64_t CudaModel::kv_bytes_per_block(const ModelConfig& c, int32_t block_size, DType kv_dtype) {
+  return 2 * c.n_layers * dtype_bytes(kv_dtype, int64_t{block_size} * c.n_kv_heads * c.head_dim);
+}
+
+Status CudaModel::set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales) {
+  if (read_scales.empty()) read_scales = scales;
+  for (const auto* v : {&scales, &read_scales}) {
+    if (static_cast<int64_t>(v->size()) != config_.n_layers) {
+      return invalid_argument("KV scales: " + std::to_string(v->size()) + " for " +
+                              std::to_string(config_.n_layers) + " layers");
+    }
+    for (size_t l = 0; l < v->size(); ++l) {
+      if (!kv_scale_valid((*v)[l].k) || !kv_scale_valid((*v)[l].v)) {
+        return invalid_argument("KV scales of layer " + std::to_string(l) + ": k " +
+                                std::to_string((*v)[l].k) + ", v " + std::to_string((*v)[l].v) +
+                                " (each must be finite and > 0)");
+      }
+    }
+  }
+  kv_scales_ = std::move(scales);
+  kv_read_scales_ = std::move(read_scales);
+  return Status::ok_status();
 }
 
 namespace {
@@ -154,6 +184,7 @@ int64_t CudaModel::workspace_bytes(const ModelConfig& c, const CudaLimits& lim) 
   // Attention partials: [rows, n_heads, max splits, head_dim] f32 + lse + counters; the block list.
   b += T * c.n_heads * (PagedAttentionWorkspaceCuda::kMaxSplits * (c.head_dim + 1) + 1) * 4;
   b += T * PagedAttentionWorkspaceCuda::kMaxSplits * 4;
+  if (c.n_experts > 0) b += moe_cuda_workspace_bytes(T, c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim);
   return b + (int64_t{64} << 20);  // GEMM workspace and batch metadata
 }
 
@@ -170,6 +201,14 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
                             ": the CUDA attention needs a power of two >= 8");
   }
   NS_RETURN_IF_ERROR(supports(c));
+  if (limits.kv_dtype != DType::kBF16 && limits.kv_dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("CUDA KV pools of ") + dtype_name(limits.kv_dtype) +
+                            " (bf16 or f8e4m3)");
+  }
+  if (kv_scales_.empty()) {
+    kv_scales_.assign(static_cast<size_t>(c.n_layers), KvScales{});
+    kv_read_scales_ = kv_scales_;
+  }
   auto s = std::make_unique<Step>();
   s->limits = limits;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
@@ -191,6 +230,10 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
   s->gate_up = cuda::empty(DType::kBF16, {T, 2 * c.ffn_dim});
   s->act = cuda::empty(DType::kBF16, {T, c.ffn_dim});
   s->xperm = cuda::empty(DType::kBF16, {linear_scratch_elems(c, T)});
+  if (c.n_experts > 0) {
+    s->moe = std::make_unique<MoeCudaWorkspace>(
+        make_moe_cuda_workspace(T, c.n_experts, c.n_experts_used, c.dim, c.expert_ffn_dim));
+  }
   s->last = cuda::empty(DType::kBF16, {R, c.dim});
   s->logits = cuda::empty(DType::kF32, {R, c.vocab_size});
   s->scaled = cuda::empty(DType::kF32, {R, c.vocab_size});
@@ -205,15 +248,17 @@ Status CudaModel::allocate(const CudaLimits& limits, int32_t num_blocks, int32_t
   s->sampled_host = cuda::pinned_host(R * 4);
   s->sample_logprobs_host = cuda::pinned_host(R * static_cast<int64_t>(sizeof(SampleRowLogprobs)));
   // The pools: one allocation, a K and a V view per layer.
+  const DType kv_dt = limits.kv_dtype;
   const int64_t pool_elems = int64_t{num_blocks} * block_size * c.n_kv_heads * c.head_dim;
-  s->kv = cuda::empty(DType::kBF16, {c.n_layers, 2, pool_elems});
+  const int64_t pool_bytes = dtype_bytes(kv_dt, pool_elems);
+  s->kv = cuda::empty(kv_dt, {c.n_layers, 2, pool_elems});
   k_pools_.clear();
   v_pools_.clear();
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    auto* base = s->kv.data_as<uint16_t>() + l * 2 * pool_elems;
+    auto* base = s->kv.data_as<uint8_t>() + l * 2 * pool_bytes;
     const std::vector<int64_t> shape = {num_blocks, block_size, c.n_kv_heads, c.head_dim};
-    k_pools_.push_back(Tensor::view(base, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
-    v_pools_.push_back(Tensor::view(base + pool_elems, DType::kBF16, shape, s->kv.owner(), Device::kCUDA));
+    k_pools_.push_back(Tensor::view(base, kv_dt, shape, s->kv.owner(), Device::kCUDA));
+    v_pools_.push_back(Tensor::view(base + pool_bytes, kv_dt, shape, s->kv.owner(), Device::kCUDA));
   }
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -291,9 +336,20 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
-  const float eps = c.norm_eps, scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const float eps = c.norm_eps, scale = c.attention_scale();
+  const ArchInfo& family = c.arch_info();
+  const bool gelu = std::string_view(family.hidden_act) != "silu";
   const int n_rep = static_cast<int>(c.n_rep());
   const DeviceBatch& db = *s.batch;
+  MoeParams moe_params{static_cast<int32_t>(c.n_experts_used), c.expert_weights_norm};
+  if (family.oss_experts) {  // gpt-oss: as the CPU forward's
+    moe_params.gating = MoeGating::kTopKThenSoftmax;
+    moe_params.activation = MoeActivation::kClampedSwiglu;
+    moe_params.swiglu_alpha = c.swiglu_alpha;
+    moe_params.swiglu_limit = c.swiglu_limit;
+  }
+  // YaRN's attention factor times the rotated q and k (1: none), as the CPU forward.
+  const float rotated_scale = rope_attention_factor(c.rope_scaling);
 
   Tensor x = s.x.slice_rows(0, T), xn = s.xn.slice_rows(0, T), qkv = s.qkv.slice_rows(0, T);
   Tensor q = s.q.slice_rows(0, T), attn = s.attn.slice_rows(0, T), proj = s.proj.slice_rows(0, T);
@@ -315,9 +371,10 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // of several rows runs attention on the query-tiled kernel; a step of
   // single decode rows keeps the split kernel, whose splits serve one row
   // better than one block a row and kv head.
-  // A sliding window runs on the split kernel alone.
-  const int window = static_cast<int>(c.sliding_window);
-  const PagedAttentionKernel attention = !small_step && db.num_tokens() > db.num_seqs() && window == 0
+  // A sliding window, soft-capping, sinks, head_dim 256 and fp8 pools run on
+  // the split kernel alone (make_cuda_runner refuses fp8 with --cublas-prefill).
+  const PagedAttentionKernel attention = query_tiles_allowed(c) && s.limits.kv_dtype != DType::kF8E4M3 &&
+                                                 !small_step && db.num_tokens() > db.num_seqs()
                                              ? PagedAttentionKernel::kQueryTiles
                                              : PagedAttentionKernel::kSplit;
   // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
@@ -334,7 +391,19 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       linear(xn, w, out);
     }
   };
-  embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st);
+  // proj (the sublayer's output) joins x, through its own norm first where
+  // the family has sandwich norms (post: that norm's weight), then x is normed.
+  auto join_norm = [&](const Tensor& post, const Tensor& w, RmsNormOut out_order) {
+    if (post.defined()) {
+      post_norm_add_rmsnorm_cuda(x, proj, post, w, eps, xn, st, out_order);
+    } else {
+      add_rmsnorm_cuda(x, proj, w, eps, xn, st, out_order);
+    }
+  };
+  const float embed_scale = !family.scaled_embedding ? 1.0f
+                            : c.embed_scale > 0.0f   ? c.embed_scale
+                                                     : std::sqrt(static_cast<float>(c.dim));
+  embedding_cuda(weights_.tok_embd, db.tokens(), static_cast<int32_t>(T), x, st, embed_scale);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const CudaLayer& L = weights_.layers[static_cast<size_t>(l)];
     // The previous layer's down output joins the residual inside the norm.
@@ -342,7 +411,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     if (l == 0) {
       rmsnorm_cuda(x, L.attn_norm, eps, xn, st, order(qkv_tiled));
     } else {
-      add_rmsnorm_cuda(x, proj, L.attn_norm, eps, xn, st, order(qkv_tiled));
+      join_norm(weights_.layers[static_cast<size_t>(l - 1)].post_ffn_norm, L.attn_norm, order(qkv_tiled));
     }
     linear_from_norm(qkv_tiled, L.wqkv, qkv);
     RopeKvExtras extras;  // the family's bias and q/k norm, fused into the rotation
@@ -352,28 +421,49 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       extras.k_norm = L.k_norm.data_as<const float>();
       extras.norm_eps = eps;
     }
-    rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), weights_.inv_freq.data_as<const float>(),
+    extras.rotated_scale = rotated_scale;
+    const Tensor& inv_freq = c.layer_local_rope(l) ? weights_.inv_freq_local : weights_.inv_freq;
+    rope_kv_write_cuda(qkv, db.positions(), db.slot_mapping(), inv_freq.data_as<const float>(),
                        static_cast<int32_t>(c.rope_dim), static_cast<int32_t>(c.n_heads),
                        static_cast<int32_t>(c.n_kv_heads), q, k_pools_[static_cast<size_t>(l)],
-                       v_pools_[static_cast<size_t>(l)], st, extras);
+                       v_pools_[static_cast<size_t>(l)], st, extras, kv_scales_[static_cast<size_t>(l)]);
     paged_attention_cuda(q, k_pools_[static_cast<size_t>(l)], v_pools_[static_cast<size_t>(l)], db, n_rep,
-                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)));
+                         scale, *s.attn_ws, attn, st, attention, static_cast<int>(c.layer_window(l)),
+                         c.attn_softcap, L.sinks.defined() ? L.sinks.data_as<const float>() : nullptr,
+                         kv_read_scales_[static_cast<size_t>(l)]);
     linear(attn2, L.wo, proj);
+    if (L.router.defined()) {  // experts: routed on the device, then the grouped expert GEMM
+      add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, RmsNormOut::kNatural,
+                       L.o_bias.defined() ? &L.o_bias : nullptr);
+      MoeCudaBiases biases;
+      if (L.router_bias.defined()) {
+        biases.router = L.router_bias.data_as<const float>();
+        biases.gate_up = L.exp_gate_up_bias.data_as<const float>();
+        biases.down = L.exp_down_bias.data_as<const float>();
+      }
+      moe_ffn_cuda(xn, L.router, L.exp_gate_up, L.exp_down, moe_params, *s.moe, proj, st, biases);
+      continue;
+    }
+    NS_CHECK(!L.o_bias.defined()) << "an o_proj bias outside a layer with experts";
     const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
-    add_rmsnorm_cuda(x, proj, L.ffn_norm, eps, xn, st, order(gate_up_tiled));
+    join_norm(L.post_attn_norm, L.ffn_norm, order(gate_up_tiled));
     linear_from_norm(gate_up_tiled, L.w_gate_up, gate_up);
-    if (small_step && linear_swiglu_cuda_supports(gate_up, L.w_down, proj)) {
+    if (gelu) {  // GeGLU (gemma): its own pass, then the linear
+      gelu_tanh_mul_cuda(gate_up, act, st);
+      linear(act, L.w_down, proj);
+    } else if (small_step && linear_swiglu_cuda_supports(gate_up, L.w_down, proj)) {
       linear_swiglu_cuda(gate_up, L.w_down, proj, s.xperm, st);  // the SwiGLU in the tiled kernel's permute
     } else {
       silu_mul_cuda(gate_up, act, st);
       linear(act, L.w_down, proj);
     }
   }
-  add_rmsnorm_cuda(x, proj, weights_.output_norm, eps, xn, st);
+  join_norm(weights_.layers.back().post_ffn_norm, weights_.output_norm, RmsNormOut::kNatural);
   if (R > 0) {
     Tensor last = s.last.slice_rows(0, R), logits = s.logits.slice_rows(0, R);
     gather_rows_cuda(xn, db.logits_rows(), static_cast<int32_t>(R), last, st);
     linear(last, weights_.lm_head, logits);
+    if (c.final_softcap > 0.0f) softcap_cuda(logits, c.final_softcap, st);  // before argmax and sampling
     argmax_cuda(logits, s.argmax.data_as<int32_t>(), st);
     NS_CUDA_CHECK(cudaMemcpyAsync(s.argmax_host.get(), s.argmax.data(), static_cast<size_t>(R) * 4,
                                   cudaMemcpyDeviceToHost, st));
@@ -417,11 +507,17 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
   }
   s.note_launch();
   if (s.limits.cuda_graphs && T <= CudaLimits::kGraphMaxTokens) {
-    const GraphKey key{
-        static_cast<int32_t>(T), static_cast<int32_t>(R), batch.max_blocks_per_seq,
-        static_cast<uint8_t>(output),
-        paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
-                                        PagedAttentionKernel::kSplit, static_cast<int>(c.sliding_window))};
+    // The attention's launches are baked into the graph: those of the window,
+    // and where some layers have none (Gemma's global layers), theirs too.
+    auto attn_key = [&](int64_t window) {
+      return paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
+                                             PagedAttentionKernel::kSplit, static_cast<int>(window));
+    };
+    bool global_layers = false;
+    for (int64_t l = 0; l < c.n_layers; ++l) global_layers |= c.sliding_window > 0 && c.layer_window(l) == 0;
+    const GraphKey key{static_cast<int32_t>(T),    static_cast<int32_t>(R),
+                       batch.max_blocks_per_seq,   static_cast<uint8_t>(output),
+                       attn_key(c.sliding_window), global_layers ? attn_key(0) : 0};
     s.graphs.launch(key, st, [&] { enqueue_step(T, R, output); });
   } else {
     enqueue_step(T, R, output);

@@ -2,23 +2,34 @@
 // The forward pass on a CUDA device, for every family of model/arch.h
 // (docs/model_cuda.md).
 //
-//   x = embed(tokens)                                           [T, dim] f32 residual stream
+//   x = embed(tokens) (x sqrt(dim): gemma)                      [T, dim] f32 residual stream
 // (every linear y = x w^T through linear_cuda, batch-invariant at any T; see CudaLimits)
 //   per layer: xn = rmsnorm(x)                                  bf16 (the add of the previous
 //                                                               sublayer's output fused in)
 //              qkv = xn wqkv^T; rope(q, k) + KV write            one GEMM, one fused kernel
-//              (+ qkv bias: qwen2; per-head q/k RMSNorm: qwen3, fused into the rope kernel)
-//              x += o_proj(paged_attention(q))
-//              x += down(silu(gate) * up), gate_up = xn wgu^T   one GEMM for gate and up
-//   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, greedy argmax too
+//              (+ qkv bias: qwen2, gpt-oss; per-head q/k RMSNorm: qwen3, gemma3, fused into
+//              the rope kernel; gemma3's local layers rotate with their own table;
+//              gpt-oss's YaRN attention factor times the rotated q and k)
+//              x += o_proj(paged_attention(q))                  in the layer's window, scores
+//                                                               soft-capped (gemma2), a sink
+//                                                               logit a head (gpt-oss);
+//                                                               + o bias (gpt-oss), in the norm
+//              x += down(act(gate) * up), gate_up = xn wgu^T    one GEMM for gate and up;
+//                                                               act: silu, or tanh GELU (gemma)
+//                or the routed experts' (ops/moe/moe_cuda.cuh; gpt-oss: their biases, top-k
+//                then softmax, the clamped SwiGLU)
+//              (gemma: each sublayer's output normed before it joins x, fused into the next norm)
+//   logits = lm_head(rmsnorm(x)[logits_rows])                   [R, vocab] f32, soft-capped
+//                                                               (gemma2), greedy argmax too
 //
 // Weights live on the device in bf16 (norms in f32), uploaded once: F32, F16
 // and BF16 tensors are converted, GGUF block formats dequantized; with
 // quantize_fp8() the four linears of each layer become FP8 E4M3 rows with a
 // scale each (weight-only: activations stay bf16). An FP8 checkpoint's
 // per-channel and per-tensor linears upload as such rows directly. q/k/v are
-// one matrix, gate/up one matrix. The KV pools are bf16, one pair per layer,
-// [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
+// one matrix, gate/up one matrix. The KV pools are bf16, or FP8 E4M3 with a
+// K and a V scale per layer (CudaLimits::kv_dtype, core/kv_quant.h), one pair
+// per layer, [num_blocks, block_size, n_kv_heads, head_dim]. Every buffer of the step is
 // allocated before the first step; a step allocates nothing.
 //
 // Plain C++ (no CUDA header): the engine's .cc code built with NANOSERVE_CUDA
@@ -29,6 +40,7 @@
 #include <span>
 #include <vector>
 
+#include "core/kv_quant.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/config.h"
@@ -48,9 +60,22 @@ struct CudaLayer {
   Tensor q_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
   Tensor k_norm;     // [head_dim] f32, families with ArchInfo::qk_norm
   LinearWeight wo;         // [dim, n_heads * head_dim]
+  Tensor o_bias;           // [dim] f32, families with ArchInfo::o_bias (gpt-oss)
+  Tensor sinks;            // [n_heads] f32 sink logits, families with ArchInfo::attn_sinks (gpt-oss)
   Tensor ffn_norm;         // [dim] f32
   LinearWeight w_gate_up;  // [2 ffn_dim, dim]: gate rows, then up
   LinearWeight w_down;     // [dim, ffn_dim]
+  Tensor post_attn_norm;   // [dim] f32, families with ArchInfo::sandwich_norms (gemma)
+  Tensor post_ffn_norm;    // [dim] f32, the same
+  // A mixture of experts instead of w_gate_up, w_down (config.n_experts > 0;
+  // ops/moe/moe_cuda.cuh), F = expert_ffn_dim:
+  Tensor router;        // [n_experts, dim] f32
+  Tensor exp_gate_up;   // [n_experts, 2 F, dim] bf16: expert e's gate rows, then its up rows
+  Tensor exp_down;      // [n_experts, dim, F] bf16
+  // gpt-oss's expert biases (ArchInfo::oss_experts), f32:
+  Tensor router_bias;       // [n_experts]
+  Tensor exp_gate_up_bias;  // [n_experts, 2 F]: expert e's gate bias, then its up bias
+  Tensor exp_down_bias;     // [n_experts, dim]
 };
 
 struct CudaWeights {
@@ -59,6 +84,9 @@ struct CudaWeights {
   Tensor output_norm;  // [dim] f32
   Tensor lm_head;      // [vocab, dim] bf16; tok_embd itself when the embeddings are tied
   Tensor inv_freq;     // [rope_dim / 2] f32, the scaled rotary frequencies
+  // [rope_dim / 2] f32, the local layers' (ModelConfig::rope_local_theta,
+  // unscaled: gemma3); undefined when every layer rotates with inv_freq.
+  Tensor inv_freq_local;
 };
 
 // Sizes the step buffers are allocated for.
@@ -80,6 +108,9 @@ struct CudaLimits {
   // combination is seen; off (--enforce-eager) every step is launched.
   bool cuda_graphs = true;
   static constexpr int32_t kGraphMaxTokens = 64;
+  // The pools' element: kBF16, or kF8E4M3 (--kv-cache-dtype fp8: twice the
+  // tokens in the same bytes; each layer's KvScales, kv_scales()).
+  DType kv_dtype = DType::kBF16;
 };
 
 class CudaModel {
@@ -117,11 +148,12 @@ class CudaModel {
   int64_t fp8_linears() const;
 
   // UNIMPLEMENTED naming what the CUDA forward lacks for this model's shape
-  // (head_dim other than 64 or 128, more than 8 query heads per kv head,
-  // partial rotary dims); OK otherwise.
+  // (head_dim other than 64, 128 or 256, more than 8 query heads per kv
+  // head, partial rotary dims, experts outside moe_cuda_unsupported's); OK otherwise.
   static Status supports(const ModelConfig& config);
-  // K+V bytes of one block over all layers (bf16).
-  static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size);
+  // K+V bytes of one block over all layers, in the pools' dtype (bf16 or f8e4m3).
+  static int64_t kv_bytes_per_block(const ModelConfig& config, int32_t block_size,
+                                    DType kv_dtype = DType::kBF16);
   // Device bytes the step buffers of `limits` take (for memory planning before allocate()).
   static int64_t workspace_bytes(const ModelConfig& config, const CudaLimits& limits);
 
@@ -153,9 +185,15 @@ class CudaModel {
   // the device handed back); valid until the next forward.
   std::span<const float> logits_row(int32_t row);
 
-  // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16.
+  // The KV pools of a layer (for tests): [num_blocks, block_size, n_kv_heads, head_dim] bf16 or f8e4m3.
   const Tensor& k_pool(int layer) const;
   const Tensor& v_pool(int layer) const;
+  // Each layer's K and V scales of an fp8 pool: 1.0 (vLLM's default) unless
+  // set. set_kv_scales: one per layer, finite and > 0; before the first
+  // forward. read_scales: what the attention dequantizes with, where a test
+  // plants a mismatch; empty, the same as `scales`.
+  const std::vector<KvScales>& kv_scales() const { return kv_scales_; }
+  Status set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales = {});
   // Graphs captured so far (for tests and reports).
   int64_t graph_captures() const;
 
@@ -184,6 +222,7 @@ class CudaModel {
   int64_t weight_bytes_ = 0;
   int32_t num_blocks_ = 0, block_size_ = 0;
   std::vector<Tensor> k_pools_, v_pools_;  // [n_layers] views into one allocation each
+  std::vector<KvScales> kv_scales_, kv_read_scales_;  // [n_layers]: the KV write's, the attention's
   std::unique_ptr<Step> step_;
   void* step_stream() const;         // the step's cudaStream_t (model_cuda.cu), for the swap copies
   std::shared_ptr<void> swap_host_;  // pinned, layout above

@@ -1,5 +1,5 @@
 // CudaModel's swap area (docs/kvcache.md, "Swapping"): pinned host memory in
-// the pools' layout, and the block copies between it and the pools, queued on
+// the pools' layout and dtype, and the block copies between it and the pools, queued on
 // the step's stream so that they are ordered before the next forward (and
 // after the last one) without any host synchronisation.
 
@@ -19,7 +19,9 @@ Status CudaModel::allocate_swap(int32_t num_slots) {
   if (swap_host_) return failed_precondition("CudaModel::allocate_swap called twice");
   if (num_slots < 1) return invalid_argument("swap space: num_slots must be >= 1");
   const ModelConfig& c = config_;
-  const int64_t plane = int64_t{num_slots} * block_size_ * c.n_kv_heads * c.head_dim * 2;  // bytes
+  // Bytes of one plane, in the pools' dtype (bf16 or f8e4m3).
+  const int64_t plane =
+      dtype_bytes(k_pools_.front().dtype(), int64_t{num_slots} * block_size_ * c.n_kv_heads * c.head_dim);
   const int64_t bytes = plane * 2 * c.n_layers;
   // Pinned pages cannot be paged out: more than half the machine's memory is refused up front
   // (cudaMallocHost would fail, or starve the host).
@@ -43,8 +45,8 @@ Status CudaModel::swap_blocks(std::span<const BlockCopy> copies, bool out) {
   if (!swap_host_) return failed_precondition("swap copy without a swap area");
   const ModelConfig& c = config_;
   const int64_t L = c.n_layers;
-  const size_t chunk =
-      static_cast<size_t>(block_size_) * c.n_kv_heads * c.head_dim * 2;  // one block, one plane
+  const size_t chunk = static_cast<size_t>(dtype_bytes(
+      k_pools_.front().dtype(), int64_t{block_size_} * c.n_kv_heads * c.head_dim));  // one block, one plane
   const size_t host_plane = chunk * static_cast<size_t>(num_swap_slots_);
   auto* host = static_cast<uint8_t*>(swap_host_.get());
   auto stream = static_cast<cudaStream_t>(step_stream());

@@ -22,6 +22,7 @@
 #include "ops/dequantize/dequantize.h"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/matmul/linear_cuda.cuh"
+#include "ops/rope/rope_freqs.h"
 
 namespace nanoserve {
 
@@ -125,6 +126,60 @@ LinearWeight upload_linear(std::initializer_list<LinearPart> parts) {
   return LinearWeight(std::move(w));
 }
 
+// A layer's experts (ops/moe/moe_cuda.cuh): the router in f32 and each
+// expert's gate and up rows stacked into [E, 2F, dim], its down into
+// [E, dim, F], in bf16, from E host tensors of any stored dtype (views into
+// a GGUF's stacked ffn_{gate,up,down}_exps, or an HF checkpoint's tensor per
+// expert). FP8 E4M3 experts have no row scales here: refused by name.
+Status upload_experts(const ModelConfig& c, const LayerWeights& hl, CudaLayer& L) {
+  const int64_t E = c.n_experts, F = c.expert_ffn_dim, dim = c.dim;
+  if (static_cast<int64_t>(hl.exp_gate.size()) != E || static_cast<int64_t>(hl.exp_up.size()) != E ||
+      static_cast<int64_t>(hl.exp_down.size()) != E || !hl.router.defined()) {
+    return invalid_argument("upload: a layer's experts do not match the config's " + std::to_string(E));
+  }
+  for (const std::vector<Tensor>* set : {&hl.exp_gate, &hl.exp_up, &hl.exp_down}) {
+    for (const Tensor& t : *set) {
+      if (t.dtype() == DType::kF8E4M3) {
+        return unimplemented("--device cuda: FP8 E4M3 expert weights (the CUDA experts take bf16)");
+      }
+    }
+  }
+  L.router = upload_vector(hl.router).reshape({E, dim});
+  if (c.arch_info().oss_experts) {  // gpt-oss's biases; gate and up side by side per expert, as exp_gate_up
+    for (const Tensor* b : {&hl.router_bias, &hl.exp_gate_bias, &hl.exp_up_bias, &hl.exp_down_bias}) {
+      if (!b->defined()) return invalid_argument("upload: a gpt-oss layer without its expert biases");
+    }
+    if (hl.router_bias.numel() != E || hl.exp_gate_bias.numel() != E * F || hl.exp_up_bias.numel() != E * F ||
+        hl.exp_down_bias.numel() != E * dim) {
+      return invalid_argument("upload: the expert biases do not match " + std::to_string(E) + " experts of " +
+                              std::to_string(F));
+    }
+    L.router_bias = upload_vector(hl.router_bias);
+    Tensor gate_up_bias = Tensor::empty(DType::kF32, {E, 2 * F});
+    const int64_t gate_bytes = dtype_bytes(hl.exp_gate_bias.dtype(), F),
+                  up_bytes = dtype_bytes(hl.exp_up_bias.dtype(), F);
+    for (int64_t e = 0; e < E; ++e) {
+      float* row = gate_up_bias.data_as<float>() + e * 2 * F;
+      dequantize_row(hl.exp_gate_bias.dtype(),
+                     static_cast<const uint8_t*>(hl.exp_gate_bias.data()) + e * gate_bytes, row, F);
+      dequantize_row(hl.exp_up_bias.dtype(),
+                     static_cast<const uint8_t*>(hl.exp_up_bias.data()) + e * up_bytes, row + F, F);
+    }
+    L.exp_gate_up_bias = cuda::to_device(gate_up_bias);
+    L.exp_down_bias = upload_vector(hl.exp_down_bias).reshape({E, dim});
+  }
+  L.exp_gate_up = cuda::empty(DType::kBF16, {E, 2 * F, dim});
+  L.exp_down = cuda::empty(DType::kBF16, {E, dim, F});
+  const Tensor gate_up = L.exp_gate_up.reshape({E * 2 * F, dim}), down = L.exp_down.reshape({E * dim, F});
+  for (int64_t e = 0; e < E; ++e) {
+    const auto i = static_cast<size_t>(e);
+    upload_rows(hl.exp_gate[i], gate_up, e * 2 * F);
+    upload_rows(hl.exp_up[i], gate_up, e * 2 * F + F);
+    upload_rows(hl.exp_down[i], down, e * dim);
+  }
+  return Status::ok_status();
+}
+
 Tensor device_floats(std::span<const float> v) {
   Tensor h = Tensor::empty(DType::kF32, {static_cast<int64_t>(v.size())});
   std::copy(v.begin(), v.end(), h.data_as<float>());
@@ -140,14 +195,24 @@ int64_t bytes_of(const Tensor& t) {
   return t.defined() ? t.nbytes() : 0;
 }
 
+// The local layers' rotary table (gemma3), as CpuModel::load makes it: their
+// own theta, no scaling. Undefined when every layer rotates alike.
+Tensor local_inv_freq(const ModelConfig& c) {
+  if (c.rope_local_theta <= 0.0f) return Tensor();
+  return device_floats(rope_inv_freqs(c.rope_dim, c.rope_local_theta, RopeScaling{}, {}));
+}
+
 // Device bytes of the weights (a tied lm_head once).
 int64_t resident_bytes(const CudaWeights& w) {
-  int64_t bytes = bytes_of(w.tok_embd) + bytes_of(w.output_norm) + bytes_of(w.inv_freq);
+  int64_t bytes =
+      bytes_of(w.tok_embd) + bytes_of(w.output_norm) + bytes_of(w.inv_freq) + bytes_of(w.inv_freq_local);
   if (w.lm_head.data() != w.tok_embd.data()) bytes += bytes_of(w.lm_head);
   for (const CudaLayer& L : w.layers) {
     bytes += bytes_of(L.attn_norm) + L.wqkv.nbytes() + bytes_of(L.qkv_bias) + bytes_of(L.q_norm) +
              bytes_of(L.k_norm) + L.wo.nbytes() + bytes_of(L.ffn_norm) + L.w_gate_up.nbytes() +
-             L.w_down.nbytes();
+             L.w_down.nbytes() + bytes_of(L.post_attn_norm) + bytes_of(L.post_ffn_norm) + bytes_of(L.router) +
+             bytes_of(L.exp_gate_up) + bytes_of(L.exp_down) + bytes_of(L.o_bias) + bytes_of(L.sinks) +
+             bytes_of(L.router_bias) + bytes_of(L.exp_gate_up_bias) + bytes_of(L.exp_down_bias);
   }
   return bytes;
 }
@@ -181,15 +246,27 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::upload(const ModelConfig& config
       L.k_norm = upload_vector(hl.k_norm);
     }
     L.wo = upload_linear({{&hl.wo, &hl.scale.wo}});
+    if (config.arch_info().o_bias) L.o_bias = upload_vector(hl.bo);
+    if (config.arch_info().attn_sinks) L.sinks = upload_vector(hl.sinks);
     L.ffn_norm = upload_vector(hl.ffn_norm);
-    L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
-    L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
+    if (config.n_experts > 0) {
+      NS_RETURN_IF_ERROR(upload_experts(config, hl, L));
+    } else {
+      L.w_gate_up = upload_linear({{&hl.w_gate, &hl.scale.w_gate}, {&hl.w_up, &hl.scale.w_up}});
+      L.w_down = upload_linear({{&hl.w_down, &hl.scale.w_down}});
+    }
+    if (config.arch_info().sandwich_norms) {
+      L.post_attn_norm = upload_vector(hl.post_attn_norm);
+      L.post_ffn_norm = upload_vector(hl.post_ffn_norm);
+    }
     NS_CHECK(L.wqkv.rows() == q_rows + 2 * kv_rows && L.wqkv.cols() == dim && L.wo.rows() == dim &&
-             L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)
+             (config.n_experts > 0 ||
+              (L.w_gate_up.rows() == 2 * config.ffn_dim && L.w_down.cols() == config.ffn_dim)))
         << "upload: the host layer's shapes do not match the config";
     w.layers.push_back(std::move(L));
   }
   w.inv_freq = device_floats(inv_freq);
+  w.inv_freq_local = local_inv_freq(config);
   cuda::synchronize();
   m->weight_bytes_ = resident_bytes(w);
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
@@ -224,12 +301,40 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::dummy(const ModelConfig& config,
       L.k_norm = device_ones(hd);
     }
     L.wo = random({dim, config.n_heads * hd});
+    // gpt-oss's biases and sinks are zero: the bytes and the arithmetic of real ones.
+    if (config.arch_info().o_bias)
+      L.o_bias = device_floats(std::vector<float>(static_cast<size_t>(dim), 0.0f));
+    if (config.arch_info().attn_sinks)
+      L.sinks = device_floats(std::vector<float>(static_cast<size_t>(config.n_heads), 0.0f));
     L.ffn_norm = device_ones(dim);
-    L.w_gate_up = random({2 * ffn, dim});
-    L.w_down = random({dim, ffn});
+    if (config.n_experts > 0) {  // the fan-in of each expert matrix is its last dimension
+      const int64_t E = config.n_experts, F = config.expert_ffn_dim;
+      L.router = cuda::empty(DType::kF32, {E, dim});
+      L.exp_gate_up = cuda::empty(DType::kBF16, {E, 2 * F, dim});
+      L.exp_down = cuda::empty(DType::kBF16, {E, dim, F});
+      for (const Tensor* t : {&L.router, &L.exp_gate_up, &L.exp_down}) {
+        fill_uniform_cuda(*t, seed + 0x9e3779b97f4a7c15ull * ++stream_id, std::sqrt(3.0f / t->dim(t->ndim() - 1)),
+                          nullptr);
+      }
+      if (config.arch_info().oss_experts) {
+        L.router_bias = device_floats(std::vector<float>(static_cast<size_t>(E), 0.0f));
+        L.exp_gate_up_bias =
+            device_floats(std::vector<float>(static_cast<size_t>(E * 2 * F), 0.0f)).reshape({E, 2 * F});
+        L.exp_down_bias =
+            device_floats(std::vector<float>(static_cast<size_t>(E * dim), 0.0f)).reshape({E, dim});
+      }
+    } else {
+      L.w_gate_up = random({2 * ffn, dim});
+      L.w_down = random({dim, ffn});
+    }
+    if (config.arch_info().sandwich_norms) {
+      L.post_attn_norm = device_ones(dim);
+      L.post_ffn_norm = device_ones(dim);
+    }
     w.layers.push_back(std::move(L));
   }
   w.inv_freq = device_floats(inv_freq);
+  w.inv_freq_local = local_inv_freq(config);
   cuda::synchronize();
   m->weight_bytes_ = resident_bytes(w);
   return StatusOr<std::unique_ptr<CudaModel>>(std::move(m));
@@ -244,6 +349,9 @@ int64_t CudaModel::fp8_linears() const {
 
 Status CudaModel::quantize_fp8() {
   if (step_ != nullptr) return failed_precondition("quantize_fp8: after allocate()");
+  if (config_.n_experts > 0) {
+    return unimplemented("--quantization fp8: the experts of " + config_.arch + " run in bf16 only on CUDA");
+  }
   if (fp8()) return failed_precondition("quantize_fp8: every linear already is FP8");
   for (CudaLayer& L : weights_.layers) {
     for (LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {

@@ -13,6 +13,11 @@
 //                  128 experts of ffn 768, 8 routed per token (weights
 //                  normalized), vocab 151936, theta 1e6, eps 1e-6, separate
 //                  lm_head, context 40960 (30.5B parameters, 3.3B active)
+//   gemma-3-12b    gemma3 (text): 48 layers, dim 3840, 16 heads / 8 kv, head_dim
+//                  256, ffn 15360 (GeGLU), vocab 262208, 5 local layers (window
+//                  1024, theta 10000) to each global one (theta 1e6, linear
+//                  scaling x8), query_pre_attn_scalar 256, eps 1e-6, tied and
+//                  scaled by sqrt(3840) in bf16, context 131072 (11.77B parameters)
 
 #include <string>
 #include <string_view>

@@ -1,5 +1,6 @@
 #include "model/model_source.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "io/gguf.h"
@@ -200,9 +201,11 @@ StatusOr<ModelSource> open_model_source(const ModelSpec& spec) {
       src.tokenizer = std::move(t.tokenizer);
       shape_name = "of " + spec.path;
     }
-    if (src.config.arch != "llama" && src.config.arch != "qwen3" && src.config.arch != "qwen3moe") {
+    constexpr std::string_view kDummyArchs[] = {"llama", "qwen3", "qwen3moe", "gemma2", "gemma3", "gpt-oss"};
+    if (std::find(std::begin(kDummyArchs), std::end(kDummyArchs), src.config.arch) == std::end(kDummyArchs)) {
       return unimplemented(
-          "--load-format dummy: weights are built for llama, qwen3 and qwen3moe only, not '" +
+          "--load-format dummy: weights are built for llama, qwen3, qwen3moe, gemma2, gemma3 and gpt-oss "
+          "only, not '" +
           src.config.arch.substr(0, 64) + "'");
     }
     src.config.rope_scaling.freq_factors_tensor = false;  // no rope_freqs.weight among dummy tensors

@@ -22,7 +22,7 @@ struct CpuRunnerOptions {
       0;  // token rows with logits in one step (0: max_num_seqs; more for speculative decoding)
   int64_t max_context = 0;    // longest sequence; >= 1
   CpuKVLayout kv_layout = CpuKVLayout::kPaged;
-  DType kv_dtype = DType::kF32;  // paged: kF32, kF16 or kBF16; per sequence: kF32
+  DType kv_dtype = DType::kF32;  // paged: kF32, kF16, kBF16 or kF8E4M3; per sequence: kF32
   bool fused_read = true;        // paged: attention straight from the blocks (false: gather)
   // What the engine's swap-or-recompute choice assumes of this runner's prefill
   // (SmolLM2-135M Q4_1 on one core of the 2-core dev VM: ~3.9 ms a token).

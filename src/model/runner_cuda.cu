@@ -44,6 +44,15 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
   std::string why;
   if (cuda::device_count(&why) == 0)
     return failed_precondition("--device cuda: no CUDA device (" + why + ")");
+  if (o.kv_dtype != DType::kBF16 && o.kv_dtype != DType::kF8E4M3) {
+    return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(o.kv_dtype) +
+                            ": the CUDA KV cache is bf16 or fp8 (E4M3)");
+  }
+  if (o.kv_dtype == DType::kF8E4M3 && o.cublas_prefill) {
+    return invalid_argument(
+        "--kv-cache-dtype fp8 with --cublas-prefill: the query-tiled prefill attention reads bf16 pools "
+        "only");
+  }
   if (o.fp8_weights && o.cublas_prefill) {
     return invalid_argument(
         "--quantization fp8 with --cublas-prefill: FP8 weights run on our own linears only");
@@ -87,6 +96,7 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
   lim.max_blocks_per_seq = static_cast<int32_t>((o.max_context + o.block_size - 1) / o.block_size);
   lim.cublas_prefill = o.cublas_prefill;
   lim.cuda_graphs = o.cuda_graphs;
+  lim.kv_dtype = o.kv_dtype;
   const int64_t workspace = CudaModel::workspace_bytes(model->config(), lim);
   size_t free_b = 0, total_b = 0;
   NS_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

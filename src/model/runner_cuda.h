@@ -2,7 +2,7 @@
 // The CUDA forward as the engine's ModelRunner (docs/model_cuda.md): every
 // family of the table (model/arch.h). The same engine, scheduler, block
 // manager and sampler as on the CPU; underneath, model/model_cuda.h with its
-// bf16 KV pools.
+// bf16 or fp8 KV pools.
 //
 // Plain C++ (no CUDA header); defined in runner_cuda.cu, so only a build
 // with NANOSERVE_CUDA has it.
@@ -28,11 +28,12 @@ struct CudaRunnerOptions {
   // Logits rows in one step: one per sequence, and one per proposed token
   // under speculative decoding; 0 means max_seqs.
   int32_t max_logits_rows = 0;
-  int64_t max_context = 0;      // longest sequence; >= 1
-  int32_t block_size = 16;      // the engine's KV block size
-  bool cublas_prefill = false;  // CudaLimits::cublas_prefill
-  bool fp8_weights = false;     // CudaModel::quantize_fp8 once the weights are resident
-  bool cuda_graphs = true;      // CudaLimits::cuda_graphs
+  int64_t max_context = 0;        // longest sequence; >= 1
+  int32_t block_size = 16;        // the engine's KV block size
+  bool cublas_prefill = false;    // CudaLimits::cublas_prefill
+  bool fp8_weights = false;       // CudaModel::quantize_fp8 once the weights are resident
+  bool cuda_graphs = true;        // CudaLimits::cuda_graphs
+  DType kv_dtype = DType::kBF16;  // CudaLimits::kv_dtype: kBF16 or kF8E4M3 (--kv-cache-dtype)
   // The share of the device's memory for weights, KV and step buffers
   // together (vLLM's --gpu-memory-utilization); in (0, 1].
   double gpu_memory_utilization = 0.9;
@@ -47,7 +48,7 @@ class CudaRunner final : public ModelRunner {
 
   const ModelConfig& config() const override { return model_->config(); }
   int64_t kv_bytes_per_block(int32_t block_size) const override {
-    return CudaModel::kv_bytes_per_block(model_->config(), block_size);
+    return CudaModel::kv_bytes_per_block(model_->config(), block_size, limits_.kv_dtype);
   }
   int64_t kv_cache_budget_bytes() const override { return kv_budget_bytes_; }
   Status init_kv_cache(int32_t num_blocks, int32_t block_size) override;
@@ -68,9 +69,9 @@ class CudaRunner final : public ModelRunner {
   Status init_swap_space(int32_t num_slots) override { return model_->allocate_swap(num_slots); }
   Status swap_out(std::span<const BlockCopy> copies) override { return model_->swap_blocks(copies, true); }
   Status swap_in(std::span<const BlockCopy> copies) override { return model_->swap_blocks(copies, false); }
-  // vLLM's default is 4 GiB; ours stays 0 on CUDA (--swap-space turns it on)
-  // until the device copy has had its first GPU run (docs/engine.md).
-  int64_t default_swap_space_bytes() const override { return 0; }
+  // vLLM's default, 4 GiB of pinned host memory (the copy measured 55 GB/s
+  // each way on the H100, docs/engine.md).
+  int64_t default_swap_space_bytes() const override { return int64_t{4} << 30; }
   // docs/engine.md, "Preemption: swap or recompute": a pinned copy over the
   // host link at kCopyBytesPerS, against a prefill whose rate scales with the
   // weights' bytes (kPrefillWeightBytesPerS / weight_bytes: ~30k tok/s for

@@ -18,6 +18,9 @@ struct GraphKey {
   int32_t tokens = 0, rows = 0, table_stride = 0;
   uint8_t output = 0;      // CudaModel::StepOutput
   uint64_t attention = 0;  // paged_attention_cuda_launch_key
+  // The same for the layers without the model's sliding window (Gemma's
+  // global layers), where it has one and they exist; 0 otherwise.
+  uint64_t attention_full = 0;
   bool operator==(const GraphKey&) const = default;
 };
 

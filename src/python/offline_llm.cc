@@ -91,7 +91,10 @@ StatusOr<std::unique_ptr<OfflineLlm>> OfflineLlm::create(const LlmOptions& optio
   if (options.kv_cache_memory < 0) return invalid_argument("kv_cache_memory: must be > 0 bytes");
   if (options.threads < 0) return invalid_argument("threads: must be >= 0 (0: all cores)");
   config.max_model_len = options.max_model_len;
-  if (options.max_num_seqs > 0) config.max_num_seqs = options.max_num_seqs;
+  NS_ASSIGN_OR_RETURN(const Device device, resolve_device(config.device));
+  const StepLimitDefaults limits = default_step_limits(device);
+  config.max_num_seqs = options.max_num_seqs > 0 ? options.max_num_seqs : limits.max_num_seqs;
+  config.max_num_batched_tokens = std::max(limits.max_num_batched_tokens, config.max_num_seqs);
   config.kv_cache_bytes = options.kv_cache_memory;
   config.seed = options.seed;
   if (options.model.empty()) return invalid_argument("model: a GGUF file or a Hugging Face folder is needed");

@@ -12,6 +12,9 @@ Faults, by arrival order (1-based, counted over the completions endpoints):
   --break-every K   those streams are cut after two tokens (no final chunk, no [DONE])
   --hang-every K    those requests get no answer at all (the client must time out)
   --error-every K   those streams send an `error` event after one token
+  --silent-every K  those streams' tokens carry no text (ids that decode to nothing): no token
+                    chunk at all, only the final chunk (empty text) and the usage; with
+                    --no-usage too, nothing counts them
 GET /stats returns what each request asked for. The first stdout line is
 `mock: listening on http://127.0.0.1:PORT`.
 """
@@ -38,6 +41,8 @@ def main():
     ap.add_argument("--break-every", type=int, default=0)
     ap.add_argument("--hang-every", type=int, default=0)
     ap.add_argument("--error-every", type=int, default=0)
+    ap.add_argument("--silent-every", type=int, default=0)
+    ap.add_argument("--no-usage", action="store_true")
     ap.add_argument("--api-key", default="")
     ap.add_argument("--loading-s", type=float, default=0,
                     help="answer 503 'still loading' (as nanoserve does) for this long after start")
@@ -136,10 +141,13 @@ def main():
             if chat:
                 self.event({"object": kind, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
             time.sleep(args.ttft_ms / 1e3)
+            silent = hits(args.silent_every, n)
             for i in range(max_tokens):
                 if i > 0:
                     time.sleep(args.itl_ms / 1e3)
-                text = f" t{i}"
+                if silent and i < max_tokens - 1:
+                    continue
+                text = "" if silent else f" t{i}"
                 choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
                 choice["finish_reason"] = "length" if i == max_tokens - 1 else None
                 self.event({"object": kind, "choices": [choice]}, split=(i == 1))
@@ -151,9 +159,10 @@ def main():
                     self.event({"error": {"message": f"injected error event {n}", "type": "server_error"}})
                     self.chunk(b"")
                     return
-            self.event({"object": kind, "choices": [],
-                        "usage": {"prompt_tokens": prompt_len, "completion_tokens": max_tokens,
-                                  "total_tokens": prompt_len + max_tokens}})
+            if not (silent and args.no_usage):
+                self.event({"object": kind, "choices": [],
+                            "usage": {"prompt_tokens": prompt_len, "completion_tokens": max_tokens,
+                                      "total_tokens": prompt_len + max_tokens}})
             self.chunk(b"data: [DONE]\n\n")
             self.chunk(b"")
 

@@ -126,6 +126,27 @@ def test_failures_are_counted_with_their_errors_and_never_hang(mock, tmp_path):
     assert 2.0 <= res["duration"] < 20
 
 
+def test_a_stream_of_tokens_without_text_counts_its_tokens_untimed(mock, tmp_path):
+    # Of 8 requests, 3 and 6 send their 5 tokens with no text (a dummy model's
+    # ids past the tokenizer's vocabulary): they succeed, their tokens count
+    # by the usage, and they have no TTFT or TPOT.
+    m = mock("--ttft-ms", "20", "--itl-ms", "10", "--silent-every", "3")
+    r, res = bench(tmp_path, m.url, "--num-prompts", "8", "--random-input-len", "4", "--random-output-len", "5",
+                   "--max-concurrency", "1", "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    assert res["completed"] == 8 and res["failed"] == 0 and res["untimed"] == 2
+    assert res["total_output_tokens"] == 40
+    assert res["ttfts"].count(None) == 2 and all(t > 0 for t in res["ttfts"] if t is not None)
+    assert re.search(r"Requests with no text \(untimed\):\s+2\b", r.stdout)
+    # Without usage nothing counts them: failed, by name.
+    m = mock("--ttft-ms", "20", "--itl-ms", "10", "--silent-every", "3", "--no-usage")
+    r, res = bench(tmp_path, m.url, "--num-prompts", "4", "--random-input-len", "4", "--random-output-len", "5",
+                   "--max-concurrency", "1", "--ignore-eos")
+    assert r.returncode == 0, r.stderr
+    assert res["completed"] == 3 and res["failed"] == 1
+    assert "no text and no usage" in [e for e in res["errors"] if e][0]
+
+
 def test_max_concurrency_and_request_rate(mock, tmp_path):
     m = mock("--ttft-ms", "200", "--itl-ms", "10")
     r, res = bench(tmp_path, m.url, "--num-prompts", "6", "--random-input-len", "4", "--random-output-len", "2",

@@ -56,6 +56,23 @@ def test_dtype_on_the_cpu_sets_the_kv_cache_dtype():
     assert "--dtype" in refused("--dtype", "int8")
 
 
+def test_kv_cache_dtype_fp8_holds_four_times_the_f32_tokens_and_serves():
+    tokens = {}
+    for dtype in ("f32", "fp8", "fp8_e4m3"):
+        with Serve(QWEN2_GGUF, "--port", "0", "--kv-cache-dtype", dtype, *SMALL) as s:
+            assert s.started(), s.stderr
+            r = requests.post(s.url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 8,
+                                                               "temperature": 0, "ignore_eos": True}, timeout=30)
+            assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8, r.text
+            _, err = s.stop()
+            tokens[dtype] = kv_tokens(err)
+    # One byte an element against four, in the same --kv-cache-memory.
+    assert tokens["fp8"] == tokens["fp8_e4m3"] == 4 * tokens["f32"], tokens
+    # E5M2 (vLLM's other fp8) is refused by name, not taken as E4M3.
+    err = refused("--kv-cache-dtype", "fp8_e5m2")
+    assert "fp8_e5m2" in err and "not implemented" in err, err
+
+
 def test_uvicorn_log_level_is_the_log_level():
     for level, shown in (("warning", False), ("info", True)):
         with Serve(QWEN2_GGUF, "--port", "0", "--uvicorn-log-level", level, *SMALL) as s:
@@ -219,3 +236,22 @@ def test_preemption_mode_and_swap_space_are_honoured_or_refused_by_name():
     r = run("generate", QWEN2_GGUF, "-p", "Hi", "-n", "2", "--preemption-mode", "recompute", "--swap-space", "1",
             *SMALL)
     assert r.returncode == 0 and "preemption recomputes (no swap space)" in r.stderr, r.stderr
+
+
+def engine_limits(*args):
+    """max_num_seqs and max_num_batched_tokens of the start-up log's engine line."""
+    with Serve(QWEN2_GGUF, "--port", "0", "--device", "cpu", "--log-format", "json", *args, *SMALL) as s:
+        assert s.started(), s.stderr
+        _, err = s.stop()
+    engine = [json.loads(l) for l in err.splitlines() if l.startswith("{") and '"msg":"engine"' in l]
+    assert len(engine) == 1, err
+    return engine[0]["max_num_seqs"], engine[0]["max_num_batched_tokens"]
+
+
+def test_unset_limits_are_the_devices_and_the_budget_covers_the_sequences():
+    # The CPU's defaults (docs/engine.md, "Default limits"; CUDA's are 256 and 2,048).
+    assert engine_limits() == (64, 512)
+    assert engine_limits("--max-num-seqs", "8") == (8, 512)
+    # A sequence cap above the default budget raises the budget with it, so every decode fits a step.
+    assert engine_limits("--max-num-seqs", "600") == (600, 600)
+    assert engine_limits("--max-num-batched-tokens", "64") == (64, 64)

@@ -1,7 +1,8 @@
 // CudaModel's swap area (model_cuda_swap.cu): device blocks copied out to
 // pinned host slots and back into other device blocks, bitwise, every layer's
 // K and V; blocks not listed untouched; runs of consecutive pairs and single
-// pairs alike. Without a CUDA device every test reports SKIPPED.
+// pairs alike; in bf16 pools and in fp8 ones (half the bytes a block).
+// Without a CUDA device every test reports SKIPPED.
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/cuda/device_memory.cuh"
@@ -23,7 +25,7 @@ namespace {
 
 constexpr int32_t kBlocks = 24, kBlockSize = 16, kSlots = 10;
 
-std::unique_ptr<CudaModel> make_model() {
+std::unique_ptr<CudaModel> make_model(DType kv_dtype = DType::kBF16) {
   StatusOr<ModelConfig> c = model_shape("smollm2-135m");
   EXPECT_TRUE(c.ok()) << c.status().to_string();
   c->n_layers = 3;  // enough layers for the 2D copy's pitch; small and fast
@@ -31,37 +33,42 @@ std::unique_ptr<CudaModel> make_model() {
   StatusOr<std::unique_ptr<CudaModel>> m = CudaModel::dummy(*c, inv_freq, 5);
   EXPECT_TRUE(m.ok()) << m.status().to_string();
   CudaLimits lim{64, 4, 4, 8};
+  lim.kv_dtype = kv_dtype;
   EXPECT_TRUE((*m)->allocate(lim, kBlocks, kBlockSize).ok());
   return std::move(m).value();
 }
 
-// Every layer's K and V pools, as host copies of their bf16 words.
-std::vector<std::vector<uint16_t>> pools(const CudaModel& m) {
+// Every layer's K and V pools, as host copies of their bytes.
+std::vector<std::vector<uint8_t>> pools(const CudaModel& m) {
   cuda::synchronize();
-  std::vector<std::vector<uint16_t>> out;
+  std::vector<std::vector<uint8_t>> out;
   for (int64_t l = 0; l < m.config().n_layers; ++l) {
     for (const Tensor* t : {&m.k_pool(static_cast<int>(l)), &m.v_pool(static_cast<int>(l))}) {
       const Tensor h = cuda::to_host(*t);
-      const auto* p = h.data_as<const uint16_t>();
-      out.emplace_back(p, p + h.numel());
+      const auto* p = h.data_as<const uint8_t>();
+      out.emplace_back(p, p + h.nbytes());
     }
   }
   return out;
 }
 
-TEST(CudaSwap, BlocksRoundTripBitwiseThroughTheHostArea) {
+class CudaSwapDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaSwapDtype, BlocksRoundTripBitwiseThroughTheHostArea) {
   NS_SKIP_WITHOUT_GPU();
-  auto m = make_model();
+  const DType kv = GetParam();
+  auto m = make_model(kv);
   ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->k_pool(0).dtype(), kv);
   ASSERT_TRUE(m->allocate_swap(kSlots).ok());
   EXPECT_FALSE(m->allocate_swap(kSlots).ok()) << "twice";
   // Random bits in every pool (NaN patterns included: the copy must not care).
   Rng rng(17);
   for (int64_t l = 0; l < m->config().n_layers; ++l) {
     for (const Tensor* t : {&m->k_pool(static_cast<int>(l)), &m->v_pool(static_cast<int>(l))}) {
-      Tensor h = Tensor::empty(DType::kBF16, {t->dim(0), t->dim(1), t->dim(2), t->dim(3)});
-      auto* p = h.data_as<uint16_t>();
-      for (int64_t i = 0; i < h.numel(); ++i) p[i] = static_cast<uint16_t>(rng.next_u64());
+      Tensor h = Tensor::empty(kv, {t->dim(0), t->dim(1), t->dim(2), t->dim(3)});
+      auto* p = h.data_as<uint8_t>();
+      for (int64_t i = 0; i < h.nbytes(); ++i) p[i] = static_cast<uint8_t>(rng.next_u64());
       cuda::copy_to_device(h, *t);
     }
   }
@@ -72,13 +79,15 @@ TEST(CudaSwap, BlocksRoundTripBitwiseThroughTheHostArea) {
   // The host area holds each block's bytes at its slot: [n_layers][2][slots, block_size, kv heads, head_dim].
   cuda::synchronize();
   const ModelConfig& c = m->config();
-  const size_t chunk = static_cast<size_t>(kBlockSize) * c.n_kv_heads * c.head_dim;  // bf16 words
-  const auto* host = static_cast<const uint16_t*>(m->swap_host());
+  const size_t chunk =
+      static_cast<size_t>(dtype_bytes(kv, int64_t{kBlockSize} * c.n_kv_heads * c.head_dim));  // bytes
+  EXPECT_EQ(static_cast<int64_t>(chunk) * 2 * c.n_layers, CudaModel::kv_bytes_per_block(c, kBlockSize, kv));
+  const auto* host = static_cast<const uint8_t*>(m->swap_host());
   for (int64_t plane = 0; plane < 2 * c.n_layers; ++plane) {
     for (const BlockCopy& bc : out) {
-      const uint16_t* h = host + (static_cast<size_t>(plane) * kSlots + bc.slot) * chunk;
-      const uint16_t* d = before[static_cast<size_t>(plane)].data() + static_cast<size_t>(bc.block) * chunk;
-      ASSERT_EQ(std::memcmp(h, d, chunk * 2), 0) << "plane " << plane << " block " << bc.block;
+      const uint8_t* h = host + (static_cast<size_t>(plane) * kSlots + bc.slot) * chunk;
+      const uint8_t* d = before[static_cast<size_t>(plane)].data() + static_cast<size_t>(bc.block) * chunk;
+      ASSERT_EQ(std::memcmp(h, d, chunk), 0) << "plane " << plane << " block " << bc.block;
     }
   }
   // Back into other blocks (a run and two lone ones).
@@ -90,8 +99,7 @@ TEST(CudaSwap, BlocksRoundTripBitwiseThroughTheHostArea) {
       int32_t src = b;  // unlisted blocks keep their bits
       for (size_t i = 0; i < in.size(); ++i)
         if (in[i].block == b) src = out[i].block;
-      ASSERT_EQ(std::memcmp(after[plane].data() + b * chunk, before[plane].data() + src * chunk, chunk * 2),
-                0)
+      ASSERT_EQ(std::memcmp(after[plane].data() + b * chunk, before[plane].data() + src * chunk, chunk), 0)
           << "plane " << plane << " block " << b << " (from " << src << ")";
     }
   }
@@ -101,6 +109,11 @@ TEST(CudaSwap, BlocksRoundTripBitwiseThroughTheHostArea) {
   const std::vector<BlockCopy> bad_slot = {{0, kSlots}};
   EXPECT_FALSE(m->swap_blocks(bad_slot, false).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Pools, CudaSwapDtype, ::testing::Values(DType::kBF16, DType::kF8E4M3),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(info.param == DType::kBF16 ? "bf16" : "fp8");
+                         });
 
 // Prints the rate of the copies against the cost model's assumption
 // (CudaRunner::kCopyBytesPerS); asserts only that they round-trip.

@@ -142,11 +142,13 @@ TEST_F(LlamaCuda, PrefillLogitsMatchCpuAtEveryPosition) {
     }
     std::printf("prompt %d: %d positions, worst logits NMSE vs CPU %.2e\n", p, n, worst);
     // bf16 weights and activations against the CPU's Q4_1 x Q8 products,
-    // whose activations are quantized to 8 bits a block: measured 1.0e-3 to
-    // 9.3e-3 over these prompts on the H200 (the transformers oracle test is
-    // the tight check of the GPU path). A wrong rope pairing, norm or scale
-    // gives NMSE near 1.
-    EXPECT_LT(worst, 2e-2) << "prompt " << p;
+    // whose activations are quantized to 8 bits a block, by whichever kernel
+    // the host's CPU takes: measured 1.0e-3 to 9.3e-3 over these prompts on
+    // the H200's host, 1.2e-3 to 2.2e-2 on the H100's (2026-12-05), while the
+    // GPU's error against transformers stayed 9.8e-4 on both (the oracle test
+    // is the tight check of the GPU path). A wrong rope pairing, norm or
+    // scale gives NMSE near 1.
+    EXPECT_LT(worst, 4e-2) << "prompt " << p;
   }
 }
 
@@ -287,8 +289,8 @@ TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAWrongScale) {
       w = std::max(w, nmse(got.data() + t * V, ref.data() + t * V, V));
       pm += nmse(pl->data_as<const float>() + t * V, ref.data() + t * V, V) / n;
     }
-    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; scales x 2: mean %.2e\n",
-                p, n, w, pm);
+    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; scales x 2: mean %.2e\n", p, n,
+                w, pm);
     worst = std::max(worst, w);
     planted_least = std::min(planted_least, pm);
   }

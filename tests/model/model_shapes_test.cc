@@ -5,7 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <memory>
+
+#include "core/thread_pool.h"
 #include "io/gguf.h"
+#include "model/config_hf.h"
+#include "model/dummy_weights.h"
+#include "model/kv_cpu.h"
+#include "model/model_cpu.h"
 #include "model/model_fixture.h"
 
 namespace nanoserve {
@@ -67,6 +75,65 @@ TEST(ModelShapes, ParameterCounts) {
   // gpt-oss-20b as transformers counts it (num_parameters() of the dequantized
   // model: every bias and sink included), the "21B" of its model card.
   EXPECT_EQ(model_param_count(*model_shape("gpt-oss-20b")), 20914757184);
+  // Gemma 3 12B's text model: the embedding 262208 x 3840 (tied) and 48
+  // layers of q 4096 x 3840, k and v 2048 x 3840 each, o, GeGLU 3 x 15360 x
+  // 3840, four norms of 3840 and the q/k norms of 256; the final norm.
+  EXPECT_EQ(model_param_count(*model_shape("gemma-3-12b")),
+            262208LL * 3840 +
+                48 * (4096LL * 3840 * 2 + 2 * 2048LL * 3840 + 3 * 15360LL * 3840 + 4 * 3840 + 2 * 256) +
+                3840);
+}
+
+// gemma-3-12b is what config_from_hf_json reads from its config.json's text
+// part (the keys its published config sets; Gemma3TextConfig's defaults for the rest).
+TEST(ModelShapes, Gemma3Of12bIsItsConfigJson) {
+  const char* json = R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "torch_dtype": "bfloat16", "text_config": {"model_type": "gemma3_text", "hidden_size": 3840,
+    "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 256, "sliding_window": 1024, "query_pre_attn_scalar": 256,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "vocab_size": 262208,
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6, "final_logit_softcapping": null,
+    "attn_logit_softcapping": null}})";
+  auto hf = config_from_hf_json(nlohmann::json::parse(json), "gemma-3-12b/config.json");
+  ASSERT_TRUE(hf.ok()) << hf.status().to_string();
+  const ModelConfig shape = *model_shape("gemma-3-12b");
+  EXPECT_EQ(shape.to_string(), hf->config.to_string());
+  EXPECT_EQ(shape.sliding_layers, hf->config.sliding_layers);
+  EXPECT_EQ(shape.embed_scale, hf->config.embed_scale);
+  EXPECT_EQ(shape.embed_scale, 62.0f);  // sqrt(3840) = 61.97 in bf16
+  EXPECT_EQ(shape.query_pre_attn_scalar, hf->config.query_pre_attn_scalar);
+  EXPECT_EQ(shape.rope_local_theta, hf->config.rope_local_theta);
+  EXPECT_EQ(shape.rope_scaling.type, hf->config.rope_scaling.type);
+  EXPECT_EQ(shape.rope_scaling.factor, hf->config.rope_scaling.factor);
+  EXPECT_EQ(shape.attn_softcap, 0.0f);
+  EXPECT_EQ(shape.final_softcap, 0.0f);
+  EXPECT_EQ(shape.tied_embeddings, hf->config.tied_embeddings);
+}
+
+// Dummy weights hold every tensor a Gemma 3 forward reads (the sandwich
+// norms and q/k norms too): the 12B shape cut to 6 small layers loads on the
+// CPU and runs a step to finite logits.
+TEST(ModelShapes, Gemma3DummyWeightsRunOnTheCpu) {
+  ModelConfig c = *model_shape("gemma-3-12b");
+  c.n_layers = 6;
+  c.sliding_layers.resize(6);
+  c.dim = 128;
+  c.ffn_dim = 256;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.vocab_size = 1000;
+  ThreadPool pool(1);
+  auto m = CpuModel::load(c, std::make_shared<DummyTensors>(c, "gemma-3-12b", 7), pool);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->weights().layers[5].post_ffn_norm.numel(), 128);
+  CpuKV cache = CpuKV::per_sequence(c, 1, 64, pool);
+  Workspace ws = (*m)->make_workspace(64, 1);
+  ForwardBatch b = testing::make_batch({{1, 2, 3, 4, 5}}, {0}, {0});
+  auto logits = (*m)->forward(b, cache, ws);
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  for (int64_t i = 0; i < c.vocab_size; ++i)
+    ASSERT_TRUE(std::isfinite(logits->data_as<const float>()[i])) << i;
 }
 
 }  // namespace

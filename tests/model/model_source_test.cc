@@ -4,14 +4,16 @@
 #include "model/model_source.h"
 
 #include <gtest/gtest.h>
+
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
-#include "model/kv_cpu.h"
 #include "model/dummy_weights.h"
+#include "model/kv_cpu.h"
 #include "model/model_cpu.h"
 #include "model/model_fixture.h"
 #include "model/model_shapes.h"
@@ -150,6 +152,42 @@ TEST(DummyWeights, SmallShapeRunsOnTheCpu) {
   ASSERT_TRUE(logits.ok()) << logits.status().to_string();
   for (int64_t i = 0; i < 49152; ++i) ASSERT_TRUE(std::isfinite(logits->data_as<const float>()[i])) << i;
   EXPECT_EQ(src->tokenizer->decode(std::vector<int32_t>{100000, 120000}), "");  // ids past the tokenizer
+}
+
+// The window and expert shapes of the speed table open as dummies, with
+// their families' extra tensors: sandwich norms (1), q/k norms, attention
+// sinks and biases (0, so that a dummy's routing and attention are those of
+// its matrices alone).
+TEST(DummyWeights, WindowAndExpertShapesOpenWithTheirExtraTensors) {
+  for (const char* shape : {"gemma-3-12b", "gpt-oss-20b", "qwen3-30b-a3b"}) {
+    SCOPED_TRACE(shape);
+    ModelSpec spec;
+    spec.path = testing::kDefaultModel;
+    spec.format = LoadFormat::kDummy;
+    spec.model_shape = shape;
+    spec.tokenizer_path = testing::kDefaultModel;
+    auto src = open_model_source(spec);
+    ASSERT_TRUE(src.ok()) << src.status().to_string();
+    EXPECT_EQ(src->config.sliding_window > 0, std::string(shape) != "qwen3-30b-a3b");
+  }
+  const ModelConfig g = *model_shape("gemma-3-12b");
+  DummyTensors gemma(g, "gemma-3-12b", 0);
+  for (const char* name :
+       {"blk.0.post_attention_norm.weight", "blk.0.post_ffw_norm.weight", "blk.0.attn_q_norm.weight"}) {
+    auto t = gemma.tensor(name);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status().to_string();
+    EXPECT_EQ(t->data_as<const float>()[0], 1.0f) << name;
+  }
+  const ModelConfig o = *model_shape("gpt-oss-20b");
+  DummyTensors oss(o, "gpt-oss-20b", 0);
+  for (const char* name : {"blk.1.attn_sinks.weight", "blk.1.attn_output.bias", "blk.1.ffn_gate_inp.bias",
+                           "blk.1.ffn_down_exps.bias"}) {
+    auto t = oss.tensor(name);
+    ASSERT_TRUE(t.ok()) << name << ": " << t.status().to_string();
+    const float* v = t->data_as<const float>();
+    EXPECT_TRUE(std::all_of(v, v + t->numel(), [](float x) { return x == 0.0f; })) << name;
+  }
+  EXPECT_EQ(oss.tensor("blk.1.ffn_up_exps.bias")->shape(), (std::vector<int64_t>{32, 2880}));
 }
 
 TEST(DummyWeights, TooLargeForMemoryIsRefusedWithTheSizes) {

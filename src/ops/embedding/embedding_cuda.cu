@@ -22,7 +22,7 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint32_t bits16) {
 
 template <bool kVec>
 __global__ void embedding_kernel(const uint16_t* __restrict__ table, const int32_t* __restrict__ tokens,
-                                 int32_t vocab, int32_t dim, float* __restrict__ x) {
+                                 int32_t vocab, int32_t dim, float scale, float* __restrict__ x) {
   cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
   cuda::launch_dependents();
   const int32_t t = static_cast<int32_t>(blockIdx.x);
@@ -33,18 +33,18 @@ __global__ void embedding_kernel(const uint16_t* __restrict__ table, const int32
     return;
   }
   const uint16_t* row = table + static_cast<int64_t>(id) * dim;
+  // times the family's scale (Gemma's sqrt(dim)); 1 leaves every value as it is.
+  auto f32 = [scale](uint32_t bits16) { return __fmul_rn(bf16_bits_to_f32(bits16), scale); };
   if constexpr (kVec) {
     const uint4* src = reinterpret_cast<const uint4*>(row);
     float4* dst = reinterpret_cast<float4*>(out);
     for (int32_t v = threadIdx.x; v < dim / 8; v += blockDim.x) {
       const uint4 w = src[v];  // 8 bf16, element 0 in the low half of w.x
-      dst[2 * v] = make_float4(bf16_bits_to_f32(w.x & 0xffffu), bf16_bits_to_f32(w.x >> 16),
-                               bf16_bits_to_f32(w.y & 0xffffu), bf16_bits_to_f32(w.y >> 16));
-      dst[2 * v + 1] = make_float4(bf16_bits_to_f32(w.z & 0xffffu), bf16_bits_to_f32(w.z >> 16),
-                                   bf16_bits_to_f32(w.w & 0xffffu), bf16_bits_to_f32(w.w >> 16));
+      dst[2 * v] = make_float4(f32(w.x & 0xffffu), f32(w.x >> 16), f32(w.y & 0xffffu), f32(w.y >> 16));
+      dst[2 * v + 1] = make_float4(f32(w.z & 0xffffu), f32(w.z >> 16), f32(w.w & 0xffffu), f32(w.w >> 16));
     }
   } else {
-    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) out[i] = bf16_bits_to_f32(row[i]);
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) out[i] = f32(row[i]);
   }
 }
 
@@ -55,7 +55,7 @@ bool aligned16(const void* p) {
 }  // namespace
 
 void embedding_cuda(const Tensor& table, const int32_t* tokens, int32_t num_tokens, const Tensor& x,
-                    cuda::Stream s) {
+                    cuda::Stream s, float scale) {
   NS_CHECK(table.device() == Device::kCUDA && x.device() == Device::kCUDA)
       << "embedding_cuda: device tensors";
   NS_CHECK(table.dtype() == DType::kBF16 && table.ndim() == 2 && table.is_contiguous())
@@ -76,10 +76,10 @@ void embedding_cuda(const Tensor& table, const int32_t* tokens, int32_t num_toke
   const auto* tab = table.data_as<const uint16_t>();
   if (vec) {
     cuda::launch_pdl(embedding_kernel<true>, dim3(num_tokens), dim3(threads), 0, s, tab, tokens, vocab, dim,
-                     x.data_as<float>());
+                     scale, x.data_as<float>());
   } else {
     cuda::launch_pdl(embedding_kernel<false>, dim3(num_tokens), dim3(threads), 0, s, tab, tokens, vocab, dim,
-                     x.data_as<float>());
+                     scale, x.data_as<float>());
   }
   NS_CUDA_CHECK_LAUNCH();
 }

@@ -4,7 +4,8 @@
 // output element is computed by the same operations in both: the K split into
 // four slices, the 64-wide chunk, the k relabelling inside a chunk, the
 // tensor-core product and the bf16 rounding of the store. Included only from
-// those two files.
+// those two files and ops/moe/moe_cuda_experts.cu (the grouped expert GEMM,
+// whose elements are linear_cuda's chains).
 //
 // Fragment layout (PTX ISA, mma.m16n8k16 with bf16 inputs): lane = 4 g + t. A
 // (16 x 16, row-major) gives lane A[g][2t, 2t+1] (a0), A[g+8][same] (a1),

@@ -56,8 +56,8 @@ struct PagedAttentionArgs {
   // before the softmax (Gemma 2); 0: none.
   float softcap = 0.0f;
   // Attention sinks (gpt-oss), [n_heads] f32: query head h's sink logit joins
-  // its softmax's denominator (attention.h); null: none. CPU only: the CUDA
-  // kernels do not read it (its forward refuses such models).
+  // its softmax's denominator (attention.h); null: none. The CUDA split
+  // kernel takes the same (paged_attention_cuda's sinks).
   const float* sinks = nullptr;
 
   // 16-bit pools, read by paged_attention_cpu only: when kv_dtype is kF16 or
@@ -66,6 +66,12 @@ struct PagedAttentionArgs {
   DType kv_dtype = DType::kF32;
   const uint16_t* k_pool16 = nullptr;
   const uint16_t* v_pool16 = nullptr;
+  // E4M3 pools (kv_dtype kF8E4M3), likewise: each element read as
+  // f32(q) * scale (kv_f8_dequantize, core/kv_quant.h) with its pool's scale.
+  const uint8_t* k_pool8 = nullptr;
+  const uint8_t* v_pool8 = nullptr;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // INVALID_ARGUMENT naming the first inconsistency: dims, seq_starts not

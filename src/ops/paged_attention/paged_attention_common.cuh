@@ -37,9 +37,17 @@ constexpr int kMinSplitTiles = 4;  // a block streams at least 4 tiles: its fixe
 constexpr int kHoldStages = 3;     // the stages of a kernel that holds its first tile (two blocks an SM)
 static_assert(kMaxSplits <= 32, "one lane per split in the combine");
 constexpr float kLog2e = 1.4426950408889634f;
-// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at either
-// head_dim.
-constexpr int kStageBytesPerWarp = 8192;
+// Each warp's stage holds K and V for its kWarpTokens tokens: 8 KB at head_dim
+// 64 or 128 (32 or 16 tokens), 16 KB at 256 (16 tokens: the mma's m-tile is
+// 16 tokens, so a warp-stage holds no fewer). At 256 a block has at most
+// kMaxStages256 stages (4 x 4 x 16 KB would pass the 227 KB an SM offers).
+__host__ __device__ constexpr int stage_bytes_per_warp(int head_dim) {
+  return head_dim == 256 ? 16384 : 8192;
+}
+constexpr int kMaxStages256 = 3;
+__host__ __device__ constexpr int max_stages(int head_dim) {
+  return head_dim == 256 ? kMaxStages256 : kMaxStages;
+}
 // A K (or V) row of a head is copied as 128-byte lines (head_dim / 64 of them),
 // each line of a box landing in the 128-byte-swizzled order of a tensor copy:
 // 16-byte chunk c of line r sits at chunk c ^ (r % 8), so the 8 rows an
@@ -50,26 +58,27 @@ constexpr int kSwizzleAlign = 1024;  // the swizzle repeats every 8 lines
 
 template <int HD>
 struct Geometry {
-  static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-  static constexpr int kHalves = HD / kLineElems;                           // lines in a row
-  static constexpr int kRowBytes = HD * 2;                                  // one head's K (or V) row
-  static constexpr int kWarpTokens = kStageBytesPerWarp / (2 * kRowBytes);  // 16 (HD 128) or 32 (HD 64)
-  static constexpr int kTileTokens = kWarps * kWarpTokens;                  // a block's tokens per stage
+  static_assert(HD == 64 || HD == 128 || HD == 256, "head_dim 64, 128 or 256");
+  static constexpr int kHalves = HD / kLineElems;  // lines in a row
+  static constexpr int kRowBytes = HD * 2;         // one head's K (or V) row
+  static constexpr int kStageBytes = stage_bytes_per_warp(HD);
+  static constexpr int kWarpTokens = kStageBytes / (2 * kRowBytes);  // 16 (HD 128, 256) or 32 (HD 64)
+  static constexpr int kTileTokens = kWarps * kWarpTokens;           // a block's tokens per stage
   // A warp-stage: K then V, each [kHalves][kWarpTokens lines of 128 bytes].
   static constexpr int kRegionBytes = kWarpTokens * kLineBytes;
   static constexpr int kKvBytes = kHalves * kRegionBytes;
-  static_assert(kWarpTokens % 16 == 0 && 2 * kKvBytes == kStageBytesPerWarp, "whole mma tiles");
+  static_assert(kWarpTokens % 16 == 0 && 2 * kKvBytes == kStageBytes, "whole mma tiles");
   static_assert(kRegionBytes % kSwizzleAlign == 0, "each region starts a swizzle period");
 };
 
 __host__ __device__ inline int tile_tokens(int head_dim) {
-  return kWarps * (kStageBytesPerWarp / (4 * head_dim));
+  return kWarps * (stage_bytes_per_warp(head_dim) / (4 * head_dim));
 }
 // Shared memory of the stages (all warps), the stages' mbarriers, and the
 // slack to align the first stage to the swizzle period.
 constexpr int kBarrierBytes = kWarps * kMaxStages * 8;
-inline int smem_bytes(int /*head_dim*/, int stages) {
-  return kSwizzleAlign + stages * kWarps * kStageBytesPerWarp + kBarrierBytes;
+inline int smem_bytes(int head_dim, int stages) {
+  return kSwizzleAlign + stages * kWarps * stage_bytes_per_warp(head_dim) + kBarrierBytes;
 }
 // Byte offset of 16-byte chunk c (dims 8 c .. 8 c + 7) of row r in a K or V
 // region of a warp-stage.
@@ -152,6 +161,17 @@ struct AttnParams {
   bool hold_before_wait;  // PagedAttentionTuning::hold_before_wait
   float scale_log2;       // scale * log2(e)
   int sliding_window;     // 0: the whole history; else W (sliding_first)
+  // Soft-capping (Gemma 2): a score s becomes softcap * tanh(s scale /
+  // softcap), then times log2(e); 0: s scale_log2, as without it.
+  float softcap;
+  float scale;
+  // Attention sinks (gpt-oss), [n_heads] f32 device, or null: query head h's
+  // logit sinks[h] (not scaled) joins its softmax's denominator, weighing no
+  // value. It enters once a row, where the splits' sums meet (the split
+  // kernel's epilogue for a row of one split, combine_splits for the others),
+  // so the partials, the split plan and every other sum are those without it.
+  const float* sinks;
+  float k_scale, v_scale;  // an fp8 pool's (KvScales): x = f32(q) * scale
 };
 
 struct RowInfo {

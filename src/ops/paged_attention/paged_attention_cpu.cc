@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "core/kv_quant.h"
 #include "core/thread_pool.h"
 #include "ops/attention/attend_row.h"
 #include "ops/paged_attention/paged_attention.h"
@@ -23,22 +24,30 @@ namespace nanoserve {
 
 namespace {
 
-constexpr int64_t kMaxWidenedHeadDim = 512;  // 16-bit pools
+constexpr int64_t kMaxWidenedHeadDim = 512;  // 16-bit and fp8 pools
 
 // Pool element types: f32 rows are read in place; 16-bit rows are widened
 // (exactly) into a per-item block buffer first, so the reduction sees the same
-// floats the gather path's widened copy holds.
+// floats the gather path's widened copy holds; E4M3 rows are dequantized
+// there (f32(q) * scale, as the gather path does).
 struct F32Rows {
   using Elem = float;
   static constexpr bool kWidens = false;
-  static void widen(const float*, float*, int64_t) {}
+  static void widen(const float*, float*, int64_t, float) {}
 };
 template <float (*kWiden)(uint16_t)>
 struct Half16Rows {
   using Elem = uint16_t;
   static constexpr bool kWidens = true;
-  static void widen(const uint16_t* p, float* buf, int64_t hd) {
+  static void widen(const uint16_t* p, float* buf, int64_t hd, float) {
     for (int64_t i = 0; i < hd; ++i) buf[i] = kWiden(p[i]);
+  }
+};
+struct F8Rows {
+  using Elem = uint8_t;
+  static constexpr bool kWidens = true;
+  static void widen(const uint8_t* p, float* buf, int64_t hd, float scale) {
+    for (int64_t i = 0; i < hd; ++i) buf[i] = kv_f8_dequantize(p[i], scale);
   }
 };
 
@@ -98,11 +107,12 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
         << n_rows << " rows of context " << p1 - p0 << " exceed the scores scratch " << scores_stride;
     const auto* k_base = k_pool + kvh * hd;
     const auto* v_base = v_pool + kvh * hd;
-    auto block = [&](const typename Rows::Elem* base, const float** ptrs, float* buf, int64_t p, int64_t n) {
+    auto block = [&](const typename Rows::Elem* base, const float** ptrs, float* buf, int64_t p, int64_t n,
+                     float scale) {
       for (int64_t i = 0; i < n; ++i) {
         const auto* row = base + slot_of(table, p + i) * row_stride;
         if constexpr (Rows::kWidens) {
-          Rows::widen(row, buf + i * hd, hd);
+          Rows::widen(row, buf + i * hd, hd, scale);
           ptrs[i] = buf + i * hd;
         } else {
           ptrs[i] = row;
@@ -113,8 +123,9 @@ void run_items(const PagedAttentionArgs& a, const typename Rows::Elem* k_pool,
     float* kbuf = widened;
     float* vbuf = widened + (Rows::kWidens ? attn::kKeyBlock * hd : 0);
     attend_tile(
-        rows, n_rows, hd, a.scale, [&](int64_t p, int64_t n) { return block(k_base, kp, kbuf, p, n); },
-        [&](int64_t p, int64_t n) { return block(v_base, vp, vbuf, p, n); }, sc, a.softcap);
+        rows, n_rows, hd, a.scale,
+        [&](int64_t p, int64_t n) { return block(k_base, kp, kbuf, p, n, a.k_scale); },
+        [&](int64_t p, int64_t n) { return block(v_base, vp, vbuf, p, n, a.v_scale); }, sc, a.softcap);
   }
 }
 
@@ -169,6 +180,12 @@ void paged_attention_cpu(const PagedAttentionArgs& a, ThreadPool& pool, float* s
     case DType::kBF16:
       NS_CHECK(a.head_dim <= kMaxWidenedHeadDim) << "head_dim " << a.head_dim << " over a 16-bit pool";
       run_pool<Half16Rows<bf16_to_f32>>(a, a.k_pool16, a.v_pool16, pool, scores, scores_stride);
+      break;
+    case DType::kF8E4M3:
+      NS_CHECK(a.head_dim <= kMaxWidenedHeadDim) << "head_dim " << a.head_dim << " over an fp8 pool";
+      NS_CHECK(kv_scale_valid(a.k_scale) && kv_scale_valid(a.v_scale))
+          << "KV scales " << a.k_scale << ", " << a.v_scale << " must be finite and > 0";
+      run_pool<F8Rows>(a, a.k_pool8, a.v_pool8, pool, scores, scores_stride);
       break;
     default: NS_CHECK(false) << "paged attention over a " << dtype_name(a.kv_dtype) << " pool";
   }

@@ -42,7 +42,10 @@
 //    the pair reads each K/V tile once (the block of row p + 1 returns);
 //  - at the end the warps are merged in warp order through shared memory. A
 //    row longer than one split writes (o, lse) partials, combined in split
-//    order by one warp per head (the reduce kernel, one warp a block).
+//    order by one warp per head (the reduce kernel, one warp a block);
+//  - over fp8 (E4M3) pools the copies move one byte an element, unswizzled,
+//    and the warp dequantizes each landed stage in shared memory to the bf16
+//    layout above (bf16(f32(q) * scale)): the rest is the bf16 kernel.
 
 #include "ops/paged_attention/paged_attention_cuda.cuh"
 #include "ops/paged_attention/paged_attention_tuning.cuh"
@@ -52,6 +55,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 
 #include "core/cuda/cuda_check.cuh"
 #include "ops/paged_attention/paged_attention_items.cuh"
@@ -82,11 +87,28 @@ void dispatch(DType dtype, int head_dim, int g, F&& f) {
   auto by_hd = [&]<typename T>() {
     if (head_dim == 64) return by_g.template operator()<T, 64>();
     if (head_dim == 128) return by_g.template operator()<T, 128>();
-    NS_CHECK(false) << "unsupported head_dim " << head_dim << " (64 or 128)";
+    if (head_dim == 256) return by_g.template operator()<T, 256>();
+    NS_CHECK(false) << "unsupported head_dim " << head_dim << " (64, 128 or 256)";
   };
   if (dtype == DType::kBF16) return by_hd.template operator()<__nv_bfloat16>();
   if (dtype == DType::kF16) return by_hd.template operator()<__half>();
   NS_CHECK(false) << "unsupported KV dtype " << dtype_name(dtype) << " (bf16 or f16)";
+}
+
+// The split kernel a launch runs, over a pool of KV (T, or E4M3 bytes). At
+// head_dim 256 only the plain one: a held tile (128 more registers a thread
+// there) and two column tiles (o and q doubled) would spill, and the plan asks
+// for neither (plan_launch).
+template <typename T, int HD, int G, typename KV = T>
+auto split_kernel(bool hold, int col_tiles) {
+  if constexpr (HD == 256) {
+    NS_CHECK(!hold && col_tiles == 1) << "head_dim 256 runs the plain split kernel";
+    return paged_attention_split_kernel<T, HD, G, false, 1, KV>;
+  } else {
+    return hold             ? paged_attention_split_kernel<T, HD, G, true, 1, KV>
+           : col_tiles == 2 ? paged_attention_split_kernel<T, HD, G, false, 2, KV>
+                            : paged_attention_split_kernel<T, HD, G, false, 1, KV>;
+  }
 }
 
 int head_group_size(int n_rep) {
@@ -101,25 +123,29 @@ PoolDims pool_dims(const Tensor& pool) {
   return {pool.dim(1), pool.dim(2), pool.dim(3)};
 }
 
-// The 5-d tensor map of AttnParams over `pool` (bf16 or f16, 16-byte aligned),
-// with boxes of one 128-byte line of box_rows slots of one head.
+// The 5-d tensor map of AttnParams over `pool` (bf16, f16 or f8e4m3, 16-byte
+// aligned), with boxes of one line (64 elements: 128 bytes, swizzled; an fp8
+// pool's 64 bytes, dense) of box_rows slots of one head.
 CUtensorMap pool_tensor_map(void* encode_fn, const Tensor& pool, int box_rows) {
   const auto [block_size, n_kv, hd] = pool_dims(pool);
-  const cuuint64_t row = static_cast<cuuint64_t>(hd) * 2;  // bytes of one head's row
+  const bool f8 = pool.dtype() == DType::kF8E4M3;
+  const cuuint64_t elem = f8 ? 1 : 2;
+  const cuuint64_t row = static_cast<cuuint64_t>(hd) * elem;  // bytes of one head's row
   // Innermost first: elements of a line, lines of a row, head, slot, block.
   const cuuint64_t dims[5] = {static_cast<cuuint64_t>(kLineElems), static_cast<cuuint64_t>(hd / kLineElems),
                               static_cast<cuuint64_t>(n_kv), static_cast<cuuint64_t>(block_size),
                               static_cast<cuuint64_t>(pool.dim(0))};
   // Bytes, dimensions 1..4.
-  const cuuint64_t strides[4] = {kLineBytes, row, row * dims[2], row * dims[2] * dims[3]};
+  const cuuint64_t strides[4] = {kLineElems * elem, row, row * dims[2], row * dims[2] * dims[3]};
   const cuuint32_t box[5] = {static_cast<cuuint32_t>(kLineElems), 1, 1, static_cast<cuuint32_t>(box_rows), 1};
   const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   NS_CHECK(reinterpret_cast<uintptr_t>(pool.data()) % 16 == 0) << "a pool must be 16-byte aligned";
   CUtensorMap map;
   const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode_fn)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 5, const_cast<void*>(pool.data()), dims, strides, box,
-      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      &map, f8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 5,
+      const_cast<void*>(pool.data()), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      f8 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   NS_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for pool "
                               << pool.shape_string();
   return map;
@@ -137,7 +163,7 @@ int log2_exact(int64_t x) {
 
 PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32_t n_heads, int32_t head_dim)
     : max_rows_(max_rows), n_heads_(n_heads), head_dim_(head_dim) {
-  NS_CHECK(max_rows > 0 && n_heads > 0 && (head_dim == 64 || head_dim == 128))
+  NS_CHECK(max_rows > 0 && n_heads > 0 && (head_dim == 64 || head_dim == 128 || head_dim == 256))
       << "workspace: rows " << max_rows << ", heads " << n_heads << ", head_dim " << head_dim;
   partial_out_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits, head_dim});
   partial_lse_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits});
@@ -154,15 +180,21 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
   // Opt every attention kernel into its dynamic shared memory (over the 48 KB
   // default) once, here, outside any step loop or graph capture.
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int hd : {64, 128}) {
+    for (int hd : {64, 128, 256}) {
       for (int g : {1, 2, 4, 8}) {
         dispatch(dt, hd, g, [&]<typename T, int HD, int G>() {
-          for (auto kernel : {paged_attention_split_kernel<T, HD, G, false, 1>,
-                              paged_attention_split_kernel<T, HD, G, true, 1>,
-                              paged_attention_split_kernel<T, HD, G, false, 2>}) {
-            NS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               smem_bytes(HD, kMaxStages)));
-          }
+          auto opt_in = [&]<typename KV>() {
+            const bool plain_only = HD == 256;
+            for (auto [hold, col_tiles] : {std::pair{false, 1}, std::pair{true, 1}, std::pair{false, 2}}) {
+              if (plain_only && (hold || col_tiles != 1)) continue;
+              NS_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, HD, G, KV>(hold, col_tiles),
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 smem_bytes(HD, max_stages(HD))));
+            }
+          };
+          opt_in.template operator()<T>();
+          // The fp8 pool's kernels (bf16 q): a stage is the bf16 one, dequantized in place.
+          if constexpr (std::is_same_v<T, __nv_bfloat16>) opt_in.template operator()<uint8_t>();
         });
       }
     }
@@ -234,14 +266,16 @@ LaunchPlan plan_launch(const DeviceBatch& batch, int64_t n_kv, int n_rep, int64_
       options.stages > 0
           ? options.stages
           : std::max(2, std::min(split_tiles, blocks <= 2 * int64_t{ws.sm_count()} ? 3 : kDefaultStages));
-  NS_CHECK(lp.stages >= 2 && lp.stages <= kMaxStages) << "stages " << lp.stages;
+  NS_CHECK(lp.stages >= 2 && lp.stages <= max_stages(static_cast<int>(hd)))
+      << "stages " << lp.stages << " at head_dim " << hd;
+  const bool plain_only = hd == 256;  // split_kernel
   // Holding a tile in registers costs the third block an SM: only for a
   // launch that fits at two (at its depth of three stages), and only if a
   // split has a tile to refill.
-  lp.hold = options.hold_first_tile && blocks <= 2 * int64_t{ws.sm_count()} && lp.stages == kHoldStages &&
-            split_tiles > lp.stages;
+  lp.hold = options.hold_first_tile && !plain_only && blocks <= 2 * int64_t{ws.sm_count()} &&
+            lp.stages == kHoldStages && split_tiles > lp.stages;
   lp.pair_rows = options.pair_rows && batch.num_tokens() > batch.num_seqs();
-  lp.col_tiles = lp.pair_rows && !lp.hold ? 2 : 1;
+  lp.col_tiles = lp.pair_rows && !lp.hold && !plain_only ? 2 : 1;
   lp.window = lp.pair_rows ? window_rows(g, lp.col_tiles) : 1;
   lp.sliding_window = sliding_window;
   return lp;
@@ -275,13 +309,17 @@ int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionT
 }
 
 void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const Tensor& k_pool,
-                         const Tensor& v_pool, cuda::Stream stream) {
+                         const Tensor& v_pool, cuda::Stream stream, const KvScales& scales) {
   NS_CHECK(k.device() == Device::kCUDA && v.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_kv_write_cuda: tensors must be on the CUDA device";
   NS_CHECK(k_pool.ndim() == 4 && k_pool.shape() == v_pool.shape()) << "pools " << k_pool.shape_string();
-  NS_CHECK(k.dtype() == k_pool.dtype() && v.dtype() == k_pool.dtype() && v_pool.dtype() == k_pool.dtype())
-      << "K/V dtype must equal the pool dtype";
+  const bool f8 = k_pool.dtype() == DType::kF8E4M3;
+  const DType kv_dt = f8 ? DType::kBF16 : k_pool.dtype();
+  NS_CHECK(k.dtype() == kv_dt && v.dtype() == kv_dt && v_pool.dtype() == k_pool.dtype())
+      << "K/V dtype must equal the pool dtype (bf16 into an fp8 pool)";
+  NS_CHECK(!f8 || (kv_scale_valid(scales.k) && kv_scale_valid(scales.v)))
+      << "KV scales " << scales.k << ", " << scales.v << " must be finite and > 0";
   const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   const int bs_log2 = log2_exact(block_size);
   NS_CHECK(bs_log2 >= 0) << "block_size " << block_size << " must be a power of two";
@@ -292,6 +330,17 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
   const int64_t head_bytes = dtype_bytes(k.dtype(), hd);
   NS_CHECK(head_bytes % 16 == 0) << "a head's row must be whole 16-byte chunks";
   if (batch.num_tokens() == 0) return;
+  if (f8) {
+    const int head_items = static_cast<int>(hd / 8);
+    const int items = static_cast<int>(n_kv) * head_items;
+    const int threads = std::min(256, (items + 31) / 32 * 32);
+    paged_kv_write_f8_kernel<<<batch.num_tokens(), threads, 0, stream>>>(
+        k.data_as<const uint4>(), v.data_as<const uint4>(), k_pool.data_as<uint2>(), v_pool.data_as<uint2>(),
+        batch.slot_mapping(), static_cast<int>(n_kv), head_items, bs_log2,
+        pool_strides(block_size, n_kv, head_items), scales.k, scales.v);
+    NS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int head_chunks = static_cast<int>(head_bytes / 16);
   const int chunks = static_cast<int>(n_kv) * head_chunks;
   const int threads = std::min(256, (chunks + 31) / 32 * 32);
@@ -305,14 +354,17 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, const PagedAttentionTuning& options,
-                          int sliding_window) {
+                          int sliding_window, float softcap, const float* sinks, const KvScales& kv_scales) {
   NS_CHECK(q.device() == Device::kCUDA && out.device() == Device::kCUDA && k_pool.device() == Device::kCUDA &&
            v_pool.device() == Device::kCUDA)
       << "paged_attention_cuda: tensors must be on the CUDA device";
   NS_CHECK(k_pool.ndim() == 4 && k_pool.shape() == v_pool.shape()) << "pools " << k_pool.shape_string();
-  const DType dt = k_pool.dtype();
-  NS_CHECK(q.dtype() == dt && out.dtype() == dt && v_pool.dtype() == dt)
-      << "q, out and pools must share a dtype";
+  const bool f8 = k_pool.dtype() == DType::kF8E4M3;
+  const DType dt = f8 ? DType::kBF16 : k_pool.dtype();  // of q and out
+  NS_CHECK(q.dtype() == dt && out.dtype() == dt && v_pool.dtype() == k_pool.dtype())
+      << "q, out and pools must share a dtype (bf16 q and out over fp8 pools)";
+  NS_CHECK(!f8 || (kv_scale_valid(kv_scales.k) && kv_scale_valid(kv_scales.v)))
+      << "KV scales " << kv_scales.k << ", " << kv_scales.v << " must be finite and > 0";
   const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   const int bs_log2 = log2_exact(block_size);
   NS_CHECK(bs_log2 >= 3) << "block_size " << block_size << " must be a power of two >= 8";
@@ -330,9 +382,13 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const int min_tiles = options.min_split_tiles > 0 ? options.min_split_tiles : kMinSplitTiles;
   NS_CHECK(max_splits <= kMaxSplits) << "max_splits " << max_splits;
   NS_CHECK(sliding_window >= 0) << "sliding window " << sliding_window;
+  NS_CHECK(softcap >= 0.0f && std::isfinite(softcap)) << "softcap " << softcap;
   if (t_all == 0) return;
   if (options.query_tiles) {
     NS_CHECK(sliding_window == 0) << "the query-tiled kernel has no sliding window";
+    NS_CHECK(softcap == 0.0f) << "the query-tiled kernel has no soft-capping";
+    NS_CHECK(sinks == nullptr) << "the query-tiled kernel has no attention sinks";
+    NS_CHECK(!f8) << "the query-tiled kernel reads bf16 and f16 pools, not fp8";
     launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2,
                        options.dependent_launch);
     return;
@@ -341,7 +397,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   const LaunchPlan plan = plan_launch(batch, n_kv, n_rep, hd, ws, options, sliding_window);
   const int g = head_group_size(n_rep);
   const int n_groups = plan.n_groups, grid_splits = plan.grid_splits;
-  dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
+  // The launches for a pool of KV elements (T, or E4M3 bytes).
+  auto launch = [&]<typename T, int HD, int G, typename KV>() {
     AttnParams<T> p{};
     const int box_rows = static_cast<int>(std::min<int64_t>(block_size, Geometry<HD>::kWarpTokens));
     p.k_map = pool_tensor_map(ws.encode_tensor_map(), k_pool, box_rows);
@@ -368,6 +425,11 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
     p.hold_before_wait = options.hold_before_wait;
     p.scale_log2 = scale * kLog2e;
     p.sliding_window = plan.sliding_window;
+    p.softcap = softcap;
+    p.scale = scale;
+    p.sinks = sinks;
+    p.k_scale = kv_scales.k;
+    p.v_scale = kv_scales.v;
     p.items = ws.items();
     for_each_launch(t_all, ws, [&](int64_t r0, int64_t rows) {
       p.row_offset = static_cast<int>(r0);
@@ -388,8 +450,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         icfg.stream = stream;
         icfg.attrs = pdl;
         icfg.numAttrs = options.dependent_launch ? 1 : 0;
-        auto items_kernel = plan.col_tiles == 2 ? attention_items_kernel<T, HD, window_rows(G, 2)>
-                                                : attention_items_kernel<T, HD, window_rows(G, 1)>;
+        auto items_kernel = attention_items_kernel<T, HD, window_rows(G, 1)>;
+        if constexpr (HD != 256) {
+          if (plan.col_tiles == 2) items_kernel = attention_items_kernel<T, HD, window_rows(G, 2)>;
+        }
         NS_CUDA_CHECK(cudaLaunchKernelEx(&icfg, items_kernel, p, ws.items()));
         NS_CUDA_CHECK_LAUNCH();
       }
@@ -400,12 +464,7 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
       cfg.stream = stream;
       cfg.attrs = pdl;
       cfg.numAttrs = options.dependent_launch ? 1 : 0;
-      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg,
-                                       hold ? paged_attention_split_kernel<T, HD, G, true, 1>
-                                       : plan.col_tiles == 2
-                                           ? paged_attention_split_kernel<T, HD, G, false, 2>
-                                           : paged_attention_split_kernel<T, HD, G, false, 1>,
-                                       p));
+      NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, split_kernel<T, HD, G, KV>(hold, plan.col_tiles), p));
       NS_CUDA_CHECK_LAUNCH();
       if (grid_splits > 1) {
         cudaLaunchConfig_t rcfg{};
@@ -419,6 +478,12 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         NS_CUDA_CHECK_LAUNCH();
       }
     });
+  };
+  dispatch(dt, static_cast<int>(hd), g, [&]<typename T, int HD, int G>() {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (f8) return launch.template operator()<T, HD, G, uint8_t>();
+    }
+    launch.template operator()<T, HD, G, T>();
   });
 }
 
@@ -435,9 +500,9 @@ PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, PagedAttentionKernel kernel,
-                          int sliding_window) {
+                          int sliding_window, float softcap, const float* sinks, const KvScales& kv_scales) {
   paged_attention_cuda(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, tuning_of(kernel),
-                       sliding_window);
+                       sliding_window, softcap, sinks, kv_scales);
 }
 
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,

@@ -1,16 +1,21 @@
 #pragma once
 // CUDA paged attention: the KV write and the attention read through block
-// tables, for bf16/f16 caches. Plain C++ declarations (no CUDA header), so the
-// engine's .cc files built with NANOSERVE_CUDA can call them; the kernels live
-// in paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth
-// these are tested against.
+// tables, for bf16/f16 caches and E4M3 (fp8) caches with per-layer scales. Plain C++ declarations (no CUDA
+// header), so the engine's .cc files built with NANOSERVE_CUDA can call them; the kernels live in
+// paged_attention_cuda.cu. paged_attention_reference (CPU, f32) is the truth these are tested against.
 //
 // Pools, one per layer for K and one for V, as the CPU's:
-//   [num_blocks, block_size, n_kv_heads, head_dim]  bf16 or f16
+//   [num_blocks, block_size, n_kv_heads, head_dim]  bf16, f16 or f8e4m3
+// An f8e4m3 pool holds e4m3(x / scale) with its layer's scale (KvScales,
+// core/kv_quant.h); q, out and the written K/V are then bf16, and the kernel
+// dequantizes a tile once it has landed in shared memory (bf16(f32(q) *
+// scale), the element the bf16 kernel would read), then computes as over a
+// bf16 pool: its output is bitwise the bf16 kernel's over the dequantized pool.
 // (a head-major layout, one head's rows of a block contiguous, measured no
 // faster and was removed: docs/log/kernels.md).
-// block_size: a power of two >= 8. head_dim: 64 or 128.
-// q, out: [T, n_heads, head_dim] in the pool dtype. n_heads = n_kv_heads * n_rep;
+// block_size: a power of two >= 8. head_dim: 64, 128 or 256 (256: the split
+// kernel only, its plain variant, at most 3 pipeline stages; over any pool).
+// q, out: [T, n_heads, head_dim] in the pool dtype (bf16 for an fp8 pool). n_heads = n_kv_heads * n_rep;
 // query head h reads kv head h / n_rep.
 //
 // Determinism: how a row's context is split across thread blocks depends only on
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "core/cuda/device_memory.cuh"
+#include "core/kv_quant.h"
 #include "core/tensor.h"
 #include "step/device_batch.cuh"
 
@@ -67,20 +73,31 @@ class PagedAttentionWorkspaceCuda {
 };
 
 // Writes this step's K/V to their slots: k_pool[slot_mapping[t]] = k[t] (slot < 0: skipped).
-//   k, v: [T, n_kv_heads, head_dim] device, pool dtype
+//   k, v: [T, n_kv_heads, head_dim] device, pool dtype (bf16 into an fp8 pool,
+//   quantized with `scales`, which only an fp8 pool reads)
 void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& batch, const Tensor& k_pool,
-                         const Tensor& v_pool, cuda::Stream stream = nullptr);
+                         const Tensor& v_pool, cuda::Stream stream = nullptr, const KvScales& scales = {});
 
 // Attention of every token of the step over its sequence's paged history,
 // causal within the step: token t sees positions [0, positions[t]] of its
 // sequence (as paged_attention_reference), or with a sliding window W > 0
 // [positions[t] + 1 - W, positions[t]] (attention_window_begin; the split
 // kernel only). A decode step has one token a sequence. The step's K/V must
-// already be in the pools (paged_kv_write_cuda).
+// already be in the pools (paged_kv_write_cuda). softcap > 0 caps each scaled
+// score to softcap * tanh(score / softcap) before the softmax (Gemma 2; the
+// split kernel only), as paged_attention_reference does. sinks: [n_heads]
+// f32 device pointer (gpt-oss; the split kernel only), query head h's sink
+// logit joining its softmax's denominator as paged_attention_reference's
+// PagedAttentionArgs::sinks; null: none. A row's split plan, and so its bits'
+// independence of the batch, is the same with sinks as without. kv_scales: an
+// fp8 pool's (read by the split kernel only; the query-tiled kernel takes bf16
+// and f16). Soft-capping and sinks act on the scores, after the dequantized
+// tile: they compose with an fp8 pool as with a bf16 one.
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream = nullptr,
-                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0);
+                          PagedAttentionKernel kernel = PagedAttentionKernel::kSplit, int sliding_window = 0,
+                          float softcap = 0.0f, const float* sinks = nullptr, const KvScales& kv_scales = {});
 
 // What paged_attention_cuda would bake into its launches for this batch (grid,
 // pipeline depth, kernel variant, the length of the block list), packed: equal

@@ -6,7 +6,10 @@
 // paged_attention_cuda.cu for the design summary and docs/kernels.md for its
 // versions and measurements.
 
+#include <type_traits>
+
 #include "ops/paged_attention/paged_attention_common.cuh"
+#include "ops/paged_attention/paged_attention_fp8.cuh"
 #include "ops/paged_attention/paged_attention_reduce.cuh"
 
 namespace nanoserve::paged_attention_kernels {
@@ -20,10 +23,24 @@ namespace nanoserve::paged_attention_kernels {
 //
 // kNT: column tiles of the mma (8 columns each): with 2, twice the rows of a
 // sequence's window share a block (launches with rows of several positions).
-template <typename T, int HD, int G, bool kHold, int kNT>
-__global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
+// Blocks an SM the registers must allow: three, two where a tile is held,
+// one at head_dim 256 (its shared memory fits only one).
+constexpr int split_min_blocks(int head_dim, bool hold) {
+  return head_dim == 256 ? 1 : hold ? 2 : 3;
+}
+
+// KV: the pool's element, T or uint8_t (E4M3 with the layer's scales). An
+// fp8 tile lands dense (each 64-element line of a row is 64 bytes, at the
+// start of its region) and is dequantized in place, once it has landed, to the
+// swizzled T layout a tensor copy of a T pool leaves: from there on the
+// kernel is the T kernel, over the dequantized values.
+template <typename T, int HD, int G, bool kHold, int kNT, typename KV = T>
+__global__ void __launch_bounds__(kThreads, split_min_blocks(HD, kHold))
     paged_attention_split_kernel(const __grid_constant__ AttnParams<T> p) {
   using Geo = Geometry<HD>;
+  constexpr bool kF8 = std::is_same_v<KV, uint8_t>;
+  static_assert(kF8 || std::is_same_v<KV, T>, "a pool of T or of E4M3 bytes");
+  constexpr int kCopyLineBytes = kF8 ? kLineBytes / 2 : kLineBytes;  // a line of the pool, as copied
   constexpr int kWT = Geo::kWarpTokens;
   // S^T = K Q^T and O^T += V^T P^T: K and V are the mma's A operand (16
   // tokens, or 16 dims, a tile), the head group its n = 8 columns.
@@ -98,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   const bool hold = kHold && stages == kHoldStages && n_tiles > stages;
   const int32_t hold_entry = hold ? table_entries(stages) : 0;  // the first refill's
   const int bs_mask = (1 << p.block_size_log2) - 1;
-  constexpr int kStageBytes = kStageBytesPerWarp;
+  constexpr int kStageBytes = Geo::kStageBytes;
   char* warp_smem = smem + warp * stages * kStageBytes;
   // One mbarrier a stage of this warp, after every stage's rows.
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kWarps * stages * kStageBytes) + warp * kMaxStages;
@@ -123,7 +140,8 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     const int boxes =
         tile < n_tiles && warp_begin < end ? min(n_box, (end - warp_begin + box_rows - 1) / box_rows) : 0;
     if (expect) {
-      if (lane == 0) mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kLineBytes);
+      if (lane == 0)
+        mbarrier_arrive_expect_tx(bars + slot, boxes * 2 * Geo::kHalves * box_rows * kCopyLineBytes);
       __syncwarp();  // expected before any copy can complete
     }
     const int r = lane % per_kv, b = r / Geo::kHalves, h = r % Geo::kHalves;
@@ -133,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     if (lane < 2 * per_kv && b < boxes && (part == 2 || (part == 0) == early)) {
       const bool is_v = lane >= per_kv;
       const int in_block = first & bs_mask;
-      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kLineBytes;
+      void* dst = sk + (is_v ? Geo::kKvBytes : 0) + h * Geo::kRegionBytes + b * box_rows * kCopyLineBytes;
       const CUtensorMap* map = is_v ? &p.v_map : &p.k_map;
       // Evict first: the history is read once a step; q, the partials and the metadata stay cached.
       tensor_copy_5d_hinted(dst, map, 0, h, kvh, in_block, blk, bars + slot, cuda::l2_evict_first_policy());
@@ -142,6 +160,13 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 
   const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
   const float scale_log2 = p.scale_log2;
+  // Soft-capping as the reference writes it: softcap * tanh((s scale) /
+  // softcap), a division as transformers has it, then to the log2 domain.
+  // The branch is uniform over the launch; without a cap the arithmetic is
+  // the one before, bit for bit.
+  auto capped_log2 = [&](float s) {
+    return __fmul_rn(__fmul_rn(p.softcap, tanhf(__fdiv_rn(__fmul_rn(s, p.scale), p.softcap))), kLog2e);
+  };
   const int head0 = group * G;  // first head of the group within the kv head's n_rep
   // Column c is head head0 + c % G of row t + c / G; column tile j holds
   // columns 8 j .. 8 j + 7.
@@ -187,11 +212,17 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   };
   const uint32_t warp_stages = cuda::smem_addr(warp_smem);
 
+  // An fp8 stage, once landed, to the T layout (paged_attention_fp8.cuh).
+  auto dequantize_stage = [&](int slot) {
+    if constexpr (kF8) dequantize_f8_stage<T, HD>(warp_smem + slot * kStageBytes, lane, p.k_scale, p.v_scale);
+  };
+
   // The first tile (whole: the split has more) into registers, then its
   // stage refilled at once.
   uint32_t hk[kMT][kKS][4], hv[kMT][kDT][4];
   auto hold_first_tile = [&](int part, int early_until) {
     mbarrier_wait(bars, 0);
+    dequantize_stage(0);
     const auto from_k = smem_k(warp_stages);
     const auto from_v = smem_v(warp_stages);
 #pragma unroll
@@ -333,7 +364,9 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
           for (int r = 0; r < 4; ++r) {
             const int pos = warp_begin[n] + 16 * mt + gid + 8 * (r >> 1);
             const bool visible = pos < col_end[j][r & 1] && pos >= col_begin[j][r & 1];
-            s[n][mt][j][r] = visible ? __fmul_rn(s[n][mt][j][r], scale_log2) : -INFINITY;
+            s[n][mt][j][r] = !visible           ? -INFINITY
+                             : p.softcap > 0.0f ? capped_log2(s[n][mt][j][r])
+                                                : __fmul_rn(s[n][mt][j][r], scale_log2);
             tile_max[r & 1] = fmaxf(tile_max[r & 1], s[n][mt][j][r]);
           }
         }
@@ -428,7 +461,10 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           warp_begin[n] = begin + n * Geo::kTileTokens + warp * kWT;
-          if (n > 0) mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+          if (n > 0) {
+            mbarrier_wait(bars + n % kHoldStages, (n / kHoldStages) & 1);
+            dequantize_stage(n % kHoldStages);
+          }
         }
         if constexpr (N > kHoldStages) zero_v_past_end(0, warp_begin[kHoldStages]);  // a last tile
         compute_tiles(warp_begin, from_k, from_v);
@@ -455,6 +491,7 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
   int32_t next_entry = table_entries(tile + stages);
   for (; tile < n_tiles; ++tile) {
     mbarrier_wait(bars + slot, phase);  // the stage's rows have landed
+    dequantize_stage(slot);
     const uint32_t stage = warp_stages + slot * kStageBytes;
     const int warp_begin = begin + tile * Geo::kTileTokens + warp * kWT;
     zero_v_past_end(slot, warp_begin);
@@ -529,7 +566,12 @@ __global__ void __launch_bounds__(kThreads, kHold ? 2 : 3)
     }
     const int qh = kvh * p.n_rep + head0 + hg;
     // One division, then products: four IEEE divisions are four branchy
-    // sequences on the chain, and they split the wide store.
+    // sequences on the chain, and they split the wide store. A row of one
+    // split takes its sink into the denominator here (a partial never does:
+    // combine_splits adds it once).
+    if (p.sinks != nullptr && plan.n_splits == 1) {
+      l_all = __fadd_rn(l_all, exp2f(__fsub_rn(__fmul_rn(__ldg(p.sinks + qh), kLog2e), m_all)));
+    }
     const float inv = 1.0f / l_all;
 #pragma unroll
     for (int k = 0; k < 4; ++k) a_all[k] = __fmul_rn(a_all[k], inv);

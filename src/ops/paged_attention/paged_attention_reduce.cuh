@@ -8,14 +8,15 @@
 namespace nanoserve::paged_attention_kernels {
 
 // One warp combines the n_splits partials of one (row, head):
-//   out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), summed in split order.
+//   out = sum_s 2^(lse_s - M) o_s / (sum_s 2^(lse_s - M) + 2^(sink_log2 - M)), summed in split order
+// (sink_log2: the row's sink logit times log2(e), -inf without one: the same bits).
 // Lane s holds split s's weight; lane l owns dims [l * kVec, l * kVec + kVec).
 // Loads bypass L1 (other blocks wrote these partials). The lse and the first
 // kDepth splits' partials are all loaded before any is used: one round trip to
 // L2 for up to kDepth splits, not one for the lse and then one for the partials.
 template <typename T, int HD>
 __device__ __forceinline__ void combine_splits(const float* po, const float* plse, int n_splits, T* out,
-                                               int lane) {
+                                               int lane, float sink_log2 = -INFINITY) {
   constexpr int kVec = HD / 32;
   constexpr int kDepth = 16;
   float v[kDepth][kVec];
@@ -24,9 +25,12 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
     for (int i = 0; i < kDepth; ++i) {
       const float* src = po + (s0 + i) * HD + lane * kVec;
       if (s0 + i < n_splits) {
-        if constexpr (kVec == 4) {
-          const float4 x = __ldcg(reinterpret_cast<const float4*>(src));
-          v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
+        if constexpr (kVec >= 4) {  // one or two 16-byte loads (HD 128, 256)
+#pragma unroll
+          for (int h = 0; h < kVec / 4; ++h) {
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(src) + h);
+            v[i][4 * h] = x.x, v[i][4 * h + 1] = x.y, v[i][4 * h + 2] = x.z, v[i][4 * h + 3] = x.w;
+          }
         } else {
           const float2 x = __ldcg(reinterpret_cast<const float2*>(src));
           v[i][0] = x.x, v[i][1] = x.y;
@@ -46,6 +50,7 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   float w_sum = w;  // butterfly: every lane ends with the same sum
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) w_sum += __shfl_xor_sync(0xffffffffu, w_sum, off);
+  if (sink_log2 > -INFINITY) w_sum = __fadd_rn(w_sum, exp2f(__fsub_rn(sink_log2, m)));  // every lane alike
   float acc[kVec];
 #pragma unroll
   for (int k = 0; k < kVec; ++k) acc[k] = 0.0f;
@@ -60,7 +65,14 @@ __device__ __forceinline__ void combine_splits(const float* po, const float* pls
   }
   const float inv = 1.0f / w_sum;
   // The lane's kVec dims in one store.
-  if constexpr (kVec == 4) {
+  if constexpr (kVec == 8) {
+    uint4 packed;
+    packed.x = Elem<T>::pack2(acc[0] * inv, acc[1] * inv);
+    packed.y = Elem<T>::pack2(acc[2] * inv, acc[3] * inv);
+    packed.z = Elem<T>::pack2(acc[4] * inv, acc[5] * inv);
+    packed.w = Elem<T>::pack2(acc[6] * inv, acc[7] * inv);
+    *reinterpret_cast<uint4*>(out + lane * kVec) = packed;
+  } else if constexpr (kVec == 4) {
     uint2 packed;
     packed.x = Elem<T>::pack2(acc[0] * inv, acc[1] * inv);
     packed.y = Elem<T>::pack2(acc[2] * inv, acc[3] * inv);
@@ -84,8 +96,9 @@ __global__ void __launch_bounds__(32) paged_attention_reduce_kernel(const __grid
   if (plan.n_splits == 1 || qh >= p.n_heads) return;  // the split kernel wrote this row
   wait_primary_grid();                                // the partials are complete and visible
   const int64_t ph = static_cast<int64_t>(row_local) * p.n_heads + qh;
+  const float sink_log2 = p.sinks != nullptr ? __fmul_rn(__ldg(p.sinks + qh), kLog2e) : -INFINITY;
   combine_splits<T, HD>(p.partial_out + ph * kMaxSplits * HD, p.partial_lse + ph * kMaxSplits, plan.n_splits,
-                        p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32);
+                        p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD, threadIdx.x % 32, sink_log2);
   __syncwarp();
 }
 

@@ -61,7 +61,8 @@ struct PagedAttentionTuning {
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream, const PagedAttentionTuning& tuning,
-                          int sliding_window = 0);
+                          int sliding_window = 0, float softcap = 0.0f, const float* sinks = nullptr,
+                          const KvScales& kv_scales = {});
 uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor& k_pool, int n_rep,
                                          const PagedAttentionWorkspaceCuda& ws,
                                          const PagedAttentionTuning& tuning, int sliding_window = 0);

@@ -10,8 +10,11 @@ namespace nanoserve {
 namespace {
 
 // n f32 values into the pool dtype at dst.
-void store_row(DType dt, const float* src, void* dst, int64_t n) {
-  if (dt == DType::kF32) {
+void store_row(DType dt, const float* src, void* dst, int64_t n, float scale) {
+  if (dt == DType::kF8E4M3) {
+    uint8_t* d = static_cast<uint8_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = kv_f8_quantize(bf16_to_f32(f32_to_bf16(src[i])), scale);
+  } else if (dt == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
   } else if (dt == DType::kF16) {
     uint16_t* d = static_cast<uint16_t*>(dst);
@@ -22,9 +25,12 @@ void store_row(DType dt, const float* src, void* dst, int64_t n) {
   }
 }
 
-// n pool-dtype values at src widened to f32 (exact).
-void load_row(DType dt, const void* src, float* dst, int64_t n) {
-  if (dt == DType::kF32) {
+// n pool-dtype values at src widened to f32 (exact; an fp8 pool's, times the scale).
+void load_row(DType dt, const void* src, float* dst, int64_t n, float scale) {
+  if (dt == DType::kF8E4M3) {
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = kv_f8_dequantize(s[i], scale);
+  } else if (dt == DType::kF32) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
   } else if (dt == DType::kF16) {
     const uint16_t* s = static_cast<const uint16_t*>(src);
@@ -38,7 +44,7 @@ void load_row(DType dt, const void* src, float* dst, int64_t n) {
 }  // namespace
 
 void paged_kv_write(const Tensor& k, const Tensor& v, const ForwardBatch& batch, const Tensor& k_pool,
-                    const Tensor& v_pool) {
+                    const Tensor& v_pool, const KvScales& scales) {
   const int64_t row = k_pool.dim(2) * k_pool.dim(3);
   const int32_t T = batch.num_tokens();
   NS_CHECK(k.dtype() == DType::kF32 && v.dtype() == DType::kF32 && k.is_contiguous() && v.is_contiguous() &&
@@ -54,14 +60,14 @@ void paged_kv_write(const Tensor& k, const Tensor& v, const ForwardBatch& batch,
   const float* vs = v.data_as<const float>();
   for (int32_t t = 0; t < T; ++t) {
     const int64_t slot = batch.slot_mapping[t];
-    store_row(dt, ks + t * row, kp + slot * row_bytes, row);
-    store_row(dt, vs + t * row, vp + slot * row_bytes, row);
+    store_row(dt, ks + t * row, kp + slot * row_bytes, row, scales.k);
+    store_row(dt, vs + t * row, vp + slot * row_bytes, row, scales.v);
   }
 }
 
 void paged_kv_gather(const Tensor& k_pool, const Tensor& v_pool, const ForwardBatch& batch,
                      const Tensor& gather_k, const Tensor& gather_v, KVHistory& hist, ThreadPool& pool,
-                     std::vector<int64_t>& scratch) {
+                     std::vector<int64_t>& scratch, const KvScales& scales) {
   const int32_t B = batch.num_seqs();
   const int64_t block_size = k_pool.dim(1), n_kv = k_pool.dim(2), head_dim = k_pool.dim(3);
   const int64_t row = n_kv * head_dim, mb = batch.max_blocks_per_seq;
@@ -91,8 +97,8 @@ void paged_kv_gather(const Tensor& k_pool, const Tensor& v_pool, const ForwardBa
       const int64_t n = std::min<int64_t>(block_size, batch.context_lens[b] - i * block_size);
       const int64_t src = batch.block_tables[b * mb + i] * block_bytes;
       const int64_t dst = (offsets[b] + i * block_size) * row;
-      load_row(dt, kp + src, gk + dst, n * row);
-      load_row(dt, vp + src, gv + dst, n * row);
+      load_row(dt, kp + src, gk + dst, n * row, scales.k);
+      load_row(dt, vp + src, gv + dst, n * row, scales.v);
     }
   });
   hist.k.resize(static_cast<size_t>(B));

@@ -44,18 +44,57 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
   return total;
 }
 
-// kAdd: x += delta first. kVec: units of 4 elements. kPermuted: out in the
-// tiled linear's k order (kVec only).
-template <bool kAdd, bool kVec, bool kPermuted>
+// delta's own norm (kPost): its scale, the block's sum of squares of the
+// row in the same fixed order as x's.
+template <bool kVec>
+__device__ __forceinline__ float delta_scale(const uint16_t* __restrict__ dr, int32_t dim, float eps,
+                                             float* warp_sums) {
+  float ss = 0.0f;
+  if constexpr (kVec) {
+    for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
+      const uint2 d = reinterpret_cast<const uint2*>(dr)[u];
+      const float v0 = bf16_bits_to_f32(d.x & 0xffffu), v1 = bf16_bits_to_f32(d.x >> 16);
+      const float v2 = bf16_bits_to_f32(d.y & 0xffffu), v3 = bf16_bits_to_f32(d.y >> 16);
+      ss += v0 * v0;
+      ss += v1 * v1;
+      ss += v2 * v2;
+      ss += v3 * v3;
+    }
+  } else {
+    for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      const float v = bf16_bits_to_f32(dr[i]);
+      ss += v * v;
+    }
+  }
+  return rsqrtf(block_sum(ss, warp_sums) / static_cast<float>(dim) + eps);
+}
+
+// kAdd: x += delta first. kPost: x += rmsnorm(delta) * post_w instead (the
+// products rounded one at a time, as the CPU's (d * scale) * w, then added).
+// kVec: units of 4 elements. kPermuted: out in the tiled linear's k order
+// (kVec only). delta_bias (kAdd without kPost; null: none): x += delta + bias,
+// the sum in f32 (gpt-oss's o_proj bias).
+template <bool kAdd, bool kVec, bool kPermuted, bool kPost = false>
 __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
                                const float* __restrict__ w, float eps, int32_t dim,
-                               uint16_t* __restrict__ out) {
+                               uint16_t* __restrict__ out, const float* __restrict__ post_w = nullptr,
+                               const float* __restrict__ delta_bias = nullptr) {
+  static_assert(kAdd || !kPost, "the post norm is of the added delta");
   __shared__ float warp_sums[kMaxWarps];
-  cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
+  __shared__ float post_sums[kMaxWarps];  // delta's reduction: no barrier between the two
+  cuda::wait_primary_grid();              // launched dependent (core/cuda/launch.cuh)
   cuda::launch_dependents();
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float* xr = x + base;
   uint16_t* outr = out + base;
+  float ds = 1.0f;  // delta's norm scale (kPost)
+  if constexpr (kPost) ds = delta_scale<kVec>(delta + base, dim, eps, post_sums);
+  // delta element i joined to x: as it is, or normed (kPost).
+  auto joined = [&](uint32_t bits16, int32_t i) {
+    const float d = bf16_bits_to_f32(bits16);
+    if constexpr (kPost) return __fmul_rn(__fmul_rn(d, ds), post_w[i]);
+    return delta_bias != nullptr ? d + delta_bias[i] : d;
+  };
   float ss = 0.0f;
   if constexpr (kVec) {
     float4* x4 = reinterpret_cast<float4*>(xr);
@@ -63,10 +102,10 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
       float4 v = x4[u];
       if constexpr (kAdd) {
         const uint2 d = reinterpret_cast<const uint2*>(delta + base)[u];
-        v.x += bf16_bits_to_f32(d.x & 0xffffu);
-        v.y += bf16_bits_to_f32(d.x >> 16);
-        v.z += bf16_bits_to_f32(d.y & 0xffffu);
-        v.w += bf16_bits_to_f32(d.y >> 16);
+        v.x += joined(d.x & 0xffffu, 4 * u);
+        v.y += joined(d.x >> 16, 4 * u + 1);
+        v.z += joined(d.y & 0xffffu, 4 * u + 2);
+        v.w += joined(d.y >> 16, 4 * u + 3);
         x4[u] = v;
       }
       ss += v.x * v.x;
@@ -78,7 +117,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
     for (int32_t i = threadIdx.x; i < dim; i += blockDim.x) {
       float v = xr[i];
       if constexpr (kAdd) {
-        v += bf16_bits_to_f32(delta[base + i]);
+        v += joined(delta[base + i], i);
         xr[i] = v;
       }
       ss += v * v;
@@ -116,7 +155,14 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tensor& w, const Tensor& out) {
+void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tensor& w, const Tensor& out,
+                const Tensor* post_w = nullptr) {
+  if (post_w != nullptr) {
+    NS_CHECK(post_w->device() == Device::kCUDA && post_w->dtype() == DType::kF32 &&
+             post_w->numel() == x.dim(1) && post_w->is_contiguous() && aligned16(post_w->data()))
+        << op << ": post_w must be a 16-byte aligned [" << x.dim(1) << "] f32 device tensor, got "
+        << dtype_name(post_w->dtype()) << post_w->shape_string();
+  }
   NS_CHECK(x.device() == Device::kCUDA && w.device() == Device::kCUDA && out.device() == Device::kCUDA &&
            (delta == nullptr || delta->device() == Device::kCUDA))
       << op << ": device tensors";
@@ -137,9 +183,10 @@ void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tens
       << op << ": shape " << x.shape_string();
 }
 
-template <bool kAdd>
+template <bool kAdd, bool kPost = false>
 void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, const Tensor& out,
-            cuda::Stream s, RmsNormOut order) {
+            cuda::Stream s, RmsNormOut order, const float* post_w = nullptr,
+            const float* delta_bias = nullptr) {
   const int64_t rows = x.dim(0);
   if (rows == 0) return;
   const int32_t dim = static_cast<int32_t>(x.dim(1));
@@ -157,14 +204,14 @@ void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, 
     NS_CHECK(vec && dim % 64 == 0)
         << "rmsnorm_cuda: the tiled linear's order needs dim % 64 == 0 and 16-byte aligned tensors (dim "
         << dim << ")";
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, true>, grid, dim3(threads), 0, s, xp, delta, wp, eps, dim,
-                     op);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, true, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
+                     dim, op, post_w, delta_bias);
   } else if (vec) {
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, false>, grid, dim3(threads), 0, s, xp, delta, wp, eps, dim,
-                     op);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, false, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
+                     dim, op, post_w, delta_bias);
   } else {
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, false, false>, grid, dim3(threads), 0, s, xp, delta, wp, eps, dim,
-                     op);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, false, false, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
+                     dim, op, post_w, delta_bias);
   }
   NS_CUDA_CHECK_LAUNCH();
 }
@@ -178,9 +225,23 @@ void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out
 }
 
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
-                      cuda::Stream s, RmsNormOut order) {
+                      cuda::Stream s, RmsNormOut order, const Tensor* delta_bias) {
   check_args("add_rmsnorm_cuda", x, &delta, w, out);
-  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order);
+  if (delta_bias != nullptr) {
+    NS_CHECK(delta_bias->device() == Device::kCUDA && delta_bias->dtype() == DType::kF32 &&
+             delta_bias->numel() == x.dim(1) && delta_bias->is_contiguous())
+        << "add_rmsnorm_cuda: delta_bias must be a [" << x.dim(1) << "] f32 device tensor, got "
+        << dtype_name(delta_bias->dtype()) << delta_bias->shape_string();
+  }
+  launch<true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order, nullptr,
+               delta_bias != nullptr ? delta_bias->data_as<const float>() : nullptr);
+}
+
+void post_norm_add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& post_w, const Tensor& w,
+                                float eps, const Tensor& out, cuda::Stream s, RmsNormOut order) {
+  check_args("post_norm_add_rmsnorm_cuda", x, &delta, w, out, &post_w);
+  launch<true, true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order,
+                     post_w.data_as<const float>());
 }
 
 }  // namespace nanoserve

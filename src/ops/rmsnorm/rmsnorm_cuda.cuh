@@ -25,9 +25,19 @@ void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out
                   RmsNormOut order = RmsNormOut::kNatural);
 
 // The residual add, then the norm: x[t] += f32(delta[t]) (x is updated in
-// place), then out[t] = rmsnorm(x[t]) as above.
-//   delta: [T, dim] bf16 (the o_proj or down_proj output)
+// place), then out[t] = rmsnorm(x[t]) as above. With delta_bias, x[t] +=
+// f32(delta[t]) + delta_bias (gpt-oss's o_proj bias), the sum in f32.
+//   delta: [T, dim] bf16 (the o_proj or down_proj output); delta_bias: [dim] f32 or null
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
-                      cuda::Stream s, RmsNormOut order = RmsNormOut::kNatural);
+                      cuda::Stream s, RmsNormOut order = RmsNormOut::kNatural,
+                      const Tensor* delta_bias = nullptr);
+
+// Gemma's sandwich norm of the sublayer's output, the residual add, then the
+// next norm: x[t] += rmsnorm(f32(delta[t])) * post_w (in f32, not rounded to
+// bf16), then out[t] = rmsnorm(x[t]) * w as above. Both norms use eps.
+//   post_w: [dim] f32 (the post-attention or post-feed-forward norm weight)
+void post_norm_add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& post_w, const Tensor& w,
+                                float eps, const Tensor& out, cuda::Stream s,
+                                RmsNormOut order = RmsNormOut::kNatural);
 
 }  // namespace nanoserve

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/kv_quant.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 
@@ -41,9 +42,11 @@ struct RopeArgs {
   const int32_t* slot_mapping;
   const float* inv_freq;  // [rope_half]
   uint16_t* q_out;        // [T, n_heads, head_dim]
-  uint16_t* k_pool;       // [num_blocks, block_size, n_kv, head_dim]
-  uint16_t* v_pool;
+  void* k_pool;           // [num_blocks, block_size, n_kv, head_dim] bf16, or E4M3 bytes with f8
+  void* v_pool;
   RopeKvExtras extras;
+  bool f8;                 // E4M3 pools: each bf16 K/V element quantized (cuda::kv_f8_quantize)
+  float k_scale, v_scale;  // their scales (KvScales)
   int64_t num_slots;  // num_blocks * block_size
   int32_t rope_half, n_heads, n_kv, head_dim;
 };
@@ -75,6 +78,23 @@ __device__ __forceinline__ void store_chunk(uint16_t* p, const Chunk<C>& c) {
   }
 }
 
+// The chunk's bf16 elements quantized to E4M3 bytes at p: 8 bytes (C = 8) or 2.
+template <int C>
+__device__ __forceinline__ void store_chunk_f8(uint8_t* p, const Chunk<C>& c, float scale) {
+  uint32_t q[2] = {0u, 0u};
+#pragma unroll
+  for (int e = 0; e < C; ++e) {
+    const uint32_t b =
+        cuda::kv_f8_quantize(bf16_bits_to_f32((c.w[e / 2] >> (16 * (e % 2))) & 0xffffu), scale);
+    q[e / 4] |= b << (8 * (e % 4));
+  }
+  if constexpr (C == 8) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(q[0], q[1]);
+  } else {
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(q[0]);
+  }
+}
+
 // The sum of v over the `lanes` consecutive lanes (a power of two <= 32,
 // aligned) that hold one head; the same order in every lane, so every lane
 // gets the same bits.
@@ -100,20 +120,33 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
   const int32_t e0 = (j - head * chunks) * C;  // first element of the item within its head
   const int32_t row_heads = a.n_heads + 2 * a.n_kv;
   Chunk<C> c = load_chunk<C>(a.qkv + (static_cast<int64_t>(t) * row_heads + head) * a.head_dim + e0);
-  uint16_t* dst;
+  // The destination: q_out, or the element offset into a pool.
   const float* norm = nullptr;
+  void* pool = nullptr;
+  int64_t off = 0;
+  float kv_scale = 1.0f;
   if (head < a.n_heads) {
-    dst = a.q_out + (static_cast<int64_t>(t) * a.n_heads + head) * a.head_dim + e0;
     norm = a.extras.q_norm;
   } else if (head < a.n_heads + a.n_kv) {
-    dst = a.k_pool + (slot * a.n_kv + head - a.n_heads) * a.head_dim + e0;
+    pool = a.k_pool, off = (slot * a.n_kv + head - a.n_heads) * a.head_dim + e0, kv_scale = a.k_scale;
     norm = a.extras.k_norm;
   } else {
-    dst = a.v_pool + (slot * a.n_kv + head - a.n_heads - a.n_kv) * a.head_dim + e0;
+    pool = a.v_pool, off = (slot * a.n_kv + head - a.n_heads - a.n_kv) * a.head_dim + e0,
+    kv_scale = a.v_scale;
   }
+  // An fp8 pool takes the bf16 row the bf16 pool would hold, quantized.
+  auto store = [&](const Chunk<C>& out) {
+    if (pool == nullptr) {
+      store_chunk<C>(a.q_out + (static_cast<int64_t>(t) * a.n_heads + head) * a.head_dim + e0, out);
+    } else if (a.f8) {
+      store_chunk_f8<C>(static_cast<uint8_t*>(pool) + off, out, kv_scale);
+    } else {
+      store_chunk<C>(static_cast<uint16_t*>(pool) + off, out);
+    }
+  };
   const bool rotate = head < a.n_heads + a.n_kv;
   if (!rotate && a.extras.qkv_bias == nullptr) {  // v as is: bitwise
-    store_chunk<C>(dst, c);
+    store(c);
     return;
   }
   float x[C];
@@ -149,10 +182,14 @@ __global__ void __launch_bounds__(kThreads) rope_kv_write_kernel(RopeArgs a) {
         x[2 * p + 1] = x0 * sn + x1 * cs;
       }
     }
+    if (a.extras.rotated_scale != 1.0f) {  // as the CPU forward: the rotated head times the factor
+#pragma unroll
+      for (int e = 0; e < C; ++e) x[e] *= a.extras.rotated_scale;
+    }
   }
 #pragma unroll
   for (int p = 0; p < C / 2; ++p) c.w[p] = f32_to_bf16_bits(x[2 * p]) | (f32_to_bf16_bits(x[2 * p + 1]) << 16);
-  store_chunk<C>(dst, c);
+  store(c);
 }
 
 bool aligned16(const void* p) {
@@ -164,7 +201,7 @@ bool aligned16(const void* p) {
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
                         const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
-                        const RopeKvExtras& extras) {
+                        const RopeKvExtras& extras, const KvScales& kv_scales) {
   const char* op = "rope_kv_write_cuda";
   NS_CHECK(qkv.device() == Device::kCUDA && q_out.device() == Device::kCUDA &&
            k_pool.device() == Device::kCUDA && v_pool.device() == Device::kCUDA)
@@ -182,12 +219,15 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
            qkv.dim(1) == (n_heads + 2 * int64_t{n_kv_heads}) * hd)
       << op << ": qkv must be a contiguous [" << T << ", " << (n_heads + 2 * int64_t{n_kv_heads}) * hd
       << "] bf16 tensor, got " << dtype_name(qkv.dtype()) << qkv.shape_string();
+  const bool f8 = k_pool.dtype() == DType::kF8E4M3;
   for (const Tensor* pool : {&k_pool, &v_pool}) {
-    NS_CHECK(pool->dtype() == DType::kBF16 && pool->ndim() == 4 && pool->is_contiguous() &&
-             pool->dim(2) == n_kv_heads && pool->dim(3) == hd)
+    NS_CHECK(pool->dtype() == k_pool.dtype() && (f8 || pool->dtype() == DType::kBF16) && pool->ndim() == 4 &&
+             pool->is_contiguous() && pool->dim(2) == n_kv_heads && pool->dim(3) == hd)
         << op << ": a pool must be a contiguous [num_blocks, block_size, " << n_kv_heads << ", " << hd
-        << "] bf16 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
+        << "] bf16 or f8e4m3 tensor, got " << dtype_name(pool->dtype()) << pool->shape_string();
   }
+  NS_CHECK(!f8 || (kv_scale_valid(kv_scales.k) && kv_scale_valid(kv_scales.v)))
+      << op << ": KV scales " << kv_scales.k << ", " << kv_scales.v << " must be finite and > 0";
   NS_CHECK((extras.q_norm == nullptr) == (extras.k_norm == nullptr)) << op << ": q_norm and k_norm go together";
   NS_CHECK(k_pool.shape() == v_pool.shape())
       << op << ": k_pool " << k_pool.shape_string() << " vs v_pool " << v_pool.shape_string();
@@ -201,9 +241,12 @@ void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32
   a.slot_mapping = slot_mapping;
   a.inv_freq = inv_freq;
   a.q_out = q_out.data_as<uint16_t>();
-  a.k_pool = k_pool.data_as<uint16_t>();
-  a.v_pool = v_pool.data_as<uint16_t>();
+  a.k_pool = k_pool.data();
+  a.v_pool = v_pool.data();
   a.extras = extras;
+  a.f8 = f8;
+  a.k_scale = kv_scales.k;
+  a.v_scale = kv_scales.v;
   a.num_slots = k_pool.dim(0) * k_pool.dim(1);
   a.rope_half = rope_dim / 2;
   a.n_heads = n_heads;

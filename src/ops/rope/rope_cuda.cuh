@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/cuda/device_memory.cuh"
+#include "core/kv_quant.h"
 #include "core/tensor.h"
 
 namespace nanoserve {
@@ -18,11 +19,16 @@ namespace nanoserve {
 //   qkv_bias  [(n_heads + 2 n_kv_heads) * head_dim]  added to every row of qkv (qwen2)
 //   q_norm, k_norm  [head_dim]  an RMSNorm of each q and k head, over head_dim,
 //                   after the bias and before the rotation (qwen3); both or neither
+//   rotated_scale   what the rotated q and k heads (every element) are multiplied
+//                   by after the rotation, in f32 before the bf16 rounding: YaRN's
+//                   attention factor (gpt-oss; rope_attention_factor), 1 otherwise
+//                   (the same bits as without it)
 struct RopeKvExtras {
   const float* qkv_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   float norm_eps = 0.0f;
+  float rotated_scale = 1.0f;
 };
 
 // For every token t of the step:
@@ -35,7 +41,9 @@ struct RopeKvExtras {
 //   positions, slot_mapping: [T] i32 device pointers; slot = block * block_size + offset
 //   inv_freq: [rope_dim / 2] f32 device pointer (rope_inv_freqs: any scaling already applied)
 //   q_out: [T, n_heads, head_dim] bf16
-//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16, as paged_attention_cuda reads them
+//   k_pool, v_pool: [num_blocks, block_size, n_kv_heads, head_dim] bf16, as paged_attention_cuda reads them;
+//                   or f8e4m3: the bf16 row above, each element quantized with
+//                   kv_scales (core/kv_quant.h), which only such pools read
 // A slot < 0 is not written (a token whose K/V is not kept); neither is a slot
 // >= num_blocks * block_size (it would be out of bounds: the pool is never
 // written outside itself). q is written for every token.
@@ -45,6 +53,6 @@ struct RopeKvExtras {
 void rope_kv_write_cuda(const Tensor& qkv, const int32_t* positions, const int32_t* slot_mapping,
                         const float* inv_freq, int32_t rope_dim, int32_t n_heads, int32_t n_kv_heads,
                         const Tensor& q_out, const Tensor& k_pool, const Tensor& v_pool, cuda::Stream s,
-                        const RopeKvExtras& extras = {});
+                        const RopeKvExtras& extras = {}, const KvScales& kv_scales = {});
 
 }  // namespace nanoserve

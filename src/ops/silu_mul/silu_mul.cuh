@@ -1,7 +1,8 @@
 #pragma once
 // SwiGLU arithmetic on packed bf16, shared by silu_mul_cuda.cu and the linear
 // kernels that read the SwiGLU of gate_up as their input (linear_cuda.cu,
-// linear_cuda_wgmma.cu), so both give the same bits. Included only from .cu files.
+// linear_cuda_wgmma.cu, moe_cuda_experts.cu), so both give the same bits;
+// and gpt-oss's clamped SwiGLU, shared by moe_cuda.cu and moe_cuda_experts.cu. Included only from .cu files.
 
 #include <cstdint>
 
@@ -31,6 +32,27 @@ __device__ __forceinline__ uint32_t silu_mul2(uint32_t g, uint32_t u) {
 // Eight outputs from eight gates and the eight ups at the same columns.
 __device__ __forceinline__ uint4 silu_mul8(const uint4& g, const uint4& u) {
   return make_uint4(silu_mul2(g.x, u.x), silu_mul2(g.y, u.y), silu_mul2(g.z, u.z), silu_mul2(g.w, u.w));
+}
+
+// gpt-oss's clamped SwiGLU (ops/moe/moe.h, MoeActivation::kClampedSwiglu),
+// as clamped_swiglu (CPU) writes it: g' = min(g, limit) (a NaN gate stays
+// NaN), u' = clamp(u, -limit, limit), (u' + 1) * (g' * (1 / (1 + exp(-(g' alpha))))).
+__device__ __forceinline__ float clamped_swiglu(float g, float u, float alpha, float limit) {
+  const float gc = limit < g ? limit : g;
+  const float uc = u < -limit ? -limit : (limit < u ? limit : u);
+  return (uc + 1.0f) * (gc * (1.0f / (1.0f + expf(-(gc * alpha)))));
+}
+
+__device__ __forceinline__ uint32_t clamped_swiglu2(uint32_t g, uint32_t u, float alpha, float limit) {
+  return f32_to_bf16_bits(
+             clamped_swiglu(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu), alpha, limit)) |
+         (f32_to_bf16_bits(clamped_swiglu(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16), alpha, limit))
+          << 16);
+}
+
+__device__ __forceinline__ uint4 clamped_swiglu8(const uint4& g, const uint4& u, float alpha, float limit) {
+  return make_uint4(clamped_swiglu2(g.x, u.x, alpha, limit), clamped_swiglu2(g.y, u.y, alpha, limit),
+                    clamped_swiglu2(g.z, u.z, alpha, limit), clamped_swiglu2(g.w, u.w, alpha, limit));
 }
 
 }  // namespace nanoserve::swiglu

@@ -3,10 +3,12 @@
 // dims 576 and 4096 (16-byte path), 100 and 7 (not multiples of 8: one element
 // a thread), and 576 through an x that is not 16-byte aligned (the scalar path
 // on a vector-friendly dim). x is NaN-filled first and has two rows more than
-// the tokens, which must stay NaN; ids outside the vocab give NaN rows.
+// the tokens, which must stay NaN; ids outside the vocab give NaN rows. Scaled
+// (Gemma), each row is the CPU's f32 product, bitwise.
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -21,11 +23,12 @@ namespace {
 
 using namespace nanoserve::testing;
 
-void check_embedding(int64_t vocab, int64_t dim, int32_t T, bool misaligned_x, bool bad_ids) {
+void check_embedding(int64_t vocab, int64_t dim, int32_t T, bool misaligned_x, bool bad_ids,
+                     float scale = 1.0f) {
   const uint64_t seed = fresh_seed();
   const std::string what = "vocab " + std::to_string(vocab) + " dim " + std::to_string(dim) + " T " +
                            std::to_string(T) + (misaligned_x ? " (x misaligned)" : "") + ", seed " +
-                           std::to_string(seed);
+                           std::to_string(seed) + (scale != 1.0f ? ", scale " + std::to_string(scale) : "");
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
   const std::vector<uint16_t> table16 = to_bf16(uniform_floats(vocab * dim, seed, 2.0f));
@@ -52,6 +55,7 @@ void check_embedding(int64_t vocab, int64_t dim, int32_t T, bool misaligned_x, b
   Tensor ref = Tensor::empty(DType::kF32, {T, dim});
   embedding_ref(table_host, valid_ids, ref);
   std::vector<float> expect(ref.data_as<float>(), ref.data_as<float>() + T * dim);
+  for (float& e : expect) e *= scale;  // the CPU forward's product (scale_into), one f32 rounding
   for (int32_t t = 0; t < T; ++t) {
     if (invalid[t]) std::fill(expect.begin() + t * dim, expect.begin() + (t + 1) * dim, quiet_nan());
   }
@@ -62,7 +66,7 @@ void check_embedding(int64_t vocab, int64_t dim, int32_t T, bool misaligned_x, b
   const Tensor buf = poisoned(DType::kF32, {(T + 2) * dim + 1});
   float* x_ptr = buf.data_as<float>() + (misaligned_x ? 1 : 0);
   const Tensor x = Tensor::view(x_ptr, DType::kF32, {T + 2, dim}, buf.owner(), Device::kCUDA);
-  embedding_cuda(table, tok.data_as<const int32_t>(), T, x, nullptr);
+  embedding_cuda(table, tok.data_as<const int32_t>(), T, x, nullptr, scale);
   cuda::synchronize();
   const std::vector<float> got = download<float>(x);
 
@@ -87,6 +91,17 @@ TEST(EmbeddingCuda, MatchesReferenceBitwise) {
   for (int32_t T : {1, 3, 17, 97, 300}) {
     for (int64_t dim : {576, 4096, 100, 7}) check_embedding(1000, dim, T, false, false);
     check_embedding(1000, 576, T, true, false);
+  }
+}
+
+// Gemma's embeddings times sqrt(dim): 62 (gemma-3-12b's sqrt(3840) in bf16),
+// 48 (gemma-2-2b's sqrt(2304)) and sqrt(32) in f32 (inexact), bitwise the
+// CPU's product (a kernel that dropped the scale fails the bitwise check).
+TEST(EmbeddingCuda, ScaledRowsEqualTheCpuProduct) {
+  NS_SKIP_WITHOUT_GPU();
+  for (const float scale : {62.0f, 48.0f, std::sqrt(32.0f)}) {
+    for (int64_t dim : {576, 100}) check_embedding(1000, dim, 17, false, false, scale);
+    check_embedding(1000, 576, 17, true, true, scale);
   }
 }
 

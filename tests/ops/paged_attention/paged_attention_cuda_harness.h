@@ -57,7 +57,9 @@ struct Shape {
   int block_size = 16;
   int n_kv = 2;
   int n_rep = 4;
-  int window = 0;  // a sliding window (0: the whole history)
+  int window = 0;        // a sliding window (0: the whole history)
+  float softcap = 0.0f;  // soft-capping of the scaled scores (Gemma 2; 0: none)
+  bool sinks = false;    // a sink logit a query head (gpt-oss), Problem::sinks
 };
 
 // One step of a paged batch, on the host (f32 values that are exactly
@@ -67,6 +69,7 @@ struct Problem {
   int n_heads = 0, num_blocks = 0, max_blocks = 0, num_tokens = 0;
   ForwardBatch batch;
   std::vector<float> q, k_pool, v_pool;  // f32 truth; pools hold this step's K/V too
+  std::vector<float> sinks;              // [n_heads] with Shape::sinks: uniform in [-2, 4]; else empty
   std::vector<uint16_t> q16, k_new16, v_new16, k_pool16,
       v_pool16;                                        // pools without this step's K/V (NaN there)
   std::vector<uint16_t> k_pool16_full, v_pool16_full;  // with them: what the write must produce
@@ -138,6 +141,11 @@ inline Problem make_problem(uint64_t seed, const Shape& s, const std::vector<std
   }
   p.q.resize(static_cast<size_t>(p.num_tokens) * p.n_heads * s.head_dim);
   for (float& x : p.q) x = rnd(q_gain);
+  // Sinks about the scores' own size and above: each takes a share of its
+  // softmax from nothing to most of it.
+  if (s.sinks) {
+    for (int h = 0; h < p.n_heads; ++h) p.sinks.push_back(1.0f + 3.0f * fr.next());
+  }
 
   auto encode = [&](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
@@ -189,9 +197,15 @@ inline DeviceRun run_on_device(const Problem& p, const PagedAttentionTuning& opt
   DeviceBatch batch(p.num_tokens, static_cast<int32_t>(p.batch.seq_ids.size()), p.max_blocks);
   batch.upload(p.batch);
   PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
+  Tensor sinks;
+  if (!p.sinks.empty()) {
+    sinks = cuda::to_device(Tensor::view(const_cast<float*>(p.sinks.data()), DType::kF32,
+                                         {static_cast<int64_t>(p.sinks.size())}, nullptr));
+  }
   paged_kv_write_cuda(k_new, v_new, batch, r.k_pool, r.v_pool, nullptr);
   paged_attention_cuda(q, r.k_pool, r.v_pool, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws,
-                       r.out, nullptr, opt, s.window);
+                       r.out, nullptr, opt, s.window, s.softcap,
+                       sinks.defined() ? sinks.data_as<const float>() : nullptr);
   cuda::synchronize();
   return r;
 }
@@ -245,6 +259,8 @@ inline std::vector<std::pair<int, double>> reference_errors(const Problem& p,
   a.head_dim = s.head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   a.window = window;
+  a.softcap = s.softcap;
+  a.sinks = p.sinks.empty() ? nullptr : p.sinks.data();
   paged_attention_reference(a);
 
   std::vector<std::pair<int, double>> errors;
@@ -284,7 +300,8 @@ inline void expect_matches_reference(const Problem& p, const std::vector<uint16_
 inline std::string describe(const Shape& s) {
   return std::string(dtype_name(s.dtype)) + " head_dim " + std::to_string(s.head_dim) + " block " +
          std::to_string(s.block_size) + " n_kv " + std::to_string(s.n_kv) + " n_rep " +
-         std::to_string(s.n_rep) + (s.window > 0 ? " window " + std::to_string(s.window) : "");
+         std::to_string(s.n_rep) + (s.window > 0 ? " window " + std::to_string(s.window) : "") +
+         (s.softcap > 0.0f ? " softcap " + std::to_string(s.softcap) : "") + (s.sinks ? " sinks" : "");
 }
 
 inline uint64_t fresh_seed() {

@@ -1,7 +1,9 @@
 // The CUDA paged attention kernels against the frozen CPU reference
 // (paged_attention_reference, f64 accumulation over f32 inputs), on fresh
 // random inputs: contexts 1, 17, 97, 2048 and 16384; batches of 1, 3, 64 and
-// 256 uneven sequences; n_rep 1, 3, 4, 8 and 12; head_dim 64 and 128; block
+// 256 uneven sequences; n_rep 1, 3, 4, 8 and 12; head_dim 64, 128 and 256
+// (decode here; the rest of 256 and soft-capping in
+// paged_attention_gemma_cuda_test.cc); block
 // sizes 8, 16, 32 and 64; bf16 and f16; decode and causal extend chunks;
 // slot-major and head-major pools (bitwise the same output). The
 // step's K/V go into the pools through paged_kv_write_cuda, the output is
@@ -41,7 +43,7 @@ TEST_P(PagedAttentionCudaDecode, AwkwardContextsMatchReference) {
 std::vector<DecodeParam> decode_params() {
   std::vector<DecodeParam> v;
   for (DType dt : {DType::kBF16, DType::kF16}) {
-    for (int hd : {64, 128}) {
+    for (int hd : {64, 128, 256}) {
       for (int bs : {16, 32}) {
         for (int n_rep : {1, 4, 8}) v.push_back({dt, hd, bs, n_rep});
       }

@@ -10,7 +10,8 @@
 // past the pool included, is still NaN, byte for byte. With the families'
 // extras (RopeKvExtras): a qkv bias (qwen2) and the per-head q/k RMSNorm
 // (qwen3), against the bias added in f32 and rmsnorm_ref over each head; v then
-// is bf16(v + bias).
+// is bf16(v + bias). With gpt-oss's YaRN attention factor (rotated_scale) at
+// gpt-oss-20b's heads: the reference's rotated q and k times it, v untouched.
 
 #include <gtest/gtest.h>
 
@@ -49,14 +50,16 @@ std::vector<float> inv_freqs(const RopeShape& s) {
   return rope_inv_freqs(s.rope_dim, s.llama3 ? 500000.0f : 10000.0f, sc);
 }
 
-void check_rope(const RopeShape& s, int32_t T, bool misaligned_q, bool extras = false) {
+void check_rope(const RopeShape& s, int32_t T, bool misaligned_q, bool extras = false,
+                float rotated_scale = 1.0f) {
   const uint64_t seed = fresh_seed();
   const std::string what = "heads " + std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv) +
                            " head_dim " + std::to_string(s.head_dim) + " rope_dim " +
                            std::to_string(s.rope_dim) + (s.llama3 ? " llama3" : "") + " T " +
                            std::to_string(T) + (misaligned_q ? " (q_out misaligned)" : "") +
-                           (extras ? " (bias, q/k norm)" : "") + ", seed " +
-                           std::to_string(seed);
+                           (extras ? " (bias, q/k norm)" : "") +
+                           (rotated_scale != 1.0f ? " rotated x" + std::to_string(rotated_scale) : "") +
+                           ", seed " + std::to_string(seed);
   SCOPED_TRACE(what);
   std::mt19937_64 rng(seed);
   const int64_t hd = s.head_dim, H = s.n_heads, KV = s.n_kv, width = (H + 2 * KV) * hd;
@@ -71,7 +74,8 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q, bool extras = 
   for (float& w : q_norm) w += 1.0f;
   for (float& w : k_norm) w += 1.0f;
   if (extras) {
-    for (int64_t i = 0; i < T * width; ++i) qkv[static_cast<size_t>(i)] += bias[static_cast<size_t>(i % width)];
+    for (int64_t i = 0; i < T * width; ++i)
+      qkv[static_cast<size_t>(i)] += bias[static_cast<size_t>(i % width)];
   }
   std::vector<int32_t> positions(static_cast<size_t>(T));
   std::uniform_int_distribution<int32_t> pos(0, 100000);
@@ -105,6 +109,9 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q, bool extras = 
   }
   rope_ref(q_ref, positions, inv);
   rope_ref(k_ref, positions, inv);
+  for (Tensor* r : {&q_ref, &k_ref}) {  // as the CPU forward: the rotated heads times the factor
+    for (int64_t i = 0; i < r->numel(); ++i) r->data_as<float>()[i] *= rotated_scale;
+  }
 
   const Tensor qkv_d = upload(qkv16, DType::kBF16, {T, width});
   const Tensor pos_d = upload(positions, DType::kI32, {T});
@@ -123,6 +130,7 @@ void check_rope(const RopeShape& s, int32_t T, bool misaligned_q, bool extras = 
     ex.k_norm = k_norm_d.data_as<const float>();
     ex.norm_eps = kEps;
   }
+  ex.rotated_scale = rotated_scale;
   const Tensor k_pool = poisoned(DType::kBF16, pool_shape);
   const Tensor v_pool = poisoned(DType::kBF16, pool_shape);
   rope_kv_write_cuda(qkv_d, pos_d.data_as<const int32_t>(), slot_d.data_as<const int32_t>(),
@@ -184,6 +192,18 @@ TEST(RopeKvWriteCuda, BiasAndHeadNormMatchReference) {
   for (const RopeShape& s : {kShapes[0], kShapes[1], kShapes[2]}) {
     for (int32_t T : {1, 17, 300}) check_rope(s, T, false, true);
   }
+}
+
+TEST(RopeKvWriteCuda, YarnAttentionFactorScalesRotatedHeads) {
+  NS_SKIP_WITHOUT_GPU();
+  RopeScaling yarn;
+  yarn.type = RopeScaling::Type::kYarn;
+  yarn.factor = 32.0f;
+  const float factor = rope_attention_factor(yarn);  // 1 + 0.1 ln 32 = 1.347
+  ASSERT_GT(factor, 1.3f);
+  const RopeShape oss{64, 8, 64, 64, false};  // gpt-oss-20b: 64 heads of 64 over 8 kv heads
+  for (int32_t T : {1, 17, 97}) check_rope(oss, T, false, false, factor);
+  for (int32_t T : {1, 17}) check_rope(kShapes[0], T, false, true, factor);  // with the bias and the norms
 }
 
 TEST(RopeKvWriteCuda, MisalignedQueryOutputMatchesReference) {

@@ -1,0 +1,27 @@
+#pragma once
+// The FP8 (E4M3) KV cache's element rule on the device, bit for bit the
+// host's (core/kv_quant.h): q = e4m3(x / scale) (IEEE division, round to
+// nearest even, saturated at +-448, NaN to 0x7f); x' = f32(q) * scale.
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace nanoserve::cuda {
+
+__device__ __forceinline__ uint8_t kv_f8_quantize(float x, float scale) {
+  if (isnan(x)) return 0x7fu;
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Two E4M3 bytes (the low one first) to f32, exactly (through f16, which holds
+// every E4M3 value), times the scale.
+__device__ __forceinline__ float2 kv_f8x2_dequantize(uint16_t q2, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(q2), __NV_E4M3);
+  __half2 hh;
+  memcpy(&hh, &h, sizeof(hh));
+  const float2 f = __half22float2(hh);
+  return make_float2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+}
+
+}  // namespace nanoserve::cuda
