@@ -45,15 +45,7 @@ constexpr double kFp8KvMeanNmse = 0.03;
 constexpr float kFp8KvNearTie = 1.0f;
 
 void add_tables(ForwardBatch& b) {
-  b.max_blocks_per_seq = kBlocksPerSeq;
-  b.block_tables.clear();
-  b.slot_mapping.clear();
-  for (int32_t i = 0; i < b.num_seqs(); ++i) {
-    for (int32_t j = 0; j < kBlocksPerSeq; ++j) b.block_tables.push_back(b.seq_ids[i] * kBlocksPerSeq + j);
-    for (int32_t t = b.seq_starts[i]; t < b.seq_starts[i + 1]; ++t) {
-      b.slot_mapping.push_back(b.seq_ids[i] * kBlocksPerSeq * kBlockSize + b.positions[t]);
-    }
-  }
+  testing::add_slot_tables(b, kBlocksPerSeq, kBlockSize);
 }
 
 float margin(const float* row, int64_t n) {

@@ -43,15 +43,7 @@ constexpr float kFp8NearTie = 1.0f;
 
 // Sequence slot s owns blocks [s * kBlocksPerSeq, (s + 1) * kBlocksPerSeq), in order.
 void add_tables(ForwardBatch& b) {
-  b.max_blocks_per_seq = kBlocksPerSeq;
-  b.block_tables.clear();
-  b.slot_mapping.clear();
-  for (int32_t i = 0; i < b.num_seqs(); ++i) {
-    for (int32_t j = 0; j < kBlocksPerSeq; ++j) b.block_tables.push_back(b.seq_ids[i] * kBlocksPerSeq + j);
-    for (int32_t t = b.seq_starts[i]; t < b.seq_starts[i + 1]; ++t) {
-      b.slot_mapping.push_back(b.seq_ids[i] * kBlocksPerSeq * kBlockSize + b.positions[t]);
-    }
-  }
+  testing::add_slot_tables(b, kBlocksPerSeq, kBlockSize);
 }
 
 // Top-1 minus top-2 of a row.

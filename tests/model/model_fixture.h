@@ -105,8 +105,8 @@ inline std::unique_ptr<PagedCacheForTests> make_paged_cache(const ModelConfig& c
 }
 
 // One forward of `batch` through the paged cache (blocks reserved, tables filled, validated).
-inline StatusOr<Tensor> forward_paged(const CpuModel& model, PagedCacheForTests& cache, const ForwardBatch& batch,
-                                      Workspace& ws) {
+inline StatusOr<Tensor> forward_paged(const CpuModel& model, PagedCacheForTests& cache,
+                                      const ForwardBatch& batch, Workspace& ws) {
   NS_ASSIGN_OR_RETURN(const ForwardBatch* b, cache.prepare(batch));
   return model.forward(*b, cache.kv(), ws);
 }
@@ -163,6 +163,19 @@ inline std::vector<int32_t> greedy(const CpuModel& model, CpuKV& cache, Workspac
     ++pos;
   }
   return out;
+}
+
+// Block tables and slots for a batch whose sequence ids are slots: slot s
+// owns blocks [s * blocks_per_seq, (s + 1) * blocks_per_seq), in order.
+inline void add_slot_tables(ForwardBatch& b, int32_t blocks_per_seq, int32_t block_size) {
+  b.max_blocks_per_seq = blocks_per_seq;
+  b.block_tables.clear();
+  b.slot_mapping.clear();
+  for (int32_t i = 0; i < b.num_seqs(); ++i) {
+    for (int32_t j = 0; j < blocks_per_seq; ++j) b.block_tables.push_back(b.seq_ids[i] * blocks_per_seq + j);
+    for (int32_t t = b.seq_starts[i]; t < b.seq_starts[i + 1]; ++t)
+      b.slot_mapping.push_back(b.seq_ids[i] * blocks_per_seq * block_size + b.positions[t]);
+  }
 }
 
 }  // namespace nanoserve::testing

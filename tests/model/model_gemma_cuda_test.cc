@@ -28,6 +28,7 @@
 
 #include "core/cuda/device_memory.cuh"
 #include "core/thread_pool.h"
+#include "model/cuda_invariance.h"
 #include "model/kv_cpu.h"
 #include "model/model_cpu.h"
 #include "model/model_cuda.h"
@@ -43,14 +44,7 @@ constexpr int32_t kBlockSize = 16, kBlocksPerSeq = 32, kMaxSeqs = 8;
 
 // Sequence slot s owns blocks [s * kBlocksPerSeq, (s + 1) * kBlocksPerSeq), in order.
 void add_tables(ForwardBatch& b) {
-  b.max_blocks_per_seq = kBlocksPerSeq;
-  b.block_tables.clear();
-  b.slot_mapping.clear();
-  for (int32_t i = 0; i < b.num_seqs(); ++i) {
-    for (int32_t j = 0; j < kBlocksPerSeq; ++j) b.block_tables.push_back(b.seq_ids[i] * kBlocksPerSeq + j);
-    for (int32_t t = b.seq_starts[i]; t < b.seq_starts[i + 1]; ++t)
-      b.slot_mapping.push_back(b.seq_ids[i] * kBlocksPerSeq * kBlockSize + b.positions[t]);
-  }
+  testing::add_slot_tables(b, kBlocksPerSeq, kBlockSize);
 }
 
 ForwardBatch every_row(const std::vector<int32_t>& prompt) {
@@ -198,80 +192,13 @@ TEST(GemmaCuda, BatchedChunkedAndGraphedEqualAlone) {
     SCOPED_TRACE(family);
     Oracle o;
     ASSERT_TRUE(open_oracle(family, pool, o));
-    const int64_t V = o.host->config().vocab_size;
     std::vector<std::vector<int32_t>> prompts;
     for (const auto& p : o.prompts)
       prompts.push_back(std::vector<int32_t>(p.begin(), p.begin() + std::min<size_t>(p.size(), 150)));
     constexpr int kDecodes = 40;  // past the window and a tile of 64 positions
-    // Logits of each sequence: its prefill's last row, then each decode step's
-    // (the fed token is 7 + step, whatever was sampled).
-    using Rows = std::vector<std::vector<float>>;
-    auto run = [&](const std::vector<size_t>& which, bool graphs, int chunk) {
-      auto gpu = upload(o, o.host->config(), graphs);
-      Rows rows(which.size());
-      if (gpu == nullptr) return rows;
-      std::vector<int32_t> seqs, starts(which.size(), 0);
-      for (size_t i = 0; i < which.size(); ++i) seqs.push_back(static_cast<int32_t>(i));
-      std::vector<size_t> done(which.size(), 0);
-      // Prefill, in chunks of `chunk` tokens a sequence a step (0: whole).
-      for (bool more = true; more;) {
-        std::vector<std::vector<int32_t>> segs;
-        std::vector<int32_t> at, ids;
-        std::vector<size_t> in_step;
-        for (size_t i = 0; i < which.size(); ++i) {
-          const auto& p = prompts[which[i]];
-          if (done[i] == p.size()) continue;
-          const size_t e = chunk > 0 ? std::min(p.size(), done[i] + chunk) : p.size();
-          segs.emplace_back(p.begin() + static_cast<int64_t>(done[i]), p.begin() + static_cast<int64_t>(e));
-          at.push_back(static_cast<int32_t>(done[i]));
-          ids.push_back(seqs[i]);
-          in_step.push_back(i);
-          done[i] = e;
-        }
-        more = false;
-        for (size_t i = 0; i < which.size(); ++i) more |= done[i] < prompts[which[i]].size();
-        ForwardBatch b = testing::make_batch(segs, at, ids);
-        add_tables(b);
-        auto out = gpu->forward(b);
-        EXPECT_TRUE(out.ok()) << out.status().to_string();
-        if (!out.ok()) return rows;
-        for (size_t k = 0; k < in_step.size(); ++k) {
-          const size_t i = in_step[k];
-          if (done[i] == prompts[which[i]].size())
-            rows[i].assign(out->data_as<const float>() + k * V, out->data_as<const float>() + (k + 1) * V);
-        }
-      }
-      for (size_t i = 0; i < which.size(); ++i) starts[i] = static_cast<int32_t>(prompts[which[i]].size());
-      for (int s = 0; s < kDecodes; ++s) {
-        std::vector<std::vector<int32_t>> segs(which.size(), {7 + s});
-        ForwardBatch b = testing::make_batch(segs, starts, seqs);
-        add_tables(b);
-        auto out = gpu->forward(b);
-        EXPECT_TRUE(out.ok()) << out.status().to_string();
-        if (!out.ok()) return rows;
-        for (size_t i = 0; i < which.size(); ++i) {
-          rows[i].insert(rows[i].end(), out->data_as<const float>() + i * V,
-                         out->data_as<const float>() + (i + 1) * V);
-          ++starts[i];
-        }
-      }
-      return rows;
-    };
-    std::vector<size_t> all;
-    for (size_t i = 0; i < prompts.size(); ++i) all.push_back(i);
-    const Rows batched = run(all, true, 0);
-    const Rows eager = run(all, false, 0);
-    const Rows chunked = run(all, true, 7);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ASSERT_EQ(static_cast<int64_t>(batched[i].size()), (kDecodes + 1) * V);
-      const size_t bytes = batched[i].size() * sizeof(float);
-      const Rows alone = run({i}, true, 0);
-      EXPECT_EQ(std::memcmp(alone[0].data(), batched[i].data(), bytes), 0)
-          << "prompt " << i << ": alone vs batched";
-      EXPECT_EQ(std::memcmp(eager[i].data(), batched[i].data(), bytes), 0)
-          << "prompt " << i << ": eager vs graphs";
-      EXPECT_EQ(std::memcmp(chunked[i].data(), batched[i].data(), bytes), 0) << "prompt " << i << ": chunked";
-    }
+    testing::expect_alone_batched_chunked_eager_equal(
+        [&](bool graphs) { return upload(o, o.host->config(), graphs); }, prompts, kDecodes,
+        o.host->config().vocab_size, kBlocksPerSeq, kBlockSize);
     std::printf("%s: logits alone = batched = chunked = eager over %zu prompts and %d decode steps\n", family,
                 prompts.size(), kDecodes);
   }
