@@ -26,7 +26,7 @@ struct EngineFlags {
   int threads = 0;                      // 0: all cores
   std::string device = "auto";          // auto | cpu | cuda
   std::string load_format = "auto";     // auto | gguf | safetensors | dummy
-  std::string model_shape;  // dummy: llama-3-8b, llama-3.2-1b, smollm2-135m, qwen3-30b-a3b, gemma-3-12b
+  std::string model_shape;  // dummy: model_shape_names() (model/model_shapes.h)
   // --max-model-len above the model's context length is refused unless this
   // (or vLLM's VLLM_ALLOW_LONG_MAX_MODEL_LEN=1) allows it.
   bool allow_long_max_model_len = false;

@@ -72,7 +72,7 @@ def test_dummy_too_large_for_memory_is_refused():
 
 @pytest.mark.parametrize("args,needle", [
     (["--model-shape", "llama-3-8b"], "--model-shape needs --load-format dummy"),
-    (["--load-format", "dummy", "--model-shape", "gpt-5"], "unknown shape 'gpt-5' (known: llama-3-8b, llama-3.2-1b, smollm2-135m, qwen3-30b-a3b, gpt-oss-20b)"),
+    (["--load-format", "dummy", "--model-shape", "gpt-5"], "unknown shape 'gpt-5' (known: llama-3-8b, llama-3.2-1b, smollm2-135m, qwen3-30b-a3b, gemma-3-12b, gpt-oss-20b)"),
     (["--load-format", "pt"], "--load-format: 'pt' is not one of auto, gguf, safetensors, dummy"),
     (["--load-format", "safetensors", "-m", MODEL], "is not a folder"),
     (["-m", "/nonexistent/model"], "no such file or folder"),
