@@ -51,11 +51,11 @@ struct RequestOutcome {
   bool ok = false;
   std::string error;   // the first error, when !ok
   double start_s = 0;  // send time, from the start of the run
-  // False for a stream that carried tokens (usage.completion_tokens > 0) but
-  // no text: ids that decode to nothing (a dummy model's past the
-  // tokenizer's vocabulary). Its tokens count; it has no TTFT, TPOT or ITL.
-  bool timed = true;
-  double ttft_s = 0;                         // first chunk with content
+  // From the send to the first chunk with content; none for a stream that
+  // carried tokens (usage.completion_tokens > 0) but no text: ids that decode
+  // to nothing (a dummy model's past the tokenizer's vocabulary). Its tokens
+  // count; it has no TTFT, TPOT or ITL.
+  std::optional<double> ttft_s;
   double latency_s = 0;                      // end to end, to the end of the stream
   std::vector<double> itl_s;                 // gaps between successive content chunks
   std::optional<int64_t> prompt_tokens;      // usage.prompt_tokens, when the server sent usage

@@ -397,7 +397,6 @@ void StreamSession::on_event(double t) {
 void StreamSession::succeed(double t) {
   if (first_ && out_.completion_tokens.value_or(0) <= 0)
     return fail("the stream ended with no text and no usage (no token to count)");
-  out_.timed = !first_;
   finished_ = true;
   out_.ok = true;
   out_.latency_s = t - out_.start_s;

@@ -91,8 +91,8 @@ double std_of(const std::vector<double>& v) {
 double peak_output_tps(const LoadResult& r) {
   std::map<int64_t, int64_t> per_second;
   for (const RequestOutcome& o : r.outcomes) {
-    if (!o.ok || !o.timed) continue;
-    double t = o.start_s + o.ttft_s;
+    if (!o.ok || !o.ttft_s) continue;
+    double t = o.start_s + *o.ttft_s;
     ++per_second[static_cast<int64_t>(std::floor(t))];
     for (double gap : o.itl_s) {
       t += gap;
@@ -145,10 +145,10 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     input_tokens += in;
     output_tokens += gen;
     ms["e2el"].push_back(out.latency_s * 1e3);
-    untimed += !out.timed;
-    if (out.timed) ms["ttft"].push_back(out.ttft_s * 1e3);
-    if (out.timed && gen > 1)
-      ms["tpot"].push_back((out.latency_s - out.ttft_s) / static_cast<double>(gen - 1) * 1e3);
+    untimed += !out.ttft_s;
+    if (out.ttft_s) ms["ttft"].push_back(*out.ttft_s * 1e3);
+    if (out.ttft_s && gen > 1)
+      ms["tpot"].push_back((out.latency_s - *out.ttft_s) / static_cast<double>(gen - 1) * 1e3);
     json itl = json::array();
     for (double gap : out.itl_s) {
       ms["itl"].push_back(gap * 1e3);
@@ -157,7 +157,7 @@ json report_load(const LoadResult& r, const std::vector<BenchRequest>& requests,
     input_lens.push_back(in);
     usage_prompt.push_back(out.prompt_tokens ? json(*out.prompt_tokens) : json(nullptr));
     output_lens.push_back(gen);
-    ttfts.push_back(out.timed ? json(out.ttft_s) : json(nullptr));
+    ttfts.push_back(out.ttft_s ? json(*out.ttft_s) : json(nullptr));
     itls.push_back(std::move(itl));
     starts.push_back(out.start_s);
     if (detailed) texts.push_back(out.text);

@@ -1,6 +1,5 @@
 #include "cli/engine_flags.h"
 
-#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -147,10 +146,7 @@ StatusOr<EngineConfig> engine_config_from_flags(const EngineFlags& f) {
     }
   }
   NS_ASSIGN_OR_RETURN(const Device device, resolve_device(c.device));
-  const StepLimitDefaults limits = default_step_limits(device);
-  c.max_num_seqs = f.max_num_seqs.value_or(limits.max_num_seqs);
-  c.max_num_batched_tokens =
-      f.max_num_batched_tokens.value_or(std::max(limits.max_num_batched_tokens, c.max_num_seqs));
+  set_step_limits(device, f.max_num_seqs, f.max_num_batched_tokens, &c);
   // Below one the runner's step buffers would be empty: refused here, by name,
   // before a command starts anything.
   if (c.max_num_seqs < 1) return invalid_argument("--max-num-seqs must be >= 1");

@@ -17,8 +17,7 @@ namespace nanoserve::cli {
 
 struct EngineFlags {
   EngineConfig config;
-  // The scheduler's limits; unset: the device's (default_step_limits), and
-  // at least max_num_seqs tokens.
+  // The scheduler's limits; unset: the device's (set_step_limits).
   std::optional<int32_t> max_num_seqs;
   std::optional<int32_t> max_num_batched_tokens;
   std::string kv_cache_memory;          // "1073741824", "512M", "2G"

@@ -34,8 +34,12 @@ StatusOr<Device> resolve_device(std::optional<Device> requested) {
 #endif
 }
 
-StepLimitDefaults default_step_limits(Device device) {
-  return device == Device::kCUDA ? StepLimitDefaults{256, 2048} : StepLimitDefaults{64, 512};
+void set_step_limits(Device device, std::optional<int32_t> max_num_seqs,
+                     std::optional<int32_t> max_num_batched_tokens, EngineConfig* config) {
+  const bool cuda = device == Device::kCUDA;
+  config->max_num_seqs = max_num_seqs.value_or(cuda ? 256 : 64);
+  config->max_num_batched_tokens =
+      max_num_batched_tokens.value_or(std::max(cuda ? 2048 : 512, config->max_num_seqs));
 }
 
 namespace {

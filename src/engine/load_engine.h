@@ -35,14 +35,12 @@ struct LoadedEngine {
 // FAILED_PRECONDITION for cuda in a build without it.
 StatusOr<Device> resolve_device(std::optional<Device> requested);
 
-// The scheduler's limits where none are given, per device (docs/engine.md,
-// "Default limits", has the sweep behind them): the CPU 64 sequences and 512
-// tokens a step; CUDA 256 and 2,048.
-struct StepLimitDefaults {
-  int32_t max_num_seqs;
-  int32_t max_num_batched_tokens;
-};
-StepLimitDefaults default_step_limits(Device device);
+// Sets the scheduler's limits: each the given value, else the device's
+// (docs/engine.md, "Default limits", has the sweep behind them: the CPU 64
+// sequences and 512 tokens a step, CUDA 256 and 2,048), the token budget
+// never below the sequence cap unless it is given.
+void set_step_limits(Device device, std::optional<int32_t> max_num_seqs,
+                     std::optional<int32_t> max_num_batched_tokens, EngineConfig* config);
 
 // Opens the model (open_model_source), loads weights and tokenizer, and sizes
 // the KV cache. `pool` must outlive the result. Every built family runs on

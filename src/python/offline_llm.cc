@@ -92,9 +92,9 @@ StatusOr<std::unique_ptr<OfflineLlm>> OfflineLlm::create(const LlmOptions& optio
   if (options.threads < 0) return invalid_argument("threads: must be >= 0 (0: all cores)");
   config.max_model_len = options.max_model_len;
   NS_ASSIGN_OR_RETURN(const Device device, resolve_device(config.device));
-  const StepLimitDefaults limits = default_step_limits(device);
-  config.max_num_seqs = options.max_num_seqs > 0 ? options.max_num_seqs : limits.max_num_seqs;
-  config.max_num_batched_tokens = std::max(limits.max_num_batched_tokens, config.max_num_seqs);
+  set_step_limits(device,
+                  options.max_num_seqs > 0 ? std::optional<int32_t>(options.max_num_seqs) : std::nullopt,
+                  std::nullopt, &config);
   config.kv_cache_bytes = options.kv_cache_memory;
   config.seed = options.seed;
   if (options.model.empty()) return invalid_argument("model: a GGUF file or a Hugging Face folder is needed");
