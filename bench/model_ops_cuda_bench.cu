@@ -11,11 +11,13 @@
 // decode step sees them), cycling over enough copies of the inputs that they
 // do not sit in L2 (50 MB); inputs are random (fill_uniform_cuda), never zeros.
 //
-//   model_ops_cuda_bench [--quick] [--gemms] [--only NAME:M] [--sample]
+//   model_ops_cuda_bench [--quick] [--gemms] [--only NAME:M [--fp8]] [--sample]
 //
 // --sample: the sampler only. --gemms: the linears only. --only NAME:M (e.g. gate_up:64): the linears
-// only, that one at that M, with linear_cuda's own kernel and cuBLASLt's
-// (the profiler's view of one kernel: scripts/gpu-check's profile section).
+// only, that one at that M, with linear_cuda's own kernel and cuBLASLt's, or with --fp8 linear_cuda
+// over the same weights in FP8 rows alone (the profiler's view of one kernel: scripts/gpu-check's
+// profile section). Every run of all the linears has an fp8 row beside ours (bytes: the FP8 weight
+// and its scales).
 
 #include <cuda_runtime.h>
 
@@ -255,7 +257,7 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
 
 // only_name empty: every linear at every M (with the forced kernels from
 // M = 16); else that linear at only_m, ours and cuBLASLt's.
-void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m) {
+void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m, bool fp8_only) {
   struct Linear {
     const char* name;
     int64_t K, N;
@@ -277,6 +279,13 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
     const int n = copies_for(wbytes);
     std::vector<Tensor> ws;
     for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
+    // The same weights in FP8 rows (--quantization fp8), for the bf16-output linears.
+    std::vector<LinearWeight> w8;
+    if (l.y == DType::kBF16 && (only_name.empty() || fp8_only)) {
+      const int n8 = copies_for(wbytes / 2);
+      for (int i = 0; i < n8; ++i) w8.push_back(quantize_fp8_rows_cuda(ws[i % n], s));
+      NS_CUDA_CHECK(cudaStreamSynchronize(s));
+    }
     const std::vector<int64_t> ms = only_name.empty() ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024}
                                                       : std::vector<int64_t>{only_m};
     for (int64_t M : ms) {
@@ -290,7 +299,9 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
         LinearPath path;
         GemmCuda* gemm;
       };
-      std::vector<Kernel> kernels = {{"ours", LinearPath::kAuto, nullptr}};
+      std::vector<Kernel> kernels;
+      if (!fp8_only) kernels.push_back({"ours", LinearPath::kAuto, nullptr});
+      if (!w8.empty()) kernels.push_back({"fp8", LinearPath::kAuto, nullptr});
       if (M >= 16 && only_name.empty()) {
         kernels.push_back({"stream", LinearPath::kStream, nullptr});
         kernels.push_back({"128x64", LinearPath::kTile128x64, nullptr});
@@ -300,18 +311,22 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
         kernels.push_back({"128x128w", LinearPath::kTile128x128WholeK, nullptr});
         kernels.push_back({"128x64w", LinearPath::kTile128x64WholeK, nullptr});
       }
-      kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
+      if (!fp8_only) kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
       for (const Kernel& k : kernels) {
         GemmCuda* gemm = k.gemm;
         const char* kname = k.name;
+        const bool fp8 = std::strcmp(kname, "fp8") == 0;
         const double ms = time_graph(s, [&](int i) {
-          if (gemm == nullptr) {
+          if (fp8) {
+            linear_cuda(x, w8[i % w8.size()], y, scratch, s, k.path);
+          } else if (gemm == nullptr) {
             linear_cuda(x, ws[i % n], y, scratch, s, k.path);
           } else {
             gemm->matmul(x, ws[i % n], y, s);
           }
         });
-        const double bytes = static_cast<double>(wbytes + M * l.K * 2 + M * l.N * dtype_bytes(l.y, 1));
+        const double bytes =
+            static_cast<double>((fp8 ? wbytes / 2 + l.N * 4 : wbytes) + M * l.K * 2 + M * l.N * dtype_bytes(l.y, 1));
         const double tbs = bytes / (ms * 1e-3) / 1e12;
         const double tflops = 2.0 * static_cast<double>(M * l.N * l.K) / (ms * 1e-3) / 1e12;
         std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f", l.name,
@@ -334,7 +349,7 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
 
 int main(int argc, char** argv) {
   using namespace nanoserve;
-  bool quick = false, gemms_only = false, sample_only = false;
+  bool quick = false, gemms_only = false, sample_only = false, fp8_only = false;
   std::string only_name;
   int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
@@ -344,6 +359,8 @@ int main(int argc, char** argv) {
       sample_only = true;
     } else if (std::strcmp(argv[i], "--gemms") == 0) {
       gemms_only = true;
+    } else if (std::strcmp(argv[i], "--fp8") == 0) {
+      fp8_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       const std::string arg = argv[++i];
       const size_t colon = arg.find(':');
@@ -357,9 +374,13 @@ int main(int argc, char** argv) {
       only_m = m;
       gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--only NAME:M] [--sample]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--only NAME:M [--fp8]] [--sample]\n", argv[0]);
       return 2;
     }
+  }
+  if (fp8_only && only_name.empty()) {
+    std::fprintf(stderr, "--fp8 goes with --only NAME:M\n");
+    return 2;
   }
   std::string why;
   if (cuda::device_count(&why) == 0) {
@@ -381,7 +402,7 @@ int main(int argc, char** argv) {
   if (!gemms_only) {
     bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
   }
-  bench_gemms(s, ceiling, only_name, only_m);
+  bench_gemms(s, ceiling, only_name, only_m, fp8_only);
   NS_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }

@@ -27,9 +27,9 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
         qwen3moe 16 experts of ffn 256, top-4, norm_topk_prob; planted: top-3
         mixtral  8 experts of ffn 256, top-2; planted: top-1
       A forward that is right must sit near the first and far from the second.
-      For the mixtures of experts, also router_margins: per prompt and
-      position, the least gap over the layers between the k-th and (k+1)-th
-      router logit.
+      For the mixtures of experts, the prompts are drawn token by token so
+      that every position's least gap over the layers between the k-th and
+      (k+1)-th router logit is at least 0.1 (router_margins: those gaps).
       --device cpu runs transformers on the CPU (slow: minutes a family),
       to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
@@ -59,6 +59,9 @@ import torch
 DEVICE = "cuda"  # --device cpu checks the script (and the CPU forward) where no GPU is
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "phi3", "mistral_window", "gemma2", "gemma3", "qwen3moe", "mixtral"]
 MOE_FAMILIES = ["qwen3moe", "mixtral"]
+# The least gap between a position's k-th and (k+1)-th router logit, in every
+# layer, for the mixtures' prompts (tests/model/moe_cuda_test.cc's kClearMargin).
+ROUTER_MARGIN = 0.1
 WINDOW = 4
 
 COMMON = dict(vocab_size=49152, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
@@ -183,6 +186,41 @@ def quantize_fp8(model, scale_error=1.0):
                     mod.weight.copy_(q * (scale * err))
 
 
+def routing_gaps(model, batch):
+    """Per sequence and position of a batch of equal-length sequences, the
+    least gap over the layers between the k-th and (k+1)-th router logit."""
+    k = model.config.num_experts_per_tok
+    res = model(torch.tensor(batch, device=DEVICE), output_router_logits=True)
+    gaps = []
+    for rl in res.router_logits:
+        top = torch.topk(rl.float().reshape(len(batch), len(batch[0]), -1), k + 1, dim=-1).values
+        gaps.append(top[..., k - 1] - top[..., k])
+    return torch.stack(gaps).min(0).values.cpu()
+
+
+def clear_routing_prompt(model, n, g, candidates=64, tries=8):
+    """A random prompt of n tokens whose every position routes clearly: each
+    next token is drawn from candidates whose routing gap (routing_gaps) is at
+    least ROUTER_MARGIN in every layer. A position's routing reads only the
+    tokens up to it, so the prompt's earlier positions stay clear. bf16
+    arithmetic then picks the experts f32 picks at every position, and no
+    near-tie upstream reaches a later position through attention (the first
+    GPU run's misses: random prompts had a near-tie within a few tokens)."""
+    ids = []
+    with torch.no_grad():
+        for _ in range(n):
+            for _ in range(tries):
+                cands = torch.randint(3, model.config.vocab_size, (candidates,), generator=g).tolist()
+                gaps = routing_gaps(model, [ids + [c] for c in cands])[:, -1]
+                ok = (gaps >= ROUTER_MARGIN).nonzero()
+                if len(ok) > 0:
+                    ids.append(cands[int(ok[0])])
+                    break
+            else:
+                raise RuntimeError(f"no token of {candidates * tries} routes clearly after {len(ids)} tokens")
+    return ids
+
+
 def write_logits(model, prompts, path):
     with open(path, "wb") as f, torch.no_grad():
         for ids in prompts:
@@ -305,7 +343,10 @@ def make(out_dir, family, tokenizer_json):
         write_byte_tokenizer(os.path.join(out_dir, "tokenizer.json"))
     g = torch.Generator().manual_seed(7)
     lengths = [1, 17, 97, 300]
-    prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=g).tolist() for n in lengths]
+    if family in MOE_FAMILIES:
+        prompts = [clear_routing_prompt(model, n, g) for n in lengths]
+    else:
+        prompts = [torch.randint(3, cfg.vocab_size, (n,), generator=g).tolist() for n in lengths]
     logits_path = os.path.join(out_dir, "oracle_logits.f32")
     greedy = []
     with open(logits_path, "wb") as f, torch.no_grad():
@@ -333,15 +374,8 @@ def make(out_dir, family, tokenizer_json):
     # positions with a clear routing to the logits bound.
     router_margins = []
     if family in MOE_FAMILIES:
-        k = cfg.num_experts_per_tok
         with torch.no_grad():
-            for ids in prompts:
-                res = model(torch.tensor([ids], device=DEVICE), output_router_logits=True)
-                gaps = []
-                for rl in res.router_logits:
-                    top = torch.topk(rl.float().reshape(len(ids), -1), k + 1, dim=-1).values
-                    gaps.append(top[:, k - 1] - top[:, k])
-                router_margins.append(torch.stack(gaps).min(0).values.cpu().tolist())
+            router_margins = [routing_gaps(model, [ids])[0].tolist() for ids in prompts]
     # The rotary frequencies before the plant (mistral's changes them).
     inv_freq, attention_scaling = global_rotary(model)
     # The same model with the family's planted bug: the test checks that its

@@ -7,8 +7,8 @@
 // - GGUF (stacked ffn_*_exps) and HF (a tensor per expert) folders of the CPU
 //   fixtures upload the same device experts, bit for bit;
 // - against transformers: scripts/hf_oracle.py's qwen3moe and mixtral
-//   folders under NS_HF_ORACLE_DIR (made by scripts/gpu-check), held on the
-//   positions whose routing is clear of near-ties.
+//   folders under NS_HF_ORACLE_DIR (made by scripts/gpu-check), over
+//   prompts drawn so that no position's routing is near a tie.
 // Without a CUDA device the device tests report SKIPPED.
 
 #include <gtest/gtest.h>
@@ -215,15 +215,16 @@ std::vector<float> read_floats(const std::string& path) {
 
 // Per position: NMSE of our logits against transformers'. With bf16
 // activations (transformers computes in f32) a token whose k-th and
-// (k+1)-th router logits nearly tie may take the other expert, which moves
-// that position far. The oracle gives each position's least such gap over
-// the layers; positions whose routing is clear (gap >= kClearMargin, many
-// times the router logits' error) are held to the bound, the others only
-// reported. The planted top-k - 1 must sit far on the clear positions.
+// (k+1)-th router logits nearly tie may take the other expert. That moves
+// its own logits far, and every later position's a little, through
+// attention: over random prompts, a near-tie within the first few tokens
+// put later positions at 1e-2 to 7e-2 in the first GPU run. So the oracle's
+// prompts are drawn token by token with every position's least gap over the
+// layers at least kClearMargin (many times the router logits' bf16 error),
+// and every position is held to the bound. The planted top-k - 1 must sit far.
 // The bound: the dense families' 1.5e-3, doubled for the experts' extra roundings.
 constexpr double kPositionNmse = 3e-3;
-// hf_oracle.py's routers (3x their init): on a CPU run of the script, 60%
-// (qwen3moe) and 81% (mixtral) of positions had every layer's gap >= 0.1.
+// hf_oracle.py's ROUTER_MARGIN.
 constexpr double kClearMargin = 0.1;
 
 void check_moe_family(const std::string& family, const std::string& dir) {
@@ -250,54 +251,36 @@ void check_moe_family(const std::string& family, const std::string& dir) {
   ASSERT_TRUE((*gpu)->allocate(CudaLimits{512, 1, 512, kBlocksPerSeq}, kBlocksPerSeq, kBlockSize).ok());
   const int64_t V = source->config.vocab_size;
   size_t offset = 0;
-  double worst_clear = 0, worst_all = 0, planted_sum = 0;
-  // Diagnosis of the first GPU run's misses: the positions before a prompt's
-  // first unclear one read no K/V of a token that may have routed otherwise.
-  double worst_prefix = 0;
-  int64_t clear = 0, total = 0, within_all = 0, prefix = 0;
+  double worst = 0, planted_sum = 0, least_margin = 1e9;
+  int64_t total = 0;
   for (size_t p = 0; p < oracle["prompts"].size(); ++p) {
     const auto prompt = oracle["prompts"][p].get<std::vector<int32_t>>();
     const auto margins = oracle["router_margins"][p].get<std::vector<double>>();
     const int64_t n = static_cast<int64_t>(prompt.size());
     ASSERT_EQ(static_cast<int64_t>(margins.size()), n);
     ASSERT_LE(offset + static_cast<size_t>(n * V), ref.size());
+    for (double m : margins) least_margin = std::min(least_margin, m);
     ForwardBatch b = batch_of({prompt}, {0}, {0});
     b.logits_rows.clear();
     for (int32_t t = 0; t < n; ++t) b.logits_rows.push_back(t);
     auto got = (*gpu)->forward(b);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
-    bool all_clear_so_far = true;
     for (int64_t t = 0; t < n; ++t) {
       const float* g = got->data_as<const float>() + t * V;
-      const double e = nmse(g, ref.data() + offset + t * V, V);
-      all_clear_so_far = all_clear_so_far && margins[static_cast<size_t>(t)] >= kClearMargin;
-      if (all_clear_so_far) {
-        ++prefix;
-        worst_prefix = std::max(worst_prefix, e);
-      }
+      worst = std::max(worst, nmse(g, ref.data() + offset + t * V, V));
+      planted_sum += nmse(g, planted.data() + offset + t * V, V);
       ++total;
-      worst_all = std::max(worst_all, e);
-      within_all += e <= kPositionNmse;
-      if (margins[static_cast<size_t>(t)] >= kClearMargin) {
-        ++clear;
-        worst_clear = std::max(worst_clear, e);
-        planted_sum += nmse(g, planted.data() + offset + t * V, V);
-      }
     }
     offset += static_cast<size_t>(n * V);
   }
-  const double planted_ratio = clear > 0 ? planted_sum / static_cast<double>(clear) / worst_clear : 0.0;
+  const double planted_ratio = total > 0 ? planted_sum / static_cast<double>(total) / worst : 0.0;
   std::printf(
-      "family %s: worst NMSE vs transformers %.2e over %lld of %lld positions with a clear routing (margin "
-      ">= "
-      "%.2f); over all %.2e, %lld within %.1e; planted error (%s) %.1fx farther\n",
-      family.c_str(), worst_clear, static_cast<long long>(clear), static_cast<long long>(total), kClearMargin,
-      worst_all, static_cast<long long>(within_all), kPositionNmse,
-      oracle["planted"].get<std::string>().c_str(), planted_ratio);
-  std::printf("family %s: worst NMSE %.2e over the %lld positions before each prompt's first unclear one\n",
-              family.c_str(), worst_prefix, static_cast<long long>(prefix));
-  EXPECT_GE(clear, total / 5) << "too few positions with a clear routing to hold";
-  EXPECT_LE(worst_clear, kPositionNmse);
+      "family %s: worst NMSE vs transformers %.2e over %lld of %lld positions, every routing gap >= %.2f "
+      "(least %.3f); planted error (%s) %.1fx farther\n",
+      family.c_str(), worst, static_cast<long long>(total), static_cast<long long>(total), kClearMargin,
+      least_margin, oracle["planted"].get<std::string>().c_str(), planted_ratio);
+  ASSERT_GE(least_margin, kClearMargin) << "oracle.json's prompts route near a tie: made by an older hf_oracle.py";
+  EXPECT_LE(worst, kPositionNmse);
   EXPECT_GT(planted_ratio, 2.5) << "the tolerance would not see the planted error";
 }
 
