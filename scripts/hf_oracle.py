@@ -198,7 +198,7 @@ def routing_gaps(model, batch):
     return torch.stack(gaps).min(0).values.cpu()
 
 
-def clear_routing_prompt(model, n, g, candidates=64, tries=8):
+def clear_routing_prompt(model, n, g, candidates=8, tries=16):
     """A random prompt of n tokens whose every position routes clearly: each
     next token is drawn from candidates whose routing gap (routing_gaps) is at
     least ROUTER_MARGIN in every layer. A position's routing reads only the
