@@ -265,12 +265,22 @@ void check_moe_family(const std::string& family, const std::string& dir) {
     for (int32_t t = 0; t < n; ++t) b.logits_rows.push_back(t);
     auto got = (*gpu)->forward(b);
     ASSERT_TRUE(got.ok()) << got.status().to_string();
+    // Per prompt: the worst position and the median, to tell an error that
+    // grows along the prompt (or only in long steps) from one at every token.
+    std::vector<double> errs;
     for (int64_t t = 0; t < n; ++t) {
       const float* g = got->data_as<const float>() + t * V;
-      worst = std::max(worst, nmse(g, ref.data() + offset + t * V, V));
+      errs.push_back(nmse(g, ref.data() + offset + t * V, V));
+      worst = std::max(worst, errs.back());
       planted_sum += nmse(g, planted.data() + offset + t * V, V);
       ++total;
     }
+    const auto at = std::max_element(errs.begin(), errs.end());
+    std::vector<double> sorted = errs;
+    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
+    std::printf("%s prompt %zu (%lld tokens): worst NMSE %.2e at position %lld, median %.2e, position 0 %.2e\n",
+                family.c_str(), p, static_cast<long long>(n), *at, static_cast<long long>(at - errs.begin()),
+                sorted[static_cast<size_t>(n / 2)], errs[0]);
     offset += static_cast<size_t>(n * V);
   }
   const double planted_ratio = total > 0 ? planted_sum / static_cast<double>(total) / worst : 0.0;
