@@ -33,6 +33,7 @@
 #include "model/model_fixture.h"
 #include "model/model_shapes.h"
 #include "model/model_source.h"
+#include "model/runner_cuda.h"
 #include "ops/rope/rope_freqs.h"
 
 namespace nanoserve {
@@ -99,6 +100,31 @@ TEST(MoeCudaModel, SupportsRefusesByName) {
   c = small_moe(false);
   c.n_experts = 1024;
   EXPECT_EQ(CudaModel::supports(c).code(), StatusCode::kUnimplemented);
+}
+
+// Until the transformers oracle passes, the runner refuses Qwen3-MoE and
+// Mixtral over real weights by name (no device needed to ask), and lets the
+// dummy shape through to the device check.
+TEST(MoeCudaModel, RunnerRefusesRealWeightsUntilTheOraclePasses) {
+  ThreadPool pool(1);
+  for (const std::string family : {"qwen3moe", "mixtral"}) {
+    SCOPED_TRACE(family);
+    ModelSpec spec;
+    spec.path = std::string(NS_SOURCE_DIR) + "/tests/fixtures/families/" + family + "/model.gguf";
+    auto source = open_model_source(spec);
+    ASSERT_TRUE(source.ok()) << source.status().to_string();
+    const auto runner = make_cuda_runner(*source, CudaRunnerOptions{}, pool);
+    ASSERT_FALSE(runner.ok());
+    EXPECT_EQ(runner.status().code(), StatusCode::kUnimplemented) << runner.status().to_string();
+    EXPECT_NE(runner.status().message().find("does not yet match transformers"), std::string::npos)
+        << runner.status().to_string();
+    source->format = LoadFormat::kDummy;
+    const auto dummy = make_cuda_runner(*source, CudaRunnerOptions{}, pool);
+    if (!dummy.ok()) {
+      EXPECT_EQ(dummy.status().message().find("does not yet match transformers"), std::string::npos)
+          << dummy.status().to_string();
+    }
+  }
 }
 
 TEST(MoeCudaModel, Fp8IsRefusedOverExperts) {
