@@ -243,11 +243,12 @@ std::vector<float> read_floats(const std::string& path) {
 // activations (transformers computes in f32) a token whose k-th and
 // (k+1)-th router logits nearly tie may take the other expert. That moves
 // its own logits far, and every later position's a little, through
-// attention: over random prompts, a near-tie within the first few tokens
-// put later positions at 1e-2 to 7e-2 in the first GPU run. So the oracle's
-// prompts are drawn token by token with every position's least gap over the
-// layers at least kClearMargin (many times the router logits' bf16 error),
-// and every position is held to the bound. The planted top-k - 1 must sit far.
+// attention. So the oracle's prompts are drawn token by token with every
+// position's least gap over the layers at least kClearMargin (many times the
+// router logits' bf16 error), and every position is held to the bound. The
+// planted top-k - 1 must sit far. (Not passing on the H100 yet, with no
+// near-tie anywhere: a defect, docs/moe.md; the runner refuses the two
+// families over real weights until it passes.)
 // The bound: the dense families' 1.5e-3, doubled for the experts' extra roundings.
 constexpr double kPositionNmse = 3e-3;
 // hf_oracle.py's ROUTER_MARGIN.
