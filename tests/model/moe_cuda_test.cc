@@ -305,9 +305,12 @@ void check_moe_family(const std::string& family, const std::string& dir) {
     const auto at = std::max_element(errs.begin(), errs.end());
     std::vector<double> sorted = errs;
     std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
-    std::printf("%s prompt %zu (%lld tokens): worst NMSE %.2e at position %lld, median %.2e, position 0 %.2e\n",
-                family.c_str(), p, static_cast<long long>(n), *at, static_cast<long long>(at - errs.begin()),
-                sorted[static_cast<size_t>(n / 2)], errs[0]);
+    const auto within = std::count_if(errs.begin(), errs.end(), [](double e) { return e <= kPositionNmse; });
+    std::printf(
+        "%s prompt %zu (%lld tokens): worst NMSE %.2e at position %lld, median %.2e, position 0 %.2e, %lld "
+        "within the bound\n",
+        family.c_str(), p, static_cast<long long>(n), *at, static_cast<long long>(at - errs.begin()),
+        sorted[static_cast<size_t>(n / 2)], errs[0], static_cast<long long>(within));
     offset += static_cast<size_t>(n * V);
   }
   const double planted_ratio = total > 0 ? planted_sum / static_cast<double>(total) / worst : 0.0;
