@@ -298,10 +298,11 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
         const char* name;
         LinearPath path;
         GemmCuda* gemm;
+        bool fp8 = false;  // over the FP8 rows w8
       };
       std::vector<Kernel> kernels;
       if (!fp8_only) kernels.push_back({"ours", LinearPath::kAuto, nullptr});
-      if (!w8.empty()) kernels.push_back({"fp8", LinearPath::kAuto, nullptr});
+      if (!w8.empty()) kernels.push_back({"fp8", LinearPath::kAuto, nullptr, true});
       if (M >= 16 && only_name.empty()) {
         kernels.push_back({"stream", LinearPath::kStream, nullptr});
         kernels.push_back({"128x64", LinearPath::kTile128x64, nullptr});
@@ -315,7 +316,7 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
       for (const Kernel& k : kernels) {
         GemmCuda* gemm = k.gemm;
         const char* kname = k.name;
-        const bool fp8 = std::strcmp(kname, "fp8") == 0;
+        const bool fp8 = k.fp8;
         const double ms = time_graph(s, [&](int i) {
           if (fp8) {
             linear_cuda(x, w8[i % w8.size()], y, scratch, s, k.path);
