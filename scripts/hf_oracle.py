@@ -29,7 +29,9 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
       A forward that is right must sit near the first and far from the second.
       For the mixtures of experts, the prompts are drawn token by token so
       that every position's least gap over the layers between the k-th and
-      (k+1)-th router logit is at least 0.1 (router_margins: those gaps).
+      (k+1)-th router logit is at least 0.1 (router_margins: those gaps),
+      and transformers' experts and their weights are recorded per layer and
+      position (routing, routing_weights).
       --device cpu runs transformers on the CPU (slow: minutes a family),
       to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
@@ -198,14 +200,36 @@ def routing_gaps(model, batch):
     return torch.stack(gaps).min(0).values.cpu()
 
 
+def expert_choices(model, ids):
+    """Per layer, the experts transformers takes for each position of the
+    prompt, highest first, and their weights (the softmax's top_k, over
+    their sum where the family normalizes): [layer][t * top_k + r] each.
+    The CUDA test forces these on its forward (CudaModel::set_forced_routing):
+    bf16 activations move these tiny models' router logits (a spread of ~4,
+    from routers 3x their init) by 0.03-0.2 at the median in a bf16 copy,
+    which flips experts where gaps are small and moves the weights by a few
+    percent everywhere (exp of the logits' error): far past the bound."""
+    k = model.config.num_experts_per_tok
+    normalize = getattr(model.config, "norm_topk_prob", True)
+    res = model(torch.tensor([ids], device=DEVICE), output_router_logits=True)
+    experts, weights = [], []
+    for rl in res.router_logits:
+        probs = torch.softmax(rl.float().reshape(len(ids), -1), dim=-1)
+        top = torch.topk(probs, k, dim=-1)
+        w = top.values / top.values.sum(-1, keepdim=True) if normalize else top.values
+        experts.append(top.indices.reshape(-1).tolist())
+        weights.append(w.reshape(-1).tolist())
+    return experts, weights
+
+
 def clear_routing_prompt(model, n, g, candidates=8, tries=16):
     """A random prompt of n tokens whose every position routes clearly: each
     next token is drawn from candidates whose routing gap (routing_gaps) is at
     least ROUTER_MARGIN in every layer. A position's routing reads only the
-    tokens up to it, so the prompt's earlier positions stay clear. bf16
-    arithmetic then picks the experts f32 picks at every position, and no
-    near-tie upstream reaches a later position through attention (the first
-    GPU run's misses: random prompts had a near-tie within a few tokens)."""
+    tokens up to it, so the prompt's earlier positions stay clear. The CUDA
+    test forces transformers' experts (expert_choices); these prompts keep
+    the CPU forward (f32) and the free-running GPU forward it prints beside
+    away from ties."""
     ids = []
     with torch.no_grad():
         for _ in range(n):
@@ -372,10 +396,13 @@ def make(out_dir, family, tokenizer_json):
     # between the k-th and (k+1)-th router logit. Where it is small, bf16
     # activations may pick the other expert; the test holds only the
     # positions with a clear routing to the logits bound.
-    router_margins = []
+    router_margins, routing, routing_weights = [], [], []
     if family in MOE_FAMILIES:
         with torch.no_grad():
             router_margins = [routing_gaps(model, [ids])[0].tolist() for ids in prompts]
+            choices = [expert_choices(model, ids) for ids in prompts]
+            routing = [c[0] for c in choices]
+            routing_weights = [c[1] for c in choices]
     # The rotary frequencies before the plant (mistral's changes them).
     inv_freq, attention_scaling = global_rotary(model)
     # The same model with the family's planted bug: the test checks that its
@@ -387,7 +414,8 @@ def make(out_dir, family, tokenizer_json):
                    "inv_freq": inv_freq, "attention_scaling": attention_scaling,
                    "logits_file": "oracle_logits.f32", "planted_logits_file": "planted_logits.f32",
                    "fp8_logits_file": "fp8_logits.f32", "fp8_planted_logits_file": "fp8_planted_logits.f32",
-                   "planted": planted, "router_margins": router_margins}, f)
+                   "planted": planted, "router_margins": router_margins,
+                   "routing": routing, "routing_weights": routing_weights}, f)
     print(f"hf_oracle: wrote {out_dir} ({family}, {len(prompts)} prompts, lengths {lengths}, "
           f"planted: {planted})")
 

@@ -281,6 +281,50 @@ int64_t CudaModel::graph_captures() const {
   return step_ ? step_->graphs.captures() : 0;
 }
 
+std::vector<int32_t> CudaModel::last_expert_ids() const {
+  if (!step_ || !step_->moe) return {};
+  const MoeCudaWorkspace& ws = *step_->moe;
+  NS_CUDA_CHECK(cudaStreamSynchronize(step_->stream));
+  const Tensor host = cuda::to_host(ws.ids.slice_rows(0, ws.n_tokens * ws.top_k));
+  return {host.data_as<const int32_t>(), host.data_as<const int32_t>() + host.numel()};
+}
+
+Status CudaModel::set_forced_routing(const std::vector<std::vector<int32_t>>& ids,
+                                     const std::vector<std::vector<float>>& weights) {
+  if (!step_ || !step_->moe) return failed_precondition("set_forced_routing: no experts, or before allocate()");
+  if (ids.empty() && weights.empty()) {
+    forced_ids_ = Tensor();
+    forced_weights_ = Tensor();
+    return Status::ok_status();
+  }
+  const MoeCudaWorkspace& ws = *step_->moe;
+  const int64_t stride = ws.max_tokens * ws.top_k;
+  if (static_cast<int64_t>(ids.size()) != config_.n_layers || weights.size() != ids.size()) {
+    return invalid_argument("set_forced_routing: " + std::to_string(ids.size()) + " and " +
+                            std::to_string(weights.size()) + " layers of " + std::to_string(config_.n_layers));
+  }
+  Tensor host_ids = Tensor::empty(DType::kI32, {config_.n_layers, stride});
+  Tensor host_w = Tensor::empty(DType::kF32, {config_.n_layers, stride});
+  std::fill_n(host_ids.data_as<int32_t>(), host_ids.numel(), 0);
+  std::fill_n(host_w.data_as<float>(), host_w.numel(), 0.0f);
+  for (size_t l = 0; l < ids.size(); ++l) {
+    const int64_t n = static_cast<int64_t>(ids[l].size());
+    if (n > stride || n % ws.top_k != 0 || weights[l].size() != ids[l].size()) {
+      return invalid_argument("set_forced_routing: layer " + std::to_string(l) + " has " + std::to_string(n) +
+                              " slots and " + std::to_string(weights[l].size()) +
+                              " weights (whole tokens of top_k, at most " + std::to_string(stride) + ")");
+    }
+    for (int32_t e : ids[l]) {
+      if (e < 0 || e >= ws.n_experts) return invalid_argument("set_forced_routing: expert " + std::to_string(e));
+    }
+    std::copy(ids[l].begin(), ids[l].end(), host_ids.data_as<int32_t>() + static_cast<int64_t>(l) * stride);
+    std::copy(weights[l].begin(), weights[l].end(), host_w.data_as<float>() + static_cast<int64_t>(l) * stride);
+  }
+  forced_ids_ = cuda::to_device(host_ids);
+  forced_weights_ = cuda::to_device(host_w);
+  return Status::ok_status();
+}
+
 std::span<const int32_t> CudaModel::argmax() const {
   if (!step_) return {};
   return {static_cast<const int32_t*>(step_->argmax_host.get()), static_cast<size_t>(step_->last_rows)};
@@ -441,7 +485,12 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
         biases.gate_up = L.exp_gate_up_bias.data_as<const float>();
         biases.down = L.exp_down_bias.data_as<const float>();
       }
-      moe_ffn_cuda(xn, L.router, L.exp_gate_up, L.exp_down, moe_params, *s.moe, proj, st, biases);
+      MoeForcedRouting forced;
+      if (forced_ids_.defined()) {
+        forced.ids = forced_ids_.data_as<const int32_t>() + l * forced_ids_.dim(1);
+        forced.weights = forced_weights_.data_as<const float>() + l * forced_weights_.dim(1);
+      }
+      moe_ffn_cuda(xn, L.router, L.exp_gate_up, L.exp_down, moe_params, *s.moe, proj, st, biases, forced);
       continue;
     }
     NS_CHECK(!L.o_bias.defined()) << "an o_proj bias outside a layer with experts";
@@ -506,7 +555,7 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
                                   cudaMemcpyHostToDevice, st));
   }
   s.note_launch();
-  if (s.limits.cuda_graphs && T <= CudaLimits::kGraphMaxTokens) {
+  if (s.limits.cuda_graphs && T <= CudaLimits::kGraphMaxTokens && !forced_ids_.defined()) {
     // The attention's launches are baked into the graph: those of the window,
     // and where some layers have none (Gemma's global layers), theirs too.
     auto attn_key = [&](int64_t window) {

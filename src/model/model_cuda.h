@@ -196,6 +196,17 @@ class CudaModel {
   Status set_kv_scales(std::vector<KvScales> scales, std::vector<KvScales> read_scales = {});
   // Graphs captured so far (for tests and reports).
   int64_t graph_captures() const;
+  // The last layer's routing in the last forward: the expert of slot
+  // t * top_k + r (for tests; empty without experts).
+  std::vector<int32_t> last_expert_ids() const;
+  // Teacher-forced routing (tests): per layer, the experts of slot
+  // t * top_k + r (highest rank first) and their weights, which the next
+  // forwards take in place of their own routing (moe_route_cuda's
+  // MoeForcedRouting); a forward of T tokens reads each layer's first
+  // T * top_k. Forwards run without CUDA graphs while it is set; empty:
+  // cleared. After allocate().
+  Status set_forced_routing(const std::vector<std::vector<int32_t>>& ids,
+                            const std::vector<std::vector<float>>& weights);
 
   // The swap area (docs/kvcache.md, "Swapping"; model_cuda_swap.cu): pinned
   // host memory in the pools' layout, [n_layers][2][num_slots, block_size,
@@ -222,6 +233,8 @@ class CudaModel {
   int64_t weight_bytes_ = 0;
   int32_t num_blocks_ = 0, block_size_ = 0;
   std::vector<Tensor> k_pools_, v_pools_;  // [n_layers] views into one allocation each
+  Tensor forced_ids_;      // [n_layers, max_tokens * top_k] i32, defined while set_forced_routing holds
+  Tensor forced_weights_;  // [n_layers, max_tokens * top_k] f32, with forced_ids_
   std::vector<KvScales> kv_scales_, kv_read_scales_;  // [n_layers]: the KV write's, the attention's
   std::unique_ptr<Step> step_;
   void* step_stream() const;         // the step's cudaStream_t (model_cuda.cu), for the swap copies

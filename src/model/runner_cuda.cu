@@ -40,13 +40,6 @@ StatusOr<Tensor> CudaRunner::forward(const ForwardBatch& batch) {
 StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source, const CudaRunnerOptions& o,
                                                        ThreadPool& pool) {
   const ModelConfig& c = source.config;
-  if (c.n_experts > 0 && !c.arch_info().oss_experts && source.format != LoadFormat::kDummy) {
-    // MoeCudaHfOracle.QwenMoeAndMixtralMatchTransformers misses (docs/moe.md):
-    // real weights would give wrong logits, so only the shape runs here.
-    return unimplemented("--device cuda: " + c.arch +
-                         " (mixture of experts) does not yet match transformers on CUDA (docs/moe.md); "
-                         "--device cpu runs it, --load-format dummy runs its shape for speed");
-  }
   NS_RETURN_IF_ERROR(CudaModel::supports(c));  // by name, before the device is asked for
   std::string why;
   if (cuda::device_count(&why) == 0)

@@ -92,8 +92,9 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
 // rows after its cursor, so within an expert rows go by token, then rank.
 __global__ void __launch_bounds__(kSortThreads)
     moe_route_kernel(const float* __restrict__ logits, int T, int E, int k, bool normalize, bool topk_first,
-                     int32_t* __restrict__ ids, float* __restrict__ weights, int32_t* __restrict__ offsets,
-                     int32_t* __restrict__ active, int32_t* __restrict__ row_token,
+                     const int32_t* __restrict__ forced, const float* __restrict__ forced_w,
+                     int32_t* __restrict__ ids, float* __restrict__ weights,
+                     int32_t* __restrict__ offsets, int32_t* __restrict__ active, int32_t* __restrict__ row_token,
                      int32_t* __restrict__ row_of_slot) {
   __shared__ int count[kMoeCudaMaxExperts];
   __shared__ int cursor[kMoeCudaMaxExperts + 1];
@@ -132,7 +133,16 @@ __global__ void __launch_bounds__(kSortThreads)
     int sel[kMoeCudaMaxTopK];
 #pragma unroll
     for (int j = 0; j < kMoeCudaMaxTopK; ++j) {
-      if (j < k) {
+      if (j < k && forced != nullptr) {  // the given expert, with its value here
+        const int e = forced[int64_t{t} * k + j];
+        float v = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          if (lane + 32 * i == e) v = p[i];
+        }
+        sel[j] = e;
+        w[j] = __shfl_sync(0xffffffffu, v, e & 31);
+      } else if (j < k) {
         // This lane's best (strict >: its lower id on a tie), then the
         // warp's: the higher probability, on a tie the lower id. A taken
         // expert's probability is -1.
@@ -170,7 +180,9 @@ __global__ void __launch_bounds__(kSortThreads)
       for (int j = 0; j < k; ++j) s += w[j];
       for (int j = 0; j < k; ++j) {
         ids[int64_t{t} * k + j] = sel[j];
-        weights[int64_t{t} * k + j] = normalize || topk_first ? w[j] / s : w[j];
+        weights[int64_t{t} * k + j] = forced_w != nullptr       ? forced_w[int64_t{t} * k + j]
+                                      : normalize || topk_first ? w[j] / s
+                                                                : w[j];
         atomicAdd(&count[sel[j]], 1);
       }
     }
@@ -305,7 +317,7 @@ int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t 
 }
 
 void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
-                    cuda::Stream s, const float* router_bias) {
+                    cuda::Stream s, const float* router_bias, const MoeForcedRouting& forced) {
   const int64_t T = x.dim(0), D = ws.dim, E = ws.n_experts, k = params.top_k;
   NS_CHECK(device_contiguous(x, DType::kBF16) && x.ndim() == 2 && x.dim(1) == D && T <= ws.max_tokens)
       << "moe_route_cuda: x " << dtype_name(x.dtype()) << x.shape_string() << " for a workspace of "
@@ -325,7 +337,8 @@ void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& para
   NS_CUDA_CHECK(cudaGetLastError());
   moe_route_kernel<<<1, kSortThreads, 0, s>>>(
       ws.logits.data_as<const float>(), static_cast<int>(T), static_cast<int>(E), static_cast<int>(k),
-      params.normalize, params.gating == MoeGating::kTopKThenSoftmax, ws.ids.data_as<int32_t>(),
+      params.normalize, params.gating == MoeGating::kTopKThenSoftmax, forced.ids,
+      forced.ids != nullptr ? forced.weights : nullptr, ws.ids.data_as<int32_t>(),
       ws.weights.data_as<float>(), ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
       ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
   NS_CUDA_CHECK(cudaGetLastError());
@@ -381,8 +394,8 @@ void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down
 
 void moe_ffn_cuda(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
                   const MoeParams& params, MoeCudaWorkspace& ws, const Tensor& y, cuda::Stream s,
-                  const MoeCudaBiases& biases) {
-  moe_route_cuda(x, router, params, ws, s, biases.router);
+                  const MoeCudaBiases& biases, const MoeForcedRouting& forced) {
+  moe_route_cuda(x, router, params, ws, s, biases.router, forced);
   moe_experts_cuda(x, gate_up, down, ws, y, s, params, biases);
 }
 

@@ -86,11 +86,20 @@ MoeCudaWorkspace make_moe_cuda_workspace(int64_t max_tokens, int64_t n_experts, 
 int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t top_k, int64_t dim,
                                  int64_t ffn);
 
+// Teacher-forced routing (tests: CudaModel::set_forced_routing): for each
+// slot t * top_k + r, the expert (highest rank first) and its weight that
+// the routing takes in place of its own; device pointers, [T * top_k].
+struct MoeForcedRouting {
+  const int32_t* ids = nullptr;    // null: the routing's own top_k and weights
+  const float* weights = nullptr;  // with ids
+};
+
 // Step 1: the routing of x's T rows into ws (ids, weights, offsets, active,
 // row_token, row_of_slot), by params.gating, the logits plus router_bias
-// ([E] f32 device, or null). PRECOND: T <= ws.max_tokens.
+// ([E] f32 device, or null), or as forced (ids distinct per token, < E).
+// PRECOND: T <= ws.max_tokens.
 void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& params, MoeCudaWorkspace& ws,
-                    cuda::Stream s, const float* router_bias = nullptr);
+                    cuda::Stream s, const float* router_bias = nullptr, const MoeForcedRouting& forced = {});
 
 // Where the grouped GEMM takes sorted row i's x row from.
 enum class MoeRows : uint8_t {
@@ -129,6 +138,6 @@ void moe_experts_cuda(const Tensor& x, const Tensor& gate_up, const Tensor& down
 // The whole feed-forward: moe_route_cuda then moe_experts_cuda.
 void moe_ffn_cuda(const Tensor& x, const Tensor& router, const Tensor& gate_up, const Tensor& down,
                   const MoeParams& params, MoeCudaWorkspace& ws, const Tensor& y, cuda::Stream s,
-                  const MoeCudaBiases& biases = {});
+                  const MoeCudaBiases& biases = {}, const MoeForcedRouting& forced = {});
 
 }  // namespace nanoserve
