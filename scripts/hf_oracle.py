@@ -393,9 +393,8 @@ def make(out_dir, family, tokenizer_json):
         write_logits(q, prompts, os.path.join(out_dir, name))
         del q
     # Mixtures of experts: per position, the smallest gap over the layers
-    # between the k-th and (k+1)-th router logit. Where it is small, bf16
-    # activations may pick the other expert; the test holds only the
-    # positions with a clear routing to the logits bound.
+    # between the k-th and (k+1)-th router logit; and per layer, the experts
+    # and weights transformers takes, which the CUDA test forces.
     router_margins, routing, routing_weights = [], [], []
     if family in MOE_FAMILIES:
         with torch.no_grad():

@@ -7,8 +7,9 @@
 // - GGUF (stacked ffn_*_exps) and HF (a tensor per expert) folders of the CPU
 //   fixtures upload the same device experts, bit for bit;
 // - against transformers: scripts/hf_oracle.py's qwen3moe and mixtral
-//   folders under NS_HF_ORACLE_DIR (made by scripts/gpu-check), over
-//   prompts drawn so that no position's routing is near a tie.
+//   folders under NS_HF_ORACLE_DIR (made by scripts/gpu-check), with
+//   transformers' experts and weights forced on the forward, and the CPU
+//   forward as a second witness.
 // Without a CUDA device the device tests report SKIPPED.
 
 #include <gtest/gtest.h>
