@@ -188,34 +188,39 @@ def quantize_fp8(model, scale_error=1.0):
                     mod.weight.copy_(q * (scale * err))
 
 
-def routing_gaps(model, batch):
-    """Per sequence and position of a batch of equal-length sequences, the
-    least gap over the layers between the k-th and (k+1)-th router logit."""
-    k = model.config.num_experts_per_tok
+def router_logits(model, batch):
+    """Each layer's router logits over a batch of equal-length sequences,
+    f32 [sequences, positions, experts]."""
     res = model(torch.tensor(batch, device=DEVICE), output_router_logits=True)
+    return [rl.float().reshape(len(batch), len(batch[0]), -1) for rl in res.router_logits]
+
+
+def routing_gaps(model, logits):
+    """Per sequence and position, the least gap over the layers between the
+    k-th and (k+1)-th router logit (logits: router_logits')."""
+    k = model.config.num_experts_per_tok
     gaps = []
-    for rl in res.router_logits:
-        top = torch.topk(rl.float().reshape(len(batch), len(batch[0]), -1), k + 1, dim=-1).values
+    for rl in logits:
+        top = torch.topk(rl, k + 1, dim=-1).values
         gaps.append(top[..., k - 1] - top[..., k])
     return torch.stack(gaps).min(0).values.cpu()
 
 
-def expert_choices(model, ids):
-    """Per layer, the experts transformers takes for each position of the
-    prompt, highest first, and their weights (the softmax's top_k, over
-    their sum where the family normalizes): [layer][t * top_k + r] each.
-    The CUDA test forces these on its forward (CudaModel::set_forced_routing):
-    bf16 activations move these tiny models' router logits (a spread of ~4,
-    from routers 3x their init) by 0.03-0.2 at the median in a bf16 copy,
-    which flips experts where gaps are small and moves the weights by a few
-    percent everywhere (exp of the logits' error): far past the bound."""
+def expert_choices(model, logits):
+    """Per layer, the experts transformers takes for each position of one
+    prompt (logits: router_logits' of it alone), highest first, and their
+    weights (the softmax's top_k, over their sum where the family
+    normalizes): [layer][t * top_k + r] each. The CUDA test forces these on
+    its forward (CudaModel::set_forced_routing): bf16 activations move these
+    tiny models' router logits (a spread of ~4, from routers 3x their init)
+    by 0.03-0.2 at the median in a bf16 copy, which flips experts where gaps
+    are small and moves the weights by a few percent everywhere (exp of the
+    logits' error): far past the bound."""
     k = model.config.num_experts_per_tok
     normalize = getattr(model.config, "norm_topk_prob", True)
-    res = model(torch.tensor([ids], device=DEVICE), output_router_logits=True)
     experts, weights = [], []
-    for rl in res.router_logits:
-        probs = torch.softmax(rl.float().reshape(len(ids), -1), dim=-1)
-        top = torch.topk(probs, k, dim=-1)
+    for rl in logits:
+        top = torch.topk(torch.softmax(rl[0], dim=-1), k, dim=-1)
         w = top.values / top.values.sum(-1, keepdim=True) if normalize else top.values
         experts.append(top.indices.reshape(-1).tolist())
         weights.append(w.reshape(-1).tolist())
@@ -235,7 +240,7 @@ def clear_routing_prompt(model, n, g, candidates=8, tries=16):
         for _ in range(n):
             for _ in range(tries):
                 cands = torch.randint(3, model.config.vocab_size, (candidates,), generator=g).tolist()
-                gaps = routing_gaps(model, [ids + [c] for c in cands])[:, -1]
+                gaps = routing_gaps(model, router_logits(model, [ids + [c] for c in cands]))[:, -1]
                 ok = (gaps >= ROUTER_MARGIN).nonzero()
                 if len(ok) > 0:
                     ids.append(cands[int(ok[0])])
@@ -398,10 +403,12 @@ def make(out_dir, family, tokenizer_json):
     router_margins, routing, routing_weights = [], [], []
     if family in MOE_FAMILIES:
         with torch.no_grad():
-            router_margins = [routing_gaps(model, [ids])[0].tolist() for ids in prompts]
-            choices = [expert_choices(model, ids) for ids in prompts]
-            routing = [c[0] for c in choices]
-            routing_weights = [c[1] for c in choices]
+            for ids in prompts:
+                logits = router_logits(model, [ids])
+                router_margins.append(routing_gaps(model, logits)[0].tolist())
+                experts, weights = expert_choices(model, logits)
+                routing.append(experts)
+                routing_weights.append(weights)
     # The rotary frequencies before the plant (mistral's changes them).
     inv_freq, attention_scaling = global_rotary(model)
     # The same model with the family's planted bug: the test checks that its

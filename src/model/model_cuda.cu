@@ -314,8 +314,15 @@ Status CudaModel::set_forced_routing(const std::vector<std::vector<int32_t>>& id
                               " slots and " + std::to_string(weights[l].size()) +
                               " weights (whole tokens of top_k, at most " + std::to_string(stride) + ")");
     }
-    for (int32_t e : ids[l]) {
-      if (e < 0 || e >= ws.n_experts) return invalid_argument("set_forced_routing: expert " + std::to_string(e));
+    for (int64_t i = 0; i < n; ++i) {  // each id in range, a token's ids distinct
+      const int32_t e = ids[l][static_cast<size_t>(i)];
+      bool repeated = false;
+      for (int64_t j = i - i % ws.top_k; j < i; ++j) repeated |= ids[l][static_cast<size_t>(j)] == e;
+      if (e < 0 || e >= ws.n_experts || repeated) {
+        return invalid_argument("set_forced_routing: expert " + std::to_string(e) + " at slot " +
+                                std::to_string(i) + " of layer " + std::to_string(l) +
+                                " (each < the experts, a token's distinct)");
+      }
     }
     std::copy(ids[l].begin(), ids[l].end(), host_ids.data_as<int32_t>() + static_cast<int64_t>(l) * stride);
     std::copy(weights[l].begin(), weights[l].end(), host_w.data_as<float>() + static_cast<int64_t>(l) * stride);

@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
 // probability (highest first, the lower id on a tie, as moe_route), the
 // weights (over their sum, added in rank order, when normalize); or with
 // topk_first (gpt-oss) the top_k by logit and the softmax over those k
-// (exp(l_j - l_0), summed in rank order, as moe_route); counts per expert by
+// (exp(l_j - l_0), summed in rank order, as moe_route); with forced, the
+// given ids and weights instead (tests); counts per expert by
 // shared atomics (exact in any order). (2) Warp 0 scans the counts
 // into offsets and the active list. (3) Warp 0 places the slots 32 at a time
 // in slot order: the lanes of one expert (__match_any_sync) take consecutive
@@ -133,15 +134,9 @@ __global__ void __launch_bounds__(kSortThreads)
     int sel[kMoeCudaMaxTopK];
 #pragma unroll
     for (int j = 0; j < kMoeCudaMaxTopK; ++j) {
-      if (j < k && forced != nullptr) {  // the given expert, with its value here
-        const int e = forced[int64_t{t} * k + j];
-        float v = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          if (lane + 32 * i == e) v = p[i];
-        }
-        sel[j] = e;
-        w[j] = __shfl_sync(0xffffffffu, v, e & 31);
+      if (j < k && forced != nullptr) {  // the given expert and weight
+        sel[j] = forced[int64_t{t} * k + j];
+        w[j] = forced_w[int64_t{t} * k + j];
       } else if (j < k) {
         // This lane's best (strict >: its lower id on a tie), then the
         // warp's: the higher probability, on a tie the lower id. A taken
@@ -174,15 +169,13 @@ __global__ void __launch_bounds__(kSortThreads)
     }
     if (lane == 0) {
       float s = 0.0f;
-      if (topk_first) {  // w[0] is the largest selected logit
+      if (topk_first && forced == nullptr) {  // w[0] is the largest selected logit
         for (int j = k - 1; j >= 0; --j) w[j] = expf(w[j] - w[0]);
       }
       for (int j = 0; j < k; ++j) s += w[j];
       for (int j = 0; j < k; ++j) {
         ids[int64_t{t} * k + j] = sel[j];
-        weights[int64_t{t} * k + j] = forced_w != nullptr       ? forced_w[int64_t{t} * k + j]
-                                      : normalize || topk_first ? w[j] / s
-                                                                : w[j];
+        weights[int64_t{t} * k + j] = forced == nullptr && (normalize || topk_first) ? w[j] / s : w[j];
         atomicAdd(&count[sel[j]], 1);
       }
     }
@@ -327,6 +320,7 @@ void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& para
       << "moe_route_cuda: router " << dtype_name(router.dtype()) << router.shape_string() << ", needs f32 ["
       << E << ", " << D << "]";
   NS_CHECK(k == ws.top_k) << "moe_route_cuda: top_k " << k << ", the workspace's " << ws.top_k;
+  NS_CHECK((forced.ids == nullptr) == (forced.weights == nullptr)) << "moe_route_cuda: forced ids without weights";
   ws.n_tokens = T;
   if (T == 0) return;
   const dim3 grid(static_cast<unsigned>((E + kLogitWarps - 1) / kLogitWarps),
@@ -337,8 +331,8 @@ void moe_route_cuda(const Tensor& x, const Tensor& router, const MoeParams& para
   NS_CUDA_CHECK(cudaGetLastError());
   moe_route_kernel<<<1, kSortThreads, 0, s>>>(
       ws.logits.data_as<const float>(), static_cast<int>(T), static_cast<int>(E), static_cast<int>(k),
-      params.normalize, params.gating == MoeGating::kTopKThenSoftmax, forced.ids,
-      forced.ids != nullptr ? forced.weights : nullptr, ws.ids.data_as<int32_t>(),
+      params.normalize, params.gating == MoeGating::kTopKThenSoftmax, forced.ids, forced.weights,
+      ws.ids.data_as<int32_t>(),
       ws.weights.data_as<float>(), ws.offsets.data_as<int32_t>(), ws.active.data_as<int32_t>(),
       ws.row_token.data_as<int32_t>(), ws.row_of_slot.data_as<int32_t>());
   NS_CUDA_CHECK(cudaGetLastError());

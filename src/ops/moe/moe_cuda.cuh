@@ -90,8 +90,8 @@ int64_t moe_cuda_workspace_bytes(int64_t max_tokens, int64_t n_experts, int64_t 
 // slot t * top_k + r, the expert (highest rank first) and its weight that
 // the routing takes in place of its own; device pointers, [T * top_k].
 struct MoeForcedRouting {
-  const int32_t* ids = nullptr;    // null: the routing's own top_k and weights
-  const float* weights = nullptr;  // with ids
+  const int32_t* ids = nullptr;    // null (both): the routing's own top_k and weights
+  const float* weights = nullptr;
 };
 
 // Step 1: the routing of x's T rows into ws (ids, weights, offsets, active,
