@@ -428,11 +428,11 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
                                                  !small_step && db.num_tokens() > db.num_seqs()
                                              ? PagedAttentionKernel::kQueryTiles
                                              : PagedAttentionKernel::kSplit;
-  // At more than 32 tokens linear_cuda runs its tiled kernel, which reads x
+  // Past its streaming kernel's tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).
   auto tiled_input = [&](const LinearWeight& w, const Tensor& out) {
-    return small_step && linear_cuda_tiled(T) && linear_cuda_supports(xn, w, out);
+    return small_step && linear_cuda_tiled(T, w) && linear_cuda_supports(xn, w, out);
   };
   auto order = [](bool tiled) { return tiled ? RmsNormOut::kLinearTiled : RmsNormOut::kNatural; };
   auto linear_from_norm = [&](bool tiled, const LinearWeight& w, const Tensor& out) {

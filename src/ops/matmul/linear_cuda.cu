@@ -207,9 +207,10 @@ void launch_stream(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, 
   }
 }
 
-// Whether the path runs the tiled kernel, which reads a permuted copy of x.
-bool tiled(int64_t M, LinearPath path) {
-  return path == LinearPath::kAuto ? M > 32 : path != LinearPath::kStream;
+// Whether the path runs the tiled kernel, which reads a permuted copy of x:
+// past kStreamMaxTokens (linear_cuda.cuh) for bf16 weights, past 32 for FP8.
+bool tiled(int64_t M, bool fp8, LinearPath path) {
+  return path == LinearPath::kAuto ? M > (fp8 ? kStreamMaxTokensFp8 : kStreamMaxTokens) : path != LinearPath::kStream;
 }
 
 // x is the input, or with swiglu the [M, 2K] gate_up whose SwiGLU the tiled
@@ -218,7 +219,7 @@ template <typename Out>
 void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
               LinearPath path, cuda::Stream s) {
   using linear_detail::WgmmaTile;
-  if (!tiled(M, path)) {
+  if (!tiled(M, w.fp8(), path)) {
     // A group of more than 64 tokens runs as several groups, each rereading the weights.
     launch_stream(x, w, y, M, N, K, s);
     return;
@@ -310,7 +311,7 @@ void run(const Tensor& x, const LinearWeight& lw, const Tensor& y, const Tensor*
   const Tensor& w = lw.w;
   const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(w.dim(1));
   if (M == 0) return;
-  const bool tile = tiled(M, path);
+  const bool tile = tiled(M, lw.fp8(), path);
   Tensor own;
   uint16_t* xp = nullptr;
   if (tile || kSwiGLU) {
@@ -352,21 +353,21 @@ bool linear_swiglu_cuda_supports(const Tensor& gate_up, const LinearWeight& w, c
 }
 
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K) {
-  return M > 32 ? M * K : 0;
+  return M > kStreamMaxTokens ? M * K : 0;
 }
 
 int64_t linear_swiglu_cuda_scratch_elems(int64_t M, int64_t K) {
   return M * K;
 }
 
-bool linear_cuda_tiled(int64_t M) {
-  return tiled(M, LinearPath::kAuto);
+bool linear_cuda_tiled(int64_t M, const LinearWeight& w) {
+  return tiled(M, w.fp8(), LinearPath::kAuto);
 }
 
 void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor& y, cuda::Stream s) {
   NS_CHECK(supports(xp, w, y, false)) << describe("linear_cuda_permuted", false, xp, w, y);
   const int M = static_cast<int>(xp.dim(0)), N = static_cast<int>(w.rows()), K = static_cast<int>(w.cols());
-  NS_CHECK(linear_cuda_tiled(M)) << "linear_cuda_permuted: " << M << " tokens take the streaming kernel";
+  NS_CHECK(linear_cuda_tiled(M, w)) << "linear_cuda_permuted: " << M << " tokens take the streaming kernel";
   // x == nullptr: the tiled kernel reads xp as it is.
   auto* xpd = const_cast<uint16_t*>(xp.data_as<const uint16_t>());
   const WeightRef wr = weight_ref(w);

@@ -8,14 +8,14 @@
 //   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned x, w and y (linear_cuda_supports).
 //
 // Two kernels, one arithmetic (linear_cuda_common.cuh):
-// - streaming (M <= 32): decode is weight streaming; a linear reads its weight
+// - streaming (M <= kStreamMaxTokens): decode is weight streaming; a linear reads its weight
 //   once, so it runs at memory bandwidth when enough bytes are in flight. A
 //   block of four warps owns 16 weight rows; each warp streams a fixed quarter
 //   of K (whole 64-wide chunks) for the block's tokens, and the four partial
 //   sums meet in shared memory in warp order. Its launch overlaps the tail of
 //   the kernel before it (programmatic dependent launch). Forced, it runs any
 //   M, as groups of 64 tokens that each reread the weights (the tests' cross-check).
-// - tiled (M > 32): warpgroup mma (wgmma) with the weights in registers and
+// - tiled (larger M): warpgroup mma (wgmma) with the weights in registers and
 //   the tokens in shared memory (tensor copies), from a copy of x permuted
 //   into the mma's k order. A cluster of four blocks owns a tile of 128 or
 //   256 weight rows x 64, 128 or 256 tokens, block w computing slice w of K,
@@ -65,7 +65,7 @@ enum class LinearPath {
 bool linear_cuda_supports(const Tensor& x, const LinearWeight& w, const Tensor& y);
 
 // y = x . w^T on `s`. NS_CHECKs linear_cuda_supports. M == 0 does nothing.
-// The wgmma kernel (M > 32) first copies x, permuted, into a scratch of
+// The wgmma kernel (past the streaming kernel's M) first copies x, permuted, into a scratch of
 // linear_cuda_scratch_elems(M, K) bf16: given, or else allocated for the call
 // (which then synchronises: not in a graph capture).
 void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s,
@@ -74,12 +74,18 @@ void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, const 
                  LinearPath path = LinearPath::kAuto);
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
-// Whether linear_cuda (kAuto) runs the tiled kernel at M tokens, which reads
-// x in its own k order (linear_cuda_layout.cuh) from a permuted copy.
-bool linear_cuda_tiled(int64_t M);
+// The most tokens linear_cuda (kAuto) streams; past them it runs the tiled
+// kernel (measured: docs/ops_cuda.md). FP8 weights stream to 32 tokens, since
+// the tiled kernel turns each weight into bf16 once per 64 tokens.
+constexpr int64_t kStreamMaxTokens = 16;
+constexpr int64_t kStreamMaxTokensFp8 = 32;
+
+// Whether linear_cuda (kAuto) runs the tiled kernel for M tokens of w, which
+// reads x in its own k order (linear_cuda_layout.cuh) from a permuted copy.
+bool linear_cuda_tiled(int64_t M, const LinearWeight& w);
 // y = x . w^T from xp, x already in that order (as rmsnorm_cuda's permuted
 // output writes it): the tiled kernel with no permute pass, bitwise
-// linear_cuda(x, w, y). NS_CHECKs linear_cuda_supports and linear_cuda_tiled(M).
+// linear_cuda(x, w, y). NS_CHECKs linear_cuda_supports and linear_cuda_tiled(M, w).
 void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor& y, cuda::Stream s);
 
 // y = swiglu(gate_up) . w^T with swiglu(gate_up)[m, k] = silu_mul_cuda's

@@ -54,16 +54,20 @@ __device__ __forceinline__ uint32_t hi_word(const uint4& v, int s) {
 // 4..10 of a bf16 are its exponent and mantissa with the exponent's bias 7
 // read as 127 (subnormals too), and its sign goes to bit 15. The product's
 // sum is multiplied back by 2^120 (exact) and the row's scale at the store
-// (kF8Unscale). Four integer operations a pair, no conversion instruction.
+// (kF8Unscale). Three integer operations a pair, no conversion instruction.
 constexpr float kF8Unscale = 0x1p120f;
 
 // Bytes b0, b1 (bits 0..15 of `word`: pair 0) or b2, b3 (pair 1) as a bf16x2
-// word, b0 (b2) in the low half.
+// word, b0 (b2) in the low half. The permute makes each half a byte and a
+// copy of its sign bit eight times ([b0, s0, b1, s1] from the low byte up),
+// so one shift puts the magnitude at bits 4..10 and a sign bit at 15 of each
+// half, and one mask clears the rest (bits 16..19 catch the low half's sign
+// copies and are masked too): three operations a pair, the shift a multiply.
 template <int kPair>
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t word) {
-  uint32_t x;  // [0, b0, 0, b1] (or b2, b3) from the low byte up
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(word), "n"(kPair == 0 ? 0x1404 : 0x3424));
-  return ((x >> 4) & 0x07f007f0u) | (x & 0x80008000u);
+  uint32_t x;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(word), "n"(kPair == 0 ? 0x9180 : 0xB3A2));
+  return (x * 16u) & 0x87f087f0u;
 }
 
 // The mma words of one step s (0..3) from a lane's unit of 16 FP8 weights of
@@ -140,7 +144,7 @@ struct WeightRef {
 // The tile for M tokens of an N-row weight: M <= 64 the 128 x 64 tile (over
 // the whole K where those tiles are at least the multiprocessors); else
 // one block a 128 x 128 tile over the whole K (the four slices in turn) where
-// those tiles are at least half the multiprocessors; else the fewest
+// those tiles are at least 40% of the multiprocessors; else the fewest
 // block-waves of the device's co-resident clusters times the bytes a block
 // reads per chunk.
 WgmmaTile choose_tile(int M, int N);

@@ -533,9 +533,11 @@ WgmmaTile choose_tile(int M, int N) {
   // a block of a cluster of four.
   if (M <= 64)
     return tile_blocks<Tile128x64WholeK>(M, N) >= sms ? WgmmaTile::k128x64WholeK : WgmmaTile::k128x64;
-  // Whole K in a block wherever its tiles fill half the multiprocessors: a
-  // block then runs 4x the chunks for one start and no cluster sum.
-  if (2 * tile_blocks<Tile128x128WholeK>(M, N) >= sms) return WgmmaTile::k128x128WholeK;
+  // Whole K in a block wherever its tiles fill 40% of the multiprocessors: a
+  // block then runs 4x the chunks for one start and no cluster sum (o and
+  // down at M = 256 make 64 such tiles for 132 multiprocessors, and still
+  // beat the sliced 128 x 128 tile; at M = 128 their 32 do not).
+  if (5 * tile_blocks<Tile128x128WholeK>(M, N) >= 2 * sms) return WgmmaTile::k128x128WholeK;
   const WgmmaTile tiles[] = {WgmmaTile::k128x128, WgmmaTile::k128x256, WgmmaTile::k256x128};
   const int64_t costs[] = {tile_cost<Tile128x128>(M, N), tile_cost<Tile128x256>(M, N),
                            tile_cost<Tile256x128>(M, N)};

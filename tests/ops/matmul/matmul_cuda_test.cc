@@ -419,7 +419,7 @@ TEST(LinearCuda, PermutedNormOutputEqualsNaturalThenLinear) {
   for (auto [N, K] : {std::pair<int64_t, int64_t>{976, 576}, {6144, 4096}}) {
     const Weight w = make_weight(N, K);
     const Tensor g = upload(uniform_floats(K, fresh_seed()), DType::kF32, {K});
-    for (int64_t M : {33, 64, 300}) {
+    for (int64_t M : {17, 33, 64, 300}) {
       const std::vector<float> x0 = uniform_floats(M * K, fresh_seed(), 3.0f);
       const Tensor delta = upload(to_bf16(uniform_floats(M * K, fresh_seed())), DType::kBF16, {M, K});
       for (const bool add : {false, true}) {
@@ -459,8 +459,12 @@ TEST(LinearCuda, PermutedNormOutputEqualsNaturalThenLinear) {
       }
     }
   }
-  EXPECT_FALSE(linear_cuda_tiled(32));
-  EXPECT_TRUE(linear_cuda_tiled(33));
+  const LinearWeight bf16(cuda::empty(DType::kBF16, {64, 128}));
+  const LinearWeight f8(cuda::empty(DType::kF8E4M3, {64, 128}), cuda::empty(DType::kF32, {64}));
+  EXPECT_FALSE(linear_cuda_tiled(kStreamMaxTokens, bf16));
+  EXPECT_TRUE(linear_cuda_tiled(kStreamMaxTokens + 1, bf16));
+  EXPECT_FALSE(linear_cuda_tiled(kStreamMaxTokensFp8, f8));
+  EXPECT_TRUE(linear_cuda_tiled(kStreamMaxTokensFp8 + 1, f8));
 }
 
 TEST(LinearCuda, RefusesWhatItCannotRun) {
