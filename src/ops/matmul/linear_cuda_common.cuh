@@ -3,7 +3,9 @@
 // linear_cuda_wgmma.cu: shared-memory tiles on warpgroup mma for large M) share, so that an
 // output element is computed by the same operations in both: the K split into
 // four slices, the 64-wide chunk, the k relabelling inside a chunk, the
-// tensor-core product and the bf16 rounding of the store. Included only from
+// tensor-core product and the bf16 rounding of the store; and what the
+// streaming kernel and the grouped expert GEMM share beyond it (a chunk's
+// products for a token tile, the slices' sum in warp order). Included only from
 // those two files and ops/moe/moe_cuda_experts.cu (the grouped expert GEMM,
 // whose elements are linear_cuda's chains).
 //
@@ -91,6 +93,56 @@ __device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint4& wa, const 
   a[1] = e4m3x2_to_bf16x2<0>(ub);
   a[2] = e4m3x2_to_bf16x2<1>(ua);
   a[3] = e4m3x2_to_bf16x2<1>(ub);
+}
+
+// The four products of one chunk (steps 0..3) for MT row tiles and token tile
+// j: a the chunk's A fragments, xv the tile's two 16-byte units of x.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_chunk_tile(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4][4],
+                                          const uint4 (&xv)[2], int j) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      mma_bf16(acc[mt][j], a[mt][s][0], a[mt][s][1], a[mt][s][2], a[mt][s][3], lo_word(xv[s >> 1], s),
+               hi_word(xv[s >> 1], s));
+    }
+  }
+}
+
+// The K slices of a block of kSlices warps (warp w summed slice w) meet in
+// warp order, ((S0 + S1) + S2) + S3: warps 1.. leave theirs in `partial`, and
+// warp 0 calls out(mt, j, i, sum) for each of its accumulators. Synchronises
+// the block once; `partial` may be rewritten after a further __syncthreads.
+template <int MT, int NT, typename Out>
+__device__ __forceinline__ void meet_slices(const float (&acc)[MT][NT][4],
+                                            float (&partial)[kSlices - 1][MT * NT * 4][32], int warp, int lane,
+                                            Out&& out) {
+  if (warp > 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[warp - 1][(mt * NT + j) * 4 + i][lane] = acc[mt][j][i];
+      }
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v = acc[mt][j][i];
+#pragma unroll
+        for (int p = 0; p < kSlices - 1; ++p) v += partial[p][(mt * NT + j) * 4 + i][lane];
+        out(mt, j, i, v);
+      }
+    }
+  }
 }
 
 // The accumulators of A x B mma tiles, zeroed.

@@ -31,7 +31,6 @@ namespace {
 
 using linear_detail::kChunk;
 using linear_detail::kSlices;
-using linear_detail::mma_bf16;
 using linear_detail::slice_begin;
 using linear_detail::store;
 
@@ -148,14 +147,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                 xv[0] = __ldg(xrow[j] + off);
                 xv[1] = __ldg(xrow[j] + off + 1);
               }
-#pragma unroll
-              for (int s = 0; s < 4; ++s) {
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt) {
-                  mma_bf16(acc[mt][j], a[mt][s][0], a[mt][s][1], a[mt][s][2], a[mt][s][3],
-                           linear_detail::lo_word(xv[s >> 1], s), linear_detail::hi_word(xv[s >> 1], s));
-                }
-              }
+              linear_detail::mma_chunk_tile(acc, a, xv, j);
             }
           }
         }
@@ -164,35 +156,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 
     // The slices meet in warp order: ((S0 + S1) + S2) + S3.
-    if (warp > 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) partial[warp - 1][(mt * NT + j) * 4 + i][lane] = acc[mt][j][i];
-        }
-      }
-    }
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            float v = acc[mt][j][i];
-#pragma unroll
-            for (int q = 0; q < kWarps - 1; ++q) v += partial[q][(mt * NT + j) * 4 + i][lane];
-            const int row = row0 + mt * 16 + g + (i >= 2 ? 8 : 0);
-            const int r = p0 + j * 8 + 2 * t + (i & 1);
-            if (bias != nullptr) v += __ldg(bias + int64_t{e} * N + row);
-            if (r < r_end) store(y + int64_t{r} * N + row, v);
-          }
-        }
-      }
-    }
+    linear_detail::meet_slices(acc, partial, warp, lane, [&](int mt, int j, int i, float v) {
+      const int row = row0 + mt * 16 + g + (i >= 2 ? 8 : 0);
+      const int r = p0 + j * 8 + 2 * t + (i & 1);
+      if (bias != nullptr) v += __ldg(bias + int64_t{e} * N + row);
+      if (r < r_end) store(y + int64_t{r} * N + row, v);
+    });
     __syncthreads();  // partial is rewritten by the next pass
   }
 }
