@@ -75,7 +75,7 @@ void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, const 
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
 // The most tokens linear_cuda (kAuto) streams; past them it runs the tiled
-// kernel (measured: docs/ops_cuda.md). FP8 weights stream to 32 tokens, since
+// kernel (measured: docs/log/model_cuda.md). FP8 weights stream to 32 tokens, since
 // the tiled kernel turns each weight into bf16 once per 64 tokens.
 constexpr int64_t kStreamMaxTokens = 16;
 constexpr int64_t kStreamMaxTokensFp8 = 32;

@@ -99,7 +99,7 @@ __device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint4& wa, const 
 // j: a the chunk's A fragments, xv the tile's two 16-byte units of x.
 template <int MT, int NT>
 __device__ __forceinline__ void mma_chunk_tile(float (&acc)[MT][NT][4], const uint32_t (&a)[MT][4][4],
-                                          const uint4 (&xv)[2], int j) {
+                                               const uint4 (&xv)[2], int j) {
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
 #pragma unroll
