@@ -1,7 +1,7 @@
 #pragma once
 // The elementwise pass of a gated MLP, out[t, f] = bf16(act(gate) * up) over
 // gate_up [T, 2F] bf16, for silu_mul_cuda.cu and gelu_mul_cuda.cu: each gives
-// its activation as a functor (`Act{}(gate, up)`, f32), and this header the
+// its activation as a functor (`Act{}(gate, up)`, f32: silu_mul.cuh's), and this header the
 // shape checks, the layout and the launch. Included only from .cu files.
 //
 // One thread per unit of 8 outputs (two 16-byte loads, one 16-byte store)
@@ -22,15 +22,6 @@ namespace nanoserve::gated_mul {
 
 constexpr int kThreads = 256;
 
-// Two packed bf16 outputs from two packed gates and ups.
-template <typename Act>
-__device__ __forceinline__ uint32_t mul2(uint32_t g, uint32_t u) {
-  using swiglu::bf16_bits_to_f32;
-  using swiglu::f32_to_bf16_bits;
-  return f32_to_bf16_bits(Act{}(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu))) |
-         (f32_to_bf16_bits(Act{}(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16))) << 16);
-}
-
 template <typename Act, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     gated_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F, int64_t units, uint16_t* __restrict__ out) {
@@ -44,8 +35,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint16_t* g = gate_up + t * 2 * F + c;
     const uint4 gv = *reinterpret_cast<const uint4*>(g);
     const uint4 uv = *reinterpret_cast<const uint4*>(g + F);
-    *reinterpret_cast<uint4*>(out + t * F + c) = make_uint4(mul2<Act>(gv.x, uv.x), mul2<Act>(gv.y, uv.y),
-                                                            mul2<Act>(gv.z, uv.z), mul2<Act>(gv.w, uv.w));
+    *reinterpret_cast<uint4*>(out + t * F + c) = swiglu::gated8(gv, uv, Act{});
   } else {
     const int64_t t = idx / F, f = idx - t * F;
     const uint16_t* g = gate_up + t * 2 * F + f;

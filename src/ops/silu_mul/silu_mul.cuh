@@ -23,17 +23,6 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
   return g / (1.0f + expf(-g)) * u;
 }
 
-// Two packed bf16 outputs from two packed gates and ups.
-__device__ __forceinline__ uint32_t silu_mul2(uint32_t g, uint32_t u) {
-  return f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu))) |
-         (f32_to_bf16_bits(silu_mul(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16))) << 16);
-}
-
-// Eight outputs from eight gates and the eight ups at the same columns.
-__device__ __forceinline__ uint4 silu_mul8(const uint4& g, const uint4& u) {
-  return make_uint4(silu_mul2(g.x, u.x), silu_mul2(g.y, u.y), silu_mul2(g.z, u.z), silu_mul2(g.w, u.w));
-}
-
 // gpt-oss's clamped SwiGLU (ops/moe/moe.h, MoeActivation::kClampedSwiglu),
 // as clamped_swiglu (CPU) writes it: g' = min(g, limit) (a NaN gate stays
 // NaN), u' = clamp(u, -limit, limit), (u' + 1) * (g' * (1 / (1 + exp(-(g' alpha))))).
@@ -43,16 +32,35 @@ __device__ __forceinline__ float clamped_swiglu(float g, float u, float alpha, f
   return (uc + 1.0f) * (gc * (1.0f / (1.0f + expf(-(gc * alpha)))));
 }
 
-__device__ __forceinline__ uint32_t clamped_swiglu2(uint32_t g, uint32_t u, float alpha, float limit) {
-  return f32_to_bf16_bits(
-             clamped_swiglu(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu), alpha, limit)) |
-         (f32_to_bf16_bits(clamped_swiglu(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16), alpha, limit))
-          << 16);
+// The activations as functors act(gate, up) (f32), for the packed forms below
+// and the gated pass (gated_mul_launch.cuh).
+struct SiluMul {
+  __device__ __forceinline__ float operator()(float g, float u) const { return silu_mul(g, u); }
+};
+struct ClampedSwiglu {
+  float alpha, limit;
+  __device__ __forceinline__ float operator()(float g, float u) const { return clamped_swiglu(g, u, alpha, limit); }
+};
+
+// Two packed bf16 outputs from two packed gates and ups, each rounded on its own.
+template <typename Act>
+__device__ __forceinline__ uint32_t gated2(uint32_t g, uint32_t u, const Act& act) {
+  return f32_to_bf16_bits(act(bf16_bits_to_f32(g & 0xffffu), bf16_bits_to_f32(u & 0xffffu))) |
+         (f32_to_bf16_bits(act(bf16_bits_to_f32(g >> 16), bf16_bits_to_f32(u >> 16))) << 16);
+}
+
+// Eight outputs from eight gates and the eight ups at the same columns.
+template <typename Act>
+__device__ __forceinline__ uint4 gated8(const uint4& g, const uint4& u, const Act& act) {
+  return make_uint4(gated2(g.x, u.x, act), gated2(g.y, u.y, act), gated2(g.z, u.z, act), gated2(g.w, u.w, act));
+}
+
+__device__ __forceinline__ uint4 silu_mul8(const uint4& g, const uint4& u) {
+  return gated8(g, u, SiluMul{});
 }
 
 __device__ __forceinline__ uint4 clamped_swiglu8(const uint4& g, const uint4& u, float alpha, float limit) {
-  return make_uint4(clamped_swiglu2(g.x, u.x, alpha, limit), clamped_swiglu2(g.y, u.y, alpha, limit),
-                    clamped_swiglu2(g.z, u.z, alpha, limit), clamped_swiglu2(g.w, u.w, alpha, limit));
+  return gated8(g, u, ClampedSwiglu{alpha, limit});
 }
 
 }  // namespace nanoserve::swiglu

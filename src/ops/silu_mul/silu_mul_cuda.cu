@@ -9,16 +9,8 @@
 
 namespace nanoserve {
 
-namespace {
-
-struct Silu {
-  __device__ __forceinline__ float operator()(float g, float u) const { return swiglu::silu_mul(g, u); }
-};
-
-}  // namespace
-
 void silu_mul_cuda(const Tensor& gate_up, const Tensor& out, cuda::Stream s) {
-  gated_mul::launch<Silu>("silu_mul_cuda", gate_up, out, s);
+  gated_mul::launch<swiglu::SiluMul>("silu_mul_cuda", gate_up, out, s);
 }
 
 }  // namespace nanoserve
