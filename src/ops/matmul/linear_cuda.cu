@@ -180,7 +180,8 @@ void launch_stream(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, 
 // Whether the path runs the tiled kernel, which reads a permuted copy of x:
 // past kStreamMaxTokens (linear_cuda.cuh) for bf16 weights, past 32 for FP8.
 bool tiled(int64_t M, bool fp8, LinearPath path) {
-  return path == LinearPath::kAuto ? M > (fp8 ? kStreamMaxTokensFp8 : kStreamMaxTokens) : path != LinearPath::kStream;
+  if (path != LinearPath::kAuto) return path != LinearPath::kStream;
+  return M > (fp8 ? kStreamMaxTokensFp8 : kStreamMaxTokens);
 }
 
 // x is the input, or with swiglu the [M, 2K] gate_up whose SwiGLU the tiled

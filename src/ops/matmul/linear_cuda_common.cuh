@@ -116,8 +116,8 @@ __device__ __forceinline__ void mma_chunk_tile(float (&acc)[MT][NT][4], const ui
 // the block once; `partial` may be rewritten after a further __syncthreads.
 template <int MT, int NT, typename Out>
 __device__ __forceinline__ void meet_slices(const float (&acc)[MT][NT][4],
-                                            float (&partial)[kSlices - 1][MT * NT * 4][32], int warp, int lane,
-                                            Out&& out) {
+                                            float (&partial)[kSlices - 1][MT * NT * 4][32], int warp,
+                                            int lane, Out&& out) {
   if (warp > 0) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {

@@ -23,8 +23,8 @@ namespace nanoserve::gated_mul {
 constexpr int kThreads = 256;
 
 template <typename Act, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    gated_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F, int64_t units, uint16_t* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads) gated_mul_kernel(const uint16_t* __restrict__ gate_up, int64_t F,
+                                                             int64_t units, uint16_t* __restrict__ out) {
   cuda::wait_primary_grid();  // launched dependent (core/cuda/launch.cuh)
   cuda::launch_dependents();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;

@@ -39,7 +39,9 @@ struct SiluMul {
 };
 struct ClampedSwiglu {
   float alpha, limit;
-  __device__ __forceinline__ float operator()(float g, float u) const { return clamped_swiglu(g, u, alpha, limit); }
+  __device__ __forceinline__ float operator()(float g, float u) const {
+    return clamped_swiglu(g, u, alpha, limit);
+  }
 };
 
 // Two packed bf16 outputs from two packed gates and ups, each rounded on its own.
@@ -52,7 +54,8 @@ __device__ __forceinline__ uint32_t gated2(uint32_t g, uint32_t u, const Act& ac
 // Eight outputs from eight gates and the eight ups at the same columns.
 template <typename Act>
 __device__ __forceinline__ uint4 gated8(const uint4& g, const uint4& u, const Act& act) {
-  return make_uint4(gated2(g.x, u.x, act), gated2(g.y, u.y, act), gated2(g.z, u.z, act), gated2(g.w, u.w, act));
+  return make_uint4(gated2(g.x, u.x, act), gated2(g.y, u.y, act), gated2(g.z, u.z, act),
+                    gated2(g.w, u.w, act));
 }
 
 __device__ __forceinline__ uint4 silu_mul8(const uint4& g, const uint4& u) {
