@@ -418,7 +418,13 @@ int main(int argc, char** argv) {
     variants.push_back({std::move(name), o, targets_only});
   };
   add("default", false, [](PagedAttentionTuning&) {});
-  add("query tiles", false, [](PagedAttentionTuning& o) { o.query_tiles = true; });
+  add("tiles", false, [](PagedAttentionTuning& o) { o.tiles = true; });
+  for (int stages : {2, 3, 4}) {
+    add("tiles " + std::to_string(stages) + " stages", true, [=](PagedAttentionTuning& o) {
+      o.tiles = true;
+      o.stages = stages;
+    });
+  }
   add("no early K/V", true, [](PagedAttentionTuning& o) { o.early_kv = false; });
   for (int stages : {2, 3, 4}) {
     add(std::to_string(stages) + " stages", true, [=](PagedAttentionTuning& o) { o.stages = stages; });

@@ -131,10 +131,16 @@ Status CudaModel::supports(const ModelConfig& c) {
 
 namespace {
 
-// Whether a --cublas-prefill step may run attention on the query-tiled kernel,
-// which has no sliding window, no soft-capping, no sinks and no head_dim 256.
-bool query_tiles_allowed(const ModelConfig& c) {
-  return c.sliding_window == 0 && c.attn_softcap == 0.0f && c.head_dim != 256 && !c.arch_info().attn_sinks;
+// The model's attention arithmetic, for every step: the tile arithmetic
+// where it serves the model's attention (paged_attention_tiles_support), else
+// the split kernel. A per-model choice, so a row's bits never depend on the
+// step it ran in.
+PagedAttentionKernel attention_kernel(const ModelConfig& c, DType kv_dtype) {
+  return paged_attention_tiles_support(static_cast<int>(c.head_dim), static_cast<int>(c.n_rep()),
+                                       static_cast<int>(c.sliding_window), c.attn_softcap,
+                                       c.arch_info().attn_sinks, kv_dtype)
+             ? PagedAttentionKernel::kTiles
+             : PagedAttentionKernel::kSplit;
 }
 
 }  // namespace
@@ -418,16 +424,7 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
     }
   };
 
-  // A step that gave up invariance (--cublas-prefill) and holds a sequence
-  // of several rows runs attention on the query-tiled kernel; a step of
-  // single decode rows keeps the split kernel, whose splits serve one row
-  // better than one block a row and kv head.
-  // A sliding window, soft-capping, sinks, head_dim 256 and fp8 pools run on
-  // the split kernel alone (make_cuda_runner refuses fp8 with --cublas-prefill).
-  const PagedAttentionKernel attention = query_tiles_allowed(c) && s.limits.kv_dtype != DType::kF8E4M3 &&
-                                                 !small_step && db.num_tokens() > db.num_seqs()
-                                             ? PagedAttentionKernel::kQueryTiles
-                                             : PagedAttentionKernel::kSplit;
+  const PagedAttentionKernel attention = attention_kernel(c, s.limits.kv_dtype);
   // Past its streaming kernel's tokens linear_cuda runs its tiled kernel, which reads x
   // in its own k order: a norm that feeds such a linear writes its output
   // so, and the linear skips its permute pass (bitwise the same product).
@@ -567,7 +564,7 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
     // and where some layers have none (Gemma's global layers), theirs too.
     auto attn_key = [&](int64_t window) {
       return paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
-                                             PagedAttentionKernel::kSplit, static_cast<int>(window));
+                                             attention_kernel(c, s.limits.kv_dtype), static_cast<int>(window));
     };
     bool global_layers = false;
     for (int64_t l = 0; l < c.n_layers; ++l) global_layers |= c.sliding_window > 0 && c.layer_window(l) == 0;

@@ -96,12 +96,10 @@ struct CudaLimits {
   int32_t max_logits_rows = 64;    // rows that need logits
   int32_t max_blocks_per_seq = 0;  // block-table row stride capacity
   int64_t max_context = 0;         // longest context (0: what the block tables hold)
-  // Steps of more than 64 tokens through cuBLASLt's per-shape choice, and
-  // those with a sequence of several rows through the query-tiled attention
-  // (PagedAttentionKernel::kQueryTiles): faster prefill, but a row's
-  // bits then depend on the step it ran in. Off: every
-  // linear whose shape linear_cuda runs goes through it, at any step size,
-  // and attention through the split kernel.
+  // Steps of more than 64 tokens through cuBLASLt's per-shape choice:
+  // faster prefill, but a row's bits then depend on the step it ran in.
+  // Off: every linear whose shape linear_cuda runs goes through it, at any
+  // step size. (Attention is batch-invariant either way.)
   bool cublas_prefill = false;
   // Steps of at most kGraphMaxTokens tokens replay a CUDA graph of the whole
   // forward, captured the second time a (tokens, logits rows, attention plan)

@@ -23,6 +23,7 @@ DeviceBatch::DeviceBatch(int32_t max_tokens, int32_t max_seqs, int32_t max_block
   off_slot_mapping_ = take(max_tokens);
   off_tokens_ = take(max_tokens);
   off_logits_rows_ = take(max_tokens);
+  off_decode_rows_ = take(max_tokens);
   dev_buf_ = cuda::empty(DType::kI32, {total_});
   dev_ = dev_buf_.data_as<int32_t>();
   NS_CUDA_CHECK(
@@ -43,8 +44,10 @@ void DeviceBatch::upload(const ForwardBatch& batch, cuda::Stream stream) {
   NS_CHECK(batch.max_blocks_per_seq > 0 && batch.max_blocks_per_seq <= cap_blocks_)
       << "max_blocks_per_seq " << batch.max_blocks_per_seq << ", capacity " << cap_blocks_;
   int32_t* row_meta = host_ + off_row_meta_;
-  int32_t max_ctx = 0;
+  int32_t* decode_rows = host_ + off_decode_rows_;
+  int32_t max_ctx = 0, n_decode = 0;
   for (int32_t i = 0; i < b; ++i) {
+    if (batch.seq_starts[i + 1] - batch.seq_starts[i] == 1) decode_rows[n_decode++] = batch.seq_starts[i];
     int32_t first = batch.context_lens[i];
     for (int32_t j = batch.seq_starts[i]; j < batch.seq_starts[i + 1]; ++j) {
       first = std::min(first, batch.positions[j]);
@@ -58,6 +61,7 @@ void DeviceBatch::upload(const ForwardBatch& batch, cuda::Stream stream) {
   num_seqs_ = b;
   num_tokens_ = t;
   num_logits_rows_ = r;
+  num_decode_rows_ = n_decode;
   max_blocks_per_seq_ = batch.max_blocks_per_seq;
   max_context_len_ = max_ctx;
   auto put = [&](int64_t off, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), host_ + off); };
@@ -66,10 +70,10 @@ void DeviceBatch::upload(const ForwardBatch& batch, cuda::Stream stream) {
   put(off_slot_mapping_, batch.slot_mapping);
   put(off_tokens_, batch.tokens);
   put(off_logits_rows_, batch.logits_rows);
-  // One copy: everything up to the end of the last array in use. The block
-  // tables sit at a fixed offset, so the copy spans the unused tail of earlier
+  // One copy: everything up to the end of the last array in use. The arrays
+  // sit at fixed offsets, so the copy spans the unused tails of earlier
   // arrays too; at these sizes one transfer costs less than several.
-  const int64_t end = off_logits_rows_ + r;
+  const int64_t end = off_decode_rows_ + n_decode;
   NS_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, static_cast<size_t>(end) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream));
 }

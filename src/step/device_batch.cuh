@@ -44,17 +44,21 @@ class DeviceBatch {
   const int32_t* slot_mapping() const { return dev_ + off_slot_mapping_; }  // [T]
   const int32_t* tokens() const { return dev_ + off_tokens_; }              // [T]
   const int32_t* logits_rows() const { return dev_ + off_logits_rows_; }    // [R]
+  // The rows of the sequences with one row in this step (decode rows), in
+  // row order: num_decode_rows() of them.
+  const int32_t* decode_rows() const { return dev_ + off_decode_rows_; }
+  int32_t num_decode_rows() const { return num_decode_rows_; }
   // The host's (pinned) copies of row_meta and positions, as of the last upload.
   const int32_t* host_row_meta() const { return host_ + off_row_meta_; }
   const int32_t* host_positions() const { return host_ + off_positions_; }
 
  private:
   int32_t cap_tokens_, cap_seqs_, cap_blocks_;
-  int32_t num_tokens_ = 0, num_seqs_ = 0, num_logits_rows_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
+  int32_t num_tokens_ = 0, num_seqs_ = 0, num_logits_rows_ = 0, num_decode_rows_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
   // One device allocation and one pinned host buffer of the same layout: the
   // arrays at fixed offsets (in int32 elements) sized for the capacity.
   int64_t off_row_meta_ = 0, off_positions_ = 0, off_block_tables_ = 0, off_slot_mapping_ = 0,
-          off_tokens_ = 0, off_logits_rows_ = 0, total_ = 0;
+          off_tokens_ = 0, off_logits_rows_ = 0, off_decode_rows_ = 0, total_ = 0;
   Tensor dev_buf_;
   int32_t* dev_ = nullptr;
   int32_t* host_ = nullptr;  // pinned

@@ -4,7 +4,7 @@
 // pool strides, the kernels' parameters, and which rows
 // a block computes. Included by paged_attention_kernels.cuh,
 // paged_attention_reduce.cuh and paged_kv_write.cuh, and through them only by
-// paged_attention_cuda.cu; and by paged_attention_query_tiles.cu.
+// paged_attention_cuda.cu; and by paged_attention_tiles.cuh.
 
 #include <cuda.h>  // CUtensorMap (the type only)
 
@@ -228,14 +228,17 @@ __host__ __device__ inline int row_blocks(const int32_t* row_meta, const int32_t
   const int ctx = positions[t] + 1;
   return plan_splits(ctx - sliding_first(ctx, sliding_window, tile), tile, max_splits, min_tiles).n_splits;
 }
-// The query-tiled kernel (paged_attention_query_tiles.cu): whether row t
-// starts a tile of R rows, that is whether its index among its sequence's
-// rows of this step is a multiple of R. A tile runs from such a row to the
-// next one or to its sequence's last row. One function for the list the
-// device writes and the count the host sizes the grid by.
-__host__ __device__ inline bool query_tile_starts(const int32_t* row_meta, const int32_t* positions, int t,
-                                                  int R) {
-  return (positions[t] - row_meta[2 * t + 1]) % R == 0;
+// The query-tiled kernel (paged_attention_tiles.cu): whether row t of a step
+// of num_tokens rows starts a tile of R rows: its sequence has several rows
+// in the step (a single row is the decode kernel's), and its index among
+// them is a multiple of R. A tile runs from such a row to the next one or to
+// its sequence's last row. One function for the list the device writes and
+// the count the host sizes the grid by.
+__host__ __device__ inline bool query_tile_starts(const int32_t* row_meta, const int32_t* positions, int t, int R,
+                                                  int num_tokens) {
+  const int seq = row_meta[2 * t];
+  const bool several = (t > 0 && row_meta[2 * (t - 1)] == seq) || (t + 1 < num_tokens && row_meta[2 * (t + 1)] == seq);
+  return several && (positions[t] - row_meta[2 * t + 1]) % R == 0;
 }
 
 // An item's split field: kMaxSplits <= 1 << kItemSplitBits.

@@ -61,7 +61,8 @@
 #include "core/cuda/cuda_check.cuh"
 #include "ops/paged_attention/paged_attention_items.cuh"
 #include "ops/paged_attention/paged_attention_kernels.cuh"
-#include "ops/paged_attention/paged_attention_query_tiles.h"
+#include "ops/paged_attention/paged_attention_tiles.cuh"
+#include "ops/paged_attention/paged_attention_tiles.h"
 #include "ops/paged_attention/paged_kv_write.cuh"
 
 namespace nanoserve {
@@ -167,6 +168,7 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
       << "workspace: rows " << max_rows << ", heads " << n_heads << ", head_dim " << head_dim;
   partial_out_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits, head_dim});
   partial_lse_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits});
+  partial_ml_ = cuda::empty(DType::kF32, {max_rows, n_heads, kMaxSplits, 2});
   items_ = cuda::empty(DType::kI32, {int64_t{max_rows} * kMaxSplits});
   int device = 0;
   NS_CUDA_CHECK(cudaGetDevice(&device));
@@ -289,7 +291,15 @@ uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor&
   NS_CHECK(batch.num_tokens() <= ws.max_rows())
       << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
       << " workspace rows";
-  if (options.query_tiles) return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep));
+  if (options.tiles) {
+    return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep)) |
+           static_cast<uint64_t>(batch.num_decode_rows()) << 24 |
+           static_cast<uint64_t>(tile_decode_splits(batch)) << 48 |
+           static_cast<uint64_t>(options.stages > 0 ? options.stages
+                                                    : tile_decode_stages(batch, static_cast<int>(k_pool.dim(2)),
+                                                                         ws.sm_count()))
+               << 56;
+  }
   const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   (void)block_size;
   const LaunchPlan lp = plan_launch(batch, n_kv, n_rep, hd, ws, options, sliding_window);
@@ -301,6 +311,12 @@ uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor&
 }
 
 // ---- entry points --------------------------------------------------------------
+
+bool paged_attention_tiles_support(int head_dim, int n_rep, int sliding_window, float softcap, bool sinks,
+                                   DType kv_dtype) {
+  return (head_dim == 64 || head_dim == 128) && n_rep >= 1 && n_rep <= kTileMaxRep && sliding_window == 0 &&
+         softcap == 0.0f && !sinks && (kv_dtype == DType::kBF16 || kv_dtype == DType::kF16);
+}
 
 int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionTuning& options) {
   const int max_splits = options.max_splits > 0 ? options.max_splits : kMaxSplits;
@@ -384,13 +400,13 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   NS_CHECK(sliding_window >= 0) << "sliding window " << sliding_window;
   NS_CHECK(softcap >= 0.0f && std::isfinite(softcap)) << "softcap " << softcap;
   if (t_all == 0) return;
-  if (options.query_tiles) {
-    NS_CHECK(sliding_window == 0) << "the query-tiled kernel has no sliding window";
-    NS_CHECK(softcap == 0.0f) << "the query-tiled kernel has no soft-capping";
-    NS_CHECK(sinks == nullptr) << "the query-tiled kernel has no attention sinks";
-    NS_CHECK(!f8) << "the query-tiled kernel reads bf16 and f16 pools, not fp8";
-    launch_query_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2,
-                       options.dependent_launch);
+  if (options.tiles) {
+    NS_CHECK(paged_attention_tiles_support(static_cast<int>(hd), n_rep, sliding_window, softcap, sinks != nullptr,
+                                           k_pool.dtype()))
+        << "the tile arithmetic serves bf16 and f16 pools of head_dim 64 or 128, at most " << kTileMaxRep
+        << " query heads a kv head, without a sliding window, soft-capping or sinks";
+    launch_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2, options.dependent_launch,
+                 options.early_kv, options.stages);
     return;
   }
 
@@ -491,7 +507,7 @@ namespace {
 
 PagedAttentionTuning tuning_of(PagedAttentionKernel kernel) {
   PagedAttentionTuning t;
-  t.query_tiles = kernel == PagedAttentionKernel::kQueryTiles;
+  t.tiles = kernel == PagedAttentionKernel::kTiles;
   return t;
 }
 

@@ -33,14 +33,22 @@
 
 namespace nanoserve {
 
-// Which kernel a call runs. kSplit, the default, is batch-invariant: a row's
-// output bits depend on its own context alone. kQueryTiles (the query-tiled
-// kernel, paged_attention_query_tiles.cu: 64 (row, head) slots of one sequence
-// a block, on tensor cores, over whole 64-key tiles, as flash attention lays
-// out a prefill) is faster on prefill but sums in another order: for steps
-// that gave up batch invariance (--cublas-prefill). The split kernel's tuning
-// knobs, for benchmarks and tests, are in paged_attention_tuning.cuh.
-enum class PagedAttentionKernel : uint8_t { kSplit, kQueryTiles };
+// Which arithmetic a call runs; each is batch-invariant (a row's output bits
+// depend on its own context alone). kSplit: the split kernel, for every
+// model. kTiles (paged_attention_tiles.cuh): the tile arithmetic, one chain
+// a 64-key tile per (row, head), computed by a query-tiled kernel for the
+// rows of sequences with several rows in the step (64 (row, head) slots of
+// one sequence a block, as flash attention lays out a prefill) and by a
+// decode kernel for single rows, to the same bits. bf16 and f16 pools,
+// head_dim 64 and 128, at most 16 query heads a kv head, no sliding window,
+// soft-capping or sinks. The two arithmetics differ in their last bits: a
+// model runs one of them for every step. The split kernel's tuning knobs,
+// for benchmarks and tests, are in paged_attention_tuning.cuh.
+enum class PagedAttentionKernel : uint8_t { kSplit, kTiles };
+
+// Whether kTiles serves a model of these attention features.
+bool paged_attention_tiles_support(int head_dim, int n_rep, int sliding_window, float softcap, bool sinks,
+                                   DType kv_dtype);
 
 // Scratch for split rows, allocated once. Rows beyond max_rows are processed in
 // several launches (same result: the split plan is per row).
@@ -59,6 +67,9 @@ class PagedAttentionWorkspaceCuda {
   float* partial_lse() const {
     return partial_lse_.data_as<float>();
   }  // [max_rows, n_heads, kMaxSplits] (log2)
+  float* partial_ml() const {
+    return partial_ml_.data_as<float>();
+  }  // [max_rows, n_heads, kMaxSplits, 2] the tile decode kernel's (m, l)
   int32_t* items() const {
     return items_.data_as<int32_t>();
   }  // [max_rows * kMaxSplits], a launch's block list
@@ -69,7 +80,7 @@ class PagedAttentionWorkspaceCuda {
   int32_t max_rows_, n_heads_, head_dim_;
   int32_t sm_count_ = 0;
   void* encode_tensor_map_ = nullptr;
-  Tensor partial_out_, partial_lse_, items_;
+  Tensor partial_out_, partial_lse_, partial_ml_, items_;
 };
 
 // Writes this step's K/V to their slots: k_pool[slot_mapping[t]] = k[t] (slot < 0: skipped).

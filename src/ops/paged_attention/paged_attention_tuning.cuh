@@ -16,7 +16,8 @@ struct PagedAttentionTuning {
   // a process-wide constant in the engine; other values are for benchmarks.
   int max_splits = 0;       // 1..kMaxSplits
   int min_split_tiles = 0;  // >= 1
-  // Pipeline stages in flight per warp, 2..4. Changes no sum. 0: from the grid
+  // Pipeline stages in flight per warp, 2..4 (the tile arithmetic: its
+  // decode kernel's stages, 0: tile_decode_stages). Changes no sum. 0: from the grid
   // size: 3 when every thread block of the launch fits at two an SM, else 2
   // (three blocks an SM), and never more than the longest split has tiles.
   int stages = 0;
@@ -47,13 +48,11 @@ struct PagedAttentionTuning {
   // more stage, so that no refill is on the chain after the wait (the next
   // call's early copies then move the whole split). Changes no sum.
   bool hold_before_wait = true;
-  // Every row through the query-tiled kernel instead (PagedAttentionKernel::kQueryTiles):
-  // 64 (row, head) slots of one sequence a block, on tensor cores, over whole
-  // 64-key tiles, as flash attention lays out a prefill. Its rows are NOT
-  // bitwise the split kernel's (another order of the sums): for steps that
-  // gave up batch invariance (--cublas-prefill). The options above do not
-  // apply to it, but dependent_launch.
-  bool query_tiles = false;
+  // The tile arithmetic instead (PagedAttentionKernel::kTiles: the
+  // query-tiled and the tile decode kernels). Its rows are NOT bitwise the
+  // split kernel's (another order of the sums). The options above do not
+  // apply to it, but dependent_launch and early_kv.
+  bool tiles = false;
 };
 
 // paged_attention_cuda and paged_attention_cuda_launch_key (paged_attention_cuda.cuh)

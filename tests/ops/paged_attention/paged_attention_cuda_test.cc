@@ -173,25 +173,6 @@ TEST(PagedAttentionCuda, SlidingWindowMatchesReference) {
   }
 }
 
-// The query-tiled kernel (the --cublas-prefill steps' attention) against the
-// reference: whole prompts, chunks over a history that start mid-tile,
-// decodes in the same launch, tiles cut by the end of a sequence, head groups
-// of 1 to 8 and SmolLM2's 3 (tiles of 64, 21 and 8 rows), both head dims,
-// bf16 and f16.
-TEST(PagedAttentionCuda, QueryTilesMatchReference) {
-  NS_SKIP_WITHOUT_GPU();
-  PagedAttentionTuning tiles;
-  tiles.query_tiles = true;
-  const std::vector<std::pair<int, int>> seqs{{1, 1},    {37, 37}, {120, 20}, {1000, 300},
-                                              {2048, 1}, {5, 2},   {130, 65}, {700, 1}};
-  check_problem({DType::kBF16, 128, 16, 2, 4}, seqs, {}, tiles);
-  check_problem({DType::kBF16, 128, 16, 8, 4}, {{1024, 1024}}, {}, tiles);
-  check_problem({DType::kF16, 64, 32, 2, 8}, seqs, {}, tiles);
-  check_problem({DType::kBF16, 64, 8, 3, 3}, {{200, 200}, {31, 7}, {97, 1}}, {}, tiles);
-  check_problem({DType::kBF16, 128, 64, 2, 1}, {{300, 150}, {64, 64}, {65, 1}}, {}, tiles);
-  check_problem({DType::kBF16, 128, 32, 1, 2}, {{500, 499}, {17, 1}}, {}, tiles);
-}
-
 // ---- write kernel --------------------------------------------------------------
 
 TEST(PagedAttentionCuda, KvWriteSkipsNegativeSlots) {

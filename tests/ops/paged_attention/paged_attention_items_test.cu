@@ -147,9 +147,10 @@ TEST(PagedAttentionItems, SlidingWindowFirstPosition) {
 
 // The query-tiled kernel's tiles: the rows where query_tile_starts holds,
 // each running to the next such row or its sequence's end (as the kernel's
-// block counts its rows), against a brute force: every sequence cut into
-// groups of R rows from its first row this step. A chunk that starts at an
-// odd position, decode rows and tiles cut by a sequence's end included.
+// block counts its rows), against a brute force: every sequence of several
+// rows cut into groups of R rows from its first row this step (a single row
+// is the decode kernel's). A chunk that starts at an odd position, decode
+// rows and tiles cut by a sequence's end included.
 TEST(PagedAttentionItems, QueryTilesCutEachSequenceIntoGroupsOfR) {
   Rows r;
   r.add(0, 6, 150);  // a chunk over a history, starting at position 6
@@ -165,13 +166,15 @@ TEST(PagedAttentionItems, QueryTilesCutEachSequenceIntoGroupsOfR) {
     for (int t = 0; t < T;) {
       int end = t;
       while (end < T && r.meta[2 * end] == r.meta[2 * t]) ++end;
-      for (int g = t; g < end; g += R) want.push_back({g, std::min(R, end - g)});
+      if (end - t > 1) {
+        for (int g = t; g < end; g += R) want.push_back({g, std::min(R, end - g)});
+      }
       t = end;
     }
     // The kernel's: a tile at every starting row, its rows counted as the block counts them.
     std::vector<std::pair<int, int>> got;
     for (int t = 0; t < T; ++t) {
-      if (!paged_attention_kernels::query_tile_starts(r.meta.data(), r.pos.data(), t, R)) continue;
+      if (!paged_attention_kernels::query_tile_starts(r.meta.data(), r.pos.data(), t, R, T)) continue;
       int n = 0;
       while (n < R && t + n < T && r.meta[2 * (t + n)] == r.meta[2 * t]) ++n;
       got.push_back({t, n});

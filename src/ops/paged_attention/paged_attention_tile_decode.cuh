@@ -1,0 +1,240 @@
+#pragma once
+// The decode kernel of the tile arithmetic (paged_attention_tiles.cuh), device
+// code included only by paged_attention_tiles.cu: a sequence's single row of
+// the step, one thread block of four warps per (row, kv head, split).
+//
+// The row's n_rep heads are the slots (A rows 0 .. n_rep - 1 of the mma; at
+// most 16). The block walks its split's 64-key tiles through S cp.async
+// stages (a launch choice: it changes no sum); for each tile
+//   warp w computes S for keys 16 w .. 16 w + 15 (the query-tiled kernel's
+//   n-tiles 2 w and 2 w + 1, from the same operands), and its max per slot;
+//   the four maxima meet in shared memory: every warp takes the same step;
+//   warp w writes P's A fragment of k-step w, and after a barrier reads all
+//   four and computes O's n-tiles of dims HD / 4 w .. HD / 4 (w + 1) - 1, and
+//   l's n-tile, over the four k-steps in order.
+// A row of one split writes O / l; a row of several writes (m, l, O) partials,
+// folded in split order by tile_reduce_kernel.
+//
+// Launched with programmatic dependent launch, a block copies the tiles whose
+// keys were all written by earlier steps (every tile of a decode row but its
+// last) before it waits for the kernel before it; q after.
+
+#include "ops/paged_attention/paged_attention_tiles.cuh"
+
+namespace nanoserve::paged_attention_kernels {
+
+// Stages, then the four warps' maxima ([4][16] f32) and P's A fragments ([4][32] x 16 bytes).
+template <int HD>
+constexpr int decode_smem_bytes(int stages) {
+  return stages * 2 * kTileKeys * HD * 2 + 4 * 16 * 4 + 4 * 32 * 16;
+}
+
+template <typename T, int HD, int S>
+__global__ void __launch_bounds__(kTileThreads, S == 4 ? 1 : S == 3 ? 2 : 3)
+    tile_decode_kernel(const __grid_constant__ TileParams<T> p) {
+  constexpr int kKS = HD / 16;  // k-steps of S
+  constexpr int kWDT = HD / 32;  // O's n-tiles (8 dims) a warp
+  constexpr uint32_t kTileBytes = kTileKeys * HD * 2;
+  extern __shared__ uint4 smem_raw[];  // [stages][K, V][kTileKeys][HD], then red, then pa
+  const uint32_t smem = cuda::smem_addr(smem_raw);
+  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_raw) + S * 2 * kTileBytes);
+  uint4* pa = reinterpret_cast<uint4*>(red + 4 * 16);  // [4 k-steps][32 lanes]
+
+  launch_dependents();
+  const int kvh = blockIdx.x, split = blockIdx.y;
+  // The step's metadata was uploaded before its first kernel: stable here.
+  const int t = __ldg(p.decode_rows + p.decode_offset + static_cast<int>(blockIdx.z));
+  const int seq = __ldg(p.row_meta + 2 * t), stable = __ldg(p.row_meta + 2 * t + 1);
+  const int pos = __ldg(p.positions + t), ctx = pos + 1;
+  const SplitPlan plan = tile_plan(ctx);
+  if (split >= plan.n_splits) return;
+  const int per = plan.split_len / kTileKeys;
+  const int tile0 = split * per;
+  const int n_t = min(per, (ctx + kTileKeys - 1) / kTileKeys - tile0);
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int i = static_cast<int>(threadIdx.x);
+  const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
+  auto load = [&](int n) {
+    load_tile<T, HD>(p, table, kvh, tile0 + n, ctx, smem + (n % S) * 2 * kTileBytes, i);
+  };
+
+  // The first stages: those wholly written by earlier steps before the wait.
+  // One commit group a tile (empty past the split), in tile order.
+  int issued = 0;
+  if (p.early_kv) {
+    while (issued < S && issued < n_t && min(ctx, (tile0 + issued + 1) * kTileKeys) <= stable) {
+      load(issued);
+      cuda::cp_async_commit();
+      ++issued;
+    }
+  }
+  wait_primary_grid();  // q and this step's K/V come from the kernels before
+  for (; issued < S; ++issued) {
+    if (issued < n_t) load(issued);
+    cuda::cp_async_commit();
+  }
+
+  uint32_t qa[kKS][4];
+  {
+    const int h0 = gid, h1 = gid + 8;
+    const uint32_t* q0 = reinterpret_cast<const uint32_t*>(
+        p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + min(h0, p.n_rep - 1)) * HD);
+    const uint32_t* q1 = reinterpret_cast<const uint32_t*>(
+        p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + min(h1, p.n_rep - 1)) * HD);
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+      const int w0 = 8 * ks + tig;
+      qa[ks][0] = h0 < p.n_rep ? __ldg(q0 + w0) : 0u;
+      qa[ks][1] = h1 < p.n_rep ? __ldg(q1 + w0) : 0u;
+      qa[ks][2] = h0 < p.n_rep ? __ldg(q0 + w0 + 4) : 0u;
+      qa[ks][3] = h1 < p.n_rep ? __ldg(q1 + w0 + 4) : 0u;
+    }
+  }
+
+  float m[2] = {-INFINITY, -INFINITY};
+  float o[kWDT][4], lf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int dt = 0; dt < kWDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  const uint32_t ones = ones_column<T>(gid);
+
+  // Three barriers a tile: tile n landed (and every warp done with tile n -
+  // 1, whose stage is then refilled), the maxima, P.
+  for (int n = 0; n < n_t; ++n) {
+    // Committed: the S first tiles, then one group an iteration from the second.
+    if (n == 0) {
+      cuda::cp_async_wait<S - 1>();
+    } else {
+      cuda::cp_async_wait<S - 2>();
+    }
+    __syncthreads();
+    if (n >= 1 && n - 1 + S < n_t) load(n - 1 + S);
+    if (n >= 1) cuda::cp_async_commit();
+    const uint32_t k_base = smem + (n % S) * 2 * kTileBytes, v_base = k_base + kTileBytes;
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+      uint32_t b[4];
+      cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
+                                                    2 * ks + ((lane >> 3) & 1)));
+      cuda::Elem<T>::mma(s[0], qa[ks], b[0], b[1]);
+      cuda::Elem<T>::mma(s[1], qa[ks], b[2], b[3]);
+    }
+    const int key0 = (tile0 + n) * kTileKeys + 16 * warp;
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        s[nt][r] = tile_score(s[nt][r], key0 + 8 * nt + 2 * tig + (r & 1), pos, p.scale_log2);
+        tmax[r >> 1] = fmaxf(tmax[r >> 1], s[nt][r]);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      tmax[e] = fmaxf(tmax[e], __shfl_xor_sync(0xffffffffu, tmax[e], 1));
+      tmax[e] = fmaxf(tmax[e], __shfl_xor_sync(0xffffffffu, tmax[e], 2));
+      if (tig == 0) red[warp * 16 + gid + 8 * e] = tmax[e];
+    }
+    __syncthreads();  // the four warps' maxima
+    SoftmaxStep st[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int r = gid + 8 * e;
+      const float tm = fmaxf(fmaxf(red[r], red[16 + r]), fmaxf(red[32 + r], red[48 + r]));
+      st[e] = softmax_step(m[e], tm);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) s[nt][r] = tile_prob(s[nt][r], st[r >> 1].base);
+    }
+    pa[warp * 32 + lane] =
+        make_uint4(cuda::Elem<T>::pack2(s[0][0], s[0][1]), cuda::Elem<T>::pack2(s[0][2], s[0][3]),
+                   cuda::Elem<T>::pack2(s[1][0], s[1][1]), cuda::Elem<T>::pack2(s[1][2], s[1][3]));
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+#pragma unroll
+      for (int dt = 0; dt < kWDT; ++dt) {
+        o[dt][2 * e] = __fmul_rn(o[dt][2 * e], st[e].corr);
+        o[dt][2 * e + 1] = __fmul_rn(o[dt][2 * e + 1], st[e].corr);
+      }
+      lf[2 * e] = __fmul_rn(lf[2 * e], st[e].corr);
+      lf[2 * e + 1] = __fmul_rn(lf[2 * e + 1], st[e].corr);
+    }
+    __syncthreads();  // P's four k-steps
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint4 av = pa[kk * 32 + lane];
+      const uint32_t a[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+      for (int qd = 0; qd < kWDT / 2; ++qd) {
+        uint32_t b[4];
+        cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                                            2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+        cuda::Elem<T>::mma(o[2 * qd], a, b[0], b[1]);
+        cuda::Elem<T>::mma(o[2 * qd + 1], a, b[2], b[3]);
+      }
+      cuda::Elem<T>::mma(lf, a, ones, ones);
+    }
+  }
+
+  const int64_t list_row = blockIdx.z;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const float l = __shfl_sync(0xffffffffu, lf[2 * e], lane & ~3);
+    const int h = gid + 8 * e;
+    if (h >= p.n_rep) continue;
+    const int qh = kvh * p.n_rep + h;
+    if (plan.n_splits == 1) {
+      const float inv = out_scale(l);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD);
+#pragma unroll
+      for (int dt = 0; dt < kWDT; ++dt) {
+        dst[4 * (warp * kWDT + dt) + tig] =
+            cuda::Elem<T>::pack2(out_elem(o[dt][2 * e], inv), out_elem(o[dt][2 * e + 1], inv));
+      }
+    } else {
+      const int64_t ps = (list_row * p.n_heads + qh) * kMaxSplits + split;
+      float2* dst = reinterpret_cast<float2*>(p.partial_o + ps * HD);
+#pragma unroll
+      for (int dt = 0; dt < kWDT; ++dt) dst[4 * (warp * kWDT + dt) + tig] = make_float2(o[dt][2 * e], o[dt][2 * e + 1]);
+      if (warp == 0 && tig == 0) p.partial_ml[ps] = make_float2(m[e], l);
+    }
+  }
+}
+
+// One warp per (decode row, query head): the row's split partials folded in
+// split order, then O / l. Lane j owns dims HD / 32 j ...
+template <typename T, int HD>
+__global__ void __launch_bounds__(32) tile_reduce_kernel(const __grid_constant__ TileParams<T> p) {
+  constexpr int kVec = HD / 32;
+  launch_dependents();
+  const int t = __ldg(p.decode_rows + p.decode_offset + static_cast<int>(blockIdx.x));
+  const int qh = blockIdx.y;
+  const SplitPlan plan = tile_plan(__ldg(p.positions + t) + 1);
+  if (plan.n_splits == 1) return;  // the decode kernel wrote this row
+  wait_primary_grid();
+  const int lane = static_cast<int>(threadIdx.x);
+  const int64_t ps = (static_cast<int64_t>(blockIdx.x) * p.n_heads + qh) * kMaxSplits;
+  float2 ml = __ldcg(p.partial_ml + ps);
+  float acc_m = ml.x, acc_l = ml.y;
+  float acc[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc[k] = __ldcg(p.partial_o + ps * HD + lane * kVec + k);
+  for (int s = 1; s < plan.n_splits; ++s) {
+    ml = __ldcg(p.partial_ml + ps + s);
+    float a, b;
+    fold_weights(acc_m, ml.x, a, b);
+    acc_l = fold(acc_l, a, ml.y, b);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc[k] = fold(acc[k], a, __ldcg(p.partial_o + (ps + s) * HD + lane * kVec + k), b);
+  }
+  const float inv = out_scale(acc_l);
+  T* dst = p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + lane * kVec;
+#pragma unroll
+  for (int k = 0; k < kVec; k += 2) {
+    *reinterpret_cast<uint32_t*>(dst + k) = cuda::Elem<T>::pack2(out_elem(acc[k], inv), out_elem(acc[k + 1], inv));
+  }
+}
+
+}  // namespace nanoserve::paged_attention_kernels

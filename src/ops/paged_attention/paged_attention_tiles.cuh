@@ -1,0 +1,153 @@
+#pragma once
+// The tile arithmetic of CUDA paged attention (device code), which both
+// kernels of PagedAttentionKernel::kTiles perform to the bit: the query-tiled
+// kernel (rows of sequences with several rows in the step: prefills, chunks,
+// speculative rows) and the decode kernel (a sequence's single row), in
+// paged_attention_tiles.cu and paged_attention_tile_decode.cuh.
+//
+// A (row, head) is a slot: the A row of mma.m16n8k16 (S = Q K^T, O += P V).
+// Its keys [0, ctx) are cut into tiles of kTileKeys aligned at position 0,
+// and the tiles into the split plan of its own context (plan_splits; 64-key
+// tiles, at least kMinSplitTiles a split). Within a split, one chain:
+//   S: each 8-key n-tile from C = 0 over the head dims' k-steps in order;
+//   the tile's max over its 64 keys (exact, any order);
+//   softmax_step: corr and the base from the running max;
+//   P = 2^(s - base), rounded to the KV dtype as the A fragment of P V;
+//   O and l (l as O's 8-dim n-tile whose V is a column of ones: its C is
+//   the sum of the rounded P) times corr, then + P V over the tile's four
+//   16-key k-steps in order.
+// A split ends with (m, l, O) unnormalised; the splits fold in split order
+// (fold_weights, fold), the first taken as is; the output is O times the
+// rounded reciprocal of l. Every operation is explicitly rounded, so no
+// compiler contraction can differ between the kernels.
+//
+// Which mma row a slot occupies and which warp computes which n-tile differ
+// between the kernels; each element's operands and the order of its sums do
+// not.
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/ptx.cuh"
+#include "ops/paged_attention/paged_attention_common.cuh"
+
+namespace nanoserve::paged_attention_kernels {
+
+constexpr int kTileKeys = 64;      // keys a tile
+constexpr int kTileThreads = 128;  // four warps a block, in both kernels
+constexpr int kTileMaxRep = 16;    // query heads a kv head: the decode kernel's mma rows
+
+// A row of context ctx: its splits of whole 64-key tiles.
+__host__ __device__ inline SplitPlan tile_plan(int ctx) {
+  return plan_splits(ctx, kTileKeys, kMaxSplits, kMinSplitTiles);
+}
+
+template <typename T>
+struct TileParams {
+  const T* q;  // [T, n_heads, HD]
+  T* out;      // [T, n_heads, HD]
+  const T* k_pool;
+  const T* v_pool;
+  PoolStrides strides;       // elements: a block, a head, a slot
+  const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
+  const int32_t* positions;  // [T]
+  const int32_t* block_tables;
+  const int32_t* tiles;  // [n_tiles] the first row of each query tile
+  int n_tiles;
+  const int32_t* decode_rows;  // DeviceBatch::decode_rows
+  int decode_offset;           // this decode launch's first entry of decode_rows
+  float* partial_o;            // [rows, n_heads, kMaxSplits, HD] a decode split's O
+  float2* partial_ml;          // [rows, n_heads, kMaxSplits] its (m, l)
+  int num_tokens;
+  int n_heads;
+  int n_rep;
+  int rows_per_tile;  // 64 / n_rep: a query tile's rows
+  int block_size_log2;
+  int max_blocks_per_seq;
+  float scale_log2;
+  bool early_kv;  // the decode kernel copies its history tiles before the dependency wait
+};
+
+// Byte offset of 16-byte chunk c of row r in a [kTileKeys][HD] tile (XOR
+// swizzled by row, so ldmatrix is conflict-free).
+template <int HD>
+__device__ __forceinline__ uint32_t tile_offset(int r, int c) {
+  return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
+}
+
+// Tile `tile`'s K and V rows of kv head kvh into the stage at `dst` (K, then
+// V kTileKeys * HD elements on); keys at or past kv_end are zeros. Thread i
+// of kTileThreads copies chunk i % (HD / 8) of every kTileThreads / (HD / 8)-th
+// row from row i / (HD / 8).
+template <typename T, int HD>
+__device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t* table, int kvh, int tile,
+                                          int kv_end, uint32_t dst, int i) {
+  constexpr int kChunks = HD / 8;
+  constexpr int kRowStep = kTileThreads / kChunks;
+  constexpr uint32_t kTileBytes = kTileKeys * HD * 2;
+  const int c = i % kChunks, r0 = i / kChunks;
+  const int bs_mask = (1 << p.block_size_log2) - 1;
+#pragma unroll 4
+  for (int r = r0; r < kTileKeys; r += kRowStep) {
+    const int j = tile * kTileKeys + r;
+    const bool valid = j < kv_end;
+    int64_t off = 0;
+    if (valid) {
+      off = __ldg(table + (j >> p.block_size_log2)) * p.strides.block + (j & bs_mask) * p.strides.token +
+            kvh * p.strides.head + c * 8;
+    }
+    const uint32_t at = dst + tile_offset<HD>(r, c);
+    cuda::cp_async_16(at, p.k_pool + off, valid);
+    cuda::cp_async_16(at + kTileBytes, p.v_pool + off, valid);
+  }
+}
+
+// A score in the log2 domain, or -inf for a key past the slot's position.
+__device__ __forceinline__ float tile_score(float s, int key, int pos, float scale_log2) {
+  return key <= pos ? __fmul_rn(s, scale_log2) : -INFINITY;
+}
+
+// The running max m meets the tile's: the factor of the old O and l, and
+// the base of the tile's exponentials (0 while nothing is visible).
+struct SoftmaxStep {
+  float corr, base;
+};
+__device__ __forceinline__ SoftmaxStep softmax_step(float& m, float tile_max) {
+  const float m_new = fmaxf(m, tile_max);
+  SoftmaxStep r;
+  r.corr = m_new == -INFINITY ? 1.0f : cuda::exp2_approx(__fsub_rn(m, m_new));
+  r.base = m_new == -INFINITY ? 0.0f : m_new;
+  m = m_new;
+  return r;
+}
+__device__ __forceinline__ float tile_prob(float s, float base) {
+  return cuda::exp2_approx(__fsub_rn(s, base));
+}
+
+// The B fragment of l's n-tile: column 0 of V is ones (the lane of column
+// gid holds rows 2 tig, 2 tig + 1 and 2 tig + 8, + 9 of it), the others zero.
+template <typename T>
+__device__ __forceinline__ uint32_t ones_column(int gid) {
+  return gid == 0 ? cuda::Elem<T>::pack2(1.0f, 1.0f) : 0u;
+}
+
+// Folding split (m, l, O) into the running (acc_m, acc_l, acc_O): the
+// weights of both sides, then fold() each of l and O's elements.
+__device__ __forceinline__ void fold_weights(float& acc_m, float m, float& a, float& b) {
+  const float mm = fmaxf(acc_m, m);
+  a = cuda::exp2_approx(__fsub_rn(acc_m, mm));
+  b = cuda::exp2_approx(__fsub_rn(m, mm));
+  acc_m = mm;
+}
+__device__ __forceinline__ float fold(float acc, float a, float x, float b) {
+  return __fmaf_rn(acc, a, __fmul_rn(x, b));
+}
+// The output's factor, and an element of it.
+__device__ __forceinline__ float out_scale(float l) {
+  return __frcp_rn(l);
+}
+__device__ __forceinline__ float out_elem(float o, float inv) {
+  return __fmul_rn(o, inv);
+}
+
+}  // namespace nanoserve::paged_attention_kernels

@@ -1,0 +1,30 @@
+#pragma once
+// The tile arithmetic's kernels (paged_attention_tiles.cu), which
+// paged_attention_cuda runs for PagedAttentionKernel::kTiles. Plain C++
+// declarations; the arguments are paged_attention_cuda's, already checked
+// there (block_size_log2: the pools' block size).
+
+#include "core/cuda/device_memory.cuh"
+#include "core/tensor.h"
+#include "ops/paged_attention/paged_attention_cuda.cuh"
+
+namespace nanoserve::paged_attention_kernels {
+
+// The thread blocks a kv head of the query-tiled kernel's grid: its tiles of
+// rows (of the sequences with several rows in the step).
+int query_tile_count(const DeviceBatch& batch, int n_rep);
+// The splits a decode row of the batch may have (the decode grid's y; 0:
+// the batch has no decode row).
+int tile_decode_splits(const DeviceBatch& batch);
+// The decode kernel's pipeline stages for the batch (4 where its blocks fit
+// in one wave at one an SM, else 3); changes no sum.
+int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count);
+
+// Every row of the step: the rows of sequences with several rows through the
+// query-tiled kernel, the others through the decode kernel.
+void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
+                  int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
+                  cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv,
+                  int stages);  // the decode kernel's; 0: tile_decode_stages
+
+}  // namespace nanoserve::paged_attention_kernels

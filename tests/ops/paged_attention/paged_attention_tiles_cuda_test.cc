@@ -1,0 +1,142 @@
+// The tile arithmetic (PagedAttentionKernel::kTiles: the query-tiled kernel
+// for the rows of sequences with several rows in a step, the decode kernel
+// for single rows) against the frozen CPU reference, and bitwise against
+// itself: every row the same whether a prefill, a chunk of any size or a
+// decode step computed it, alone or in any batch, in one launch or several.
+// The harness is paged_attention_cuda_harness.h. Without a CUDA device every
+// test reports SKIPPED with the runtime's reason.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "ops/paged_attention/paged_attention_cuda_harness.h"
+
+namespace nanoserve {
+namespace {
+
+using namespace paged_attention_test;
+
+PagedAttentionTuning tiles() {
+  PagedAttentionTuning t;
+  t.tiles = true;
+  return t;
+}
+
+// The same rows, each sequence's rows of this step cut into chunks of at most
+// `chunk` rows, each chunk a sequence of its own over the same blocks (1:
+// every row a decode row). The pools already hold every row of the step, as
+// the earlier chunks' steps would have left them (a chunk's copies of
+// positions before its first row may start before the write of this step
+// lands); the write puts the same values in again. q and the step's K/V keep
+// their row order.
+Problem as_chunks(const Problem& p, int chunk) {
+  Problem c = p;
+  ForwardBatch& fb = c.batch;
+  fb.seq_ids.clear();
+  fb.context_lens.clear();
+  fb.block_tables.clear();
+  fb.seq_starts = {0};
+  c.k_pool16 = p.k_pool16_full;
+  c.v_pool16 = p.v_pool16_full;
+  for (size_t b = 0; b + 1 < p.batch.seq_starts.size(); ++b) {
+    for (int t0 = p.batch.seq_starts[b]; t0 < p.batch.seq_starts[b + 1]; t0 += chunk) {
+      const int t1 = std::min(t0 + chunk, p.batch.seq_starts[b + 1]);
+      fb.seq_ids.push_back(static_cast<int>(fb.seq_ids.size()));
+      fb.context_lens.push_back(p.batch.positions[t1 - 1] + 1);
+      fb.block_tables.insert(fb.block_tables.end(), p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
+                             p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
+      fb.seq_starts.push_back(t1);
+    }
+  }
+  return c;
+}
+
+// Against the reference, and every row bitwise the same as a decode row, in
+// chunks of 5 and 64 rows; the decode rows also in launches of 3 rows, with
+// their copies all after the dependency wait, and at 2, 3 and 4 stages.
+void expect_tiles_consistent(const Shape& s, const std::vector<std::pair<int, int>>& seqs) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
+  const std::vector<uint16_t> base = check_problem(s, seqs, {}, tiles(), seed);
+  const Problem p = make_problem(seed, s, seqs);
+  for (int chunk : {1, 5, 64}) {
+    EXPECT_TRUE(download16(run_on_device(as_chunks(p, chunk), tiles()).out) == base)
+        << "rows in chunks of " << chunk << " differ from the whole step's";
+  }
+  const Problem decodes = as_chunks(p, 1);
+  EXPECT_TRUE(download16(run_on_device(decodes, tiles(), 3).out) == base) << "decode launches of 3 rows";
+  PagedAttentionTuning late = tiles();
+  late.early_kv = false;
+  EXPECT_TRUE(download16(run_on_device(decodes, late).out) == base) << "decode copies after the wait";
+  for (int stages : {2, 3, 4}) {
+    PagedAttentionTuning deeper = tiles();
+    deeper.stages = stages;
+    EXPECT_TRUE(download16(run_on_device(decodes, deeper).out) == base) << "decode, " << stages << " stages";
+  }
+}
+
+// Whole prompts, chunks over a history that start mid-tile, decodes in the
+// same launch, tiles cut by a sequence's end, contexts of 1 to 9,000 (one to
+// 32 splits, and past: 36 tiles a split), head groups of 1 to 16 and
+// SmolLM2's 3 (query tiles of 64, 21 and 4 rows), both head dims, block sizes
+// 8 to 64, bf16 and f16.
+TEST(PagedAttentionTiles, MatchReferenceAndEqualAcrossChunksAndKernels) {
+  NS_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<int, int>> seqs{{1, 1},    {37, 37}, {120, 20}, {1000, 300},
+                                              {2048, 1}, {5, 2},   {130, 65}, {700, 1}};
+  expect_tiles_consistent({DType::kBF16, 128, 16, 2, 4}, seqs);
+  expect_tiles_consistent({DType::kBF16, 128, 16, 8, 4}, {{1024, 1024}});
+  expect_tiles_consistent({DType::kF16, 64, 32, 2, 8}, seqs);
+  expect_tiles_consistent({DType::kBF16, 64, 8, 3, 3}, {{200, 200}, {31, 7}, {97, 1}});
+  expect_tiles_consistent({DType::kBF16, 128, 64, 2, 1}, {{300, 150}, {64, 64}, {65, 1}});
+  expect_tiles_consistent({DType::kBF16, 128, 32, 1, 16}, {{500, 499}, {17, 1}, {260, 3}});
+  expect_tiles_consistent({DType::kBF16, 128, 16, 1, 4}, {{9000, 70}, {8193, 1}, {4096, 1}, {257, 2}});
+}
+
+// A sequence's rows bitwise the same alone as in a batch of others.
+TEST(PagedAttentionTiles, OutputIndependentOfBatch) {
+  NS_SKIP_WITHOUT_GPU();
+  const Shape s{DType::kBF16, 128, 16, 2, 4};
+  const std::vector<std::pair<int, int>> seqs{{3000, 1}, {5, 1}, {9000, 1}, {300, 40}, {64, 1}, {700, 700}};
+  const Problem p = make_problem(fresh_seed(), s, seqs);
+  const std::vector<uint16_t> base = download16(run_on_device(p, tiles()).out);
+  const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim;
+  const int64_t kv_row = int64_t{s.n_kv} * s.head_dim;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    Problem alone = p;
+    ForwardBatch& fb = alone.batch;
+    const int t0 = p.batch.seq_starts[b], t1 = p.batch.seq_starts[b + 1];
+    fb.seq_ids = {0};
+    fb.context_lens = {p.batch.context_lens[b]};
+    fb.block_tables.assign(p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
+                           p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
+    fb.seq_starts = {0, t1 - t0};
+    fb.tokens.assign(t1 - t0, 0);
+    fb.positions.assign(p.batch.positions.begin() + t0, p.batch.positions.begin() + t1);
+    fb.slot_mapping.assign(p.batch.slot_mapping.begin() + t0, p.batch.slot_mapping.begin() + t1);
+    alone.num_tokens = t1 - t0;
+    alone.q16.assign(p.q16.begin() + t0 * row_elems, p.q16.begin() + t1 * row_elems);
+    alone.k_new16.assign(p.k_new16.begin() + t0 * kv_row, p.k_new16.begin() + t1 * kv_row);
+    alone.v_new16.assign(p.v_new16.begin() + t0 * kv_row, p.v_new16.begin() + t1 * kv_row);
+    const std::vector<uint16_t> out = download16(run_on_device(alone, tiles()).out);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems)) << "sequence " << b << " alone";
+  }
+}
+
+// What the model refuses to route here, the entry point refuses too.
+TEST(PagedAttentionTiles, SupportNamesItsLimits) {
+  EXPECT_TRUE(paged_attention_tiles_support(128, 4, 0, 0.0f, false, DType::kBF16));
+  EXPECT_TRUE(paged_attention_tiles_support(64, 16, 0, 0.0f, false, DType::kF16));
+  EXPECT_FALSE(paged_attention_tiles_support(256, 2, 0, 0.0f, false, DType::kBF16));
+  EXPECT_FALSE(paged_attention_tiles_support(128, 17, 0, 0.0f, false, DType::kBF16));
+  EXPECT_FALSE(paged_attention_tiles_support(128, 4, 4096, 0.0f, false, DType::kBF16));
+  EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 50.0f, false, DType::kBF16));
+  EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 0.0f, true, DType::kBF16));
+  EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 0.0f, false, DType::kF8E4M3));
+}
+
+}  // namespace
+}  // namespace nanoserve
