@@ -419,7 +419,7 @@ int main(int argc, char** argv) {
   };
   add("default", false, [](PagedAttentionTuning&) {});
   add("tiles", false, [](PagedAttentionTuning& o) { o.tiles = true; });
-  for (int stages : {2, 3, 4}) {
+  for (int stages : {2, 3}) {
     add("tiles " + std::to_string(stages) + " stages", true, [=](PagedAttentionTuning& o) {
       o.tiles = true;
       o.stages = stages;

@@ -85,9 +85,8 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
       "CUDA: fraction of GPU memory for weights, KV cache and buffers together (default 0.9); the "
       "KV pool gets what is left (unless --num-blocks or --kv-cache-memory sets it)");
   sub->add_flag("--cublas-prefill", c.cublas_prefill,
-                "CUDA: run steps of more than 64 tokens through cuBLASLt's per-shape kernels (and, where a "
-                "sequence has several rows, the query-tiled attention): faster prefill, but greedy output is "
-                "then no longer bitwise the same alone and in a batch");
+                "CUDA: run the linears of steps of more than 64 tokens through cuBLASLt's per-shape kernels: "
+                "faster prefill, but greedy output is then no longer bitwise the same alone and in a batch");
   sub->add_flag("--enforce-eager", c.enforce_eager,
                 "CUDA: launch every step's kernels from the host instead of replaying CUDA graphs");
   sub->add_option("--load-format", f.load_format,

@@ -48,11 +48,6 @@ StatusOr<std::unique_ptr<CudaRunner>> make_cuda_runner(const ModelSource& source
     return invalid_argument(std::string("--kv-cache-dtype ") + dtype_name(o.kv_dtype) +
                             ": the CUDA KV cache is bf16 or fp8 (E4M3)");
   }
-  if (o.kv_dtype == DType::kF8E4M3 && o.cublas_prefill) {
-    return invalid_argument(
-        "--kv-cache-dtype fp8 with --cublas-prefill: the query-tiled prefill attention reads bf16 pools "
-        "only");
-  }
   if (o.fp8_weights && o.cublas_prefill) {
     return invalid_argument(
         "--quantization fp8 with --cublas-prefill: FP8 weights run on our own linears only");

@@ -107,8 +107,8 @@ void check_family(const std::string& family, const std::string& dir) {
   EXPECT_LT(worst_freq, 1e-6);
   EXPECT_EQ(oracle["attention_scaling"].get<double>(), 1.0);
 
-  // Three times: the invariant default; --cublas-prefill (cuBLASLt and the
-  // query-tiled attention in the prompts' steps of more than 64 tokens); and
+  // Three times: the invariant default; --cublas-prefill (cuBLASLt in the
+  // prompts' steps of more than 64 tokens); and
   // FP8 weights (quantize_fp8), against transformers over the same FP8
   // weights (its greedy tokens and the CPU forward are bf16's: not compared).
   enum class Mode { kDefault, kCublasPrefill, kFp8 };

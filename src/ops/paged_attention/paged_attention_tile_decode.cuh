@@ -29,8 +29,16 @@ constexpr int decode_smem_bytes(int stages) {
   return stages * 2 * kTileKeys * HD * 2 + 4 * 16 * 4 + 4 * 32 * 16;
 }
 
+// Entry i of this launch's decode rows: a step of decode rows alone is its
+// rows in order (no load on the chain).
+template <typename T>
+__device__ __forceinline__ int decode_row(const TileParams<T>& p, int i) {
+  return p.all_decode ? p.decode_offset + i : __ldg(p.decode_rows + p.decode_offset + i);
+}
+
 template <typename T, int HD, int S>
-__global__ void __launch_bounds__(kTileThreads, S == 4 ? 1 : S == 3 ? 2 : 3)
+  requires(S == 2 || S == 3)
+__global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
     tile_decode_kernel(const __grid_constant__ TileParams<T> p) {
   constexpr int kKS = HD / 16;  // k-steps of S
   constexpr int kWDT = HD / 32;  // O's n-tiles (8 dims) a warp
@@ -43,7 +51,7 @@ __global__ void __launch_bounds__(kTileThreads, S == 4 ? 1 : S == 3 ? 2 : 3)
   launch_dependents();
   const int kvh = blockIdx.x, split = blockIdx.y;
   // The step's metadata was uploaded before its first kernel: stable here.
-  const int t = __ldg(p.decode_rows + p.decode_offset + static_cast<int>(blockIdx.z));
+  const int t = decode_row(p, static_cast<int>(blockIdx.z));
   const int seq = __ldg(p.row_meta + 2 * t), stable = __ldg(p.row_meta + 2 * t + 1);
   const int pos = __ldg(p.positions + t), ctx = pos + 1;
   const SplitPlan plan = tile_plan(ctx);
@@ -204,30 +212,54 @@ __global__ void __launch_bounds__(kTileThreads, S == 4 ? 1 : S == 3 ? 2 : 3)
 }
 
 // One warp per (decode row, query head): the row's split partials folded in
-// split order, then O / l. Lane j owns dims HD / 32 j ...
+// split order, then O / l. Lane s holds split s's (m, l); lane j owns dims
+// HD / 32 j ... The partials of kDepth splits are loaded before any is used:
+// one round trip to L2 for up to kDepth splits, not one a split.
 template <typename T, int HD>
 __global__ void __launch_bounds__(32) tile_reduce_kernel(const __grid_constant__ TileParams<T> p) {
   constexpr int kVec = HD / 32;
+  constexpr int kDepth = 16;
   launch_dependents();
-  const int t = __ldg(p.decode_rows + p.decode_offset + static_cast<int>(blockIdx.x));
+  const int t = decode_row(p, static_cast<int>(blockIdx.x));
   const int qh = blockIdx.y;
-  const SplitPlan plan = tile_plan(__ldg(p.positions + t) + 1);
-  if (plan.n_splits == 1) return;  // the decode kernel wrote this row
+  const int n_splits = tile_plan(__ldg(p.positions + t) + 1).n_splits;
+  if (n_splits == 1) return;  // the decode kernel wrote this row
   wait_primary_grid();
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t ps = (static_cast<int64_t>(blockIdx.x) * p.n_heads + qh) * kMaxSplits;
-  float2 ml = __ldcg(p.partial_ml + ps);
-  float acc_m = ml.x, acc_l = ml.y;
-  float acc[kVec];
+  const float2 ml = lane < n_splits ? __ldcg(p.partial_ml + ps + lane) : make_float2(0.0f, 0.0f);
+  float v[kDepth][kVec];
+  auto load = [&](int s0) {
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) acc[k] = __ldcg(p.partial_o + ps * HD + lane * kVec + k);
-  for (int s = 1; s < plan.n_splits; ++s) {
-    ml = __ldcg(p.partial_ml + ps + s);
-    float a, b;
-    fold_weights(acc_m, ml.x, a, b);
-    acc_l = fold(acc_l, a, ml.y, b);
+    for (int i = 0; i < kDepth; ++i) {
+      const float* src = p.partial_o + (ps + s0 + i) * HD + lane * kVec;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) acc[k] = fold(acc[k], a, __ldcg(p.partial_o + (ps + s) * HD + lane * kVec + k), b);
+      for (int k = 0; k < kVec; k += 2) {
+        const float2 x = s0 + i < n_splits ? __ldcg(reinterpret_cast<const float2*>(src + k)) : make_float2(0.0f, 0.0f);
+        v[i][k] = x.x, v[i][k + 1] = x.y;
+      }
+    }
+  };
+  float acc_m = 0.0f, acc_l = 0.0f, acc[kVec];
+  for (int s0 = 0; s0 < n_splits; s0 += kDepth) {
+    load(s0);
+#pragma unroll
+    for (int i = 0; i < kDepth; ++i) {
+      const int s = s0 + i;
+      const float m_s = __shfl_sync(0xffffffffu, ml.x, s & 31), l_s = __shfl_sync(0xffffffffu, ml.y, s & 31);
+      if (s >= n_splits) break;
+      if (s == 0) {  // the first split, as is
+        acc_m = m_s, acc_l = l_s;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) acc[k] = v[i][k];
+      } else {
+        float a, b;
+        fold_weights(acc_m, m_s, a, b);
+        acc_l = fold(acc_l, a, l_s, b);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) acc[k] = fold(acc[k], a, v[i][k], b);
+      }
+    }
   }
   const float inv = out_scale(acc_l);
   T* dst = p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + lane * kVec;

@@ -300,8 +300,7 @@ void configure() {
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(2)));
     NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 3>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(3)));
-    NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 4>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(4)));
+
     return true;
   }();
   (void)configured;
@@ -320,9 +319,7 @@ void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream
 template <typename T, int HD>
 void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int stages, int max_rows,
                    cuda::Stream stream, bool dependent_launch) {
-  auto kernel = stages == 2 ? tile_decode_kernel<T, HD, 2>
-                : stages == 3 ? tile_decode_kernel<T, HD, 3>
-                              : tile_decode_kernel<T, HD, 4>;
+  auto kernel = stages == 2 ? tile_decode_kernel<T, HD, 2> : tile_decode_kernel<T, HD, 3>;
   for (int r0 = 0, rows = 0; r0 < n_decode; r0 += rows) {
     rows = std::min({max_rows, n_decode - r0, int{65535}});
     p.decode_offset = r0;
@@ -355,7 +352,7 @@ int tile_decode_splits(const DeviceBatch& batch) {
 
 int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count) {
   const int64_t blocks = int64_t{batch.num_decode_rows()} * n_kv * tile_decode_splits(batch);
-  return blocks <= sm_count ? 4 : 3;
+  return blocks <= 2 * int64_t{sm_count} ? 3 : 2;
 }
 
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
@@ -369,7 +366,7 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
   const int n_decode = batch.num_decode_rows();
   const int grid_splits = tile_decode_splits(batch);
   if (stages == 0) stages = tile_decode_stages(batch, static_cast<int>(n_kv), ws.sm_count());
-  NS_CHECK(stages >= 2 && stages <= 4) << "tile decode: stages " << stages << " outside [2, 4]";
+  NS_CHECK(stages >= 2 && stages <= 3) << "tile decode: stages " << stages << " outside [2, 3]";
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
@@ -382,6 +379,7 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     p.tiles = ws.items();
     p.n_tiles = n_tiles;
     p.decode_rows = batch.decode_rows();
+    p.all_decode = n_decode == batch.num_tokens();
     p.partial_o = ws.partial_out();
     p.partial_ml = reinterpret_cast<float2*>(ws.partial_ml());
     p.num_tokens = batch.num_tokens();

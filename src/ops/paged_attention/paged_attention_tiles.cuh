@@ -56,6 +56,7 @@ struct TileParams {
   int n_tiles;
   const int32_t* decode_rows;  // DeviceBatch::decode_rows
   int decode_offset;           // this decode launch's first entry of decode_rows
+  bool all_decode;             // every row is a decode row: decode_rows is 0, 1, ...
   float* partial_o;            // [rows, n_heads, kMaxSplits, HD] a decode split's O
   float2* partial_ml;          // [rows, n_heads, kMaxSplits] its (m, l)
   int num_tokens;

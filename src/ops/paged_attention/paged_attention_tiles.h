@@ -16,8 +16,8 @@ int query_tile_count(const DeviceBatch& batch, int n_rep);
 // The splits a decode row of the batch may have (the decode grid's y; 0:
 // the batch has no decode row).
 int tile_decode_splits(const DeviceBatch& batch);
-// The decode kernel's pipeline stages for the batch (4 where its blocks fit
-// in one wave at one an SM, else 3); changes no sum.
+// The decode kernel's pipeline stages for the batch (3, two blocks an SM,
+// where its blocks fit in one wave so; else 2, three an SM); changes no sum.
 int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count);
 
 // Every row of the step: the rows of sequences with several rows through the

@@ -17,7 +17,7 @@ struct PagedAttentionTuning {
   int max_splits = 0;       // 1..kMaxSplits
   int min_split_tiles = 0;  // >= 1
   // Pipeline stages in flight per warp, 2..4 (the tile arithmetic: its
-  // decode kernel's stages, 0: tile_decode_stages). Changes no sum. 0: from the grid
+  // decode kernel's stages, 2 or 3; 0: tile_decode_stages). Changes no sum. 0: from the grid
   // size: 3 when every thread block of the launch fits at two an SM, else 2
   // (three blocks an SM), and never more than the longest split has tiles.
   int stages = 0;
