@@ -76,11 +76,41 @@ __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
       ++issued;
     }
   }
+  // At three stages, a split of more tiles holds its first tile's fragments
+  // in registers and refills that stage with tile S at once: the whole split
+  // (four tiles) is then in flight, before the wait where its first stages
+  // were issued before it. The group of tile S follows the S first ones.
+  uint32_t hk[kKS][4], hv[4][kWDT / 2][4];
+  const bool hold = S == 3 && n_t > S;
+  auto hold_first_tile = [&] {
+    cuda::cp_async_wait<S - 1>();  // S groups committed: tile 0 has landed
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < kKS; ++ks) {
+      cuda::ldmatrix_x4(hk[ks], smem + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
+                                                       2 * ks + ((lane >> 3) & 1)));
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int qd = 0; qd < kWDT / 2; ++qd) {
+        cuda::ldmatrix_x4_trans(hv[kk][qd], smem + kTileBytes +
+                                                tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                                                2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+      }
+    }
+    __syncthreads();  // every warp has read the stage
+    load(S);
+    cuda::cp_async_commit();
+  };
+  const bool hold_early = hold && issued == S;
+  if (hold_early) hold_first_tile();
   wait_primary_grid();  // q and this step's K/V come from the kernels before
   for (; issued < S; ++issued) {
     if (issued < n_t) load(issued);
     cuda::cp_async_commit();
   }
+  if (hold && !hold_early) hold_first_tile();
 
   uint32_t qa[kKS][4];
   {
@@ -105,25 +135,14 @@ __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
   for (int dt = 0; dt < kWDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   const uint32_t ones = ones_column<T>(gid);
 
-  // Three barriers a tile: tile n landed (and every warp done with tile n -
-  // 1, whose stage is then refilled), the maxima, P.
-  for (int n = 0; n < n_t; ++n) {
-    // Committed: the S first tiles, then one group an iteration from the second.
-    if (n == 0) {
-      cuda::cp_async_wait<S - 1>();
-    } else {
-      cuda::cp_async_wait<S - 2>();
-    }
-    __syncthreads();
-    if (n >= 1 && n - 1 + S < n_t) load(n - 1 + S);
-    if (n >= 1) cuda::cp_async_commit();
-    const uint32_t k_base = smem + (n % S) * 2 * kTileBytes, v_base = k_base + kTileBytes;
+  // Tile n: k_frag(ks, b) gives the B fragment of S's n-tiles 2 w, 2 w + 1
+  // at k-step ks, v_frag(kk, qd, b) V's for O's n-tiles of pair qd at k-step kk.
+  auto tile_step = [&](int n, auto&& k_frag, auto&& v_frag) {
     float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
       uint32_t b[4];
-      cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
-                                                    2 * ks + ((lane >> 3) & 1)));
+      k_frag(ks, b);
       cuda::Elem<T>::mma(s[0], qa[ks], b[0], b[1]);
       cuda::Elem<T>::mma(s[1], qa[ks], b[2], b[3]);
     }
@@ -177,13 +196,48 @@ __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
 #pragma unroll
       for (int qd = 0; qd < kWDT / 2; ++qd) {
         uint32_t b[4];
-        cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
-                                                            2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+        v_frag(kk, qd, b);
         cuda::Elem<T>::mma(o[2 * qd], a, b[0], b[1]);
         cuda::Elem<T>::mma(o[2 * qd + 1], a, b[2], b[3]);
       }
       cuda::Elem<T>::mma(lf, a, ones, ones);
     }
+  };
+
+  int n = 0;
+  if (hold) {
+    tile_step(
+        0, [&](int ks, uint32_t(&b)[4]) { for (int j = 0; j < 4; ++j) b[j] = hk[ks][j]; },
+        [&](int kk, int qd, uint32_t(&b)[4]) { for (int j = 0; j < 4; ++j) b[j] = hv[kk][qd][j]; });
+    n = 1;
+  }
+  // Three barriers a tile: tile n landed (and every warp done with tile n -
+  // 1, whose stage is then refilled), the maxima, P. Committed before tile
+  // n's wait: tile k's group is the k-th (a held tile's refill is tile S's),
+  // so tile n is done when at most S - 1 groups are pending at the first
+  // wait, S - 2 after.
+  for (; n < n_t; ++n) {
+    if (n == (hold ? 1 : 0)) {
+      cuda::cp_async_wait<S - 1>();
+    } else {
+      cuda::cp_async_wait<S - 2>();
+    }
+    __syncthreads();
+    if (n >= (hold ? 2 : 1)) {
+      if (n - 1 + S < n_t) load(n - 1 + S);
+      cuda::cp_async_commit();
+    }
+    const uint32_t k_base = smem + (n % S) * 2 * kTileBytes, v_base = k_base + kTileBytes;
+    tile_step(
+        n,
+        [&](int ks, uint32_t(&b)[4]) {
+          cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
+                                                        2 * ks + ((lane >> 3) & 1)));
+        },
+        [&](int kk, int qd, uint32_t(&b)[4]) {
+          cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                                              2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+        });
   }
 
   const int64_t list_row = blockIdx.z;
