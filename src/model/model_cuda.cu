@@ -564,7 +564,8 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
     // and where some layers have none (Gemma's global layers), theirs too.
     auto attn_key = [&](int64_t window) {
       return paged_attention_cuda_launch_key(*s.batch, k_pools_[0], static_cast<int>(c.n_rep()), *s.attn_ws,
-                                             attention_kernel(c, s.limits.kv_dtype), static_cast<int>(window));
+                                             attention_kernel(c, s.limits.kv_dtype),
+                                             static_cast<int>(window));
     };
     bool global_layers = false;
     for (int64_t l = 0; l < c.n_layers; ++l) global_layers |= c.sliding_window > 0 && c.layer_window(l) == 0;

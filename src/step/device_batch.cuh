@@ -54,7 +54,8 @@ class DeviceBatch {
 
  private:
   int32_t cap_tokens_, cap_seqs_, cap_blocks_;
-  int32_t num_tokens_ = 0, num_seqs_ = 0, num_logits_rows_ = 0, num_decode_rows_ = 0, max_blocks_per_seq_ = 0, max_context_len_ = 0;
+  int32_t num_tokens_ = 0, num_seqs_ = 0, num_logits_rows_ = 0, num_decode_rows_ = 0, max_blocks_per_seq_ = 0,
+          max_context_len_ = 0;
   // One device allocation and one pinned host buffer of the same layout: the
   // arrays at fixed offsets (in int32 elements) sized for the capacity.
   int64_t off_row_meta_ = 0, off_positions_ = 0, off_block_tables_ = 0, off_slot_mapping_ = 0,

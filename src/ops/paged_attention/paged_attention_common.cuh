@@ -234,10 +234,11 @@ __host__ __device__ inline int row_blocks(const int32_t* row_meta, const int32_t
 // them is a multiple of R. A tile runs from such a row to the next one or to
 // its sequence's last row. One function for the list the device writes and
 // the count the host sizes the grid by.
-__host__ __device__ inline bool query_tile_starts(const int32_t* row_meta, const int32_t* positions, int t, int R,
-                                                  int num_tokens) {
+__host__ __device__ inline bool query_tile_starts(const int32_t* row_meta, const int32_t* positions, int t,
+                                                  int R, int num_tokens) {
   const int seq = row_meta[2 * t];
-  const bool several = (t > 0 && row_meta[2 * (t - 1)] == seq) || (t + 1 < num_tokens && row_meta[2 * (t + 1)] == seq);
+  const bool several =
+      (t > 0 && row_meta[2 * (t - 1)] == seq) || (t + 1 < num_tokens && row_meta[2 * (t + 1)] == seq);
   return several && (positions[t] - row_meta[2 * t + 1]) % R == 0;
 }
 

@@ -295,9 +295,9 @@ uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor&
     return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep)) |
            static_cast<uint64_t>(batch.num_decode_rows()) << 24 |
            static_cast<uint64_t>(tile_decode_splits(batch)) << 48 |
-           static_cast<uint64_t>(options.stages > 0 ? options.stages
-                                                    : tile_decode_stages(batch, static_cast<int>(k_pool.dim(2)),
-                                                                         ws.sm_count()))
+           static_cast<uint64_t>(
+               options.stages > 0 ? options.stages
+                                  : tile_decode_stages(batch, static_cast<int>(k_pool.dim(2)), ws.sm_count()))
                << 56;
   }
   const auto [block_size, n_kv, hd] = pool_dims(k_pool);
@@ -401,8 +401,8 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   NS_CHECK(softcap >= 0.0f && std::isfinite(softcap)) << "softcap " << softcap;
   if (t_all == 0) return;
   if (options.tiles) {
-    NS_CHECK(paged_attention_tiles_support(static_cast<int>(hd), n_rep, sliding_window, softcap, sinks != nullptr,
-                                           k_pool.dtype()))
+    NS_CHECK(paged_attention_tiles_support(static_cast<int>(hd), n_rep, sliding_window, softcap,
+                                           sinks != nullptr, k_pool.dtype()))
         << "the tile arithmetic serves bf16 and f16 pools of head_dim 64 or 128, at most " << kTileMaxRep
         << " query heads a kv head, without a sliding window, soft-capping or sinks";
     launch_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2, options.dependent_launch,

@@ -37,10 +37,9 @@ __device__ __forceinline__ int decode_row(const TileParams<T>& p, int i) {
 }
 
 template <typename T, int HD, int S>
-  requires(S == 2 || S == 3)
-__global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
+requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
     tile_decode_kernel(const __grid_constant__ TileParams<T> p) {
-  constexpr int kKS = HD / 16;  // k-steps of S
+  constexpr int kKS = HD / 16;   // k-steps of S
   constexpr int kWDT = HD / 32;  // O's n-tiles (8 dims) a warp
   constexpr uint32_t kTileBytes = kTileKeys * HD * 2;
   extern __shared__ uint4 smem_raw[];  // [stages][K, V][kTileKeys][HD], then red, then pa
@@ -175,40 +174,26 @@ __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
 #pragma unroll
       for (int r = 0; r < 4; ++r) s[nt][r] = tile_prob(s[nt][r], st[r >> 1].base);
     }
-    pa[warp * 32 + lane] =
-        make_uint4(cuda::Elem<T>::pack2(s[0][0], s[0][1]), cuda::Elem<T>::pack2(s[0][2], s[0][3]),
-                   cuda::Elem<T>::pack2(s[1][0], s[1][1]), cuda::Elem<T>::pack2(s[1][2], s[1][3]));
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-#pragma unroll
-      for (int dt = 0; dt < kWDT; ++dt) {
-        o[dt][2 * e] = __fmul_rn(o[dt][2 * e], st[e].corr);
-        o[dt][2 * e + 1] = __fmul_rn(o[dt][2 * e + 1], st[e].corr);
-      }
-      lf[2 * e] = __fmul_rn(lf[2 * e], st[e].corr);
-      lf[2 * e + 1] = __fmul_rn(lf[2 * e + 1], st[e].corr);
-    }
+    pa[warp * 32 + lane] = p_fragment<T>(s[0], s[1]);
+    rescale(o, lf, st);
     __syncthreads();  // P's four k-steps
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint4 av = pa[kk * 32 + lane];
-      const uint32_t a[4] = {av.x, av.y, av.z, av.w};
-#pragma unroll
-      for (int qd = 0; qd < kWDT / 2; ++qd) {
-        uint32_t b[4];
-        v_frag(kk, qd, b);
-        cuda::Elem<T>::mma(o[2 * qd], a, b[0], b[1]);
-        cuda::Elem<T>::mma(o[2 * qd + 1], a, b[2], b[3]);
-      }
-      cuda::Elem<T>::mma(lf, a, ones, ones);
+      pv_kstep<T, kWDT / 2>(
+          o, lf, pa[kk * 32 + lane], [&](int qd, uint32_t(&b)[4]) { v_frag(kk, qd, b); }, ones);
     }
   };
 
   int n = 0;
   if (hold) {
     tile_step(
-        0, [&](int ks, uint32_t(&b)[4]) { for (int j = 0; j < 4; ++j) b[j] = hk[ks][j]; },
-        [&](int kk, int qd, uint32_t(&b)[4]) { for (int j = 0; j < 4; ++j) b[j] = hv[kk][qd][j]; });
+        0,
+        [&](int ks, uint32_t(&b)[4]) {
+          for (int j = 0; j < 4; ++j) b[j] = hk[ks][j];
+        },
+        [&](int kk, int qd, uint32_t(&b)[4]) {
+          for (int j = 0; j < 4; ++j) b[j] = hv[kk][qd][j];
+        });
     n = 1;
   }
   // Three barriers a tile: tile n landed (and every warp done with tile n -
@@ -259,7 +244,8 @@ __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
       const int64_t ps = (list_row * p.n_heads + qh) * kMaxSplits + split;
       float2* dst = reinterpret_cast<float2*>(p.partial_o + ps * HD);
 #pragma unroll
-      for (int dt = 0; dt < kWDT; ++dt) dst[4 * (warp * kWDT + dt) + tig] = make_float2(o[dt][2 * e], o[dt][2 * e + 1]);
+      for (int dt = 0; dt < kWDT; ++dt)
+        dst[4 * (warp * kWDT + dt) + tig] = make_float2(o[dt][2 * e], o[dt][2 * e + 1]);
       if (warp == 0 && tig == 0) p.partial_ml[ps] = make_float2(m[e], l);
     }
   }
@@ -289,7 +275,8 @@ __global__ void __launch_bounds__(32) tile_reduce_kernel(const __grid_constant__
       const float* src = p.partial_o + (ps + s0 + i) * HD + lane * kVec;
 #pragma unroll
       for (int k = 0; k < kVec; k += 2) {
-        const float2 x = s0 + i < n_splits ? __ldcg(reinterpret_cast<const float2*>(src + k)) : make_float2(0.0f, 0.0f);
+        const float2 x =
+            s0 + i < n_splits ? __ldcg(reinterpret_cast<const float2*>(src + k)) : make_float2(0.0f, 0.0f);
         v[i][k] = x.x, v[i][k + 1] = x.y;
       }
     }
@@ -319,7 +306,8 @@ __global__ void __launch_bounds__(32) tile_reduce_kernel(const __grid_constant__
   T* dst = p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + lane * kVec;
 #pragma unroll
   for (int k = 0; k < kVec; k += 2) {
-    *reinterpret_cast<uint32_t*>(dst + k) = cuda::Elem<T>::pack2(out_elem(acc[k], inv), out_elem(acc[k + 1], inv));
+    *reinterpret_cast<uint32_t*>(dst + k) =
+        cuda::Elem<T>::pack2(out_elem(acc[k], inv), out_elem(acc[k + 1], inv));
   }
 }
 

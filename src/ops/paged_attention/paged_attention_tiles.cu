@@ -56,7 +56,8 @@ __global__ void __launch_bounds__(kListThreads)
   for (int r0 = 0; r0 < p.num_tokens; r0 += kListThreads) {
     const int t = r0 + static_cast<int>(threadIdx.x);
     const int flag =
-        t < p.num_tokens && query_tile_starts(p.row_meta, p.positions, t, p.rows_per_tile, p.num_tokens) ? 1 : 0;
+        t < p.num_tokens && query_tile_starts(p.row_meta, p.positions, t, p.rows_per_tile, p.num_tokens) ? 1
+                                                                                                         : 0;
     int at = 0, total = 0;
     Scan(scan).ExclusiveSum(flag, at, total);
     if (flag) tiles[base + at] = t;
@@ -132,7 +133,9 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   float* acc_o = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_raw) + 4 * kTileBytes);
   float acc_m[2] = {-INFINITY, -INFINITY}, acc_l[2] = {0.0f, 0.0f};
 
-  auto load = [&](int tile, int st) { load_tile<T, HD>(p, table, kvh, tile, kv_end, smem + 2 * st * kTileBytes, i); };
+  auto load = [&](int tile, int st) {
+    load_tile<T, HD>(p, table, kvh, tile, kv_end, smem + 2 * st * kTileBytes, i);
+  };
 
   float o[kDT][4], lf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float m[2] = {-INFINITY, -INFINITY};
@@ -175,7 +178,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int e = r >> 1;
-          s[nt][r] = tile_score(s[nt][r], tile * kKeys + 8 * nt + 2 * tig + (r & 1), slot_pos[e], p.scale_log2);
+          s[nt][r] =
+              tile_score(s[nt][r], tile * kKeys + 8 * nt + 2 * tig + (r & 1), slot_pos[e], p.scale_log2);
           tile_max[e] = fmaxf(tile_max[e], s[nt][r]);
         }
       }
@@ -185,14 +189,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
         tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], 1));
         tile_max[e] = fmaxf(tile_max[e], __shfl_xor_sync(0xffffffffu, tile_max[e], 2));
         st[e] = softmax_step(m[e], tile_max[e]);
-#pragma unroll
-        for (int dt = 0; dt < kDT; ++dt) {
-          o[dt][2 * e] = __fmul_rn(o[dt][2 * e], st[e].corr);
-          o[dt][2 * e + 1] = __fmul_rn(o[dt][2 * e + 1], st[e].corr);
-        }
-        lf[2 * e] = __fmul_rn(lf[2 * e], st[e].corr);
-        lf[2 * e + 1] = __fmul_rn(lf[2 * e + 1], st[e].corr);
       }
+      rescale(o, lf, st);
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -203,19 +201,14 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
       // the n-tile of the ones column.
 #pragma unroll
       for (int kk = 0; kk < kNT / 2; ++kk) {
-        const uint32_t a[4] = {cuda::Elem<T>::pack2(s[2 * kk][0], s[2 * kk][1]),
-                               cuda::Elem<T>::pack2(s[2 * kk][2], s[2 * kk][3]),
-                               cuda::Elem<T>::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               cuda::Elem<T>::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int qd = 0; qd < kDT / 2; ++qd) {
-          uint32_t b[4];
-          cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
-                                                              2 * qd + (lane >> 4)));
-          cuda::Elem<T>::mma(o[2 * qd], a, b[0], b[1]);
-          cuda::Elem<T>::mma(o[2 * qd + 1], a, b[2], b[3]);
-        }
-        cuda::Elem<T>::mma(lf, a, ones, ones);
+        pv_kstep<T, kDT / 2>(
+            o, lf, p_fragment<T>(s[2 * kk], s[2 * kk + 1]),
+            [&](int qd, uint32_t(&b)[4]) {
+              cuda::ldmatrix_x4_trans(
+                  b, v_base +
+                         tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7), 2 * qd + (lane >> 4)));
+            },
+            ones);
       }
       // A slot whose split ends here: its (m, l, O) into its fold, then afresh.
 #pragma unroll
@@ -296,10 +289,10 @@ void configure() {
   static const bool configured = [] {
     NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        query_smem_bytes<HD>()));
-    NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 2>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(2)));
-    NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 3>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(3)));
+    NS_CUDA_CHECK(cudaFuncSetAttribute(
+        tile_decode_kernel<T, HD, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(2)));
+    NS_CUDA_CHECK(cudaFuncSetAttribute(
+        tile_decode_kernel<T, HD, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(3)));
 
     return true;
   }();
@@ -308,7 +301,8 @@ void configure() {
 
 // The query tiles: the list kernel, then the tiles (after it, always dependent).
 template <typename T, int HD>
-void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream stream, bool dependent_launch) {
+void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream stream,
+                  bool dependent_launch) {
   launch_ex(tile_list_kernel<T>, dim3(1), kListThreads, 0, stream, dependent_launch, p, tiles);
   launch_ex(query_tile_kernel<T, HD>, dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(p.n_tiles)),
             kTileThreads, query_smem_bytes<HD>(), stream, true, p);
@@ -323,12 +317,13 @@ void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int
   for (int r0 = 0, rows = 0; r0 < n_decode; r0 += rows) {
     rows = std::min({max_rows, n_decode - r0, int{65535}});
     p.decode_offset = r0;
-    launch_ex(kernel,
-              dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_splits), static_cast<unsigned>(rows)),
-              kTileThreads, decode_smem_bytes<HD>(stages), stream, dependent_launch, p);
+    launch_ex(
+        kernel,
+        dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_splits), static_cast<unsigned>(rows)),
+        kTileThreads, decode_smem_bytes<HD>(stages), stream, dependent_launch, p);
     if (grid_splits > 1) {
-      launch_ex(tile_reduce_kernel<T, HD>, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.n_heads)),
-                32, 0, stream, true, p);
+      launch_ex(tile_reduce_kernel<T, HD>,
+                dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.n_heads)), 32, 0, stream, true, p);
     }
   }
 }
@@ -340,7 +335,8 @@ int query_tile_count(const DeviceBatch& batch, int n_rep) {
       << "query tiles: n_rep " << n_rep << " outside [1, " << kSlots << "]";
   int n = 0;
   for (int t = 0; t < batch.num_tokens(); ++t)
-    n += query_tile_starts(batch.host_row_meta(), batch.host_positions(), t, kSlots / n_rep, batch.num_tokens());
+    n += query_tile_starts(batch.host_row_meta(), batch.host_positions(), t, kSlots / n_rep,
+                           batch.num_tokens());
   return n;
 }
 
@@ -356,8 +352,9 @@ int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count) {
 }
 
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
-                  int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out, cuda::Stream stream,
-                  int block_size_log2, bool dependent_launch, bool early_kv, int stages) {
+                  int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
+                  cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv,
+                  int stages) {
   const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   NS_CHECK(n_rep <= kTileMaxRep) << "tile attention: n_rep " << n_rep << " over " << kTileMaxRep;
   const int n_tiles = query_tile_count(batch, n_rep);

@@ -132,6 +132,46 @@ __device__ __forceinline__ uint32_t ones_column(int gid) {
   return gid == 0 ? cuda::Elem<T>::pack2(1.0f, 1.0f) : 0u;
 }
 
+// O's n-tiles and l's times the factors of the lane's two slots (A rows gid
+// and gid + 8: C elements 0, 1 and 2, 3).
+template <int N>
+__device__ __forceinline__ void rescale(float (&o)[N][4], float (&lf)[4], const SoftmaxStep (&st)[2]) {
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+#pragma unroll
+    for (int dt = 0; dt < N; ++dt) {
+      o[dt][2 * e] = __fmul_rn(o[dt][2 * e], st[e].corr);
+      o[dt][2 * e + 1] = __fmul_rn(o[dt][2 * e + 1], st[e].corr);
+    }
+    lf[2 * e] = __fmul_rn(lf[2 * e], st[e].corr);
+    lf[2 * e + 1] = __fmul_rn(lf[2 * e + 1], st[e].corr);
+  }
+}
+
+// P's A fragment of a 16-key k-step, from the C fragments of its two 8-key
+// n-tiles, rounded to T.
+template <typename T>
+__device__ __forceinline__ uint4 p_fragment(const float (&lo)[4], const float (&hi)[4]) {
+  return make_uint4(cuda::Elem<T>::pack2(lo[0], lo[1]), cuda::Elem<T>::pack2(lo[2], lo[3]),
+                    cuda::Elem<T>::pack2(hi[0], hi[1]), cuda::Elem<T>::pack2(hi[2], hi[3]));
+}
+
+// One k-step of O += P V over O's n-tile pairs 0 .. NQ - 1 (v_frag(qd, b):
+// V's B fragments of pair qd), then l's n-tile.
+template <typename T, int NQ, typename VFrag>
+__device__ __forceinline__ void pv_kstep(float (&o)[2 * NQ][4], float (&lf)[4], const uint4 pa,
+                                         VFrag&& v_frag, uint32_t ones) {
+  const uint32_t a[4] = {pa.x, pa.y, pa.z, pa.w};
+#pragma unroll
+  for (int qd = 0; qd < NQ; ++qd) {
+    uint32_t b[4];
+    v_frag(qd, b);
+    cuda::Elem<T>::mma(o[2 * qd], a, b[0], b[1]);
+    cuda::Elem<T>::mma(o[2 * qd + 1], a, b[2], b[3]);
+  }
+  cuda::Elem<T>::mma(lf, a, ones, ones);
+}
+
 // Folding split (m, l, O) into the running (acc_m, acc_l, acc_O): the
 // weights of both sides, then fold() each of l and O's elements.
 __device__ __forceinline__ void fold_weights(float& acc_m, float m, float& a, float& b) {

@@ -172,6 +172,30 @@ inline Problem make_problem(uint64_t seed, const Shape& s, const std::vector<std
   return p;
 }
 
+// Sequence b of p alone: the same pools, sinks and block tables, its rows
+// (q and the step's K/V) and nothing else. Its output rows are p's rows
+// seq_starts[b] .. seq_starts[b + 1] - 1.
+inline Problem sequence_alone(const Problem& p, size_t b) {
+  const Shape& s = p.shape;
+  const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim, kv_row = int64_t{s.n_kv} * s.head_dim;
+  Problem alone = p;
+  ForwardBatch& fb = alone.batch;
+  const int t0 = p.batch.seq_starts[b], t1 = p.batch.seq_starts[b + 1];
+  fb.seq_ids = {0};
+  fb.context_lens = {p.batch.context_lens[b]};
+  fb.block_tables.assign(p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
+                         p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
+  fb.seq_starts = {0, t1 - t0};
+  fb.tokens.assign(t1 - t0, 0);
+  fb.positions.assign(p.batch.positions.begin() + t0, p.batch.positions.begin() + t1);
+  fb.slot_mapping.assign(p.batch.slot_mapping.begin() + t0, p.batch.slot_mapping.begin() + t1);
+  alone.num_tokens = t1 - t0;
+  alone.q16.assign(p.q16.begin() + t0 * row_elems, p.q16.begin() + t1 * row_elems);
+  alone.k_new16.assign(p.k_new16.begin() + t0 * kv_row, p.k_new16.begin() + t1 * kv_row);
+  alone.v_new16.assign(p.v_new16.begin() + t0 * kv_row, p.v_new16.begin() + t1 * kv_row);
+  return alone;
+}
+
 inline Tensor device_from(const std::vector<uint16_t>& v, DType dt, std::vector<int64_t> shape) {
   Tensor host = Tensor::view(const_cast<uint16_t*>(v.data()), dt, std::move(shape), nullptr);
   return cuda::to_device(host);

@@ -108,23 +108,10 @@ TEST(PagedAttentionCudaSinks, OutputIndependentOfBatchAndReduction) {
       EXPECT_TRUE(download16(run_on_device(p, t).out) == base) << "a launch option changed the bits";
     }
     EXPECT_TRUE(download16(run_on_device(p, {}, 3).out) == base) << "workspace of 3 rows (several launches)";
-    const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim, kv_row = int64_t{s.n_kv} * s.head_dim;
+    const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim;
     for (size_t b = 0; b < seqs.size(); ++b) {
-      Problem alone = p;  // the same pools, sinks and block tables, one sequence
-      ForwardBatch& fb = alone.batch;
-      const int t0 = p.batch.seq_starts[b], t1 = p.batch.seq_starts[b + 1];
-      fb.seq_ids = {0};
-      fb.context_lens = {p.batch.context_lens[b]};
-      fb.block_tables.assign(p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
-                             p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
-      fb.seq_starts = {0, t1 - t0};
-      fb.tokens.assign(t1 - t0, 0);
-      fb.positions.assign(p.batch.positions.begin() + t0, p.batch.positions.begin() + t1);
-      fb.slot_mapping.assign(p.batch.slot_mapping.begin() + t0, p.batch.slot_mapping.begin() + t1);
-      alone.num_tokens = t1 - t0;
-      alone.q16.assign(p.q16.begin() + t0 * row_elems, p.q16.begin() + t1 * row_elems);
-      alone.k_new16.assign(p.k_new16.begin() + t0 * kv_row, p.k_new16.begin() + t1 * kv_row);
-      alone.v_new16.assign(p.v_new16.begin() + t0 * kv_row, p.v_new16.begin() + t1 * kv_row);
+      const Problem alone = sequence_alone(p, b);
+      const int t0 = p.batch.seq_starts[b];
       const std::vector<uint16_t> out = download16(run_on_device(alone).out);
       EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems))
           << "sequence " << b << " alone";

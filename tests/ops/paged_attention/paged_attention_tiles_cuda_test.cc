@@ -46,7 +46,8 @@ Problem as_chunks(const Problem& p, int chunk) {
       const int t1 = std::min(t0 + chunk, p.batch.seq_starts[b + 1]);
       fb.seq_ids.push_back(static_cast<int>(fb.seq_ids.size()));
       fb.context_lens.push_back(p.batch.positions[t1 - 1] + 1);
-      fb.block_tables.insert(fb.block_tables.end(), p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
+      fb.block_tables.insert(fb.block_tables.end(),
+                             p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
                              p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
       fb.seq_starts.push_back(t1);
     }
@@ -117,25 +118,12 @@ TEST(PagedAttentionTiles, OutputIndependentOfBatch) {
   const Problem p = make_problem(fresh_seed(), s, seqs);
   const std::vector<uint16_t> base = download16(run_on_device(p, tiles()).out);
   const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim;
-  const int64_t kv_row = int64_t{s.n_kv} * s.head_dim;
   for (size_t b = 0; b < seqs.size(); ++b) {
-    Problem alone = p;
-    ForwardBatch& fb = alone.batch;
-    const int t0 = p.batch.seq_starts[b], t1 = p.batch.seq_starts[b + 1];
-    fb.seq_ids = {0};
-    fb.context_lens = {p.batch.context_lens[b]};
-    fb.block_tables.assign(p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
-                           p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
-    fb.seq_starts = {0, t1 - t0};
-    fb.tokens.assign(t1 - t0, 0);
-    fb.positions.assign(p.batch.positions.begin() + t0, p.batch.positions.begin() + t1);
-    fb.slot_mapping.assign(p.batch.slot_mapping.begin() + t0, p.batch.slot_mapping.begin() + t1);
-    alone.num_tokens = t1 - t0;
-    alone.q16.assign(p.q16.begin() + t0 * row_elems, p.q16.begin() + t1 * row_elems);
-    alone.k_new16.assign(p.k_new16.begin() + t0 * kv_row, p.k_new16.begin() + t1 * kv_row);
-    alone.v_new16.assign(p.v_new16.begin() + t0 * kv_row, p.v_new16.begin() + t1 * kv_row);
+    const Problem alone = sequence_alone(p, b);
+    const int t0 = p.batch.seq_starts[b];
     const std::vector<uint16_t> out = download16(run_on_device(alone, tiles()).out);
-    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems)) << "sequence " << b << " alone";
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + t0 * row_elems))
+        << "sequence " << b << " alone";
   }
 }
 
