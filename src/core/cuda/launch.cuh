@@ -18,9 +18,11 @@
 
 namespace nanoserve::cuda {
 
+// With programmatic dependent launch where `dependent` (a caller's option),
+// else an ordinary launch after the kernel before it.
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                Args&&... args) {
+void launch_maybe_pdl(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t s, Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -30,8 +32,14 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = dependent ? 1 : 0;
   NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                Args&&... args) {
+  launch_maybe_pdl(true, kernel, grid, block, smem, s, std::forward<Args>(args)...);
 }
 
 }  // namespace nanoserve::cuda

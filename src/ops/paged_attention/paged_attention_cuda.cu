@@ -201,6 +201,7 @@ PagedAttentionWorkspaceCuda::PagedAttentionWorkspaceCuda(int32_t max_rows, int32
       }
     }
   }
+  opt_in_tile_kernels();
 }
 
 // ---- the launch plan ---------------------------------------------------------------

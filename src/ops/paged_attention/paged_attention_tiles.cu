@@ -33,6 +33,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
 #include "ops/paged_attention/paged_attention_tile_decode.cuh"
 #include "ops/paged_attention/paged_attention_tiles.cuh"
 
@@ -265,47 +266,27 @@ constexpr int query_smem_bytes() {
   return 4 * kKeys * HD * 2 + kSlots * (HD + 8) * 4;  // two stages of K and V, the slots' folds
 }
 
-// A launch of `kernel` on `stream`, after the kernel before it with
-// programmatic dependent launch where `dependent`.
-template <typename... K, typename... A>
-void launch_ex(void (*kernel)(K...), dim3 grid, int threads, int smem, cuda::Stream stream, bool dependent,
-               const A&... args) {
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(static_cast<unsigned>(threads));
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cfg.attrs = pdl;
-  cfg.numAttrs = dependent ? 1 : 0;
-  NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-  NS_CUDA_CHECK_LAUNCH();
-}
-
 template <typename T, int HD>
-void configure() {
-  static const bool configured = [] {
-    NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       query_smem_bytes<HD>()));
-    NS_CUDA_CHECK(cudaFuncSetAttribute(
-        tile_decode_kernel<T, HD, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(2)));
-    NS_CUDA_CHECK(cudaFuncSetAttribute(
-        tile_decode_kernel<T, HD, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(3)));
-
-    return true;
-  }();
-  (void)configured;
+void opt_in() {
+  NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     query_smem_bytes<HD>()));
+  NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 2>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(2)));
+  NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 3>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(3)));
 }
 
 // The query tiles: the list kernel, then the tiles (after it, always dependent).
 template <typename T, int HD>
 void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream stream,
                   bool dependent_launch) {
-  launch_ex(tile_list_kernel<T>, dim3(1), kListThreads, 0, stream, dependent_launch, p, tiles);
-  launch_ex(query_tile_kernel<T, HD>, dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(p.n_tiles)),
-            kTileThreads, query_smem_bytes<HD>(), stream, true, p);
+  cuda::launch_maybe_pdl(dependent_launch, tile_list_kernel<T>, dim3(1), dim3(kListThreads), 0, stream, p,
+                         tiles);
+  NS_CUDA_CHECK_LAUNCH();
+  cuda::launch_pdl(query_tile_kernel<T, HD>,
+                   dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(p.n_tiles)), dim3(kTileThreads),
+                   query_smem_bytes<HD>(), stream, p);
+  NS_CUDA_CHECK_LAUNCH();
 }
 
 // The decode rows, in launches of at most the workspace's rows: the splits,
@@ -317,18 +298,28 @@ void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int
   for (int r0 = 0, rows = 0; r0 < n_decode; r0 += rows) {
     rows = std::min({max_rows, n_decode - r0, int{65535}});
     p.decode_offset = r0;
-    launch_ex(
-        kernel,
+    cuda::launch_maybe_pdl(
+        dependent_launch, kernel,
         dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_splits), static_cast<unsigned>(rows)),
-        kTileThreads, decode_smem_bytes<HD>(stages), stream, dependent_launch, p);
+        dim3(kTileThreads), decode_smem_bytes<HD>(stages), stream, p);
+    NS_CUDA_CHECK_LAUNCH();
     if (grid_splits > 1) {
-      launch_ex(tile_reduce_kernel<T, HD>,
-                dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.n_heads)), 32, 0, stream, true, p);
+      cuda::launch_pdl(tile_reduce_kernel<T, HD>,
+                       dim3(static_cast<unsigned>(rows), static_cast<unsigned>(p.n_heads)), dim3(32), 0,
+                       stream, p);
+      NS_CUDA_CHECK_LAUNCH();
     }
   }
 }
 
 }  // namespace
+
+void opt_in_tile_kernels() {
+  opt_in<__nv_bfloat16, 64>();
+  opt_in<__nv_bfloat16, 128>();
+  opt_in<__half, 64>();
+  opt_in<__half, 128>();
+}
 
 int query_tile_count(const DeviceBatch& batch, int n_rep) {
   NS_CHECK(n_rep >= 1 && n_rep <= kSlots)
@@ -389,7 +380,6 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     p.early_kv = early_kv && dependent_launch;
   };
   auto run = [&]<typename T, int HD>() {
-    configure<T, HD>();
     TileParams<T> p{};
     fill.template operator()<T>(p);
     // The query tiles first: the decode launch's early copies then overlap their tail.

@@ -10,6 +10,10 @@
 
 namespace nanoserve::paged_attention_kernels {
 
+// Opts every tile kernel into its dynamic shared memory, once, outside any
+// step or graph capture (PagedAttentionWorkspaceCuda's constructor).
+void opt_in_tile_kernels();
+
 // The thread blocks a kv head of the query-tiled kernel's grid: its tiles of
 // rows (of the sequences with several rows in the step).
 int query_tile_count(const DeviceBatch& batch, int n_rep);
