@@ -6,7 +6,7 @@
 // random (never zeros). Block tables are shuffled over the pool.
 //
 //   paged_attention_cuda_bench [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]...
-//                              [--extend B:L]...
+//                              [--extend B:L]... [--fp8]
 //
 // --csv writes one line per measurement for bench/paged_attention_torch.py,
 // which times torch SDPA over contiguous KV on the same shapes and prints the
@@ -16,7 +16,8 @@
 // batches of B sequences of L tokens (same heads; repeatable); --extend B:L
 // adds (or, alone, replaces the list with) B whole prefills of L tokens each:
 // L query rows a sequence, each causal over the sequence (its bytes count the
-// K/V once).
+// K/V once). --fp8 runs every shape over fp8 (E4M3) pools instead of bf16
+// (their bytes count one an element).
 
 #include <cuda_runtime.h>
 
@@ -43,6 +44,7 @@ namespace {
 constexpr int kCallsPerGraph = 20;
 constexpr int kReplays = 25;
 constexpr double kCopyCeilingTBs = 4.24;  // docs/benchmarks.md, H200
+const KvScales kScales{0.05f, 0.011f};     // an fp8 pool's (any: the bytes are random)
 
 // Fills bf16 values in [-1, 1) from a hash of the index and a seed.
 __global__ void fill_random_bf16(uint16_t* p, int64_t n, uint32_t seed) {
@@ -66,10 +68,29 @@ void fill_random(const Tensor& t, uint32_t seed) {
   NS_CUDA_CHECK_LAUNCH();
 }
 
+// E4M3 bytes of magnitude below 2 (the exponent's top bit clear: never NaN).
+__global__ void fill_random_f8(uint8_t* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    h ^= h >> 12;
+    p[i] = static_cast<uint8_t>(h & 0xBFu);
+  }
+}
+
+void fill_pool(const Tensor& t, uint32_t seed) {
+  if (t.dtype() == DType::kBF16) return fill_random(t, seed);
+  fill_random_f8<<<1024, 256>>>(t.data_as<uint8_t>(), t.numel(), seed);
+  NS_CUDA_CHECK_LAUNCH();
+}
+
 struct Shape {
   int batch, ctx, n_heads, n_kv, head_dim, block_size;
   bool in_order = false;  // block tables in pool order (a diagnostic: the cost of scattered blocks)
   int rows = 1;           // query rows a sequence: the last `rows` positions (ctx of them: a whole prefill)
+  DType kv = DType::kBF16;  // the pools' element (bf16 or fp8)
 };
 
 struct Result {
@@ -108,14 +129,14 @@ struct Setup {
       }
     }
     fb.seq_starts.push_back(s.batch * s.rows);
-    const int64_t pool_bytes = int64_t{num_blocks} * s.block_size * s.n_kv * s.head_dim * 2;
+    const int64_t pool_bytes = int64_t{num_blocks} * s.block_size * s.n_kv * dtype_bytes(s.kv, s.head_dim);
     const int copies =
         static_cast<int>(std::max<int64_t>(1, (min_bytes_cycled + 2 * pool_bytes - 1) / (2 * pool_bytes)));
     for (int c = 0; c < copies; ++c) {
-      k_pools.push_back(cuda::empty(DType::kBF16, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
-      v_pools.push_back(cuda::empty(DType::kBF16, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
-      fill_random(k_pools.back(), seed + 2 * c);
-      fill_random(v_pools.back(), seed + 2 * c + 1);
+      k_pools.push_back(cuda::empty(s.kv, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
+      v_pools.push_back(cuda::empty(s.kv, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
+      fill_pool(k_pools.back(), seed + 2 * c);
+      fill_pool(v_pools.back(), seed + 2 * c + 1);
     }
     q = cuda::empty(DType::kBF16, {int64_t{s.batch} * s.rows, s.n_heads, s.head_dim});
     out = cuda::empty(DType::kBF16, {int64_t{s.batch} * s.rows, s.n_heads, s.head_dim});
@@ -123,14 +144,14 @@ struct Setup {
   }
 
   double bytes() const {
-    const double kv = 2.0 * s.batch * static_cast<double>(s.ctx) * s.n_kv * s.head_dim * 2;
+    const double kv = 2.0 * s.batch * static_cast<double>(s.ctx) * s.n_kv * dtype_bytes(s.kv, s.head_dim);
     return kv + 2.0 * s.batch * s.rows * s.n_heads * s.head_dim * 2;
   }
 };
 
 std::string shape_name(const Shape& s) {
   return "B=" + std::to_string(s.batch) + " L=" + std::to_string(s.ctx) +
-         (s.rows > 1 ? " rows=" + std::to_string(s.rows) : "");
+         (s.rows > 1 ? " rows=" + std::to_string(s.rows) : "") + (s.kv == DType::kBF16 ? "" : " fp8");
 }
 
 // What every call of a shape shares: the step's metadata on the device, the
@@ -159,14 +180,16 @@ double time_attention(Setup& su, const PagedAttentionTuning& opt) {
   const std::vector<Tensor>& v_pools = su.v_pools;
   // Warm up outside the graph (module load, first-touch).
   for (size_t c = 0; c < k_pools.size(); ++c) {
-    paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+    paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt, 0, 0.0f,
+                         nullptr, kScales);
   }
   NS_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   NS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < kCallsPerGraph; ++i) {
     const size_t c = i % k_pools.size();
-    paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt);
+    paged_attention_cuda(su.q, k_pools[c], v_pools[c], batch, n_rep, scale, ws, su.out, stream, opt, 0, 0.0f,
+                         nullptr, kScales);
   }
   NS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
@@ -342,12 +365,15 @@ int main(int argc, char** argv) {
   std::vector<int> only;
   std::vector<std::pair<int, int>> custom;  // --custom B:L
   std::vector<std::pair<int, int>> extend;  // --extend B:L
+  DType kv = DType::kBF16;                  // --fp8: kF8E4M3
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--csv" && i + 1 < argc) {
       csv_path = argv[++i];
     } else if (a == "--dump" && i + 1 < argc) {
       dump_dir = argv[++i];
+    } else if (a == "--fp8") {
+      kv = DType::kF8E4M3;
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--shape" && i + 1 < argc) {
@@ -369,7 +395,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--extend B:L]...\n",
+          "usage: %s [--csv FILE] [--dump DIR] [--quick] [--shape I]... [--custom B:L]... [--extend B:L]... "
+          "[--fp8]\n",
           argv[0]);
       return 2;
     }
@@ -404,6 +431,7 @@ int main(int argc, char** argv) {
     if (custom.empty()) shapes.clear();
     for (auto [b, l] : extend) shapes.push_back({b, l, 32, 8, 128, 16, false, l});
   }
+  for (Shape& s : shapes) s.kv = kv;
   struct Variant {
     std::string name;
     PagedAttentionTuning opt;

@@ -316,7 +316,8 @@ uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor&
 bool paged_attention_tiles_support(int head_dim, int n_rep, int sliding_window, float softcap, bool sinks,
                                    DType kv_dtype) {
   return (head_dim == 64 || head_dim == 128) && n_rep >= 1 && n_rep <= kTileMaxRep && sliding_window == 0 &&
-         softcap == 0.0f && !sinks && (kv_dtype == DType::kBF16 || kv_dtype == DType::kF16);
+         softcap == 0.0f && !sinks &&
+         (kv_dtype == DType::kBF16 || kv_dtype == DType::kF16 || kv_dtype == DType::kF8E4M3);
 }
 
 int paged_attention_cuda_num_splits(int ctx, int head_dim, const PagedAttentionTuning& options) {
@@ -404,10 +405,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
   if (options.tiles) {
     NS_CHECK(paged_attention_tiles_support(static_cast<int>(hd), n_rep, sliding_window, softcap,
                                            sinks != nullptr, k_pool.dtype()))
-        << "the tile arithmetic serves bf16 and f16 pools of head_dim 64 or 128, at most " << kTileMaxRep
+        << "the tile arithmetic serves bf16, f16 and fp8 pools of head_dim 64 or 128, at most " << kTileMaxRep
         << " query heads a kv head, without a sliding window, soft-capping or sinks";
     launch_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2, options.dependent_launch,
-                 options.early_kv, options.stages);
+                 options.early_kv, options.stages, kv_scales);
     return;
   }
 

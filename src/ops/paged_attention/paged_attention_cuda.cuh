@@ -39,8 +39,8 @@ namespace nanoserve {
 // a 64-key tile per (row, head), computed by a query-tiled kernel for the
 // rows of sequences with several rows in the step (64 (row, head) slots of
 // one sequence a block, as flash attention lays out a prefill) and by a
-// decode kernel for single rows, to the same bits. bf16 and f16 pools,
-// head_dim 64 and 128, at most 16 query heads a kv head, no sliding window,
+// decode kernel for single rows, to the same bits. bf16, f16 and fp8 pools
+// (an fp8 tile dequantized as the split kernel does), head_dim 64 and 128, at most 16 query heads a kv head, no sliding window,
 // soft-capping or sinks. The two arithmetics differ in their last bits: a
 // model runs one of them for every step. The split kernel's tuning knobs,
 // for benchmarks and tests, are in paged_attention_tuning.cuh.

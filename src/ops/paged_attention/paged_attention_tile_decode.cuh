@@ -18,15 +18,28 @@
 // Launched with programmatic dependent launch, a block copies the tiles whose
 // keys were all written by earlier steps (every tile of a decode row but its
 // last) before it waits for the kernel before it; q after.
+//
+// Over an fp8 pool (KV = uint8_t) the stages hold the copied bytes, and a
+// landed stage is dequantized into one T tile (ahead of the stages) that the
+// four warps then read, one barrier later.
+
+#include <type_traits>
 
 #include "ops/paged_attention/paged_attention_tiles.cuh"
 
 namespace nanoserve::paged_attention_kernels {
 
-// Stages, then the four warps' maxima ([4][16] f32) and P's A fragments ([4][32] x 16 bytes).
-template <int HD>
+// The T tile an fp8 pool's stage is dequantized into (none over a T pool).
+template <typename T, typename KV, int HD>
+constexpr int dequantized_bytes() {
+  return std::is_same_v<T, KV> ? 0 : static_cast<int>(2 * tile_bytes<HD>());
+}
+// That tile, the stages, then the four warps' maxima ([4][16] f32) and P's A
+// fragments ([4][32] x 16 bytes).
+template <typename T, typename KV, int HD>
 constexpr int decode_smem_bytes(int stages) {
-  return stages * 2 * kTileKeys * HD * 2 + 4 * 16 * 4 + 4 * 32 * 16;
+  return dequantized_bytes<T, KV, HD>() + stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 +
+         4 * 32 * 16;
 }
 
 // Entry i of this launch's decode rows: a step of decode rows alone is its
@@ -36,15 +49,19 @@ __device__ __forceinline__ int decode_row(const TileParams<T>& p, int i) {
   return p.all_decode ? p.decode_offset + i : __ldg(p.decode_rows + p.decode_offset + i);
 }
 
-template <typename T, int HD, int S>
+template <typename T, typename KV, int HD, int S>
 requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 3 ? 2 : 3)
     tile_decode_kernel(const __grid_constant__ TileParams<T> p) {
   constexpr int kKS = HD / 16;   // k-steps of S
   constexpr int kWDT = HD / 32;  // O's n-tiles (8 dims) a warp
-  constexpr uint32_t kTileBytes = kTileKeys * HD * 2;
-  extern __shared__ uint4 smem_raw[];  // [stages][K, V][kTileKeys][HD], then red, then pa
+  constexpr uint32_t kTileBytes = tile_bytes<HD>();
+  constexpr bool kF8 = !std::is_same_v<T, KV>;
+  constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
+  // [the dequantized tile][stages][K, V][kTileKeys][HD], then red, then pa
+  extern __shared__ uint4 smem_raw[];
+  char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
-  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_raw) + S * 2 * kTileBytes);
+  float* red = reinterpret_cast<float*>(smem_ptr + kDeq + S * kStage);
   uint4* pa = reinterpret_cast<uint4*>(red + 4 * 16);  // [4 k-steps][32 lanes]
 
   launch_dependents();
@@ -61,8 +78,17 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int i = static_cast<int>(threadIdx.x);
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
-  auto load = [&](int n) {
-    load_tile<T, HD>(p, table, kvh, tile0 + n, ctx, smem + (n % S) * 2 * kTileBytes, i);
+  auto load = [&](int n) { load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kDeq + (n % S) * kStage, i); };
+  // Tile n's landed stage, made readable: the address of its T tile (over an
+  // fp8 pool, the stage dequantized; a barrier orders it before the reads).
+  auto ready = [&](int n) -> uint32_t {
+    if constexpr (kF8) {
+      dequantize_tile<T, HD>(smem_ptr + kDeq + (n % S) * kStage, smem_ptr, i, p.k_scale, p.v_scale);
+      __syncthreads();
+      return smem;
+    } else {
+      return smem + (n % S) * kStage;
+    }
   };
 
   // The first stages: those wholly written by earlier steps before the wait.
@@ -84,21 +110,22 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   auto hold_first_tile = [&] {
     cuda::cp_async_wait<S - 1>();  // S groups committed: tile 0 has landed
     __syncthreads();
+    const uint32_t base = ready(0);
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
-      cuda::ldmatrix_x4(hk[ks], smem + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
+      cuda::ldmatrix_x4(hk[ks], base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
                                                        2 * ks + ((lane >> 3) & 1)));
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int qd = 0; qd < kWDT / 2; ++qd) {
-        cuda::ldmatrix_x4_trans(hv[kk][qd], smem + kTileBytes +
+        cuda::ldmatrix_x4_trans(hv[kk][qd], base + kTileBytes +
                                                 tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
                                                                 2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
       }
     }
-    __syncthreads();  // every warp has read the stage
+    __syncthreads();  // every warp has read the stage (and the dequantized tile)
     load(S);
     cuda::cp_async_commit();
   };
@@ -196,8 +223,9 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
         });
     n = 1;
   }
-  // Three barriers a tile: tile n landed (and every warp done with tile n -
-  // 1, whose stage is then refilled), the maxima, P. Committed before tile
+  // Three barriers a tile (four over an fp8 pool): tile n landed (and every
+  // warp done with tile n - 1, whose stage is then refilled; its stage
+  // dequantized), the maxima, P. Committed before tile
   // n's wait: tile k's group is the k-th (a held tile's refill is tile S's),
   // so tile n is done when at most S - 1 groups are pending at the first
   // wait, S - 2 after.
@@ -212,7 +240,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
       if (n - 1 + S < n_t) load(n - 1 + S);
       cuda::cp_async_commit();
     }
-    const uint32_t k_base = smem + (n % S) * 2 * kTileBytes, v_base = k_base + kTileBytes;
+    const uint32_t k_base = ready(n), v_base = k_base + kTileBytes;
     tile_step(
         n,
         [&](int ks, uint32_t(&b)[4]) {

@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 
 #include <cub/block/block_scan.cuh>
 
@@ -67,13 +68,17 @@ __global__ void __launch_bounds__(kListThreads)
   }
 }
 
-template <typename T, int HD>
+template <typename T, typename KV, int HD>
 __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_constant__ TileParams<T> p) {
-  constexpr int kKS = HD / 16;                     // k-steps of S (16 dims)
-  constexpr int kDT = HD / 8;                      // n-tiles of O (8 dims)
-  constexpr int kNT = kKeys / 8;                   // n-tiles of S (8 keys)
-  constexpr uint32_t kTileBytes = kKeys * HD * 2;  // K (or V) of a tile
-  extern __shared__ uint4 smem_raw[];              // [2 stages][K, V][kKeys][HD], swizzled
+  constexpr int kKS = HD / 16;                        // k-steps of S (16 dims)
+  constexpr int kDT = HD / 8;                         // n-tiles of O (8 dims)
+  constexpr int kNT = kKeys / 8;                      // n-tiles of S (8 keys)
+  constexpr uint32_t kTileBytes = tile_bytes<HD>();  // K (or V) of a tile
+  constexpr bool kF8 = !std::is_same_v<T, KV>;
+  constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
+  // [the dequantized tile (fp8 pools)][2 stages][K, V][kKeys][HD], then the folds
+  extern __shared__ uint4 smem_raw[];
+  char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
 
   launch_dependents();
@@ -131,11 +136,11 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   // The slots' running folds: O in shared memory after the stages (each lane
   // its own elements; rows padded by 8 floats against bank conflicts), m and
   // l here.
-  float* acc_o = reinterpret_cast<float*>(reinterpret_cast<char*>(smem_raw) + 4 * kTileBytes);
+  float* acc_o = reinterpret_cast<float*>(smem_ptr + kDeq + 2 * kStage);
   float acc_m[2] = {-INFINITY, -INFINITY}, acc_l[2] = {0.0f, 0.0f};
 
   auto load = [&](int tile, int st) {
-    load_tile<T, HD>(p, table, kvh, tile, kv_end, smem + 2 * st * kTileBytes, i);
+    load_tile<KV, T, HD>(p, table, kvh, tile, kv_end, smem + kDeq + st * kStage, i);
   };
 
   float o[kDT][4], lf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -155,8 +160,14 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
       cuda::cp_async_wait<0>();
     }
     __syncthreads();
+    uint32_t k_base = smem + (tile & 1) * kStage;
+    if constexpr (kF8) {  // the landed stage into the T tile every warp reads
+      dequantize_tile<T, HD>(smem_ptr + kDeq + (tile & 1) * kStage, smem_ptr, i, p.k_scale, p.v_scale);
+      __syncthreads();
+      k_base = smem;
+    }
     if (tile < warp_tiles) {
-      const uint32_t k_base = smem + 2 * (tile & 1) * kTileBytes, v_base = k_base + kTileBytes;
+      const uint32_t v_base = k_base + kTileBytes;
       float s[kNT][4];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -261,47 +272,50 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   }
 }
 
-template <int HD>
+// The dequantized tile (fp8 pools), two stages of K and V, the slots' folds.
+template <typename T, typename KV, int HD>
 constexpr int query_smem_bytes() {
-  return 4 * kKeys * HD * 2 + kSlots * (HD + 8) * 4;  // two stages of K and V, the slots' folds
+  return dequantized_bytes<T, KV, HD>() + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
 }
 
-template <typename T, int HD>
+template <typename T, typename KV, int HD>
 void opt_in() {
-  NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     query_smem_bytes<HD>()));
-  NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 2>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(2)));
-  NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, HD, 3>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<HD>(3)));
+  NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, KV, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     query_smem_bytes<T, KV, HD>()));
+  NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 2>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     decode_smem_bytes<T, KV, HD>(2)));
+  NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 3>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     decode_smem_bytes<T, KV, HD>(3)));
 }
 
 // The query tiles: the list kernel, then the tiles (after it, always dependent).
-template <typename T, int HD>
+template <typename T, typename KV, int HD>
 void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream stream,
                   bool dependent_launch) {
   cuda::launch_maybe_pdl(dependent_launch, tile_list_kernel<T>, dim3(1), dim3(kListThreads), 0, stream, p,
                          tiles);
   NS_CUDA_CHECK_LAUNCH();
-  cuda::launch_pdl(query_tile_kernel<T, HD>,
+  cuda::launch_pdl(query_tile_kernel<T, KV, HD>,
                    dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(p.n_tiles)), dim3(kTileThreads),
-                   query_smem_bytes<HD>(), stream, p);
+                   query_smem_bytes<T, KV, HD>(), stream, p);
   NS_CUDA_CHECK_LAUNCH();
 }
 
 // The decode rows, in launches of at most the workspace's rows: the splits,
 // then (where a row has several) their fold.
-template <typename T, int HD>
+template <typename T, typename KV, int HD>
 void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int stages, int max_rows,
                    cuda::Stream stream, bool dependent_launch) {
-  auto kernel = stages == 2 ? tile_decode_kernel<T, HD, 2> : tile_decode_kernel<T, HD, 3>;
+  auto kernel = stages == 2 ? tile_decode_kernel<T, KV, HD, 2> : tile_decode_kernel<T, KV, HD, 3>;
   for (int r0 = 0, rows = 0; r0 < n_decode; r0 += rows) {
     rows = std::min({max_rows, n_decode - r0, int{65535}});
     p.decode_offset = r0;
     cuda::launch_maybe_pdl(
         dependent_launch, kernel,
         dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_splits), static_cast<unsigned>(rows)),
-        dim3(kTileThreads), decode_smem_bytes<HD>(stages), stream, p);
+        dim3(kTileThreads), decode_smem_bytes<T, KV, HD>(stages), stream, p);
     NS_CUDA_CHECK_LAUNCH();
     if (grid_splits > 1) {
       cuda::launch_pdl(tile_reduce_kernel<T, HD>,
@@ -315,10 +329,12 @@ void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int
 }  // namespace
 
 void opt_in_tile_kernels() {
-  opt_in<__nv_bfloat16, 64>();
-  opt_in<__nv_bfloat16, 128>();
-  opt_in<__half, 64>();
-  opt_in<__half, 128>();
+  opt_in<__nv_bfloat16, __nv_bfloat16, 64>();
+  opt_in<__nv_bfloat16, __nv_bfloat16, 128>();
+  opt_in<__half, __half, 64>();
+  opt_in<__half, __half, 128>();
+  opt_in<__nv_bfloat16, uint8_t, 64>();
+  opt_in<__nv_bfloat16, uint8_t, 128>();
 }
 
 int query_tile_count(const DeviceBatch& batch, int n_rep) {
@@ -344,8 +360,8 @@ int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count) {
 
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
                   int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
-                  cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv,
-                  int stages) {
+                  cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv, int stages,
+                  const KvScales& kv_scales) {
   const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   NS_CHECK(n_rep <= kTileMaxRep) << "tile attention: n_rep " << n_rep << " over " << kTileMaxRep;
   const int n_tiles = query_tile_count(batch, n_rep);
@@ -358,8 +374,10 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
-    p.k_pool = k_pool.data_as<const T>();
-    p.v_pool = v_pool.data_as<const T>();
+    p.k_pool = k_pool.data();
+    p.v_pool = v_pool.data();
+    p.k_scale = kv_scales.k;
+    p.v_scale = kv_scales.v;
     p.strides = pool_strides(block_size, n_kv, hd);
     p.row_meta = batch.row_meta();
     p.positions = batch.positions();
@@ -379,26 +397,28 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     p.scale_log2 = scale * kLog2e;
     p.early_kv = early_kv && dependent_launch;
   };
-  auto run = [&]<typename T, int HD>() {
+  auto run = [&]<typename T, typename KV, int HD>() {
     TileParams<T> p{};
     fill.template operator()<T>(p);
     // The query tiles first: the decode launch's early copies then overlap their tail.
-    if (n_tiles > 0) launch_query<T, HD>(p, static_cast<int>(n_kv), ws.items(), stream, dependent_launch);
+    if (n_tiles > 0) launch_query<T, KV, HD>(p, static_cast<int>(n_kv), ws.items(), stream, dependent_launch);
     if (n_decode > 0) {
-      launch_decode<T, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits, stages, ws.max_rows(), stream,
-                           dependent_launch || n_tiles > 0);
+      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits, stages, ws.max_rows(), stream,
+                               dependent_launch || n_tiles > 0);
     }
   };
-  auto by_hd = [&]<typename T>() {
-    if (hd == 64) return run.template operator()<T, 64>();
+  auto by_hd = [&]<typename T, typename KV>() {
+    if (hd == 64) return run.template operator()<T, KV, 64>();
     NS_CHECK(hd == 128) << "tile attention: head_dim " << hd << " (64 or 128)";
-    run.template operator()<T, 128>();
+    run.template operator()<T, KV, 128>();
   };
   if (k_pool.dtype() == DType::kBF16) {
-    by_hd.template operator()<__nv_bfloat16>();
+    by_hd.template operator()<__nv_bfloat16, __nv_bfloat16>();
+  } else if (k_pool.dtype() == DType::kF8E4M3) {
+    by_hd.template operator()<__nv_bfloat16, uint8_t>();  // bf16 q and out (paged_attention_cuda checked)
   } else {
     NS_CHECK(k_pool.dtype() == DType::kF16) << "tile attention: KV dtype " << dtype_name(k_pool.dtype());
-    by_hd.template operator()<__half>();
+    by_hd.template operator()<__half, __half>();
   }
 }
 

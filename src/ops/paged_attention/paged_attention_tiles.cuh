@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cuda/kv_quant.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/paged_attention/paged_attention_common.cuh"
 
@@ -46,8 +47,9 @@ template <typename T>
 struct TileParams {
   const T* q;  // [T, n_heads, HD]
   T* out;      // [T, n_heads, HD]
-  const T* k_pool;
-  const T* v_pool;
+  const void* k_pool;  // T, or E4M3 bytes (KV: the kernel's pool element)
+  const void* v_pool;
+  float k_scale, v_scale;    // an fp8 pool's: x = f32(q) * scale
   PoolStrides strides;       // elements: a block, a head, a slot
   const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
   const int32_t* positions;  // [T]
@@ -76,30 +78,83 @@ __device__ __forceinline__ uint32_t tile_offset(int r, int c) {
   return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
 }
 
+// Bytes of a tile's K (or V) as computed on: [kTileKeys][HD] T elements.
+template <int HD>
+constexpr uint32_t tile_bytes() {
+  return kTileKeys * HD * 2;
+}
+// Bytes of a stage as copied: K then V, in the pool's element.
+template <typename KV, int HD>
+constexpr uint32_t stage_bytes() {
+  return 2 * kTileKeys * HD * static_cast<uint32_t>(sizeof(KV));
+}
+
 // Tile `tile`'s K and V rows of kv head kvh into the stage at `dst` (K, then
-// V kTileKeys * HD elements on); keys at or past kv_end are zeros. Thread i
-// of kTileThreads copies chunk i % (HD / 8) of every kTileThreads / (HD / 8)-th
-// row from row i / (HD / 8).
-template <typename T, int HD>
-__device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t* table, int kvh, int tile,
+// V kTileKeys * HD elements on); keys at or past kv_end are zeros. A T pool's
+// rows land swizzled (tile_offset), an fp8 pool's plain (row r at r * HD
+// bytes), for dequantize_tile. Thread i of kTileThreads copies chunk i %
+// (row chunks) of every kTileThreads / (row chunks)-th row from row i / (row
+// chunks).
+template <typename KV, int HD>
+__device__ __forceinline__ void load_tile(const PoolStrides& strides, const void* k_pool, const void* v_pool,
+                                          int block_size_log2, const int32_t* table, int kvh, int tile,
                                           int kv_end, uint32_t dst, int i) {
-  constexpr int kChunks = HD / 8;
+  constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
+  constexpr int kChunks = HD / kChunkElems;
   constexpr int kRowStep = kTileThreads / kChunks;
-  constexpr uint32_t kTileBytes = kTileKeys * HD * 2;
+  constexpr uint32_t kHalf = stage_bytes<KV, HD>() / 2;
+  const KV* kp = static_cast<const KV*>(k_pool);
+  const KV* vp = static_cast<const KV*>(v_pool);
   const int c = i % kChunks, r0 = i / kChunks;
-  const int bs_mask = (1 << p.block_size_log2) - 1;
+  const int bs_mask = (1 << block_size_log2) - 1;
 #pragma unroll 4
   for (int r = r0; r < kTileKeys; r += kRowStep) {
     const int j = tile * kTileKeys + r;
     const bool valid = j < kv_end;
     int64_t off = 0;
     if (valid) {
-      off = __ldg(table + (j >> p.block_size_log2)) * p.strides.block + (j & bs_mask) * p.strides.token +
-            kvh * p.strides.head + c * 8;
+      off = __ldg(table + (j >> block_size_log2)) * strides.block + (j & bs_mask) * strides.token +
+            kvh * strides.head + c * kChunkElems;
     }
-    const uint32_t at = dst + tile_offset<HD>(r, c);
-    cuda::cp_async_16(at, p.k_pool + off, valid);
-    cuda::cp_async_16(at + kTileBytes, p.v_pool + off, valid);
+    const uint32_t at = dst + (sizeof(KV) == 1 ? static_cast<uint32_t>(r * HD + 16 * c) : tile_offset<HD>(r, c));
+    cuda::cp_async_16(at, kp + off, valid);
+    cuda::cp_async_16(at + kHalf, vp + off, valid);
+  }
+}
+template <typename KV, typename T, int HD>
+__device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t* table, int kvh, int tile,
+                                          int kv_end, uint32_t dst, int i) {
+  load_tile<KV, HD>(p.strides, p.k_pool, p.v_pool, p.block_size_log2, table, kvh, tile, kv_end, dst, i);
+}
+
+// A landed fp8 stage (load_tile's plain rows) into the T tile at `dst` (K,
+// then V tile_bytes on; swizzled as a T pool's copy leaves it): every
+// element bf16(f32(q) * scale). The whole block; the caller's barrier then
+// orders the writes before the reads.
+template <typename T, int HD>
+__device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int i, float k_scale,
+                                                float v_scale) {
+  constexpr int kRowChunks = HD / 16;                          // a row's fp8 chunks
+  constexpr int kChunks = kTileKeys * kRowChunks;              // K's (V's)
+  static_assert(kChunks % kTileThreads == 0, "whole chunks a thread");
+#pragma unroll
+  for (int is_v = 0; is_v < 2; ++is_v) {
+    const float sc = is_v ? v_scale : k_scale;
+#pragma unroll
+    for (int idx = i; idx < kChunks; idx += kTileThreads) {
+      const uint4 q = *reinterpret_cast<const uint4*>(raw + is_v * kChunks * 16 + idx * 16);
+      const int r = idx / kRowChunks, c = idx % kRowChunks;  // row, and 16 elements of it
+      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+      uint32_t t2[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 f = cuda::kv_f8x2_dequantize(static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2))), sc);
+        t2[j] = cuda::Elem<T>::pack2(f.x, f.y);
+      }
+      char* base = dst + is_v * tile_bytes<HD>();
+      *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c)) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
+      *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c + 1)) = make_uint4(t2[4], t2[5], t2[6], t2[7]);
+    }
   }
 }
 

@@ -2,6 +2,10 @@
 //   - the KV writes (paged_kv_write_cuda, rope_kv_write_cuda) store exactly
 //     the CPU rule's bytes (core/kv_quant.h: every bf16 bit pattern, so
 //     ties, saturation, subnormals, infinities and NaN included);
+//   - the tile arithmetic over fp8 pools equals, bit for bit, itself over
+//     the dequantized pools: both its kernels (decode and query-tiled rows),
+//     at 2 and 3 decode stages, with late copies, at both head dims and head
+//     groups of 1 to 16;
 //   - the split kernel over fp8 pools equals, bit for bit, the bf16 kernel
 //     over the dequantized pools (bf16(f32(q) * scale), which is what the fp8
 //     kernel dequantizes a landed tile to), with every tuning variant (held
@@ -269,6 +273,41 @@ TEST(PagedAttentionFp8Cuda, BigBatchesAndWindowsEqualBf16OverDequantizedPools) {
   Shape windowed{DType::kBF16, 128, 16, 2, 4};
   windowed.window = 100;
   check_fp8(windowed, {{1, 1}, {97, 1}, {2048, 1}, {600, 64}}, kScales);
+}
+
+// The tile arithmetic (both kernels) over fp8 pools is itself over the
+// dequantized pools, so its batch invariance carries over from the bf16
+// tests (paged_attention_tiles_cuda_test.cc).
+TEST(PagedAttentionFp8Cuda, TilesEqualTilesOverDequantizedPools) {
+  NS_SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<int, int>> decode{{1, 1}, {17, 1}, {300, 1}, {2048, 1}, {9000, 1}};
+  const std::vector<std::pair<int, int>> mixed{{1, 1}, {37, 37}, {120, 20}, {1000, 300}, {2048, 1}, {5, 2},
+                                               {130, 65}};
+  std::vector<PagedAttentionTuning> ts(4);
+  for (PagedAttentionTuning& t : ts) t.tiles = true;
+  ts[1].stages = 2;
+  ts[2].stages = 3;
+  ts[3].early_kv = false;
+  for (const PagedAttentionTuning& t : ts) {
+    SCOPED_TRACE(::testing::Message() << "tiles, stages " << t.stages << " early " << t.early_kv);
+    check_fp8({DType::kBF16, 128, 16, 8, 4}, decode, kScales, t);
+    check_fp8({DType::kBF16, 128, 16, 2, 4}, mixed, kScales, t);
+  }
+  PagedAttentionTuning t;
+  t.tiles = true;
+  for (int n_rep : {1, 3, 8, 16}) check_fp8({DType::kBF16, 64, 32, 2, n_rep}, mixed, kScales, t);
+  check_fp8({DType::kBF16, 128, 8, 1, 16}, {{500, 499}, {17, 1}, {4096, 1}}, kScales, t);
+  check_fp8({DType::kBF16, 128, 16, 2, 4}, decode, {1.0f, 1.0f}, t);  // subnormal codes
+  check_fp8({DType::kBF16, 128, 16, 2, 4}, mixed, {1.0f / 1024, 0.3f}, t);  // K saturated
+}
+
+// Small steps of both tile kernels over fp8 pools, for compute-sanitizer
+// (scripts/gpu-check): a row of several splits, rows cut by a tile's end.
+TEST(PagedAttentionFp8Cuda, TilesSmallStepsEqualTilesOverDequantizedPools) {
+  NS_SKIP_WITHOUT_GPU();
+  PagedAttentionTuning t;
+  t.tiles = true;
+  check_fp8({DType::kBF16, 64, 16, 1, 3}, {{1, 1}, {37, 37}, {120, 20}, {300, 1}, {5, 2}}, kScales, t);
 }
 
 // The families' extras over fp8 pools: head_dim 256 (the plain kernel, a

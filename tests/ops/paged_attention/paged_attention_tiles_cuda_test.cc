@@ -136,7 +136,8 @@ TEST(PagedAttentionTiles, SupportNamesItsLimits) {
   EXPECT_FALSE(paged_attention_tiles_support(128, 4, 4096, 0.0f, false, DType::kBF16));
   EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 50.0f, false, DType::kBF16));
   EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 0.0f, true, DType::kBF16));
-  EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 0.0f, false, DType::kF8E4M3));
+  EXPECT_TRUE(paged_attention_tiles_support(128, 4, 0, 0.0f, false, DType::kF8E4M3));
+  EXPECT_FALSE(paged_attention_tiles_support(128, 4, 0, 0.0f, false, DType::kF32));
 }
 
 }  // namespace
