@@ -95,36 +95,30 @@ constexpr uint32_t stage_bytes() {
 // bytes), for dequantize_tile. Thread i of kTileThreads copies chunk i %
 // (row chunks) of every kTileThreads / (row chunks)-th row from row i / (row
 // chunks).
-template <typename KV, int HD>
-__device__ __forceinline__ void load_tile(const PoolStrides& strides, const void* k_pool, const void* v_pool,
-                                          int block_size_log2, const int32_t* table, int kvh, int tile,
+template <typename KV, typename T, int HD>
+__device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t* table, int kvh, int tile,
                                           int kv_end, uint32_t dst, int i) {
   constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
   constexpr int kChunks = HD / kChunkElems;
   constexpr int kRowStep = kTileThreads / kChunks;
   constexpr uint32_t kHalf = stage_bytes<KV, HD>() / 2;
-  const KV* kp = static_cast<const KV*>(k_pool);
-  const KV* vp = static_cast<const KV*>(v_pool);
+  const KV* kp = static_cast<const KV*>(p.k_pool);
+  const KV* vp = static_cast<const KV*>(p.v_pool);
   const int c = i % kChunks, r0 = i / kChunks;
-  const int bs_mask = (1 << block_size_log2) - 1;
+  const int bs_mask = (1 << p.block_size_log2) - 1;
 #pragma unroll 4
   for (int r = r0; r < kTileKeys; r += kRowStep) {
     const int j = tile * kTileKeys + r;
     const bool valid = j < kv_end;
     int64_t off = 0;
     if (valid) {
-      off = __ldg(table + (j >> block_size_log2)) * strides.block + (j & bs_mask) * strides.token +
-            kvh * strides.head + c * kChunkElems;
+      off = __ldg(table + (j >> p.block_size_log2)) * p.strides.block + (j & bs_mask) * p.strides.token +
+            kvh * p.strides.head + c * kChunkElems;
     }
     const uint32_t at = dst + (sizeof(KV) == 1 ? static_cast<uint32_t>(r * HD + 16 * c) : tile_offset<HD>(r, c));
     cuda::cp_async_16(at, kp + off, valid);
     cuda::cp_async_16(at + kHalf, vp + off, valid);
   }
-}
-template <typename KV, typename T, int HD>
-__device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t* table, int kvh, int tile,
-                                          int kv_end, uint32_t dst, int i) {
-  load_tile<KV, HD>(p.strides, p.k_pool, p.v_pool, p.block_size_log2, table, kvh, tile, kv_end, dst, i);
 }
 
 // A landed fp8 stage (load_tile's plain rows) into the T tile at `dst` (K,
