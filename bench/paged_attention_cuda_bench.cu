@@ -44,7 +44,7 @@ namespace {
 constexpr int kCallsPerGraph = 20;
 constexpr int kReplays = 25;
 constexpr double kCopyCeilingTBs = 4.24;  // docs/benchmarks.md, H200
-const KvScales kScales{0.05f, 0.011f};     // an fp8 pool's (any: the bytes are random)
+const KvScales kScales{0.05f, 0.011f};    // an fp8 pool's (any: the bytes are random)
 
 // Fills bf16 values in [-1, 1) from a hash of the index and a seed.
 __global__ void fill_random_bf16(uint16_t* p, int64_t n, uint32_t seed) {

@@ -40,10 +40,11 @@ namespace nanoserve {
 // rows of sequences with several rows in the step (64 (row, head) slots of
 // one sequence a block, as flash attention lays out a prefill) and by a
 // decode kernel for single rows, to the same bits. bf16, f16 and fp8 pools
-// (an fp8 tile dequantized as the split kernel does), head_dim 64 and 128, at most 16 query heads a kv head, no sliding window,
-// soft-capping or sinks. The two arithmetics differ in their last bits: a
-// model runs one of them for every step. The split kernel's tuning knobs,
-// for benchmarks and tests, are in paged_attention_tuning.cuh.
+// (an fp8 tile dequantized as the split kernel does), head_dim 64 and 128,
+// at most 16 query heads a kv head, no sliding window, soft-capping or sinks.
+// The two arithmetics differ in their last bits: a model runs one of them
+// for every step. The split kernel's tuning knobs, for benchmarks and tests,
+// are in paged_attention_tuning.cuh.
 enum class PagedAttentionKernel : uint8_t { kSplit, kTiles };
 
 // Whether kTiles serves a model of these attention features.

@@ -78,7 +78,9 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int i = static_cast<int>(threadIdx.x);
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
-  auto load = [&](int n) { load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kDeq + (n % S) * kStage, i); };
+  auto load = [&](int n) {
+    load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kDeq + (n % S) * kStage, i);
+  };
   // Tile n's landed stage, made readable: the address of its T tile (over an
   // fp8 pool, the stage dequantized; a barrier orders it before the reads).
   auto ready = [&](int n) -> uint32_t {

@@ -70,9 +70,9 @@ __global__ void __launch_bounds__(kListThreads)
 
 template <typename T, typename KV, int HD>
 __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_constant__ TileParams<T> p) {
-  constexpr int kKS = HD / 16;                        // k-steps of S (16 dims)
-  constexpr int kDT = HD / 8;                         // n-tiles of O (8 dims)
-  constexpr int kNT = kKeys / 8;                      // n-tiles of S (8 keys)
+  constexpr int kKS = HD / 16;                       // k-steps of S (16 dims)
+  constexpr int kDT = HD / 8;                        // n-tiles of O (8 dims)
+  constexpr int kNT = kKeys / 8;                     // n-tiles of S (8 keys)
   constexpr uint32_t kTileBytes = tile_bytes<HD>();  // K (or V) of a tile
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
@@ -280,7 +280,8 @@ constexpr int query_smem_bytes() {
 
 template <typename T, typename KV, int HD>
 void opt_in() {
-  NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, KV, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  NS_CUDA_CHECK(cudaFuncSetAttribute(query_tile_kernel<T, KV, HD>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      query_smem_bytes<T, KV, HD>()));
   NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 2>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -403,8 +404,8 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     // The query tiles first: the decode launch's early copies then overlap their tail.
     if (n_tiles > 0) launch_query<T, KV, HD>(p, static_cast<int>(n_kv), ws.items(), stream, dependent_launch);
     if (n_decode > 0) {
-      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits, stages, ws.max_rows(), stream,
-                               dependent_launch || n_tiles > 0);
+      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits, stages, ws.max_rows(),
+                               stream, dependent_launch || n_tiles > 0);
     }
   };
   auto by_hd = [&]<typename T, typename KV>() {

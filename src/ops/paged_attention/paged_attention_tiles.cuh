@@ -115,7 +115,8 @@ __device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t*
       off = __ldg(table + (j >> p.block_size_log2)) * p.strides.block + (j & bs_mask) * p.strides.token +
             kvh * p.strides.head + c * kChunkElems;
     }
-    const uint32_t at = dst + (sizeof(KV) == 1 ? static_cast<uint32_t>(r * HD + 16 * c) : tile_offset<HD>(r, c));
+    const uint32_t at =
+        dst + (sizeof(KV) == 1 ? static_cast<uint32_t>(r * HD + 16 * c) : tile_offset<HD>(r, c));
     cuda::cp_async_16(at, kp + off, valid);
     cuda::cp_async_16(at + kHalf, vp + off, valid);
   }
@@ -128,8 +129,8 @@ __device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t*
 template <typename T, int HD>
 __device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int i, float k_scale,
                                                 float v_scale) {
-  constexpr int kRowChunks = HD / 16;                          // a row's fp8 chunks
-  constexpr int kChunks = kTileKeys * kRowChunks;              // K's (V's)
+  constexpr int kRowChunks = HD / 16;              // a row's fp8 chunks
+  constexpr int kChunks = kTileKeys * kRowChunks;  // K's (V's)
   static_assert(kChunks % kTileThreads == 0, "whole chunks a thread");
 #pragma unroll
   for (int is_v = 0; is_v < 2; ++is_v) {
@@ -147,7 +148,8 @@ __device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int 
       }
       char* base = dst + is_v * tile_bytes<HD>();
       *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c)) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
-      *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c + 1)) = make_uint4(t2[4], t2[5], t2[6], t2[7]);
+      *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c + 1)) =
+          make_uint4(t2[4], t2[5], t2[6], t2[7]);
     }
   }
 }

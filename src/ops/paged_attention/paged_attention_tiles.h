@@ -29,7 +29,7 @@ int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count);
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
                   int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
                   cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv,
-                  int stages,  // the decode kernel's; 0: tile_decode_stages
+                  int stages,                  // the decode kernel's; 0: tile_decode_stages
                   const KvScales& kv_scales);  // an fp8 pool's
 
 }  // namespace nanoserve::paged_attention_kernels

@@ -281,8 +281,8 @@ TEST(PagedAttentionFp8Cuda, BigBatchesAndWindowsEqualBf16OverDequantizedPools) {
 TEST(PagedAttentionFp8Cuda, TilesEqualTilesOverDequantizedPools) {
   NS_SKIP_WITHOUT_GPU();
   const std::vector<std::pair<int, int>> decode{{1, 1}, {17, 1}, {300, 1}, {2048, 1}, {9000, 1}};
-  const std::vector<std::pair<int, int>> mixed{{1, 1}, {37, 37}, {120, 20}, {1000, 300}, {2048, 1}, {5, 2},
-                                               {130, 65}};
+  const std::vector<std::pair<int, int>> mixed{{1, 1},    {37, 37}, {120, 20}, {1000, 300},
+                                               {2048, 1}, {5, 2},   {130, 65}};
   std::vector<PagedAttentionTuning> ts(4);
   for (PagedAttentionTuning& t : ts) t.tiles = true;
   ts[1].stages = 2;
@@ -297,7 +297,7 @@ TEST(PagedAttentionFp8Cuda, TilesEqualTilesOverDequantizedPools) {
   t.tiles = true;
   for (int n_rep : {1, 3, 8, 16}) check_fp8({DType::kBF16, 64, 32, 2, n_rep}, mixed, kScales, t);
   check_fp8({DType::kBF16, 128, 8, 1, 16}, {{500, 499}, {17, 1}, {4096, 1}}, kScales, t);
-  check_fp8({DType::kBF16, 128, 16, 2, 4}, decode, {1.0f, 1.0f}, t);  // subnormal codes
+  check_fp8({DType::kBF16, 128, 16, 2, 4}, decode, {1.0f, 1.0f}, t);        // subnormal codes
   check_fp8({DType::kBF16, 128, 16, 2, 4}, mixed, {1.0f / 1024, 0.3f}, t);  // K saturated
 }
 
