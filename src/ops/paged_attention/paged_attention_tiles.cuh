@@ -12,7 +12,7 @@
 //   S: each 8-key n-tile from C = 0 over the head dims' k-steps in order;
 //   the tile's max over its 64 keys (exact, any order);
 //   softmax_step: corr and the base from the running max;
-//   P = 2^(s - base), rounded to the KV dtype as the A fragment of P V;
+//   P = 2^(s - base), rounded to T (q's dtype) as the A fragment of P V;
 //   O and l (l as O's 8-dim n-tile whose V is a column of ones: its C is
 //   the sum of the rounded P) times corr, then + P V over the tile's four
 //   16-key k-steps in order.
