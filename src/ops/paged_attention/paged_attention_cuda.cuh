@@ -102,9 +102,9 @@ void paged_kv_write_cuda(const Tensor& k, const Tensor& v, const DeviceBatch& ba
 // logit joining its softmax's denominator as paged_attention_reference's
 // PagedAttentionArgs::sinks; null: none. A row's split plan, and so its bits'
 // independence of the batch, is the same with sinks as without. kv_scales: an
-// fp8 pool's (read by the split kernel only; the query-tiled kernel takes bf16
-// and f16). Soft-capping and sinks act on the scores, after the dequantized
-// tile: they compose with an fp8 pool as with a bf16 one.
+// fp8 pool's (both arithmetics dequantize a landed tile by the same rule).
+// Soft-capping and sinks act on the scores, after the dequantized tile: they
+// compose with an fp8 pool as with a bf16 one.
 void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool,
                           const DeviceBatch& batch, int n_rep, float scale, PagedAttentionWorkspaceCuda& ws,
                           const Tensor& out, cuda::Stream stream = nullptr,
