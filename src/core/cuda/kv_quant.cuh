@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/cuda/ptx.cuh"
+
 namespace nanoserve::cuda {
 
 __device__ __forceinline__ uint8_t kv_f8_quantize(float x, float scale) {
@@ -22,6 +24,19 @@ __device__ __forceinline__ float2 kv_f8x2_dequantize(uint16_t q2, float scale) {
   memcpy(&hh, &h, sizeof(hh));
   const float2 f = __half22float2(hh);
   return make_float2(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+}
+
+// A 16-byte chunk of E4M3 bytes (byte 0 first) as 16 T elements, each
+// T(f32(q) * scale), in eight T pairs: t2[j] holds elements 2 j, 2 j + 1.
+// The paged attention kernels' read of an fp8 tile.
+template <typename T>
+__device__ __forceinline__ void kv_f8x16_dequantize(const uint4& q, float scale, uint32_t (&t2)[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 f = kv_f8x2_dequantize(static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2))), scale);
+    t2[j] = Elem<T>::pack2(f.x, f.y);
+  }
 }
 
 }  // namespace nanoserve::cuda

@@ -41,13 +41,8 @@ __device__ __forceinline__ void dequantize_f8_stage(char* stage, int lane, float
       const int idx = lane + 32 * i;
       const int h = idx / kRegionChunks, c = idx % kRegionChunks;
       const int r = c / 4, c16 = c % 4;  // row, and 16 elements of its line
-      const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
       uint32_t t2[8];  // T pairs: elements 2 j, 2 j + 1 of the 16
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float2 f = cuda::kv_f8x2_dequantize(static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2))), sc);
-        t2[j] = Elem<T>::pack2(f.x, f.y);
-      }
+      cuda::kv_f8x16_dequantize<T>(raw[i], sc, t2);
       *reinterpret_cast<uint4*>(base + row_chunk_offset<HD>(r, 8 * h + 2 * c16)) =
           make_uint4(t2[0], t2[1], t2[2], t2[3]);
       *reinterpret_cast<uint4*>(base + row_chunk_offset<HD>(r, 8 * h + 2 * c16 + 1)) =

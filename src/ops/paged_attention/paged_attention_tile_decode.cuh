@@ -23,18 +23,11 @@
 // landed stage is dequantized into one T tile (ahead of the stages) that the
 // four warps then read, one barrier later.
 
-#include <type_traits>
-
 #include "ops/paged_attention/paged_attention_tiles.cuh"
 
 namespace nanoserve::paged_attention_kernels {
 
-// The T tile an fp8 pool's stage is dequantized into (none over a T pool).
-template <typename T, typename KV, int HD>
-constexpr int dequantized_bytes() {
-  return std::is_same_v<T, KV> ? 0 : static_cast<int>(2 * tile_bytes<HD>());
-}
-// That tile, the stages, then the four warps' maxima ([4][16] f32) and P's A
+// The dequantized tile (fp8 pools), the stages, then the four warps' maxima ([4][16] f32) and P's A
 // fragments ([4][32] x 16 bytes).
 template <typename T, typename KV, int HD>
 constexpr int decode_smem_bytes(int stages) {

@@ -27,6 +27,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/kv_quant.cuh"
 #include "core/cuda/ptx.cuh"
@@ -89,6 +90,13 @@ constexpr uint32_t stage_bytes() {
   return 2 * kTileKeys * HD * static_cast<uint32_t>(sizeof(KV));
 }
 
+// The T tile an fp8 pool's landed stage is dequantized into, ahead of the
+// stages (none over a T pool).
+template <typename T, typename KV, int HD>
+constexpr int dequantized_bytes() {
+  return std::is_same_v<T, KV> ? 0 : static_cast<int>(2 * tile_bytes<HD>());
+}
+
 // Tile `tile`'s K and V rows of kv head kvh into the stage at `dst` (K, then
 // V kTileKeys * HD elements on); keys at or past kv_end are zeros. A T pool's
 // rows land swizzled (tile_offset), an fp8 pool's plain (row r at r * HD
@@ -139,13 +147,8 @@ __device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int 
     for (int idx = i; idx < kChunks; idx += kTileThreads) {
       const uint4 q = *reinterpret_cast<const uint4*>(raw + is_v * kChunks * 16 + idx * 16);
       const int r = idx / kRowChunks, c = idx % kRowChunks;  // row, and 16 elements of it
-      const uint32_t w[4] = {q.x, q.y, q.z, q.w};
       uint32_t t2[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float2 f = cuda::kv_f8x2_dequantize(static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2))), sc);
-        t2[j] = cuda::Elem<T>::pack2(f.x, f.y);
-      }
+      cuda::kv_f8x16_dequantize<T>(q, sc, t2);
       char* base = dst + is_v * tile_bytes<HD>();
       *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c)) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
       *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c + 1)) =
