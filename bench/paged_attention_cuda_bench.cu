@@ -46,43 +46,43 @@ constexpr int kReplays = 25;
 constexpr double kCopyCeilingTBs = 4.24;  // docs/benchmarks.md, H200
 const KvScales kScales{0.05f, 0.011f};    // an fp8 pool's (any: the bytes are random)
 
-// Fills bf16 values in [-1, 1) from a hash of the index and a seed.
+// A hash of an element's index and a seed.
+__device__ __forceinline__ uint32_t index_hash(int64_t i, uint32_t seed) {
+  uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed ^ static_cast<uint32_t>(i >> 32) * 0x85EBCA77u;
+  h ^= h >> 15;
+  h *= 0x2C1B3C6Du;
+  h ^= h >> 12;
+  h *= 0x297A2D39u;
+  h ^= h >> 15;
+  return h;
+}
+
+// Fills bf16 values in [-1, 1) from the hash.
 __global__ void fill_random_bf16(uint16_t* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed ^ static_cast<uint32_t>(i >> 32) * 0x85EBCA77u;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    h *= 0x297A2D39u;
-    h ^= h >> 15;
-    const float x = static_cast<float>(static_cast<int32_t>(h)) * (1.0f / 2147483648.0f);
+    const float x = static_cast<float>(static_cast<int32_t>(index_hash(i, seed))) * (1.0f / 2147483648.0f);
     uint32_t bits;
     memcpy(&bits, &x, 4);
     p[i] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
   }
 }
 
-void fill_random(const Tensor& t, uint32_t seed) {
-  fill_random_bf16<<<1024, 256>>>(t.data_as<uint16_t>(), t.numel(), seed);
-  NS_CUDA_CHECK_LAUNCH();
-}
-
-// E4M3 bytes of magnitude below 2 (the exponent's top bit clear: never NaN).
+// Fills E4M3 bytes of magnitude below 2 (the exponent's top bit clear: never
+// NaN) from the hash.
 __global__ void fill_random_f8(uint8_t* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 0x9E3779B1u ^ seed;
-    h ^= h >> 15;
-    h *= 0x2C1B3C6Du;
-    h ^= h >> 12;
-    p[i] = static_cast<uint8_t>(h & 0xBFu);
+    p[i] = static_cast<uint8_t>(index_hash(i, seed) & 0xBFu);
   }
 }
 
-void fill_pool(const Tensor& t, uint32_t seed) {
-  if (t.dtype() == DType::kBF16) return fill_random(t, seed);
-  fill_random_f8<<<1024, 256>>>(t.data_as<uint8_t>(), t.numel(), seed);
+void fill_random(const Tensor& t, uint32_t seed) {
+  if (t.dtype() == DType::kF8E4M3) {
+    fill_random_f8<<<1024, 256>>>(t.data_as<uint8_t>(), t.numel(), seed);
+  } else {
+    fill_random_bf16<<<1024, 256>>>(t.data_as<uint16_t>(), t.numel(), seed);
+  }
   NS_CUDA_CHECK_LAUNCH();
 }
 
@@ -135,8 +135,8 @@ struct Setup {
     for (int c = 0; c < copies; ++c) {
       k_pools.push_back(cuda::empty(s.kv, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
       v_pools.push_back(cuda::empty(s.kv, {num_blocks, s.block_size, s.n_kv, s.head_dim}));
-      fill_pool(k_pools.back(), seed + 2 * c);
-      fill_pool(v_pools.back(), seed + 2 * c + 1);
+      fill_random(k_pools.back(), seed + 2 * c);
+      fill_random(v_pools.back(), seed + 2 * c + 1);
     }
     q = cuda::empty(DType::kBF16, {int64_t{s.batch} * s.rows, s.n_heads, s.head_dim});
     out = cuda::empty(DType::kBF16, {int64_t{s.batch} * s.rows, s.n_heads, s.head_dim});
