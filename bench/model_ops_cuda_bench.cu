@@ -11,13 +11,13 @@
 // decode step sees them), cycling over enough copies of the inputs that they
 // do not sit in L2 (50 MB); inputs are random (fill_uniform_cuda), never zeros.
 //
-//   model_ops_cuda_bench [--quick] [--gemms] [--only NAME:M [--fp8]] [--sample]
+//   model_ops_cuda_bench [--quick] [--gemms] [--sweep] [--only NAME:M [--fp8]] [--sample]
 //
-// --sample: the sampler only. --gemms: the linears only. --only NAME:M (e.g. gate_up:64): the linears
-// only, that one at that M, with linear_cuda's own kernel and cuBLASLt's, or with --fp8 linear_cuda
-// over the same weights in FP8 rows alone (the profiler's view of one kernel: scripts/gpu-check's
-// profile section). Every run of all the linears has an fp8 row beside ours (bytes: the FP8 weight
-// and its scales).
+// --sample: the sampler only. --sweep: every kernel forced at M = 16 .. 1,024 (bench_sweep). --gemms: the
+// linears only. --only NAME:M (e.g. gate_up:64): the linears only, that one at that M, with linear_cuda's own
+// kernel and cuBLASLt's, or with --fp8 linear_cuda over the same weights in FP8 rows alone (the profiler's
+// view of one kernel: scripts/gpu-check's profile section). Every run of all the linears has an fp8 row
+// beside ours (bytes: the FP8 weight and its scales).
 
 #include <cuda_runtime.h>
 
@@ -257,7 +257,8 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
 
 // only_name empty: every linear at every M (with the forced kernels from
 // M = 16); else that linear at only_m, ours and cuBLASLt's.
-void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m, bool fp8_only) {
+void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m,
+                 bool fp8_only) {
   struct Linear {
     const char* name;
     int64_t K, N;
@@ -326,8 +327,8 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
             gemm->matmul(x, ws[i % n], y, s);
           }
         });
-        const double bytes =
-            static_cast<double>((fp8 ? wbytes / 2 + l.N * 4 : wbytes) + M * l.K * 2 + M * l.N * dtype_bytes(l.y, 1));
+        const double bytes = static_cast<double>((fp8 ? wbytes / 2 + l.N * 4 : wbytes) + M * l.K * 2 +
+                                                 M * l.N * dtype_bytes(l.y, 1));
         const double tbs = bytes / (ms * 1e-3) / 1e12;
         const double tflops = 2.0 * static_cast<double>(M * l.N * l.K) / (ms * 1e-3) / 1e12;
         std::printf("%-9s %-16s %4lld %10s %7.1f us %9.2f %9.1f", l.name,
@@ -345,12 +346,67 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
   if (!found) std::printf("no linear named '%s' (qkv, o, gate_up, down, lm_head)\n", only_name.c_str());
 }
 
+// --sweep: every kernel forced, bf16 and FP8 rows, at the step sizes between
+// the streaming kernel's and the prefill's, one line a linear and M (us):
+// what choose_tile's rule is read from.
+void bench_sweep(cudaStream_t s) {
+  struct Linear {
+    const char* name;
+    int64_t K, N;
+  };
+  const Linear linears[] = {
+      {"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
+  const LinearPath paths[] = {LinearPath::kAuto,
+                              LinearPath::kStream,
+                              LinearPath::kTile128x64,
+                              LinearPath::kTile128x128,
+                              LinearPath::kTile128x256,
+                              LinearPath::kTile256x128,
+                              LinearPath::kTile128x128WholeK,
+                              LinearPath::kTile128x64WholeK};
+  std::printf("\nsweep, us: %-7s %5s %-5s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "linear", "M", "dtype",
+              "ours", "stream", "128x64", "128x128", "128x256", "256x128", "128x128w", "128x64w", "cuBLASLt");
+  GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
+  for (const Linear& l : linears) {
+    const int64_t wbytes = l.N * l.K * 2;
+    const int n = copies_for(wbytes);
+    std::vector<Tensor> ws;
+    for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
+    const int n8 = copies_for(wbytes / 2);
+    std::vector<LinearWeight> w8;
+    for (int i = 0; i < n8; ++i) w8.push_back(quantize_fp8_rows_cuda(ws[i % n], s));
+    NS_CUDA_CHECK(cudaStreamSynchronize(s));
+    for (int64_t M : {16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}) {
+      const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
+      const Tensor y = cuda::empty(DType::kBF16, {M, l.N});
+      const Tensor scratch = cuda::empty(DType::kBF16, {M * l.K});
+      for (const bool fp8 : {false, true}) {
+        std::printf("sweep, us: %-7s %5lld %-5s", l.name, static_cast<long long>(M), fp8 ? "fp8" : "bf16");
+        for (const LinearPath path : paths) {
+          const double ms = time_graph(s, [&](int i) {
+            if (fp8) {
+              linear_cuda(x, w8[i % w8.size()], y, scratch, s, path);
+            } else {
+              linear_cuda(x, ws[i % n], y, scratch, s, path);
+            }
+          });
+          std::printf(" %8.1f", ms * 1e3);
+        }
+        if (!fp8) {
+          std::printf(" %8.1f", time_graph(s, [&](int i) { per_shape.matmul(x, ws[i % n], y, s); }) * 1e3);
+        }
+        std::printf("\n");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nanoserve
 
 int main(int argc, char** argv) {
   using namespace nanoserve;
-  bool quick = false, gemms_only = false, sample_only = false, fp8_only = false;
+  bool quick = false, gemms_only = false, sample_only = false, fp8_only = false, sweep = false;
   std::string only_name;
   int64_t only_m = 0;
   for (int i = 1; i < argc; ++i) {
@@ -360,6 +416,8 @@ int main(int argc, char** argv) {
       sample_only = true;
     } else if (std::strcmp(argv[i], "--gemms") == 0) {
       gemms_only = true;
+    } else if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
     } else if (std::strcmp(argv[i], "--fp8") == 0) {
       fp8_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
@@ -375,7 +433,8 @@ int main(int argc, char** argv) {
       only_m = m;
       gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--only NAME:M [--fp8]] [--sample]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--sweep] [--only NAME:M [--fp8]] [--sample]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -395,8 +454,9 @@ int main(int argc, char** argv) {
               info.sm_count, static_cast<long long>(info.l2_bytes >> 20), ceiling);
   cudaStream_t s;
   NS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  if (sample_only) {
-    bench_sample(s, ceiling);
+  if (sample_only || sweep) {
+    if (sample_only) bench_sample(s, ceiling);
+    if (sweep) bench_sweep(s);
     NS_CUDA_CHECK(cudaStreamDestroy(s));
     return 0;
   }
