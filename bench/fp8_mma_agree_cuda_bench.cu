@@ -8,10 +8,11 @@
 // same 128 x K codes B with `wgmma.m64nNk32.f32.e4m3.e4m3` (both operands in
 // shared memory, no swizzle), N = 8, 16, 32, 64 and 128, one chain of k32
 // steps over K; four warps do the same 64 x 8 with `mma.sync.m16n8k32` e4m3
-// (which sm_90a builds of conversions and f16 products). Prints, per data set
-// and K, how many of the elements each width shares with the next differ from
-// it, and each product's worst error against the exact sum (in units of the sum
-// of |products|: a layout mistake shows as errors near 1).
+// (which sm_90a builds of conversions and f16 products); and n8 and n64 with
+// A from registers (the form the kernels would use for the weights). Prints,
+// per data set and K, how many of the elements each pair shares differ, and
+// each product's worst error against the exact sum (in units of the sum of
+// |products|: a layout mistake shows as errors near 1).
 //
 //   fp8_mma_agree_cuda_bench
 
@@ -100,6 +101,40 @@ __device__ __forceinline__ void wgmma_e4m3<128>(float (&d)[64], uint64_t a, uint
       : "l"(a), "l"(b), "r"(scale_d));
 }
 
+// The same with A from registers (RS), each thread's four words in the
+// m16n8k32 fragment layout of its warp's 16 rows: the form the kernels would
+// use for the weights.
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b,
+                                              int scale_d);
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<8>(float (&d)[4], const uint32_t (&a)[4], uint64_t b,
+                                                 int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, "
+      "1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t b,
+                                                  int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
+      "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, "
+      "%31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+        "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+        "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+
 // A shared-memory operand without swizzle, K-major: core matrices of 8 rows x
 // 16 bytes, core (i, j) (row group i, k half j) at (2 i + j) x 128 bytes, so
 // the two k halves are 128 bytes apart (leading offset) and row groups 256
@@ -113,9 +148,11 @@ __device__ __forceinline__ int core_offset(int row, int kb) {
   return ((row / 8) * 2 + kb / 16) * 128 + (row % 8) * 16 + kb % 16;
 }
 
-// d[64, N] = a[64, K] . b[N, K]^T (codes row-major, K contiguous). One warpgroup.
-template <int N>
+// d[64, N] = a[64, K] . b[N, K]^T (codes row-major, K contiguous). One warpgroup;
+// A from shared memory, or with kRegs from registers.
+template <int N, bool kRegs>
 __global__ void wgmma_kernel(const uint8_t* a, const uint8_t* b, float* d, int K) {
+  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   __shared__ alignas(128) uint8_t sa[kRows * kStep];
   __shared__ alignas(128) uint8_t sb[N * kStep];
   float acc[N / 2];
@@ -128,14 +165,25 @@ __global__ void wgmma_kernel(const uint8_t* a, const uint8_t* b, float* d, int K
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    wgmma_e4m3<N>(acc, descriptor(sa), descriptor(sb), k0 > 0);
+    if constexpr (kRegs) {
+      // Lane (g, t): rows g and g + 8 of its warp's 16, k 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3.
+      const uint8_t* r0 = a + (16 * warp + g) * K + k0;
+      const uint8_t* r1 = r0 + 8 * K;
+      uint32_t ra[4];
+      std::memcpy(&ra[0], r0 + 4 * t, 4);
+      std::memcpy(&ra[1], r1 + 4 * t, 4);
+      std::memcpy(&ra[2], r0 + 16 + 4 * t, 4);
+      std::memcpy(&ra[3], r1 + 16 + 4 * t, 4);
+      wgmma_e4m3_rs<N>(acc, ra, descriptor(sb), k0 > 0);
+    } else {
+      wgmma_e4m3<N>(acc, descriptor(sa), descriptor(sb), k0 > 0);
+    }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     __syncthreads();
   }
   // The accumulator fragment: warp w holds rows 16 w .. 16 w + 15; lane (g, t)
   // of n8 block j holds (g, 8 j + 2 t + {0, 1}) and (g + 8, ...).
-  const int warp = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
   for (int j = 0; j < N / 8; ++j) {
     for (int h = 0; h < 2; ++h) {
       const int row = 16 * warp + g + 8 * h, col = 8 * j + 2 * t;
@@ -200,11 +248,11 @@ std::vector<uint8_t> codes(size_t n, bool spread, uint64_t seed) {
   return out;
 }
 
-template <int N>
+template <int N, bool kRegs = false>
 std::vector<float> run_wgmma(const uint8_t* a, const uint8_t* b, int K) {
   float* d = nullptr;
   NS_CUDA_CHECK(cudaMalloc(&d, kRows * N * sizeof(float)));
-  wgmma_kernel<N><<<1, 128>>>(a, b, d, K);
+  wgmma_kernel<N, kRegs><<<1, 128>>>(a, b, d, K);
   NS_CUDA_CHECK_LAUNCH();
   std::vector<float> out(kRows * N);
   NS_CUDA_CHECK(cudaMemcpy(out.data(), d, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -231,6 +279,7 @@ int main() {
       by_n.push_back(run_wgmma<32>(a, b, K));
       by_n.push_back(run_wgmma<64>(a, b, K));
       by_n.push_back(run_wgmma<128>(a, b, K));
+      const std::vector<float> rs8 = run_wgmma<8, true>(a, b, K), rs64 = run_wgmma<64, true>(a, b, K);
       float* d = nullptr;
       NS_CUDA_CHECK(cudaMalloc(&d, kRows * 8 * sizeof(float)));
       mma_sync_kernel<<<1, 128>>>(a, b, d, K);
@@ -274,6 +323,10 @@ int main() {
       }
       std::printf("%-7s %5d %-22s %4d/%-4d %12.3e\n", name, K, "n8 vs mma.sync",
                   differ(by_n[0], 8, sync, 8, 8), kRows * 8, error(sync, 8, 8));
+      std::printf("%-7s %5d %-22s %4d/%-4d %12.3e\n", name, K, "n8 A in registers vs n8",
+                  differ(rs8, 8, by_n[0], 8, 8), kRows * 8, error(rs8, 8, 8));
+      std::printf("%-7s %5d %-22s %4d/%-4d %12.3e\n", name, K, "n64 A in registers vs n64",
+                  differ(rs64, 64, by_n[3], 64, 64), kRows * 64, error(rs64, 64, 64));
       std::printf("%-7s %5d %-22s %9s %12.3e\n", name, K, "n8 alone", "", error(by_n[0], 8, 8));
     }
   }

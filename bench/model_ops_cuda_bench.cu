@@ -347,8 +347,9 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
 }
 
 // --sweep: every kernel forced, bf16 and FP8 rows, at the step sizes between
-// the streaming kernel's and the prefill's, one line a linear and M (us):
-// what choose_tile's rule is read from.
+// the streaming kernel's and the prefill's, one line a linear and M (us, the
+// median of three rounds in rotated order): what choose_tile's rule is read
+// from.
 void bench_sweep(cudaStream_t s) {
   struct Linear {
     const char* name;
@@ -381,19 +382,35 @@ void bench_sweep(cudaStream_t s) {
       const Tensor y = cuda::empty(DType::kBF16, {M, l.N});
       const Tensor scratch = cuda::empty(DType::kBF16, {M * l.K});
       for (const bool fp8 : {false, true}) {
-        std::printf("sweep, us: %-7s %5lld %-5s", l.name, static_cast<long long>(M), fp8 ? "fp8" : "bf16");
-        for (const LinearPath path : paths) {
-          const double ms = time_graph(s, [&](int i) {
-            if (fp8) {
-              linear_cuda(x, w8[i % w8.size()], y, scratch, s, path);
-            } else {
-              linear_cuda(x, ws[i % n], y, scratch, s, path);
+        // kRounds rounds, each starting one kernel later, and each kernel's
+        // median over them: a kernel's figure does not depend on what ran
+        // before it (a first run after cuBLASLt's read slow by up to 30%).
+        constexpr int kRounds = 3, kKernels = std::size(paths) + 1;
+        std::vector<double> us[kKernels];
+        for (int round = 0; round < kRounds; ++round) {
+          for (int j = 0; j < kKernels; ++j) {
+            const int k = (j + round * 3) % kKernels;
+            if (k == kKernels - 1) {  // cuBLASLt, bf16 weights only
+              if (!fp8)
+                us[k].push_back(time_graph(s, [&](int i) { per_shape.matmul(x, ws[i % n], y, s); }) * 1e3);
+              continue;
             }
-          });
-          std::printf(" %8.1f", ms * 1e3);
+            us[k].push_back(time_graph(s,
+                                       [&](int i) {
+                                         if (fp8) {
+                                           linear_cuda(x, w8[i % w8.size()], y, scratch, s, paths[k]);
+                                         } else {
+                                           linear_cuda(x, ws[i % n], y, scratch, s, paths[k]);
+                                         }
+                                       }) *
+                            1e3);
+          }
         }
-        if (!fp8) {
-          std::printf(" %8.1f", time_graph(s, [&](int i) { per_shape.matmul(x, ws[i % n], y, s); }) * 1e3);
+        std::printf("sweep, us: %-7s %5lld %-5s", l.name, static_cast<long long>(M), fp8 ? "fp8" : "bf16");
+        for (std::vector<double>& v : us) {
+          if (v.empty()) continue;
+          std::sort(v.begin(), v.end());
+          std::printf(" %8.1f", v[v.size() / 2]);
         }
         std::printf("\n");
       }
