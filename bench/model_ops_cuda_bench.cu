@@ -255,38 +255,64 @@ void bench_elementwise(cudaStream_t s, double ceiling, const std::vector<int64_t
   bench_sample(s, ceiling);
 }
 
+// The linears of a Llama-3-8B layer, and its lm_head (f32 out: no FP8 rows).
+struct Linear {
+  const char* name;
+  int64_t K, N;
+  DType y;
+};
+constexpr Linear kLinears[] = {{"qkv", 4096, 6144, DType::kBF16},
+                               {"o", 4096, 4096, DType::kBF16},
+                               {"gate_up", 4096, 28672, DType::kBF16},
+                               {"down", 14336, 4096, DType::kBF16},
+                               {"lm_head", 4096, 128256, DType::kF32}};
+
+// Each kernel linear_cuda can be forced to (LinearPath), by the name the tables print.
+struct ForcedKernel {
+  const char* name;
+  LinearPath path;
+};
+constexpr ForcedKernel kForced[] = {
+    {"stream", LinearPath::kStream},           {"128x64", LinearPath::kTile128x64},
+    {"128x128", LinearPath::kTile128x128},     {"128x256", LinearPath::kTile128x256},
+    {"256x128", LinearPath::kTile256x128},     {"128x128w", LinearPath::kTile128x128WholeK},
+    {"128x64w", LinearPath::kTile128x64WholeK}};
+
+// Enough copies of a linear's random bf16 weights that they do not sit in L2,
+// and with fp8, as many of the same weights in FP8 rows (--quantization fp8).
+struct WeightCopies {
+  std::vector<Tensor> bf16;
+  std::vector<LinearWeight> fp8;
+};
+WeightCopies weight_copies(const Linear& l, bool fp8, cudaStream_t s) {
+  WeightCopies w;
+  const int64_t wbytes = l.N * l.K * 2;
+  const int n = copies_for(wbytes);
+  for (int i = 0; i < n; ++i) w.bf16.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
+  if (fp8) {
+    const int n8 = copies_for(wbytes / 2);
+    for (int i = 0; i < n8; ++i) w.fp8.push_back(quantize_fp8_rows_cuda(w.bf16[i % n], s));
+    NS_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  return w;
+}
+
 // only_name empty: every linear at every M (with the forced kernels from
 // M = 16); else that linear at only_m, ours and cuBLASLt's.
 void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m,
                  bool fp8_only) {
-  struct Linear {
-    const char* name;
-    int64_t K, N;
-    DType y;
-  };
-  const Linear linears[] = {{"qkv", 4096, 6144, DType::kBF16},
-                            {"o", 4096, 4096, DType::kBF16},
-                            {"gate_up", 4096, 28672, DType::kBF16},
-                            {"down", 14336, 4096, DType::kBF16},
-                            {"lm_head", 4096, 128256, DType::kF32}};
   std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "kernel", "time", "TB/s",
               "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
   GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
   bool found = only_name.empty();
-  for (const Linear& l : linears) {
+  for (const Linear& l : kLinears) {
     if (!only_name.empty() && only_name != l.name) continue;
     found = true;
     const int64_t wbytes = l.N * l.K * 2;
-    const int n = copies_for(wbytes);
-    std::vector<Tensor> ws;
-    for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
-    // The same weights in FP8 rows (--quantization fp8), for the bf16-output linears.
-    std::vector<LinearWeight> w8;
-    if (l.y == DType::kBF16 && (only_name.empty() || fp8_only)) {
-      const int n8 = copies_for(wbytes / 2);
-      for (int i = 0; i < n8; ++i) w8.push_back(quantize_fp8_rows_cuda(ws[i % n], s));
-      NS_CUDA_CHECK(cudaStreamSynchronize(s));
-    }
+    const WeightCopies w = weight_copies(l, l.y == DType::kBF16 && (only_name.empty() || fp8_only), s);
+    const std::vector<Tensor>& ws = w.bf16;
+    const std::vector<LinearWeight>& w8 = w.fp8;
+    const size_t n = ws.size();
     const std::vector<int64_t> ms = only_name.empty() ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024}
                                                       : std::vector<int64_t>{only_m};
     for (int64_t M : ms) {
@@ -305,13 +331,7 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
       if (!fp8_only) kernels.push_back({"ours", LinearPath::kAuto, nullptr});
       if (!w8.empty()) kernels.push_back({"fp8", LinearPath::kAuto, nullptr, true});
       if (M >= 16 && only_name.empty()) {
-        kernels.push_back({"stream", LinearPath::kStream, nullptr});
-        kernels.push_back({"128x64", LinearPath::kTile128x64, nullptr});
-        kernels.push_back({"128x128", LinearPath::kTile128x128, nullptr});
-        kernels.push_back({"128x256", LinearPath::kTile128x256, nullptr});
-        kernels.push_back({"256x128", LinearPath::kTile256x128, nullptr});
-        kernels.push_back({"128x128w", LinearPath::kTile128x128WholeK, nullptr});
-        kernels.push_back({"128x64w", LinearPath::kTile128x64WholeK, nullptr});
+        for (const ForcedKernel& f : kForced) kernels.push_back({f.name, f.path, nullptr});
       }
       if (!fp8_only) kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
       for (const Kernel& k : kernels) {
@@ -351,41 +371,26 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
 // median of three rounds in rotated order): what choose_tile's rule is read
 // from.
 void bench_sweep(cudaStream_t s) {
-  struct Linear {
-    const char* name;
-    int64_t K, N;
-  };
-  const Linear linears[] = {
-      {"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
-  const LinearPath paths[] = {LinearPath::kAuto,
-                              LinearPath::kStream,
-                              LinearPath::kTile128x64,
-                              LinearPath::kTile128x128,
-                              LinearPath::kTile128x256,
-                              LinearPath::kTile256x128,
-                              LinearPath::kTile128x128WholeK,
-                              LinearPath::kTile128x64WholeK};
-  std::printf("\nsweep, us: %-7s %5s %-5s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "linear", "M", "dtype",
-              "ours", "stream", "128x64", "128x128", "128x256", "256x128", "128x128w", "128x64w", "cuBLASLt");
+  std::printf("\nsweep, us: %-7s %5s %-5s %8s", "linear", "M", "dtype", "ours");
+  for (const ForcedKernel& f : kForced) std::printf(" %8s", f.name);
+  std::printf(" %8s\n", "cuBLASLt");
   GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
-  for (const Linear& l : linears) {
-    const int64_t wbytes = l.N * l.K * 2;
-    const int n = copies_for(wbytes);
-    std::vector<Tensor> ws;
-    for (int i = 0; i < n; ++i) ws.push_back(random_tensor(DType::kBF16, {l.N, l.K}, 500 + i, 0.05f));
-    const int n8 = copies_for(wbytes / 2);
-    std::vector<LinearWeight> w8;
-    for (int i = 0; i < n8; ++i) w8.push_back(quantize_fp8_rows_cuda(ws[i % n], s));
-    NS_CUDA_CHECK(cudaStreamSynchronize(s));
+  for (const Linear& l : kLinears) {
+    if (l.y != DType::kBF16) continue;  // the lm_head: no FP8 rows
+    const WeightCopies w = weight_copies(l, true, s);
+    const std::vector<Tensor>& ws = w.bf16;
+    const std::vector<LinearWeight>& w8 = w.fp8;
+    const size_t n = ws.size();
     for (int64_t M : {16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024}) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(DType::kBF16, {M, l.N});
       const Tensor scratch = cuda::empty(DType::kBF16, {M * l.K});
       for (const bool fp8 : {false, true}) {
-        // kRounds rounds, each starting one kernel later, and each kernel's
+        // kRounds rounds, each starting three kernels later, and each kernel's
         // median over them: a kernel's figure does not depend on what ran
         // before it (a first run after cuBLASLt's read slow by up to 30%).
-        constexpr int kRounds = 3, kKernels = std::size(paths) + 1;
+        // Kernel 0 is ours (kAuto), 1 .. kForced the forced ones, the last cuBLASLt.
+        constexpr int kRounds = 3, kKernels = std::size(kForced) + 2;
         std::vector<double> us[kKernels];
         for (int round = 0; round < kRounds; ++round) {
           for (int j = 0; j < kKernels; ++j) {
@@ -395,12 +400,13 @@ void bench_sweep(cudaStream_t s) {
                 us[k].push_back(time_graph(s, [&](int i) { per_shape.matmul(x, ws[i % n], y, s); }) * 1e3);
               continue;
             }
+            const LinearPath path = k == 0 ? LinearPath::kAuto : kForced[k - 1].path;
             us[k].push_back(time_graph(s,
                                        [&](int i) {
                                          if (fp8) {
-                                           linear_cuda(x, w8[i % w8.size()], y, scratch, s, paths[k]);
+                                           linear_cuda(x, w8[i % w8.size()], y, scratch, s, path);
                                          } else {
-                                           linear_cuda(x, ws[i % n], y, scratch, s, paths[k]);
+                                           linear_cuda(x, ws[i % n], y, scratch, s, path);
                                          }
                                        }) *
                             1e3);
