@@ -11,10 +11,10 @@
 // decode step sees them), cycling over enough copies of the inputs that they
 // do not sit in L2 (50 MB); inputs are random (fill_uniform_cuda), never zeros.
 //
-//   model_ops_cuda_bench [--quick] [--gemms] [--sweep] [--only NAME:M [--fp8]] [--sample]
+//   model_ops_cuda_bench [--quick] [--gemms [--ms M,M,..]] [--sweep] [--only NAME:M [--fp8]] [--sample]
 //
 // --sample: the sampler only. --sweep: every kernel forced at M = 16 .. 1,024 (bench_sweep). --gemms: the
-// linears only. --only NAME:M (e.g. gate_up:64): the linears only, that one at that M, with linear_cuda's own
+// linears only (--ms: at those M only, e.g. the streaming kernel's 1,8,16,32). --only NAME:M (e.g. gate_up:64): the linears only, that one at that M, with linear_cuda's own
 // kernel and cuBLASLt's, or with --fp8 linear_cuda over the same weights in FP8 rows alone (the profiler's
 // view of one kernel: scripts/gpu-check's profile section). Every run of all the linears has an fp8 row
 // beside ours (bytes: the FP8 weight and its scales).
@@ -297,10 +297,10 @@ WeightCopies weight_copies(const Linear& l, bool fp8, cudaStream_t s) {
   return w;
 }
 
-// only_name empty: every linear at every M (with the forced kernels from
-// M = 16); else that linear at only_m, ours and cuBLASLt's.
+// only_name empty: every linear at every M of m_list (empty: 1 .. 1,024), with
+// the forced kernels from M = 16; else that linear at only_m, ours and cuBLASLt's.
 void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m,
-                 bool fp8_only) {
+                 bool fp8_only, const std::vector<int64_t>& m_list) {
   std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "kernel", "time", "TB/s",
               "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
   GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
@@ -313,8 +313,9 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
     const std::vector<Tensor>& ws = w.bf16;
     const std::vector<LinearWeight>& w8 = w.fp8;
     const size_t n = ws.size();
-    const std::vector<int64_t> ms = only_name.empty() ? std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024}
-                                                      : std::vector<int64_t>{only_m};
+    const std::vector<int64_t> ms = !only_name.empty() ? std::vector<int64_t>{only_m}
+                                    : !m_list.empty()  ? m_list
+                                                       : std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024};
     for (int64_t M : ms) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(l.y, {M, l.N});
@@ -432,6 +433,7 @@ int main(int argc, char** argv) {
   bool quick = false, gemms_only = false, sample_only = false, fp8_only = false, sweep = false;
   std::string only_name;
   int64_t only_m = 0;
+  std::vector<int64_t> m_list;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
@@ -443,6 +445,18 @@ int main(int argc, char** argv) {
       sweep = true;
     } else if (std::strcmp(argv[i], "--fp8") == 0) {
       fp8_only = true;
+    } else if (std::strcmp(argv[i], "--ms") == 0 && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p != '\0';) {
+        char* end = nullptr;
+        const long long m = std::strtoll(p, &end, 10);
+        if (end == p || m < 1 || m > 1024 || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "--ms: expected M,M,.. with each M in 1..1024, got '%s'\n", argv[i]);
+          return 2;
+        }
+        m_list.push_back(m);
+        p = *end == ',' ? end + 1 : end;
+      }
+      gemms_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       const std::string arg = argv[++i];
       const size_t colon = arg.find(':');
@@ -456,7 +470,7 @@ int main(int argc, char** argv) {
       only_m = m;
       gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--gemms] [--sweep] [--only NAME:M [--fp8]] [--sample]\n",
+      std::fprintf(stderr, "usage: %s [--quick] [--gemms [--ms M,M,..]] [--sweep] [--only NAME:M [--fp8]] [--sample]\n",
                    argv[0]);
       return 2;
     }
@@ -486,7 +500,7 @@ int main(int argc, char** argv) {
   if (!gemms_only) {
     bench_elementwise(s, ceiling, quick ? std::vector<int64_t>{1, 64} : std::vector<int64_t>{1, 64, 1024});
   }
-  bench_gemms(s, ceiling, only_name, only_m, fp8_only);
+  bench_gemms(s, ceiling, only_name, only_m, fp8_only, m_list);
   NS_CUDA_CHECK(cudaStreamDestroy(s));
   return 0;
 }
