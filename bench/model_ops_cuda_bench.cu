@@ -14,10 +14,11 @@
 //   model_ops_cuda_bench [--quick] [--gemms [--ms M,M,..]] [--sweep] [--only NAME:M [--fp8]] [--sample]
 //
 // --sample: the sampler only. --sweep: every kernel forced at M = 16 .. 1,024 (bench_sweep). --gemms: the
-// linears only (--ms: at those M only, e.g. the streaming kernel's 1,8,16,32). --only NAME:M (e.g. gate_up:64): the linears only, that one at that M, with linear_cuda's own
-// kernel and cuBLASLt's, or with --fp8 linear_cuda over the same weights in FP8 rows alone (the profiler's
-// view of one kernel: scripts/gpu-check's profile section). Every run of all the linears has an fp8 row
-// beside ours (bytes: the FP8 weight and its scales).
+// linears only (--ms: at those M only, e.g. the streaming kernel's 1,8,16,32). --only NAME:M (e.g.
+// gate_up:64): the linears only, that one at that M, with linear_cuda's own kernel and cuBLASLt's, or with
+// --fp8 linear_cuda over the same weights in FP8 rows alone (the profiler's view of one kernel:
+// scripts/gpu-check's profile section). Every run of all the linears has an fp8 row beside ours (bytes: the
+// FP8 weight and its scales).
 
 #include <cuda_runtime.h>
 
@@ -299,8 +300,8 @@ WeightCopies weight_copies(const Linear& l, bool fp8, cudaStream_t s) {
 
 // only_name empty: every linear at every M of m_list (empty: 1 .. 1,024), with
 // the forced kernels from M = 16; else that linear at only_m, ours and cuBLASLt's.
-void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m,
-                 bool fp8_only, const std::vector<int64_t>& m_list) {
+void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, int64_t only_m, bool fp8_only,
+                 const std::vector<int64_t>& m_list) {
   std::printf("\n%-9s %-16s %4s %10s %9s %9s %9s  %s\n", "linear", "K -> N", "M", "kernel", "time", "TB/s",
               "TFLOP/s", "cuBLASLt choice (algo tile stages splitK reduction cluster)");
   GemmCuda per_shape(32 << 20, GemmPolicy::kPerShape);
@@ -314,8 +315,9 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
     const std::vector<LinearWeight>& w8 = w.fp8;
     const size_t n = ws.size();
     const std::vector<int64_t> ms = !only_name.empty() ? std::vector<int64_t>{only_m}
-                                    : !m_list.empty()  ? m_list
-                                                       : std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024};
+                                    : !m_list.empty()
+                                        ? m_list
+                                        : std::vector<int64_t>{1, 8, 16, 32, 64, 128, 256, 1024};
     for (int64_t M : ms) {
       const Tensor x = random_tensor(DType::kBF16, {M, l.K}, 600);
       const Tensor y = cuda::empty(l.y, {M, l.N});
@@ -470,8 +472,10 @@ int main(int argc, char** argv) {
       only_m = m;
       gemms_only = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--gemms [--ms M,M,..]] [--sweep] [--only NAME:M [--fp8]] [--sample]\n",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--gemms [--ms M,M,..]] [--sweep] [--only NAME:M [--fp8]] [--sample]\n",
+          argv[0]);
       return 2;
     }
   }
