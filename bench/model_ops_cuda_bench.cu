@@ -448,15 +448,18 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--fp8") == 0) {
       fp8_only = true;
     } else if (std::strcmp(argv[i], "--ms") == 0 && i + 1 < argc) {
-      for (const char* p = argv[++i]; *p != '\0';) {
+      const char* p = argv[++i];
+      bool ok = *p != '\0';
+      while (ok && *p != '\0') {
         char* end = nullptr;
         const long long m = std::strtoll(p, &end, 10);
-        if (end == p || m < 1 || m > 1024 || (*end != ',' && *end != '\0')) {
-          std::fprintf(stderr, "--ms: expected M,M,.. with each M in 1..1024, got '%s'\n", argv[i]);
-          return 2;
-        }
+        ok = end != p && m >= 1 && m <= 1024 && (*end == '\0' || (*end == ',' && end[1] != '\0'));
         m_list.push_back(m);
         p = *end == ',' ? end + 1 : end;
+      }
+      if (!ok) {
+        std::fprintf(stderr, "--ms: expected M,M,.. with each M in 1..1024, got '%s'\n", argv[i]);
+        return 2;
       }
       gemms_only = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
