@@ -89,6 +89,13 @@ void add_engine_flags(CLI::App* sub, EngineFlags& f) {
                 "faster prefill, but greedy output is then no longer bitwise the same alone and in a batch");
   sub->add_flag("--enforce-eager", c.enforce_eager,
                 "CUDA: launch every step's kernels from the host instead of replaying CUDA graphs");
+  sub->add_flag_callback(
+      "--async-scheduling", [&c] { c.async_scheduling = true; },
+      "Launch each step before making the last one's text and outputs, so that they overlap the "
+      "device's work (default: on with CUDA, unless speculative decoding is on)");
+  sub->add_flag_callback(
+      "--no-async-scheduling", [&c] { c.async_scheduling = false; },
+      "Run one step at a time: schedule, compute, make the outputs, then the next step");
   sub->add_option("--load-format", f.load_format,
                   "auto (a folder: Hugging Face safetensors; a file: GGUF), gguf, safetensors, or dummy "
                   "(random weights)")

@@ -121,6 +121,10 @@ void note_vllm_engine_flags(const EngineFlags& f, Device device) {
   if (f.config.enforce_eager) {
     NS_LOG(INFO) << "--enforce-eager: the CPU runner always runs each step eagerly (no graphs to capture)";
   }
+  if (f.config.async_scheduling.value_or(false)) {
+    NS_LOG(INFO) << "--async-scheduling: the CPU computes each step on the engine's own thread, so nothing "
+                 << "overlaps; the outputs are the same";
+  }
   if (f.dtype == "half" || f.dtype == "float16" || f.dtype == "bfloat16") {
     NS_LOG(INFO) << "--dtype " << f.dtype
                  << ": the CPU computes in float32 with the weights as stored; the KV "

@@ -104,6 +104,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
       proposer == nullptr ? 0 : std::max(0, e->step_limits_.max_logits_rows - config.max_num_seqs);
   NS_RETURN_IF_ERROR(sc.validate());
 
+  if (config.async_scheduling.value_or(false) && spec.enabled()) {
+    return invalid_argument(
+        "async_scheduling: not with speculative decoding (a step's several tokens a request need their stop "
+        "strings checked before the next step is planned)");
+  }
+  e->async_ = config.async_scheduling.value_or(model->overlaps_steps() && !spec.enabled());
   e->model_ = std::move(model);
   e->text_ = text;
   if (text != nullptr) e->eos_ids_ = text->eos_ids();
@@ -127,6 +133,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   e->row_prompt_pos_.reserve(R);
   e->rejected_.reserve(B);
   e->finishing_.reserve(B);
+  e->pending_text_.reserve(B);
+  e->stopped_.reserve(B);
   e->init_speculative(std::move(proposer));
   e->taken_.reserve(64);
   e->taken_aborts_.reserve(64);
@@ -134,7 +142,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config,
   return e;
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // A launched step still writes into the runner's buffers: let it end first.
+  if (in_flight_) (void)model_->wait();
+}
 
 int64_t Engine::kv_capacity_tokens() const {
   return static_cast<int64_t>(block_manager().num_blocks()) * block_manager().block_size();
@@ -278,21 +289,33 @@ RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& output
 }
 
 void Engine::finish(Request* r, FinishReason reason, RequestOutput& out) {
+  release(r);
+  report_finish(r, reason, out);
+}
+
+void Engine::release(Request* r) {
   scheduler_->remove(r);
   r->status = RequestStatus::kFinished;
+  if (proposer_ != nullptr) proposer_->release(r->id);
+  num_unfinished_.fetch_sub(1);
+}
+
+void Engine::report_finish(Request* r, FinishReason reason, RequestOutput& out) {
   r->finish_reason = reason;
   r->finish_time = Clock::now();
   out.finish_reason = reason;
   out.finish_time = r->finish_time;
   out.stop_string = r->stop.matched_stop();
-  if (proposer_ != nullptr) proposer_->release(r->id);
-  num_unfinished_.fetch_sub(1);
   std::lock_guard<std::mutex> lock(mu_);
   if (reason == FinishReason::kAbort || reason == FinishReason::kError) {
     ++stats_.num_aborted;
   } else {
     ++stats_.num_finished;
   }
+}
+
+void Engine::forget(Request* r) {
+  if (!r->text_pending) requests_.erase(r->id);  // else finish_text, which holds it, erases it
 }
 
 void Engine::take_in(std::vector<RequestOutput>& outputs) {
@@ -312,205 +335,16 @@ void Engine::take_in(std::vector<RequestOutput>& outputs) {
     auto it = requests_.find(id);
     if (it == requests_.end()) continue;  // unknown or already finished
     Request* r = it->second.get();
+    // Ended by its last token, its text still to come (finish_text), or stopped while in the
+    // launched step: it finishes as it was going to.
+    if (r->is_finished() || r->finish_reason != FinishReason::kNone) continue;
     RequestOutput& out = output_for(r, outputs);
     out.num_output_tokens = static_cast<int32_t>(r->output.size());
     out.num_preemptions = r->num_preemptions;
     out.first_token_time = r->first_token_time;
     finish(r, FinishReason::kAbort, out);
-    requests_.erase(it);
+    forget(r);
   }
-}
-
-void Engine::build_batch(const SchedulerStep& plan) {
-  ForwardBatch& b = batch_;
-  b.tokens.clear();
-  b.positions.clear();
-  b.seq_starts.clear();
-  b.seq_ids.clear();
-  b.context_lens.clear();
-  b.logits_rows.clear();
-  b.block_tables.clear();
-  b.slot_mapping.clear();
-  row_owner_.clear();
-  row_prompt_pos_.clear();
-  b.seq_starts.push_back(0);
-  for (const ScheduledChunk& c : plan.chunks) {
-    Request* r = c.request;
-    const int64_t start = scheduler_->num_computed(r);
-    const int64_t known = r->num_tokens();  // past it: the proposed tokens
-    for (int64_t p = start; p < start + c.num_tokens; ++p) {
-      b.tokens.push_back(p < known ? r->token_at(p) : r->draft[p - known]);
-      b.positions.push_back(static_cast<int32_t>(p));
-    }
-    b.seq_starts.push_back(static_cast<int32_t>(b.tokens.size()));
-    b.seq_ids.push_back(r->seq);
-    b.context_lens.push_back(static_cast<int32_t>(start + c.num_tokens));
-    // Prompt rows first (they come before the chunk's last token), in position order.
-    const auto [lo, hi] = r->prompt_rows(start, c.num_tokens);
-    const int32_t first_row = b.seq_starts[b.seq_starts.size() - 2];
-    for (int64_t p = lo; p < hi; ++p) {
-      b.logits_rows.push_back(first_row + static_cast<int32_t>(p - start));
-      row_owner_.push_back(r);
-      row_prompt_pos_.push_back(p);
-    }
-    // A max_tokens 0 request ends with its prefill: it samples nothing.
-    if (c.samples && r->params.max_tokens > 0) {
-      // The last known token and each proposed one: every row the check reads.
-      for (int32_t j = c.num_draft; j >= 0; --j) {
-        b.logits_rows.push_back(static_cast<int32_t>(b.tokens.size()) - 1 - j);
-        row_owner_.push_back(r);
-        row_prompt_pos_.push_back(-1);
-      }
-    }
-  }
-  b.need_logits = false;
-  bool prompt_rows = false;
-  for (size_t i = 0; i < row_owner_.size(); ++i) {
-    prompt_rows |= row_prompt_pos_[i] >= 0;
-    b.need_logits |= row_prompt_pos_[i] >= 0 || !row_owner_[i]->params.plain_greedy();
-  }
-  // The device samples the step when it can take every row: then only ids
-  // (and logprobs) come back. Each sampled row's uniform comes from its own
-  // Rng, one draw, as the CPU Sampler would make it.
-  b.sample_rows.clear();
-  bool device = b.need_logits && !prompt_rows && model_->samples_on_device();
-  for (const Request* r : row_owner_) device = device && r->params.device_sampleable(r->output.size());
-  if (device) {
-    row_rng_.resize(row_owner_.size());
-    for (size_t i = 0; i < row_owner_.size(); ++i) {
-      Request* r = row_owner_[i];
-      const SamplingParams& p = r->params;
-      SampleRowParams& s = b.sample_rows.emplace_back();
-      row_rng_[i] = r->rng;
-      s.temperature = p.greedy() ? 0.0f : p.temperature;  // below SamplingParams::kGreedyBelow: greedy
-      s.top_k = p.top_k;
-      s.top_p = p.top_p;
-      s.min_p = p.min_p;
-      s.u = p.greedy() ? 0.0 : r->rng.next_double();
-      s.num_logprobs = p.logprobs ? p.top_logprobs : -1;
-    }
-    b.need_logits = false;
-  }
-  block_manager().fill_batch(b);
-}
-
-Status Engine::step(std::vector<RequestOutput>& outputs) {
-  n_outputs_ = 0;
-  const Status st = run_step(outputs);
-  outputs.resize(n_outputs_);  // shrinks only: the step's entries are the first n_outputs_
-  return st;
-}
-
-Status Engine::run_step(std::vector<RequestOutput>& outputs) {
-  take_in(outputs);
-  const Clock::time_point step_start = Clock::now();
-  if (proposer_ != nullptr) propose();
-  const SchedulerStep& plan = scheduler_->schedule();
-  // Before the forward (and before an empty plan returns: a request may have swapped itself out).
-  if (Status st = run_swaps(plan, outputs); !st.ok()) {
-    publish_stats();
-    return st;
-  }
-  if (plan.empty()) {
-    publish_stats();
-    return Status();
-  }
-  for (const ScheduledChunk& c : plan.chunks) {
-    if (c.request->first_scheduled_time == Clock::time_point{}) c.request->first_scheduled_time = step_start;
-  }
-  build_batch(plan);
-  // The step's one check: the runner, its pools and its kernels read what passes unchecked.
-  Status valid = batch_.validate(step_limits_);
-  StatusOr<Tensor> logits = valid.ok() ? model_->forward(batch_) : StatusOr<Tensor>(valid);
-  if (!logits.ok()) {
-    // Nothing of this step can be trusted: end every request in it, loudly.
-    for (const ScheduledChunk& c : plan.chunks) {
-      Request* r = c.request;
-      RequestOutput& out = output_for(r, outputs);
-      out.error = logits.status().to_string();
-      out.num_output_tokens = static_cast<int32_t>(r->output.size());
-      finish(r, FinishReason::kError, out);
-      requests_.erase(r->id);
-    }
-    publish_stats();
-    return logits.status();
-  }
-  NS_CHECK(logits->ndim() == 2 && logits->dim(0) == static_cast<int64_t>(row_owner_.size()) &&
-           logits->dim(1) == vocab_size_)
-      << "logits " << logits->shape_string() << " for " << row_owner_.size() << " rows";
-  record_prompt_logprobs(*logits);
-
-  int64_t prompt_tokens = 0, generation_tokens = 0;
-  // A decode-only step: every sequence past its prompt, one known token each (with or without proposals).
-  bool decode_only = true;
-  for (const ScheduledChunk& c : plan.chunks)
-    decode_only = decode_only && !c.request->output.empty() && c.num_tokens == 1 + c.num_draft;
-  RowSources src;
-  // Rows that sample plain greedy take the runner's own argmax where it has one.
-  src.greedy = model_->greedy_tokens();
-  src.use_greedy = src.greedy.size() == row_owner_.size();
-  // Rows the device drew (batch_.sample_rows set): their ids, and logprobs, came back alone.
-  src.sampled = model_->sampled_tokens();
-  src.sampled_lp = model_->sampled_logprobs();
-  src.use_sampled = !batch_.sample_rows.empty() && src.sampled.size() == row_owner_.size();
-  NS_CHECK(batch_.sample_rows.empty() || src.use_sampled)
-      << "the runner sampled " << src.sampled.size() << " of " << row_owner_.size() << " rows";
-  // Each sampling chunk's rows in order (sample_chunk: with its proposals verified).
-  rejected_.assign(plan.chunks.size(), 0);
-  finishing_.clear();
-  size_t row = 0;
-  for (size_t ci = 0; ci < plan.chunks.size(); ++ci) {
-    const ScheduledChunk& c = plan.chunks[ci];
-    // The chunk's prompt rows come first; record_prompt_logprobs scored them.
-    while (row < row_owner_.size() && row_prompt_pos_[row] >= 0) ++row;
-    // A max_tokens 0 request samples nothing (finished below).
-    if (!c.samples || c.request->params.max_tokens == 0) continue;
-    Request* r = c.request;
-    const FinishReason reason = sample_chunk(c, row, output_for(r, outputs), *logits, src, prompt_tokens,
-                                             generation_tokens, rejected_[ci]);
-    row += 1 + static_cast<size_t>(c.num_draft);
-    if (reason != FinishReason::kNone) finishing_.emplace_back(r, reason);
-  }
-  NS_CHECK_EQ(row, row_owner_.size());
-  // Only now is each sequence's length known: what was computed, less the
-  // rejected proposals, whose K/V and blocks go back here.
-  scheduler_->commit(plan, rejected_);
-  // A max_tokens 0 request is done once its prompt is: its output is the
-  // prompt's logprobs. (Before the finishing requests are freed: the plan
-  // still points at them.)
-  for (const ScheduledChunk& c : plan.chunks) {
-    Request* r = c.request;
-    if (!c.samples || r->params.max_tokens > 0) continue;
-    RequestOutput& out = output_for(r, outputs);
-    prompt_tokens += static_cast<int64_t>(r->prompt.size());
-    take_prompt_logprobs(*r, out);
-    out.num_preemptions = r->num_preemptions;
-    finish(r, FinishReason::kLength, out);
-    requests_.erase(r->id);
-  }
-  for (auto& [r, reason] : finishing_) {
-    RequestOutput& out = output_for(r, outputs);
-    if (r->text != nullptr && r->stop.matched_stop().empty()) r->text->finish(out.text);
-    finish(r, reason, out);
-    requests_.erase(r->id);
-  }
-  if (proposer_ != nullptr) record_spec_stats(plan);
-  const double step_seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.prompt_tokens += prompt_tokens;
-    stats_.generation_tokens += generation_tokens;
-    stats_.num_computed_tokens += batch_.num_tokens();
-    ++stats_.num_steps;
-    if (decode_only) {
-      ++stats_.decode_steps;
-      stats_.decode_step_rows += static_cast<int64_t>(plan.chunks.size());
-      stats_.decode_step_seconds += step_seconds;
-    }
-  }
-  if (decode_only) step_cost_[spec_cost_class(plan.chunks.size())].observe(batch_.num_tokens(), step_seconds);
-  publish_stats();
-  return Status();
 }
 
 }  // namespace nanoserve

@@ -74,6 +74,12 @@ struct EngineConfig {
   // Speculative decoding (engine/speculative.h); off by default. A draft
   // model is loaded by load_engine and handed to Engine::create.
   SpeculativeConfig speculative;
+  // Asynchronous scheduling (docs/engine.md): step() launches the next step
+  // before it makes the last one's text and outputs, which then overlap the
+  // device's work. nullopt: on where the runner overlaps steps (CUDA) and
+  // speculative decoding is off; true elsewhere runs the same way with
+  // nothing to overlap; with speculative decoding it is refused.
+  std::optional<bool> async_scheduling;
 };
 
 // The one place the KV pool is sized, in blocks: config.num_blocks if set,
@@ -189,7 +195,11 @@ class Engine {
   // Runs one step; `outputs` then holds one entry per request that produced
   // a token, finished or was aborted (its old entries are reused, so pass
   // the same vector every step and a steady step allocates nothing).
+  // With asynchronous scheduling a call completes the step the last call
+  // launched, launches the next, and returns the completed step's outputs
+  // while the next one runs: the same outputs, one call later.
   Status step(std::vector<RequestOutput>& outputs);
+  bool async_scheduling() const { return async_; }
 
   bool has_unfinished() const { return num_unfinished_.load() > 0; }
   // Blocks until there is work (a request or an abort) or the timeout passes.
@@ -216,7 +226,14 @@ class Engine {
 
  private:
   Engine() = default;
-  Status run_step(std::vector<RequestOutput>& outputs);
+  // The step in three parts (engine_step.cc). launch_step: plan, swaps, build, launch
+  // (in_flight_). complete_step: wait, sample, commit, free what ended by its token.
+  // finish_text: the text and stop strings of the completed step's tokens, when deferred.
+  Status launch_step(std::vector<RequestOutput>& outputs);
+  Status complete_step(std::vector<RequestOutput>& outputs);
+  void finish_text(std::vector<RequestOutput>& outputs);
+  // Frees the requests stopped while in the launched step, now that it is done.
+  void retire_stopped();
   void take_in(std::vector<RequestOutput>& outputs);
   // The swap area's slots and the cost model's rates into sc, and the runner's area created
   // (engine_swap.cc). INVALID_ARGUMENT for swap mode without an area.
@@ -224,7 +241,13 @@ class Engine {
                                SchedulerConfig& sc);
   // Runs the plan's swap copies; a failed copy ends the requests whose K/V it moved, with its error.
   Status run_swaps(const SchedulerStep& plan, std::vector<RequestOutput>& outputs);
+  // finish = release (out of the scheduler, its blocks freed, no longer unfinished) and
+  // report_finish (the reason into r and out, the counters). forget: drops the request unless
+  // finish_text still holds it (which then drops it).
   void finish(Request* r, FinishReason reason, RequestOutput& out);
+  void release(Request* r);
+  void report_finish(Request* r, FinishReason reason, RequestOutput& out);
+  void forget(Request* r);
   RequestOutput& output_for(Request* r, std::vector<RequestOutput>& outputs);
   void build_batch(const SchedulerStep& plan);
   // Speculative decoding (engine_speculative.cc). The proposer and the buffers, at create.
@@ -289,6 +312,22 @@ class Engine {
   std::vector<int32_t> rejected_;                             // [chunks] proposed tokens rejected
   std::vector<std::pair<Request*, FinishReason>> finishing_;  // finished in this step, after commit
   std::vector<int64_t> step_accepted_per_pos_;                // [num_speculative_tokens]
+  // Asynchronous scheduling (engine_step.cc): a launched step awaits complete_step (its error,
+  // when the launch failed); each token whose text finish_text makes (the request, its output
+  // entry, the token, the request's count of tokens with it); requests stopped by a stop string
+  // while in the launched step, freed once it completes.
+  bool async_ = false;
+  bool in_flight_ = false;
+  Status launch_error_;
+  Clock::time_point step_start_;
+  struct PendingText {
+    Request* request;
+    size_t output;
+    int32_t token;
+    int32_t num_generated;
+  };
+  std::vector<PendingText> pending_text_;
+  std::vector<Request*> stopped_;
   std::vector<Rng> row_rng_;       // [R] each row's Rng before its device draw (a row handed back redraws)
   size_t n_outputs_ = 0;           // entries of the caller's outputs written this step
   std::string new_text_;           // scratch

@@ -21,12 +21,13 @@ Status Engine::check_invariants() const {
       return internal_error("two running requests share sequence " + std::to_string(r->seq));
     if (bm.seq_len(r->seq) > r->num_tokens())
       return internal_error("request " + std::to_string(r->id) + " computed past its known tokens");
-    // No block is held past a sequence's length between steps: the blocks
-    // reserved for rejected proposals went back within their step.
+    // No block is held past a sequence's length between steps (past the launched step's tokens,
+    // while one is in flight): the blocks reserved for rejected proposals went back within their step.
     const int64_t bs = bm.block_size();
     // Nor any behind its window: it holds exactly the blocks from its window's first read to its length.
-    const int64_t len = bm.seq_len(r->seq), want = (len + bs - 1) / bs - bm.releasable_blocks(len);
-    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (len + bs - 1) / bs ||
+    const int64_t len = bm.seq_len(r->seq), end = len + (in_flight_ ? r->launched_tokens : 0);
+    const int64_t want = (end + bs - 1) / bs - bm.releasable_blocks(len);
+    if (static_cast<int64_t>(bm.block_table(r->seq).size()) != (end + bs - 1) / bs ||
         bm.num_held_blocks(r->seq) != want)
       return internal_error("request " + std::to_string(r->id) + " holds " +
                             std::to_string(bm.num_held_blocks(r->seq)) + " of " +
@@ -69,6 +70,10 @@ Status Engine::check_invariants() const {
                           " live sequences for " + std::to_string(seqs.size()) + " running requests");
   for (const auto& [id, r] : requests_) {
     if (r->is_finished()) return internal_error("finished request " + std::to_string(id) + " still tracked");
+    if (r->text_pending) return internal_error("request " + std::to_string(id) + " left with its text unmade");
+    // Stopped (its finish reported) but tracked: only while the launched step still writes its blocks.
+    if (r->finish_reason != FinishReason::kNone && !(in_flight_ && r->launched_tokens > 0))
+      return internal_error("stopped request " + std::to_string(id) + " outlived its last step");
   }
   if (static_cast<int64_t>(requests_.size()) !=
       static_cast<int64_t>(scheduler_->running().size() + scheduler_->waiting().size() +

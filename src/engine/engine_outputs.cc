@@ -82,6 +82,13 @@ FinishReason Engine::emit(Request* r, int32_t token, RequestOutput& out, int64_t
   out.num_output_tokens = static_cast<int32_t>(r->output.size());
   out.num_preemptions = r->num_preemptions;
   out.first_token_time = r->first_token_time;
+  if (async_) {
+    // The text waits until the next step is launched (finish_text); what the token alone decides is
+    // known now, so that a request it ends is not planned again.
+    r->text_pending = true;
+    const bool ends = r->stop.ends_on_token(token, static_cast<int32_t>(r->output.size()));
+    return ends ? FinishReason::kStop : FinishReason::kNone;  // the reason itself comes with the text
+  }
   new_text_.clear();
   if (r->text != nullptr) r->text->push(token, new_text_);
   return r->stop.on_token(token, static_cast<int32_t>(r->output.size()), new_text_, out.text);

@@ -83,7 +83,7 @@ Status Engine::run_swaps(const SchedulerStep& plan, std::vector<RequestOutput>& 
     out.error = "swap: " + st.to_string();
     out.num_output_tokens = static_cast<int32_t>(r->output.size());
     finish(r, FinishReason::kError, out);
-    requests_.erase(r->id);
+    forget(r);
   }
   return st;
 }

@@ -87,6 +87,13 @@ struct Request {
   // Steps in a row that a draft model was sized to nothing (it probes at kSpecProbeEvery).
   int32_t spec_idle = 0;
 
+  // Asynchronous scheduling (docs/engine.md, "Asynchronous scheduling"): the
+  // tokens of this request in the launched step, not yet committed (0 when it
+  // has none); and whether its last token's text is still to be made, after
+  // the next step's launch (Engine::finish_text).
+  int32_t launched_tokens = 0;
+  bool text_pending = false;
+
   Clock::time_point arrival_time;
   Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} before
   Clock::time_point first_token_time;  // valid once output is non-empty

@@ -118,6 +118,8 @@ class Scheduler {
 
   // Plans the next step and reserves its blocks. Valid until the next call.
   const SchedulerStep& schedule();
+  // The last schedule()'s plan (until the next call).
+  const SchedulerStep& last_step() const { return step_; }
 
   // Tokens of the request's prompt ++ output whose K/V is cached.
   int64_t num_computed(const Request* r) const { return r->seq >= 0 ? blocks_.seq_len(r->seq) : 0; }

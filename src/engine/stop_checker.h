@@ -44,6 +44,14 @@ class StopChecker {
   // may be shown now to `emit`; returns kNone while the request goes on.
   FinishReason on_token(int32_t token, int32_t num_generated, std::string_view new_text, std::string& emit);
 
+  // What on_token(token, num_generated, ...) will say from the token alone,
+  // before its text is known: true when it finishes the request by rule 1 or
+  // 3 (on_token then returns kStop or kLength, never kNone); false when only a
+  // stop string in its text could (rule 2).
+  bool ends_on_token(int32_t token, int32_t num_generated) const {
+    return (num_generated >= min_tokens_ && is_end_token(token)) || num_generated >= max_tokens_;
+  }
+
   // The stop string that finished the request, or empty.
   const std::string& matched_stop() const { return matched_stop_; }
   // The end token that finished the request, or -1.

@@ -541,6 +541,11 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
 }
 
 StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits) {
+  NS_RETURN_IF_ERROR(launch(batch, want_logits));
+  return wait();
+}
+
+Status CudaModel::launch(const ForwardBatch& batch, bool want_logits) {
   const ModelConfig& c = config_;
   Step& s = *step_;
   cudaStream_t st = s.stream;
@@ -576,11 +581,16 @@ StatusOr<Tensor> CudaModel::forward(const ForwardBatch& batch, bool want_logits)
   } else {
     enqueue_step(T, R, output);
   }
-  NS_CUDA_CHECK(cudaStreamSynchronize(st));
-  s.synced = std::chrono::steady_clock::now();
   s.last_rows = static_cast<int32_t>(R);
   s.last_sampled = sample;
-  return Tensor::view(s.logits_host.get(), DType::kF32, {R, c.vocab_size}, s.logits_host);
+  return Status();
+}
+
+StatusOr<Tensor> CudaModel::wait() {
+  Step& s = *step_;
+  NS_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  s.synced = std::chrono::steady_clock::now();
+  return Tensor::view(s.logits_host.get(), DType::kF32, {s.last_rows, config_.vocab_size}, s.logits_host);
 }
 
 }  // namespace nanoserve

@@ -170,6 +170,12 @@ class CudaModel {
   // PRECOND: batch.validate(step_limits()) passed (the engine validates each
   // step once; nothing here checks it again).
   StatusOr<Tensor> forward(const ForwardBatch& batch, bool want_logits = true);
+  // forward() in two halves: launch() uploads the batch and queues the step on
+  // the stream, and returns; wait() synchronizes and returns the logits. The
+  // batch's host copy is taken by launch(), so the caller may rebuild it; one
+  // wait() follows each launch() before anything else is queued.
+  Status launch(const ForwardBatch& batch, bool want_logits);
+  StatusOr<Tensor> wait();
   // What one step may hold: the limits and the pools of allocate(). After allocate().
   StepLimits step_limits() const;
   // [R] greedy token of each logits row (ties to the lowest id), from the last forward.

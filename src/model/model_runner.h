@@ -10,6 +10,7 @@
 // family table (model/arch.h); tests use a small fake with the same contract.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "core/status.h"
@@ -101,6 +102,21 @@ class ModelRunner {
   // [R, vocab] f32 on the host, valid until the next call.
   virtual StatusOr<Tensor> forward(const ForwardBatch& batch) = 0;
 
+  // ---- Overlapped steps (the engine's asynchronous scheduling, docs/engine.md) ----
+  // launch() queues one step and may return before it is done; wait() blocks
+  // until it is, and returns what forward() would have, with greedy_tokens()
+  // and the rest valid from then on. Between the two the caller may do host
+  // work but must not call the runner, nor change the batch. Every launch()
+  // that returned OK is followed by one wait() before the next launch() (or
+  // a swap); one that failed launched nothing. The
+  // default runs forward() inside launch(): nothing overlaps, the contract
+  // holds.
+  virtual Status launch(const ForwardBatch& batch);
+  virtual StatusOr<Tensor> wait();
+  // True when launch() returns while the device still computes the step: the
+  // engine then makes the last step's text and outputs during the next one.
+  virtual bool overlaps_steps() const { return false; }
+
   // The greedy token of each logits row of the last forward (argmax, ties to
   // the lowest id), computed where the logits are; empty when the runner has
   // none. When the batch said need_logits = false, a runner with these may
@@ -120,6 +136,9 @@ class ModelRunner {
   // Row `row` of the last forward's logits on the host, fetched now, for a row
   // that the device handed back ([vocab], valid until the next forward).
   virtual std::span<const float> logits_row(int32_t /*row*/) { return {}; }
+
+ private:
+  std::optional<StatusOr<Tensor>> launched_;  // the default launch()'s result, until wait()
 };
 
 }  // namespace nanoserve

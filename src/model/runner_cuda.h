@@ -58,6 +58,10 @@ class CudaRunner final : public ModelRunner {
   // sliding_first): those blocks must stay held.
   int64_t window_read_margin() const override { return 256; }
   StatusOr<Tensor> forward(const ForwardBatch& batch) override;
+  // The step runs on the device while the engine makes the last step's outputs.
+  Status launch(const ForwardBatch& batch) override { return model_->launch(batch, batch.need_logits); }
+  StatusOr<Tensor> wait() override { return model_->wait(); }
+  bool overlaps_steps() const override { return true; }
   std::span<const int32_t> greedy_tokens() const override { return model_->argmax(); }
   bool samples_on_device() const override { return true; }
   std::span<const int32_t> sampled_tokens() const override { return model_->sampled(); }

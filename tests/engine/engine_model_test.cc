@@ -26,6 +26,7 @@ struct ModelSetup {
   bool prefix_caching = true;
   PreemptionMode preemption_mode = PreemptionMode::kAuto;
   int64_t swap_space_bytes = 0;
+  bool async_scheduling = false;
 };
 
 class EngineModel : public ::testing::Test {
@@ -54,6 +55,7 @@ class EngineModel : public ::testing::Test {
     c.enable_prefix_caching = s.prefix_caching;
     c.preemption_mode = s.preemption_mode;
     c.swap_space_bytes = s.swap_space_bytes;
+    c.async_scheduling = s.async_scheduling;
     c.max_model_len = 512;
     StatusOr<LoadedEngine> le = load_engine(kModelPath, c, *pool_);
     NS_CHECK(le.ok()) << le.status().to_string();
@@ -295,6 +297,55 @@ TEST_F(EngineModel, ChatPromptProducesTextAndStopsOnImEnd) {
   EXPECT_EQ(c.finish_reason, FinishReason::kStop) << c.text;
   EXPECT_NE(c.text.find("Paris"), std::string::npos) << c.text;
   EXPECT_EQ(c.text.find("<|im_end|>"), std::string::npos) << "the end token is not text";
+}
+
+// Asynchronous scheduling gives what one step at a time gives: the tokens, the text and the
+// finish of greedy and seeded requests, with stop strings (cut from each request's own run, so
+// they end it mid-run, found after it went into the next step) and the model's end token.
+TEST_F(EngineModel, AsyncSchedulingGivesTheSameTokensTextAndFinishes) {
+  ModelSetup sync_setup;
+  sync_setup.max_num_seqs = 8;
+  sync_setup.max_num_batched_tokens = 64;
+  ModelSetup async_setup = sync_setup;
+  async_setup.async_scheduling = true;
+  LoadedEngine one = load(sync_setup), overlapped = load(async_setup);
+  ASSERT_FALSE(one.engine->async_scheduling());
+  ASSERT_TRUE(overlapped.engine->async_scheduling());
+  const size_t n = 16;
+  std::vector<SamplingParams> per(n);
+  for (size_t i = 0; i < n; ++i) {
+    per[i] = greedy(12);
+    per[i].ignore_eos = false;
+    if (i % 2 == 1) {
+      per[i].temperature = 0.9f;
+      per[i].seed = 7 + i;
+    }
+  }
+  std::span<const std::vector<int32_t>> prompts(prompts_->data(), n);
+  StatusOr<std::vector<Completion>> free_run = generate(*one.engine, prompts, per);
+  ASSERT_TRUE(free_run.ok()) << free_run.status().to_string();
+  int stops = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& t = (*free_run)[i].text;
+    if (i % 4 != 3 && t.size() > 6) {
+      per[i].stop = {t.substr(t.size() / 2, 2)};
+      ++stops;
+    }
+  }
+  ASSERT_GT(stops, 4);
+  StatusOr<std::vector<Completion>> want = generate(*one.engine, prompts, per);
+  StatusOr<std::vector<Completion>> got = generate(*overlapped.engine, prompts, per);
+  ASSERT_TRUE(want.ok() && got.ok());
+  int cut = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ((*got)[i].tokens, (*want)[i].tokens) << "request " << i;
+    EXPECT_EQ((*got)[i].text, (*want)[i].text) << "request " << i;
+    EXPECT_EQ((*got)[i].finish_reason, (*want)[i].finish_reason) << "request " << i;
+    cut += (*want)[i].tokens.size() < (*free_run)[i].tokens.size() ? 1 : 0;
+  }
+  EXPECT_GT(cut, 3) << "the stop strings were meant to end requests early";
+  EXPECT_TRUE(overlapped.engine->check_invariants().ok());
+  EXPECT_EQ(overlapped.engine->block_manager().num_in_use_blocks(), 0);
 }
 
 }  // namespace

@@ -27,8 +27,10 @@ struct EngineSetup {
   bool prefix_caching = true;
 };
 
-std::unique_ptr<Engine> make_engine(const EngineSetup& s, const TextStreamFactory* text) {
+// async: asynchronous scheduling, over a fake whose steps overlap (FakeModel::emulate_overlap).
+std::unique_ptr<Engine> make_engine_with(const EngineSetup& s, const TextStreamFactory* text, bool async) {
   EngineConfig c;
+  c.async_scheduling = async;
   c.num_blocks = s.num_blocks;
   c.block_size = s.block_size;
   c.max_num_seqs = s.max_num_seqs;
@@ -36,10 +38,21 @@ std::unique_ptr<Engine> make_engine(const EngineSetup& s, const TextStreamFactor
   c.max_model_len = s.max_model_len;
   c.enable_prefix_caching = s.prefix_caching;
   auto model = std::make_unique<FakeModel>(kVocab, s.max_num_batched_tokens, s.max_num_seqs);
+  if (async) model->emulate_overlap();
   StatusOr<std::unique_ptr<Engine>> e = Engine::create(c, std::move(model), text);
   NS_CHECK(e.ok()) << e.status().to_string();
+  NS_CHECK_EQ((*e)->async_scheduling(), async);
   return std::move(e).value();
 }
+
+// Each test runs one step at a time and with asynchronous scheduling: the same outputs, the same
+// invariants after every step.
+class EngineModes : public ::testing::TestWithParam<bool> {
+ protected:
+  std::unique_ptr<Engine> make_engine(const EngineSetup& s, const TextStreamFactory* text) {
+    return make_engine_with(s, text, GetParam());
+  }
+};
 
 SamplingParams greedy(int32_t max_tokens) {
   SamplingParams p;
@@ -58,7 +71,6 @@ struct Collected {
   std::vector<int32_t> tokens;
   std::string text;
   FinishReason reason = FinishReason::kNone;
-  int outputs_after_finish = 0;
 };
 
 // Steps until idle, checking the engine's invariants after every step.
@@ -72,7 +84,7 @@ std::map<RequestId, Collected> run_to_end(Engine& e, std::map<RequestId, Collect
     EXPECT_TRUE(inv.ok()) << inv.to_string();
     for (const RequestOutput& o : outs) {
       Collected& c = got[o.id];
-      if (c.reason != FinishReason::kNone) ++c.outputs_after_finish;
+      EXPECT_EQ(c.reason, FinishReason::kNone) << "request " << o.id << ": an output after its finish";
       c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
       c.text += o.text;
       c.reason = o.finish_reason;
@@ -82,7 +94,7 @@ std::map<RequestId, Collected> run_to_end(Engine& e, std::map<RequestId, Collect
   return got;
 }
 
-TEST(Engine, GreedyMatchesTheOracle) {
+TEST_P(EngineModes, GreedyMatchesTheOracle) {
   auto e = make_engine({}, nullptr);
   Rng rng(1);
   std::vector<int32_t> prompt = random_prompt(rng, 45);  // longer than the 32-token budget: chunked
@@ -93,7 +105,7 @@ TEST(Engine, GreedyMatchesTheOracle) {
   EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
 }
 
-TEST(Engine, StopsOnEosFromTheTokenizer) {
+TEST_P(EngineModes, StopsOnEosFromTheTokenizer) {
   FakeText text({kEos});
   auto e = make_engine({}, &text);
   // Find a prompt whose greedy continuation hits eos within 300 tokens.
@@ -113,7 +125,7 @@ TEST(Engine, StopsOnEosFromTheTokenizer) {
   FAIL() << "no prompt reached eos";
 }
 
-TEST(Engine, MinTokensKeepsEosAwayUntilReached) {
+TEST_P(EngineModes, MinTokensKeepsEosAwayUntilReached) {
   FakeText text({kEos});
   auto e = make_engine({}, &text);
   // A prompt whose greedy continuation hits eos early; with min_tokens past that point the
@@ -139,7 +151,7 @@ TEST(Engine, MinTokensKeepsEosAwayUntilReached) {
   FAIL() << "no prompt reached eos";
 }
 
-TEST(Engine, StopStringEndsTheRequestAndIsNotEmitted) {
+TEST_P(EngineModes, StopStringEndsTheRequestAndIsNotEmitted) {
   FakeText text({});
   auto e = make_engine({}, &text);
   Rng rng(11);
@@ -157,7 +169,97 @@ TEST(Engine, StopStringEndsTheRequestAndIsNotEmitted) {
   EXPECT_EQ(got[id].tokens.size(), at + 3) << "stops on the token that completes the stop string";
 }
 
-TEST(Engine, RejectsRequestsThatCanNeverFit) {
+// What a request of the fake model gives with eos kEos and one stop string, worked out token by
+// token from the oracle's free run and FakeText's one letter a token (not by the StopChecker).
+Collected expected_with_stop(const std::vector<int32_t>& prompt, int32_t max_tokens, const std::string& stop) {
+  const std::vector<int32_t> free_run = fake_greedy(prompt, kVocab, max_tokens, kEos);
+  Collected want;
+  std::string text;
+  for (size_t i = 0; i < free_run.size(); ++i) {
+    want.tokens.push_back(free_run[i]);
+    if (free_run[i] == kEos) {
+      want.text = text;
+      want.reason = FinishReason::kStop;
+      return want;
+    }
+    text += FakeText::text_of(std::span<const int32_t>(&free_run[i], 1));
+    if (const size_t at = text.find(stop); !stop.empty() && at != std::string::npos) {
+      want.text = text.substr(0, at);
+      want.reason = FinishReason::kStop;
+      return want;
+    }
+  }
+  want.text = text;
+  want.reason = FinishReason::kLength;
+  return want;
+}
+
+// Many requests ending by eos, by a stop string (spanning one to three tokens, so found while the
+// request is already in the next launched step) or by length, with aborts between steps: every
+// request that was not aborted gives exactly the oracle's tokens, text and reason; nothing comes
+// after a finish; the invariants hold after every step and every block comes back.
+TEST_P(EngineModes, RandomizedStopsAndAbortsGiveTheOracle) {
+  FakeText text({kEos});
+  EngineSetup s;
+  s.num_blocks = 48;
+  s.max_num_seqs = 6;
+  s.max_num_batched_tokens = 20;
+  auto e = make_engine(s, &text);
+  Rng rng(77);
+  std::map<RequestId, Collected> want, got;
+  std::vector<RequestId> ids;
+  std::vector<RequestOutput> outs;
+  int added = 0, stopped_by_string = 0;
+  const int total = 50;
+  while (added < total || e->has_unfinished()) {
+    const int burst = added < total ? static_cast<int>(rng.next_u64() % 3) : 0;
+    for (int i = 0; i < burst && added < total; ++i, ++added) {
+      const std::vector<int32_t> prompt = random_prompt(rng, 1 + static_cast<int32_t>(rng.next_u64() % 30));
+      const int32_t max_tokens = 1 + static_cast<int32_t>(rng.next_u64() % 40);
+      const std::string run = FakeText::text_of(fake_greedy(prompt, kVocab, max_tokens, -1));
+      SamplingParams p = greedy(max_tokens);
+      // Two in three take a stop string from their own run (it may still end first by eos).
+      if (rng.next_u64() % 3 != 0) {
+        const size_t len = 1 + rng.next_u64() % 3, at = rng.next_u64() % run.size();
+        p.stop = {run.substr(at, len)};
+      }
+      const RequestId id = e->add_request(prompt, p).value();
+      want[id] = expected_with_stop(prompt, max_tokens, p.stop.empty() ? "" : p.stop[0]);
+      ids.push_back(id);
+    }
+    if (!ids.empty() && rng.next_u64() % 12 == 0) e->abort(ids[rng.next_u64() % ids.size()]);
+    ASSERT_TRUE(e->step(outs).ok());
+    const Status inv = e->check_invariants();
+    ASSERT_TRUE(inv.ok()) << inv.to_string();
+    for (const RequestOutput& o : outs) {
+      Collected& c = got[o.id];
+      ASSERT_EQ(c.reason, FinishReason::kNone) << "request " << o.id << ": an output after its finish";
+      c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      c.text += o.text;
+      c.reason = o.finish_reason;
+      stopped_by_string += o.stop_string.empty() ? 0 : 1;
+    }
+  }
+  int aborted = 0;
+  for (const auto& [id, w] : want) {
+    const Collected& c = got[id];
+    ASSERT_NE(c.reason, FinishReason::kNone) << "request " << id << " never finished";
+    if (c.reason == FinishReason::kAbort) {
+      ++aborted;
+      EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), w.tokens.begin())) << "prefix before the abort";
+      continue;
+    }
+    EXPECT_EQ(c.tokens, w.tokens) << "request " << id;
+    EXPECT_EQ(c.text, w.text) << "request " << id;
+    EXPECT_EQ(c.reason, w.reason) << "request " << id;
+  }
+  EXPECT_GT(stopped_by_string, 10);
+  EXPECT_GT(aborted, 0);
+  EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
+  EXPECT_EQ(e->stats().num_finished + e->stats().num_aborted, total);
+}
+
+TEST_P(EngineModes, RejectsRequestsThatCanNeverFit) {
   FakeText text({kEos});
   EngineSetup s;
   s.num_blocks = 10;  // 40 tokens of KV
@@ -181,7 +283,7 @@ TEST(Engine, RejectsRequestsThatCanNeverFit) {
   EXPECT_FALSE(e->add_request({1}, bad).ok());
 }
 
-TEST(Engine, StopStringsNeedATokenizer) {
+TEST_P(EngineModes, StopStringsNeedATokenizer) {
   auto e = make_engine({}, nullptr);
   SamplingParams p = greedy(4);
   p.stop = {"x"};
@@ -190,7 +292,7 @@ TEST(Engine, StopStringsNeedATokenizer) {
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(Engine, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
+TEST_P(EngineModes, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
   EngineSetup s;
   s.max_num_seqs = 1;
   s.max_num_batched_tokens = 8;
@@ -206,10 +308,12 @@ TEST(Engine, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
   e->abort(12345);  // unknown: ignored
   ASSERT_TRUE(e->step(outs).ok());
   ASSERT_EQ(outs.size(), 2u);
-  for (const RequestOutput& o : outs) {
-    EXPECT_EQ(o.finish_reason, FinishReason::kAbort);
-    EXPECT_TRUE(o.new_tokens.empty());
-  }
+  for (const RequestOutput& o : outs) EXPECT_EQ(o.finish_reason, FinishReason::kAbort);
+  // Asynchronous, the call completes a's second step before it takes the abort in: that token
+  // comes with the abort.
+  EXPECT_EQ(outs[0].id, a);
+  EXPECT_EQ(outs[0].new_tokens.size(), GetParam() ? 1u : 0u);
+  EXPECT_TRUE(outs[1].new_tokens.empty());
   EXPECT_EQ(outs[0].num_output_tokens, 2);
   EXPECT_FALSE(e->has_unfinished());
   EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
@@ -222,7 +326,7 @@ TEST(Engine, AbortWaitingAndRunningFreesBlocksAndReportsAbort) {
 // invariants hold (free + in use + cached evictable = total, and the
 // recount), and every request that was not aborted produces exactly the
 // oracle's tokens, with and without prefix caching.
-TEST(Engine, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
+TEST_P(EngineModes, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
   for (uint64_t seed : {1u, 2u, 3u})
     for (bool caching : {true, false}) {
       SCOPED_TRACE(::testing::Message()
@@ -295,7 +399,7 @@ TEST(Engine, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
     }
 }
 
-TEST(Engine, OutputIndependentOfBudgetAndBatch) {
+TEST_P(EngineModes, OutputIndependentOfBudgetAndBatch) {
   Rng rng(21);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 12; ++i)
@@ -328,7 +432,7 @@ TEST(Engine, OutputIndependentOfBudgetAndBatch) {
   }
 }
 
-TEST(Engine, UnseededRequestsGetDistinctStreams) {
+TEST_P(EngineModes, UnseededRequestsGetDistinctStreams) {
   auto e = make_engine({}, nullptr);
   SamplingParams p;
   p.max_tokens = 16;
@@ -338,7 +442,7 @@ TEST(Engine, UnseededRequestsGetDistinctStreams) {
   EXPECT_NE(got[a].tokens, got[b].tokens);
 }
 
-TEST(Engine, LogprobsComeWithEachToken) {
+TEST_P(EngineModes, LogprobsComeWithEachToken) {
   auto e = make_engine({}, nullptr);
   SamplingParams p = greedy(5);
   p.logprobs = true;
@@ -364,7 +468,7 @@ TEST(Engine, LogprobsComeWithEachToken) {
   EXPECT_EQ(n, 5);
 }
 
-TEST(Engine, StatsCountTokensAndTimesAreOrdered) {
+TEST_P(EngineModes, StatsCountTokensAndTimesAreOrdered) {
   auto e = make_engine({}, nullptr);
   RequestId id = e->add_request({1, 2, 3, 4}, greedy(6)).value();
   EXPECT_EQ(e->stats().num_waiting, 1);
@@ -393,7 +497,7 @@ TEST(Engine, StatsCountTokensAndTimesAreOrdered) {
 }
 
 TEST(Engine, StepsMixingPrefillAndDecodeAreNotDecodeSteps) {
-  auto e = make_engine({}, nullptr);
+  auto e = make_engine_with({}, nullptr, false);
   std::vector<RequestOutput> outs;
   ASSERT_TRUE(e->add_request({1, 2, 3, 4}, greedy(4)).ok());
   ASSERT_TRUE(e->step(outs).ok());  // prefill of the first
@@ -405,7 +509,7 @@ TEST(Engine, StepsMixingPrefillAndDecodeAreNotDecodeSteps) {
   EXPECT_EQ(e->stats().decode_step_rows, 2);
 }
 
-TEST(Engine, AddAndAbortFromOtherThreadsWhileStepping) {
+TEST_P(EngineModes, AddAndAbortFromOtherThreadsWhileStepping) {
   EngineSetup s;
   s.num_blocks = 64;
   auto e = make_engine(s, nullptr);
@@ -448,6 +552,9 @@ TEST(Engine, AddAndAbortFromOtherThreadsWhileStepping) {
   for (const auto& [id, tokens] : want) EXPECT_EQ(got[id].tokens, tokens);
   EXPECT_EQ(e->block_manager().num_in_use_blocks(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Engine, EngineModes, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "async" : "sync"; });
 
 }  // namespace
 }  // namespace nanoserve

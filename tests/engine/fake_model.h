@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -116,6 +117,7 @@ class FakeModel final : public ModelRunner {
   std::span<const int32_t> sampled_tokens() const override { return sampled_; }
   std::span<const SampleRowLogprobs> sampled_logprobs() const override { return sampled_lp_; }
   std::span<const float> logits_row(int32_t row) override {
+    check_idle("logits_row()");
     NS_CHECK(row >= 0 && row < last_rows_) << "logits_row " << row;
     return {logits_.data_as<const float>() + static_cast<int64_t>(row) * config_.vocab_size,
             static_cast<size_t>(config_.vocab_size)};
@@ -128,6 +130,32 @@ class FakeModel final : public ModelRunner {
     margin_ = margin;
   }
   int64_t window_read_margin() const override { return margin_; }
+
+  // Acts as a runner whose steps overlap the host's work (the CUDA runner):
+  // launch() keeps a copy of the batch and returns; wait() runs the step. A
+  // runner call between the two, or a batch that the engine changed before
+  // wait(), fails the test.
+  void emulate_overlap() { overlap_ = true; }
+  bool overlaps_steps() const override { return overlap_; }
+  Status launch(const ForwardBatch& batch) override {
+    if (!overlap_) return ModelRunner::launch(batch);
+    check_idle("launch()");
+    launched_ = &batch;
+    launched_copy_ = batch;
+    return Status();
+  }
+  StatusOr<Tensor> wait() override {
+    if (!overlap_) return ModelRunner::wait();
+    NS_CHECK(launched_ != nullptr) << "wait() without a launch()";
+    const ForwardBatch& b = *std::exchange(launched_, nullptr);
+    const ForwardBatch& c = launched_copy_;
+    NS_CHECK(b.tokens == c.tokens && b.positions == c.positions && b.seq_starts == c.seq_starts &&
+             b.seq_ids == c.seq_ids && b.context_lens == c.context_lens && b.block_tables == c.block_tables &&
+             b.slot_mapping == c.slot_mapping && b.logits_rows == c.logits_rows &&
+             b.sample_rows.size() == c.sample_rows.size())
+        << "the batch changed while its step ran";
+    return forward(launched_copy_);
+  }
 
   const ModelConfig& config() const override { return config_; }
   int64_t num_forwards() const { return num_forwards_; }
@@ -184,6 +212,7 @@ class FakeModel final : public ModelRunner {
 
   StatusOr<Tensor> forward(const ForwardBatch& batch) override {
     NS_CHECK(k_pool_.defined()) << "forward before init_kv_cache";
+    check_idle("forward()");
     if (const int d = step_delay_ms.load(); d > 0) std::this_thread::sleep_for(std::chrono::milliseconds(d));
     if (fail_next_.exchange(false)) return internal_error("fake model: failing this forward, as asked");
     // The engine validated the batch; a fake that checked less than a runner
@@ -285,7 +314,14 @@ class FakeModel final : public ModelRunner {
   SwapCostRates rates_{1e9, 1e3};  // swapping far cheaper than recomputing, as on every real runner
   int64_t blocks_out_ = 0, blocks_in_ = 0;
   bool fail_next_swap_ = false;
+  bool overlap_ = false;
+  const ForwardBatch* launched_ = nullptr;  // the launched step's batch, until wait()
+  ForwardBatch launched_copy_;
+  void check_idle(const char* call) const {
+    NS_CHECK(launched_ == nullptr) << call << " while a launched step awaits wait()";
+  }
   Status copy(std::span<const BlockCopy> copies, bool out) {
+    check_idle("a swap copy");
     if (fail_next_swap_) {
       fail_next_swap_ = false;
       return internal_error("fake model: failing this swap copy, as asked");
