@@ -259,10 +259,10 @@ void Engine::publish_stats() {
 }
 
 RequestOutput& Engine::output_for(Request* r, std::vector<RequestOutput>& outputs) {
-  // A request appears at most once per step, and usually last.
-  for (size_t i = n_outputs_; i-- > 0;) {
-    if (outputs[i].id == r->id) return outputs[i];
-  }
+  // A request has one entry a step, found again through the request.
+  if (r->output_step == step_serial_) return outputs[r->output_index];
+  r->output_step = step_serial_;
+  r->output_index = n_outputs_;
   // Entries left from the last step are reused: their vectors and strings
   // keep their capacity, so a steady step allocates nothing here.
   if (n_outputs_ == outputs.size()) outputs.emplace_back();

@@ -330,6 +330,7 @@ class Engine {
   std::vector<Request*> stopped_;
   std::vector<Rng> row_rng_;       // [R] each row's Rng before its device draw (a row handed back redraws)
   size_t n_outputs_ = 0;           // entries of the caller's outputs written this step
+  uint64_t step_serial_ = 0;       // step() calls so far (Request::output_step)
   std::string new_text_;           // scratch
   std::vector<float> masked_row_;  // [vocab] a constrained request's logits
   std::vector<std::unique_ptr<Request>> taken_;

@@ -88,6 +88,7 @@ void Engine::build_batch(const SchedulerStep& plan) {
 
 Status Engine::step(std::vector<RequestOutput>& outputs) {
   n_outputs_ = 0;
+  ++step_serial_;
   Status st;
   if (async_) {
     // Step n (launched by the last call) completes; n + 1 is launched from its committed tokens;

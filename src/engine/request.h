@@ -93,6 +93,9 @@ struct Request {
   // the next step's launch (Engine::finish_text).
   int32_t launched_tokens = 0;
   bool text_pending = false;
+  // Its entry in the outputs of step() call output_step (Engine::output_for).
+  uint64_t output_step = 0;
+  size_t output_index = 0;
 
   Clock::time_point arrival_time;
   Clock::time_point first_scheduled_time;  // the start of the first step that ran it; {} before
