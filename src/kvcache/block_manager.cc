@@ -459,15 +459,24 @@ Status BlockManager::restore_sequence(int32_t seq, const TokenSeq& tokens, int64
 
 void BlockManager::fill_batch(ForwardBatch& batch) const {
   const int32_t B = batch.num_seqs(), T = batch.num_tokens();
-  batch.max_blocks_per_seq = max_blocks_per_seq_;
-  batch.block_tables.resize(static_cast<size_t>(B) * max_blocks_per_seq_);
+  // The stride: the longest table of the step, rounded up to a power of two (a runner may key
+  // captured work on it, so few strides recur), not max_seq_len's: a step sends what it reads.
+  int32_t longest = 1;
+  for (int32_t b = 0; b < B; ++b) {
+    check_live(batch.seq_ids[b], "fill_batch");
+    longest = std::max(longest, n_blocks_[batch.seq_ids[b]]);
+  }
+  int32_t stride = 1;
+  while (stride < longest) stride *= 2;
+  stride = std::min(stride, max_blocks_per_seq_);
+  batch.max_blocks_per_seq = stride;
+  batch.block_tables.resize(static_cast<size_t>(B) * stride);
   batch.slot_mapping.resize(T);
   for (int32_t b = 0; b < B; ++b) {
     const int32_t seq = batch.seq_ids[b];
-    check_live(seq, "fill_batch");
     const int32_t* r = row(seq);
-    int32_t* dst = batch.block_tables.data() + static_cast<int64_t>(b) * max_blocks_per_seq_;
-    std::copy(r, r + max_blocks_per_seq_, dst);  // -1 past the table's end
+    int32_t* dst = batch.block_tables.data() + static_cast<int64_t>(b) * stride;
+    std::copy(r, r + stride, dst);  // -1 past the table's end
     const int32_t rel = n_released_[seq];
     if (rel > 0) {
       // No kernel reads a released entry (each starts at most its margin before the window), but the

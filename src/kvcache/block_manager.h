@@ -152,8 +152,10 @@ class BlockManager {
   Status restore_sequence(int32_t seq, const TokenSeq& tokens, int64_t len);
 
   // ---- The step ----
-  // Fills batch.max_blocks_per_seq, block_tables ([B * max_blocks_per_seq],
-  // -1 past each table's end, the oldest held block in released entries)
+  // Fills batch.max_blocks_per_seq (the step's longest table rounded up to a
+  // power of two, at most max_blocks_per_seq()), block_tables ([B *
+  // batch.max_blocks_per_seq], -1 past each table's end, the oldest held
+  // block in released entries)
   // and slot_mapping ([T], block * block_size + offset) from batch.seq_ids
   // and positions. PRECOND: every position is inside its sequence's held
   // blocks. No allocation once the batch's capacity is reserved.

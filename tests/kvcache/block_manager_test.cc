@@ -76,13 +76,22 @@ TEST(BlockManager, TableGrowsWhenCrossingIntoANewBlockAndSlotsFollowIt) {
   b.seq_ids = {s};
   b.context_lens = {5};
   m.fill_batch(b);
-  EXPECT_EQ(b.max_blocks_per_seq, m.max_blocks_per_seq());
-  ASSERT_EQ(b.block_tables.size(), static_cast<size_t>(m.max_blocks_per_seq()));
+  EXPECT_EQ(b.max_blocks_per_seq, 2) << "the stride is the step's longest table, not max_seq_len's";
+  ASSERT_EQ(b.block_tables.size(), 2u);
   EXPECT_EQ(b.block_tables[0], m.block_table(s)[0]);
   EXPECT_EQ(b.block_tables[1], m.block_table(s)[1]);
-  EXPECT_EQ(b.block_tables[2], -1) << "padding past the table's end";
   EXPECT_EQ(b.slot_mapping[0], m.block_table(s)[0] * 4 + 3);
   EXPECT_EQ(b.slot_mapping[1], m.block_table(s)[1] * 4 + 0);
+  // Three blocks: a stride of four (a power of two), -1 past the table's end.
+  ASSERT_TRUE(m.reserve(s, 9).ok());
+  b.positions = {7, 8};
+  b.context_lens = {9};
+  m.fill_batch(b);
+  EXPECT_EQ(b.max_blocks_per_seq, 4);
+  ASSERT_EQ(b.block_tables.size(), 4u);
+  for (int32_t i = 0; i < 3; ++i) EXPECT_EQ(b.block_tables[i], m.block_table(s)[i]) << i;
+  EXPECT_EQ(b.block_tables[3], -1) << "padding past the table's end";
+  EXPECT_EQ(b.slot_mapping[1], m.block_table(s)[2] * 4 + 0);
   expect_consistent(m);
 }
 
