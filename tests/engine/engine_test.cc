@@ -71,24 +71,32 @@ struct Collected {
   std::vector<int32_t> tokens;
   std::string text;
   FinishReason reason = FinishReason::kNone;
+  std::string stop_string;
 };
+
+// One step, the engine's invariants after it, and its outputs into `got`: nothing may come
+// after a request's finish.
+void step_and_collect(Engine& e, std::vector<RequestOutput>& outs, std::map<RequestId, Collected>& got) {
+  const Status st = e.step(outs);
+  NS_CHECK(st.ok()) << st.to_string();
+  const Status inv = e.check_invariants();
+  EXPECT_TRUE(inv.ok()) << inv.to_string();
+  for (const RequestOutput& o : outs) {
+    Collected& c = got[o.id];
+    EXPECT_EQ(c.reason, FinishReason::kNone) << "request " << o.id << ": an output after its finish";
+    c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    c.text += o.text;
+    c.reason = o.finish_reason;
+    c.stop_string = o.stop_string;
+  }
+}
 
 // Steps until idle, checking the engine's invariants after every step.
 std::map<RequestId, Collected> run_to_end(Engine& e, std::map<RequestId, Collected> got = {}) {
   std::vector<RequestOutput> outs;
   int guard = 0;
   while (e.has_unfinished()) {
-    const Status st = e.step(outs);
-    NS_CHECK(st.ok()) << st.to_string();
-    const Status inv = e.check_invariants();
-    EXPECT_TRUE(inv.ok()) << inv.to_string();
-    for (const RequestOutput& o : outs) {
-      Collected& c = got[o.id];
-      EXPECT_EQ(c.reason, FinishReason::kNone) << "request " << o.id << ": an output after its finish";
-      c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      c.text += o.text;
-      c.reason = o.finish_reason;
-    }
+    step_and_collect(e, outs, got);
     NS_CHECK(++guard < 100000) << "engine does not finish";
   }
   return got;
@@ -228,21 +236,12 @@ TEST_P(EngineModes, RandomizedStopsAndAbortsGiveTheOracle) {
       ids.push_back(id);
     }
     if (!ids.empty() && rng.next_u64() % 12 == 0) e->abort(ids[rng.next_u64() % ids.size()]);
-    ASSERT_TRUE(e->step(outs).ok());
-    const Status inv = e->check_invariants();
-    ASSERT_TRUE(inv.ok()) << inv.to_string();
-    for (const RequestOutput& o : outs) {
-      Collected& c = got[o.id];
-      ASSERT_EQ(c.reason, FinishReason::kNone) << "request " << o.id << ": an output after its finish";
-      c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-      c.text += o.text;
-      c.reason = o.finish_reason;
-      stopped_by_string += o.stop_string.empty() ? 0 : 1;
-    }
+    step_and_collect(*e, outs, got);
   }
   int aborted = 0;
   for (const auto& [id, w] : want) {
     const Collected& c = got[id];
+    stopped_by_string += c.stop_string.empty() ? 0 : 1;
     ASSERT_NE(c.reason, FinishReason::kNone) << "request " << id << " never finished";
     if (c.reason == FinishReason::kAbort) {
       ++aborted;
@@ -363,15 +362,7 @@ TEST_P(EngineModes, RandomizedInvariantsUnderPreemptionAbortsAndCacheHits) {
           ids.push_back(id);
         }
         if (!ids.empty() && rng.next_u64() % 10 == 0) e->abort(ids[rng.next_u64() % ids.size()]);
-        ASSERT_TRUE(e->step(outs).ok());
-        const Status inv = e->check_invariants();
-        ASSERT_TRUE(inv.ok()) << inv.to_string();
-        for (const RequestOutput& o : outs) {
-          Collected& c = got[o.id];
-          EXPECT_EQ(c.reason, FinishReason::kNone) << "output after finish";
-          c.tokens.insert(c.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-          c.reason = o.finish_reason;
-        }
+        step_and_collect(*e, outs, got);
       }
       int aborted = 0;
       for (const auto& [id, tokens] : want) {
