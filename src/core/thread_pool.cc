@@ -87,15 +87,17 @@ void ThreadPool::run(int64_t n, void* fn, RangeCall call) {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
+    // stop_ ends every wait: the destructor's generation may be the one `seen` already took (read
+    // after this loop's last stop check), and then no later change of work_ would wake us.
     int spins = 0;
-    while ((work_.load(std::memory_order_acquire) >> 32) == seen && spins < kSpinPolls) {
+    while (!stop_.load() && (work_.load(std::memory_order_acquire) >> 32) == seen && spins < kSpinPolls) {
       cpu_relax();
       ++spins;
     }
-    if ((work_.load(std::memory_order_acquire) >> 32) == seen) {
+    if (!stop_.load() && (work_.load(std::memory_order_acquire) >> 32) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
       sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      cv_.wait(lock, [&] { return (work_.load(std::memory_order_seq_cst) >> 32) != seen; });
+      cv_.wait(lock, [&] { return stop_.load() || (work_.load(std::memory_order_seq_cst) >> 32) != seen; });
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
     if (stop_.load()) return;
