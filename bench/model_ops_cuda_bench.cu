@@ -277,7 +277,13 @@ constexpr ForcedKernel kForced[] = {
     {"stream", LinearPath::kStream},           {"128x64", LinearPath::kTile128x64},
     {"128x128", LinearPath::kTile128x128},     {"128x256", LinearPath::kTile128x256},
     {"256x128", LinearPath::kTile256x128},     {"128x128w", LinearPath::kTile128x128WholeK},
-    {"128x64w", LinearPath::kTile128x64WholeK}};
+    {"128x64w", LinearPath::kTile128x64WholeK}, {"64w", LinearPath::kTile64WholeK}};
+// Whether a forced kernel exists for the weights' format (the 256 x 128
+// tile is bf16's, the 64-row whole-K tile FP8's; "stream" is FP8's decode tile).
+bool has_kernel(LinearPath path, bool fp8) {
+  if (path == LinearPath::kTile64WholeK) return fp8;
+  return !fp8 || path != LinearPath::kTile256x128;
+}
 
 // Enough copies of a linear's random bf16 weights that they do not sit in L2,
 // and with fp8, as many of the same weights in FP8 rows (--quantization fp8).
@@ -334,7 +340,9 @@ void bench_gemms(cudaStream_t s, double ceiling, const std::string& only_name, i
       if (!fp8_only) kernels.push_back({"ours", LinearPath::kAuto, nullptr});
       if (!w8.empty()) kernels.push_back({"fp8", LinearPath::kAuto, nullptr, true});
       if (M >= 16 && only_name.empty()) {
-        for (const ForcedKernel& f : kForced) kernels.push_back({f.name, f.path, nullptr});
+        for (const ForcedKernel& f : kForced) {
+          if (has_kernel(f.path, false)) kernels.push_back({f.name, f.path, nullptr});
+        }
       }
       if (!fp8_only) kernels.push_back({"per-shape", LinearPath::kAuto, &per_shape});
       for (const Kernel& k : kernels) {
@@ -404,6 +412,7 @@ void bench_sweep(cudaStream_t s) {
               continue;
             }
             const LinearPath path = k == 0 ? LinearPath::kAuto : kForced[k - 1].path;
+            if (!has_kernel(path, fp8)) continue;
             us[k].push_back(time_graph(s,
                                        [&](int i) {
                                          if (fp8) {
@@ -417,7 +426,10 @@ void bench_sweep(cudaStream_t s) {
         }
         std::printf("sweep, us: %-7s %5lld %-5s", l.name, static_cast<long long>(M), fp8 ? "fp8" : "bf16");
         for (std::vector<double>& v : us) {
-          if (v.empty()) continue;
+          if (v.empty()) {
+            std::printf(" %8s", "-");
+            continue;
+          }
           std::sort(v.begin(), v.end());
           std::printf(" %8.1f", v[v.size() / 2]);
         }

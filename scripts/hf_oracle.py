@@ -35,7 +35,7 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
       --device cpu runs transformers on the CPU (slow: minutes a family),
       to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
-      every linear of the layers quantized as nanoserve's --quantization fp8
+      every linear of the layers, and its input a token, quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
       times the scale, in f32), the plant being the odd rows' scales x 1.1
       and the even rows' / 1.1 (not for
@@ -171,14 +171,26 @@ def randomize_norms_and_biases(model, g):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
 
 
+def quantize_tokens_fp8(module, args):
+    """A linear's input as nanoserve's FP8 linears take it: each token's row
+    as E4M3 codes times max |row| / 448 (1 for a zero row)."""
+    x = args[0]
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    return ((xf / scale).to(torch.float8_e4m3fn).float() * scale).to(x.dtype),
+
+
 def quantize_fp8(model, scale_error=1.0):
-    """Every linear of the layers as FP8 E4M3 rows times their scales, in place;
-    scale_error multiplies the odd rows' scales and divides the even rows'
-    (a per-channel error, which no norm after the linear can undo)."""
+    """Every linear of the layers as FP8 E4M3 rows times their scales, in place,
+    its input quantized a token (quantize_tokens_fp8); scale_error multiplies
+    the odd rows' scales and divides the even rows' (a per-channel error,
+    which no norm after the linear can undo)."""
     with torch.no_grad():
         for layer in model.model.layers:
             for mod in layer.modules():
                 if isinstance(mod, torch.nn.Linear):
+                    mod.register_forward_pre_hook(quantize_tokens_fp8)
                     w = mod.weight.float()
                     amax = w.abs().amax(dim=1, keepdim=True)
                     scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))

@@ -1,15 +1,16 @@
 // The streaming kernel of linear_cuda.cuh (small M), and the dispatch between
-// it and the tiled kernel (linear_cuda_wgmma.cu), for x or (linear_swiglu_cuda)
-// the SwiGLU of gate_up. The fragment layout and the
-// k relabelling they share are in linear_cuda_common.cuh: each lane reads its
-// 32 bytes (bf16; 16 of FP8) of a chunk row straight from global memory, so
-// every weight row is read as whole 32-byte sectors. Also the FP8 quantization
-// of weight rows.
+// it, the tiled kernel (linear_cuda_wgmma.cu) and the FP8 kernel
+// (linear_cuda_fp8.cu), for x or (linear_swiglu_cuda) the SwiGLU of gate_up.
+// The fragment layout and the k relabelling the bf16 kernels share are in
+// linear_cuda_common.cuh: each lane reads its 32 bytes of a chunk row straight
+// from global memory, so every weight row is read as whole 32-byte sectors.
+// Also the FP8 quantization of weight rows.
 
 #include "ops/matmul/linear_cuda.cuh"
 
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -32,7 +33,7 @@ using linear_detail::WeightRef;
 constexpr int kWarps = kSlices;  // one K slice per warp
 constexpr int kMaxTiles = 8;     // n8 token tiles a block holds: 64 tokens
 // Bytes of weight loads in flight per lane, over its MT row tiles: 4 chunks
-// of bf16 (two rows of 32 bytes each) or 8 of FP8 (two rows of 16).
+// (two rows of 32 bytes each).
 constexpr int kWeightBytesInFlight = 256;
 
 __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
@@ -40,16 +41,13 @@ __device__ __forceinline__ uint4 load_weight(const uint4* p, bool stream) {
 }
 
 // One block: MT x 16 weight rows, NT x 8 tokens of one token group. Warp w
-// sums chunks [w C / 4, (w+1) C / 4) of the C = K / 64 chunks. The weights
-// are bf16, or FP8 (kF8: a lane's 16 k values one 16-byte unit, turned into
-// the same mma words times 2^-120; the sum is scaled back by 2^120 and the
-// row's scale).
-template <int MT, int NT, bool kF8, typename Out>
+// sums chunks [w C / 4, (w+1) C / 4) of the C = K / 64 chunks.
+template <int MT, int NT, typename Out>
 __global__ void __launch_bounds__(kWarps * 32)
-    linear_kernel(const uint16_t* __restrict__ x, const void* __restrict__ w, const float* __restrict__ w_scale,
-                  Out* __restrict__ y, int M, int N, int K, int groups, bool stream_weights) {
+    linear_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w, Out* __restrict__ y, int M,
+                  int N, int K, int groups, bool stream_weights) {
   constexpr int kAcc = MT * NT * 4;
-  constexpr int kUnitsPerRow = kF8 ? 1 : 2;  // 16-byte units of a lane's chunk row
+  constexpr int kUnitsPerRow = 2;  // 16-byte units of a lane's chunk row
   __shared__ float partial[kWarps - 1][kAcc][32];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -64,8 +62,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   // as uint4 pointers at its bytes of chunk 0. Tokens past M read row 0 and
   // are never stored (a column of the mma does not touch the others).
   const int64_t k4 = K / 8;                  // uint4 per bf16 row
-  const int64_t w4 = kF8 ? K / 16 : k4;      // uint4 per weight row
-  constexpr int kWChunk = kF8 ? kChunk / 16 : kChunk / 8;  // uint4 per weight chunk row
+  const int64_t w4 = k4;                 // uint4 per weight row
+  constexpr int kWChunk = kChunk / 8;  // uint4 per weight chunk row
   const uint4* wrow[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -120,11 +118,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
           for (int s = 0; s < 4; ++s) {
-            if constexpr (kF8) {
-              linear_detail::a_frag(a[mt][s], wv[u][mt][0][0], wv[u][mt][1][0], s);
-            } else {
-              linear_detail::a_frag(a[mt][s], wv[u][mt][0], wv[u][mt][1], s);
-            }
+            linear_detail::a_frag(a[mt][s], wv[u][mt][0], wv[u][mt][1], s);
           }
         }
         const int64_t off = int64_t{c + u} * (kChunk / 8);
@@ -142,29 +136,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   linear_detail::meet_slices(acc, partial, warp, lane, [&](int mt, int j, int i, float v) {
     const int row = row0 + mt * 16 + g + (i >= 2 ? 8 : 0);
     const int tok = tok0 + j * 8 + 2 * t + (i & 1);
-    if constexpr (kF8) v = v * linear_detail::kF8Unscale * __ldg(w_scale + row);
     if (tok < M) store(y + int64_t{tok} * N + row, v);
   });
 }
 
 template <int MT, int NT, typename Out>
-void launch(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, cuda::Stream s) {
+void launch(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cuda::Stream s) {
   const int groups = (M + NT * 8 - 1) / (NT * 8);
   const int64_t blocks = int64_t{N / (MT * 16)} * groups;
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
   // One group reads each weight once: stream it past L2. Several groups reread
   // it from L2, so there it is cached normally.
   const bool stream_weights = groups == 1;
-  auto kernel = w.fp8() ? linear_kernel<MT, NT, true, Out> : linear_kernel<MT, NT, false, Out>;
-  cuda::launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, x, w.data, w.scale, y, M,
-                   N, K, groups, stream_weights);
+  cuda::launch_pdl(linear_kernel<MT, NT, Out>, dim3(static_cast<unsigned>(blocks)), dim3(kWarps * 32), 0, s, x, w,
+                   y, M, N, K, groups, stream_weights);
 }
 
 // Token tiles per group: the fewest that hold M (padding is computed, not
 // stored). Two row tiles halve the x reads once the tokens fill four tiles.
 // Neither choice changes any element's order.
 template <typename Out>
-void launch_stream(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, cuda::Stream s) {
+void launch_stream(const uint16_t* x, const uint16_t* w, Out* y, int M, int N, int K, cuda::Stream s) {
   const bool two_rows = N % 32 == 0;
   if (M <= 8) {
     launch<1, 1>(x, w, y, M, N, K, s);
@@ -177,20 +169,22 @@ void launch_stream(const uint16_t* x, WeightRef w, Out* y, int M, int N, int K, 
   }
 }
 
-// Whether the path runs the tiled kernel, which reads a permuted copy of x:
-// past kStreamMaxTokens (linear_cuda.cuh) for bf16 weights, past 32 for FP8.
+// Whether the path runs the bf16 tiled kernel, which reads a permuted copy of
+// x: past kStreamMaxTokens (linear_cuda.cuh). FP8 weights have their own kernel.
 bool tiled(int64_t M, bool fp8, LinearPath path) {
+  if (fp8) return false;
   if (path != LinearPath::kAuto) return path != LinearPath::kStream;
-  return M > (fp8 ? kStreamMaxTokensFp8 : kStreamMaxTokens);
+  return M > kStreamMaxTokens;
 }
 
 // x is the input, or with swiglu the [M, 2K] gate_up whose SwiGLU the tiled
 // kernel's permute computes.
 template <typename Out>
-void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
+void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
               LinearPath path, cuda::Stream s) {
   using linear_detail::WgmmaTile;
-  if (!tiled(M, w.fp8(), path)) {
+  NS_CHECK(path != LinearPath::kTile64WholeK) << "linear_cuda: the 64-row whole-K tile is FP8's";
+  if (!tiled(M, false, path)) {
     // A group of more than 64 tokens runs as several groups, each rereading the weights.
     launch_stream(x, w, y, M, N, K, s);
     return;
@@ -203,6 +197,25 @@ void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y,
                          : path == LinearPath::kTile128x64WholeK  ? WgmmaTile::k128x64WholeK
                                                                   : linear_detail::choose_tile(M, N);
   linear_detail::launch_linear_wgmma(x, swiglu, xp, w, y, M, N, K, tile, s);
+}
+
+// The FP8 kernel's tile for a path: kStream is its decode tile (64 rows x
+// the fewest n8 blocks), the rest as named; it has no 256 x 128.
+linear_detail::Fp8Tile fp8_tile(int M, int N, LinearPath path) {
+  using linear_detail::Fp8Tile;
+  switch (path) {
+    case LinearPath::kAuto: return linear_detail::choose_fp8_tile(M, N);
+    case LinearPath::kStream: return Fp8Tile::kNarrow;
+    case LinearPath::kTile64WholeK: return Fp8Tile::kNarrowWholeK;
+    case LinearPath::kTile128x64: return Fp8Tile::k128x64;
+    case LinearPath::kTile128x128: return Fp8Tile::k128x128;
+    case LinearPath::kTile128x64WholeK: return Fp8Tile::k128x64WholeK;
+    case LinearPath::kTile128x128WholeK: return Fp8Tile::k128x128WholeK;
+    case LinearPath::kTile128x256: return Fp8Tile::k128x256;
+    case LinearPath::kTile256x128: break;
+  }
+  NS_CHECK(false) << "linear_cuda: FP8 weights have no tile for path " << static_cast<int>(path);
+  return Fp8Tile::kNarrow;
 }
 
 bool aligned16(const void* p) {
@@ -266,8 +279,10 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-WeightRef weight_ref(const LinearWeight& w) {
-  return {w.w.data(), w.fp8() ? w.scale.data_as<const float>() : nullptr};
+// The scratch's bytes: the FP8 kernel's E4M3 tokens and scales, or the
+// tiled kernel's permuted x (or the streaming kernel's SwiGLU), M x K bf16.
+int64_t scratch_bytes(int64_t M, int64_t K, bool fp8) {
+  return fp8 ? linear_detail::fp8_tokens_bytes(M, K) : M * K * 2;
 }
 
 template <bool kSwiGLU>
@@ -282,20 +297,28 @@ void run(const Tensor& x, const LinearWeight& lw, const Tensor& y, const Tensor*
   const Tensor& w = lw.w;
   const int M = static_cast<int>(x.dim(0)), N = static_cast<int>(w.dim(0)), K = static_cast<int>(w.dim(1));
   if (M == 0) return;
-  const bool tile = tiled(M, lw.fp8(), path);
+  const bool fp8 = lw.fp8(), tile = tiled(M, fp8, path);
   Tensor own;
   uint16_t* xp = nullptr;
-  if (tile || kSwiGLU) {
+  if (tile || kSwiGLU || fp8) {
+    const int64_t bytes = scratch_bytes(M, K, fp8), elems = (bytes + 1) / 2;
     if (scratch == nullptr) {
-      own = cuda::empty(DType::kBF16, {int64_t{M} * K});
+      own = cuda::empty(DType::kBF16, {elems});
       scratch = &own;
     }
     NS_CHECK(scratch->device() == Device::kCUDA && scratch->dtype() == DType::kBF16 &&
-             scratch->is_contiguous() && scratch->numel() >= int64_t{M} * K && aligned16(scratch->data()))
-        << name << ": the scratch needs " << int64_t{M} * K << " contiguous bf16 on the device";
+             scratch->is_contiguous() && scratch->numel() >= elems && aligned16(scratch->data()))
+        << name << ": the scratch needs " << elems << " contiguous bf16 on the device";
     xp = scratch->data_as<uint16_t>();
   }
   const uint16_t* xd = x.data_as<const uint16_t>();
+  if (fp8) {
+    NS_CHECK(y.dtype() == DType::kBF16) << name << ": FP8 weights write bf16";
+    const WeightRef wr{lw.w.data(), lw.scale.data_as<const float>()};
+    linear_detail::launch_linear_fp8(xd, kSwiGLU, xp, wr, y.data_as<uint16_t>(), M, N, K, fp8_tile(M, N, path), s);
+    if (own.defined()) cuda::synchronize();  // the scratch is freed on return
+    return;
+  }
   const bool swiglu_in_permute = kSwiGLU && tile;
   if (kSwiGLU && !tile) {
     // The streaming kernel reads each input once per block of 16 rows: the
@@ -304,11 +327,11 @@ void run(const Tensor& x, const LinearWeight& lw, const Tensor& y, const Tensor*
     silu_mul_cuda(x, act, s);
     xd = xp;
   }
-  const WeightRef wr = weight_ref(lw);
+  const uint16_t* wd = lw.w.data_as<const uint16_t>();
   if (y.dtype() == DType::kF32) {
-    dispatch(xd, swiglu_in_permute, xp, wr, y.data_as<float>(), M, N, K, path, s);
+    dispatch(xd, swiglu_in_permute, xp, wd, y.data_as<float>(), M, N, K, path, s);
   } else {
-    dispatch(xd, swiglu_in_permute, xp, wr, y.data_as<uint16_t>(), M, N, K, path, s);
+    dispatch(xd, swiglu_in_permute, xp, wd, y.data_as<uint16_t>(), M, N, K, path, s);
   }
   if (own.defined()) cuda::synchronize();  // the scratch is freed on return
 }
@@ -324,7 +347,8 @@ bool linear_swiglu_cuda_supports(const Tensor& gate_up, const LinearWeight& w, c
 }
 
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K) {
-  return M > kStreamMaxTokens ? M * K : 0;
+  // bf16 past the streaming kernel, FP8 (fewer bytes) at any M.
+  return M == 0 ? 0 : std::max(M * K, (linear_detail::fp8_tokens_bytes(M, K) + 1) / 2);
 }
 
 int64_t linear_swiglu_cuda_scratch_elems(int64_t M, int64_t K) {
@@ -341,11 +365,11 @@ void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor&
   NS_CHECK(linear_cuda_tiled(M, w)) << "linear_cuda_permuted: " << M << " tokens take the streaming kernel";
   // x == nullptr: the tiled kernel reads xp as it is.
   auto* xpd = const_cast<uint16_t*>(xp.data_as<const uint16_t>());
-  const WeightRef wr = weight_ref(w);
+  const uint16_t* wd = w.w.data_as<const uint16_t>();
   if (y.dtype() == DType::kF32) {
-    dispatch<float>(nullptr, false, xpd, wr, y.data_as<float>(), M, N, K, LinearPath::kAuto, s);
+    dispatch<float>(nullptr, false, xpd, wd, y.data_as<float>(), M, N, K, LinearPath::kAuto, s);
   } else {
-    dispatch<uint16_t>(nullptr, false, xpd, wr, y.data_as<uint16_t>(), M, N, K, LinearPath::kAuto, s);
+    dispatch<uint16_t>(nullptr, false, xpd, wd, y.data_as<uint16_t>(), M, N, K, LinearPath::kAuto, s);
   }
 }
 

@@ -3,8 +3,9 @@
 // one summation order per output element whatever M is (docs/ops_cuda.md).
 //
 //   x: [M, K] bf16 (rows contiguous), w: [N, K] bf16 or FP8 E4M3 with a scale
-//   per row (LinearWeight), y: [M, N] bf16 or f32;
-//   f32 accumulation on tensor cores (mma.sync m16n8k16, wgmma m64nNk16); all device memory.
+//   per row (LinearWeight), y: [M, N] bf16 or f32 (FP8 weights: bf16);
+//   f32 accumulation on tensor cores (mma.sync m16n8k16, wgmma m64nNk16 and,
+//   for FP8, m64nNk32 e4m3); all device memory.
 //   Needs K % 64 == 0, N % 16 == 0 and 16-byte aligned x, w and y (linear_cuda_supports).
 //
 // Two kernels, one arithmetic (linear_cuda_common.cuh):
@@ -33,11 +34,16 @@
 // So a row's bits are the same in a batch of 1, 8, 64 or 1,024, and with any
 // prefill chunking.
 //
-// FP8 weights. Both kernels read a lane's 16 k values of a chunk row as one
-// 16-byte unit (half the bytes) and turn them, in registers, into exactly the
-// bf16 mma words of w * 2^-120 (linear_cuda_common.cuh); the element is then
-// (((S0 + S1) + S2) + S3) * 2^120 * scale[n], the same chain for any M, so
-// invariance holds as in bf16. x stays bf16 (weight-only quantization).
+// FP8 weights (W8A8, linear_cuda_fp8.cu). x is quantized a token: E4M3 codes
+// of x[m, :] / scale_x[m], scale_x[m] = max |x[m, :]| / 448, a row's codes
+// depending on that row alone. One kernel template for every M (a 64-row
+// tile of 8 .. 64 tokens for decode, 128 x 64 or 128 x 128 for prefill)
+// multiplies the codes with wgmma m64nNk32 e4m3 a chunk (64 k) at a time,
+// each chunk's sum from zero and added in f32 to its slice's (the tensor
+// core's FP8 sum is carried no further than a chunk); the slices meet as
+// above and the element is ((((S0 + S1) + S2) + S3) * scale[n]) * scale_x[m].
+// A column's bits do not depend on the product's width (measured), so
+// invariance holds as in bf16.
 
 #include <cstdint>
 
@@ -59,13 +65,17 @@ enum class LinearPath {
   kTile256x128,
   kTile128x128WholeK,  // one block a tile, the four K slices in turn
   kTile128x64WholeK,   // the same with the 128 x 64 tile
+  kTile64WholeK,       // FP8 only: the decode tile (64 rows) over the whole K
 };
+// With FP8 weights kStream is the FP8 kernel's decode tile (64 rows x the
+// fewest n8 blocks, one K slice a block), and there is no 256 x 128.
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const LinearWeight& w, const Tensor& y);
 
 // y = x . w^T on `s`. NS_CHECKs linear_cuda_supports. M == 0 does nothing.
-// The wgmma kernel (past the streaming kernel's M) first copies x, permuted, into a scratch of
+// The wgmma kernel (past the streaming kernel's M) first copies x, permuted,
+// and the FP8 kernel its E4M3 codes, into a scratch of
 // linear_cuda_scratch_elems(M, K) bf16: given, or else allocated for the call
 // (which then synchronises: not in a graph capture).
 void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s,
@@ -74,14 +84,13 @@ void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, const 
                  LinearPath path = LinearPath::kAuto);
 int64_t linear_cuda_scratch_elems(int64_t M, int64_t K);
 
-// The most tokens linear_cuda (kAuto) streams; past them it runs the tiled
-// kernel (measured: docs/log/model_cuda.md). FP8 weights stream to 32 tokens, since
-// the tiled kernel turns each weight into bf16 once per 64 tokens.
+// The most tokens linear_cuda (kAuto) streams bf16 weights; past them it runs
+// the tiled kernel (measured: docs/log/model_cuda.md).
 constexpr int64_t kStreamMaxTokens = 16;
-constexpr int64_t kStreamMaxTokensFp8 = 32;
 
-// Whether linear_cuda (kAuto) runs the tiled kernel for M tokens of w, which
-// reads x in its own k order (linear_cuda_layout.cuh) from a permuted copy.
+// Whether linear_cuda (kAuto) runs the bf16 tiled kernel for M tokens of w, which
+// reads x in its own k order (linear_cuda_layout.cuh) from a permuted copy
+// (never for FP8 weights, whose kernel quantizes x itself).
 bool linear_cuda_tiled(int64_t M, const LinearWeight& w);
 // y = x . w^T from xp, x already in that order (as rmsnorm_cuda's permuted
 // output writes it): the tiled kernel with no permute pass, bitwise

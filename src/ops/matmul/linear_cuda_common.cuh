@@ -50,51 +50,14 @@ __device__ __forceinline__ uint32_t hi_word(const uint4& v, int s) {
   return (s & 1) ? v.w : v.y;
 }
 
-// FP8 weights (E4M3, core/half.h). A lane's 16 k values of a chunk row are
-// one 16-byte unit of bytes instead of two of bf16; they become the same mma
-// words exactly, scaled by 2^-120: a byte's 7 magnitude bits moved to bits
-// 4..10 of a bf16 are its exponent and mantissa with the exponent's bias 7
-// read as 127 (subnormals too), and its sign goes to bit 15. The product's
-// sum is multiplied back by 2^120 (exact) and the row's scale at the store
-// (kF8Unscale). Three integer operations a pair, no conversion instruction.
-constexpr float kF8Unscale = 0x1p120f;
-
-// Bytes b0, b1 (bits 0..15 of `word`: pair 0) or b2, b3 (pair 1) as a bf16x2
-// word, b0 (b2) in the low half. The permute makes each half a byte and a
-// copy of its sign bit eight times ([b0, s0, b1, s1] from the low byte up),
-// so one shift puts the magnitude at bits 4..10 and a sign bit at 15 of each
-// half, and one mask clears the rest (bits 16..19 catch the low half's sign
-// copies and are masked too): three operations a pair, the shift a multiply.
-template <int kPair>
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t word) {
-  uint32_t x;
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(word), "n"(kPair == 0 ? 0x9180 : 0xB3A2));
-  return (x * 16u) & 0x87f087f0u;
-}
-
-// The mma words of one step s (0..3) from a lane's unit of 16 FP8 weights of
-// a row: word s of the unit holds k values 4 s .. 4 s + 3 of the lane's 16,
-// which are exactly step s's (linear_cuda_common.cuh's relabelling).
-__device__ __forceinline__ uint32_t f8_word(const uint4& v, int s) {
-  return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w;
-}
-
 // The A fragment (a0..a3) of step s for rows g (unit wa) and g + 8 (unit wb),
-// from bf16 units (two a row: k 16t..16t+7 and 16t+8..16t+15) or one FP8 unit a row.
+// from bf16 units (two a row: k 16t..16t+7 and 16t+8..16t+15).
 __device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint4 (&wa)[2], const uint4 (&wb)[2], int s) {
   a[0] = lo_word(wa[s >> 1], s);
   a[1] = lo_word(wb[s >> 1], s);
   a[2] = hi_word(wa[s >> 1], s);
   a[3] = hi_word(wb[s >> 1], s);
 }
-__device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint4& wa, const uint4& wb, int s) {
-  const uint32_t ua = f8_word(wa, s), ub = f8_word(wb, s);
-  a[0] = e4m3x2_to_bf16x2<0>(ua);
-  a[1] = e4m3x2_to_bf16x2<0>(ub);
-  a[2] = e4m3x2_to_bf16x2<1>(ua);
-  a[3] = e4m3x2_to_bf16x2<1>(ub);
-}
-
 // The four products of one chunk (steps 0..3) for MT row tiles and token tile
 // j: a the chunk's A fragments, xv the tile's two 16-byte units of x.
 template <int MT, int NT>
@@ -186,12 +149,10 @@ __device__ __forceinline__ void store4(uint16_t* y, const float4& v) {
 // swiglu, x is [M, 2K] gate_up and xp its SwiGLU). Bitwise equal to the
 // streaming kernel, element by element.
 enum class WgmmaTile { k128x64, k128x128, k128x256, k256x128, k128x128WholeK, k128x64WholeK };
-// The weight as the kernels read it: bf16 rows (scale null) or FP8 rows with
-// their f32 scales.
+// FP8 weights as the kernels read them: E4M3 rows with their f32 scales.
 struct WeightRef {
   const void* data;
   const float* scale;
-  bool fp8() const { return scale != nullptr; }
 };
 // The tile for M tokens of an N-row weight: M <= 64 the 128 x 64 tile (over
 // the whole K where those tiles are at least the multiprocessors); else
@@ -201,7 +162,17 @@ struct WeightRef {
 // reads per chunk.
 WgmmaTile choose_tile(int M, int N);
 template <typename Out>
-void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
-                         WgmmaTile tile, cudaStream_t s);
+void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N,
+                         int K, WgmmaTile tile, cudaStream_t s);
+
+// y = x . w^T for FP8 weights at every M (linear_cuda_fp8.cu): x (or with
+// swiglu the SwiGLU of the [M, 2K] gate_up) quantized to E4M3 a token into
+// the scratch (fp8_tokens_bytes), then E4M3 products on warpgroup mma.
+// kNarrow* are 64 weight rows x the fewest n8 blocks that hold M (to 64).
+enum class Fp8Tile { kNarrow, kNarrowWholeK, k128x64, k128x128, k128x64WholeK, k128x128WholeK, k128x256 };
+Fp8Tile choose_fp8_tile(int M, int N);
+int64_t fp8_tokens_bytes(int64_t M, int64_t K);
+void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
+                       Fp8Tile tile, cudaStream_t s);
 
 }  // namespace nanoserve::linear_detail

@@ -30,11 +30,7 @@
 // each slice's chain starts from zero and is added to a running total in
 // registers in the same order, and the block stores its tile.
 //
-// FP8 weights: a stage's weight rows are 64 bytes a chunk, unswizzled (a
-// warp's lanes read rows g and g + 8 of its 16 at 16 t: 512 contiguous bytes
-// each, free of bank conflicts), and a lane turns its one 16-byte unit a row
-// into the A words of w * 2^-120 (linear_cuda_common.cuh); the store
-// multiplies the sum by 2^120 and the row's scale, as the streaming kernel.
+// FP8 weights have their own kernel (linear_cuda_fp8.cu).
 
 #include <cooperative_groups.h>
 #include <cuda.h>
@@ -64,11 +60,10 @@ constexpr int kSmemLimit = 227 * 1024;
 // R m64 row blocks a warpgroup (rows 128 R a tile), BN tokens (n64 blocks).
 // A tile of BN = 64 tokens is two n32 products a step: one n64 product a
 // quad of A registers makes the compiler serialize the products.
-template <int R_, int BN_, int kBlocksPerSm_ = 1, bool kWholeK_ = false, bool kF8_ = false>
+template <int R_, int BN_, int kBlocksPerSm_ = 1, bool kWholeK_ = false>
 struct WgTile {
   static constexpr int R = R_, BN = BN_, kW = BN == 64 ? 32 : 64, NB = BN / kW;
-  static constexpr bool kF8 = kF8_;
-  static constexpr int kWRowBytes = kF8 ? kChunk : kRowBytes;  // a weight row's bytes of a chunk
+  static constexpr int kWRowBytes = kRowBytes;  // a weight row's bytes of a chunk
   static constexpr int kBlocksPerSm = kBlocksPerSm_;
   // Whole K: one block runs the four slices one after another, summing them
   // in registers; else a cluster of four blocks, one a slice.
@@ -92,7 +87,6 @@ struct WgTile {
   static_assert(kStages >= 3, "a stage in use, one landing, one in flight");
   static_assert(kSmem <= kSmemBlock, "the partial tile fits the block's share");
   static_assert(kRows * kWRowBytes % 1024 == 0 && kStageBytes % 1024 == 0, "token rows on the swizzle's 1024");
-  using Fp8 = WgTile<R_, BN_, kBlocksPerSm_, kWholeK_, true>;
 };
 // The tiles. The two smaller ones run two blocks an SM (registers <= 128 a
 // thread, 3 or 4 stages), so that one block's start and its sum of the
@@ -170,24 +164,10 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// The four sums of rows gr .. gr + 3 as stored: with FP8 weights times 2^120
-// and each row's scale (the streaming kernel's operations, in its order).
-template <typename T>
-__device__ __forceinline__ float4 unscale(float4 v, const float* __restrict__ w_scale, int gr) {
-  if constexpr (T::kF8) {
-    const float4 sc = __ldg(reinterpret_cast<const float4*>(w_scale + gr));
-    v.x = v.x * kF8Unscale * sc.x;
-    v.y = v.y * kF8Unscale * sc.y;
-    v.z = v.z * kF8Unscale * sc.z;
-    v.w = v.w * kF8Unscale * sc.w;
-  }
-  return v;
-}
-
 template <typename T, typename Out>
 __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                        const float* __restrict__ w_scale, Out* __restrict__ y, int M, int N, int K) {
+                        Out* __restrict__ y, int M, int N, int K) {
   constexpr int R = T::R, BN = T::BN, NB = T::NB, kW = T::kW, ST = T::kStages, kRows = T::kRows, kLd = T::kLd;
   extern __shared__ uint4 smem_raw[];
   char* smem = reinterpret_cast<char*>(smem_raw) + ((1024 - cuda::smem_addr(smem_raw) % 1024) % 1024);
@@ -231,29 +211,22 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = 64 * (wg * R + r) + 16 * wi + g + 8 * h;
-      // bf16: unit 2t, swizzled (unit 2t + 1 is at ^ 16); FP8: unit t, unswizzled.
-      a_off[r][h] = T::kF8 ? row * T::kWRowBytes + 16 * t : row * kRowBytes + (((2 * t) ^ (row & 7)) << 4);
+      // Unit 2t, swizzled (unit 2t + 1 is at ^ 16).
+      a_off[r][h] = row * kRowBytes + (((2 * t) ^ (row & 7)) << 4);
     }
   }
   auto load_a = [&](int stage, AFrags<R>& a) {
     const char* base = smem + stage * T::kStageBytes;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if constexpr (T::kF8) {
-        const uint4 v0 = *reinterpret_cast<const uint4*>(base + a_off[r][0]);  // row g
-        const uint4 v1 = *reinterpret_cast<const uint4*>(base + a_off[r][1]);  // row g + 8
+      uint4 v[2][2];  // [row g, g + 8][unit 2t, 2t + 1]
 #pragma unroll
-        for (int s = 0; s < 4; ++s) a_frag(a[r][s], v0, v1, s);
-      } else {
-        uint4 v[2][2];  // [row g, g + 8][unit 2t, 2t + 1]
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          v[h][0] = *reinterpret_cast<const uint4*>(base + a_off[r][h]);
-          v[h][1] = *reinterpret_cast<const uint4*>(base + (a_off[r][h] ^ 16));
-        }
-#pragma unroll
-        for (int s = 0; s < 4; ++s) a_frag(a[r][s], v[0], v[1], s);
+      for (int h = 0; h < 2; ++h) {
+        v[h][0] = *reinterpret_cast<const uint4*>(base + a_off[r][h]);
+        v[h][1] = *reinterpret_cast<const uint4*>(base + (a_off[r][h] ^ 16));
       }
+#pragma unroll
+      for (int s = 0; s < 4; ++s) a_frag(a[r][s], v[0], v[1], s);
     }
     pin(a);
   };
@@ -352,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
     for (int q = tid; q < BN * kQuads; q += kThreads) {
       const int tk = q / kQuads, r = (q % kQuads) * 4;
       const int gt = tok0 + tk, gr = row0 + r;
-      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, unscale<T>(*reinterpret_cast<const float4*>(part + tk * kLd + r), w_scale, gr));
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, *reinterpret_cast<const float4*>(part + tk * kLd + r));
     }
   } else {
     cg::cluster_group cluster = cg::this_cluster();
@@ -374,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, T::kBlocksPerSm)
         v.z += o.z;
         v.w += o.w;
       }
-      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, unscale<T>(v, w_scale, gr));
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, v);
     }
     cluster.sync();  // the others' partials stay until every block has read them
   }
@@ -422,9 +395,8 @@ int64_t tile_blocks(int M, int N) {
 }
 
 // A [rows, k] bf16 matrix (rows contiguous) as a tensor map of boxes of one
-// chunk x box_rows rows in the 128-byte swizzle; FP8 (one byte an element),
-// unswizzled.
-CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, bool fp8) {
+// chunk x box_rows rows in the 128-byte swizzle.
+CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows) {
   static void* encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -435,14 +407,13 @@ CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, b
     return fn;
   }();
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * (fp8 ? 1 : 2)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
   const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   CUtensorMap map;
   const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
-      &map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
-      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      fp8 ? CU_TENSOR_MAP_SWIZZLE_NONE : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r)
                               << ") for " << rows << " x " << k;
@@ -461,7 +432,7 @@ cudaLaunchAttribute cluster_dims() {
 }
 
 template <typename T, typename Out>
-void launch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
+void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
             cudaStream_t s) {
   const int64_t units = int64_t{M} * K / 8;
   const dim3 grid(static_cast<unsigned>((units + 255) / 256));
@@ -477,7 +448,7 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, i
   configure<T, Out>();
   const int64_t blocks = tile_blocks<T>(M, N);
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
-  const CUtensorMap w_map = chunk_map(w.data, N, K, T::kRows, T::kF8), x_map = chunk_map(xp, M, K, T::BN, false);
+  const CUtensorMap w_map = chunk_map(w, N, K, T::kRows), x_map = chunk_map(xp, M, K, T::BN);
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -489,7 +460,7 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, i
   cfg.stream = s;
   cfg.attrs = attr;
   cfg.numAttrs = 2;
-  NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<T, Out>, w_map, x_map, w.scale, y, M, N, K));
+  NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<T, Out>, w_map, x_map, y, M, N, K));
 }
 
 // Blocks of tile T that the device holds at once: its co-resident clusters x their size.
@@ -548,33 +519,22 @@ WgmmaTile choose_tile(int M, int N) {
   return tiles[best];
 }
 
-// The tile's launch for the weight's format.
-template <typename T, typename Out>
-void launch_for(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
-                cudaStream_t s) {
-  if constexpr (std::is_same_v<Out, uint16_t>) {
-    if (w.fp8()) return launch<typename T::Fp8, Out>(x, swiglu, xp, w, y, M, N, K, s);
-  }
-  NS_CHECK(!w.fp8()) << "linear_cuda: FP8 weights write bf16";
-  launch<T, Out>(x, swiglu, xp, w, y, M, N, K, s);
-}
-
 template <typename Out>
-void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, WeightRef w, Out* y, int M, int N, int K,
-                         WgmmaTile tile, cudaStream_t s) {
+void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N,
+                         int K, WgmmaTile tile, cudaStream_t s) {
   switch (tile) {
-    case WgmmaTile::k128x64: launch_for<Tile128x64>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x128: launch_for<Tile128x128>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x128WholeK: launch_for<Tile128x128WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x64WholeK: launch_for<Tile128x64WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k128x256: launch_for<Tile128x256>(x, swiglu, xp, w, y, M, N, K, s); break;
-    case WgmmaTile::k256x128: launch_for<Tile256x128>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x64: launch<Tile128x64>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x128: launch<Tile128x128>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x128WholeK: launch<Tile128x128WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x64WholeK: launch<Tile128x64WholeK>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k128x256: launch<Tile128x256>(x, swiglu, xp, w, y, M, N, K, s); break;
+    case WgmmaTile::k256x128: launch<Tile256x128>(x, swiglu, xp, w, y, M, N, K, s); break;
   }
 }
 
-template void launch_linear_wgmma<float>(const uint16_t*, bool, uint16_t*, WeightRef, float*, int, int, int,
+template void launch_linear_wgmma<float>(const uint16_t*, bool, uint16_t*, const uint16_t*, float*, int, int, int,
                                          WgmmaTile, cudaStream_t);
-template void launch_linear_wgmma<uint16_t>(const uint16_t*, bool, uint16_t*, WeightRef, uint16_t*, int, int,
+template void launch_linear_wgmma<uint16_t>(const uint16_t*, bool, uint16_t*, const uint16_t*, uint16_t*, int, int,
                                             int, WgmmaTile, cudaStream_t);
 
 }  // namespace nanoserve::linear_detail

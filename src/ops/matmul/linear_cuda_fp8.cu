@@ -1,0 +1,421 @@
+// The FP8 linear of linear_cuda.cuh: E4M3 weights with a scale a row times
+// E4M3 tokens with a scale a token, on Hopper's FP8 tensor-core product, for
+// every M (one kernel template: decode steps and prefill chunks share it).
+//
+// The tokens. quantize_tokens_kernel turns each row of x (or, for the down
+// projection, of silu(gate) * up, as silu_mul_cuda rounds it) into E4M3 codes
+// with scale_x[m] = max |x[m, :]| / 448 (1 for a zero row): code =
+// x / scale_x rounded to nearest even, saturated, as quantize_fp8_rows_cuda
+// does the weights. A row's codes and scale depend on that row alone.
+//
+// The product. A block owns 64 WG weight rows x BN tokens (one warpgroup per
+// 64 rows; BN = 8 .. 256) and the K slices of linear_cuda_common.cuh: one
+// slice (a cluster of four blocks, one a slice) or all four in turn (whole K).
+// Each stage is one chunk (64 k) of weight and token rows, 64 bytes a row in
+// the 64-byte swizzle, two tensor copies on the stage's mbarrier. Both
+// operands are shared-memory descriptors in their natural k order (no
+// relabelling: the product reads 32 contiguous bytes a row a step). A chunk
+// is two wgmma.m64nBNk32 e4m3 steps, and a slice's chain runs in the tensor
+// core's accumulator from zero, as vLLM's FP8 GEMMs run theirs (the tensor
+// core keeps ~14 bits of an FP8 sum: an element is within ~5e-4 of its sum
+// of |products|, measured by bench/fp8_mma_agree_cuda_bench.cu). An element
+// (token m, row n) is
+//   y = ((((S0 + S1) + S2) + S3) * scale_w[n]) * scale_x[m],
+//   Sw = the chain of slice w's k32 steps in order, from zero,
+// for any tile and any M: a column of the product does not depend on BN
+// (measured), and every other operation is the same in every tile. So a
+// row's bits are the same in any batch.
+
+#include <cooperative_groups.h>
+#include <cuda.h>
+#include <cuda_fp8.h>
+#include <cudaTypedefs.h>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.cuh"
+#include "core/cuda/launch.cuh"
+#include "core/cuda/ptx.cuh"
+#include "ops/matmul/linear_cuda_common.cuh"
+#include "ops/matmul/wgmma_e4m3.cuh"
+#include "ops/silu_mul/silu_mul.cuh"
+
+namespace nanoserve::linear_detail {
+
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kRowBytes = kChunk;  // a chunk row of E4M3 codes
+constexpr int kSmemLimit = 227 * 1024;
+
+// WG warpgroups (64 WG weight rows) x BN tokens; kBlocksPerSm blocks share
+// an SM; whole K in one block, or one slice a block of a cluster of four.
+template <int WG_, int BN_, int kBlocksPerSm_, bool kWholeK_>
+struct F8Tile {
+  static constexpr int WG = WG_, BN = BN_, kBlocksPerSm = kBlocksPerSm_;
+  static constexpr bool kWholeK = kWholeK_;
+  static constexpr int kThreads = 128 * WG;
+  static constexpr int kCluster = kWholeK ? 1 : kSlices;
+  static constexpr int kRows = 64 * WG;
+  static constexpr int kAcc = BN / 2;  // accumulator floats a thread
+  static constexpr int kBoxBytes = (kRows + BN) * kRowBytes;
+  static constexpr int kStageBytes = (kBoxBytes + 1023) / 1024 * 1024;
+  static constexpr int kSmemBlock = kBlocksPerSm == 1 ? kSmemLimit : 228 * 1024 / kBlocksPerSm - 1024;
+  static constexpr int kLd = kRows + 4;  // floats per token row of the partial tile
+  static constexpr int kPartBytes = BN * kLd * 4;
+  static constexpr int kStageRoom = (kSmemBlock - 1024 - 8 * 12) / kStageBytes;
+  static constexpr int kStages = kStageRoom > 8 ? 8 : kStageRoom;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kBarOffset = kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes;
+  static constexpr int kSmem = 1024 + kBarOffset + kStages * 12;
+  static_assert(kStages >= 3, "a stage in use, one landing, one in flight");
+  static_assert(kSmem <= kSmemBlock, "the partial tile fits the block's share");
+};
+
+// Decode: one warpgroup, the fewest n8 blocks that hold the step (to 64).
+template <int BN, bool kWholeK>
+using Narrow = F8Tile<1, BN, 4, kWholeK>;
+// Prefill: two warpgroups, 128 rows x 64, 128 or 256 tokens.
+template <int BN, bool kWholeK>
+using Wide = F8Tile<2, BN, 1, kWholeK>;
+
+// A K-major operand of 64-byte chunk rows in the 64-byte swizzle at `addr`
+// (the atom of 8 rows 512-aligned; plus 32 for the second k32 step).
+__device__ __forceinline__ uint64_t desc64(uint32_t addr) {
+  return uint64_t{(addr & 0x3ffffu) >> 4} | (uint64_t{1} << 16) | (uint64_t{512 >> 4} << 32) | (uint64_t{2} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the accumulator's registers as they are, after the wait that
+// retires their products and before they are read.
+template <int A>
+__device__ __forceinline__ void pin(float (&acc)[A]) {
+#pragma unroll
+  for (int i = 0; i < A; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+
+template <typename T>
+__global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
+    linear_fp8_kernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                      const float* __restrict__ w_scale, const float* __restrict__ x_scale,
+                      uint16_t* __restrict__ y, int M, int N, int K) {
+  constexpr int BN = T::BN, ST = T::kStages, kRows = T::kRows, kLd = T::kLd, kAcc = T::kAcc;
+  extern __shared__ uint4 smem_raw[];
+  char* smem = reinterpret_cast<char*>(smem_raw) + ((1024 - cuda::smem_addr(smem_raw) % 1024) % 1024);
+  const uint32_t smem0 = cuda::smem_addr(smem);
+
+  const int b = static_cast<int>(blockIdx.x), tok_tiles = (M + BN - 1) / BN;
+  const int slice = T::kWholeK ? 0 : b % kSlices, tile = b / T::kCluster;
+  const int row0 = tile / tok_tiles * kRows, tok0 = tile % tok_tiles * BN;
+  const int chunks = K / kChunk;
+  const int c_begin = slice_begin(slice, chunks);
+  const int n_chunks = slice_begin(T::kWholeK ? kSlices : slice + 1, chunks) - c_begin;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wg = warp >> 2, wi = warp & 3;
+
+  // Stage st at smem0 + st * kStageBytes: weights [kRows][64 bytes], then
+  // tokens [BN][64 bytes], each a box of its tensor map (rows past N or M
+  // land as zeros), on full[st].
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
+  unsigned* freed = reinterpret_cast<unsigned*>(full + ST);
+  if (tid == 0) {
+    for (int st = 0; st < ST; ++st) {
+      cuda::mbarrier_init(full + st, 1);
+      freed[st] = 0;
+    }
+    cuda::fence_for_async_proxy();
+  }
+  __syncthreads();
+  auto load_stage = [&](int stage, int c) {
+    const uint32_t base = smem0 + stage * T::kStageBytes, bar = cuda::smem_addr(full + stage);
+    const int k0 = (c_begin + c) * kChunk;
+    cuda::mbarrier_arrive_expect_tx(full + stage, T::kBoxBytes);
+    cuda::tensor_copy_2d(base, &w_map, k0, row0, bar);
+    cuda::tensor_copy_2d(base + kRows * kRowBytes, &x_map, k0, tok0, bar);
+  };
+
+  float acc[kAcc];
+  // Chunk c's two k32 products, the first into a fresh chain where `fresh`.
+  auto mma_chunk = [&](int c, bool fresh) {
+    const int stage = c % ST;
+    const uint32_t wa = smem0 + stage * T::kStageBytes + wg * 64 * kRowBytes;
+    const uint32_t xb = smem0 + stage * T::kStageBytes + kRows * kRowBytes;
+    wgmma_fence();
+    wgmma_e4m3<BN>(acc, desc64(wa), desc64(xb), fresh ? 0 : 1);
+    wgmma_e4m3<BN>(acc, desc64(wa + 32), desc64(xb + 32), 1);
+    wgmma_commit();
+  };
+
+  cuda::wait_primary_grid();  // the tokens are the previous kernel's output
+  cuda::launch_dependents();
+  if (tid == 0) {
+    for (int st = 0; st < ST && st < n_chunks; ++st) load_stage(st, st);
+  }
+  constexpr unsigned kWarps = T::kThreads / 32;
+  // Chunk c sits in stage c % ST, its (c / ST)-th fill. Iteration c: its
+  // copies landed, its products issued, then chunk c - 1's retired, which
+  // frees chunk c - 1's stage: each warp counts itself out, and the last
+  // issues the refill with chunk c - 1 + ST.
+  // Whole K: total = ((S0 + S1) + S2) + S3 in registers, each slice's chain
+  // from zero in acc.
+  float total[T::kWholeK ? kAcc : 1];
+  for (int s = 0, c = 0; s < (T::kWholeK ? kSlices : 1); ++s) {
+    const int first = c, end = T::kWholeK ? slice_begin(s + 1, chunks) : n_chunks;
+    for (; c < end; ++c) {
+      cuda::mbarrier_wait(full + c % ST, (c / ST) & 1);
+      mma_chunk(c, c == first);
+      wgmma_wait<1>();
+      if (c >= 1 && lane == 0) {
+        const int ps = (c - 1) % ST;
+        if (atomicInc(freed + ps, kWarps - 1) == kWarps - 1 && c - 1 + ST < n_chunks) load_stage(ps, c - 1 + ST);
+      }
+    }
+    wgmma_wait<0>();
+    pin(acc);
+    if (end == first) {  // an empty slice (K of fewer than four chunks) sums to zero
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    }
+    if constexpr (T::kWholeK) {
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) total[i] = s == 0 ? acc[i] : total[i] + acc[i];
+    }
+  }
+  __syncthreads();  // the pipeline's buffers become the partial tile
+
+  float* part = reinterpret_cast<float*>(smem);  // [BN][kLd], token-major
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    const int row = 64 * wg + 16 * wi + g + 8 * ((i >> 1) & 1);
+    const int tk = 8 * (i >> 2) + 2 * t + (i & 1);
+    part[tk * kLd + row] = T::kWholeK ? total[i] : acc[i];
+  }
+  // The element's scales, in order: the row's, then the token's.
+  auto scaled = [&](float4 v, int gt, int gr) {
+    const float4 sw = __ldg(reinterpret_cast<const float4*>(w_scale + gr));
+    const float sx = __ldg(x_scale + gt);
+    v.x = v.x * sw.x * sx;
+    v.y = v.y * sw.y * sx;
+    v.z = v.z * sw.z * sx;
+    v.w = v.w * sw.w * sx;
+    return v;
+  };
+  if constexpr (T::kWholeK) {
+    __syncthreads();
+    constexpr int kQuads = kRows / 4;  // per token
+    for (int q = tid; q < BN * kQuads; q += T::kThreads) {
+      const int tk = q / kQuads, r = (q % kQuads) * 4;
+      const int gt = tok0 + tk, gr = row0 + r;
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(*reinterpret_cast<const float4*>(part + tk * kLd + r), gt, gr));
+    }
+  } else {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const float* parts[kSlices];
+#pragma unroll
+    for (int p = 0; p < kSlices; ++p) parts[p] = cluster.map_shared_rank(part, p);
+    // Block `slice` sums its quarter of the rows, a quad of rows at a time.
+    constexpr int kQuads = kRows / kSlices / 4;  // per token
+    for (int q = tid; q < BN * kQuads; q += T::kThreads) {
+      const int tk = q / kQuads, r = slice * (kRows / kSlices) + (q % kQuads) * 4;
+      const int gt = tok0 + tk, gr = row0 + r;
+      float4 v = *reinterpret_cast<const float4*>(parts[0] + tk * kLd + r);
+#pragma unroll
+      for (int p = 1; p < kSlices; ++p) {
+        const float4 o = *reinterpret_cast<const float4*>(parts[p] + tk * kLd + r);
+        v.x += o.x;
+        v.y += o.y;
+        v.z += o.z;
+        v.w += o.w;
+      }
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(v, gt, gr));
+    }
+    cluster.sync();  // the others' partials stay until every block has read them
+  }
+}
+
+// One block a token row: xq[m, :] = E4M3 codes of x[m, :] / scale_x[m]
+// (with kSwiGLU, of silu_mul_cuda's bf16 silu(gate) * up from gate_up's row m).
+template <bool kSwiGLU>
+__global__ void __launch_bounds__(256)
+    quantize_tokens_kernel(const uint4* __restrict__ x, uint2* __restrict__ xq, float* __restrict__ x_scale,
+                           int64_t k8) {
+  __shared__ float warp_max[8];
+  const int64_t m = blockIdx.x;
+  cuda::wait_primary_grid();
+  cuda::launch_dependents();
+  auto unit = [&](int64_t u) {  // bf16 elements 8 u .. 8 u + 7 of the row
+    if constexpr (kSwiGLU) {
+      const uint4* gate = x + m * 2 * k8 + u;
+      return swiglu::silu_mul8(gate[0], gate[k8]);
+    } else {
+      return x[m * k8 + u];
+    }
+  };
+  auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
+  auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
+  float mx = 0.0f;
+  for (int64_t u = threadIdx.x; u < k8; u += blockDim.x) {
+    const uint4 v = unit(u);
+    for (const uint32_t w : {v.x, v.y, v.z, v.w}) mx = fmaxf(mx, fmaxf(fabsf(lo(w)), fabsf(hi(w))));
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = warp_max[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) mx = fmaxf(mx, warp_max[i]);
+  const float sc = mx > 0.0f ? mx / 448.0f : 1.0f;
+  if (threadIdx.x == 0) x_scale[m] = sc;
+  auto code = [&](float v) {
+    return uint32_t{static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, sc), __NV_SATFINITE, __NV_E4M3))};
+  };
+  auto four = [&](uint32_t a, uint32_t b) {
+    return code(lo(a)) | code(hi(a)) << 8 | code(lo(b)) << 16 | code(hi(b)) << 24;
+  };
+  for (int64_t u = threadIdx.x; u < k8; u += blockDim.x) {
+    const uint4 v = unit(u);
+    xq[m * k8 + u] = make_uint2(four(v.x, v.y), four(v.z, v.w));
+  }
+}
+
+// A [rows, k] E4M3 matrix (rows contiguous) as a tensor map of boxes of one
+// chunk (64 bytes) x box_rows rows in the 64-byte swizzle.
+CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows) {
+  static void* encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    NS_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    NS_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr)
+        << "the CUDA driver has no cuTensorMapEncodeTiled";
+    return fn;
+  }();
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
+  const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUtensorMap map;
+  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for "
+                              << rows << " x " << k << " E4M3";
+  return map;
+}
+
+template <typename T>
+void configure() {
+  static const bool configured = [] {
+    NS_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
+    return true;
+  }();
+  (void)configured;
+}
+
+template <typename T>
+int64_t tile_blocks(int M, int N) {
+  return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::BN - 1) / T::BN) * T::kCluster;
+}
+
+template <typename T>
+void launch(const uint8_t* xq, const float* x_scale, WeightRef w, uint16_t* y, int M, int N, int K,
+            cudaStream_t s) {
+  configure<T>();
+  const int64_t blocks = tile_blocks<T>(M, N);
+  NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
+  const CUtensorMap w_map = chunk_map(w.data, N, K, T::kRows), x_map = chunk_map(xq, M, K, T::BN);
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = T::kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(T::kThreads);
+  cfg.dynamicSmemBytes = T::kSmem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 2;
+  NS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_fp8_kernel<T>, w_map, x_map, w.scale, x_scale, y, M, N, K));
+}
+
+template <bool kWholeK>
+void launch_narrow(const uint8_t* xq, const float* x_scale, WeightRef w, uint16_t* y, int M, int N, int K,
+                   cudaStream_t s) {
+  if (M <= 8) return launch<Narrow<8, kWholeK>>(xq, x_scale, w, y, M, N, K, s);
+  if (M <= 16) return launch<Narrow<16, kWholeK>>(xq, x_scale, w, y, M, N, K, s);
+  if (M <= 32) return launch<Narrow<32, kWholeK>>(xq, x_scale, w, y, M, N, K, s);
+  launch<Narrow<64, kWholeK>>(xq, x_scale, w, y, M, N, K, s);
+}
+
+int sm_count() {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    NS_CUDA_CHECK(cudaGetDevice(&device));
+    NS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return sms;
+}
+
+}  // namespace
+
+Fp8Tile choose_fp8_tile(int M, int N) {
+  const int sms = sm_count();
+  // Decode: 64-row tiles of the fewest n8 blocks; whole K where those tiles
+  // alone fill the two blocks an SM (the lm_head), else a slice a block.
+  if (M <= 64) {
+    const int64_t tiles = tile_blocks<Narrow<64, true>>(M, N);
+    return tiles >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
+  }
+  // Prefill: 128 x 256 sliced from 512 tokens; below, 128 x 128 over the
+  // whole K where its tiles fill 40% of the SMs, else sliced.
+  if (M >= 512) return Fp8Tile::k128x256;
+  if (5 * tile_blocks<Wide<128, true>>(M, N) >= 2 * sms) return Fp8Tile::k128x128WholeK;
+  return Fp8Tile::k128x128;
+}
+
+int64_t fp8_tokens_bytes(int64_t M, int64_t K) {
+  return (M * K + 15) / 16 * 16 + M * 4;
+}
+
+void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
+                       Fp8Tile tile, cudaStream_t s) {
+  auto* xq = static_cast<uint8_t*>(scratch);
+  auto* x_scale = reinterpret_cast<float*>(xq + (int64_t{M} * K + 15) / 16 * 16);
+  const auto* xv = reinterpret_cast<const uint4*>(x);
+  auto* xqv = reinterpret_cast<uint2*>(xq);
+  if (swiglu) {
+    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
+                     x_scale, int64_t{K} / 8);
+  } else {
+    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
+                     x_scale, int64_t{K} / 8);
+  }
+  switch (tile) {
+    case Fp8Tile::kNarrow: return launch_narrow<false>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::kNarrowWholeK: return launch_narrow<true>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::k128x64: return launch<Wide<64, false>>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::k128x128: return launch<Wide<128, false>>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::k128x64WholeK: return launch<Wide<64, true>>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::k128x128WholeK: return launch<Wide<128, true>>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::k128x256: return launch<Wide<256, false>>(xq, x_scale, w, y, M, N, K, s);
+  }
+}
+
+}  // namespace nanoserve::linear_detail
