@@ -425,15 +425,20 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   };
 
   const PagedAttentionKernel attention = attention_kernel(c, s.limits.kv_dtype);
-  // Past its streaming kernel's tokens linear_cuda runs its tiled kernel, which reads x
-  // in its own k order: a norm that feeds such a linear writes its output
-  // so, and the linear skips its permute pass (bitwise the same product).
-  auto tiled_input = [&](const LinearWeight& w, const Tensor& out) {
-    return small_step && linear_cuda_tiled(T, w) && linear_cuda_supports(xn, w, out);
+  // A norm that feeds a linear_cuda writes what the linear reads, and the
+  // linear skips its own pass over x (bitwise the same product): for FP8
+  // weights their E4M3 tokens (into the linears' scratch), and past the
+  // streaming kernel's tokens, x in the tiled kernel's k order.
+  auto norm_order = [&](const LinearWeight& w, const Tensor& out) {
+    if (!small_step || !linear_cuda_supports(xn, w, out)) return RmsNormOut::kNatural;
+    if (w.fp8()) return RmsNormOut::kFp8Tokens;
+    return linear_cuda_tiled(T, w) ? RmsNormOut::kLinearTiled : RmsNormOut::kNatural;
   };
-  auto order = [](bool tiled) { return tiled ? RmsNormOut::kLinearTiled : RmsNormOut::kNatural; };
-  auto linear_from_norm = [&](bool tiled, const LinearWeight& w, const Tensor& out) {
-    if (tiled) {
+  auto norm_out = [&](RmsNormOut order) { return order == RmsNormOut::kFp8Tokens ? s.xperm : xn; };
+  auto linear_from_norm = [&](RmsNormOut order, const LinearWeight& w, const Tensor& out) {
+    if (order == RmsNormOut::kFp8Tokens) {
+      linear_cuda_fp8_tokens(s.xperm, w, out, st);
+    } else if (order == RmsNormOut::kLinearTiled) {
       linear_cuda_permuted(xn, w, out, st);
     } else {
       linear(xn, w, out);
@@ -443,9 +448,9 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   // the family has sandwich norms (post: that norm's weight), then x is normed.
   auto join_norm = [&](const Tensor& post, const Tensor& w, RmsNormOut out_order) {
     if (post.defined()) {
-      post_norm_add_rmsnorm_cuda(x, proj, post, w, eps, xn, st, out_order);
+      post_norm_add_rmsnorm_cuda(x, proj, post, w, eps, norm_out(out_order), st, out_order);
     } else {
-      add_rmsnorm_cuda(x, proj, w, eps, xn, st, out_order);
+      add_rmsnorm_cuda(x, proj, w, eps, norm_out(out_order), st, out_order);
     }
   };
   const float embed_scale = !family.scaled_embedding ? 1.0f
@@ -455,13 +460,13 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
   for (int64_t l = 0; l < c.n_layers; ++l) {
     const CudaLayer& L = weights_.layers[static_cast<size_t>(l)];
     // The previous layer's down output joins the residual inside the norm.
-    const bool qkv_tiled = tiled_input(L.wqkv, qkv);
+    const RmsNormOut qkv_in = norm_order(L.wqkv, qkv);
     if (l == 0) {
-      rmsnorm_cuda(x, L.attn_norm, eps, xn, st, order(qkv_tiled));
+      rmsnorm_cuda(x, L.attn_norm, eps, norm_out(qkv_in), st, qkv_in);
     } else {
-      join_norm(weights_.layers[static_cast<size_t>(l - 1)].post_ffn_norm, L.attn_norm, order(qkv_tiled));
+      join_norm(weights_.layers[static_cast<size_t>(l - 1)].post_ffn_norm, L.attn_norm, qkv_in);
     }
-    linear_from_norm(qkv_tiled, L.wqkv, qkv);
+    linear_from_norm(qkv_in, L.wqkv, qkv);
     RopeKvExtras extras;  // the family's bias and q/k norm, fused into the rotation
     if (L.qkv_bias.defined()) extras.qkv_bias = L.qkv_bias.data_as<const float>();
     if (L.q_norm.defined()) {
@@ -498,9 +503,9 @@ void CudaModel::enqueue_step(int64_t T, int64_t R, StepOutput output) {
       continue;
     }
     NS_CHECK(!L.o_bias.defined()) << "an o_proj bias outside a layer with experts";
-    const bool gate_up_tiled = tiled_input(L.w_gate_up, gate_up);
-    join_norm(L.post_attn_norm, L.ffn_norm, order(gate_up_tiled));
-    linear_from_norm(gate_up_tiled, L.w_gate_up, gate_up);
+    const RmsNormOut gate_up_in = norm_order(L.w_gate_up, gate_up);
+    join_norm(L.post_attn_norm, L.ffn_norm, gate_up_in);
+    linear_from_norm(gate_up_in, L.w_gate_up, gate_up);
     if (gelu) {  // GeGLU (gemma): its own pass, then the linear
       gelu_tanh_mul_cuda(gate_up, act, st);
       linear(act, L.w_down, proj);

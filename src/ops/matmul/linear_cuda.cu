@@ -18,6 +18,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
+#include "ops/matmul/linear_cuda_layout.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
@@ -371,6 +372,23 @@ void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor&
   } else {
     dispatch<uint16_t>(nullptr, false, xpd, wd, y.data_as<uint16_t>(), M, N, K, LinearPath::kAuto, s);
   }
+}
+
+void linear_cuda_fp8_tokens(const Tensor& scratch, const LinearWeight& w, const Tensor& y, cuda::Stream s) {
+  // The tokens' shape is y's rows by w's columns: supports() on a view of the scratch as x.
+  const int64_t M = y.defined() && y.ndim() == 2 ? y.dim(0) : -1;
+  const bool fits = w.fp8() && M >= 0 && scratch.defined() && scratch.device() == Device::kCUDA &&
+                    scratch.dtype() == DType::kBF16 && scratch.is_contiguous() &&
+                    scratch.numel() >= linear_cuda_scratch_elems(M, w.cols()) && w.cols() > 0;
+  NS_CHECK(fits && supports(scratch.reshape({scratch.numel()}).slice_rows(0, M * w.cols()).reshape({M, w.cols()}),
+                            w, y, false))
+      << "linear_cuda_fp8_tokens: needs FP8 weights, bf16 y [M, N] and the scratch of M tokens; "
+      << describe("linear_cuda_fp8_tokens", false, scratch, w, y);
+  if (M == 0) return;
+  const int N = static_cast<int>(w.rows()), K = static_cast<int>(w.cols());
+  const WeightRef wr{w.w.data(), w.scale.data_as<const float>()};
+  linear_detail::launch_linear_fp8(nullptr, false, const_cast<void*>(scratch.data()), wr, y.data_as<uint16_t>(),
+                                   static_cast<int>(M), N, K, linear_detail::choose_fp8_tile(static_cast<int>(M), N), s);
 }
 
 void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s, LinearPath path) {

@@ -97,6 +97,13 @@ bool linear_cuda_tiled(int64_t M, const LinearWeight& w);
 // linear_cuda(x, w, y). NS_CHECKs linear_cuda_supports and linear_cuda_tiled(M, w).
 void linear_cuda_permuted(const Tensor& xp, const LinearWeight& w, const Tensor& y, cuda::Stream s);
 
+// y = x . w^T for FP8 weights from x's E4M3 tokens already in `scratch` (as
+// rmsnorm_cuda's RmsNormOut::kFp8Tokens writes them for M rows of K): the
+// FP8 kernel with no quantizing pass, bitwise linear_cuda(x, w, y). NS_CHECKs
+// that w is FP8, y bf16 [M, N], and the scratch holds
+// linear_cuda_scratch_elems(M, K).
+void linear_cuda_fp8_tokens(const Tensor& scratch, const LinearWeight& w, const Tensor& y, cuda::Stream s);
+
 // y = swiglu(gate_up) . w^T with swiglu(gate_up)[m, k] = silu_mul_cuda's
 // bf16(silu(gate_up[m, k]) * gate_up[m, K + k]) (gate_up [M, 2K] bf16, w
 // [N, K]): bitwise silu_mul_cuda then linear_cuda. On the tiled kernel the

@@ -36,6 +36,7 @@
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
+#include "ops/matmul/linear_cuda_layout.cuh"
 #include "ops/matmul/wgmma_e4m3.cuh"
 #include "ops/silu_mul/silu_mul.cuh"
 
@@ -390,17 +391,15 @@ Fp8Tile choose_fp8_tile(int M, int N) {
   return Fp8Tile::k128x128;
 }
 
-int64_t fp8_tokens_bytes(int64_t M, int64_t K) {
-  return (M * K + 15) / 16 * 16 + M * 4;
-}
-
 void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
                        Fp8Tile tile, cudaStream_t s) {
   auto* xq = static_cast<uint8_t*>(scratch);
-  auto* x_scale = reinterpret_cast<float*>(xq + (int64_t{M} * K + 15) / 16 * 16);
+  auto* x_scale = reinterpret_cast<float*>(xq + fp8_scales_offset(M, K));
   const auto* xv = reinterpret_cast<const uint4*>(x);
   auto* xqv = reinterpret_cast<uint2*>(xq);
-  if (swiglu) {
+  if (x == nullptr) {
+    // The tokens are in the scratch already (a norm wrote them).
+  } else if (swiglu) {
     cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
                      x_scale, int64_t{K} / 8);
   } else {

@@ -7,6 +7,8 @@
 
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
 #include "core/cuda/cuda_check.cuh"
@@ -71,15 +73,17 @@ __device__ __forceinline__ float delta_scale(const uint16_t* __restrict__ dr, in
 
 // kAdd: x += delta first. kPost: x += rmsnorm(delta) * post_w instead (the
 // products rounded one at a time, as the CPU's (d * scale) * w, then added).
-// kVec: units of 4 elements. kPermuted: out in the tiled linear's k order
-// (kVec only). delta_bias (kAdd without kPost; null: none): x += delta + bias,
+// kVec: units of 4 elements. kOut: out as RmsNormOut says (kVec only but
+// kNatural); kFp8Tokens puts the codes at out and the row scales at out_scale. delta_bias (kAdd without kPost; null: none): x += delta + bias,
 // the sum in f32 (gpt-oss's o_proj bias).
-template <bool kAdd, bool kVec, bool kPermuted, bool kPost = false>
+template <bool kAdd, bool kVec, RmsNormOut kOut, bool kPost = false>
 __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict__ delta,
                                const float* __restrict__ w, float eps, int32_t dim,
                                uint16_t* __restrict__ out, const float* __restrict__ post_w = nullptr,
-                               const float* __restrict__ delta_bias = nullptr) {
+                               const float* __restrict__ delta_bias = nullptr, float* __restrict__ out_scale = nullptr) {
   static_assert(kAdd || !kPost, "the post norm is of the added delta");
+  static_assert(kVec || kOut == RmsNormOut::kNatural, "the linears' orders are of units of 4");
+  constexpr bool kPermuted = kOut == RmsNormOut::kLinearTiled;
   __shared__ float warp_sums[kMaxWarps];
   __shared__ float post_sums[kMaxWarps];  // delta's reduction: no barrier between the two
   cuda::wait_primary_grid();              // launched dependent (core/cuda/launch.cuh)
@@ -125,7 +129,40 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
   }
   const float total = block_sum(ss, warp_sums);
   const float scale = rsqrtf(total / static_cast<float>(dim) + eps);
-  if constexpr (kVec) {
+  if constexpr (kOut == RmsNormOut::kFp8Tokens) {
+    // The bf16 rows as kNatural writes them, then their E4M3 codes as
+    // linear_cuda quantizes a token: scale = max |row| / 448 (1 for a zero
+    // row), code = row / scale to nearest even, saturated.
+    const float4* x4 = reinterpret_cast<const float4*>(xr);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    auto normed = [&](int32_t u) {
+      const float4 v = x4[u], g = w4[u];
+      return make_float4(bf16_bits_to_f32(f32_to_bf16_bits(v.x * scale * g.x)),
+                         bf16_bits_to_f32(f32_to_bf16_bits(v.y * scale * g.y)),
+                         bf16_bits_to_f32(f32_to_bf16_bits(v.z * scale * g.z)),
+                         bf16_bits_to_f32(f32_to_bf16_bits(v.w * scale * g.w)));
+    };
+    float mx = 0.0f;
+    for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
+      const float4 o = normed(u);
+      mx = fmaxf(mx, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
+    }
+    __shared__ float warp_max[kMaxWarps];
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = mx;
+    __syncthreads();
+    for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) mx = fmaxf(mx, warp_max[i]);
+    const float sc = mx > 0.0f ? mx / 448.0f : 1.0f;
+    if (threadIdx.x == 0) out_scale[blockIdx.x] = sc;
+    auto code = [&](float v) {
+      return uint32_t{static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, sc), __NV_SATFINITE, __NV_E4M3))};
+    };
+    uint32_t* codes = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(out) + base);
+    for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
+      const float4 o = normed(u);
+      codes[u] = code(o.x) | code(o.y) << 8 | code(o.z) << 16 | code(o.w) << 24;
+    }
+  } else if constexpr (kVec) {
     const float4* x4 = reinterpret_cast<const float4*>(xr);
     const float4* w4 = reinterpret_cast<const float4*>(w);
     uint2* o2 = reinterpret_cast<uint2*>(outr);
@@ -156,7 +193,7 @@ bool aligned16(const void* p) {
 }
 
 void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tensor& w, const Tensor& out,
-                const Tensor* post_w = nullptr) {
+                RmsNormOut order, const Tensor* post_w = nullptr) {
   if (post_w != nullptr) {
     NS_CHECK(post_w->device() == Device::kCUDA && post_w->dtype() == DType::kF32 &&
              post_w->numel() == x.dim(1) && post_w->is_contiguous() && aligned16(post_w->data()))
@@ -171,9 +208,16 @@ void check_args(const char* op, const Tensor& x, const Tensor* delta, const Tens
       << x.shape_string();
   NS_CHECK(w.dtype() == DType::kF32 && w.numel() == x.dim(1) && w.is_contiguous())
       << op << ": w must be [" << x.dim(1) << "] f32, got " << dtype_name(w.dtype()) << w.shape_string();
-  NS_CHECK(out.dtype() == DType::kBF16 && out.shape() == x.shape() && out.is_contiguous())
-      << op << ": out must be a contiguous " << x.shape_string() << " bf16 tensor, got "
-      << dtype_name(out.dtype()) << out.shape_string();
+  if (order == RmsNormOut::kFp8Tokens) {
+    const int64_t bytes = linear_detail::fp8_tokens_bytes(x.dim(0), x.dim(1));
+    NS_CHECK(out.dtype() == DType::kBF16 && out.is_contiguous() && out.numel() * 2 >= bytes)
+        << op << ": out must be an FP8 linear's scratch of at least " << (bytes + 1) / 2 << " bf16, got "
+        << dtype_name(out.dtype()) << out.shape_string();
+  } else {
+    NS_CHECK(out.dtype() == DType::kBF16 && out.shape() == x.shape() && out.is_contiguous())
+        << op << ": out must be a contiguous " << x.shape_string() << " bf16 tensor, got "
+        << dtype_name(out.dtype()) << out.shape_string();
+  }
   if (delta != nullptr) {
     NS_CHECK(delta->dtype() == DType::kBF16 && delta->shape() == x.shape() && delta->is_contiguous())
         << op << ": delta must be a contiguous " << x.shape_string() << " bf16 tensor, got "
@@ -200,18 +244,23 @@ void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, 
   const float* wp = w.data_as<const float>();
   uint16_t* op = out.data_as<uint16_t>();
   const dim3 grid(static_cast<unsigned>(rows));
+  if (order != RmsNormOut::kNatural) {
+    NS_CHECK(vec && dim % 64 == 0 && aligned16(out.data()))
+        << "rmsnorm_cuda: a linear's order needs dim % 64 == 0 and 16-byte aligned tensors (dim " << dim << ")";
+  }
   if (order == RmsNormOut::kLinearTiled) {
-    NS_CHECK(vec && dim % 64 == 0)
-        << "rmsnorm_cuda: the tiled linear's order needs dim % 64 == 0 and 16-byte aligned tensors (dim "
-        << dim << ")";
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, true, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
-                     dim, op, post_w, delta_bias);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, RmsNormOut::kLinearTiled, kPost>, grid, dim3(threads), 0, s, xp,
+                     delta, wp, eps, dim, op, post_w, delta_bias, nullptr);
+  } else if (order == RmsNormOut::kFp8Tokens) {
+    auto* scales = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(op) + linear_detail::fp8_scales_offset(rows, dim));
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, RmsNormOut::kFp8Tokens, kPost>, grid, dim3(threads), 0, s, xp,
+                     delta, wp, eps, dim, op, post_w, delta_bias, scales);
   } else if (vec) {
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, false, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
-                     dim, op, post_w, delta_bias);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, true, RmsNormOut::kNatural, kPost>, grid, dim3(threads), 0, s, xp,
+                     delta, wp, eps, dim, op, post_w, delta_bias, nullptr);
   } else {
-    cuda::launch_pdl(rmsnorm_kernel<kAdd, false, false, kPost>, grid, dim3(threads), 0, s, xp, delta, wp, eps,
-                     dim, op, post_w, delta_bias);
+    cuda::launch_pdl(rmsnorm_kernel<kAdd, false, RmsNormOut::kNatural, kPost>, grid, dim3(threads), 0, s, xp,
+                     delta, wp, eps, dim, op, post_w, delta_bias, nullptr);
   }
   NS_CUDA_CHECK_LAUNCH();
 }
@@ -220,13 +269,13 @@ void launch(const Tensor& x, const uint16_t* delta, const Tensor& w, float eps, 
 
 void rmsnorm_cuda(const Tensor& x, const Tensor& w, float eps, const Tensor& out, cuda::Stream s,
                   RmsNormOut order) {
-  check_args("rmsnorm_cuda", x, nullptr, w, out);
+  check_args("rmsnorm_cuda", x, nullptr, w, out, order);
   launch<false>(x, nullptr, w, eps, out, s, order);
 }
 
 void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, float eps, const Tensor& out,
                       cuda::Stream s, RmsNormOut order, const Tensor* delta_bias) {
-  check_args("add_rmsnorm_cuda", x, &delta, w, out);
+  check_args("add_rmsnorm_cuda", x, &delta, w, out, order);
   if (delta_bias != nullptr) {
     NS_CHECK(delta_bias->device() == Device::kCUDA && delta_bias->dtype() == DType::kF32 &&
              delta_bias->numel() == x.dim(1) && delta_bias->is_contiguous())
@@ -239,7 +288,7 @@ void add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& w, flo
 
 void post_norm_add_rmsnorm_cuda(const Tensor& x, const Tensor& delta, const Tensor& post_w, const Tensor& w,
                                 float eps, const Tensor& out, cuda::Stream s, RmsNormOut order) {
-  check_args("post_norm_add_rmsnorm_cuda", x, &delta, w, out, &post_w);
+  check_args("post_norm_add_rmsnorm_cuda", x, &delta, w, out, order, &post_w);
   launch<true, true>(x, delta.data_as<const uint16_t>(), w, eps, out, s, order,
                      post_w.data_as<const float>());
 }

@@ -13,11 +13,14 @@
 
 namespace nanoserve {
 
-// The order of out's elements: as x's, or in the k order in which
+// What out receives: the bf16 rows as x's; the same in the k order in which
 // linear_cuda's tiled kernel reads its input (linear_cuda_layout.cuh:
-// linear_cuda_permuted then takes out with no permute pass; needs dim % 64
-// == 0 and 16-byte aligned tensors).
-enum class RmsNormOut { kNatural, kLinearTiled };
+// linear_cuda_permuted then takes out with no permute pass); or, for an FP8
+// linear, its E4M3 tokens (out is then that linear's scratch, at least
+// linear_cuda_scratch_elems(T, dim) bf16, which linear_cuda_fp8_tokens
+// reads: bitwise the natural rows through linear_cuda). The last two need
+// dim % 64 == 0 and 16-byte aligned tensors.
+enum class RmsNormOut { kNatural, kLinearTiled, kFp8Tokens };
 
 // out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w), in f32.
 //   x: [T, dim] f32, w: [dim] f32, out: [T, dim] bf16 (all device, contiguous)

@@ -14,7 +14,8 @@
 //   A 3% scale error, and a reference over unquantized tokens, are each far
 //   over the NMSE bound (asserted).
 // - Rows of any M are bitwise those of M = 1,030; every tile agrees bit for
-//   bit; the SwiGLU input equals silu_mul then linear.
+//   bit; the SwiGLU input equals silu_mul then linear; a norm's FP8 tokens
+//   equal its bf16 rows quantized by linear_cuda.
 
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@
 #include "ops/cuda_op_check.h"
 #include "ops/fill/fill_cuda.cuh"
 #include "ops/matmul/linear_cuda.cuh"
+#include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
 
 namespace nanoserve {
@@ -222,6 +224,40 @@ TEST(LinearFp8Cuda, SwiGLUInputEqualsSiluMulThenLinear) {
     linear_swiglu_cuda(gate_up, f.dev, y, nullptr);
     cuda::synchronize();
     EXPECT_EQ(download<uint16_t>(y), download<uint16_t>(y_ref)) << "M " << M;
+  }
+}
+
+// A norm that writes an FP8 linear's tokens (RmsNormOut::kFp8Tokens) and
+// linear_cuda_fp8_tokens give bitwise what the norm's bf16 rows through
+// linear_cuda give, for each of the three norms, and the same residual.
+TEST(LinearFp8Cuda, NormWritesTheTokensLinearCudaQuantizes) {
+  NS_SKIP_WITHOUT_GPU();
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{1024, 4096}, {976, 576}}) {
+    const Fp8Weight f = make_fp8_weight(N, K);
+    const Tensor norm_w = upload(uniform_floats(K, fresh_seed(), 2.0f), DType::kF32, {K});
+    const Tensor post_w = upload(uniform_floats(K, fresh_seed(), 2.0f), DType::kF32, {K});
+    for (int64_t M : {1, 7, 64, 130}) {
+      const std::vector<float> x0 = uniform_floats(M * K, fresh_seed(), 3.0f);
+      const Tensor delta = upload(to_bf16(uniform_floats(M * K, fresh_seed(), 3.0f)), DType::kBF16, {M, K});
+      for (int kind = 0; kind < 3; ++kind) {  // rmsnorm, add + rmsnorm, post norm + add + rmsnorm
+        auto norm = [&](const Tensor& x, const Tensor& out, RmsNormOut order) {
+          if (kind == 0) rmsnorm_cuda(x, norm_w, 1e-5f, out, nullptr, order);
+          if (kind == 1) add_rmsnorm_cuda(x, delta, norm_w, 1e-5f, out, nullptr, order);
+          if (kind == 2) post_norm_add_rmsnorm_cuda(x, delta, post_w, norm_w, 1e-5f, out, nullptr, order);
+        };
+        const Tensor xa = upload(x0, DType::kF32, {M, K}), xb = upload(x0, DType::kF32, {M, K});
+        const Tensor xn = poisoned(DType::kBF16, {M, K}), y_ref = poisoned(DType::kBF16, {M, N});
+        norm(xa, xn, RmsNormOut::kNatural);
+        linear_cuda(xn, f.dev, y_ref, nullptr);
+        const Tensor scratch = poisoned(DType::kBF16, {linear_cuda_scratch_elems(M, K)});
+        const Tensor y = poisoned(DType::kBF16, {M, N});
+        norm(xb, scratch, RmsNormOut::kFp8Tokens);
+        linear_cuda_fp8_tokens(scratch, f.dev, y, nullptr);
+        cuda::synchronize();
+        EXPECT_EQ(download<uint16_t>(y), download<uint16_t>(y_ref)) << "norm " << kind << ", M " << M << ", K " << K;
+        EXPECT_EQ(download<float>(xb), download<float>(xa)) << "norm " << kind << ": the residual";
+      }
+    }
   }
 }
 
