@@ -202,10 +202,10 @@ void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, O
 
 // The FP8 kernel's tile for a path: kStream is its decode tile (64 rows x
 // the fewest n8 blocks), the rest as named; it has no 256 x 128.
-linear_detail::Fp8Tile fp8_tile(int M, int N, LinearPath path) {
+linear_detail::Fp8Tile fp8_tile(int M, int N, int K, LinearPath path) {
   using linear_detail::Fp8Tile;
   switch (path) {
-    case LinearPath::kAuto: return linear_detail::choose_fp8_tile(M, N);
+    case LinearPath::kAuto: return linear_detail::choose_fp8_tile(M, N, K);
     case LinearPath::kStream: return Fp8Tile::kNarrow;
     case LinearPath::kTile64WholeK: return Fp8Tile::kNarrowWholeK;
     case LinearPath::kTile128x64: return Fp8Tile::k128x64;
@@ -316,7 +316,7 @@ void run(const Tensor& x, const LinearWeight& lw, const Tensor& y, const Tensor*
   if (fp8) {
     NS_CHECK(y.dtype() == DType::kBF16) << name << ": FP8 weights write bf16";
     const WeightRef wr{lw.w.data(), lw.scale.data_as<const float>()};
-    linear_detail::launch_linear_fp8(xd, kSwiGLU, xp, wr, y.data_as<uint16_t>(), M, N, K, fp8_tile(M, N, path), s);
+    linear_detail::launch_linear_fp8(xd, kSwiGLU, xp, wr, y.data_as<uint16_t>(), M, N, K, fp8_tile(M, N, K, path), s);
     if (own.defined()) cuda::synchronize();  // the scratch is freed on return
     return;
   }
@@ -388,7 +388,7 @@ void linear_cuda_fp8_tokens(const Tensor& scratch, const LinearWeight& w, const 
   const int N = static_cast<int>(w.rows()), K = static_cast<int>(w.cols());
   const WeightRef wr{w.w.data(), w.scale.data_as<const float>()};
   linear_detail::launch_linear_fp8(nullptr, false, const_cast<void*>(scratch.data()), wr, y.data_as<uint16_t>(),
-                                   static_cast<int>(M), N, K, linear_detail::choose_fp8_tile(static_cast<int>(M), N), s);
+                                   static_cast<int>(M), N, K, linear_detail::choose_fp8_tile(static_cast<int>(M), N, K), s);
 }
 
 void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s, LinearPath path) {

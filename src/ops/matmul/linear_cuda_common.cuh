@@ -171,7 +171,7 @@ void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uin
 // kNarrow* are 64 weight rows x the fewest n8 blocks that hold M (to 64).
 enum class Fp8Tile { kNarrow, kNarrowWholeK, k128x64, k128x128, k128x64WholeK, k128x128WholeK, k128x256 };
 // x null: the scratch already holds the tokens (linear_cuda_fp8_tokens).
-Fp8Tile choose_fp8_tile(int M, int N);
+Fp8Tile choose_fp8_tile(int M, int N, int K);
 void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
                        Fp8Tile tile, cudaStream_t s);
 

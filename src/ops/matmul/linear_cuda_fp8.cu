@@ -247,12 +247,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
 
 // One block a token row: xq[m, :] = E4M3 codes of x[m, :] / scale_x[m]
 // (with kSwiGLU, of silu_mul_cuda's bf16 silu(gate) * up from gate_up's row m).
+// A row of up to kQuantThreads x kQuantUnits units of 8 is loaded once into
+// registers, every load issued before the first is used (a decode step's
+// few rows are a few blocks: their loads' latency is the kernel's time);
+// a longer row is read twice.
+constexpr int kQuantThreads = 512, kQuantUnits = 4;
 template <bool kSwiGLU>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kQuantThreads)
     quantize_tokens_kernel(const uint4* __restrict__ x, uint2* __restrict__ xq, float* __restrict__ x_scale,
                            int64_t k8) {
-  __shared__ float warp_max[8];
+  __shared__ float warp_max[kQuantThreads / 32];
   const int64_t m = blockIdx.x;
+  const int tid = threadIdx.x;
   cuda::wait_primary_grid();
   cuda::launch_dependents();
   auto unit = [&](int64_t u) {  // bf16 elements 8 u .. 8 u + 7 of the row
@@ -265,29 +271,51 @@ __global__ void __launch_bounds__(256)
   };
   auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
   auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
-  float mx = 0.0f;
-  for (int64_t u = threadIdx.x; u < k8; u += blockDim.x) {
-    const uint4 v = unit(u);
+  auto unit_max = [&](const uint4& v) {
+    float mx = 0.0f;
     for (const uint32_t w : {v.x, v.y, v.z, v.w}) mx = fmaxf(mx, fmaxf(fabsf(lo(w)), fabsf(hi(w))));
+    return mx;
+  };
+  const bool held = k8 <= int64_t{kQuantThreads} * kQuantUnits;
+  uint4 v[kQuantUnits];
+  float mx = 0.0f;
+  if (held) {
+#pragma unroll
+    for (int j = 0; j < kQuantUnits; ++j) {
+      const int64_t u = tid + int64_t{j} * kQuantThreads;
+      v[j] = u < k8 ? unit(u) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kQuantUnits; ++j) mx = fmaxf(mx, unit_max(v[j]));
+  } else {
+    for (int64_t u = tid; u < k8; u += kQuantThreads) mx = fmaxf(mx, unit_max(unit(u)));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = mx;
+  if ((tid & 31) == 0) warp_max[tid >> 5] = mx;
   __syncthreads();
   mx = warp_max[0];
 #pragma unroll
-  for (int i = 1; i < 8; ++i) mx = fmaxf(mx, warp_max[i]);
+  for (int i = 1; i < kQuantThreads / 32; ++i) mx = fmaxf(mx, warp_max[i]);
   const float sc = mx > 0.0f ? mx / 448.0f : 1.0f;
-  if (threadIdx.x == 0) x_scale[m] = sc;
-  auto code = [&](float v) {
-    return uint32_t{static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, sc), __NV_SATFINITE, __NV_E4M3))};
+  if (tid == 0) x_scale[m] = sc;
+  auto code = [&](float f) {
+    return uint32_t{static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(f, sc), __NV_SATFINITE, __NV_E4M3))};
   };
   auto four = [&](uint32_t a, uint32_t b) {
     return code(lo(a)) | code(hi(a)) << 8 | code(lo(b)) << 16 | code(hi(b)) << 24;
   };
-  for (int64_t u = threadIdx.x; u < k8; u += blockDim.x) {
-    const uint4 v = unit(u);
-    xq[m * k8 + u] = make_uint2(four(v.x, v.y), four(v.z, v.w));
+  if (held) {
+#pragma unroll
+    for (int j = 0; j < kQuantUnits; ++j) {
+      const int64_t u = tid + int64_t{j} * kQuantThreads;
+      if (u < k8) xq[m * k8 + u] = make_uint2(four(v[j].x, v[j].y), four(v[j].z, v[j].w));
+    }
+  } else {
+    for (int64_t u = tid; u < k8; u += kQuantThreads) {
+      const uint4 w = unit(u);
+      xq[m * k8 + u] = make_uint2(four(w.x, w.y), four(w.z, w.w));
+    }
   }
 }
 
@@ -376,19 +404,23 @@ int sm_count() {
 
 }  // namespace
 
-Fp8Tile choose_fp8_tile(int M, int N) {
-  const int sms = sm_count();
-  // Decode: 64-row tiles of the fewest n8 blocks; whole K where those tiles
-  // alone fill the two blocks an SM (the lm_head), else a slice a block.
-  if (M <= 64) {
-    const int64_t tiles = tile_blocks<Narrow<64, true>>(M, N);
-    return tiles >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
-  }
-  // Prefill: 128 x 256 sliced from 512 tokens; below, 128 x 128 over the
-  // whole K where its tiles fill 40% of the SMs, else sliced.
-  if (M >= 512) return Fp8Tile::k128x256;
-  if (5 * tile_blocks<Wide<128, true>>(M, N) >= 2 * sms) return Fp8Tile::k128x128WholeK;
-  return Fp8Tile::k128x128;
+Fp8Tile choose_fp8_tile(int M, int N, int K) {
+  const int64_t sms = sm_count();
+  // Measured, every tile forced (model_ops_cuda_bench --sweep, H100,
+  // docs/log/model_cuda.md 2026-12-07). To 32 tokens the 64-row tiles of
+  // the fewest n8 blocks, a slice a block (whole K where those tiles alone
+  // fill two blocks an SM: the lm_head); to 64, 128 x 64 (whole K where its
+  // tiles fill the SMs: gate_up).
+  if (M <= 32) return tile_blocks<Narrow<32, true>>(M, N) >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
+  if (M <= 64) return tile_blocks<Wide<64, true>>(M, N) >= sms ? Fp8Tile::k128x64WholeK : Fp8Tile::k128x64;
+  // Past 64: 128 x 128 sliced while its whole-K tiles would fill less than
+  // 40% of the SMs; else whole K, unless K is long and the sliced 128 x 256
+  // tile (half the k a block) makes fewer waves: waves x the k a block.
+  const int64_t whole = tile_blocks<Wide<128, true>>(M, N);
+  if (5 * whole < 2 * sms) return Fp8Tile::k128x128;
+  const int64_t sliced = tile_blocks<Wide<256, false>>(M, N);
+  if (K >= 8192 && (sliced + sms - 1) / sms < 2 * ((whole + sms - 1) / sms)) return Fp8Tile::k128x256;
+  return Fp8Tile::k128x128WholeK;
 }
 
 void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
@@ -400,10 +432,10 @@ void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef 
   if (x == nullptr) {
     // The tokens are in the scratch already (a norm wrote them).
   } else if (swiglu) {
-    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
+    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s, xv, xqv,
                      x_scale, int64_t{K} / 8);
   } else {
-    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
+    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s, xv, xqv,
                      x_scale, int64_t{K} / 8);
   }
   switch (tile) {
