@@ -35,9 +35,10 @@ transformers on the GPU, saved as an HF folder that nanoserve loads.
       --device cpu runs transformers on the CPU (slow: minutes a family),
       to check the script and the CPU forward where no GPU is.
       And the same two for FP8 weights (fp8_logits.f32, fp8_planted_logits.f32):
-      every linear of the layers, and its input a token, quantized as nanoserve's --quantization fp8
+      every linear of the layers quantized as nanoserve's --quantization fp8
       does (per output row: scale = max |w| / 448, E4M3 of w / scale, then
-      times the scale, in f32), the plant being the odd rows' scales x 1.1
+      times the scale, in f32), and its input a token the same way (E4M3 of
+      x / (max |x| / 448)), the plant being the odd rows' scales x 1.1
       and the even rows' / 1.1 (not for
       the mixtures of experts, whose experts run in bf16 only on CUDA).
 
