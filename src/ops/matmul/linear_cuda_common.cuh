@@ -19,6 +19,7 @@
 // (two 16-byte units, 2t and 2t+1 of the chunk's eight) and feeds k = 16t+4s ..
 // 16t+4s+3 to the mma of step s (0..3) as its logical k {2t, 2t+1, 2t+8, 2t+9}.
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -171,6 +172,10 @@ void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uin
 // kNarrow* are 64 weight rows x the fewest n8 blocks that hold M (to 64).
 enum class Fp8Tile { kNarrow, kNarrowWholeK, k128x64, k128x128, k128x64WholeK, k128x128WholeK, k128x256 };
 // x null: the scratch already holds the tokens (linear_cuda_fp8_tokens).
+// Both tiled kernels' tensor maps: a [rows, k] matrix (rows contiguous) in
+// boxes of one chunk x box_rows rows, bf16 in the 128-byte swizzle or E4M3
+// in the 64-byte swizzle (linear_cuda_wgmma.cu).
+CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, bool fp8);
 Fp8Tile choose_fp8_tile(int M, int N, int K);
 void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
                        Fp8Tile tile, cudaStream_t s);

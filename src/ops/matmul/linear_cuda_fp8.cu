@@ -29,7 +29,6 @@
 #include <cooperative_groups.h>
 #include <cuda.h>
 #include <cuda_fp8.h>
-#include <cudaTypedefs.h>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
@@ -291,32 +290,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// A [rows, k] E4M3 matrix (rows contiguous) as a tensor map of boxes of one
-// chunk (64 bytes) x box_rows rows in the 64-byte swizzle.
-CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows) {
-  static void* encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    NS_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    NS_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr)
-        << "the CUDA driver has no cuTensorMapEncodeTiled";
-    return fn;
-  }();
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-  const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  CUtensorMap map;
-  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for "
-                              << rows << " x " << k << " E4M3";
-  return map;
-}
-
 template <typename T>
 void configure() {
   static const bool configured = [] {
@@ -337,7 +310,7 @@ void launch(const uint8_t* xq, const float* x_scale, WeightRef w, uint16_t* y, i
   configure<T>();
   const int64_t blocks = tile_blocks<T>(M, N);
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
-  const CUtensorMap w_map = chunk_map(w.data, N, K, T::kRows), x_map = chunk_map(xq, M, K, T::BN);
+  const CUtensorMap w_map = chunk_map(w.data, N, K, T::kRows, true), x_map = chunk_map(xq, M, K, T::BN, true);
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;

@@ -394,32 +394,6 @@ int64_t tile_blocks(int M, int N) {
   return (int64_t{N} + T::kRows - 1) / T::kRows * ((int64_t{M} + T::BN - 1) / T::BN) * T::kCluster;
 }
 
-// A [rows, k] bf16 matrix (rows contiguous) as a tensor map of boxes of one
-// chunk x box_rows rows in the 128-byte swizzle.
-CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows) {
-  static void* encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    NS_CUDA_CHECK(
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    NS_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr)
-        << "the CUDA driver has no cuTensorMapEncodeTiled";
-    return fn;
-  }();
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * 2};
-  const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  CUtensorMap map;
-  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r)
-                              << ") for " << rows << " x " << k;
-  return map;
-}
-
 // Tile T's blocks launch in clusters of T::kCluster.
 template <typename T>
 cudaLaunchAttribute cluster_dims() {
@@ -448,7 +422,7 @@ void launch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out
   configure<T, Out>();
   const int64_t blocks = tile_blocks<T>(M, N);
   NS_CHECK(blocks <= INT32_MAX) << "linear_cuda: " << M << " x " << N << " needs too many blocks";
-  const CUtensorMap w_map = chunk_map(w, N, K, T::kRows), x_map = chunk_map(xp, M, K, T::BN);
+  const CUtensorMap w_map = chunk_map(w, N, K, T::kRows, false), x_map = chunk_map(xp, M, K, T::BN, false);
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -491,6 +465,34 @@ int64_t tile_cost(int M, int N) {
 }
 
 }  // namespace
+
+// A [rows, k] matrix (rows contiguous) as a tensor map of boxes of one
+// chunk (64 elements) x box_rows rows: bf16 in the 128-byte swizzle, or
+// E4M3 in the 64-byte swizzle (linear_cuda_common.cuh).
+CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, bool fp8) {
+  static void* encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    NS_CUDA_CHECK(
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    NS_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr)
+        << "the CUDA driver has no cuTensorMapEncodeTiled";
+    return fn;
+  }();
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * (fp8 ? 1 : 2)};
+  const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  CUtensorMap map;
+  const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
+      &map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
+      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for "
+                              << rows << " x " << k << (fp8 ? " E4M3" : " bf16");
+  return map;
+}
 
 WgmmaTile choose_tile(int M, int N) {
   static const int sms = [] {
