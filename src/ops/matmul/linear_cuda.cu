@@ -8,8 +8,6 @@
 
 #include "ops/matmul/linear_cuda.cuh"
 
-#include <cuda_fp8.h>
-
 #include <algorithm>
 #include <string>
 
@@ -17,6 +15,7 @@
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "ops/matmul/fp8_quant.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
 #include "ops/matmul/linear_cuda_layout.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
@@ -62,15 +61,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Lane (g, t)'s weight rows (g and g + 8 of each 16-row tile) and token rows,
   // as uint4 pointers at its bytes of chunk 0. Tokens past M read row 0 and
   // are never stored (a column of the mma does not touch the others).
-  const int64_t k4 = K / 8;                  // uint4 per bf16 row
-  const int64_t w4 = k4;                 // uint4 per weight row
-  constexpr int kWChunk = kChunk / 8;  // uint4 per weight chunk row
+  const int64_t k4 = K / 8;            // uint4 per row (x and w)
+  constexpr int kWChunk = kChunk / 8;  // uint4 per chunk row
   const uint4* wrow[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      wrow[mt][h] = reinterpret_cast<const uint4*>(w) + int64_t{row0 + mt * 16 + g + 8 * h} * w4 +
+      wrow[mt][h] = reinterpret_cast<const uint4*>(w) + int64_t{row0 + mt * 16 + g + 8 * h} * k4 +
                     kUnitsPerRow * t;
     }
   }
@@ -271,12 +269,11 @@ __global__ void __launch_bounds__(256)
   m = warp_max[0];
 #pragma unroll
   for (int i = 1; i < 8; ++i) m = fmaxf(m, warp_max[i]);
-  const float sc = m > 0.0f ? m / 448.0f : 1.0f;
+  const float sc = linear_detail::e4m3_scale(m);
   if (threadIdx.x == 0) scale[blockIdx.x] = sc;
   uint8_t* out = q + int64_t{blockIdx.x} * K;
   for (int k = threadIdx.x; k < K; k += blockDim.x) {
-    const float v = __fdiv_rn(__uint_as_float(uint32_t{row[k]} << 16), sc);
-    out[k] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+    out[k] = static_cast<uint8_t>(linear_detail::e4m3_code(__uint_as_float(uint32_t{row[k]} << 16), sc));
   }
 }
 

@@ -28,12 +28,12 @@
 
 #include <cooperative_groups.h>
 #include <cuda.h>
-#include <cuda_fp8.h>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "ops/matmul/fp8_quant.cuh"
 #include "ops/matmul/linear_cuda_common.cuh"
 #include "ops/matmul/linear_cuda_layout.cuh"
 #include "ops/matmul/wgmma_e4m3.cuh"
@@ -276,11 +276,9 @@ __global__ void __launch_bounds__(256)
   mx = warp_max[0];
 #pragma unroll
   for (int i = 1; i < 8; ++i) mx = fmaxf(mx, warp_max[i]);
-  const float sc = mx > 0.0f ? mx / 448.0f : 1.0f;
+  const float sc = e4m3_scale(mx);
   if (threadIdx.x == 0) x_scale[m] = sc;
-  auto code = [&](float v) {
-    return uint32_t{static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, sc), __NV_SATFINITE, __NV_E4M3))};
-  };
+  auto code = [&](float v) { return e4m3_code(v, sc); };
   auto four = [&](uint32_t a, uint32_t b) {
     return code(lo(a)) | code(hi(a)) << 8 | code(lo(b)) << 16 | code(hi(b)) << 24;
   };

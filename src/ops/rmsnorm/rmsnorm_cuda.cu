@@ -7,13 +7,12 @@
 
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 
-#include <cuda_fp8.h>
-
 #include <algorithm>
 
 #include "core/cuda/cuda_check.cuh"
 #include "core/cuda/launch.cuh"
 #include "core/cuda/ptx.cuh"
+#include "ops/matmul/fp8_quant.cuh"
 #include "ops/matmul/linear_cuda_layout.cuh"
 
 namespace nanoserve {
@@ -152,11 +151,9 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
     if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = mx;
     __syncthreads();
     for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) mx = fmaxf(mx, warp_max[i]);
-    const float sc = mx > 0.0f ? mx / 448.0f : 1.0f;
+    const float sc = linear_detail::e4m3_scale(mx);
     if (threadIdx.x == 0) out_scale[blockIdx.x] = sc;
-    auto code = [&](float v) {
-      return uint32_t{static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(v, sc), __NV_SATFINITE, __NV_E4M3))};
-    };
+    auto code = [&](float v) { return linear_detail::e4m3_code(v, sc); };
     uint32_t* codes = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(out) + base);
     for (int32_t u = threadIdx.x; u < dim / 4; u += blockDim.x) {
       const float4 o = normed(u);
