@@ -246,12 +246,18 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
 
 // One block a token row: xq[m, :] = E4M3 codes of x[m, :] / scale_x[m]
 // (with kSwiGLU, of silu_mul_cuda's bf16 silu(gate) * up from gate_up's row m).
+// A row of up to kQuantThreads x kQuantUnits units of 8 is loaded once into
+// registers, every load issued before the first is used (a decode step's
+// few rows are a few blocks: their loads' latency is the kernel's time);
+// a longer row is read twice.
+constexpr int kQuantThreads = 512, kQuantUnits = 4;
 template <bool kSwiGLU>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(kQuantThreads)
     quantize_tokens_kernel(const uint4* __restrict__ x, uint2* __restrict__ xq, float* __restrict__ x_scale,
                            int64_t k8) {
-  __shared__ float warp_max[8];
+  __shared__ float warp_max[kQuantThreads / 32];
   const int64_t m = blockIdx.x;
+  const int tid = threadIdx.x;
   cuda::wait_primary_grid();
   cuda::launch_dependents();
   auto unit = [&](int64_t u) {  // bf16 elements 8 u .. 8 u + 7 of the row
@@ -264,27 +270,49 @@ __global__ void __launch_bounds__(256)
   };
   auto lo = [](uint32_t w) { return __uint_as_float(w << 16); };
   auto hi = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
-  float mx = 0.0f;
-  for (int64_t u = threadIdx.x; u < k8; u += blockDim.x) {
-    const uint4 v = unit(u);
+  auto unit_max = [&](const uint4& v) {
+    float mx = 0.0f;
     for (const uint32_t w : {v.x, v.y, v.z, v.w}) mx = fmaxf(mx, fmaxf(fabsf(lo(w)), fabsf(hi(w))));
+    return mx;
+  };
+  const bool held = k8 <= int64_t{kQuantThreads} * kQuantUnits;
+  uint4 v[kQuantUnits];
+  float mx = 0.0f;
+  if (held) {
+#pragma unroll
+    for (int j = 0; j < kQuantUnits; ++j) {
+      const int64_t u = tid + int64_t{j} * kQuantThreads;
+      v[j] = u < k8 ? unit(u) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kQuantUnits; ++j) mx = fmaxf(mx, unit_max(v[j]));
+  } else {
+    for (int64_t u = tid; u < k8; u += kQuantThreads) mx = fmaxf(mx, unit_max(unit(u)));
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = mx;
+  if ((tid & 31) == 0) warp_max[tid >> 5] = mx;
   __syncthreads();
   mx = warp_max[0];
 #pragma unroll
-  for (int i = 1; i < 8; ++i) mx = fmaxf(mx, warp_max[i]);
+  for (int i = 1; i < kQuantThreads / 32; ++i) mx = fmaxf(mx, warp_max[i]);
   const float sc = e4m3_scale(mx);
-  if (threadIdx.x == 0) x_scale[m] = sc;
-  auto code = [&](float v) { return e4m3_code(v, sc); };
+  if (tid == 0) x_scale[m] = sc;
+  auto code = [&](float f) { return e4m3_code(f, sc); };
   auto four = [&](uint32_t a, uint32_t b) {
     return code(lo(a)) | code(hi(a)) << 8 | code(lo(b)) << 16 | code(hi(b)) << 24;
   };
-  for (int64_t u = threadIdx.x; u < k8; u += blockDim.x) {
-    const uint4 v = unit(u);
-    xq[m * k8 + u] = make_uint2(four(v.x, v.y), four(v.z, v.w));
+  if (held) {
+#pragma unroll
+    for (int j = 0; j < kQuantUnits; ++j) {
+      const int64_t u = tid + int64_t{j} * kQuantThreads;
+      if (u < k8) xq[m * k8 + u] = make_uint2(four(v[j].x, v[j].y), four(v[j].z, v[j].w));
+    }
+  } else {
+    for (int64_t u = tid; u < k8; u += kQuantThreads) {
+      const uint4 w = unit(u);
+      xq[m * k8 + u] = make_uint2(four(w.x, w.y), four(w.z, w.w));
+    }
   }
 }
 
@@ -375,10 +403,10 @@ void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef 
   if (x == nullptr) {
     // The tokens are in the scratch already (a norm wrote them).
   } else if (swiglu) {
-    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
+    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s, xv, xqv,
                      x_scale, int64_t{K} / 8);
   } else {
-    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(256), 0, s, xv, xqv,
+    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s, xv, xqv,
                      x_scale, int64_t{K} / 8);
   }
   switch (tile) {
