@@ -173,8 +173,8 @@ void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uin
 enum class Fp8Tile { kNarrow, kNarrowWholeK, k128x64, k128x128, k128x64WholeK, k128x128WholeK, k128x256 };
 // x null: the scratch already holds the tokens (linear_cuda_fp8_tokens).
 // Both tiled kernels' tensor maps: a [rows, k] matrix (rows contiguous) in
-// boxes of one chunk x box_rows rows, bf16 in the 128-byte swizzle or E4M3
-// in the 64-byte swizzle (linear_cuda_wgmma.cu).
+// boxes of 128-byte rows x box_rows rows in the 128-byte swizzle, one chunk
+// of bf16 or two of E4M3 (linear_cuda_wgmma.cu).
 CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, bool fp8);
 Fp8Tile choose_fp8_tile(int M, int N, int K);
 void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,

@@ -11,11 +11,13 @@
 // The product. A block owns 64 WG weight rows x BN tokens (one warpgroup per
 // 64 rows; BN = 8 .. 256) and the K slices of linear_cuda_common.cuh: one
 // slice (a cluster of four blocks, one a slice) or all four in turn (whole K).
-// Each stage is one chunk (64 k) of weight and token rows, 64 bytes a row in
-// the 64-byte swizzle, two tensor copies on the stage's mbarrier. Both
-// operands are shared-memory descriptors in their natural k order (no
-// relabelling: the product reads 32 contiguous bytes a row a step). A chunk
-// is two wgmma.m64nBNk32 e4m3 steps, and a slice's chain runs in the tensor
+// Each stage is a unit of two chunks (128 k) of one slice's weight and token
+// rows, 128 bytes a row in the 128-byte swizzle, two tensor copies on the
+// stage's mbarrier; a slice of an odd number of chunks ends in a unit of one
+// (its copy's second half, the next slice's k or zeros past K, is not
+// multiplied). Both operands are shared-memory descriptors in their natural
+// k order (no relabelling: the product reads 32 contiguous bytes a row a
+// step). A chunk is two wgmma.m64nBNk32 e4m3 steps, and a slice's chain runs in the tensor
 // core's accumulator from zero, as vLLM's FP8 GEMMs run theirs (the tensor
 // core keeps ~14 bits of an FP8 sum: an element is within ~5e-4 of its sum
 // of |products|, measured by bench/fp8_mma_agree_cuda_bench.cu). An element
@@ -45,7 +47,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kRowBytes = kChunk;  // a chunk row of E4M3 codes
+constexpr int kRowBytes = 2 * kChunk;  // a unit's row of E4M3 codes: two chunks
 constexpr int kSmemLimit = 227 * 1024;
 
 // WG warpgroups (64 WG weight rows) x BN tokens; kBlocksPerSm blocks share
@@ -79,10 +81,10 @@ using Narrow = F8Tile<1, BN, 4, kWholeK>;
 template <int BN, bool kWholeK>
 using Wide = F8Tile<2, BN, 1, kWholeK>;
 
-// A K-major operand of 64-byte chunk rows in the 64-byte swizzle at `addr`
-// (the atom of 8 rows 512-aligned; plus 32 for the second k32 step).
-__device__ __forceinline__ uint64_t desc64(uint32_t addr) {
-  return uint64_t{(addr & 0x3ffffu) >> 4} | (uint64_t{1} << 16) | (uint64_t{512 >> 4} << 32) | (uint64_t{2} << 62);
+// A K-major operand of 128-byte unit rows in the 128-byte swizzle at `addr`
+// (the atom of 8 rows 1024-aligned; plus 32 s for k32 step s).
+__device__ __forceinline__ uint64_t desc128(uint32_t addr) {
+  return uint64_t{(addr & 0x3ffffu) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -118,14 +120,24 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   const int slice = T::kWholeK ? 0 : b % kSlices, tile = b / T::kCluster;
   const int row0 = tile / tok_tiles * kRows, tok0 = tile % tok_tiles * BN;
   const int chunks = K / kChunk;
-  const int c_begin = slice_begin(slice, chunks);
-  const int n_chunks = slice_begin(T::kWholeK ? kSlices : slice + 1, chunks) - c_begin;
+  // The block's slices and their units: slice s (of this block's) has
+  // chunks [cb[s], cb[s + 1]) and units [ub[s], ub[s + 1]), two chunks a
+  // unit and one in an odd slice's last.
+  constexpr int kOwn = T::kWholeK ? kSlices : 1;
+  int cb[kOwn + 1], ub[kOwn + 1];
+  ub[0] = 0;
+#pragma unroll
+  for (int s = 0; s <= kOwn; ++s) {
+    cb[s] = slice_begin(T::kWholeK ? s : slice + s, chunks);
+    if (s > 0) ub[s] = ub[s - 1] + (cb[s] - cb[s - 1] + 1) / 2;
+  }
+  const int n_units = ub[kOwn];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wi = warp & 3;
 
-  // Stage st at smem0 + st * kStageBytes: weights [kRows][64 bytes], then
-  // tokens [BN][64 bytes], each a box of its tensor map (rows past N or M
-  // land as zeros), on full[st].
+  // Stage st at smem0 + st * kStageBytes: weights [kRows][128 bytes], then
+  // tokens [BN][128 bytes], each a box of its tensor map (rows past N or M,
+  // and k past K, land as zeros), on full[st]. Unit u sits in stage u % ST.
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
   unsigned* freed = reinterpret_cast<unsigned*>(full + ST);
   if (tid == 0) {
@@ -136,53 +148,79 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     cuda::fence_for_async_proxy();
   }
   __syncthreads();
-  auto load_stage = [&](int stage, int c) {
+  auto load_stage = [&](int stage, int u) {
+    int s = 0;
+#pragma unroll
+    for (int r = 1; r < kOwn; ++r) s += u >= ub[r];
     const uint32_t base = smem0 + stage * T::kStageBytes, bar = cuda::smem_addr(full + stage);
-    const int k0 = (c_begin + c) * kChunk;
+    const int k0 = (cb[s] + 2 * (u - ub[s])) * kChunk;
     cuda::mbarrier_arrive_expect_tx(full + stage, T::kBoxBytes);
     cuda::tensor_copy_2d(base, &w_map, k0, row0, bar);
     cuda::tensor_copy_2d(base + kRows * kRowBytes, &x_map, k0, tok0, bar);
   };
 
   float acc[kAcc];
-  // Chunk c's two k32 products, the first into a fresh chain where `fresh`.
-  auto mma_chunk = [&](int c, bool fresh) {
-    const int stage = c % ST;
-    const uint32_t wa = smem0 + stage * T::kStageBytes + wg * 64 * kRowBytes;
-    const uint32_t xb = smem0 + stage * T::kStageBytes + kRows * kRowBytes;
+  // Unit u's k32 products, the first into a fresh chain where `fresh`: all
+  // four (both chunks), or the first two (a slice's odd last chunk).
+  auto operands = [&](int u, uint32_t& wa, uint32_t& xb) {
+    const uint32_t base = smem0 + (u % ST) * T::kStageBytes;
+    wa = base + wg * 64 * kRowBytes;
+    xb = base + kRows * kRowBytes;
+  };
+  auto mma_unit = [&](int u, bool fresh) {
+    uint32_t wa, xb;
+    operands(u, wa, xb);
     wgmma_fence();
-    wgmma_e4m3<BN>(acc, desc64(wa), desc64(xb), fresh ? 0 : 1);
-    wgmma_e4m3<BN>(acc, desc64(wa + 32), desc64(xb + 32), 1);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) wgmma_e4m3<BN>(acc, desc128(wa + 32 * j), desc128(xb + 32 * j), fresh && j == 0 ? 0 : 1);
+    wgmma_commit();
+  };
+  auto mma_half = [&](int u, bool fresh) {
+    uint32_t wa, xb;
+    operands(u, wa, xb);
+    wgmma_fence();
+    wgmma_e4m3<BN>(acc, desc128(wa), desc128(xb), fresh ? 0 : 1);
+    wgmma_e4m3<BN>(acc, desc128(wa + 32), desc128(xb + 32), 1);
     wgmma_commit();
   };
 
   cuda::wait_primary_grid();  // the tokens are the previous kernel's output
   cuda::launch_dependents();
   if (tid == 0) {
-    for (int st = 0; st < ST && st < n_chunks; ++st) load_stage(st, st);
+    for (int st = 0; st < ST && st < n_units; ++st) load_stage(st, st);
   }
   constexpr unsigned kWarps = T::kThreads / 32;
-  // Chunk c sits in stage c % ST, its (c / ST)-th fill. Iteration c: its
-  // copies landed, its products issued, then chunk c - 1's retired, which
-  // frees chunk c - 1's stage: each warp counts itself out, and the last
-  // issues the refill with chunk c - 1 + ST.
+  // Iteration u: its copies landed, its products issued, then unit u - 1's
+  // retired, which frees unit u - 1's stage: each warp counts itself out,
+  // and the last issues the refill with unit u - 1 + ST.
+  auto landed = [&](int u) { cuda::mbarrier_wait(full + u % ST, (u / ST) & 1); };
+  auto retire_previous = [&](int u) {
+    wgmma_wait<1>();
+    if (u >= 1 && lane == 0) {
+      const int ps = (u - 1) % ST;
+      if (atomicInc(freed + ps, kWarps - 1) == kWarps - 1 && u - 1 + ST < n_units) load_stage(ps, u - 1 + ST);
+    }
+  };
   // Whole K: total = ((S0 + S1) + S2) + S3 in registers, each slice's chain
   // from zero in acc.
   float total[T::kWholeK ? kAcc : 1];
-  for (int s = 0, c = 0; s < (T::kWholeK ? kSlices : 1); ++s) {
-    const int first = c, end = T::kWholeK ? slice_begin(s + 1, chunks) : n_chunks;
-    for (; c < end; ++c) {
-      cuda::mbarrier_wait(full + c % ST, (c / ST) & 1);
-      mma_chunk(c, c == first);
-      wgmma_wait<1>();
-      if (c >= 1 && lane == 0) {
-        const int ps = (c - 1) % ST;
-        if (atomicInc(freed + ps, kWarps - 1) == kWarps - 1 && c - 1 + ST < n_chunks) load_stage(ps, c - 1 + ST);
-      }
+#pragma unroll 1
+  for (int s = 0; s < kOwn; ++s) {
+    const int first = ub[s], pairs_end = ub[s] + (cb[s + 1] - cb[s]) / 2;
+    int u = first;
+    for (; u < pairs_end; ++u) {
+      landed(u);
+      mma_unit(u, u == first);
+      retire_previous(u);
+    }
+    if (u < ub[s + 1]) {
+      landed(u);
+      mma_half(u, u == first);
+      retire_previous(u);
     }
     wgmma_wait<0>();
     pin(acc);
-    if (end == first) {  // an empty slice (K of fewer than four chunks) sums to zero
+    if (ub[s + 1] == first) {  // an empty slice (K of fewer than four chunks) sums to zero
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     }

@@ -466,9 +466,9 @@ int64_t tile_cost(int M, int N) {
 
 }  // namespace
 
-// A [rows, k] matrix (rows contiguous) as a tensor map of boxes of one
-// chunk (64 elements) x box_rows rows: bf16 in the 128-byte swizzle, or
-// E4M3 in the 64-byte swizzle (linear_cuda_common.cuh).
+// A [rows, k] matrix (rows contiguous) as a tensor map of boxes of 128-byte
+// rows x box_rows rows in the 128-byte swizzle: one chunk (64 elements) of
+// bf16, or two chunks of E4M3 (linear_cuda_common.cuh).
 CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, bool fp8) {
   static void* encode = [] {
     void* fn = nullptr;
@@ -481,13 +481,13 @@ CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, b
   }();
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k) * (fp8 ? 1 : 2)};
-  const cuuint32_t box[2] = {kChunk, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(fp8 ? 2 * kChunk : kChunk), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   CUtensorMap map;
   const CUresult r = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(encode)(
       &map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(base), dims,
       strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   NS_CHECK(r == CUDA_SUCCESS) << "linear_cuda: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for "
                               << rows << " x " << k << (fp8 ? " E4M3" : " bf16");
