@@ -277,11 +277,12 @@ constexpr ForcedKernel kForced[] = {
     {"stream", LinearPath::kStream},           {"128x64", LinearPath::kTile128x64},
     {"128x128", LinearPath::kTile128x128},     {"128x256", LinearPath::kTile128x256},
     {"256x128", LinearPath::kTile256x128},     {"128x128w", LinearPath::kTile128x128WholeK},
-    {"128x64w", LinearPath::kTile128x64WholeK}, {"64w", LinearPath::kTile64WholeK}};
+    {"128x64w", LinearPath::kTile128x64WholeK}, {"64w", LinearPath::kTile64WholeK},
+    {"192x128w", LinearPath::kTile192x128WholeK}};
 // Whether a forced kernel exists for the weights' format (the 256 x 128
 // tile is bf16's, the 64-row whole-K tile FP8's; "stream" is FP8's decode tile).
 bool has_kernel(LinearPath path, bool fp8) {
-  if (path == LinearPath::kTile64WholeK) return fp8;
+  if (path == LinearPath::kTile64WholeK || path == LinearPath::kTile192x128WholeK) return fp8;
   return !fp8 || path != LinearPath::kTile256x128;
 }
 

@@ -182,7 +182,8 @@ template <typename Out>
 void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, Out* y, int M, int N, int K,
               LinearPath path, cuda::Stream s) {
   using linear_detail::WgmmaTile;
-  NS_CHECK(path != LinearPath::kTile64WholeK) << "linear_cuda: the 64-row whole-K tile is FP8's";
+  NS_CHECK(path != LinearPath::kTile64WholeK && path != LinearPath::kTile192x128WholeK)
+      << "linear_cuda: the 64-row and 192-row whole-K tiles are FP8's";
   if (!tiled(M, false, path)) {
     // A group of more than 64 tokens runs as several groups, each rereading the weights.
     launch_stream(x, w, y, M, N, K, s);
@@ -211,6 +212,7 @@ linear_detail::Fp8Tile fp8_tile(int M, int N, int K, LinearPath path) {
     case LinearPath::kTile128x64WholeK: return Fp8Tile::k128x64WholeK;
     case LinearPath::kTile128x128WholeK: return Fp8Tile::k128x128WholeK;
     case LinearPath::kTile128x256: return Fp8Tile::k128x256;
+    case LinearPath::kTile192x128WholeK: return Fp8Tile::k192x128WholeK;
     case LinearPath::kTile256x128: break;
   }
   NS_CHECK(false) << "linear_cuda: FP8 weights have no tile for path " << static_cast<int>(path);

@@ -66,9 +66,11 @@ enum class LinearPath {
   kTile128x128WholeK,  // one block a tile, the four K slices in turn
   kTile128x64WholeK,   // the same with the 128 x 64 tile
   kTile64WholeK,       // FP8 only: the decode tile (64 rows) over the whole K
+  kTile192x128WholeK,  // FP8 only: three warpgroups, 192 rows x 128 tokens, whole K
 };
 // With FP8 weights kStream is the FP8 kernel's decode tile (64 rows x the
-// fewest n8 blocks, one K slice a block), and there is no 256 x 128.
+// fewest n8 blocks, one K slice a block), and there is no 256 x 128; bf16
+// has no 64-row or 192-row tile.
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const LinearWeight& w, const Tensor& y);

@@ -170,7 +170,16 @@ void launch_linear_wgmma(const uint16_t* x, bool swiglu, uint16_t* xp, const uin
 // swiglu the SwiGLU of the [M, 2K] gate_up) quantized to E4M3 a token into
 // the scratch (fp8_tokens_bytes), then E4M3 products on warpgroup mma.
 // kNarrow* are 64 weight rows x the fewest n8 blocks that hold M (to 64).
-enum class Fp8Tile { kNarrow, kNarrowWholeK, k128x64, k128x128, k128x64WholeK, k128x128WholeK, k128x256 };
+enum class Fp8Tile {
+  kNarrow,
+  kNarrowWholeK,
+  k128x64,
+  k128x128,
+  k128x64WholeK,
+  k128x128WholeK,
+  k128x256,
+  k192x128WholeK,
+};
 // x null: the scratch already holds the tokens (linear_cuda_fp8_tokens).
 // Both tiled kernels' tensor maps: a [rows, k] matrix (rows contiguous) in
 // boxes of 128-byte rows x box_rows rows in the 128-byte swizzle, one chunk

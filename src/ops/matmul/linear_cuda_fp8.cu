@@ -77,9 +77,12 @@ struct F8Tile {
 // Decode: one warpgroup, the fewest n8 blocks that hold the step (to 64).
 template <int BN, bool kWholeK>
 using Narrow = F8Tile<1, BN, 4, kWholeK>;
-// Prefill: two warpgroups, 128 rows x 64, 128 or 256 tokens.
+// Prefill: two warpgroups, 128 rows x 64, 128 or 256 tokens; or three,
+// 192 rows x 128 tokens over the whole K (the running total fits beside
+// the accumulator: neither operand is in registers).
 template <int BN, bool kWholeK>
 using Wide = F8Tile<2, BN, 1, kWholeK>;
+using Tall = F8Tile<3, 128, 1, true>;
 
 // A K-major operand of 128-byte unit rows in the 128-byte swizzle at `addr`
 // (the atom of 8 rows 1024-aligned; plus 32 s for k32 step s).
@@ -120,18 +123,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   const int slice = T::kWholeK ? 0 : b % kSlices, tile = b / T::kCluster;
   const int row0 = tile / tok_tiles * kRows, tok0 = tile % tok_tiles * BN;
   const int chunks = K / kChunk;
-  // The block's slices and their units: slice s (of this block's) has
-  // chunks [cb[s], cb[s + 1]) and units [ub[s], ub[s + 1]), two chunks a
-  // unit and one in an odd slice's last.
+  // The block's slices and their units: its slice s has chunks
+  // [chunk0(s), chunk0(s + 1)) and units [unit0(s), unit0(s + 1)), two
+  // chunks a unit and one in an odd slice's last.
   constexpr int kOwn = T::kWholeK ? kSlices : 1;
-  int cb[kOwn + 1], ub[kOwn + 1];
-  ub[0] = 0;
-#pragma unroll
-  for (int s = 0; s <= kOwn; ++s) {
-    cb[s] = slice_begin(T::kWholeK ? s : slice + s, chunks);
-    if (s > 0) ub[s] = ub[s - 1] + (cb[s] - cb[s - 1] + 1) / 2;
-  }
-  const int n_units = ub[kOwn];
+  auto chunk0 = [&](int s) { return slice_begin(T::kWholeK ? s : slice + s, chunks); };
+  auto unit0 = [&](int s) {
+    int u = 0;
+    for (int r = 0; r < s; ++r) u += (chunk0(r + 1) - chunk0(r) + 1) / 2;
+    return u;
+  };
+  const int n_units = unit0(kOwn);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wi = warp & 3;
 
@@ -149,11 +151,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   }
   __syncthreads();
   auto load_stage = [&](int stage, int u) {
-    int s = 0;
-#pragma unroll
-    for (int r = 1; r < kOwn; ++r) s += u >= ub[r];
+    int s = 0, s_unit0 = 0;  // u's slice and its first unit
+    for (int next; s + 1 < kOwn && u >= (next = s_unit0 + (chunk0(s + 1) - chunk0(s) + 1) / 2); ++s) s_unit0 = next;
     const uint32_t base = smem0 + stage * T::kStageBytes, bar = cuda::smem_addr(full + stage);
-    const int k0 = (cb[s] + 2 * (u - ub[s])) * kChunk;
+    const int k0 = (chunk0(s) + 2 * (u - s_unit0)) * kChunk;
     cuda::mbarrier_arrive_expect_tx(full + stage, T::kBoxBytes);
     cuda::tensor_copy_2d(base, &w_map, k0, row0, bar);
     cuda::tensor_copy_2d(base + kRows * kRowBytes, &x_map, k0, tok0, bar);
@@ -205,22 +206,22 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   // from zero in acc.
   float total[T::kWholeK ? kAcc : 1];
 #pragma unroll 1
-  for (int s = 0; s < kOwn; ++s) {
-    const int first = ub[s], pairs_end = ub[s] + (cb[s + 1] - cb[s]) / 2;
-    int u = first;
+  for (int s = 0, u = 0; s < kOwn; ++s) {
+    const int first = u, last = u + (chunk0(s + 1) - chunk0(s) + 1) / 2;
+    const int pairs_end = u + (chunk0(s + 1) - chunk0(s)) / 2;
     for (; u < pairs_end; ++u) {
       landed(u);
       mma_unit(u, u == first);
       retire_previous(u);
     }
-    if (u < ub[s + 1]) {
+    if (u < last) {
       landed(u);
       mma_half(u, u == first);
       retire_previous(u);
     }
     wgmma_wait<0>();
     pin(acc);
-    if (ub[s + 1] == first) {  // an empty slice (K of fewer than four chunks) sums to zero
+    if (last == first) {  // an empty slice (K of fewer than four chunks) sums to zero
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     }
@@ -428,7 +429,13 @@ Fp8Tile choose_fp8_tile(int M, int N, int K) {
   const int64_t whole = tile_blocks<Wide<128, true>>(M, N);
   if (5 * whole < 2 * sms) return Fp8Tile::k128x128;
   const int64_t sliced = tile_blocks<Wide<256, false>>(M, N);
-  if (K >= 8192 && (sliced + sms - 1) / sms < 2 * ((whole + sms - 1) / sms)) return Fp8Tile::k128x256;
+  const int64_t whole_waves = (whole + sms - 1) / sms;
+  if (K >= 8192 && (sliced + sms - 1) / sms < 2 * whole_waves) return Fp8Tile::k128x256;
+  // The 192-row tile where it makes a quarter fewer waves: a block of three
+  // warpgroups does 1.5x the work of two at ~1.2x their rate (bf16's
+  // three-warpgroup tile, docs/log/model_cuda.md 2026-12-06).
+  const int64_t tall_waves = (tile_blocks<Tall>(M, N) + sms - 1) / sms;
+  if (5 * tall_waves < 4 * whole_waves) return Fp8Tile::k192x128WholeK;
   return Fp8Tile::k128x128WholeK;
 }
 
@@ -455,6 +462,7 @@ void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef 
     case Fp8Tile::k128x64WholeK: return launch<Wide<64, true>>(xq, x_scale, w, y, M, N, K, s);
     case Fp8Tile::k128x128WholeK: return launch<Wide<128, true>>(xq, x_scale, w, y, M, N, K, s);
     case Fp8Tile::k128x256: return launch<Wide<256, false>>(xq, x_scale, w, y, M, N, K, s);
+    case Fp8Tile::k192x128WholeK: return launch<Tall>(xq, x_scale, w, y, M, N, K, s);
   }
 }
 
