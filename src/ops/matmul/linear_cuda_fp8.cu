@@ -150,14 +150,20 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     cuda::fence_for_async_proxy();
   }
   __syncthreads();
-  auto load_stage = [&](int stage, int u) {
+  // Unit u's k, its weights' copy (which arms the stage for both copies'
+  // bytes) and its tokens' copy.
+  auto unit_k = [&](int u) {
     int s = 0, s_unit0 = 0;  // u's slice and its first unit
     for (int next; s + 1 < kOwn && u >= (next = s_unit0 + (chunk0(s + 1) - chunk0(s) + 1) / 2); ++s) s_unit0 = next;
-    const uint32_t base = smem0 + stage * T::kStageBytes, bar = cuda::smem_addr(full + stage);
-    const int k0 = (chunk0(s) + 2 * (u - s_unit0)) * kChunk;
+    return (chunk0(s) + 2 * (u - s_unit0)) * kChunk;
+  };
+  auto load_weights = [&](int stage, int u) {
     cuda::mbarrier_arrive_expect_tx(full + stage, T::kBoxBytes);
-    cuda::tensor_copy_2d(base, &w_map, k0, row0, bar);
-    cuda::tensor_copy_2d(base + kRows * kRowBytes, &x_map, k0, tok0, bar);
+    cuda::tensor_copy_2d(smem0 + stage * T::kStageBytes, &w_map, unit_k(u), row0, cuda::smem_addr(full + stage));
+  };
+  auto load_tokens = [&](int stage, int u) {
+    cuda::tensor_copy_2d(smem0 + stage * T::kStageBytes + kRows * kRowBytes, &x_map, unit_k(u), tok0,
+                         cuda::smem_addr(full + stage));
   };
 
   float acc[kAcc];
@@ -185,10 +191,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     wgmma_commit();
   };
 
-  cuda::wait_primary_grid();  // the tokens are the previous kernel's output
+  // The weights do not depend on the previous kernel: the first stages'
+  // weight copies go out before the wait, the tokens' (its output) after.
+  if (tid == 0) {
+    for (int st = 0; st < ST && st < n_units; ++st) load_weights(st, st);
+  }
+  cuda::wait_primary_grid();
   cuda::launch_dependents();
   if (tid == 0) {
-    for (int st = 0; st < ST && st < n_units; ++st) load_stage(st, st);
+    for (int st = 0; st < ST && st < n_units; ++st) load_tokens(st, st);
   }
   constexpr unsigned kWarps = T::kThreads / 32;
   // Iteration u: its copies landed, its products issued, then unit u - 1's
@@ -199,7 +210,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     wgmma_wait<1>();
     if (u >= 1 && lane == 0) {
       const int ps = (u - 1) % ST;
-      if (atomicInc(freed + ps, kWarps - 1) == kWarps - 1 && u - 1 + ST < n_units) load_stage(ps, u - 1 + ST);
+      if (atomicInc(freed + ps, kWarps - 1) == kWarps - 1 && u - 1 + ST < n_units) {
+        load_weights(ps, u - 1 + ST);
+        load_tokens(ps, u - 1 + ST);
+      }
     }
   };
   // Whole K: total = ((S0 + S1) + S2) + S3 in registers, each slice's chain
