@@ -24,15 +24,9 @@
 
 #include <cstdint>
 
+#include "ops/matmul/linear_slices.h"
+
 namespace nanoserve::linear_detail {
-
-constexpr int kSlices = 4;  // K slices, summed in order: ((S0 + S1) + S2) + S3
-constexpr int kChunk = 64;  // k per chunk; a slice is whole chunks
-
-// Slice w of a K of `chunks` chunks is chunks [begin, end).
-__host__ __device__ __forceinline__ int slice_begin(int w, int chunks) {
-  return w * chunks / kSlices;
-}
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {

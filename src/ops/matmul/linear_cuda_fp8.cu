@@ -123,17 +123,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   const int slice = T::kWholeK ? 0 : b % kSlices, tile = b / T::kCluster;
   const int row0 = tile / tok_tiles * kRows, tok0 = tile % tok_tiles * BN;
   const int chunks = K / kChunk;
-  // The block's slices and their units: its slice s has chunks
-  // [chunk0(s), chunk0(s + 1)) and units [unit0(s), unit0(s + 1)), two
-  // chunks a unit and one in an odd slice's last.
+  // The block's run of slices (all four, or its own) in units
+  // (linear_slices.h).
   constexpr int kOwn = T::kWholeK ? kSlices : 1;
-  auto chunk0 = [&](int s) { return slice_begin(T::kWholeK ? s : slice + s, chunks); };
-  auto unit0 = [&](int s) {
-    int u = 0;
-    for (int r = 0; r < s; ++r) u += (chunk0(r + 1) - chunk0(r) + 1) / 2;
-    return u;
-  };
-  const int n_units = unit0(kOwn);
+  const int w0 = T::kWholeK ? 0 : slice, n_units = run_units(w0, kOwn, chunks);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int wg = warp >> 2, wi = warp & 3;
 
@@ -150,13 +143,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     cuda::fence_for_async_proxy();
   }
   __syncthreads();
-  // Unit u's k, its weights' copy (which arms the stage for both copies'
-  // bytes) and its tokens' copy.
-  auto unit_k = [&](int u) {
-    int s = 0, s_unit0 = 0;  // u's slice and its first unit
-    for (int next; s + 1 < kOwn && u >= (next = s_unit0 + (chunk0(s + 1) - chunk0(s) + 1) / 2); ++s) s_unit0 = next;
-    return (chunk0(s) + 2 * (u - s_unit0)) * kChunk;
-  };
+  // Unit u's weights' copy (which arms the stage for both copies' bytes) and
+  // its tokens' copy.
+  auto unit_k = [&](int u) { return unit_chunk(w0, kOwn, u, chunks) * kChunk; };
   auto load_weights = [&](int stage, int u) {
     cuda::mbarrier_arrive_expect_tx(full + stage, T::kBoxBytes);
     cuda::tensor_copy_2d(smem0 + stage * T::kStageBytes, &w_map, unit_k(u), row0, cuda::smem_addr(full + stage));
@@ -221,17 +210,17 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   float total[T::kWholeK ? kAcc : 1];
 #pragma unroll 1
   for (int s = 0, u = 0; s < kOwn; ++s) {
-    const int first = u, last = u + (chunk0(s + 1) - chunk0(s) + 1) / 2;
-    const int pairs_end = u + (chunk0(s + 1) - chunk0(s)) / 2;
+    const int first = u, last = u + slice_units(w0 + s, chunks), pairs_end = u + slice_pairs(w0 + s, chunks);
     for (; u < pairs_end; ++u) {
       landed(u);
       mma_unit(u, u == first);
       retire_previous(u);
     }
-    if (u < last) {
+    if (u < last) {  // an odd slice's last chunk
       landed(u);
       mma_half(u, u == first);
       retire_previous(u);
+      ++u;
     }
     wgmma_wait<0>();
     pin(acc);
