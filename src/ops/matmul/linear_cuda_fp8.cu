@@ -417,26 +417,20 @@ int sm_count() {
 
 }  // namespace
 
-Fp8Tile choose_fp8_tile(int M, int N, int K) {
+Fp8Tile choose_fp8_tile(int M, int N, int /*K*/) {
   const int64_t sms = sm_count();
   // Measured, every tile forced (model_ops_cuda_bench --sweep, H100,
-  // docs/log/model_cuda.md 2026-12-07). To 32 tokens the 64-row tiles of
-  // the fewest n8 blocks, a slice a block (whole K where those tiles alone
-  // fill two blocks an SM: the lm_head); to 64, 128 x 64 (whole K where its
-  // tiles fill the SMs: gate_up).
-  if (M <= 32) return tile_blocks<Narrow<32, true>>(M, N) >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
-  if (M <= 64) return tile_blocks<Wide<64, true>>(M, N) >= sms ? Fp8Tile::k128x64WholeK : Fp8Tile::k128x64;
+  // docs/log/model_cuda.md 2026-12-07, second session). To 64 tokens the
+  // 64-row tiles of the fewest n8 blocks, a slice a block (whole K where
+  // those tiles alone fill two blocks an SM: gate_up, the lm_head).
+  if (M <= 64) return (N + 63) / 64 >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
   // Past 64: 128 x 128 sliced while its whole-K tiles would fill less than
-  // 40% of the SMs; else whole K, unless K is long and the sliced 128 x 256
-  // tile (half the k a block) makes fewer waves: waves x the k a block.
+  // 40% of the SMs; else whole K, in the 192-row tile where that makes a
+  // quarter fewer waves (a block of three warpgroups does 1.5x the work of
+  // two at ~1.2x their rate: qkv and gate_up at 1,024 rows -3% to -11%).
   const int64_t whole = tile_blocks<Wide<128, true>>(M, N);
   if (5 * whole < 2 * sms) return Fp8Tile::k128x128;
-  const int64_t sliced = tile_blocks<Wide<256, false>>(M, N);
   const int64_t whole_waves = (whole + sms - 1) / sms;
-  if (K >= 8192 && (sliced + sms - 1) / sms < 2 * whole_waves) return Fp8Tile::k128x256;
-  // The 192-row tile where it makes a quarter fewer waves: a block of three
-  // warpgroups does 1.5x the work of two at ~1.2x their rate (bf16's
-  // three-warpgroup tile, docs/log/model_cuda.md 2026-12-06).
   const int64_t tall_waves = (tile_blocks<Tall>(M, N) + sms - 1) / sms;
   if (5 * tall_waves < 4 * whole_waves) return Fp8Tile::k192x128WholeK;
   return Fp8Tile::k128x128WholeK;
