@@ -209,17 +209,23 @@ void check_family(const std::string& family, const std::string& dir) {
     // error must sit clearly outside it: on every prompt of more than one
     // position (one position attends only to itself, where an attention scale
     // or a rope theta cannot show) 2.5 times ours or more.
-    // FP8: the same bf16 activations over E4M3 weights, against transformers
-    // in f32 over the same dequantized weights: 1.0e-3 to 4.8e-3 on the H200
-    // (2026-12-05), growing with the prompt's length as bf16's does; bound
-    // 1e-2. Its plant is the odd rows' scales x 1.1 and the even rows' / 1.1:
+    // FP8 (W8A8): E4M3 weights times E4M3 tokens, against transformers in f32
+    // over the same dequantized weights with its linears' inputs quantized a
+    // token by the same rule (scripts/hf_oracle.py). A token's code is a step
+    // function of x, so the bf16-level differences between our x and
+    // transformers' f32 x move some codes a whole E4M3 step (2^-3), and these
+    // random 4-layer models amplify that ~20x, as they do bf16's rounding:
+    // 4.7e-2 to 9.9e-2, gemma3 1.6e-1, on the H100 (2026-12-07; the
+    // weight-only FP8 of 2026-12-05: 1.0e-3 to 4.8e-3); bound 0.2. What
+    // keeps it a check is the plant, 2.9x (gemma3) to 8.6x ours. The plant
+    // is the odd rows' scales x 1.1 and the even rows' / 1.1:
     // a uniform scale error is undone by the norms after the linears (qwen3's
     // q/k norms; Gemma's q/k and sandwich norms: every scale x 1.1 landed
     // 0.3x away on gemma3, on the H100, 2026-12-05), a per-row one is not.
     // Gemma's bf16 error is larger, 1.6e-3 (gemma2) and 2.6e-3 (gemma3) on
     // the H100 (2026-12-05), its plants 240x and 320x away: bound 4e-3.
     const double bf16_bound = family.rfind("gemma", 0) == 0 ? kGemmaBf16Bound : 1.5e-3;
-    EXPECT_LE(worst, fp8 ? 1e-2 : bf16_bound);
+    EXPECT_LE(worst, fp8 ? 0.2 : bf16_bound);
     EXPECT_GT(planted_best, 2.5) << "the tolerance would not see the planted error (" << plant_name << ")";
   }
 }
