@@ -279,11 +279,12 @@ constexpr ForcedKernel kForced[] = {
     {"256x128", LinearPath::kTile256x128},     {"128x128w", LinearPath::kTile128x128WholeK},
     {"128x64w", LinearPath::kTile128x64WholeK}, {"64w", LinearPath::kTile64WholeK},
     {"192x128w", LinearPath::kTile192x128WholeK}};
-// Whether a forced kernel exists for the weights' format (the 256 x 128
-// tile is bf16's, the 64-row whole-K tile FP8's; "stream" is FP8's decode tile).
+// Whether a forced kernel exists for the weights' format (the 128 x 256 and
+// 256 x 128 tiles are bf16's, the 64-row and 192-row whole-K tiles FP8's;
+// "stream" is FP8's decode tile).
 bool has_kernel(LinearPath path, bool fp8) {
   if (path == LinearPath::kTile64WholeK || path == LinearPath::kTile192x128WholeK) return fp8;
-  return !fp8 || path != LinearPath::kTile256x128;
+  return !fp8 || (path != LinearPath::kTile256x128 && path != LinearPath::kTile128x256);
 }
 
 // Enough copies of a linear's random bf16 weights that they do not sit in L2,

@@ -200,7 +200,7 @@ void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, O
 }
 
 // The FP8 kernel's tile for a path: kStream is its decode tile (64 rows x
-// the fewest n8 blocks), the rest as named; it has no 256 x 128.
+// the fewest n8 blocks), the rest as named; it has no 128 x 256 or 256 x 128.
 linear_detail::Fp8Tile fp8_tile(int M, int N, int K, LinearPath path) {
   using linear_detail::Fp8Tile;
   switch (path) {
@@ -211,8 +211,8 @@ linear_detail::Fp8Tile fp8_tile(int M, int N, int K, LinearPath path) {
     case LinearPath::kTile128x128: return Fp8Tile::k128x128;
     case LinearPath::kTile128x64WholeK: return Fp8Tile::k128x64WholeK;
     case LinearPath::kTile128x128WholeK: return Fp8Tile::k128x128WholeK;
-    case LinearPath::kTile128x256: return Fp8Tile::k128x256;
     case LinearPath::kTile192x128WholeK: return Fp8Tile::k192x128WholeK;
+    case LinearPath::kTile128x256:
     case LinearPath::kTile256x128: break;
   }
   NS_CHECK(false) << "linear_cuda: FP8 weights have no tile for path " << static_cast<int>(path);

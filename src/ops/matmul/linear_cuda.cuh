@@ -69,8 +69,8 @@ enum class LinearPath {
   kTile192x128WholeK,  // FP8 only: three warpgroups, 192 rows x 128 tokens, whole K
 };
 // With FP8 weights kStream is the FP8 kernel's decode tile (64 rows x the
-// fewest n8 blocks, one K slice a block), and there is no 256 x 128; bf16
-// has no 64-row or 192-row tile.
+// fewest n8 blocks, one K slice a block), and there is no 128 x 256 or
+// 256 x 128; bf16 has no 64-row or 192-row tile.
 
 // Whether linear_cuda runs this problem (shape, dtypes and alignment).
 bool linear_cuda_supports(const Tensor& x, const LinearWeight& w, const Tensor& y);

@@ -171,7 +171,6 @@ enum class Fp8Tile {
   k128x128,
   k128x64WholeK,
   k128x128WholeK,
-  k128x256,
   k192x128WholeK,
 };
 // x null: the scratch already holds the tokens (linear_cuda_fp8_tokens).

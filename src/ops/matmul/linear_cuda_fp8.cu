@@ -9,7 +9,7 @@
 // does the weights. A row's codes and scale depend on that row alone.
 //
 // The product. A block owns 64 WG weight rows x BN tokens (one warpgroup per
-// 64 rows; BN = 8 .. 256) and the K slices of linear_cuda_common.cuh: one
+// 64 rows; BN = 8 .. 128) and the K slices of linear_cuda_common.cuh: one
 // slice (a cluster of four blocks, one a slice) or all four in turn (whole K).
 // Each stage is a unit of two chunks (128 k) of one slice's weight and token
 // rows, 128 bytes a row in the 128-byte swizzle, two tensor copies on the
@@ -77,7 +77,7 @@ struct F8Tile {
 // Decode: one warpgroup, the fewest n8 blocks that hold the step (to 64).
 template <int BN, bool kWholeK>
 using Narrow = F8Tile<1, BN, 4, kWholeK>;
-// Prefill: two warpgroups, 128 rows x 64, 128 or 256 tokens; or three,
+// Prefill: two warpgroups, 128 rows x 64 or 128 tokens; or three,
 // 192 rows x 128 tokens over the whole K (the running total fits beside
 // the accumulator: neither operand is in registers).
 template <int BN, bool kWholeK>
@@ -458,7 +458,6 @@ void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef 
     case Fp8Tile::k128x128: return launch<Wide<128, false>>(xq, x_scale, w, y, M, N, K, s);
     case Fp8Tile::k128x64WholeK: return launch<Wide<64, true>>(xq, x_scale, w, y, M, N, K, s);
     case Fp8Tile::k128x128WholeK: return launch<Wide<128, true>>(xq, x_scale, w, y, M, N, K, s);
-    case Fp8Tile::k128x256: return launch<Wide<256, false>>(xq, x_scale, w, y, M, N, K, s);
     case Fp8Tile::k192x128WholeK: return launch<Tall>(xq, x_scale, w, y, M, N, K, s);
   }
 }
