@@ -201,10 +201,10 @@ void dispatch(const uint16_t* x, bool swiglu, uint16_t* xp, const uint16_t* w, O
 
 // The FP8 kernel's tile for a path: kStream is its decode tile (64 rows x
 // the fewest n8 blocks), the rest as named; it has no 128 x 256 or 256 x 128.
-linear_detail::Fp8Tile fp8_tile(int M, int N, int K, LinearPath path) {
+linear_detail::Fp8Tile fp8_tile(int M, int N, LinearPath path) {
   using linear_detail::Fp8Tile;
   switch (path) {
-    case LinearPath::kAuto: return linear_detail::choose_fp8_tile(M, N, K);
+    case LinearPath::kAuto: return linear_detail::choose_fp8_tile(M, N);
     case LinearPath::kStream: return Fp8Tile::kNarrow;
     case LinearPath::kTile64WholeK: return Fp8Tile::kNarrowWholeK;
     case LinearPath::kTile128x64: return Fp8Tile::k128x64;
@@ -264,14 +264,7 @@ __global__ void __launch_bounds__(256)
   const uint16_t* row = w + int64_t{blockIdx.x} * K;
   float m = 0.0f;
   for (int k = threadIdx.x; k < K; k += blockDim.x) m = fmaxf(m, fabsf(__uint_as_float(uint32_t{row[k]} << 16)));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = m;
-  __syncthreads();
-  m = warp_max[0];
-#pragma unroll
-  for (int i = 1; i < 8; ++i) m = fmaxf(m, warp_max[i]);
-  const float sc = linear_detail::e4m3_scale(m);
+  const float sc = linear_detail::e4m3_block_scale(m, warp_max);
   if (threadIdx.x == 0) scale[blockIdx.x] = sc;
   uint8_t* out = q + int64_t{blockIdx.x} * K;
   for (int k = threadIdx.x; k < K; k += blockDim.x) {
@@ -315,7 +308,7 @@ void run(const Tensor& x, const LinearWeight& lw, const Tensor& y, const Tensor*
   if (fp8) {
     NS_CHECK(y.dtype() == DType::kBF16) << name << ": FP8 weights write bf16";
     const WeightRef wr{lw.w.data(), lw.scale.data_as<const float>()};
-    linear_detail::launch_linear_fp8(xd, kSwiGLU, xp, wr, y.data_as<uint16_t>(), M, N, K, fp8_tile(M, N, K, path), s);
+    linear_detail::launch_linear_fp8(xd, kSwiGLU, xp, wr, y.data_as<uint16_t>(), M, N, K, fp8_tile(M, N, path), s);
     if (own.defined()) cuda::synchronize();  // the scratch is freed on return
     return;
   }
@@ -387,7 +380,7 @@ void linear_cuda_fp8_tokens(const Tensor& scratch, const LinearWeight& w, const 
   const int N = static_cast<int>(w.rows()), K = static_cast<int>(w.cols());
   const WeightRef wr{w.w.data(), w.scale.data_as<const float>()};
   linear_detail::launch_linear_fp8(nullptr, false, const_cast<void*>(scratch.data()), wr, y.data_as<uint16_t>(),
-                                   static_cast<int>(M), N, K, linear_detail::choose_fp8_tile(static_cast<int>(M), N, K), s);
+                                   static_cast<int>(M), N, K, linear_detail::choose_fp8_tile(static_cast<int>(M), N), s);
 }
 
 void linear_cuda(const Tensor& x, const LinearWeight& w, const Tensor& y, cuda::Stream s, LinearPath path) {

@@ -178,7 +178,7 @@ enum class Fp8Tile {
 // boxes of 128-byte rows x box_rows rows in the 128-byte swizzle, one chunk
 // of bf16 or two of E4M3 (linear_cuda_wgmma.cu).
 CUtensorMap chunk_map(const void* base, int64_t rows, int64_t k, int box_rows, bool fp8);
-Fp8Tile choose_fp8_tile(int M, int N, int K);
+Fp8Tile choose_fp8_tile(int M, int N);
 void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
                        Fp8Tile tile, cudaStream_t s);
 

@@ -331,14 +331,7 @@ __global__ void __launch_bounds__(kQuantThreads)
   } else {
     for (int64_t u = tid; u < k8; u += kQuantThreads) mx = fmaxf(mx, unit_max(unit(u)));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if ((tid & 31) == 0) warp_max[tid >> 5] = mx;
-  __syncthreads();
-  mx = warp_max[0];
-#pragma unroll
-  for (int i = 1; i < kQuantThreads / 32; ++i) mx = fmaxf(mx, warp_max[i]);
-  const float sc = e4m3_scale(mx);
+  const float sc = e4m3_block_scale(mx, warp_max);
   if (tid == 0) x_scale[m] = sc;
   auto code = [&](float f) { return e4m3_code(f, sc); };
   auto four = [&](uint32_t a, uint32_t b) {
@@ -417,7 +410,7 @@ int sm_count() {
 
 }  // namespace
 
-Fp8Tile choose_fp8_tile(int M, int N, int /*K*/) {
+Fp8Tile choose_fp8_tile(int M, int N) {
   const int64_t sms = sm_count();
   // Measured, every tile forced (model_ops_cuda_bench --sweep, H100,
   // docs/log/model_cuda.md 2026-12-07, second session). To 64 tokens the

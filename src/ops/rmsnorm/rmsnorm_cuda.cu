@@ -147,11 +147,7 @@ __global__ void rmsnorm_kernel(float* __restrict__ x, const uint16_t* __restrict
       mx = fmaxf(mx, fmaxf(fmaxf(fabsf(o.x), fabsf(o.y)), fmaxf(fabsf(o.z), fabsf(o.w))));
     }
     __shared__ float warp_max[kMaxWarps];
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = mx;
-    __syncthreads();
-    for (int i = 0; i < static_cast<int>(blockDim.x / 32); ++i) mx = fmaxf(mx, warp_max[i]);
-    const float sc = linear_detail::e4m3_scale(mx);
+    const float sc = linear_detail::e4m3_block_scale(mx, warp_max);
     if (threadIdx.x == 0) out_scale[blockIdx.x] = sc;
     auto code = [&](float v) { return linear_detail::e4m3_code(v, sc); };
     uint32_t* codes = reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(out) + base);
