@@ -9,6 +9,7 @@
 
 #include "ops/embedding/embedding.h"
 #include "ops/gelu_mul/gelu_mul.h"
+#include "ops/matmul/fp8_tokens.h"
 #include "ops/matmul/matmul.h"
 #include "ops/rmsnorm/rmsnorm.h"
 #include "ops/rope/rope.h"
@@ -155,6 +156,9 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
   Tensor v3 = v.reshape({T, c.n_kv_heads, hd}), attn3 = attn.reshape({T, c.n_heads, hd});
   Tensor q_heads = q.reshape({T * c.n_heads, hd}), k_heads = k.reshape({T * c.n_kv_heads, hd});
   const std::span<const int32_t> positions(batch.positions);
+  auto linear_input = [&](Tensor& t) {
+    if (ws.fp8_tokens) e4m3_tokens_round_trip(t.data_as<float>(), T, t.dim(1));
+  };
 
   PhaseClock clock(ws.profile);
   embedding(weights_.tok_embd, batch.tokens, x, pool);
@@ -168,6 +172,7 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
     rmsnorm(x, L.attn_norm, eps, xn, pool);
     clock.mark(ForwardPhase::kAttnNorm);
     const MatmulPair qkv[] = {{&L.wq, &q}, {&L.wk, &k}, {&L.wv, &v}};
+    linear_input(xn);
     matmul(qkv, xn, pool, mm_scratch);
     if (c.arch_info().qkv_bias) {
       add_bias(q, L.bq);
@@ -191,6 +196,7 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
     kv.attend(static_cast<int>(l), batch, q3, k3, v3, n_rep, scale, attn3, c.layer_window(l), c.attn_softcap,
               family.attn_sinks ? L.sinks.data_as<const float>() : nullptr);
     clock.mark(ForwardPhase::kAttention);
+    linear_input(attn);
     matmul(L.wo, attn, proj, pool, mm_scratch);
     if (family.o_bias) add_bias(proj, L.bo);
     clock.mark(ForwardPhase::kOProj);
@@ -220,6 +226,7 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
       continue;
     }
     const MatmulPair gate_up[] = {{&L.w_gate, &gate}, {&L.w_up, &up}};
+    linear_input(xn);
     matmul(gate_up, xn, pool, mm_scratch);
     clock.mark(ForwardPhase::kGateUp);
     if (gelu) {
@@ -228,6 +235,7 @@ StatusOr<Tensor> CpuModel::forward(const ForwardBatch& batch, CpuKV& kv, Workspa
       silu_mul(gate, up, gate, pool);
     }
     clock.mark(ForwardPhase::kSiluMul);
+    linear_input(gate);
     matmul(L.w_down, gate, proj, pool, mm_scratch);
     clock.mark(ForwardPhase::kDown);
     if (family.sandwich_norms) {

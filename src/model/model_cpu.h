@@ -126,6 +126,11 @@ struct Workspace {
   std::vector<int64_t> expert_rows;
   std::vector<std::byte> matmul_scratch;  // activation blocks of the widest matmul input
   ForwardProfile* profile = nullptr;      // not owned; null: no timing
+  // Each layer linear's input as the CUDA FP8 linears read it (W8A8:
+  // ops/matmul/fp8_tokens.h) instead of f32: the GPU's FP8 arithmetic, as a
+  // reference for it (tests/model/hf_fp8_cuda_test.cc). The lm_head, which
+  // the GPU runs in bf16, and the experts keep their f32 input.
+  bool fp8_tokens = false;
 };
 
 class CpuModel {

@@ -159,7 +159,8 @@ inline StatusOr<Fp8Folder> open_fp8_folder(const std::string& dir) {
 }
 
 // The logits of every position of one prefill of `ids`: [T, vocab].
-inline std::vector<float> cpu_prefill_logits(const CpuModel& m, const std::vector<int32_t>& ids) {
+inline std::vector<float> cpu_prefill_logits(const CpuModel& m, const std::vector<int32_t>& ids,
+                                             bool fp8_tokens = false) {
   const auto T = static_cast<int32_t>(ids.size());
   ForwardBatch b;
   b.tokens = ids;
@@ -172,6 +173,7 @@ inline std::vector<float> cpu_prefill_logits(const CpuModel& m, const std::vecto
   b.context_lens = {T};
   CpuKV cache = CpuKV::per_sequence(m.config(), 1, T, m.pool());
   Workspace ws = m.make_workspace(T, T);
+  ws.fp8_tokens = fp8_tokens;
   auto out = m.forward(b, cache, ws);
   if (!out.ok()) return {};
   return std::vector<float>(out->data_as<const float>(), out->data_as<const float>() + out->numel());

@@ -2,8 +2,8 @@
 // GPU: the upload puts the checkpoint's own E4M3 bytes and scales into the
 // CUDA linears (q/k/v and gate/up concatenated, q/k rows in the rotary order
 // of the host), and the forward's logits follow the CPU's over the same
-// dequantized weights (tests/model/hf_fp8_test.cc holds the CPU against
-// transformers). The checkpoint is written here (fp8_hf_writer.h) in a shape
+// weights with the GPU's FP8 arithmetic (W8A8: Workspace::fp8_tokens;
+// tests/model/hf_fp8_test.cc holds the CPU's weights against transformers). The checkpoint is written here (fp8_hf_writer.h) in a shape
 // the CUDA attention takes (head_dim 64). Without a CUDA device every test
 // reports SKIPPED with the runtime's reason.
 
@@ -120,11 +120,16 @@ TEST_P(HfFp8Cuda, UploadsTheCheckpointsBytesAndFollowsTheCpu) {
     }
   }
 
-  // Logits at every position of a prompt against the CPU's; then every scale
-  // planted kFp8CudaPlant off on the device: far outside the bound.
+  // Logits at every position of a prompt against the CPU's with the GPU's
+  // FP8 arithmetic (Workspace::fp8_tokens: each linear's input rounded to
+  // E4M3 a token), at 40 tokens (the tiled FP8 kernels) and 16 (the
+  // streaming ones). Then the device's row scales planted off, two ways:
+  // every scale x kFp8CudaPlant, and alternate rows x and / kFp8CudaPlant
+  // (a scale on the wrong row); each must land far outside the bound.
   std::vector<int32_t> ids(40);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 97 + 13) % c.vocab_size);
-  const std::vector<float> ref = testing::cpu_prefill_logits(**cpu, ids);
+  const std::vector<float> ref = testing::cpu_prefill_logits(**cpu, ids, /*fp8_tokens=*/true);
+  const std::vector<float> ref_weight_only = testing::cpu_prefill_logits(**cpu, ids);
   const int64_t V = c.vocab_size, T = static_cast<int64_t>(ids.size());
   ASSERT_EQ(static_cast<int64_t>(ref.size()), T * V);
   CudaLimits lim{64, kSeqs, 64, kBlocksPerSeq};
@@ -132,34 +137,50 @@ TEST_P(HfFp8Cuda, UploadsTheCheckpointsBytesAndFollowsTheCpu) {
   const ForwardBatch b = prefill(ids);
   auto out = (*gpu)->forward(b);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  double worst = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    worst = std::max(worst, testing::nmse(out->data_as<const float>() + t * V, ref.data() + t * V, V));
-  }
-  // 16 tokens: the streaming kernel's FP8 path (40 ran the tiled one).
+  auto worst_of = [&](const float* logits, const std::vector<float>& r, int64_t rows) {
+    double worst = 0;
+    for (int64_t t = 0; t < rows; ++t) worst = std::max(worst, testing::nmse(logits + t * V, r.data() + t * V, V));
+    return worst;
+  };
+  double worst = worst_of(out->data_as<const float>(), ref, T);
+  const double weight_only = worst_of(out->data_as<const float>(), ref_weight_only, T);
   auto short_out = (*gpu)->forward(prefill(std::vector<int32_t>(ids.begin(), ids.begin() + 16)));
   ASSERT_TRUE(short_out.ok()) << short_out.status().to_string();
-  for (int64_t t = 0; t < 16; ++t) {
-    worst = std::max(worst, testing::nmse(short_out->data_as<const float>() + t * V, ref.data() + t * V, V));
-  }
+  worst = std::max(worst, worst_of(short_out->data_as<const float>(), ref, 16));
+
+  std::vector<Tensor> saved;
   for (const CudaLayer& L : (*gpu)->weights().layers) {
-    for (const LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
-      Tensor s = cuda::to_host(lw->scale);
-      for (int64_t i = 0; i < s.numel(); ++i) s.data_as<float>()[i] *= testing::kFp8CudaPlant;
-      cuda::copy_to_device(s, lw->scale);
+    for (const LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) saved.push_back(cuda::to_host(lw->scale));
+  }
+  double least[2] = {1e30, 1e30};
+  for (int alternate = 0; alternate < 2; ++alternate) {
+    size_t i = 0;
+    for (const CudaLayer& L : (*gpu)->weights().layers) {
+      for (const LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) {
+        const Tensor& true_scale = saved[i++];
+        Tensor s = Tensor::empty(DType::kF32, true_scale.shape());
+        std::memcpy(s.data(), true_scale.data(), static_cast<size_t>(true_scale.nbytes()));
+        for (int64_t n = 0; n < s.numel(); ++n) {
+          float& v = s.data_as<float>()[n];
+          v = alternate && n % 2 ? v / testing::kFp8CudaPlant : v * testing::kFp8CudaPlant;
+        }
+        cuda::copy_to_device(s, lw->scale);
+      }
+    }
+    auto planted = (*gpu)->forward(b);
+    ASSERT_TRUE(planted.ok()) << planted.status().to_string();
+    for (int64_t t = 0; t < T; ++t) {
+      least[alternate] =
+          std::min(least[alternate], testing::nmse(planted->data_as<const float>() + t * V, ref.data() + t * V, V));
     }
   }
-  auto planted = (*gpu)->forward(b);
-  ASSERT_TRUE(planted.ok()) << planted.status().to_string();
-  double least = 1e30;
-  for (int64_t t = 0; t < T; ++t) {
-    least = std::min(least, testing::nmse(planted->data_as<const float>() + t * V, ref.data() + t * V, V));
-  }
-  std::printf("%s: GPU vs CPU worst logits NMSE %.2e over %lld positions; scales x %.2f: least %.2e\n",
-              per_tensor ? "per tensor" : "per channel", worst, static_cast<long long>(T),
-              testing::kFp8CudaPlant, least);
+  std::printf("%s: GPU vs CPU (W8A8) worst logits NMSE %.2e over %lld + 16 positions (vs weight-only %.2e); "
+              "scales x %.2f: least %.2e; alternate rows x and / %.2f: least %.2e\n",
+              per_tensor ? "per tensor" : "per channel", worst, static_cast<long long>(T), weight_only,
+              testing::kFp8CudaPlant, least[0], testing::kFp8CudaPlant, least[1]);
   EXPECT_LE(worst, testing::kFp8CudaNmse);
-  EXPECT_GT(least, testing::kFp8CudaNmse) << "every scale planted off passes the bound";
+  EXPECT_GT(least[0], testing::kFp8CudaNmse) << "every scale planted off passes the bound";
+  EXPECT_GT(least[1], testing::kFp8CudaNmse) << "alternate row scales planted off pass the bound";
   fs::remove_all(dir);
 }
 

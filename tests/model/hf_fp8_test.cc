@@ -379,7 +379,9 @@ TEST(HfFp8Checkpoint, Fp8RowsAreTheStoredBytesAndTheirScales) {
 
 // The head_dim-64 checkpoint the CUDA test (hf_fp8_cuda_test.cc) uploads:
 // its planted scale error (every scale kFp8CudaPlant off) moves the CPU's
-// logits well past the CUDA test's NMSE bound, so that test's plant has teeth.
+// logits, in the GPU's FP8 arithmetic as that test's reference runs it
+// (Workspace::fp8_tokens), well past the CUDA test's NMSE bound, so that
+// test's plant has teeth.
 TEST(HfFp8Checkpoint, TheCudaTestsPlantedScalesMoveTheLogits) {
   ThreadPool pool(2);
   std::string leaf = "ns_fp8_cuda_shape_";
@@ -397,7 +399,7 @@ TEST(HfFp8Checkpoint, TheCudaTestsPlantedScalesMoveTheLogits) {
       ASSERT_TRUE(f.ok()) << f.status().to_string();
       auto m = CpuModel::load(f->config, f->tensors, pool);
       ASSERT_TRUE(m.ok()) << m.status().to_string();
-      logits[planted] = testing::cpu_prefill_logits(**m, ids);
+      logits[planted] = testing::cpu_prefill_logits(**m, ids, /*fp8_tokens=*/true);
       ASSERT_EQ(logits[planted].size(), ids.size() * 300);
     }
     double least = 1e30;
