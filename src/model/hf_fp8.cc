@@ -126,8 +126,8 @@ Status read_group(const QuantReader& r, const std::string& g, const json& group,
     auto d = a->find("dynamic");
     if (d == a->end() || !d->is_boolean() || !d->get<bool>()) {
       return r.refuse(p + "input_activations.dynamic",
-                      "static activation scales are not supported (dynamic activations are, and run "
-                      "unquantized)");
+                      "static activation scales are not supported (dynamic activations are: the GPU "
+                      "quantizes them a token, the CPU runs them in f32)");
     }
   }
   if (!null_or_absent(group, "output_activations")) {

@@ -19,8 +19,9 @@
 //
 // A weight stands for w[n, k] * scale (of its tensor, its row n, or its block
 // (n / br, k / bc)), computed as one f32 multiplication, as torch does.
-// Activations stay bf16 (CUDA) or f32 (CPU): a dynamic activation scheme is
-// read as weight-only quantization. Anything else is refused by name with the
+// A dynamic activation scheme (per token, tensor or group) is run per token
+// by the CUDA FP8 linears (W8A8, as vLLM's dynamic FP8); the CPU keeps its
+// activations f32 (weight-only). Anything else is refused by name with the
 // key that says so: other quant_methods (gptq, awq, bitsandbytes, ...), int8
 // or 4-bit weights, group-wise or asymmetric weights, static activation
 // scales, output activations, a kv_cache_scheme, sparsity or transforms.
