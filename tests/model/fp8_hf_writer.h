@@ -27,16 +27,22 @@
 namespace nanoserve::testing {
 
 // The CUDA forward against the CPU's over the same FP8 checkpoint
-// (hf_fp8_cuda_test.cc): the logits' NMSE bound per position, and the
-// planted scale error, every scale this much off, that must land outside it.
-// The two forwards share the exact weights (E4M3 times scale); they part only
-// by the GPU's bf16 activations and bf16 lm_head over 2 layers. Measured on
-// the H200 (2026-12-05): worst 4.0e-3 per channel, 9.7e-3 per tensor (the
-// first bound, 2e-3, was a guess and failed); bound 1.2e-2. A 10% plant
-// landed only 1.6e-2 away there, so the plant is 25%, whose effect grows as
-// its square (about 6x the 10% one's; checked on the CPU by hf_fp8_test.cc,
-// not yet re-run on the device).
-constexpr double kFp8CudaNmse = 1.2e-2;
+// (hf_fp8_cuda_test.cc), the CPU in the GPU's W8A8 arithmetic
+// (Workspace::fp8_tokens): the logits' NMSE bounds, over the positions on
+// average and at the worst one, and the planted scale error (every scale
+// this much off, or alternate rows this much up and down) whose average must
+// land far outside. The two share the exact weights and the token rule; they
+// part by the GPU's bf16 activations upstream of each quantization, and an
+// input that moves by bf16's 2^-9 flips its E4M3 code (a whole step) ~4% of
+// the time. Estimated on the CPU by rounding q/k/v, attention, o, gate, up
+// and down outputs to bf16 in the W8A8 forward (2026-12-07): mean 1.8e-2
+// per channel and 1.1e-2 per tensor, worst 1.0e-1 and 4.6e-2; the plants'
+// means there 3.0e-1 (x 1.25) and 1.1 (alternate x and / 1.25). Not yet
+// measured on a device: weight-only, these bounds were 1.2e-2 at the worst
+// position (H200, 2026-12-05), and W8A8 against the weight-only CPU measured
+// 3.0e-1 / 2.7e-1 (H100, 2026-12-07).
+constexpr double kFp8CudaMeanNmse = 5e-2;
+constexpr double kFp8CudaWorstNmse = 0.25;
 constexpr float kFp8CudaPlant = 1.25f;
 
 struct Fp8HfShape {

@@ -402,14 +402,16 @@ TEST(HfFp8Checkpoint, TheCudaTestsPlantedScalesMoveTheLogits) {
       logits[planted] = testing::cpu_prefill_logits(**m, ids, /*fp8_tokens=*/true);
       ASSERT_EQ(logits[planted].size(), ids.size() * 300);
     }
-    double least = 1e30;
+    double mean = 0;
     for (size_t t = 0; t < ids.size(); ++t) {
-      least = std::min(least, testing::nmse(logits[1].data() + t * 300, logits[0].data() + t * 300, 300));
+      mean += testing::nmse(logits[1].data() + t * 300, logits[0].data() + t * 300, 300) /
+              static_cast<double>(ids.size());
     }
-    std::printf("%s: scales x %.2f, least logits NMSE over %zu positions %.3g (the CUDA bound %.0e)\n",
-                per_tensor ? "per tensor" : "per channel", testing::kFp8CudaPlant, ids.size(), least,
-                testing::kFp8CudaNmse);
-    EXPECT_GT(least, 3 * testing::kFp8CudaNmse);
+    std::printf("%s: scales x %.2f, logits NMSE over %zu positions, mean %.3g (the CUDA test's bound on the "
+                "mean %.0e)\n",
+                per_tensor ? "per tensor" : "per channel", testing::kFp8CudaPlant, ids.size(), mean,
+                testing::kFp8CudaMeanNmse);
+    EXPECT_GT(mean, 3 * testing::kFp8CudaMeanNmse);
   }
   fs::remove_all(base);
 }
