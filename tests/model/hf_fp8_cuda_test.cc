@@ -3,7 +3,8 @@
 // CUDA linears (q/k/v and gate/up concatenated, q/k rows in the rotary order
 // of the host), and the forward's logits follow the CPU's over the same
 // weights with the GPU's FP8 arithmetic (W8A8: Workspace::fp8_tokens;
-// tests/model/hf_fp8_test.cc holds the CPU's weights against transformers). The checkpoint is written here (fp8_hf_writer.h) in a shape
+// tests/model/hf_fp8_test.cc holds the CPU's weights against transformers).
+// The checkpoint is written here (fp8_hf_writer.h) in a shape
 // the CUDA attention takes (head_dim 64). Without a CUDA device every test
 // reports SKIPPED with the runtime's reason.
 
@@ -140,10 +141,10 @@ TEST_P(HfFp8Cuda, UploadsTheCheckpointsBytesAndFollowsTheCpu) {
   auto out = (*gpu)->forward(b);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   struct Spread {
-    double mean = 0, worst = 0;
+    double sum = 0, worst = 0;
     int64_t n = 0;
-    void add(double e) { mean += e, worst = std::max(worst, e), ++n; }
-    double average() const { return mean / static_cast<double>(n); }
+    void add(double e) { sum += e, worst = std::max(worst, e), ++n; }
+    double average() const { return sum / static_cast<double>(n); }
   };
   auto spread = [&](const float* logits, const std::vector<float>& r, int64_t rows, Spread& into) {
     for (int64_t t = 0; t < rows; ++t) into.add(testing::nmse(logits + t * V, r.data() + t * V, V));
@@ -157,7 +158,8 @@ TEST_P(HfFp8Cuda, UploadsTheCheckpointsBytesAndFollowsTheCpu) {
 
   std::vector<Tensor> saved;
   for (const CudaLayer& L : (*gpu)->weights().layers) {
-    for (const LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down}) saved.push_back(cuda::to_host(lw->scale));
+    for (const LinearWeight* lw : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down})
+      saved.push_back(cuda::to_host(lw->scale));
   }
   Spread planted[2];
   for (int alternate = 0; alternate < 2; ++alternate) {
@@ -178,11 +180,12 @@ TEST_P(HfFp8Cuda, UploadsTheCheckpointsBytesAndFollowsTheCpu) {
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     spread(p->data_as<const float>(), ref, T, planted[alternate]);
   }
-  std::printf("%s: GPU vs CPU (W8A8) logits NMSE over %lld positions: mean %.2e, worst %.2e (against the "
-              "weight-only CPU: mean %.2e); planted, mean: scales x %.2f %.2e, alternate rows x and / %.2f %.2e\n",
-              per_tensor ? "per tensor" : "per channel", static_cast<long long>(err.n), err.average(), err.worst,
-              weight_only.average(), testing::kFp8CudaPlant, planted[0].average(), testing::kFp8CudaPlant,
-              planted[1].average());
+  std::printf(
+      "%s: GPU vs CPU (W8A8) logits NMSE over %lld positions: mean %.2e, worst %.2e (against the "
+      "weight-only CPU: mean %.2e); planted, mean: scales x %.2f %.2e, alternate rows x and / %.2f %.2e\n",
+      per_tensor ? "per tensor" : "per channel", static_cast<long long>(err.n), err.average(), err.worst,
+      weight_only.average(), testing::kFp8CudaPlant, planted[0].average(), testing::kFp8CudaPlant,
+      planted[1].average());
   EXPECT_LE(err.average(), testing::kFp8CudaMeanNmse);
   EXPECT_LE(err.worst, testing::kFp8CudaWorstNmse);
   EXPECT_GT(planted[0].average(), 3 * testing::kFp8CudaMeanNmse) << "every scale planted off";

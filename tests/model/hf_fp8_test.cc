@@ -407,10 +407,11 @@ TEST(HfFp8Checkpoint, TheCudaTestsPlantedScalesMoveTheLogits) {
       mean += testing::nmse(logits[1].data() + t * 300, logits[0].data() + t * 300, 300) /
               static_cast<double>(ids.size());
     }
-    std::printf("%s: scales x %.2f, logits NMSE over %zu positions, mean %.3g (the CUDA test's bound on the "
-                "mean %.0e)\n",
-                per_tensor ? "per tensor" : "per channel", testing::kFp8CudaPlant, ids.size(), mean,
-                testing::kFp8CudaMeanNmse);
+    std::printf(
+        "%s: scales x %.2f, logits NMSE over %zu positions, mean %.3g (the CUDA test's bound on the "
+        "mean %.0e)\n",
+        per_tensor ? "per tensor" : "per channel", testing::kFp8CudaPlant, ids.size(), mean,
+        testing::kFp8CudaMeanNmse);
     EXPECT_GT(mean, 3 * testing::kFp8CudaMeanNmse);
   }
   fs::remove_all(base);

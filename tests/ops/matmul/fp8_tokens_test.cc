@@ -42,13 +42,15 @@ TEST(Fp8Tokens, EachRowIsItsNearestE4M3ValuesTimesItsScale) {
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {  // rows of different magnitudes, some tiny values among them
     std::normal_distribution<float> d(0.0f, std::ldexp(1.0f, static_cast<int>(3 * r) - 8));
-    for (int64_t i = 0; i < cols; ++i) x[static_cast<size_t>(r * cols + i)] = d(rng) * (i % 7 == 0 ? 1e-3f : 1.0f);
+    for (int64_t i = 0; i < cols; ++i)
+      x[static_cast<size_t>(r * cols + i)] = d(rng) * (i % 7 == 0 ? 1e-3f : 1.0f);
   }
   std::vector<float> y = x;
   e4m3_tokens_round_trip(y.data(), rows, cols);
   for (int64_t r = 0; r < rows; ++r) {
     float amax = 0.0f;
-    for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(bf16_to_f32(f32_to_bf16(x[r * cols + i]))));
+    for (int64_t i = 0; i < cols; ++i)
+      amax = std::max(amax, std::fabs(bf16_to_f32(f32_to_bf16(x[r * cols + i]))));
     const float scale = amax / 448.0f;
     int wrong = 0;
     for (int64_t i = 0; i < cols; ++i) {
