@@ -30,16 +30,22 @@ using testing::default_model;
 constexpr int32_t kBlockSize = 16;
 constexpr int32_t kBlocksPerSeq = 32;  // 512 positions a sequence
 constexpr int32_t kMaxSeqs = 32;
-// FP8 weights against bf16 on the default model: the logits' NMSE bound, and
-// the bf16 top-2 margin under which greedy decoding may part. E4M3's 3
-// mantissa bits err by up to 6% a weight; this small model (30 layers of 576,
-// from a Q4_1 file) carries that to logits NMSE of up to 0.26 (the H200,
-// 2026-12-05: 6e-3 to 0.26 over the four prompts), more than a 3% error of
-// every scale does (0.13), so the bound here only tells a working FP8 path
-// from a broken one (every scale twice its value: NMSE near 1); the 3% plant
-// is caught against transformers over the same FP8 weights (CudaHfOracle).
-constexpr double kFp8Nmse = 0.4;
-constexpr float kFp8NearTie = 1.0f;
+// FP8 (W8A8: E4M3 weights with a scale a channel, E4M3 tokens with a scale a
+// token) against bf16 on the default model. E4M3's 3 mantissa bits err by up
+// to 6% a weight and a token; this small model (30 layers of 576, from a
+// Q4_1 file) carries that to logits NMSE of up to 0.62 at one position (the
+// H100, 2026-12-07; 0.26 with bf16 tokens), while a prompt's mean over its
+// positions stays lower. The bound is on that mean: it tells a working FP8
+// path from a broken one (every scale twice its value: a mean near 1 or
+// more); the finer plants are caught against transformers over the same FP8
+// weights and token codes (CudaHfOracle) and against the CPU in the same
+// arithmetic (HfFp8Cuda).
+constexpr double kFp8MeanNmse = 0.2;
+// Greedy FP8 decoding may part from bf16 only where FP8's own noise can
+// explain it: the bf16 top-2 margin under kFp8NoiseTies standard deviations
+// of the difference of two logits' FP8 errors (sqrt 2 x the RMS of the
+// FP8 - bf16 logits at that step).
+constexpr double kFp8NoiseTies = 3.0;
 
 // Sequence slot s owns blocks [s * kBlocksPerSeq, (s + 1) * kBlocksPerSeq), in order.
 void add_tables(ForwardBatch& b) {
@@ -240,9 +246,10 @@ void LlamaCuda::check_chunked_and_batched(bool fp8) {
 }
 
 // FP8 weights (quantize_fp8: the four linears of every layer, one scale per
-// output channel) against the bf16 weights they came from, logits at every
-// position of four prompts. Measured on the H200: see the bound. A 3% error
-// in every scale must land outside it.
+// output channel, tokens quantized per token) against the bf16 weights they
+// came from, logits at every position of four prompts: each prompt's mean
+// NMSE over its positions within the bound, and every scale twice its value
+// at least 3x the bound away.
 TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAWrongScale) {
   NS_SKIP_WITHOUT_GPU();
   auto bf16 = make_gpu(), fp8 = make_gpu(true, true), planted = make_gpu(true, true);
@@ -260,7 +267,7 @@ TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAWrongScale) {
     }
   }
   const int64_t V = cpu_->config().vocab_size;
-  double worst = 0, planted_least = 1e30;
+  double worst_mean = 0, worst = 0, planted_least = 1e30;
   for (int p = 0; p < 4; ++p) {
     const auto prompt = encode(kPrompts[p]);
     const int32_t n = static_cast<int32_t>(prompt.size());
@@ -276,24 +283,28 @@ TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAWrongScale) {
     }
     auto pl = planted->forward(b);
     ASSERT_TRUE(pl.ok());
-    double w = 0, pm = 0;
+    double mean = 0, w = 0, pm = 0;
     for (int32_t t = 0; t < n; ++t) {
-      w = std::max(w, nmse(got.data() + t * V, ref.data() + t * V, V));
+      const double e = nmse(got.data() + t * V, ref.data() + t * V, V);
+      mean += e / n;
+      w = std::max(w, e);
       pm += nmse(pl->data_as<const float>() + t * V, ref.data() + t * V, V) / n;
     }
-    std::printf("prompt %d: %d positions, FP8 vs bf16 worst logits NMSE %.2e; scales x 2: mean %.2e\n", p, n,
-                w, pm);
+    std::printf("prompt %d: %d positions, FP8 vs bf16 logits NMSE mean %.2e, worst %.2e; scales x 2: mean %.2e\n", p,
+                n, mean, w, pm);
+    worst_mean = std::max(worst_mean, mean);
     worst = std::max(worst, w);
     planted_least = std::min(planted_least, pm);
   }
-  std::printf("FP8 vs bf16: worst NMSE %.2e, planted scale error %.1fx farther\n", worst,
-              planted_least / worst);
-  EXPECT_LE(worst, kFp8Nmse);
-  EXPECT_GT(planted_least, kFp8Nmse) << "every scale twice its value passes the bound";
+  std::printf("FP8 vs bf16: a prompt's mean NMSE up to %.2e (bound %.2e), a position's up to %.2e; "
+              "scales x 2 %.1fx the bound\n",
+              worst_mean, kFp8MeanNmse, worst, planted_least / kFp8MeanNmse);
+  EXPECT_LE(worst_mean, kFp8MeanNmse);
+  EXPECT_GT(planted_least, 3 * kFp8MeanNmse) << "every scale twice its value lands within 3x the bound";
 }
 
 // Greedy decoding with FP8 weights follows the bf16 weights' until a step
-// where the bf16 top-2 margin is small.
+// where the bf16 top-2 margin is within FP8's noise (kFp8NoiseTies).
 TEST_F(LlamaCuda, Fp8GreedyAgreesWithBf16UntilANearTie) {
   NS_SKIP_WITHOUT_GPU();
   auto bf16 = make_gpu(), fp8 = make_gpu(true, true);
@@ -311,14 +322,27 @@ TEST_F(LlamaCuda, Fp8GreedyAgreesWithBf16UntilANearTie) {
       add_tables(b);
       auto ref = bf16->forward(b);
       ASSERT_TRUE(ref.ok());
-      const int32_t want = testing::argmax(ref->data_as<const float>(), V);
-      const float m = margin(ref->data_as<const float>(), V);
-      ASSERT_TRUE(fp8->forward(b, false).ok());
+      const float* r = ref->data_as<const float>();
+      const int32_t want = testing::argmax(r, V);
+      auto out = fp8->forward(b);
+      ASSERT_TRUE(out.ok());
       const int32_t got = fp8->argmax()[0];
       if (got != want) {
         same = i;
-        std::printf("prompt %d: FP8 parts from bf16 at step %d, bf16 top-2 margin %.3f\n", p, i, m);
-        EXPECT_LT(m, kFp8NearTie) << "prompt " << p << " parts at step " << i << " with a clear margin";
+        const float* g = out->data_as<const float>();
+        double sum = 0, sq = 0;  // the difference's spread about its mean (a shift moves no argmax)
+        for (int64_t v = 0; v < V; ++v) {
+          const double d = double{g[v]} - r[v];
+          sum += d;
+          sq += d * d;
+        }
+        const double mean = sum / static_cast<double>(V);
+        const double sigma = std::sqrt(2.0 * (sq / static_cast<double>(V) - mean * mean));
+        const float m = margin(r, V);
+        std::printf("prompt %d: FP8 parts from bf16 at step %d, bf16 top-2 margin %.3f, FP8 noise of a "
+                    "difference %.3f\n",
+                    p, i, m, sigma);
+        EXPECT_LT(m, kFp8NoiseTies * sigma) << "prompt " << p << " parts at step " << i << " with a clear margin";
         break;
       }
       b = testing::make_batch({{want}}, {pos++}, {p});
