@@ -65,11 +65,15 @@ struct F8Tile {
   static constexpr int kSmemBlock = kBlocksPerSm == 1 ? kSmemLimit : 228 * 1024 / kBlocksPerSm - 1024;
   static constexpr int kLd = kRows + 4;  // floats per token row of the partial tile
   static constexpr int kPartBytes = BN * kLd * 4;
-  static constexpr int kStageRoom = (kSmemBlock - 1024 - 8 * 12) / kStageBytes;
+  // The tile's scales, read once into shared memory for the epilogue: its
+  // rows' then its tokens'.
+  static constexpr int kScaleBytes = (kRows + BN) * 4;
+  static constexpr int kStageRoom = (kSmemBlock - 1024 - 8 * 12 - 16 - kScaleBytes) / kStageBytes;
   static constexpr int kStages = kStageRoom > 8 ? 8 : kStageRoom;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kBarOffset = kPipeBytes > kPartBytes ? kPipeBytes : kPartBytes;
-  static constexpr int kSmem = 1024 + kBarOffset + kStages * 12;
+  static constexpr int kScaleOffset = (kBarOffset + kStages * 12 + 15) / 16 * 16;
+  static constexpr int kSmem = 1024 + kScaleOffset + kScaleBytes;
   static_assert(kStages >= 3, "a stage in use, one landing, one in flight");
   static_assert(kSmem <= kSmemBlock, "the partial tile fits the block's share");
 };
@@ -135,6 +139,10 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   // and k past K, land as zeros), on full[st]. Unit u sits in stage u % ST.
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + T::kBarOffset);
   unsigned* freed = reinterpret_cast<unsigned*>(full + ST);
+  // The epilogue's scales (rows past N and tokens past M: 0, never stored),
+  // read while the products run rather than after them.
+  float* row_scale = reinterpret_cast<float*>(smem + T::kScaleOffset);
+  float* tok_scale = row_scale + kRows;
   if (tid == 0) {
     for (int st = 0; st < ST; ++st) {
       cuda::mbarrier_init(full + st, 1);
@@ -185,11 +193,15 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   if (tid == 0) {
     for (int st = 0; st < ST && st < n_units; ++st) load_weights(st, st);
   }
+  // The scales land behind the first copies (the epilogue's barrier orders them).
+  static_assert(T::kThreads >= kRows && T::kThreads >= BN, "a scale a thread");
+  if (tid < kRows) row_scale[tid] = row0 + tid < N ? __ldg(w_scale + row0 + tid) : 0.0f;
   cuda::wait_primary_grid();
   cuda::launch_dependents();
   if (tid == 0) {
     for (int st = 0; st < ST && st < n_units; ++st) load_tokens(st, st);
   }
+  if (tid < BN) tok_scale[tid] = tok0 + tid < M ? __ldg(x_scale + tok0 + tid) : 0.0f;  // the previous kernel's
   constexpr unsigned kWarps = T::kThreads / 32;
   // Iteration u: its copies landed, its products issued, then unit u - 1's
   // retired, which frees unit u - 1's stage: each warp counts itself out,
@@ -243,9 +255,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     part[tk * kLd + row] = T::kWholeK ? total[i] : acc[i];
   }
   // The element's scales, in order: the row's, then the token's.
-  auto scaled = [&](float4 v, int gt, int gr) {
-    const float4 sw = __ldg(reinterpret_cast<const float4*>(w_scale + gr));
-    const float sx = __ldg(x_scale + gt);
+  auto scaled = [&](float4 v, int tk, int r) {
+    const float4 sw = *reinterpret_cast<const float4*>(row_scale + r);
+    const float sx = tok_scale[tk];
     v.x = v.x * sw.x * sx;
     v.y = v.y * sw.y * sx;
     v.z = v.z * sw.z * sx;
@@ -258,7 +270,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     for (int q = tid; q < BN * kQuads; q += T::kThreads) {
       const int tk = q / kQuads, r = (q % kQuads) * 4;
       const int gt = tok0 + tk, gr = row0 + r;
-      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(*reinterpret_cast<const float4*>(part + tk * kLd + r), gt, gr));
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(*reinterpret_cast<const float4*>(part + tk * kLd + r), tk, r));
     }
   } else {
     cg::cluster_group cluster = cg::this_cluster();
@@ -280,7 +292,7 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
         v.z += o.z;
         v.w += o.w;
       }
-      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(v, gt, gr));
+      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(v, tk, r));
     }
     cluster.sync();  // the others' partials stay until every block has read them
   }
@@ -417,7 +429,13 @@ Fp8Tile choose_fp8_tile(int M, int N) {
   // 64-row tiles of the fewest n8 blocks, a slice a block (whole K where
   // those tiles alone fill two blocks an SM: gate_up, the lm_head).
   if (M <= 64) return (N + 63) / 64 >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
-  // Past 64: 128 x 128 sliced while its whole-K tiles would fill less than
+  // Past 64: the 128 x 64 whole-K tile where its blocks fill more than half
+  // the SMs in one wave (the same sweep, 2026-12-07, third session: o and
+  // down at 192-256 tokens, qkv at 96-128, 9-17% under the tiles below,
+  // which leave half the SMs idle there or take two waves).
+  const int64_t narrow_whole = tile_blocks<Wide<64, true>>(M, N);
+  if (2 * narrow_whole > sms && narrow_whole <= sms) return Fp8Tile::k128x64WholeK;
+  // Else 128 x 128 sliced while its whole-K tiles would fill less than
   // 40% of the SMs; else whole K, in the 192-row tile where that makes a
   // quarter fewer waves (a block of three warpgroups does 1.5x the work of
   // two at ~1.2x their rate: qkv and gate_up at 1,024 rows -3% to -11%).
