@@ -290,15 +290,17 @@ TEST_F(LlamaCuda, Fp8LogitsNearBf16AndFarFromAWrongScale) {
       w = std::max(w, e);
       pm += nmse(pl->data_as<const float>() + t * V, ref.data() + t * V, V) / n;
     }
-    std::printf("prompt %d: %d positions, FP8 vs bf16 logits NMSE mean %.2e, worst %.2e; scales x 2: mean %.2e\n", p,
-                n, mean, w, pm);
+    std::printf(
+        "prompt %d: %d positions, FP8 vs bf16 logits NMSE mean %.2e, worst %.2e; scales x 2: mean %.2e\n", p,
+        n, mean, w, pm);
     worst_mean = std::max(worst_mean, mean);
     worst = std::max(worst, w);
     planted_least = std::min(planted_least, pm);
   }
-  std::printf("FP8 vs bf16: a prompt's mean NMSE up to %.2e (bound %.2e), a position's up to %.2e; "
-              "scales x 2 %.1fx the bound\n",
-              worst_mean, kFp8MeanNmse, worst, planted_least / kFp8MeanNmse);
+  std::printf(
+      "FP8 vs bf16: a prompt's mean NMSE up to %.2e (bound %.2e), a position's up to %.2e; "
+      "scales x 2 %.1fx the bound\n",
+      worst_mean, kFp8MeanNmse, worst, planted_least / kFp8MeanNmse);
   EXPECT_LE(worst_mean, kFp8MeanNmse);
   EXPECT_GT(planted_least, 3 * kFp8MeanNmse) << "every scale twice its value lands within 3x the bound";
 }
@@ -339,10 +341,12 @@ TEST_F(LlamaCuda, Fp8GreedyAgreesWithBf16UntilANearTie) {
         const double mean = sum / static_cast<double>(V);
         const double sigma = std::sqrt(2.0 * (sq / static_cast<double>(V) - mean * mean));
         const float m = margin(r, V);
-        std::printf("prompt %d: FP8 parts from bf16 at step %d, bf16 top-2 margin %.3f, FP8 noise of a "
-                    "difference %.3f\n",
-                    p, i, m, sigma);
-        EXPECT_LT(m, kFp8NoiseTies * sigma) << "prompt " << p << " parts at step " << i << " with a clear margin";
+        std::printf(
+            "prompt %d: FP8 parts from bf16 at step %d, bf16 top-2 margin %.3f, FP8 noise of a "
+            "difference %.3f\n",
+            p, i, m, sigma);
+        EXPECT_LT(m, kFp8NoiseTies * sigma)
+            << "prompt " << p << " parts at step " << i << " with a clear margin";
         break;
       }
       b = testing::make_batch({{want}}, {pos++}, {p});

@@ -91,7 +91,8 @@ using Tall = F8Tile<3, 128, 1, true>;
 // A K-major operand of 128-byte unit rows in the 128-byte swizzle at `addr`
 // (the atom of 8 rows 1024-aligned; plus 32 s for k32 step s).
 __device__ __forceinline__ uint64_t desc128(uint32_t addr) {
-  return uint64_t{(addr & 0x3ffffu) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+  return uint64_t{(addr & 0x3ffffu) >> 4} | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -156,7 +157,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   auto unit_k = [&](int u) { return unit_chunk(w0, kOwn, u, chunks) * kChunk; };
   auto load_weights = [&](int stage, int u) {
     cuda::mbarrier_arrive_expect_tx(full + stage, T::kBoxBytes);
-    cuda::tensor_copy_2d(smem0 + stage * T::kStageBytes, &w_map, unit_k(u), row0, cuda::smem_addr(full + stage));
+    cuda::tensor_copy_2d(smem0 + stage * T::kStageBytes, &w_map, unit_k(u), row0,
+                         cuda::smem_addr(full + stage));
   };
   auto load_tokens = [&](int stage, int u) {
     cuda::tensor_copy_2d(smem0 + stage * T::kStageBytes + kRows * kRowBytes, &x_map, unit_k(u), tok0,
@@ -176,7 +178,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     operands(u, wa, xb);
     wgmma_fence();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) wgmma_e4m3<BN>(acc, desc128(wa + 32 * j), desc128(xb + 32 * j), fresh && j == 0 ? 0 : 1);
+    for (int j = 0; j < 4; ++j)
+      wgmma_e4m3<BN>(acc, desc128(wa + 32 * j), desc128(xb + 32 * j), fresh && j == 0 ? 0 : 1);
     wgmma_commit();
   };
   auto mma_half = [&](int u, bool fresh) {
@@ -201,7 +204,8 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
   if (tid == 0) {
     for (int st = 0; st < ST && st < n_units; ++st) load_tokens(st, st);
   }
-  if (tid < BN) tok_scale[tid] = tok0 + tid < M ? __ldg(x_scale + tok0 + tid) : 0.0f;  // the previous kernel's
+  if (tid < BN)
+    tok_scale[tid] = tok0 + tid < M ? __ldg(x_scale + tok0 + tid) : 0.0f;  // the previous kernel's
   constexpr unsigned kWarps = T::kThreads / 32;
   // Iteration u: its copies landed, its products issued, then unit u - 1's
   // retired, which frees unit u - 1's stage: each warp counts itself out,
@@ -270,7 +274,9 @@ __global__ void __launch_bounds__(T::kThreads, T::kBlocksPerSm)
     for (int q = tid; q < BN * kQuads; q += T::kThreads) {
       const int tk = q / kQuads, r = (q % kQuads) * 4;
       const int gt = tok0 + tk, gr = row0 + r;
-      if (gt < M && gr < N) store4(y + int64_t{gt} * N + gr, scaled(*reinterpret_cast<const float4*>(part + tk * kLd + r), tk, r));
+      if (gt < M && gr < N)
+        store4(y + int64_t{gt} * N + gr,
+               scaled(*reinterpret_cast<const float4*>(part + tk * kLd + r), tk, r));
     }
   } else {
     cg::cluster_group cluster = cg::this_cluster();
@@ -366,7 +372,8 @@ __global__ void __launch_bounds__(kQuantThreads)
 template <typename T>
 void configure() {
   static const bool configured = [] {
-    NS_CUDA_CHECK(cudaFuncSetAttribute(linear_fp8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
+    NS_CUDA_CHECK(
+        cudaFuncSetAttribute(linear_fp8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmem));
     return true;
   }();
   (void)configured;
@@ -430,7 +437,7 @@ Fp8Tile choose_fp8_tile(int M, int N) {
   // those tiles alone fill two blocks an SM: gate_up, the lm_head).
   if (M <= 64) return (N + 63) / 64 >= 2 * sms ? Fp8Tile::kNarrowWholeK : Fp8Tile::kNarrow;
   // Past 64: the 128 x 64 whole-K tile where its blocks fill more than half
-  // the SMs in one wave (the same sweep, 2026-12-07, third session: o and
+  // the SMs in one wave (the sweep of 2026-12-07, fourth session: o and
   // down at 192-256 tokens, qkv at 96-128, 9-17% under the tiles below,
   // which leave half the SMs idle there or take two waves).
   const int64_t narrow_whole = tile_blocks<Wide<64, true>>(M, N);
@@ -447,8 +454,8 @@ Fp8Tile choose_fp8_tile(int M, int N) {
   return Fp8Tile::k128x128WholeK;
 }
 
-void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N, int K,
-                       Fp8Tile tile, cudaStream_t s) {
+void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef w, uint16_t* y, int M, int N,
+                       int K, Fp8Tile tile, cudaStream_t s) {
   auto* xq = static_cast<uint8_t*>(scratch);
   auto* x_scale = reinterpret_cast<float*>(xq + fp8_scales_offset(M, K));
   const auto* xv = reinterpret_cast<const uint4*>(x);
@@ -456,11 +463,11 @@ void launch_linear_fp8(const uint16_t* x, bool swiglu, void* scratch, WeightRef 
   if (x == nullptr) {
     // The tokens are in the scratch already (a norm wrote them).
   } else if (swiglu) {
-    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s, xv, xqv,
-                     x_scale, int64_t{K} / 8);
+    cuda::launch_pdl(quantize_tokens_kernel<true>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s,
+                     xv, xqv, x_scale, int64_t{K} / 8);
   } else {
-    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s, xv, xqv,
-                     x_scale, int64_t{K} / 8);
+    cuda::launch_pdl(quantize_tokens_kernel<false>, dim3(static_cast<unsigned>(M)), dim3(kQuantThreads), 0, s,
+                     xv, xqv, x_scale, int64_t{K} / 8);
   }
   switch (tile) {
     case Fp8Tile::kNarrow: return launch_narrow<false>(xq, x_scale, w, y, M, N, K, s);
