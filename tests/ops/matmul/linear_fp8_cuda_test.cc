@@ -6,7 +6,8 @@
 //   w / scale, bit for bit; a zero row gets scale 1 and zero bytes.
 // - The product against an f64 reference over the dequantized weights
 //   (byte value x scale) and tokens quantized on the host by the kernel's
-//   rule (scale_x = max |x[m, :]| / 448, codes f32_to_f8e4m3(x / scale_x)),
+//   rule (e4m3_tokens_round_trip: scale_x = max |x[m, :]| / 448, codes
+//   f32_to_f8e4m3(x / scale_x), back to code x scale_x in f32),
 //   on 160 sampled columns, for SmolLM2's and Llama-3-8B's linear shapes, at
 //   M on both sides of the tiles' boundaries. Bounds: the bf16 NMSE, and an
 //   element within 2^-8 of itself (the bf16 store) plus 2^-10 of its sum of
@@ -28,6 +29,7 @@
 #include "core/half.h"
 #include "ops/cuda_op_check.h"
 #include "ops/fill/fill_cuda.cuh"
+#include "ops/matmul/fp8_tokens.h"
 #include "ops/matmul/linear_cuda.cuh"
 #include "ops/rmsnorm/rmsnorm_cuda.cuh"
 #include "ops/silu_mul/silu_mul_cuda.cuh"
@@ -92,19 +94,13 @@ double nmse(const std::vector<float>& out, const std::vector<float>& ref) {
   return e / r;
 }
 
-// The tokens as the kernel quantizes them: codes of x / scale a row.
+// The tokens as the kernel reads them: e4m3_tokens_round_trip, the host's
+// statement of the rule (tests/ops/matmul/fp8_tokens_test.cc checks it).
 std::vector<double> quantized_tokens(const std::vector<uint16_t>& x16, int64_t M, int64_t K) {
-  std::vector<double> q(x16.size());
-  for (int64_t m = 0; m < M; ++m) {
-    float mx = 0.0f;
-    for (int64_t k = 0; k < K; ++k) mx = std::max(mx, std::fabs(bf16_to_f32(x16[static_cast<size_t>(m * K + k)])));
-    const float sc = mx > 0.0f ? mx / 448.0f : 1.0f;
-    for (int64_t k = 0; k < K; ++k) {
-      const size_t i = static_cast<size_t>(m * K + k);
-      q[i] = static_cast<double>(f8e4m3_to_f32(f32_to_f8e4m3(bf16_to_f32(x16[i]) / sc))) * sc;
-    }
-  }
-  return q;
+  std::vector<float> x(x16.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(x16[i]);
+  e4m3_tokens_round_trip(x.data(), M, K);
+  return {x.begin(), x.end()};
 }
 
 void check_fp8_linear(const Fp8Weight& f, int64_t M) {
