@@ -88,8 +88,8 @@ void fill_random(const Tensor& t, uint32_t seed) {
 
 struct Shape {
   int batch, ctx, n_heads, n_kv, head_dim, block_size;
-  bool in_order = false;  // block tables in pool order (a diagnostic: the cost of scattered blocks)
-  int rows = 1;           // query rows a sequence: the last `rows` positions (ctx of them: a whole prefill)
+  bool in_order = false;    // block tables in pool order (a diagnostic: the cost of scattered blocks)
+  int rows = 1;             // query rows a sequence: the last `rows` positions (ctx of them: a whole prefill)
   DType kv = DType::kBF16;  // the pools' element (bf16 or fp8)
 };
 
@@ -451,6 +451,12 @@ int main(int argc, char** argv) {
     add("tiles " + std::to_string(stages) + " stages", true, [=](PagedAttentionTuning& o) {
       o.tiles = true;
       o.stages = stages;
+    });
+  }
+  for (int group : {1, 2, 4}) {
+    add("tiles group " + std::to_string(group), true, [=](PagedAttentionTuning& o) {
+      o.tiles = true;
+      o.split_group = group;
     });
   }
   add("no early K/V", true, [](PagedAttentionTuning& o) { o.early_kv = false; });

@@ -13,15 +13,19 @@
 //   four and computes O's n-tiles of dims HD / 4 w .. HD / 4 (w + 1) - 1, and
 //   l's n-tile, over the four k-steps in order.
 // A row of one split writes O / l; a row of several writes (m, l, O) partials,
-// folded in split order by tile_reduce_kernel.
+// folded in split order by tile_reduce_kernel. A block walks p.split_group
+// consecutive splits of its row (a launch choice: it changes no sum): the
+// stages stream on across a split's end, where the block writes the split's
+// partial and starts the next afresh, as a block of its own would.
 //
 // Launched with programmatic dependent launch, a block copies the tiles whose
 // keys were all written by earlier steps (every tile of a decode row but its
 // last) before it waits for the kernel before it; q after.
 //
 // Over an fp8 pool (KV = uint8_t) the stages hold the copied bytes, and a
-// landed stage is dequantized into one T tile (ahead of the stages) that the
-// four warps then read, one barrier later.
+// landed stage is converted into one f16 tile of its codes (ahead of the
+// stages) that the four warps then read, one barrier later; the products
+// run in f16 (paged_attention_tiles.cuh).
 
 #include "ops/paged_attention/paged_attention_tiles.cuh"
 
@@ -49,8 +53,9 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   constexpr int kWDT = HD / 32;  // O's n-tiles (8 dims) a warp
   constexpr uint32_t kTileBytes = tile_bytes<HD>();
   constexpr bool kF8 = !std::is_same_v<T, KV>;
+  using P = ProductT<T, KV>;  // the products' element
   constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
-  // [the dequantized tile][stages][K, V][kTileKeys][HD], then red, then pa
+  // [the converted tile][stages][K, V][kTileKeys][HD], then red, then pa
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
@@ -58,27 +63,27 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   uint4* pa = reinterpret_cast<uint4*>(red + 4 * 16);  // [4 k-steps][32 lanes]
 
   launch_dependents();
-  const int kvh = blockIdx.x, split = blockIdx.y;
+  const int kvh = blockIdx.x, split0 = static_cast<int>(blockIdx.y) * p.split_group;
   // The step's metadata was uploaded before its first kernel: stable here.
   const int t = decode_row(p, static_cast<int>(blockIdx.z));
   const int seq = __ldg(p.row_meta + 2 * t), stable = __ldg(p.row_meta + 2 * t + 1);
   const int pos = __ldg(p.positions + t), ctx = pos + 1;
   const SplitPlan plan = tile_plan(ctx);
-  if (split >= plan.n_splits) return;
+  if (split0 >= plan.n_splits) return;
   const int per = plan.split_len / kTileKeys;
-  const int tile0 = split * per;
-  const int n_t = min(per, (ctx + kTileKeys - 1) / kTileKeys - tile0);
+  const int tile0 = split0 * per;
+  const int n_t = min(per * p.split_group, (ctx + kTileKeys - 1) / kTileKeys - tile0);
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int i = static_cast<int>(threadIdx.x);
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
   auto load = [&](int n) {
     load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kDeq + (n % S) * kStage, i);
   };
-  // Tile n's landed stage, made readable: the address of its T tile (over an
-  // fp8 pool, the stage dequantized; a barrier orders it before the reads).
+  // Tile n's landed stage, made readable: the address of its tile (over an
+  // fp8 pool, the stage converted to f16; a barrier orders it before the reads).
   auto ready = [&](int n) -> uint32_t {
     if constexpr (kF8) {
-      dequantize_tile<T, HD>(smem_ptr + kDeq + (n % S) * kStage, smem_ptr, i, p.k_scale, p.v_scale);
+      dequantize_tile<HD>(smem_ptr + kDeq + (n % S) * kStage, smem_ptr, i);
       __syncthreads();
       return smem;
     } else {
@@ -143,10 +148,10 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
       const int w0 = 8 * ks + tig;
-      qa[ks][0] = h0 < p.n_rep ? __ldg(q0 + w0) : 0u;
-      qa[ks][1] = h1 < p.n_rep ? __ldg(q1 + w0) : 0u;
-      qa[ks][2] = h0 < p.n_rep ? __ldg(q0 + w0 + 4) : 0u;
-      qa[ks][3] = h1 < p.n_rep ? __ldg(q1 + w0 + 4) : 0u;
+      qa[ks][0] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + w0)) : 0u;
+      qa[ks][1] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + w0)) : 0u;
+      qa[ks][2] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + w0 + 4)) : 0u;
+      qa[ks][3] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + w0 + 4)) : 0u;
     }
   }
 
@@ -154,7 +159,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   float o[kWDT][4], lf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int dt = 0; dt < kWDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  const uint32_t ones = ones_column<T>(gid);
+  const uint32_t ones = ones_column<P>(gid);
 
   // Tile n: k_frag(ks, b) gives the B fragment of S's n-tiles 2 w, 2 w + 1
   // at k-step ks, v_frag(kk, qd, b) V's for O's n-tiles of pair qd at k-step kk.
@@ -164,8 +169,8 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
     for (int ks = 0; ks < kKS; ++ks) {
       uint32_t b[4];
       k_frag(ks, b);
-      cuda::Elem<T>::mma(s[0], qa[ks], b[0], b[1]);
-      cuda::Elem<T>::mma(s[1], qa[ks], b[2], b[3]);
+      cuda::Elem<P>::mma(s[0], qa[ks], b[0], b[1]);
+      cuda::Elem<P>::mma(s[1], qa[ks], b[2], b[3]);
     }
     const int key0 = (tile0 + n) * kTileKeys + 16 * warp;
     float tmax[2] = {-INFINITY, -INFINITY};
@@ -196,14 +201,51 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
 #pragma unroll
       for (int r = 0; r < 4; ++r) s[nt][r] = tile_prob(s[nt][r], st[r >> 1].base);
     }
-    pa[warp * 32 + lane] = p_fragment<T>(s[0], s[1]);
+    pa[warp * 32 + lane] = p_fragment<P>(s[0], s[1]);
     rescale(o, lf, st);
     __syncthreads();  // P's four k-steps
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      pv_kstep<T, kWDT / 2>(
+      pv_kstep<P, kWDT / 2>(
           o, lf, pa[kk * 32 + lane], [&](int qd, uint32_t(&b)[4]) { v_frag(kk, qd, b); }, ones);
     }
+  };
+
+  // Split `split` ends: its O / l (a row of one split) or its partial, then
+  // the next split's state afresh.
+  const int64_t list_row = blockIdx.z;
+  auto finish = [&](int split) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float l = __shfl_sync(0xffffffffu, lf[2 * e], lane & ~3);
+      const int h = gid + 8 * e;
+      if (h >= p.n_rep) continue;
+      const int qh = kvh * p.n_rep + h;
+      if (plan.n_splits == 1) {
+        const float inv = out_scale(l, p.v_scale);
+        uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD);
+#pragma unroll
+        for (int dt = 0; dt < kWDT; ++dt) {
+          dst[4 * (warp * kWDT + dt) + tig] =
+              cuda::Elem<T>::pack2(out_elem(o[dt][2 * e], inv), out_elem(o[dt][2 * e + 1], inv));
+        }
+      } else {
+        const int64_t ps = (list_row * p.n_heads + qh) * kMaxSplits + split;
+        float2* dst = reinterpret_cast<float2*>(p.partial_o + ps * HD);
+#pragma unroll
+        for (int dt = 0; dt < kWDT; ++dt)
+          dst[4 * (warp * kWDT + dt) + tig] = make_float2(o[dt][2 * e], o[dt][2 * e + 1]);
+        if (warp == 0 && tig == 0) p.partial_ml[ps] = make_float2(m[e], l);
+      }
+    }
+    m[0] = m[1] = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) lf[r] = 0.0f;
+#pragma unroll
+    for (int dt = 0; dt < kWDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  };
+  auto split_end = [&](int n) {
+    if ((n + 1) % per == 0 || n + 1 == n_t) finish(split0 + n / per);
   };
 
   int n = 0;
@@ -216,26 +258,35 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
         [&](int kk, int qd, uint32_t(&b)[4]) {
           for (int j = 0; j < 4; ++j) b[j] = hv[kk][qd][j];
         });
+    split_end(0);
     n = 1;
   }
-  // Three barriers a tile (four over an fp8 pool): tile n landed (and every
-  // warp done with tile n - 1, whose stage is then refilled; its stage
-  // dequantized), the maxima, P. Committed before tile
-  // n's wait: tile k's group is the k-th (a held tile's refill is tile S's),
-  // so tile n is done when at most S - 1 groups are pending at the first
-  // wait, S - 2 after.
+  // Three barriers a tile: tile n landed (and every warp done with tile
+  // n - 1), the maxima, P. Tile k's group is the k-th (a held tile's refill
+  // is tile S's).
+  //   16-bit pools: tile n - 1's stage is refilled after the first barrier,
+  //   with tile n - 1 + S; tile n is done when at most S - 1 groups are
+  //   pending at the first wait, S - 2 after.
+  //   fp8 pools: a fourth barrier, after tile n's stage is converted; the
+  //   stage is then free and refilled at once with tile n + S, so S tiles are
+  //   in flight during the products, not S - 1. S + n groups are committed at
+  //   tile n's wait, which leaves S - 1 pending.
   for (; n < n_t; ++n) {
-    if (n == (hold ? 1 : 0)) {
+    if (kF8 || n == (hold ? 1 : 0)) {
       cuda::cp_async_wait<S - 1>();
     } else {
       cuda::cp_async_wait<S - 2>();
     }
     __syncthreads();
-    if (n >= (hold ? 2 : 1)) {
+    if (!kF8 && n >= (hold ? 2 : 1)) {
       if (n - 1 + S < n_t) load(n - 1 + S);
       cuda::cp_async_commit();
     }
     const uint32_t k_base = ready(n), v_base = k_base + kTileBytes;
+    if (kF8) {
+      if (n + S < n_t) load(n + S);
+      cuda::cp_async_commit();
+    }
     tile_step(
         n,
         [&](int ks, uint32_t(&b)[4]) {
@@ -246,31 +297,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
           cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
                                                               2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
         });
-  }
-
-  const int64_t list_row = blockIdx.z;
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const float l = __shfl_sync(0xffffffffu, lf[2 * e], lane & ~3);
-    const int h = gid + 8 * e;
-    if (h >= p.n_rep) continue;
-    const int qh = kvh * p.n_rep + h;
-    if (plan.n_splits == 1) {
-      const float inv = out_scale(l);
-      uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD);
-#pragma unroll
-      for (int dt = 0; dt < kWDT; ++dt) {
-        dst[4 * (warp * kWDT + dt) + tig] =
-            cuda::Elem<T>::pack2(out_elem(o[dt][2 * e], inv), out_elem(o[dt][2 * e + 1], inv));
-      }
-    } else {
-      const int64_t ps = (list_row * p.n_heads + qh) * kMaxSplits + split;
-      float2* dst = reinterpret_cast<float2*>(p.partial_o + ps * HD);
-#pragma unroll
-      for (int dt = 0; dt < kWDT; ++dt)
-        dst[4 * (warp * kWDT + dt) + tig] = make_float2(o[dt][2 * e], o[dt][2 * e + 1]);
-      if (warp == 0 && tig == 0) p.partial_ml[ps] = make_float2(m[e], l);
-    }
+    split_end(n);
   }
 }
 
@@ -325,7 +352,7 @@ __global__ void __launch_bounds__(32) tile_reduce_kernel(const __grid_constant__
       }
     }
   }
-  const float inv = out_scale(acc_l);
+  const float inv = out_scale(acc_l, p.v_scale);
   T* dst = p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD + lane * kVec;
 #pragma unroll
   for (int k = 0; k < kVec; k += 2) {

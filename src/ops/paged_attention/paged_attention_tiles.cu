@@ -75,8 +75,9 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   constexpr int kNT = kKeys / 8;                     // n-tiles of S (8 keys)
   constexpr uint32_t kTileBytes = tile_bytes<HD>();  // K (or V) of a tile
   constexpr bool kF8 = !std::is_same_v<T, KV>;
+  using P = ProductT<T, KV>;  // the products' element
   constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
-  // [the dequantized tile (fp8 pools)][2 stages][K, V][kKeys][HD], then the folds
+  // [the converted tile (fp8 pools)][2 stages][K, V][kKeys][HD], then the folds
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
@@ -116,10 +117,10 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
 #pragma unroll
   for (int ks = 0; ks < kKS; ++ks) {
     const int w0 = 8 * ks + tig;  // the word of dims 16 ks + 2 tig, 2 tig + 1
-    qa[ks][0] = slot_pos[0] >= 0 ? __ldg(q_words[0] + w0) : 0u;
-    qa[ks][1] = slot_pos[1] >= 0 ? __ldg(q_words[1] + w0) : 0u;
-    qa[ks][2] = slot_pos[0] >= 0 ? __ldg(q_words[0] + w0 + 4) : 0u;
-    qa[ks][3] = slot_pos[1] >= 0 ? __ldg(q_words[1] + w0 + 4) : 0u;
+    qa[ks][0] = slot_pos[0] >= 0 ? product_pair<T, KV>(__ldg(q_words[0] + w0)) : 0u;
+    qa[ks][1] = slot_pos[1] >= 0 ? product_pair<T, KV>(__ldg(q_words[1] + w0)) : 0u;
+    qa[ks][2] = slot_pos[0] >= 0 ? product_pair<T, KV>(__ldg(q_words[0] + w0 + 4)) : 0u;
+    qa[ks][3] = slot_pos[1] >= 0 ? product_pair<T, KV>(__ldg(q_words[1] + w0 + 4)) : 0u;
   }
 
   // Each slot's splits (tile_plan of its own context): the tile that ends
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   float m[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int dt = 0; dt < kDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  const uint32_t ones = ones_column<T>(gid);
+  const uint32_t ones = ones_column<P>(gid);
 
   load(0, 0);
   cuda::cp_async_commit();
@@ -161,8 +162,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
     }
     __syncthreads();
     uint32_t k_base = smem + (tile & 1) * kStage;
-    if constexpr (kF8) {  // the landed stage into the T tile every warp reads
-      dequantize_tile<T, HD>(smem_ptr + kDeq + (tile & 1) * kStage, smem_ptr, i, p.k_scale, p.v_scale);
+    if constexpr (kF8) {  // the landed stage into the f16 tile every warp reads
+      dequantize_tile<HD>(smem_ptr + kDeq + (tile & 1) * kStage, smem_ptr, i);
       __syncthreads();
       k_base = smem;
     }
@@ -179,8 +180,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
           uint32_t b[4];
           cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * pr + (lane >> 4) * 8 + (lane & 7),
                                                         2 * ks + ((lane >> 3) & 1)));
-          cuda::Elem<T>::mma(s[2 * pr], qa[ks], b[0], b[1]);
-          cuda::Elem<T>::mma(s[2 * pr + 1], qa[ks], b[2], b[3]);
+          cuda::Elem<P>::mma(s[2 * pr], qa[ks], b[0], b[1]);
+          cuda::Elem<P>::mma(s[2 * pr + 1], qa[ks], b[2], b[3]);
         }
       }
       // The online softmax of the lane's two slots (its quad holds a slot's 64 keys).
@@ -213,8 +214,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
       // the n-tile of the ones column.
 #pragma unroll
       for (int kk = 0; kk < kNT / 2; ++kk) {
-        pv_kstep<T, kDT / 2>(
-            o, lf, p_fragment<T>(s[2 * kk], s[2 * kk + 1]),
+        pv_kstep<P, kDT / 2>(
+            o, lf, p_fragment<P>(s[2 * kk], s[2 * kk + 1]),
             [&](int qd, uint32_t(&b)[4]) {
               cuda::ldmatrix_x4_trans(
                   b, v_base +
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   for (int e = 0; e < 2; ++e) {
     if (slot_pos[e] < 0) continue;
     const int s = 16 * warp + gid + 8 * e;
-    const float inv = out_scale(acc_l[e]);
+    const float inv = out_scale(acc_l[e], p.v_scale);
     const float* row = acc_o + s * (HD + 8) + 2 * tig;
     uint32_t* dst = reinterpret_cast<uint32_t*>(
         p.out + (static_cast<int64_t>(t0 + s / G) * p.n_heads + kvh * G + s % G) * HD);
@@ -307,15 +308,15 @@ void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream
 // The decode rows, in launches of at most the workspace's rows: the splits,
 // then (where a row has several) their fold.
 template <typename T, typename KV, int HD>
-void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int stages, int max_rows,
-                   cuda::Stream stream, bool dependent_launch) {
+void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int grid_y, int stages,
+                   int max_rows, cuda::Stream stream, bool dependent_launch) {
   auto kernel = stages == 2 ? tile_decode_kernel<T, KV, HD, 2> : tile_decode_kernel<T, KV, HD, 3>;
   for (int r0 = 0, rows = 0; r0 < n_decode; r0 += rows) {
     rows = std::min({max_rows, n_decode - r0, int{65535}});
     p.decode_offset = r0;
     cuda::launch_maybe_pdl(
         dependent_launch, kernel,
-        dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_splits), static_cast<unsigned>(rows)),
+        dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_y), static_cast<unsigned>(rows)),
         dim3(kTileThreads), decode_smem_bytes<T, KV, HD>(stages), stream, p);
     NS_CUDA_CHECK_LAUNCH();
     if (grid_splits > 1) {
@@ -354,15 +355,27 @@ int tile_decode_splits(const DeviceBatch& batch) {
   return std::min(kMaxSplits, (tiles + kMinSplitTiles - 1) / kMinSplitTiles);
 }
 
-int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count) {
-  const int64_t blocks = int64_t{batch.num_decode_rows()} * n_kv * tile_decode_splits(batch);
+int tile_decode_group(const DeviceBatch& batch, int n_kv, int sm_count, DType kv_dtype) {
+  if (kv_dtype != DType::kF8E4M3) return 1;
+  const int splits = tile_decode_splits(batch);
+  const int64_t blocks = int64_t{batch.num_decode_rows()} * n_kv * splits;
+  int g = 1;
+  while (2 * g <= kMaxSplitGroup && 4 * g <= splits &&
+         blocks / (2 * g) >= kGroupBlocksPerSm * int64_t{sm_count})
+    g *= 2;
+  return g;
+}
+
+int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count, int group) {
+  const int splits = (tile_decode_splits(batch) + group - 1) / group;
+  const int64_t blocks = int64_t{batch.num_decode_rows()} * n_kv * splits;
   return blocks <= 2 * int64_t{sm_count} ? 3 : 2;
 }
 
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
                   int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
                   cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv, int stages,
-                  const KvScales& kv_scales) {
+                  int group, const KvScales& kv_scales) {
   const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   NS_CHECK(n_rep <= kTileMaxRep) << "tile attention: n_rep " << n_rep << " over " << kTileMaxRep;
   const int n_tiles = query_tile_count(batch, n_rep);
@@ -370,15 +383,19 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
       << "query tiles: " << n_tiles << " tiles exceed the workspace";
   const int n_decode = batch.num_decode_rows();
   const int grid_splits = tile_decode_splits(batch);
-  if (stages == 0) stages = tile_decode_stages(batch, static_cast<int>(n_kv), ws.sm_count());
+  if (group == 0) group = tile_decode_group(batch, static_cast<int>(n_kv), ws.sm_count(), k_pool.dtype());
+  NS_CHECK(group >= 1 && group <= kMaxSplitGroup && (group & (group - 1)) == 0)
+      << "tile decode: split group " << group << " (1, 2 or 4)";
+  if (stages == 0) stages = tile_decode_stages(batch, static_cast<int>(n_kv), ws.sm_count(), group);
   NS_CHECK(stages >= 2 && stages <= 3) << "tile decode: stages " << stages << " outside [2, 3]";
+  const bool fp8 = k_pool.dtype() == DType::kF8E4M3;
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
     p.k_pool = k_pool.data();
     p.v_pool = v_pool.data();
-    p.k_scale = kv_scales.k;
-    p.v_scale = kv_scales.v;
+    p.k_scale = fp8 ? kv_scales.k : 1.0f;
+    p.v_scale = fp8 ? kv_scales.v : 1.0f;
     p.strides = pool_strides(block_size, n_kv, hd);
     p.row_meta = batch.row_meta();
     p.positions = batch.positions();
@@ -396,7 +413,9 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     p.block_size_log2 = block_size_log2;
     p.max_blocks_per_seq = batch.max_blocks_per_seq();
     p.scale_log2 = scale * kLog2e;
+    if (fp8) p.scale_log2 *= kv_scales.k;  // the codes' scores times k_scale
     p.early_kv = early_kv && dependent_launch;
+    p.split_group = group;
   };
   auto run = [&]<typename T, typename KV, int HD>() {
     TileParams<T> p{};
@@ -404,8 +423,9 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     // The query tiles first: the decode launch's early copies then overlap their tail.
     if (n_tiles > 0) launch_query<T, KV, HD>(p, static_cast<int>(n_kv), ws.items(), stream, dependent_launch);
     if (n_decode > 0) {
-      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits, stages, ws.max_rows(),
-                               stream, dependent_launch || n_tiles > 0);
+      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits,
+                               (grid_splits + group - 1) / group, stages, ws.max_rows(), stream,
+                               dependent_launch || n_tiles > 0);
     }
   };
   auto by_hd = [&]<typename T, typename KV>() {

@@ -12,14 +12,22 @@
 //   S: each 8-key n-tile from C = 0 over the head dims' k-steps in order;
 //   the tile's max over its 64 keys (exact, any order);
 //   softmax_step: corr and the base from the running max;
-//   P = 2^(s - base), rounded to T (q's dtype) as the A fragment of P V;
+//   P = 2^(s - base), rounded to the products' element (T, q's dtype; f16
+//   over an fp8 pool) as the A fragment of P V;
 //   O and l (l as O's 8-dim n-tile whose V is a column of ones: its C is
 //   the sum of the rounded P) times corr, then + P V over the tile's four
 //   16-key k-steps in order.
 // A split ends with (m, l, O) unnormalised; the splits fold in split order
 // (fold_weights, fold), the first taken as is; the output is O times the
-// rounded reciprocal of l. Every operation is explicitly rounded, so no
-// compiler contraction can differ between the kernels.
+// rounded reciprocal of l (times v_scale over an fp8 pool). Every operation
+// is explicitly rounded, so no compiler contraction can differ between the
+// kernels.
+//
+// Over an fp8 pool the products run in f16 on the E4M3 codes themselves
+// (each exact in f16: one conversion a pair of a landed tile), q rounded
+// to f16 (saturated; exact for bf16 values of magnitude 2^-14 to 65,504)
+// and P rounded to f16; the scales leave the elements: k_scale joins the
+// scores' factor (scale_log2), v_scale the output's.
 //
 // Which mma row a slot occupies and which warp computes which n-tile differ
 // between the kernels; each element's operands and the order of its sums do
@@ -50,7 +58,8 @@ struct TileParams {
   T* out;      // [T, n_heads, HD]
   const void* k_pool;  // T, or E4M3 bytes (KV: the kernel's pool element)
   const void* v_pool;
-  float k_scale, v_scale;    // an fp8 pool's: x = f32(q) * scale
+  float k_scale;             // an fp8 pool's (scale_log2 includes it)
+  float v_scale;             // an fp8 pool's, the output's factor; 1 over a T pool
   PoolStrides strides;       // elements: a block, a head, a slot
   const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
   const int32_t* positions;  // [T]
@@ -70,6 +79,7 @@ struct TileParams {
   int max_blocks_per_seq;
   float scale_log2;
   bool early_kv;  // the decode kernel copies its history tiles before the dependency wait
+  int split_group;  // the decode kernel's consecutive splits a block (tile_decode_group)
 };
 
 // Byte offset of 16-byte chunk c of row r in a [kTileKeys][HD] tile (XOR
@@ -90,7 +100,27 @@ constexpr uint32_t stage_bytes() {
   return 2 * kTileKeys * HD * static_cast<uint32_t>(sizeof(KV));
 }
 
-// The T tile an fp8 pool's landed stage is dequantized into, ahead of the
+// The products' element: T over a T pool, f16 over an fp8 pool.
+template <typename T, typename KV>
+using ProductT = std::conditional_t<std::is_same_v<T, KV>, T, __half>;
+
+// A word of q (a T pair) as the products read it: itself, or over an fp8
+// pool the f16 pair of its values, saturated at f16's largest finite.
+template <typename T, typename KV>
+__device__ __forceinline__ uint32_t product_pair(uint32_t w) {
+  if constexpr (std::is_same_v<T, KV>) {
+    return w;
+  } else {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "fp8 pools take bf16 q");
+    __nv_bfloat162 b;
+    memcpy(&b, &w, 4);
+    const float2 f = __bfloat1622float2(b);
+    constexpr float kMax = 65504.0f;
+    return cuda::Elem<__half>::pack2(fminf(fmaxf(f.x, -kMax), kMax), fminf(fmaxf(f.y, -kMax), kMax));
+  }
+}
+
+// The f16 tile an fp8 pool's landed stage is converted into, ahead of the
 // stages (none over a T pool).
 template <typename T, typename KV, int HD>
 constexpr int dequantized_bytes() {
@@ -130,25 +160,23 @@ __device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t*
   }
 }
 
-// A landed fp8 stage (load_tile's plain rows) into the T tile at `dst` (K,
-// then V tile_bytes on; swizzled as a T pool's copy leaves it): every
-// element bf16(f32(q) * scale). The whole block; the caller's barrier then
-// orders the writes before the reads.
-template <typename T, int HD>
-__device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int i, float k_scale,
-                                                float v_scale) {
+// A landed fp8 stage (load_tile's plain rows) into the f16 tile at `dst`
+// (K, then V tile_bytes on; swizzled as a T pool's copy leaves it): every
+// element its code's value, exactly (kv_f8x16_codes_f16). The whole block;
+// the caller's barrier then orders the writes before the reads.
+template <int HD>
+__device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int i) {
   constexpr int kRowChunks = HD / 16;              // a row's fp8 chunks
   constexpr int kChunks = kTileKeys * kRowChunks;  // K's (V's)
   static_assert(kChunks % kTileThreads == 0, "whole chunks a thread");
 #pragma unroll
   for (int is_v = 0; is_v < 2; ++is_v) {
-    const float sc = is_v ? v_scale : k_scale;
 #pragma unroll
     for (int idx = i; idx < kChunks; idx += kTileThreads) {
       const uint4 q = *reinterpret_cast<const uint4*>(raw + is_v * kChunks * 16 + idx * 16);
       const int r = idx / kRowChunks, c = idx % kRowChunks;  // row, and 16 elements of it
       uint32_t t2[8];
-      cuda::kv_f8x16_dequantize<T>(q, sc, t2);
+      cuda::kv_f8x16_codes_f16(q, t2);
       char* base = dst + is_v * tile_bytes<HD>();
       *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c)) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
       *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c + 1)) =
@@ -237,9 +265,10 @@ __device__ __forceinline__ void fold_weights(float& acc_m, float m, float& a, fl
 __device__ __forceinline__ float fold(float acc, float a, float x, float b) {
   return __fmaf_rn(acc, a, __fmul_rn(x, b));
 }
-// The output's factor, and an element of it.
-__device__ __forceinline__ float out_scale(float l) {
-  return __frcp_rn(l);
+// The output's factor (v: an fp8 pool's v_scale; 1, exactly no factor,
+// over a T pool), and an element of it.
+__device__ __forceinline__ float out_scale(float l, float v) {
+  return __fmul_rn(__frcp_rn(l), v);
 }
 __device__ __forceinline__ float out_elem(float o, float inv) {
   return __fmul_rn(o, inv);

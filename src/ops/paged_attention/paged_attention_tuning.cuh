@@ -53,6 +53,9 @@ struct PagedAttentionTuning {
   // split kernel's (another order of the sums). The options above do not
   // apply to it, but dependent_launch and early_kv.
   bool tiles = false;
+  // The tile decode kernel's consecutive splits a block (1, 2 or 4; 0:
+  // tile_decode_group). Changes no sum.
+  int split_group = 0;
 };
 
 // paged_attention_cuda and paged_attention_cuda_launch_key (paged_attention_cuda.cuh)

@@ -196,6 +196,36 @@ inline Problem sequence_alone(const Problem& p, size_t b) {
   return alone;
 }
 
+// The same rows, each sequence's rows of this step cut into chunks of at most
+// `chunk` rows, each chunk a sequence of its own over the same blocks (1:
+// every row a decode row). The pools already hold every row of the step, as
+// the earlier chunks' steps would have left them (a chunk's copies of
+// positions before its first row may start before the write of this step
+// lands); the write puts the same values in again. q and the step's K/V keep
+// their row order.
+inline Problem as_chunks(const Problem& p, int chunk) {
+  Problem c = p;
+  ForwardBatch& fb = c.batch;
+  fb.seq_ids.clear();
+  fb.context_lens.clear();
+  fb.block_tables.clear();
+  fb.seq_starts = {0};
+  c.k_pool16 = p.k_pool16_full;
+  c.v_pool16 = p.v_pool16_full;
+  for (size_t b = 0; b + 1 < p.batch.seq_starts.size(); ++b) {
+    for (int t0 = p.batch.seq_starts[b]; t0 < p.batch.seq_starts[b + 1]; t0 += chunk) {
+      const int t1 = std::min(t0 + chunk, p.batch.seq_starts[b + 1]);
+      fb.seq_ids.push_back(static_cast<int>(fb.seq_ids.size()));
+      fb.context_lens.push_back(p.batch.positions[t1 - 1] + 1);
+      fb.block_tables.insert(fb.block_tables.end(),
+                             p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
+                             p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
+      fb.seq_starts.push_back(t1);
+    }
+  }
+  return c;
+}
+
 inline Tensor device_from(const std::vector<uint16_t>& v, DType dt, std::vector<int64_t> shape) {
   Tensor host = Tensor::view(const_cast<uint16_t*>(v.data()), dt, std::move(shape), nullptr);
   return cuda::to_device(host);

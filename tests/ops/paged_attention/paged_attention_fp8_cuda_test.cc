@@ -2,10 +2,13 @@
 //   - the KV writes (paged_kv_write_cuda, rope_kv_write_cuda) store exactly
 //     the CPU rule's bytes (core/kv_quant.h: every bf16 bit pattern, so
 //     ties, saturation, subnormals, infinities and NaN included);
-//   - the tile arithmetic over fp8 pools equals, bit for bit, itself over
-//     the dequantized pools: both its kernels (decode and query-tiled rows),
-//     at 2 and 3 decode stages, with late copies, at both head dims and head
-//     groups of 1 to 16;
+//   - the tile arithmetic over fp8 pools (its own: f16 products of the
+//     codes, the scales on the scores and the output) matches the frozen
+//     reference over the dequantized values within the bf16 tolerance, and
+//     equals itself bit for bit whichever kernel computes a row (decode
+//     rows, query-tiled rows in chunks of 5 and 64), in launches of 3 decode
+//     rows, with late copies, at 2 and 3 decode stages, and alone as in a
+//     batch, at both head dims and head groups of 1 to 16;
 //   - the split kernel over fp8 pools equals, bit for bit, the bf16 kernel
 //     over the dequantized pools (bf16(f32(q) * scale), which is what the fp8
 //     kernel dequantizes a landed tile to), with every tuning variant (held
@@ -17,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -173,12 +177,14 @@ Fp8Problem make_fp8_problem(uint64_t seed, const Shape& s, const std::vector<std
   return f;
 }
 
-// fp8 pools (written through paged_kv_write_cuda) against bf16 pools of the
-// dequantized values, one tuning: the pools' bytes after the write, then the
-// outputs bit for bit, then the reference.
-void check_fp8(const Shape& s, const std::vector<std::pair<int, int>>& seqs, KvScales scales,
-               const PagedAttentionTuning& opt = {}, std::vector<int> check = {}) {
-  const uint64_t seed = fresh_seed();
+// fp8 pools (written through paged_kv_write_cuda), one tuning: the pools'
+// bytes after the write; for the split kernel the outputs bit for bit
+// against the bf16 kernel over pools of the dequantized values; the
+// reference. Returns the output.
+std::vector<uint16_t> check_fp8(const Shape& s, const std::vector<std::pair<int, int>>& seqs, KvScales scales,
+                                const PagedAttentionTuning& opt = {}, std::vector<int> check = {},
+                                uint64_t seed = 0) {
+  if (seed == 0) seed = fresh_seed();
   SCOPED_TRACE(describe(s) + ", scales " + std::to_string(scales.k) + " / " + std::to_string(scales.v) +
                ", seed " + std::to_string(seed));
   const Fp8Problem f = make_fp8_problem(seed, s, seqs, scales);
@@ -209,19 +215,89 @@ void check_fp8(const Shape& s, const std::vector<std::pair<int, int>>& seqs, KvS
   paged_attention_cuda(q, k8, v8, batch, s.n_rep, scale, ws, out8, nullptr, opt, s.window, s.softcap, sinks,
                        scales);
   cuda::synchronize();
-  ASSERT_TRUE(download8(k8) == f.k8_full) << "K pool after the write";
-  ASSERT_TRUE(download8(v8) == f.v8_full) << "V pool after the write";
-  paged_attention_cuda(q, kd, vd, batch, s.n_rep, scale, ws, out16, nullptr, opt, s.window, s.softcap, sinks);
-  cuda::synchronize();
-  const std::vector<uint16_t> got = download16(out8), want = download16(out16);
-  size_t diff = 0;
-  for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
-  ASSERT_EQ(diff, 0u) << "of " << got.size()
-                      << " outputs differ from the bf16 kernel over the dequantized pools";
+  EXPECT_TRUE(download8(k8) == f.k8_full) << "K pool after the write";
+  EXPECT_TRUE(download8(v8) == f.v8_full) << "V pool after the write";
+  const std::vector<uint16_t> got = download16(out8);
+  if (!opt.tiles) {
+    paged_attention_cuda(q, kd, vd, batch, s.n_rep, scale, ws, out16, nullptr, opt, s.window, s.softcap,
+                         sinks);
+    cuda::synchronize();
+    const std::vector<uint16_t> want = download16(out16);
+    size_t diff = 0;
+    for (size_t i = 0; i < got.size(); ++i) diff += got[i] != want[i];
+    EXPECT_EQ(diff, 0u) << "of " << got.size()
+                        << " outputs differ from the bf16 kernel over the dequantized pools";
+  }
   if (check.empty()) {
     for (size_t b = 0; b < seqs.size(); ++b) check.push_back(static_cast<int>(b));
   }
   expect_matches_reference(p, got, check);
+  return got;
+}
+
+// The tile arithmetic over fp8 pools holding every row of p's step already
+// (as earlier chunks' steps would have left them; the write puts the same
+// bytes in again): the output of p's rows as batched in `p`.
+std::vector<uint16_t> run_tiles_fp8(const Problem& p, const Fp8Problem& f, PagedAttentionTuning opt,
+                                    int max_rows = 0) {
+  opt.tiles = true;
+  const Shape& s = p.shape;
+  const int64_t hd = s.head_dim;
+  const std::vector<int64_t> pool_shape = {p.num_blocks, s.block_size, s.n_kv, hd};
+  Tensor k8 = device_bytes(f.k8_full, pool_shape), v8 = device_bytes(f.v8_full, pool_shape);
+  const Tensor q = device_from(p.q16, DType::kBF16, {p.num_tokens, p.n_heads, hd});
+  const Tensor k_new = device_from(p.k_new16, DType::kBF16, {p.num_tokens, s.n_kv, hd});
+  const Tensor v_new = device_from(p.v_new16, DType::kBF16, {p.num_tokens, s.n_kv, hd});
+  Tensor out = cuda::empty(DType::kBF16, {p.num_tokens, p.n_heads, hd});
+  cuda::fill_bytes(out, 0xFF);
+  DeviceBatch batch(p.num_tokens, static_cast<int32_t>(p.batch.seq_ids.size()), p.max_blocks);
+  batch.upload(p.batch);
+  PagedAttentionWorkspaceCuda ws(max_rows > 0 ? max_rows : p.num_tokens, p.n_heads, s.head_dim);
+  paged_kv_write_cuda(k_new, v_new, batch, k8, v8, nullptr, f.scales);
+  paged_attention_cuda(q, k8, v8, batch, s.n_rep, 1.0f / std::sqrt(static_cast<float>(hd)), ws, out, nullptr,
+                       opt, s.window, s.softcap, nullptr, f.scales);
+  cuda::synchronize();
+  return download16(out);
+}
+
+// The tile arithmetic over fp8 pools against the reference, then every row
+// bitwise the same as a decode row (as_chunks: chunks of 1, 5 and 64 rows),
+// the decode rows also in launches of 3 rows, with their copies after the
+// dependency wait, at 2 and 3 stages with 1, 2 and 4 splits a block, and each
+// sequence alone.
+void expect_fp8_tiles_consistent(const Shape& s, const std::vector<std::pair<int, int>>& seqs,
+                                 KvScales scales) {
+  const uint64_t seed = fresh_seed();
+  PagedAttentionTuning t;
+  t.tiles = true;
+  const std::vector<uint16_t> base = check_fp8(s, seqs, scales, t, {}, seed);
+  SCOPED_TRACE(describe(s) + ", scales " + std::to_string(scales.k) + " / " + std::to_string(scales.v) +
+               ", seed " + std::to_string(seed));
+  const Fp8Problem f = make_fp8_problem(seed, s, seqs, scales);
+  for (int chunk : {1, 5, 64}) {
+    EXPECT_TRUE(run_tiles_fp8(as_chunks(f.p, chunk), f, t) == base)
+        << "rows in chunks of " << chunk << " differ from the whole step's";
+  }
+  const Problem decodes = as_chunks(f.p, 1);
+  EXPECT_TRUE(run_tiles_fp8(decodes, f, t, 3) == base) << "decode launches of 3 rows";
+  PagedAttentionTuning late = t;
+  late.early_kv = false;
+  EXPECT_TRUE(run_tiles_fp8(decodes, f, late) == base) << "decode copies after the wait";
+  for (int stages : {2, 3}) {
+    for (int group : {1, 2, 4}) {
+      PagedAttentionTuning deeper = t;
+      deeper.stages = stages;
+      deeper.split_group = group;
+      EXPECT_TRUE(run_tiles_fp8(decodes, f, deeper) == base)
+          << "decode, " << stages << " stages, " << group << " splits a block";
+    }
+  }
+  const int64_t row_elems = int64_t{s.n_kv} * s.n_rep * s.head_dim;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    const std::vector<uint16_t> out = run_tiles_fp8(sequence_alone(f.p, b), f, t);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(), base.begin() + f.p.batch.seq_starts[b] * row_elems))
+        << "sequence " << b << " alone";
+  }
 }
 
 std::vector<PagedAttentionTuning> tunings() {
@@ -275,39 +351,36 @@ TEST(PagedAttentionFp8Cuda, BigBatchesAndWindowsEqualBf16OverDequantizedPools) {
   check_fp8(windowed, {{1, 1}, {97, 1}, {2048, 1}, {600, 64}}, kScales);
 }
 
-// The tile arithmetic (both kernels) over fp8 pools is itself over the
-// dequantized pools, so its batch invariance carries over from the bf16
-// tests (paged_attention_tiles_cuda_test.cc).
-TEST(PagedAttentionFp8Cuda, TilesEqualTilesOverDequantizedPools) {
+// The tile arithmetic (both kernels) over fp8 pools: decode rows of 1 to
+// 36 splits, prompts, chunks over a history, head groups of 1 to 16, both
+// head dims, scale 1 (small values fall to subnormal codes) and scales
+// that saturate most of K.
+TEST(PagedAttentionFp8Cuda, TilesMatchReferenceAndEqualAcrossChunksAndKernels) {
   NS_SKIP_WITHOUT_GPU();
   const std::vector<std::pair<int, int>> decode{{1, 1}, {17, 1}, {300, 1}, {2048, 1}, {9000, 1}};
   const std::vector<std::pair<int, int>> mixed{{1, 1},    {37, 37}, {120, 20}, {1000, 300},
                                                {2048, 1}, {5, 2},   {130, 65}};
-  std::vector<PagedAttentionTuning> ts(4);
-  for (PagedAttentionTuning& t : ts) t.tiles = true;
-  ts[1].stages = 2;
-  ts[2].stages = 3;
-  ts[3].early_kv = false;
-  for (const PagedAttentionTuning& t : ts) {
-    SCOPED_TRACE(::testing::Message() << "tiles, stages " << t.stages << " early " << t.early_kv);
-    check_fp8({DType::kBF16, 128, 16, 8, 4}, decode, kScales, t);
-    check_fp8({DType::kBF16, 128, 16, 2, 4}, mixed, kScales, t);
-  }
-  PagedAttentionTuning t;
-  t.tiles = true;
-  for (int n_rep : {1, 3, 8, 16}) check_fp8({DType::kBF16, 64, 32, 2, n_rep}, mixed, kScales, t);
-  check_fp8({DType::kBF16, 128, 8, 1, 16}, {{500, 499}, {17, 1}, {4096, 1}}, kScales, t);
-  check_fp8({DType::kBF16, 128, 16, 2, 4}, decode, {1.0f, 1.0f}, t);        // subnormal codes
-  check_fp8({DType::kBF16, 128, 16, 2, 4}, mixed, {1.0f / 1024, 0.3f}, t);  // K saturated
+  expect_fp8_tiles_consistent({DType::kBF16, 128, 16, 8, 4}, decode, kScales);
+  expect_fp8_tiles_consistent({DType::kBF16, 128, 16, 2, 4}, mixed, kScales);
+  for (int n_rep : {1, 3, 8, 16})
+    expect_fp8_tiles_consistent({DType::kBF16, 64, 32, 2, n_rep}, mixed, kScales);
+  expect_fp8_tiles_consistent({DType::kBF16, 128, 8, 1, 16}, {{500, 499}, {17, 1}, {4096, 1}}, kScales);
+  expect_fp8_tiles_consistent({DType::kBF16, 128, 16, 2, 4}, decode, {1.0f, 1.0f});
+  expect_fp8_tiles_consistent({DType::kBF16, 128, 16, 2, 4}, mixed, {1.0f / 1024, 0.3f});
 }
 
 // Small steps of both tile kernels over fp8 pools, for compute-sanitizer
 // (scripts/gpu-check): a row of several splits, rows cut by a tile's end.
-TEST(PagedAttentionFp8Cuda, TilesSmallStepsEqualTilesOverDequantizedPools) {
+TEST(PagedAttentionFp8Cuda, TilesSmallStepsMatchReference) {
   NS_SKIP_WITHOUT_GPU();
+  const Shape s{DType::kBF16, 64, 16, 1, 3};
+  const std::vector<std::pair<int, int>> seqs{{1, 1}, {37, 37}, {120, 20}, {300, 1}, {5, 2}};
+  const uint64_t seed = fresh_seed();
   PagedAttentionTuning t;
   t.tiles = true;
-  check_fp8({DType::kBF16, 64, 16, 1, 3}, {{1, 1}, {37, 37}, {120, 20}, {300, 1}, {5, 2}}, kScales, t);
+  const std::vector<uint16_t> base = check_fp8(s, seqs, kScales, t, {}, seed);
+  const Fp8Problem f = make_fp8_problem(seed, s, seqs, kScales);
+  EXPECT_TRUE(run_tiles_fp8(as_chunks(f.p, 1), f, t) == base) << "seed " << seed << ": decode rows differ";
 }
 
 // The families' extras over fp8 pools: head_dim 256 (the plain kernel, a

@@ -25,39 +25,9 @@ PagedAttentionTuning tiles() {
   return t;
 }
 
-// The same rows, each sequence's rows of this step cut into chunks of at most
-// `chunk` rows, each chunk a sequence of its own over the same blocks (1:
-// every row a decode row). The pools already hold every row of the step, as
-// the earlier chunks' steps would have left them (a chunk's copies of
-// positions before its first row may start before the write of this step
-// lands); the write puts the same values in again. q and the step's K/V keep
-// their row order.
-Problem as_chunks(const Problem& p, int chunk) {
-  Problem c = p;
-  ForwardBatch& fb = c.batch;
-  fb.seq_ids.clear();
-  fb.context_lens.clear();
-  fb.block_tables.clear();
-  fb.seq_starts = {0};
-  c.k_pool16 = p.k_pool16_full;
-  c.v_pool16 = p.v_pool16_full;
-  for (size_t b = 0; b + 1 < p.batch.seq_starts.size(); ++b) {
-    for (int t0 = p.batch.seq_starts[b]; t0 < p.batch.seq_starts[b + 1]; t0 += chunk) {
-      const int t1 = std::min(t0 + chunk, p.batch.seq_starts[b + 1]);
-      fb.seq_ids.push_back(static_cast<int>(fb.seq_ids.size()));
-      fb.context_lens.push_back(p.batch.positions[t1 - 1] + 1);
-      fb.block_tables.insert(fb.block_tables.end(),
-                             p.batch.block_tables.begin() + static_cast<int64_t>(b) * p.max_blocks,
-                             p.batch.block_tables.begin() + static_cast<int64_t>(b + 1) * p.max_blocks);
-      fb.seq_starts.push_back(t1);
-    }
-  }
-  return c;
-}
-
 // Against the reference, and every row bitwise the same as a decode row, in
 // chunks of 5 and 64 rows; the decode rows also in launches of 3 rows, with
-// their copies all after the dependency wait, and at 2 and 3 stages.
+// their copies all after the dependency wait, and at 2 and 3 stages with 1, 2 and 4 splits a block.
 void expect_tiles_consistent(const Shape& s, const std::vector<std::pair<int, int>>& seqs) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE(describe(s) + ", seed " + std::to_string(seed));
@@ -73,9 +43,13 @@ void expect_tiles_consistent(const Shape& s, const std::vector<std::pair<int, in
   late.early_kv = false;
   EXPECT_TRUE(download16(run_on_device(decodes, late).out) == base) << "decode copies after the wait";
   for (int stages : {2, 3}) {
-    PagedAttentionTuning deeper = tiles();
-    deeper.stages = stages;
-    EXPECT_TRUE(download16(run_on_device(decodes, deeper).out) == base) << "decode, " << stages << " stages";
+    for (int group : {1, 2, 4}) {
+      PagedAttentionTuning deeper = tiles();
+      deeper.stages = stages;
+      deeper.split_group = group;
+      EXPECT_TRUE(download16(run_on_device(decodes, deeper).out) == base)
+          << "decode, " << stages << " stages, " << group << " splits a block";
+    }
   }
 }
 
