@@ -7,8 +7,9 @@
 //     reference over the dequantized values within the bf16 tolerance, and
 //     equals itself bit for bit whichever kernel computes a row (decode
 //     rows, query-tiled rows in chunks of 5 and 64), in launches of 3 decode
-//     rows, with late copies, at 2 and 3 decode stages, and alone as in a
-//     batch, at both head dims and head groups of 1 to 16;
+//     rows, with late copies, at 2 and 3 decode stages with 1, 2 and 4
+//     splits a block, and alone as in a batch, at both head dims and head
+//     groups of 1 to 16;
 //   - the split kernel over fp8 pools equals, bit for bit, the bf16 kernel
 //     over the dequantized pools (bf16(f32(q) * scale), which is what the fp8
 //     kernel dequantizes a landed tile to), with every tuning variant (held
