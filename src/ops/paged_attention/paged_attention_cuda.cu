@@ -293,15 +293,12 @@ uint64_t paged_attention_cuda_launch_key(const DeviceBatch& batch, const Tensor&
       << "a launch key is for a call of one launch: " << batch.num_tokens() << " tokens, " << ws.max_rows()
       << " workspace rows";
   if (options.tiles) {
-    const int n_kv = static_cast<int>(k_pool.dim(2));
-    const int group = options.split_group > 0 ? options.split_group
-                                              : tile_decode_group(batch, n_kv, ws.sm_count(), k_pool.dtype());
-    const int stages =
-        options.stages > 0 ? options.stages : tile_decode_stages(batch, n_kv, ws.sm_count(), group);
+    const TileDecodeShape decode = tile_decode_shape(batch, static_cast<int>(k_pool.dim(2)), ws.sm_count(),
+                                                     k_pool.dtype(), options.split_group, options.stages);
     return uint64_t{1} << 63 | static_cast<uint64_t>(query_tile_count(batch, n_rep)) |
            static_cast<uint64_t>(batch.num_decode_rows()) << 24 |
-           static_cast<uint64_t>(tile_decode_splits(batch)) << 48 | static_cast<uint64_t>(stages) << 56 |
-           static_cast<uint64_t>(group) << 59;
+           static_cast<uint64_t>(tile_decode_splits(batch)) << 48 |
+           static_cast<uint64_t>(decode.stages) << 56 | static_cast<uint64_t>(decode.group) << 59;
   }
   const auto [block_size, n_kv, hd] = pool_dims(k_pool);
   (void)block_size;
@@ -410,7 +407,10 @@ void paged_attention_cuda(const Tensor& q, const Tensor& k_pool, const Tensor& v
         << "the tile arithmetic serves bf16, f16 and fp8 pools of head_dim 64 or 128, at most " << kTileMaxRep
         << " query heads a kv head, without a sliding window, soft-capping or sinks";
     launch_tiles(q, k_pool, v_pool, batch, n_rep, scale, ws, out, stream, bs_log2, options.dependent_launch,
-                 options.early_kv, options.stages, options.split_group, kv_scales);
+                 options.early_kv,
+                 tile_decode_shape(batch, static_cast<int>(k_pool.dim(2)), ws.sm_count(), k_pool.dtype(),
+                                   options.split_group, options.stages),
+                 kv_scales);
     return;
   }
 

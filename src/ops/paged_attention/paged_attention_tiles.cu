@@ -355,27 +355,28 @@ int tile_decode_splits(const DeviceBatch& batch) {
   return std::min(kMaxSplits, (tiles + kMinSplitTiles - 1) / kMinSplitTiles);
 }
 
-int tile_decode_group(const DeviceBatch& batch, int n_kv, int sm_count, DType kv_dtype) {
-  if (kv_dtype != DType::kF8E4M3) return 1;
+TileDecodeShape tile_decode_shape(const DeviceBatch& batch, int n_kv, int sm_count, DType kv_dtype, int group,
+                                  int stages) {
   const int splits = tile_decode_splits(batch);
   const int64_t blocks = int64_t{batch.num_decode_rows()} * n_kv * splits;
-  int g = 1;
-  while (2 * g <= kMaxSplitGroup && 4 * g <= splits &&
-         blocks / (2 * g) >= kGroupBlocksPerSm * int64_t{sm_count})
-    g *= 2;
-  return g;
-}
-
-int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count, int group) {
-  const int splits = (tile_decode_splits(batch) + group - 1) / group;
-  const int64_t blocks = int64_t{batch.num_decode_rows()} * n_kv * splits;
-  return blocks <= 2 * int64_t{sm_count} ? 3 : 2;
+  if (group == 0) {
+    group = 1;
+    while (kv_dtype == DType::kF8E4M3 && 2 * group <= kMaxSplitGroup && 4 * group <= splits &&
+           blocks / (2 * group) >= kGroupBlocksPerSm * int64_t{sm_count})
+      group *= 2;
+  }
+  NS_CHECK(group >= 1 && group <= kMaxSplitGroup && (group & (group - 1)) == 0)
+      << "tile decode: split group " << group << " (1, 2 or 4)";
+  const int64_t grid_blocks = int64_t{batch.num_decode_rows()} * n_kv * ((splits + group - 1) / group);
+  if (stages == 0) stages = grid_blocks <= 2 * int64_t{sm_count} ? 3 : 2;
+  NS_CHECK(stages >= 2 && stages <= 3) << "tile decode: stages " << stages << " outside [2, 3]";
+  return {group, stages};
 }
 
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
                   int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
-                  cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv, int stages,
-                  int group, const KvScales& kv_scales) {
+                  cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv,
+                  TileDecodeShape decode, const KvScales& kv_scales) {
   const int64_t block_size = int64_t{1} << block_size_log2, n_kv = k_pool.dim(2), hd = k_pool.dim(3);
   NS_CHECK(n_rep <= kTileMaxRep) << "tile attention: n_rep " << n_rep << " over " << kTileMaxRep;
   const int n_tiles = query_tile_count(batch, n_rep);
@@ -383,18 +384,12 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
       << "query tiles: " << n_tiles << " tiles exceed the workspace";
   const int n_decode = batch.num_decode_rows();
   const int grid_splits = tile_decode_splits(batch);
-  if (group == 0) group = tile_decode_group(batch, static_cast<int>(n_kv), ws.sm_count(), k_pool.dtype());
-  NS_CHECK(group >= 1 && group <= kMaxSplitGroup && (group & (group - 1)) == 0)
-      << "tile decode: split group " << group << " (1, 2 or 4)";
-  if (stages == 0) stages = tile_decode_stages(batch, static_cast<int>(n_kv), ws.sm_count(), group);
-  NS_CHECK(stages >= 2 && stages <= 3) << "tile decode: stages " << stages << " outside [2, 3]";
   const bool fp8 = k_pool.dtype() == DType::kF8E4M3;
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
     p.k_pool = k_pool.data();
     p.v_pool = v_pool.data();
-    p.k_scale = fp8 ? kv_scales.k : 1.0f;
     p.v_scale = fp8 ? kv_scales.v : 1.0f;
     p.strides = pool_strides(block_size, n_kv, hd);
     p.row_meta = batch.row_meta();
@@ -415,7 +410,7 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     p.scale_log2 = scale * kLog2e;
     if (fp8) p.scale_log2 *= kv_scales.k;  // the codes' scores times k_scale
     p.early_kv = early_kv && dependent_launch;
-    p.split_group = group;
+    p.split_group = decode.group;
   };
   auto run = [&]<typename T, typename KV, int HD>() {
     TileParams<T> p{};
@@ -424,8 +419,8 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     if (n_tiles > 0) launch_query<T, KV, HD>(p, static_cast<int>(n_kv), ws.items(), stream, dependent_launch);
     if (n_decode > 0) {
       launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits,
-                               (grid_splits + group - 1) / group, stages, ws.max_rows(), stream,
-                               dependent_launch || n_tiles > 0);
+                               (grid_splits + decode.group - 1) / decode.group, decode.stages, ws.max_rows(),
+                               stream, dependent_launch || n_tiles > 0);
     }
   };
   auto by_hd = [&]<typename T, typename KV>() {

@@ -54,13 +54,12 @@ __host__ __device__ inline SplitPlan tile_plan(int ctx) {
 
 template <typename T>
 struct TileParams {
-  const T* q;  // [T, n_heads, HD]
-  T* out;      // [T, n_heads, HD]
+  const T* q;          // [T, n_heads, HD]
+  T* out;              // [T, n_heads, HD]
   const void* k_pool;  // T, or E4M3 bytes (KV: the kernel's pool element)
   const void* v_pool;
-  float k_scale;             // an fp8 pool's (scale_log2 includes it)
-  float v_scale;             // an fp8 pool's, the output's factor; 1 over a T pool
-  PoolStrides strides;       // elements: a block, a head, a slot
+  float v_scale;        // an fp8 pool's, the output's factor; 1 over a T pool (its k_scale is in scale_log2)
+  PoolStrides strides;  // elements: a block, a head, a slot
   const int32_t* row_meta;   // [T][2] the sequence of each token, its first position this step
   const int32_t* positions;  // [T]
   const int32_t* block_tables;
@@ -78,8 +77,8 @@ struct TileParams {
   int block_size_log2;
   int max_blocks_per_seq;
   float scale_log2;
-  bool early_kv;  // the decode kernel copies its history tiles before the dependency wait
-  int split_group;  // the decode kernel's consecutive splits a block (tile_decode_group)
+  bool early_kv;    // the decode kernel copies its history tiles before the dependency wait
+  int split_group;  // the decode kernel's consecutive splits a block (tile_decode_shape)
 };
 
 // Byte offset of 16-byte chunk c of row r in a [kTileKeys][HD] tile (XOR

@@ -20,28 +20,32 @@ int query_tile_count(const DeviceBatch& batch, int n_rep);
 // The splits a decode row of the batch may have (the decode grid's y; 0:
 // the batch has no decode row).
 int tile_decode_splits(const DeviceBatch& batch);
-// The consecutive splits of a row a decode block walks (1, 2 or 4; changes no
-// sum). Over fp8 pools, the largest of at most half the row's splits that
+// The decode launch's shape, neither of which changes a sum:
+//   group, the consecutive splits of a row a decode block walks (1, 2 or 4).
+// Over fp8 pools, the largest of at most half the row's splits that
 // leaves at least kGroupBlocksPerSm blocks an SM, so that a block's fixed
 // cost (its pipeline's first copies, q, the epilogue) is paid once for
 // several splits where the grid has blocks to spare; 1 over 16-bit pools,
 // which run near the copy ceiling without it and lose 1-4% with it
 // (docs/log/kernels.md).
+//   stages, the pipeline's (3, two blocks an SM, where the grid's blocks fit
+// in one wave so; else 2, three an SM).
+// A non-zero `group` or `stages` (PagedAttentionTuning's) is taken as given.
+// paged_attention_cuda's launch and its graph key both read it from here.
 constexpr int kMaxSplitGroup = 4;
 constexpr int kGroupBlocksPerSm = 12;  // four waves at three blocks an SM
-int tile_decode_group(const DeviceBatch& batch, int n_kv, int sm_count, DType kv_dtype);
-// The decode kernel's pipeline stages for the batch and split group (3, two
-// blocks an SM, where its blocks fit in one wave so; else 2, three an SM);
-// changes no sum.
-int tile_decode_stages(const DeviceBatch& batch, int n_kv, int sm_count, int group);
+struct TileDecodeShape {
+  int group, stages;
+};
+TileDecodeShape tile_decode_shape(const DeviceBatch& batch, int n_kv, int sm_count, DType kv_dtype, int group,
+                                  int stages);
 
 // Every row of the step: the rows of sequences with several rows through the
 // query-tiled kernel, the others through the decode kernel.
 void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, const DeviceBatch& batch,
                   int n_rep, float scale, PagedAttentionWorkspaceCuda& ws, const Tensor& out,
                   cuda::Stream stream, int block_size_log2, bool dependent_launch, bool early_kv,
-                  int stages,                  // the decode kernel's; 0: tile_decode_stages
-                  int group,                   // the decode kernel's split group; 0: tile_decode_group
+                  TileDecodeShape decode,      // tile_decode_shape's
                   const KvScales& kv_scales);  // an fp8 pool's
 
 }  // namespace nanoserve::paged_attention_kernels

@@ -17,7 +17,7 @@ struct PagedAttentionTuning {
   int max_splits = 0;       // 1..kMaxSplits
   int min_split_tiles = 0;  // >= 1
   // Pipeline stages in flight per warp, 2..4 (the tile arithmetic: its
-  // decode kernel's stages, 2 or 3; 0: tile_decode_stages). Changes no sum. 0: from the grid
+  // decode kernel's stages, 2 or 3; 0: tile_decode_shape). Changes no sum. 0: from the grid
   // size: 3 when every thread block of the launch fits at two an SM, else 2
   // (three blocks an SM), and never more than the longest split has tiles.
   int stages = 0;
@@ -54,7 +54,7 @@ struct PagedAttentionTuning {
   // apply to it, but dependent_launch and early_kv.
   bool tiles = false;
   // The tile decode kernel's consecutive splits a block (1, 2 or 4; 0:
-  // tile_decode_group). Changes no sum.
+  // tile_decode_shape). Changes no sum.
   int split_group = 0;
 };
 
