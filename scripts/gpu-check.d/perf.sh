@@ -157,6 +157,18 @@ tps() { grep -oE "^(batched|cache) .*output [0-9.]+" "$out/bench-$1.log" 2>/dev/
 peer() { grep -F "$1" "$out/transformers.log" 2>/dev/null | head -1 | awk -F': ' '{print $NF}'; }
 vs() { echo "transformers compile ${1:-n/a}, eager ${2:-n/a}"; }
 
+# A dummy shape's decode at batch 1 (128 in, 256 out) and at batch 64 (512
+# in, 64 out): bench-PREFIX-b1.log and bench-PREFIX-b64.log.
+shape_bench() {  # prefix, then the shape's flags
+  local prefix=$1 job args
+  shift
+  for job in "$prefix-b1 --num-prompts 1 --input-len 128 --output-len 256" \
+    "$prefix-b64 --num-prompts 64 --input-len 512 --output-len 64 --max-num-seqs 64 --max-num-batched-tokens 4096"; do
+    read -r -a args <<<"$job"
+    "$bin/nanoserve" bench "$@" --num-warmups 1 "${args[@]:1}" > "$out/bench-${args[0]}.log" 2>&1 || status=1
+    grep -E "^batched|^KV cache|CUDA graphs|error" "$out/bench-${args[0]}.log" | head -4
+  done
+}
 if ! skip shapes; then
 # Qwen3-30B-A3B (128 experts, top-8 of ffn 768, 48 layers of 2048), dummy
 # bf16 weights. Floor (H200, 4.2 TB/s read): a token reads attention 37.7 MB
@@ -166,12 +178,7 @@ if ! skip shapes; then
 # layer, 57.0 GB, + attention 1.8 + lm_head 0.6 + KV 3.4 GB: 62.8 GB, ~15 ms.
 moe_shape=(--load-format dummy --model-shape qwen3-30b-a3b --device cuda --temperature 0)
 echo "== Qwen3-30B-A3B shape, dummy weights"
-for job in "moe-b1 --num-prompts 1 --input-len 128 --output-len 256" \
-  "moe-b64 --num-prompts 64 --input-len 512 --output-len 64 --max-num-seqs 64 --max-num-batched-tokens 4096"; do
-  read -r -a args <<<"$job"
-  "$bin/nanoserve" bench "${moe_shape[@]}" --num-warmups 1 "${args[@]:1}" > "$out/bench-${args[0]}.log" 2>&1 || status=1
-  grep -E "^batched|^KV cache|CUDA graphs|error" "$out/bench-${args[0]}.log" | head -4
-done
+shape_bench moe "${moe_shape[@]}"
 
 # gpt-oss-20b (32 experts, top-4 of ffn 2880, 24 layers of 2880, 64 heads of
 # 64 over 8 kv heads, 128-token windows on the even layers), dummy bf16
@@ -185,12 +192,7 @@ done
 # 41.7 GB, ~9.9 ms.
 oss_shape=(--load-format dummy --model-shape gpt-oss-20b --device cuda --temperature 0)
 echo "== gpt-oss-20b shape, dummy weights"
-for job in "oss-b1 --num-prompts 1 --input-len 128 --output-len 256" \
-  "oss-b64 --num-prompts 64 --input-len 512 --output-len 64 --max-num-seqs 64 --max-num-batched-tokens 4096"; do
-  read -r -a args <<<"$job"
-  "$bin/nanoserve" bench "${oss_shape[@]}" --num-warmups 1 "${args[@]:1}" > "$out/bench-${args[0]}.log" 2>&1 || status=1
-  grep -E "^batched|^KV cache|CUDA graphs|error" "$out/bench-${args[0]}.log" | head -4
-done
+shape_bench oss "${oss_shape[@]}"
 # Greedy output of the gpt-oss-20b shape alone = in a batch of 32 (sinks, windows, experts at full size).
 "$bin/nanoserve" bench "${oss_shape[@]}" --input-len 200 --output-len 48 --range-ratio 0.5 --compare-serial \
   --no-enable-prefix-caching --num-prompts 32 --max-num-seqs 64 > "$out/invariance-oss-32.log" 2>&1
@@ -254,12 +256,7 @@ kill $spid 2>/dev/null; wait $spid 2>/dev/null
 fi  # startup
 if ! skip shapes; then
 echo "== Gemma-3-12B shape, dummy weights (head_dim 256, 5 local layers to a global one)"
-gemma12=(--load-format dummy --model-shape gemma-3-12b --device cuda --temperature 0 --num-warmups 1)
-"$bin/nanoserve" bench "${gemma12[@]}" --num-prompts 1 --input-len 128 --output-len 256 \
-  > "$out/bench-g12-b1.log" 2>&1 || status=1
-"$bin/nanoserve" bench "${gemma12[@]}" --num-prompts 64 --input-len 512 --output-len 64 --max-num-seqs 64 \
-  --max-num-batched-tokens 4096 > "$out/bench-g12-b64.log" 2>&1 || status=1
-grep -E "^batched|^KV cache|CUDA graphs|error" "$out/bench-g12-b1.log" "$out/bench-g12-b64.log" | head -8
+shape_bench g12 --load-format dummy --model-shape gemma-3-12b --device cuda --temperature 0
 
 fi  # shapes
 if want peer; then
