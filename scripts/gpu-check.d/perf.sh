@@ -233,25 +233,24 @@ kill $spid 2>/dev/null; wait $spid 2>/dev/null
 grep -E "CUDA graphs|host time between" "$out/serve-8b.log" | tail -2
 # The same server one step at a time (--no-async-scheduling): asynchronous
 # scheduling's before and after, with the GPU's idle time a step from each log.
-"$bin/nanoserve" serve "${dummy[@]::6}" --no-async-scheduling --port 18779 > "$out/serve-8b-sync.log" 2>&1 &
-spid=$!
-if wait_health 18779; then
-  serve_runs 18779 -sync
-else
-  status=1
-fi
-kill $spid 2>/dev/null; wait $spid 2>/dev/null
+# A server of the 8B dummy with more flags: its log LOG.log, its runs
+# (serve_runs) named with SUFFIX.
+serve_with() {  # port, suffix, log, then serve's flags
+  local port=$1 suffix=$2 log=$3
+  shift 3
+  "$bin/nanoserve" serve "${dummy[@]::6}" "$@" --port "$port" > "$out/$log.log" 2>&1 &
+  spid=$!
+  if wait_health "$port"; then
+    serve_runs "$port" "$suffix"
+  else
+    status=1
+  fi
+  kill $spid 2>/dev/null; wait $spid 2>/dev/null
+}
+serve_with 18779 -sync serve-8b-sync --no-async-scheduling
 grep -E "host time between" "$out/serve-8b-sync.log" | tail -1
 # The same with FP8 weights and the fp8 KV cache (the FP8 column of issue 35's table).
-"$bin/nanoserve" serve "${dummy[@]::6}" --quantization fp8 --kv-cache-dtype fp8 --port 18778 \
-  > "$out/serve-8b-fp8.log" 2>&1 &
-spid=$!
-if wait_health 18778; then
-  serve_runs 18778 -fp8
-else
-  status=1
-fi
-kill $spid 2>/dev/null; wait $spid 2>/dev/null
+serve_with 18778 -fp8 serve-8b-fp8 --quantization fp8 --kv-cache-dtype fp8
 
 fi  # startup
 if ! skip shapes; then
