@@ -23,10 +23,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -130,9 +132,43 @@ void report(const char* op, const std::string& shape, double ms, double bytes, d
               100.0 * gbs / (ceiling_tbs * 1e3));
 }
 
-// The device sampler over the vocabulary (logits uniform in +-10), each row
-// with the same params; bytes are one read of the rows (the kernel makes
-// several passes).
+// Logits rows of a peaked distribution: normal with standard deviation
+// kPeakedSigma, where a model's few likely tokens hold most of the mass (the
+// bench prints a row's top-p nucleus). Uniform logits in +-10 spread the
+// mass: their top-p 0.9 nucleus at T 0.8 is ~12k tokens, past the sampler's
+// 8,192-key window, so the kernel walks both windows and leaves the row to
+// the host.
+constexpr float kPeakedSigma = 4.0f;
+std::vector<float> peaked_host(int64_t R, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, kPeakedSigma);
+  std::vector<float> host(static_cast<size_t>(R * kVocab));
+  for (float& x : host) x = normal(rng);
+  return host;
+}
+Tensor device_rows(const std::vector<float>& host, int64_t R) {
+  Tensor t = cuda::empty(DType::kF32, {R, kVocab});
+  cuda::copy_bytes_to_device(t.data(), host.data(), static_cast<int64_t>(host.size()) * 4);
+  return t;
+}
+
+// The tokens of a row's top-p nucleus at temperature T (the host's count,
+// printed beside the peaked rows).
+int64_t nucleus_size(std::vector<float> row, float T, double top_p) {
+  std::sort(row.begin(), row.end(), std::greater<>());
+  double total = 0.0;
+  for (const float x : row) total += std::exp(static_cast<double>(x - row[0]) / T);
+  double cum = 0.0;
+  for (size_t j = 0; j < row.size(); ++j) {
+    if (cum >= top_p * total) return static_cast<int64_t>(j);
+    cum += std::exp(static_cast<double>(row[j] - row[0]) / T);
+  }
+  return static_cast<int64_t>(row.size());
+}
+
+// The device sampler over the vocabulary (logits uniform in +-10, or peaked),
+// each row with the same params; bytes are one read of the rows (the kernel
+// makes several passes).
 void bench_sample(cudaStream_t s, double ceiling) {
   struct Case {
     const char* name;
@@ -140,23 +176,34 @@ void bench_sample(cudaStream_t s, double ceiling) {
     int32_t top_k;
     float top_p, min_p;
     int32_t num_logprobs;
+    bool peaked;
   };
-  const Case cases[] = {{"T 1", 1.0f, -1, 1.0f, 0.0f, -1},
-                        {"T 0.8 k 50 p 0.95", 0.8f, 50, 0.95f, 0.0f, -1},
-                        {"T 0.8 p 0.9", 0.8f, -1, 0.9f, 0.0f, -1},
-                        {"T 0.8 min_p 0.05", 0.8f, -1, 1.0f, 0.05f, -1},
-                        {"T 0.8 k 50 lp 5", 0.8f, 50, 1.0f, 0.0f, 5}};
+  const Case cases[] = {{"T 1", 1.0f, -1, 1.0f, 0.0f, -1, false},
+                        {"T 0.8 k 50 p 0.95", 0.8f, 50, 0.95f, 0.0f, -1, false},
+                        {"T 0.8 p 0.9", 0.8f, -1, 0.9f, 0.0f, -1, false},
+                        {"T 0.8 min_p 0.05", 0.8f, -1, 1.0f, 0.05f, -1, false},
+                        {"T 0.8 k 50 lp 5", 0.8f, 50, 1.0f, 0.0f, 5, false},
+                        {"T 0.8 p 0.9 peaked", 0.8f, -1, 0.9f, 0.0f, -1, true},
+                        {"T 0.8 min_p 0.05 peaked", 0.8f, -1, 1.0f, 0.05f, -1, true}};
+  {
+    const std::vector<float> row = peaked_host(1, 900);
+    std::printf("peaked logits (normal, sigma %.1f): a row's top-p 0.9 nucleus at T 0.8 is %lld tokens\n",
+                static_cast<double>(kPeakedSigma), static_cast<long long>(nucleus_size(row, 0.8f, 0.9)));
+  }
   for (int64_t R : {1, 8, 64}) {
     const int n = copies_for(R * kVocab * 4);
-    std::vector<Tensor> ls;
-    for (int i = 0; i < n; ++i) ls.push_back(random_tensor(DType::kF32, {R, kVocab}, 500 + i, 10.0f));
+    std::vector<Tensor> ls, peaked;
+    const std::vector<float> peaked_rows = peaked_host(R, 900);  // each copy the same rows
+    for (int i = 0; i < n; ++i) {
+      ls.push_back(random_tensor(DType::kF32, {R, kVocab}, 500 + i, 10.0f));
+      peaked.push_back(device_rows(peaked_rows, R));
+    }
     const Tensor argmax = cuda::empty(DType::kI32, {R}), tokens = cuda::empty(DType::kI32, {R});
     const Tensor scaled = cuda::empty(DType::kF32, {R, kVocab});
     const int64_t words = static_cast<int64_t>(sizeof(SampleRowParams) / 4);
     const int64_t lp_words = static_cast<int64_t>((sizeof(SampleRowLogprobs) + 3) / 4);
     const Tensor params = cuda::empty(DType::kI32, {R * words}),
                  lps = cuda::empty(DType::kI32, {R * lp_words});
-    argmax_cuda(ls[0], argmax.data_as<int32_t>(), s);
     for (const Case& c : cases) {
       std::vector<SampleRowParams> host(static_cast<size_t>(R));
       for (int64_t r = 0; r < R; ++r) {
@@ -171,8 +218,10 @@ void bench_sample(cudaStream_t s, double ceiling) {
       cuda::copy_bytes_to_device(params.data(), host.data(), R * words * 4);
       const auto* pd = params.data_as<const SampleRowParams>();
       auto* lp = c.num_logprobs >= 0 ? lps.data_as<SampleRowLogprobs>() : nullptr;
+      const std::vector<Tensor>& rows = c.peaked ? peaked : ls;
+      argmax_cuda(rows[0], argmax.data_as<int32_t>(), s);
       const double ms = time_graph(s, [&](int i) {
-        sample_cuda(ls[i % n], scaled, pd, argmax.data_as<const int32_t>(), tokens.data_as<int32_t>(), lp, s);
+        sample_cuda(rows[i % n], scaled, pd, argmax.data_as<const int32_t>(), tokens.data_as<int32_t>(), lp, s);
       });
       report("sample", "R " + std::to_string(R) + " " + c.name, ms, static_cast<double>(R * kVocab * 4),
              ceiling);

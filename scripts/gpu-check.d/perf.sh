@@ -19,10 +19,13 @@ for M in 1 8 64; do
 done
 tf=$(awk '$5 == 1024 && $6 == "ours" { printf "%s %s, ", $1, $10 }' "$out/ops-bench.log")
 row "linear_cuda TFLOP/s at M = 1024" "${tf%, }"
-# "sample R 1 T 0.8 k 50 p 0.95 168.57 us ...": the time is the field before "us".
-sample_us() { awk -v c="$1" '$0 ~ "^sample +" c " " { for (i = 1; i <= NF; ++i) if ($i == "us") print $(i - 1) }' "$out/ops-bench.log"; }
+# "sample R 1 T 0.8 k 50 p 0.95   168.57 us ...": the time is the field before
+# "us"; the name is padded, so two spaces end it ("... p 0.9" is not "... p 0.9 peaked").
+sample_us() { awk -v c="$1" '$0 ~ "^sample +" c "  " { for (i = 1; i <= NF; ++i) if ($i == "us") print $(i - 1) }' "$out/ops-bench.log"; }
 row "sample_cuda over V 128256, us a call at R = 1 / 64 rows" \
   "T 1: $(sample_us "R 1 T 1") / $(sample_us "R 64 T 1"); T 0.8 k 50 p 0.95: $(sample_us "R 1 T 0.8 k 50 p 0.95") / $(sample_us "R 64 T 0.8 k 50 p 0.95")"
+row "  T 0.8 p 0.9, uniform logits (to the host) / peaked (a nucleus of ~100)" \
+  "$(sample_us "R 1 T 0.8 p 0.9") / $(sample_us "R 64 T 0.8 p 0.9"); $(sample_us "R 1 T 0.8 p 0.9 peaked") / $(sample_us "R 64 T 0.8 p 0.9 peaked")"
 if [[ -x "$bin/paged_attention_cuda_bench" ]]; then
   echo "== paged attention, one layer of the 8B shape: the split kernel and the tile arithmetic"
   "$bin/paged_attention_cuda_bench" --custom 1:4096 --custom 64:4096 --extend 1:1024 --extend 1:4096 \
