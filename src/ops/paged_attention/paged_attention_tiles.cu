@@ -306,11 +306,12 @@ void launch_query(const TileParams<T>& p, int n_kv, int32_t* tiles, cuda::Stream
 }
 
 // The decode rows, in launches of at most the workspace's rows: the splits,
-// then (where a row has several) their fold.
+// p.split_group a block, then (where a row has several) their fold.
 template <typename T, typename KV, int HD>
-void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int grid_y, int stages,
-                   int max_rows, cuda::Stream stream, bool dependent_launch) {
+void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int stages, int max_rows,
+                   cuda::Stream stream, bool dependent_launch) {
   auto kernel = stages == 2 ? tile_decode_kernel<T, KV, HD, 2> : tile_decode_kernel<T, KV, HD, 3>;
+  const int grid_y = (grid_splits + p.split_group - 1) / p.split_group;
   for (int r0 = 0, rows = 0; r0 < n_decode; r0 += rows) {
     rows = std::min({max_rows, n_decode - r0, int{65535}});
     p.decode_offset = r0;
@@ -418,8 +419,7 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
     // The query tiles first: the decode launch's early copies then overlap their tail.
     if (n_tiles > 0) launch_query<T, KV, HD>(p, static_cast<int>(n_kv), ws.items(), stream, dependent_launch);
     if (n_decode > 0) {
-      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits,
-                               (grid_splits + decode.group - 1) / decode.group, decode.stages, ws.max_rows(),
+      launch_decode<T, KV, HD>(p, static_cast<int>(n_kv), n_decode, grid_splits, decode.stages, ws.max_rows(),
                                stream, dependent_launch || n_tiles > 0);
     }
   };
