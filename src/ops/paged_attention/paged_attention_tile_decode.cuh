@@ -31,11 +31,11 @@
 
 namespace nanoserve::paged_attention_kernels {
 
-// The dequantized tile (fp8 pools), the stages, then the four warps' maxima ([4][16] f32) and P's A
+// The converted f16 tile (fp8 pools), the stages, then the four warps' maxima ([4][16] f32) and P's A
 // fragments ([4][32] x 16 bytes).
 template <typename T, typename KV, int HD>
 constexpr int decode_smem_bytes(int stages) {
-  return dequantized_bytes<T, KV, HD>() + stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 +
+  return converted_bytes<T, KV, HD>() + stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 +
          4 * 32 * 16;
 }
 
@@ -54,12 +54,12 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   constexpr uint32_t kTileBytes = tile_bytes<HD>();
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   using P = ProductT<T, KV>;  // the products' element
-  constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
+  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
   // [the converted tile][stages][K, V][kTileKeys][HD], then red, then pa
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
-  float* red = reinterpret_cast<float*>(smem_ptr + kDeq + S * kStage);
+  float* red = reinterpret_cast<float*>(smem_ptr + kConv + S * kStage);
   uint4* pa = reinterpret_cast<uint4*>(red + 4 * 16);  // [4 k-steps][32 lanes]
 
   launch_dependents();
@@ -77,13 +77,13 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int i = static_cast<int>(threadIdx.x);
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
   auto load = [&](int n) {
-    load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kDeq + (n % S) * kStage, i);
+    load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kConv + (n % S) * kStage, i);
   };
   // Tile n's landed stage, made readable: the address of its tile (over an
   // fp8 pool, the stage converted to f16; a barrier orders it before the reads).
   auto ready = [&](int n) -> uint32_t {
     if constexpr (kF8) {
-      dequantize_tile<HD>(smem_ptr + kDeq + (n % S) * kStage, smem_ptr, i);
+      convert_tile<HD>(smem_ptr + kConv + (n % S) * kStage, smem_ptr, i);
       __syncthreads();
       return smem;
     } else {
@@ -125,7 +125,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
                                                                 2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
       }
     }
-    __syncthreads();  // every warp has read the stage (and the dequantized tile)
+    __syncthreads();  // every warp has read the stage (and the converted tile)
     load(S);
     cuda::cp_async_commit();
   };

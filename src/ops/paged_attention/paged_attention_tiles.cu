@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   constexpr uint32_t kTileBytes = tile_bytes<HD>();  // K (or V) of a tile
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   using P = ProductT<T, KV>;  // the products' element
-  constexpr uint32_t kDeq = dequantized_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
+  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
   // [the converted tile (fp8 pools)][2 stages][K, V][kKeys][HD], then the folds
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
@@ -137,11 +137,11 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   // The slots' running folds: O in shared memory after the stages (each lane
   // its own elements; rows padded by 8 floats against bank conflicts), m and
   // l here.
-  float* acc_o = reinterpret_cast<float*>(smem_ptr + kDeq + 2 * kStage);
+  float* acc_o = reinterpret_cast<float*>(smem_ptr + kConv + 2 * kStage);
   float acc_m[2] = {-INFINITY, -INFINITY}, acc_l[2] = {0.0f, 0.0f};
 
   auto load = [&](int tile, int st) {
-    load_tile<KV, T, HD>(p, table, kvh, tile, kv_end, smem + kDeq + st * kStage, i);
+    load_tile<KV, T, HD>(p, table, kvh, tile, kv_end, smem + kConv + st * kStage, i);
   };
 
   float o[kDT][4], lf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
     __syncthreads();
     uint32_t k_base = smem + (tile & 1) * kStage;
     if constexpr (kF8) {  // the landed stage into the f16 tile every warp reads
-      dequantize_tile<HD>(smem_ptr + kDeq + (tile & 1) * kStage, smem_ptr, i);
+      convert_tile<HD>(smem_ptr + kConv + (tile & 1) * kStage, smem_ptr, i);
       __syncthreads();
       k_base = smem;
     }
@@ -273,10 +273,10 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   }
 }
 
-// The dequantized tile (fp8 pools), two stages of K and V, the slots' folds.
+// The converted f16 tile (fp8 pools), two stages of K and V, the slots' folds.
 template <typename T, typename KV, int HD>
 constexpr int query_smem_bytes() {
-  return dequantized_bytes<T, KV, HD>() + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
+  return converted_bytes<T, KV, HD>() + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
 }
 
 template <typename T, typename KV, int HD>

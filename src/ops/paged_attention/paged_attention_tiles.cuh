@@ -122,14 +122,14 @@ __device__ __forceinline__ uint32_t product_pair(uint32_t w) {
 // The f16 tile an fp8 pool's landed stage is converted into, ahead of the
 // stages (none over a T pool).
 template <typename T, typename KV, int HD>
-constexpr int dequantized_bytes() {
+constexpr int converted_bytes() {
   return std::is_same_v<T, KV> ? 0 : static_cast<int>(2 * tile_bytes<HD>());
 }
 
 // Tile `tile`'s K and V rows of kv head kvh into the stage at `dst` (K, then
 // V kTileKeys * HD elements on); keys at or past kv_end are zeros. A T pool's
 // rows land swizzled (tile_offset), an fp8 pool's plain (row r at r * HD
-// bytes), for dequantize_tile. Thread i of kTileThreads copies chunk i %
+// bytes), for convert_tile. Thread i of kTileThreads copies chunk i %
 // (row chunks) of every kTileThreads / (row chunks)-th row from row i / (row
 // chunks).
 template <typename KV, typename T, int HD>
@@ -164,7 +164,7 @@ __device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t*
 // element its code's value, exactly (kv_f8x16_codes_f16). The whole block;
 // the caller's barrier then orders the writes before the reads.
 template <int HD>
-__device__ __forceinline__ void dequantize_tile(const char* raw, char* dst, int i) {
+__device__ __forceinline__ void convert_tile(const char* raw, char* dst, int i) {
   constexpr int kRowChunks = HD / 16;              // a row's fp8 chunks
   constexpr int kChunks = kTileKeys * kRowChunks;  // K's (V's)
   static_assert(kChunks % kTileThreads == 0, "whole chunks a thread");
