@@ -54,12 +54,18 @@ if want profile; then
     key "$log"
   done
   # The tile decode kernel (the default arithmetic) at batch 64, context 4,096, over each pool.
+  # Also its warps' stall samples by SASS instruction (SourceCounters), and
+  # where they gather: scripts/ncu_stalls.py over the report's source page.
   for pool in bf16 fp8; do
-    log="$out/ncu-attention-decode-$pool.log"
+    log="$out/ncu-attention-decode-$pool.log" rep="$out/ncu-attention-decode-$pool"
     ncu --kernel-name "regex:tile_decode_kernel" --launch-skip 2 --launch-count 1 "${ncu_sections[@]}" \
+      --section SourceCounters --import-source yes --export "$rep" --force-overwrite \
       "$bin/paged_attention_cuda_bench" $([[ $pool == fp8 ]] && echo --fp8) --custom 64:4096 > "$log" 2>&1 || prof_ok=0
+    ncu --import "$rep.ncu-rep" --page details --print-details all >> "$log" 2>&1 || prof_ok=0
+    ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep-sass.csv" 2>&1 || prof_ok=0
     echo "-- attention decode B=64 L=4096 $pool (tile_decode_kernel)"
     key "$log"
+    python3 scripts/ncu_stalls.py "$rep-sass.csv" | tee "$rep-stalls.txt" || prof_ok=0
   done
   row "profile (Nsight Compute, 8 linears, 2 attention kernels)" "$( ((prof_ok)) && echo "reports in $out/ncu-*.log" || echo "ncu failed: $out/ncu-*.log")"
 fi

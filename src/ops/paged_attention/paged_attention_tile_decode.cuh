@@ -76,9 +76,8 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int i = static_cast<int>(threadIdx.x);
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
-  auto load = [&](int n) {
-    load_tile<KV, T, HD>(p, table, kvh, tile0 + n, ctx, smem + kConv + (n % S) * kStage, i);
-  };
+  TileLoader<KV, T, HD> loader(p, table, kvh, tile0, ctx, i);
+  auto load = [&](int n) { loader.copy(tile0 + n, smem + kConv + (n % S) * kStage); };
   // Tile n's landed stage, made readable: the address of its tile (over an
   // fp8 pool, the stage converted to f16; a barrier orders it before the reads).
   auto ready = [&](int n) -> uint32_t {
@@ -244,8 +243,12 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
 #pragma unroll
     for (int dt = 0; dt < kWDT; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
   };
+  int split = split0, split_left = per;  // the current split, its tiles not yet done
   auto split_end = [&](int n) {
-    if ((n + 1) % per == 0 || n + 1 == n_t) finish(split0 + n / per);
+    if (--split_left == 0 || n + 1 == n_t) {
+      finish(split++);
+      split_left = per;
+    }
   };
 
   int n = 0;

@@ -140,9 +140,8 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   float* acc_o = reinterpret_cast<float*>(smem_ptr + kConv + 2 * kStage);
   float acc_m[2] = {-INFINITY, -INFINITY}, acc_l[2] = {0.0f, 0.0f};
 
-  auto load = [&](int tile, int st) {
-    load_tile<KV, T, HD>(p, table, kvh, tile, kv_end, smem + kConv + st * kStage, i);
-  };
+  TileLoader<KV, T, HD> loader(p, table, kvh, 0, kv_end, i);
+  auto load = [&](int tile, int st) { loader.copy(tile, smem + kConv + st * kStage); };
 
   float o[kDT][4], lf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float m[2] = {-INFINITY, -INFINITY};
@@ -386,13 +385,16 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
   const int n_decode = batch.num_decode_rows();
   const int grid_splits = tile_decode_splits(batch);
   const bool fp8 = k_pool.dtype() == DType::kF8E4M3;
+  const PoolStrides strides = pool_strides(block_size, n_kv, hd);
+  NS_CHECK(strides.block <= INT32_MAX) << "tile attention: a KV block of " << strides.block
+                                       << " elements (TileLoader's strides are 32-bit)";
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();
     p.k_pool = k_pool.data();
     p.v_pool = v_pool.data();
     p.v_scale = fp8 ? kv_scales.v : 1.0f;
-    p.strides = pool_strides(block_size, n_kv, hd);
+    p.strides = strides;
     p.row_meta = batch.row_meta();
     p.positions = batch.positions();
     p.block_tables = batch.block_tables();

@@ -126,61 +126,103 @@ constexpr int converted_bytes() {
   return std::is_same_v<T, KV> ? 0 : static_cast<int>(2 * tile_bytes<HD>());
 }
 
-// Tile `tile`'s K and V rows of kv head kvh into the stage at `dst` (K, then
-// V kTileKeys * HD elements on); keys at or past kv_end are zeros. A T pool's
-// rows land swizzled (tile_offset), an fp8 pool's plain (row r at r * HD
-// bytes), for convert_tile. Thread i of kTileThreads copies chunk i %
-// (row chunks) of every kTileThreads / (row chunks)-th row from row i / (row
-// chunks).
+// Copies one row's tiles of kv head kvh into stages, in tile order (each
+// copy(n) after copy(n - 1)). Tile n + 1's block-table entries are fetched
+// when tile n's copies are issued, so that a copy waits on no table load of
+// its own but the first. Tile `tile`'s K and V rows land in the stage at
+// `dst` (K, then V kTileKeys * HD elements on); keys at or past kv_end are
+// zeros. A T pool's rows land swizzled (tile_offset), an fp8 pool's plain
+// (row r at r * HD bytes), for convert_tile. Thread i of kTileThreads copies
+// chunk i % kChunks of rows i / kChunks + kRowStep k. The pool's block and
+// token strides fit in 32 bits (launch_tiles checks).
 template <typename KV, typename T, int HD>
-__device__ __forceinline__ void load_tile(const TileParams<T>& p, const int32_t* table, int kvh, int tile,
-                                          int kv_end, uint32_t dst, int i) {
-  constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
-  constexpr int kChunks = HD / kChunkElems;
-  constexpr int kRowStep = kTileThreads / kChunks;
-  constexpr uint32_t kHalf = stage_bytes<KV, HD>() / 2;
-  const KV* kp = static_cast<const KV*>(p.k_pool);
-  const KV* vp = static_cast<const KV*>(p.v_pool);
-  const int c = i % kChunks, r0 = i / kChunks;
-  const int bs_mask = (1 << p.block_size_log2) - 1;
-#pragma unroll 4
-  for (int r = r0; r < kTileKeys; r += kRowStep) {
-    const int j = tile * kTileKeys + r;
-    const bool valid = j < kv_end;
-    int64_t off = 0;
-    if (valid) {
-      off = __ldg(table + (j >> p.block_size_log2)) * p.strides.block + (j & bs_mask) * p.strides.token +
-            kvh * p.strides.head + c * kChunkElems;
-    }
-    const uint32_t at =
-        dst + (sizeof(KV) == 1 ? static_cast<uint32_t>(r * HD + 16 * c) : tile_offset<HD>(r, c));
-    cuda::cp_async_16(at, kp + off, valid);
-    cuda::cp_async_16(at + kHalf, vp + off, valid);
-  }
-}
+class TileLoader {
+  static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(KV));
+  static constexpr int kChunks = HD / kChunkElems;  // 16-byte chunks a row
+  static constexpr int kRowStep = kTileThreads / kChunks;
+  static constexpr int kRows = kTileKeys / kRowStep;  // rows a thread copies
+  static constexpr uint32_t kRowBytes = HD * sizeof(KV);
+  // Rows r0 + kRowStep k share r0's swizzle (r & 7): one destination offset.
+  static_assert(kRowStep % 8 == 0 && kTileKeys % kRowStep == 0, "rows a thread copies");
 
-// A landed fp8 stage (load_tile's plain rows) into the f16 tile at `dst`
+ public:
+  __device__ __forceinline__ TileLoader(const TileParams<T>& p, const int32_t* table, int kvh, int first_tile,
+                                        int kv_end, int i)
+      : table_(table),
+        kv_end_(kv_end),
+        log2_(p.block_size_log2),
+        mask_((1 << p.block_size_log2) - 1),
+        block_(static_cast<int>(p.strides.block)),
+        token_(static_cast<int>(p.strides.token)),
+        r0_(i / kChunks) {
+    const int c = i % kChunks;
+    const int64_t at = kvh * p.strides.head + c * kChunkElems;
+    k_ = static_cast<const KV*>(p.k_pool) + at;
+    v_ = static_cast<const KV*>(p.v_pool) + at;
+    dst0_ = sizeof(KV) == 1 ? static_cast<uint32_t>(r0_ * HD + 16 * c) : tile_offset<HD>(r0_, c);
+    fetch(first_tile);
+  }
+
+  __device__ __forceinline__ void copy(int tile, uint32_t dst) {
+    int32_t page[kRows];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) page[k] = next_[k];
+    fetch(tile + 1);
+    constexpr uint32_t kHalf = stage_bytes<KV, HD>() / 2;
+    const int key0 = tile * kTileKeys, tok0 = key0 & mask_;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int r = r0_ + kRowStep * k;
+      const bool valid = key0 + r < kv_end_;
+      const int64_t off = valid ? static_cast<int64_t>(page[k]) * block_ + (tok0 + (r & mask_)) * token_ : 0;
+      const uint32_t at = dst + dst0_ + k * kRowStep * kRowBytes;
+      cuda::cp_async_16(at, k_ + off, valid);
+      cuda::cp_async_16(at + kHalf, v_ + off, valid);
+    }
+  }
+
+ private:
+  // next_: the block-table entries of tile `tile`'s rows this thread copies (0 past kv_end).
+  __device__ __forceinline__ void fetch(int tile) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int j = tile * kTileKeys + r0_ + kRowStep * k;
+      next_[k] = j < kv_end_ ? __ldg(table_ + (j >> log2_)) : 0;
+    }
+  }
+
+  const int32_t* table_;
+  const KV* k_;  // this thread's chunk of kv head kvh in block 0
+  const KV* v_;
+  int kv_end_, log2_, mask_, block_, token_, r0_;
+  uint32_t dst0_;  // the byte offset of row r0's chunk in a stage
+  int32_t next_[kRows];  // the entries of the next tile to copy
+};
+
+// A landed fp8 stage (TileLoader's plain rows) into the f16 tile at `dst`
 // (K, then V tile_bytes on; swizzled as a T pool's copy leaves it): every
-// element its code's value, exactly (kv_f8x16_codes_f16). The whole block;
-// the caller's barrier then orders the writes before the reads.
+// element its code's value, exactly (kv_f8x16_codes_f16). Thread i converts
+// chunk i % kRowChunks of rows i / kRowChunks + kRowsAPass k, whose swizzle
+// is one, so every address but the first two is a constant offset. The
+// whole block; the caller's barrier then orders the writes before the reads.
 template <int HD>
 __device__ __forceinline__ void convert_tile(const char* raw, char* dst, int i) {
-  constexpr int kRowChunks = HD / 16;              // a row's fp8 chunks
-  constexpr int kChunks = kTileKeys * kRowChunks;  // K's (V's)
-  static_assert(kChunks % kTileThreads == 0, "whole chunks a thread");
+  constexpr int kRowChunks = HD / 16;                     // a row's fp8 chunks
+  constexpr int kRowsAPass = kTileThreads / kRowChunks;  // rows the block converts a pass
+  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0,
+                "whole rows a pass, one swizzle a thread");
+  const int r0 = i / kRowChunks, c = i % kRowChunks;
+  const uint32_t lo = tile_offset<HD>(r0, 2 * c), hi = tile_offset<HD>(r0, 2 * c + 1);
+  const char* src = raw + 16 * i;  // row r0's chunk c: r0 * HD + 16 c
+  // K's passes then V's, as rows of 2 kTileKeys (V's rows follow K's, as in the stage).
 #pragma unroll
-  for (int is_v = 0; is_v < 2; ++is_v) {
-#pragma unroll
-    for (int idx = i; idx < kChunks; idx += kTileThreads) {
-      const uint4 q = *reinterpret_cast<const uint4*>(raw + is_v * kChunks * 16 + idx * 16);
-      const int r = idx / kRowChunks, c = idx % kRowChunks;  // row, and 16 elements of it
-      uint32_t t2[8];
-      cuda::kv_f8x16_codes_f16(q, t2);
-      char* base = dst + is_v * tile_bytes<HD>();
-      *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c)) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
-      *reinterpret_cast<uint4*>(base + tile_offset<HD>(r, 2 * c + 1)) =
-          make_uint4(t2[4], t2[5], t2[6], t2[7]);
-    }
+  for (int k = 0; k < 2 * kTileKeys / kRowsAPass; ++k) {
+    const uint4 q = *reinterpret_cast<const uint4*>(src + k * kRowsAPass * HD);
+    uint32_t t2[8];
+    cuda::kv_f8x16_codes_f16(q, t2);
+    char* row = dst + k * kRowsAPass * HD * 2;
+    *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
+    *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[4], t2[5], t2[6], t2[7]);
   }
 }
 
