@@ -18,8 +18,9 @@ import sys
 def read_rows(path):
     with open(path, newline="", errors="replace") as f:
         lines = f.read().splitlines()
-    # ncu may print its own lines before the table: start at the header.
-    start = next((i for i, l in enumerate(lines) if l.startswith('"') and "Source" in l), None)
+    # ncu prints the kernel's name (and may print its own lines) before the
+    # table: start at the header, the first row with a field named Source.
+    start = next((i for i, l in enumerate(lines) if "Source" in next(csv.reader([l]), [])), None)
     if start is None:
         sys.exit(f"{path}: no CSV header with a Source column")
     reader = csv.reader(io.StringIO("\n".join(lines[start:])))
