@@ -5,8 +5,9 @@
   scripts/ncu_stalls.py R.csv [--top N]
 
 Prints the samples' total, their share by opcode (the SASS mnemonic without
-predicate or modifiers), the warp instructions executed by opcode, and the N instructions with the most samples, each
-with its stall reasons where the page gives them per instruction.
+predicate or modifiers), the warp instructions executed by opcode, the
+samples by stall reason, and the N instructions with the most samples, in
+address order, each with its first three reasons.
 """
 import argparse
 import collections
