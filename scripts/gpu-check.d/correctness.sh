@@ -27,20 +27,23 @@ passed=$(grep -oE "^\[  PASSED  \] [0-9]+" "$out/tests.log" | grep -oE "[0-9]+$"
 failed=$(grep -cE "^\[  FAILED  \] [A-Za-z].* \([0-9]+ ms\)$" "$out/tests.log")  # each once, not again in the list
 row "CUDA tests (ops, attention, model vs CPU and transformers)" "${passed:-0} passed, $failed failed"
 ((rc == 0)) || status=1
+# A family's first "family NAME: ..." line of the tests in $line, or its
+# "no result" row and status 1; the planted error's distance in a line.
+family_line() {
+  line=$(grep -E "^family $1: " "$out/tests.log" | head -1)
+  [[ -n $line ]] || { row "$1 vs transformers" "n/a (no result)"; return 1; }
+}
+planted_of() { grep -oE "planted error \([^)]*\) [0-9.]+x" <<<"$1"; }
 # One row a family: NMSE against transformers, the planted error's distance, greedy tokens.
 for fam in llama mistral qwen2 qwen3 phi3 mistral_window gemma2 gemma3; do
-  line=$(grep -E "^family $fam: " "$out/tests.log" | head -1)
-  if [[ -z $line ]]; then
-    row "$fam vs transformers" "n/a (no result)"
-    continue
-  fi
+  family_line "$fam" || continue
   nmse=$(grep -oE "worst NMSE vs transformers [0-9.e+-]+" <<<"$line" | awk '{print $NF}')
-  planted=$(grep -oE "planted error \([^)]*\) [0-9.]+x" <<<"$line")
+  planted=$(planted_of "$line")
   greedy=$(grep -oE "greedy [0-9]+/[0-9]+" <<<"$line")
   row "$fam vs transformers: worst NMSE (<= 1.5e-3; Gemma 4e-3), planted, greedy" "$nmse; $planted (> 2.5x); $greedy"
   line=$(grep -E "^family $fam fp8: " "$out/tests.log" | head -1)
   nmse=$(grep -oE "worst NMSE vs transformers [0-9.e+-]+" <<<"$line" | awk '{print $NF}')
-  planted=$(grep -oE "planted error \([^)]*\) [0-9.]+x" <<<"$line")
+  planted=$(planted_of "$line")
   row "  FP8 (W8A8) vs transformers over the same FP8 weights and token codes (<= 0.2)" "${nmse:-n/a}; ${planted:-n/a} (> 2.5x)"
 done
 # Gemma on the GPU against the CPU forward of the same weights (model_gemma_cuda_test.cc).
@@ -76,13 +79,9 @@ row "MoE ops: routing = CPU, ties, vs moe_ref, grouped = linear_cuda, invariant"
 moe_ok=$(grep -cE "^\[       OK \] MoeCudaModel\." "$out/tests.log")
 row "MoE model: refusals, alone = batched bitwise, GGUF = HF experts" "$moe_ok/4 passed"
 for fam in qwen3moe mixtral; do
-  line=$(grep -E "^family $fam: " "$out/tests.log" | head -1)
-  if [[ -z $line ]]; then
-    row "$fam vs transformers" "n/a (no result)"
-    continue
-  fi
+  family_line "$fam" || continue
   nmse=$(grep -oE "worst NMSE vs transformers [0-9.e+-]+ over [0-9]+ of [0-9]+" <<<"$line" | awk '{print $5 " (" $7 "/" $9 " positions)"}')
-  planted=$(grep -oE "planted error \([^)]*\) [0-9.]+x" <<<"$line")
+  planted=$(planted_of "$line")
   row "$fam vs transformers, its experts forced: worst NMSE (<= 3e-3), planted" "$nmse; $planted (> 2.5x)"
   line=$(grep -E "^family $fam: the GPU vs the CPU forward" "$out/tests.log" | head -1)
   row "  GPU vs CPU forward (<= 3e-3); free-running GPU vs transformers" \

@@ -158,7 +158,12 @@ ttft() { grep -oE "TTFT median [0-9.]+" "$out/bench-$1.log" | awk '{print $NF}';
 step() { grep -oE "mean step [0-9.]+" "$out/bench-$1.log" | awk '{print $NF}'; }
 tps() { grep -oE "^(batched|cache) .*output [0-9.]+" "$out/bench-$1.log" 2>/dev/null | awk '{print $NF}'; }
 peer() { grep -F "$1" "$out/transformers.log" 2>/dev/null | head -1 | awk -F': ' '{print $NF}'; }
-vs() { echo "transformers compile ${1:-n/a}, eager ${2:-n/a}"; }
+# The peer's figure for a workload (its lines "compile: WHAT ..." and "eager: WHAT ..."), both modes.
+vs() {
+  local c e
+  c=$(peer "compile: $1") e=$(peer "eager: $1")
+  echo "transformers compile ${c:-n/a}, eager ${e:-n/a}"
+}
 
 # A dummy shape's decode at batch 1 (128 in, 256 out) and at batch 64 (512
 # in, 64 out): bench-PREFIX-b1.log and bench-PREFIX-b64.log.
@@ -275,17 +280,17 @@ if want offline; then
 fi
 
 row "8B decode batch 1, ms/token (target 3.9, floor 3.54)" \
-  "$(tpot b1) ($(vs "$(peer 'compile: decode batch 1,')" "$(peer 'eager: decode batch 1,')"))"
+  "$(tpot b1) ($(vs 'decode batch 1,'))"
 row "  same with --enforce-eager (no CUDA graphs)" "$(tpot b1-eager)"
 row "  same, sampled on the device (${sampled[*]})" "$(tpot b1-sampled)"
 row "8B decode batch 8, ms/step (target 4.0, floor ~3.6)" \
-  "$(step b8) ($(vs "$(peer 'compile: decode batch 8,')" "$(peer 'eager: decode batch 8,')"))"
+  "$(step b8) ($(vs 'decode batch 8,'))"
 row "8B decode batch 64, context ~512, ms/step (target 5.0, floor ~4.6)" \
-  "$(step b64) ($(vs "$(peer 'compile: decode batch 64,')" "$(peer 'eager: decode batch 64,')"))"
+  "$(step b64) ($(vs 'decode batch 64,'))"
 row "  same, TPOT with the other requests' prefill, ms" "$(tpot b64)"
 row "  same, sampled on the device, ms/step" "$(step b64-sampled)"
 row "8B prefill 1024 tokens, TTFT ms (target 25)" \
-  "$(ttft prefill) ($(vs "$(peer 'compile: prefill 1024, batch')" "$(peer 'eager: prefill 1024')"))"
+  "$(ttft prefill) ($(vs 'prefill 1024, batch'))"
 row "  same with --cublas-prefill (not invariant)" "$(ttft prefill-cublas)"
 row "8B FP8 weights decode batch 1, ms/token (target 2.2, floor ~1.8)" "$(tpot b1-fp8)"
 row "8B FP8 weights decode batch 8, ms/step" "$(step b8-fp8)"
