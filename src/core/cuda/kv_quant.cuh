@@ -39,17 +39,29 @@ __device__ __forceinline__ void kv_f8x16_dequantize(const uint4& q, float scale,
   }
 }
 
-// A 16-byte chunk of E4M3 bytes (byte 0 first) as the 16 codes' values in
-// f16, exactly (f16 holds every E4M3 value), in eight f16 pairs: h2[j] holds
-// elements 2 j, 2 j + 1. One conversion a pair: the tile arithmetic's read
-// of an fp8 tile, whose scales act on the scores and the output instead.
+// Four E4M3 bytes (byte 0 first) as the codes' values in f16, exactly (f16
+// holds every E4M3 value): h2[0] holds bytes 0, 1 and h2[1] bytes 2, 3. One
+// conversion a pair: the tile arithmetic's read of an fp8 tile, whose
+// scales act on the scores and the output instead.
+__device__ __forceinline__ void kv_f8x4_codes_f16(uint32_t w, uint32_t (&h2)[2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const __half2_raw h =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * j)), __NV_E4M3);
+    h2[j] = uint32_t{h.x} | (uint32_t{h.y} << 16);
+  }
+}
+
+// A 16-byte chunk of E4M3 bytes as sixteen codes in f16 (kv_f8x4_codes_f16
+// of each word): h2[j] holds elements 2 j, 2 j + 1.
 __device__ __forceinline__ void kv_f8x16_codes_f16(const uint4& q, uint32_t (&h2)[8]) {
   const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const __half2_raw h =
-        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[j / 2] >> (16 * (j % 2))), __NV_E4M3);
-    h2[j] = uint32_t{h.x} | (uint32_t{h.y} << 16);
+  for (int j = 0; j < 4; ++j) {
+    uint32_t pair[2];
+    kv_f8x4_codes_f16(w[j], pair);
+    h2[2 * j] = pair[0];
+    h2[2 * j + 1] = pair[1];
   }
 }
 

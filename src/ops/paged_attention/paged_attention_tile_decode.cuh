@@ -22,20 +22,22 @@
 // keys were all written by earlier steps (every tile of a decode row but its
 // last) before it waits for the kernel before it; q after.
 //
-// Over an fp8 pool (KV = uint8_t) the stages hold the copied bytes, and a
-// landed stage is converted into one f16 tile of its codes (ahead of the
-// stages) that the four warps then read, one barrier later; the products
-// run in f16 (paged_attention_tiles.cuh).
+// Over an fp8 pool (KV = uint8_t) the stages hold the copied bytes. At a
+// landed stage each warp reads its K fragments' codes into registers
+// (k_codes: ldmatrix on the bytes, in the relabelled k order) while the
+// block converts V into one f16 tile of its codes (ahead of the stages); one
+// barrier later the stage is free and refilled, and the products run in f16
+// (paged_attention_tiles.cuh).
 
 #include "ops/paged_attention/paged_attention_tiles.cuh"
 
 namespace nanoserve::paged_attention_kernels {
 
-// The converted f16 tile (fp8 pools), the stages, then the four warps' maxima ([4][16] f32) and P's A
+// The converted V tile (fp8 pools), the stages, then the four warps' maxima ([4][16] f32) and P's A
 // fragments ([4][32] x 16 bytes).
 template <typename T, typename KV, int HD>
 constexpr int decode_smem_bytes(int stages) {
-  return converted_bytes<T, KV, HD>() + stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 +
+  return converted_bytes<T, KV, HD>(1) + stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 +
          4 * 32 * 16;
 }
 
@@ -54,8 +56,8 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   constexpr uint32_t kTileBytes = tile_bytes<HD>();
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   using P = ProductT<T, KV>;  // the products' element
-  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
-  // [the converted tile][stages][K, V][kTileKeys][HD], then red, then pa
+  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(1), kStage = stage_bytes<KV, HD>();
+  // [the converted V tile][stages][K, V][kTileKeys][HD], then red, then pa
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
@@ -78,15 +80,29 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
   TileLoader<KV, T, HD> loader(p, table, kvh, tile0, ctx, i);
   auto load = [&](int n) { loader.copy(tile0 + n, smem + kConv + (n % S) * kStage); };
-  // Tile n's landed stage, made readable: the address of its tile (over an
-  // fp8 pool, the stage converted to f16; a barrier orders it before the reads).
-  auto ready = [&](int n) -> uint32_t {
+  // Tile n's landed stage, made readable: the address of its V tile (K's is
+  // kTileBytes before it over a T pool). Over an fp8 pool the warp's K codes
+  // go into `codes` and V is converted into the f16 tile; a barrier orders
+  // the conversion before the reads, and the stage is then free.
+  auto ready = [&](int n, uint32_t(&codes)[kKS / 2][4]) -> uint32_t {
     if constexpr (kF8) {
-      convert_tile<HD>(smem_ptr + kConv + (n % S) * kStage, smem_ptr, i);
+#pragma unroll
+      for (int pr = 0; pr < kKS / 2; ++pr)
+        k_codes<HD>(codes[pr], smem + kConv + (n % S) * kStage, 16 * warp, pr, lane);
+      convert_rows<HD, kTileKeys, 2 * kTileKeys>(smem_ptr + kConv + (n % S) * kStage, smem_ptr, i);
       __syncthreads();
       return smem;
     } else {
-      return smem + (n % S) * kStage;
+      return smem + (n % S) * kStage + kTileBytes;
+    }
+  };
+  // K's B fragments of k-step ks: from the codes (fp8) or by ldmatrix from the stage.
+  auto k_frag = [&](uint32_t k_base, const uint32_t(&codes)[kKS / 2][4], int ks, uint32_t(&b)[4]) {
+    if constexpr (kF8) {
+      k_fragment<HD>(codes, ks, b);
+    } else {
+      cuda::ldmatrix_x4(
+          b, k_base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
     }
   };
 
@@ -109,19 +125,17 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   auto hold_first_tile = [&] {
     cuda::cp_async_wait<S - 1>();  // S groups committed: tile 0 has landed
     __syncthreads();
-    const uint32_t base = ready(0);
+    uint32_t codes[kKS / 2][4];
+    const uint32_t v_base = ready(0, codes);
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) {
-      cuda::ldmatrix_x4(hk[ks], base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
-                                                       2 * ks + ((lane >> 3) & 1)));
-    }
+    for (int ks = 0; ks < kKS; ++ks) k_frag(v_base - kTileBytes, codes, ks, hk[ks]);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int qd = 0; qd < kWDT / 2; ++qd) {
-        cuda::ldmatrix_x4_trans(hv[kk][qd], base + kTileBytes +
-                                                tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
-                                                                2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+        cuda::ldmatrix_x4_trans(hv[kk][qd],
+                                v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                                         2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
       }
     }
     __syncthreads();  // every warp has read the stage (and the converted tile)
@@ -146,11 +160,10 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
         p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + min(h1, p.n_rep - 1)) * HD);
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
-      const int w0 = 8 * ks + tig;
-      qa[ks][0] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + w0)) : 0u;
-      qa[ks][1] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + w0)) : 0u;
-      qa[ks][2] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + w0 + 4)) : 0u;
-      qa[ks][3] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + w0 + 4)) : 0u;
+      qa[ks][0] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + q_word<T, KV>(ks, tig, 0))) : 0u;
+      qa[ks][1] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + q_word<T, KV>(ks, tig, 1))) : 0u;
+      qa[ks][2] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + q_word<T, KV>(ks, tig, 2))) : 0u;
+      qa[ks][3] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + q_word<T, KV>(ks, tig, 3))) : 0u;
     }
   }
 
@@ -270,10 +283,10 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   //   16-bit pools: tile n - 1's stage is refilled after the first barrier,
   //   with tile n - 1 + S; tile n is done when at most S - 1 groups are
   //   pending at the first wait, S - 2 after.
-  //   fp8 pools: a fourth barrier, after tile n's stage is converted; the
-  //   stage is then free and refilled at once with tile n + S, so S tiles are
-  //   in flight during the products, not S - 1. S + n groups are committed at
-  //   tile n's wait, which leaves S - 1 pending.
+  //   fp8 pools: a fourth barrier, after tile n's K codes are read and its V
+  //   converted; the stage is then free and refilled at once with tile n + S,
+  //   so S tiles are in flight during the products, not S - 1. S + n groups
+  //   are committed at tile n's wait, which leaves S - 1 pending.
   for (; n < n_t; ++n) {
     if (kF8 || n == (hold ? 1 : 0)) {
       cuda::cp_async_wait<S - 1>();
@@ -285,17 +298,14 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
       if (n - 1 + S < n_t) load(n - 1 + S);
       cuda::cp_async_commit();
     }
-    const uint32_t k_base = ready(n), v_base = k_base + kTileBytes;
+    uint32_t codes[kKS / 2][4];
+    const uint32_t v_base = ready(n, codes);
     if (kF8) {
       if (n + S < n_t) load(n + S);
       cuda::cp_async_commit();
     }
     tile_step(
-        n,
-        [&](int ks, uint32_t(&b)[4]) {
-          cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7),
-                                                        2 * ks + ((lane >> 3) & 1)));
-        },
+        n, [&](int ks, uint32_t(&b)[4]) { k_frag(v_base - kTileBytes, codes, ks, b); },
         [&](int kk, int qd, uint32_t(&b)[4]) {
           cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
                                                               2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));

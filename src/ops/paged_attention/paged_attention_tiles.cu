@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   constexpr uint32_t kTileBytes = tile_bytes<HD>();  // K (or V) of a tile
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   using P = ProductT<T, KV>;  // the products' element
-  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
+  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(2), kStage = stage_bytes<KV, HD>();
   // [the converted tile (fp8 pools)][2 stages][K, V][kKeys][HD], then the folds
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
@@ -116,11 +116,12 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   uint32_t qa[kKS][4];
 #pragma unroll
   for (int ks = 0; ks < kKS; ++ks) {
-    const int w0 = 8 * ks + tig;  // the word of dims 16 ks + 2 tig, 2 tig + 1
-    qa[ks][0] = slot_pos[0] >= 0 ? product_pair<T, KV>(__ldg(q_words[0] + w0)) : 0u;
-    qa[ks][1] = slot_pos[1] >= 0 ? product_pair<T, KV>(__ldg(q_words[1] + w0)) : 0u;
-    qa[ks][2] = slot_pos[0] >= 0 ? product_pair<T, KV>(__ldg(q_words[0] + w0 + 4)) : 0u;
-    qa[ks][3] = slot_pos[1] >= 0 ? product_pair<T, KV>(__ldg(q_words[1] + w0 + 4)) : 0u;
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const int e = reg & 1;
+      qa[ks][reg] =
+          slot_pos[e] >= 0 ? product_pair<T, KV>(__ldg(q_words[e] + q_word<T, KV>(ks, tig, reg))) : 0u;
+    }
   }
 
   // Each slot's splits (tile_plan of its own context): the tile that ends
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
     __syncthreads();
     uint32_t k_base = smem + (tile & 1) * kStage;
     if constexpr (kF8) {  // the landed stage into the f16 tile every warp reads
-      convert_tile<HD>(smem_ptr + kConv + (tile & 1) * kStage, smem_ptr, i);
+      convert_rows<HD, 0, 2 * kKeys>(smem_ptr + kConv + (tile & 1) * kStage, smem_ptr, i);
       __syncthreads();
       k_base = smem;
     }
@@ -275,7 +276,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
 // The converted f16 tile (fp8 pools), two stages of K and V, the slots' folds.
 template <typename T, typename KV, int HD>
 constexpr int query_smem_bytes() {
-  return converted_bytes<T, KV, HD>() + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
+  return converted_bytes<T, KV, HD>(2) + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
 }
 
 template <typename T, typename KV, int HD>
@@ -386,8 +387,8 @@ void launch_tiles(const Tensor& q, const Tensor& k_pool, const Tensor& v_pool, c
   const int grid_splits = tile_decode_splits(batch);
   const bool fp8 = k_pool.dtype() == DType::kF8E4M3;
   const PoolStrides strides = pool_strides(block_size, n_kv, hd);
-  NS_CHECK(strides.block <= INT32_MAX) << "tile attention: a KV block of " << strides.block
-                                       << " elements (TileLoader's strides are 32-bit)";
+  NS_CHECK(strides.block <= INT32_MAX)
+      << "tile attention: a KV block of " << strides.block << " elements (TileLoader's strides are 32-bit)";
   auto fill = [&]<typename T>(TileParams<T>& p) {
     p.q = q.data_as<const T>();
     p.out = out.data_as<T>();

@@ -27,7 +27,12 @@
 // (each exact in f16: one conversion a pair of a landed tile), q rounded
 // to f16 (saturated; exact for bf16 values of magnitude 2^-14 to 65,504)
 // and P rounded to f16; the scales leave the elements: k_scale joins the
-// scores' factor (scale_log2), v_scale the output's.
+// scores' factor (scale_log2), v_scale the output's. S's k within each
+// 16-dim k-step is relabelled there (the same k set a step, so the same
+// sums): the fragment's logical k 2 tig, 2 tig + 1 are dims 4 tig, 4 tig + 1
+// and its 2 tig + 8, 2 tig + 9 dims 4 tig + 2, 4 tig + 3, so that a lane's K
+// fragment is four consecutive bytes of a key row: the decode kernel reads
+// it by ldmatrix straight from the landed fp8 stage (q_word, k_codes).
 //
 // Which mma row a slot occupies and which warp computes which n-tile differ
 // between the kernels; each element's operands and the order of its sums do
@@ -87,6 +92,14 @@ template <int HD>
 __device__ __forceinline__ uint32_t tile_offset(int r, int c) {
   return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
 }
+// The same in a landed fp8 stage (HD bytes a row): chunk c of row r XOR
+// swizzled so that the eight rows of an ldmatrix fall in eight distinct
+// 16-byte units of a 128-byte line (rows r and r + 8 / chunks share it).
+template <int HD>
+__device__ __forceinline__ uint32_t fp8_stage_offset(int r, int c) {
+  constexpr int kChunks = HD / 16;
+  return static_cast<uint32_t>(r * HD + ((c ^ ((r * kChunks / 8) & (kChunks - 1))) << 4));
+}
 
 // Bytes of a tile's K (or V) as computed on: [kTileKeys][HD] T elements.
 template <int HD>
@@ -119,11 +132,21 @@ __device__ __forceinline__ uint32_t product_pair(uint32_t w) {
   }
 }
 
-// The f16 tile an fp8 pool's landed stage is converted into, ahead of the
-// stages (none over a T pool).
+// The f16 tiles an fp8 pool's landed stage is converted into, ahead of the
+// stages: `tiles` of them (K and V: 2, V alone: 1); none over a T pool.
 template <typename T, typename KV, int HD>
-constexpr int converted_bytes() {
-  return std::is_same_v<T, KV> ? 0 : static_cast<int>(2 * tile_bytes<HD>());
+constexpr int converted_bytes(int tiles) {
+  return std::is_same_v<T, KV> ? 0 : tiles * static_cast<int>(tile_bytes<HD>());
+}
+
+// The word (T pair) of q's row that S's A fragment register `reg` (0 .. 3:
+// rows gid, gid + 8 at logical k 2 tig, then at 2 tig + 8) of k-step ks
+// holds: dims 16 ks + 2 tig (+ 8), or over an fp8 pool relabelled, 16 ks +
+// 4 tig (+ 2).
+template <typename T, typename KV>
+__device__ __forceinline__ int q_word(int ks, int tig, int reg) {
+  const int hi = reg >> 1;
+  return std::is_same_v<T, KV> ? 8 * ks + tig + 4 * hi : 8 * ks + 2 * tig + hi;
 }
 
 // Copies one row's tiles of kv head kvh into stages, in tile order (each
@@ -131,8 +154,8 @@ constexpr int converted_bytes() {
 // when tile n's copies are issued, so that a copy waits on no table load of
 // its own but the first. Tile `tile`'s K and V rows land in the stage at
 // `dst` (K, then V kTileKeys * HD elements on); keys at or past kv_end are
-// zeros. A T pool's rows land swizzled (tile_offset), an fp8 pool's plain
-// (row r at r * HD bytes), for convert_tile. Thread i of kTileThreads copies
+// zeros. A T pool's rows land swizzled for ldmatrix (tile_offset), an fp8
+// pool's too (fp8_stage_offset). Thread i of kTileThreads copies
 // chunk i % kChunks of rows i / kChunks + kRowStep k. The pool's block and
 // token strides fit in 32 bits (launch_tiles checks).
 template <typename KV, typename T, int HD>
@@ -142,7 +165,7 @@ class TileLoader {
   static constexpr int kRowStep = kTileThreads / kChunks;
   static constexpr int kRows = kTileKeys / kRowStep;  // rows a thread copies
   static constexpr uint32_t kRowBytes = HD * sizeof(KV);
-  // Rows r0 + kRowStep k share r0's swizzle (r & 7): one destination offset.
+  // Rows r0 + kRowStep k share r0's swizzle: one destination offset.
   static_assert(kRowStep % 8 == 0 && kTileKeys % kRowStep == 0, "rows a thread copies");
 
  public:
@@ -159,7 +182,7 @@ class TileLoader {
     const int64_t at = kvh * p.strides.head + c * kChunkElems;
     k_ = static_cast<const KV*>(p.k_pool) + at;
     v_ = static_cast<const KV*>(p.v_pool) + at;
-    dst0_ = sizeof(KV) == 1 ? static_cast<uint32_t>(r0_ * HD + 16 * c) : tile_offset<HD>(r0_, c);
+    dst0_ = sizeof(KV) == 1 ? fp8_stage_offset<HD>(r0_, c) : tile_offset<HD>(r0_, c);
     fetch(first_tile);
   }
 
@@ -195,35 +218,63 @@ class TileLoader {
   const KV* k_;  // this thread's chunk of kv head kvh in block 0
   const KV* v_;
   int kv_end_, log2_, mask_, block_, token_, r0_;
-  uint32_t dst0_;  // the byte offset of row r0's chunk in a stage
+  uint32_t dst0_;        // the byte offset of row r0's chunk in a stage
   int32_t next_[kRows];  // the entries of the next tile to copy
 };
 
-// A landed fp8 stage (TileLoader's plain rows) into the f16 tile at `dst`
-// (K, then V tile_bytes on; swizzled as a T pool's copy leaves it): every
-// element its code's value, exactly (kv_f8x16_codes_f16). Thread i converts
-// chunk i % kRowChunks of rows i / kRowChunks + kRowsAPass k, whose swizzle
-// is one, so every address but the first two is a constant offset. The
-// whole block; the caller's barrier then orders the writes before the reads.
-template <int HD>
-__device__ __forceinline__ void convert_tile(const char* raw, char* dst, int i) {
-  constexpr int kRowChunks = HD / 16;                     // a row's fp8 chunks
+// Rows [r_begin, r_end) of a landed fp8 stage (K's rows 0 .. kTileKeys - 1,
+// then V's) into the f16 tiles at `dst` (row r_begin first; swizzled as a T
+// pool's copy leaves them): every element its code's value, exactly. K's
+// rows are written in the relabelled k order of q_word (within each k-step,
+// dims 4 t, 4 t + 1 to columns 2 t, 2 t + 1 and 4 t + 2, 4 t + 3 to 2 t +
+// 8, 2 t + 9), V's as they are. Thread i converts chunk i % kRowChunks of
+// rows i / kRowChunks + kRowsAPass k, whose swizzles are one, so every
+// address but the first ones is a constant offset. The whole block; the
+// caller's barrier then orders the writes before the reads.
+template <int HD, int r_begin, int r_end>
+__device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) {
+  constexpr int kRowChunks = HD / 16;                    // a row's fp8 chunks
   constexpr int kRowsAPass = kTileThreads / kRowChunks;  // rows the block converts a pass
-  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0,
+  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0 &&
+                    r_begin % kRowsAPass == 0 && r_end % kRowsAPass == 0,
                 "whole rows a pass, one swizzle a thread");
   const int r0 = i / kRowChunks, c = i % kRowChunks;
   const uint32_t lo = tile_offset<HD>(r0, 2 * c), hi = tile_offset<HD>(r0, 2 * c + 1);
-  const char* src = raw + 16 * i;  // row r0's chunk c: r0 * HD + 16 c
-  // K's passes then V's, as rows of 2 kTileKeys (V's rows follow K's, as in the stage).
+  const char* src = raw + fp8_stage_offset<HD>(r0, c);
 #pragma unroll
-  for (int k = 0; k < 2 * kTileKeys / kRowsAPass; ++k) {
-    const uint4 q = *reinterpret_cast<const uint4*>(src + k * kRowsAPass * HD);
+  for (int r = r_begin; r < r_end; r += kRowsAPass) {
+    const uint4 q = *reinterpret_cast<const uint4*>(src + r * HD);
     uint32_t t2[8];
     cuda::kv_f8x16_codes_f16(q, t2);
-    char* row = dst + k * kRowsAPass * HD * 2;
-    *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
-    *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[4], t2[5], t2[6], t2[7]);
+    char* row = dst + (r - r_begin) * HD * 2;
+    if (r < kTileKeys) {  // K: the relabelled order
+      *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[2], t2[4], t2[6]);
+      *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[1], t2[3], t2[5], t2[7]);
+    } else {
+      *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
+      *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[4], t2[5], t2[6], t2[7]);
+    }
   }
+}
+
+// S's B fragments of k-steps 2 pr and 2 pr + 1 for the warp's keys key0 ..
+// key0 + 15 (n-tiles key0 / 8 and the next), read by one ldmatrix from a
+// landed fp8 stage's K rows: codes[j] holds four codes of n-tile j / 2,
+// k-step 2 pr + j % 2, which k_fragment makes f16.
+template <int HD>
+__device__ __forceinline__ void k_codes(uint32_t (&codes)[4], uint32_t stage, int key0, int pr, int lane) {
+  cuda::ldmatrix_x4(
+      codes, stage + fp8_stage_offset<HD>(key0 + (lane >> 4) * 8 + (lane & 7), 2 * pr + ((lane >> 3) & 1)));
+}
+// k-step ks's B fragment of both n-tiles (b[0], b[1]: the first; b[2], b[3]:
+// the second) from k_codes of its pair: in the relabelled k order, the
+// same words the converted tile's ldmatrix gives.
+template <int HD>
+__device__ __forceinline__ void k_fragment(const uint32_t (&codes)[HD / 32][4], int ks, uint32_t (&b)[4]) {
+  uint32_t lo[2], hi[2];
+  cuda::kv_f8x4_codes_f16(codes[ks / 2][ks % 2], lo);
+  cuda::kv_f8x4_codes_f16(codes[ks / 2][2 + ks % 2], hi);
+  b[0] = lo[0], b[1] = lo[1], b[2] = hi[0], b[3] = hi[1];
 }
 
 // A score in the log2 domain, or -inf for a key past the slot's position.
