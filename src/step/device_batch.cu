@@ -17,13 +17,15 @@ DeviceBatch::DeviceBatch(int32_t max_tokens, int32_t max_seqs, int32_t max_block
     total_ += (n + 3) / 4 * 4;
     return at;
   };
+  // The block tables last: a step copies only the B x max_blocks_per_seq
+  // entries it has, not the capacity's.
   off_row_meta_ = take(2 * int64_t{max_tokens});
   off_positions_ = take(max_tokens);
-  off_block_tables_ = take(int64_t{max_seqs} * max_blocks_per_seq);
   off_slot_mapping_ = take(max_tokens);
   off_tokens_ = take(max_tokens);
   off_logits_rows_ = take(max_tokens);
   off_decode_rows_ = take(max_tokens);
+  off_block_tables_ = take(int64_t{max_seqs} * max_blocks_per_seq);
   dev_buf_ = cuda::empty(DType::kI32, {total_});
   dev_ = dev_buf_.data_as<int32_t>();
   NS_CUDA_CHECK(
@@ -43,6 +45,8 @@ void DeviceBatch::upload(const ForwardBatch& batch, cuda::Stream stream) {
   NS_CHECK(r <= cap_tokens_) << r << " logits rows, capacity " << cap_tokens_;
   NS_CHECK(batch.max_blocks_per_seq > 0 && batch.max_blocks_per_seq <= cap_blocks_)
       << "max_blocks_per_seq " << batch.max_blocks_per_seq << ", capacity " << cap_blocks_;
+  NS_CHECK(static_cast<int64_t>(batch.block_tables.size()) <= int64_t{b} * batch.max_blocks_per_seq)
+      << batch.block_tables.size() << " block-table entries for " << b << " x " << batch.max_blocks_per_seq;
   int32_t* row_meta = host_ + off_row_meta_;
   int32_t* decode_rows = host_ + off_decode_rows_;
   int32_t max_ctx = 0, n_decode = 0;
@@ -70,10 +74,11 @@ void DeviceBatch::upload(const ForwardBatch& batch, cuda::Stream stream) {
   put(off_slot_mapping_, batch.slot_mapping);
   put(off_tokens_, batch.tokens);
   put(off_logits_rows_, batch.logits_rows);
-  // One copy: everything up to the end of the last array in use. The arrays
-  // sit at fixed offsets, so the copy spans the unused tails of earlier
-  // arrays too; at these sizes one transfer costs less than several.
-  const int64_t end = off_decode_rows_ + n_decode;
+  // One copy: everything up to the end of the block tables in use (B rows of
+  // the step's max_blocks_per_seq). The token arrays sit at fixed offsets
+  // before them, so the copy spans their unused tails too (at most 7 x
+  // max_tokens entries); one transfer costs less than several.
+  const int64_t end = off_block_tables_ + static_cast<int64_t>(batch.block_tables.size());
   NS_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, static_cast<size_t>(end) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, stream));
 }
