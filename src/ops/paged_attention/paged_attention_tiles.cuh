@@ -222,8 +222,8 @@ class TileLoader {
   int32_t next_[kRows];  // the entries of the next tile to copy
 };
 
-// Rows [r_begin, r_end) of a landed fp8 stage (K's rows 0 .. kTileKeys - 1,
-// then V's) into the f16 tiles at `dst` (row r_begin first; swizzled as a T
+// Rows [kBegin, kEnd) of a landed fp8 stage (K's rows 0 .. kTileKeys - 1,
+// then V's) into the f16 tiles at `dst` (row kBegin first; swizzled as a T
 // pool's copy leaves them): every element its code's value, exactly. K's
 // rows are written in the relabelled k order of q_word (within each k-step,
 // dims 4 t, 4 t + 1 to columns 2 t, 2 t + 1 and 4 t + 2, 4 t + 3 to 2 t +
@@ -231,22 +231,22 @@ class TileLoader {
 // rows i / kRowChunks + kRowsAPass k, whose swizzles are one, so every
 // address but the first ones is a constant offset. The whole block; the
 // caller's barrier then orders the writes before the reads.
-template <int HD, int r_begin, int r_end>
+template <int HD, int kBegin, int kEnd>
 __device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) {
   constexpr int kRowChunks = HD / 16;                    // a row's fp8 chunks
   constexpr int kRowsAPass = kTileThreads / kRowChunks;  // rows the block converts a pass
   static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0 &&
-                    r_begin % kRowsAPass == 0 && r_end % kRowsAPass == 0,
+                    kBegin % kRowsAPass == 0 && kEnd % kRowsAPass == 0,
                 "whole rows a pass, one swizzle a thread");
   const int r0 = i / kRowChunks, c = i % kRowChunks;
   const uint32_t lo = tile_offset<HD>(r0, 2 * c), hi = tile_offset<HD>(r0, 2 * c + 1);
   const char* src = raw + fp8_stage_offset<HD>(r0, c);
 #pragma unroll
-  for (int r = r_begin; r < r_end; r += kRowsAPass) {
+  for (int r = kBegin; r < kEnd; r += kRowsAPass) {
     const uint4 q = *reinterpret_cast<const uint4*>(src + r * HD);
     uint32_t t2[8];
     cuda::kv_f8x16_codes_f16(q, t2);
-    char* row = dst + (r - r_begin) * HD * 2;
+    char* row = dst + (r - kBegin) * HD * 2;
     if (r < kTileKeys) {  // K: the relabelled order
       *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[2], t2[4], t2[6]);
       *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[1], t2[3], t2[5], t2[7]);
