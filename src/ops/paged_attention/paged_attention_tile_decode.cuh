@@ -101,8 +101,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
     if constexpr (kF8) {
       k_fragment<HD>(codes, ks, b);
     } else {
-      cuda::ldmatrix_x4(
-          b, k_base + tile_offset<HD>(16 * warp + (lane >> 4) * 8 + (lane & 7), 2 * ks + ((lane >> 3) & 1)));
+      cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * warp + x4_row(lane), 2 * ks + x4_chunk(lane)));
     }
   };
 
@@ -160,10 +159,10 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
         p.q + (static_cast<int64_t>(t) * p.n_heads + kvh * p.n_rep + min(h1, p.n_rep - 1)) * HD);
 #pragma unroll
     for (int ks = 0; ks < kKS; ++ks) {
-      qa[ks][0] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + q_word<T, KV>(ks, tig, 0))) : 0u;
-      qa[ks][1] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + q_word<T, KV>(ks, tig, 1))) : 0u;
-      qa[ks][2] = h0 < p.n_rep ? product_pair<T, KV>(__ldg(q0 + q_word<T, KV>(ks, tig, 2))) : 0u;
-      qa[ks][3] = h1 < p.n_rep ? product_pair<T, KV>(__ldg(q1 + q_word<T, KV>(ks, tig, 3))) : 0u;
+      qa[ks][0] = h0 < p.n_rep ? q_fragment<T, KV>(q0, ks, tig, 0) : 0u;
+      qa[ks][1] = h1 < p.n_rep ? q_fragment<T, KV>(q1, ks, tig, 1) : 0u;
+      qa[ks][2] = h0 < p.n_rep ? q_fragment<T, KV>(q0, ks, tig, 2) : 0u;
+      qa[ks][3] = h1 < p.n_rep ? q_fragment<T, KV>(q1, ks, tig, 3) : 0u;
     }
   }
 

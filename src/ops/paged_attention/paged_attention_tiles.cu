@@ -119,8 +119,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
 #pragma unroll
     for (int reg = 0; reg < 4; ++reg) {
       const int e = reg & 1;
-      qa[ks][reg] =
-          slot_pos[e] >= 0 ? product_pair<T, KV>(__ldg(q_words[e] + q_word<T, KV>(ks, tig, reg))) : 0u;
+      qa[ks][reg] = slot_pos[e] >= 0 ? q_fragment<T, KV>(q_words[e], ks, tig, reg) : 0u;
     }
   }
 
@@ -178,8 +177,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
 #pragma unroll
         for (int pr = 0; pr < kNT / 2; ++pr) {
           uint32_t b[4];
-          cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * pr + (lane >> 4) * 8 + (lane & 7),
-                                                        2 * ks + ((lane >> 3) & 1)));
+          cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * pr + x4_row(lane), 2 * ks + x4_chunk(lane)));
           cuda::Elem<P>::mma(s[2 * pr], qa[ks], b[0], b[1]);
           cuda::Elem<P>::mma(s[2 * pr + 1], qa[ks], b[2], b[3]);
         }

@@ -28,11 +28,9 @@
 // to f16 (saturated; exact for bf16 values of magnitude 2^-14 to 65,504)
 // and P rounded to f16; the scales leave the elements: k_scale joins the
 // scores' factor (scale_log2), v_scale the output's. S's k within each
-// 16-dim k-step is relabelled there (the same k set a step, so the same
-// sums): the fragment's logical k 2 tig, 2 tig + 1 are dims 4 tig, 4 tig + 1
-// and its 2 tig + 8, 2 tig + 9 dims 4 tig + 2, 4 tig + 3, so that a lane's K
-// fragment is four consecutive bytes of a key row: the decode kernel reads
-// it by ldmatrix straight from the landed fp8 stage (q_word, k_codes).
+// 16-dim k-step is relabelled there (paged_attention_tile_layout.h), so that
+// a lane's K fragment is four consecutive bytes of a key row: the decode
+// kernel reads it by ldmatrix straight from the landed fp8 stage (k_codes).
 //
 // Which mma row a slot occupies and which warp computes which n-tile differ
 // between the kernels; each element's operands and the order of its sums do
@@ -45,6 +43,7 @@
 #include "core/cuda/kv_quant.cuh"
 #include "core/cuda/ptx.cuh"
 #include "ops/paged_attention/paged_attention_common.cuh"
+#include "ops/paged_attention/paged_attention_tile_layout.h"
 
 namespace nanoserve::paged_attention_kernels {
 
@@ -86,21 +85,6 @@ struct TileParams {
   int split_group;  // the decode kernel's consecutive splits a block (tile_decode_shape)
 };
 
-// Byte offset of 16-byte chunk c of row r in a [kTileKeys][HD] tile (XOR
-// swizzled by row, so ldmatrix is conflict-free).
-template <int HD>
-__device__ __forceinline__ uint32_t tile_offset(int r, int c) {
-  return static_cast<uint32_t>(r * HD * 2 + ((c ^ (r & 7)) << 4));
-}
-// The same in a landed fp8 stage (HD bytes a row): chunk c of row r XOR
-// swizzled so that the eight rows of an ldmatrix fall in eight distinct
-// 16-byte units of a 128-byte line (rows r and r + 8 / chunks share it).
-template <int HD>
-__device__ __forceinline__ uint32_t fp8_stage_offset(int r, int c) {
-  constexpr int kChunks = HD / 16;
-  return static_cast<uint32_t>(r * HD + ((c ^ ((r * kChunks / 8) & (kChunks - 1))) << 4));
-}
-
 // Bytes of a tile's K (or V) as computed on: [kTileKeys][HD] T elements.
 template <int HD>
 constexpr uint32_t tile_bytes() {
@@ -139,14 +123,11 @@ constexpr int converted_bytes(int tiles) {
   return std::is_same_v<T, KV> ? 0 : tiles * static_cast<int>(tile_bytes<HD>());
 }
 
-// The word (T pair) of q's row that S's A fragment register `reg` (0 .. 3:
-// rows gid, gid + 8 at logical k 2 tig, then at 2 tig + 8) of k-step ks
-// holds: dims 16 ks + 2 tig (+ 8), or over an fp8 pool relabelled, 16 ks +
-// 4 tig (+ 2).
+// S's A register `reg` of k-step ks for q's row at `row`: the word
+// q_word names (relabelled over an fp8 pool) as the products read it.
 template <typename T, typename KV>
-__device__ __forceinline__ int q_word(int ks, int tig, int reg) {
-  const int hi = reg >> 1;
-  return std::is_same_v<T, KV> ? 8 * ks + tig + 4 * hi : 8 * ks + 2 * tig + hi;
+__device__ __forceinline__ uint32_t q_fragment(const uint32_t* row, int ks, int tig, int reg) {
+  return product_pair<T, KV>(__ldg(row + q_word(!std::is_same_v<T, KV>, ks, tig, reg)));
 }
 
 // Copies one row's tiles of kv head kvh into stages, in tile order (each
@@ -225,9 +206,8 @@ class TileLoader {
 // Rows [kBegin, kEnd) of a landed fp8 stage (K's rows 0 .. kTileKeys - 1,
 // then V's) into the f16 tiles at `dst` (row kBegin first; swizzled as a T
 // pool's copy leaves them): every element its code's value, exactly. K's
-// rows are written in the relabelled k order of q_word (within each k-step,
-// dims 4 t, 4 t + 1 to columns 2 t, 2 t + 1 and 4 t + 2, 4 t + 3 to 2 t +
-// 8, 2 t + 9), V's as they are. Thread i converts chunk i % kRowChunks of
+// rows are written in the relabelled k order (relabelled_pair), V's as they
+// are. Thread i converts chunk i % kRowChunks of
 // rows i / kRowChunks + kRowsAPass k, whose swizzles are one, so every
 // address but the first ones is a constant offset. The whole block; the
 // caller's barrier then orders the writes before the reads.
@@ -248,8 +228,10 @@ __device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) 
     cuda::kv_f8x16_codes_f16(q, t2);
     char* row = dst + (r - kBegin) * HD * 2;
     if (r < kTileKeys) {  // K: the relabelled order
-      *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[2], t2[4], t2[6]);
-      *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[1], t2[3], t2[5], t2[7]);
+      *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[relabelled_pair(0)], t2[relabelled_pair(1)],
+                                                       t2[relabelled_pair(2)], t2[relabelled_pair(3)]);
+      *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[relabelled_pair(4)], t2[relabelled_pair(5)],
+                                                       t2[relabelled_pair(6)], t2[relabelled_pair(7)]);
     } else {
       *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[0], t2[1], t2[2], t2[3]);
       *reinterpret_cast<uint4*>(row + hi) = make_uint4(t2[4], t2[5], t2[6], t2[7]);
@@ -263,8 +245,7 @@ __device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) 
 // k-step 2 pr + j % 2, which k_fragment makes f16.
 template <int HD>
 __device__ __forceinline__ void k_codes(uint32_t (&codes)[4], uint32_t stage, int key0, int pr, int lane) {
-  cuda::ldmatrix_x4(
-      codes, stage + fp8_stage_offset<HD>(key0 + (lane >> 4) * 8 + (lane & 7), 2 * pr + ((lane >> 3) & 1)));
+  cuda::ldmatrix_x4(codes, stage + fp8_stage_offset<HD>(key0 + x4_row(lane), 2 * pr + x4_chunk(lane)));
 }
 // k-step ks's B fragment of both n-tiles (b[0], b[1]: the first; b[2], b[3]:
 // the second) from k_codes of its pair: in the relabelled k order, the
