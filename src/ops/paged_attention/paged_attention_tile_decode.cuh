@@ -80,10 +80,10 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
   TileLoader<KV, T, HD> loader(p, table, kvh, tile0, ctx, i);
   auto load = [&](int n) { loader.copy(tile0 + n, smem + kConv + (n % S) * kStage); };
-  // Tile n's landed stage, made readable: the address of its V tile (K's is
-  // kTileBytes before it over a T pool). Over an fp8 pool the warp's K codes
-  // go into `codes` and V is converted into the f16 tile; a barrier orders
-  // the conversion before the reads, and the stage is then free.
+  // Tile n's landed stage, made readable: the address of its V tile. Over an
+  // fp8 pool the warp's K codes go into `codes` and V is converted into the
+  // f16 tile; a barrier orders the conversion before the reads, and the
+  // stage is then free.
   auto ready = [&](int n, uint32_t(&codes)[kKS / 2][4]) -> uint32_t {
     if constexpr (kF8) {
 #pragma unroll
@@ -96,12 +96,13 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
       return smem + (n % S) * kStage + kTileBytes;
     }
   };
-  // K's B fragments of k-step ks: from the codes (fp8) or by ldmatrix from the stage.
-  auto k_frag = [&](uint32_t k_base, const uint32_t(&codes)[kKS / 2][4], int ks, uint32_t(&b)[4]) {
+  // Tile n's K B fragments of k-step ks: from the codes (fp8) or by ldmatrix from its stage.
+  auto k_frag = [&](int n, const uint32_t(&codes)[kKS / 2][4], int ks, uint32_t(&b)[4]) {
     if constexpr (kF8) {
       k_fragment<HD>(codes, ks, b);
     } else {
-      cuda::ldmatrix_x4(b, k_base + tile_offset<HD>(16 * warp + x4_row(lane), 2 * ks + x4_chunk(lane)));
+      cuda::ldmatrix_x4(
+          b, smem + (n % S) * kStage + tile_offset<HD>(16 * warp + x4_row(lane), 2 * ks + x4_chunk(lane)));
     }
   };
 
@@ -127,7 +128,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
     uint32_t codes[kKS / 2][4];
     const uint32_t v_base = ready(0, codes);
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) k_frag(v_base - kTileBytes, codes, ks, hk[ks]);
+    for (int ks = 0; ks < kKS; ++ks) k_frag(0, codes, ks, hk[ks]);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
@@ -304,7 +305,7 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
       cuda::cp_async_commit();
     }
     tile_step(
-        n, [&](int ks, uint32_t(&b)[4]) { k_frag(v_base - kTileBytes, codes, ks, b); },
+        n, [&](int ks, uint32_t(&b)[4]) { k_frag(n, codes, ks, b); },
         [&](int kk, int qd, uint32_t(&b)[4]) {
           cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
                                                               2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
