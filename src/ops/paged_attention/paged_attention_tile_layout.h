@@ -20,7 +20,9 @@
 
 namespace nanoserve::paged_attention_kernels {
 
-// Byte offset of 16-byte chunk c of row r in a [64 keys][HD] tile of 16-bit
+constexpr int kTileKeys = 64;  // keys a tile
+
+// Byte offset of 16-byte chunk c of row r in a [kTileKeys][HD] tile of 16-bit
 // elements (XOR swizzled by row, so ldmatrix is conflict-free).
 template <int HD>
 NS_HOST_DEVICE constexpr uint32_t tile_offset(int r, int c) {

@@ -47,7 +47,6 @@
 
 namespace nanoserve::paged_attention_kernels {
 
-constexpr int kTileKeys = 64;      // keys a tile
 constexpr int kTileThreads = 128;  // four warps a block, in both kernels
 constexpr int kTileMaxRep = 16;    // query heads a kv head: the decode kernel's mma rows
 

@@ -25,8 +25,6 @@
 namespace nanoserve::paged_attention_kernels {
 namespace {
 
-constexpr int kKeys = 64;
-
 // A dim of a key row, with its key.
 struct KeyDim {
   int key, dim;
@@ -49,7 +47,7 @@ std::pair<int, int> unit_at(F offset, int rows, int chunks, uint32_t addr) {
 template <int HD>
 void expect_units_distinct() {
   std::set<uint32_t> fp8, f16;
-  for (int r = 0; r < kKeys; ++r) {
+  for (int r = 0; r < kTileKeys; ++r) {
     for (int c = 0; c < HD / 16; ++c) {
       const uint32_t a = fp8_stage_offset<HD>(r, c);
       EXPECT_EQ(a % 16, 0u);
@@ -58,8 +56,8 @@ void expect_units_distinct() {
     }
     for (int c = 0; c < HD / 8; ++c) f16.insert(tile_offset<HD>(r, c));
   }
-  EXPECT_EQ(fp8.size(), static_cast<size_t>(kKeys * HD / 16));
-  EXPECT_EQ(f16.size(), static_cast<size_t>(kKeys * HD / 8));
+  EXPECT_EQ(fp8.size(), static_cast<size_t>(kTileKeys * HD / 16));
+  EXPECT_EQ(f16.size(), static_cast<size_t>(kTileKeys * HD / 8));
 }
 
 // The decode kernel's K: k_codes(pr) for the warp's keys key0 .. key0 + 15
@@ -69,10 +67,11 @@ template <int HD>
 KeyDim decode_k(int key0, int ks, int lane, int reg, int h) {
   const int gid = lane / 4, tig = lane % 4;
   const int pr = ks / 2, nt = reg / 2;
-  const int j = 2 * nt + ks % 2;  // the matrix k_fragment takes
+  const int j = 2 * nt + ks % 2;     // the matrix k_fragment takes
   const int src_lane = 8 * j + gid;  // the lane that addressed row gid of matrix j
   const uint32_t addr = fp8_stage_offset<HD>(key0 + x4_row(src_lane), 2 * pr + x4_chunk(src_lane));
-  const auto [row, chunk] = unit_at([](int r, int c) { return fp8_stage_offset<HD>(r, c); }, kKeys, HD / 16, addr);
+  const auto [row, chunk] =
+      unit_at([](int r, int c) { return fp8_stage_offset<HD>(r, c); }, kTileKeys, HD / 16, addr);
   // Word tig of the 16-byte row: bytes 4 tig .. 4 tig + 3; register reg % 2
   // is its pair reg % 2 (bytes 0, 1 or 2, 3), half h the pair's element.
   return {row, 16 * chunk + 4 * tig + 2 * (reg % 2) + h};
@@ -88,7 +87,8 @@ KeyDim query_k(int pr2, int ks, int lane, int reg, int h) {
   const int nt = reg / 2, j = 2 * nt + reg % 2;  // matrix j gives register j (b[0..3])
   const int src_lane = 8 * j + gid;
   const uint32_t addr = tile_offset<HD>(16 * pr2 + x4_row(src_lane), 2 * ks + x4_chunk(src_lane));
-  const auto [row, f16_chunk] = unit_at([](int r, int c) { return tile_offset<HD>(r, c); }, kKeys, HD / 8, addr);
+  const auto [row, f16_chunk] =
+      unit_at([](int r, int c) { return tile_offset<HD>(r, c); }, kTileKeys, HD / 8, addr);
   const int fp8_chunk = f16_chunk / 2, w = 4 * (f16_chunk % 2) + tig;
   return {row, 16 * fp8_chunk + 2 * relabelled_pair(w) + h};
 }
@@ -149,11 +149,13 @@ void expect_groups_distinct(F addr_of, const char* what) {
 template <int HD>
 void expect_fp8_stage_conflict_free() {
   constexpr int kChunks = HD / 16;
-  for (int key0 = 0; key0 < kKeys; key0 += 16) {
+  for (int key0 = 0; key0 < kTileKeys; key0 += 16) {
     for (int pr = 0; pr < HD / 32; ++pr) {
       for (int j = 0; j < 4; ++j) {  // k_codes: matrix j's eight rows
         expect_groups_distinct(
-            [&](int l) { return fp8_stage_offset<HD>(key0 + x4_row(8 * j + l), 2 * pr + x4_chunk(8 * j + l)); },
+            [&](int l) {
+              return fp8_stage_offset<HD>(key0 + x4_row(8 * j + l), 2 * pr + x4_chunk(8 * j + l));
+            },
             "k_codes phase");
       }
     }
