@@ -38,6 +38,26 @@ NS_HOST_DEVICE constexpr uint32_t fp8_stage_offset(int r, int c) {
   return static_cast<uint32_t>(r * HD + ((c ^ ((r * kChunks / 8) & (kChunks - 1))) << 4));
 }
 
+// The fp8 stage unit (row within a pass, chunk) that thread i of the block's
+// conversion (convert_rows) turns into the f16 tile's chunks 2 c, 2 c + 1.
+// A quarter-warp (eight threads, one phase of 16-byte accesses) takes four
+// chunks of an even row r and four of row r + 1 from the other half of the
+// chunk range (HD 128: chunks 0-3 and 4-7, or 4-7 and 0-3; HD 64: the two
+// whole rows), so that its eight loads from the stage and its eight f16
+// stores of either chunk each fall in eight distinct bank groups. (One row's
+// eight chunks a phase, as the copy takes them, would store chunks 2 c in
+// four bank groups twice each at HD 128.)
+template <int HD>
+NS_HOST_DEVICE constexpr int convert_row(int i) {
+  constexpr int kPhasesAPair = HD / 64;  // quarter-warps a pair of rows
+  return 2 * (i / 8 / kPhasesAPair) + ((i >> 2) & 1);
+}
+template <int HD>
+NS_HOST_DEVICE constexpr int convert_chunk(int i) {
+  constexpr int kPhasesAPair = HD / 64;
+  return (4 * ((i / 8 % kPhasesAPair) ^ ((i >> 2) & 1)) + (i & 3)) & (HD / 16 - 1);
+}
+
 // The word (element pair) of q's row that S's A register `reg` of k-step ks
 // holds: dims 16 ks + 2 tig (+ 8 for reg 2, 3), or relabelled (fp8 pools)
 // 16 ks + 4 tig (+ 2).

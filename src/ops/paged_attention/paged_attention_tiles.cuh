@@ -206,8 +206,8 @@ class TileLoader {
 // then V's) into the f16 tiles at `dst` (row kBegin first; swizzled as a T
 // pool's copy leaves them): every element its code's value, exactly. K's
 // rows are written in the relabelled k order (relabelled_pair), V's as they
-// are. Thread i converts chunk i % kRowChunks of
-// rows i / kRowChunks + kRowsAPass k, whose swizzles are one, so every
+// are. Thread i converts chunk convert_chunk(i) of rows convert_row(i) +
+// kRowsAPass k (conflict-free phases), whose swizzles are one, so every
 // address but the first ones is a constant offset. The whole block; the
 // caller's barrier then orders the writes before the reads.
 template <int HD, int kBegin, int kEnd>
@@ -217,7 +217,7 @@ __device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) 
   static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0 &&
                     kBegin % kRowsAPass == 0 && kEnd % kRowsAPass == 0,
                 "whole rows a pass, one swizzle a thread");
-  const int r0 = i / kRowChunks, c = i % kRowChunks;
+  const int r0 = convert_row<HD>(i), c = convert_chunk<HD>(i);
   const uint32_t lo = tile_offset<HD>(r0, 2 * c), hi = tile_offset<HD>(r0, 2 * c + 1);
   const char* src = raw + fp8_stage_offset<HD>(r0, c);
 #pragma unroll

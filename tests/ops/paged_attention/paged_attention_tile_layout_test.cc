@@ -8,7 +8,8 @@
 //     the one q_word gives the A fragment at the same logical k;
 //   - a k-step reads exactly its own 16 dims, in either order;
 //   - every address of those reads is a distinct 16-byte unit, and each
-//     ldmatrix phase of eight rows touches eight distinct bank groups.
+//     ldmatrix phase of eight rows touches eight distinct bank groups, as do
+//     the conversion's loads and stores of each quarter-warp.
 // ldmatrix (non-transposed, b16): lane L gives the row address of matrix
 // L / 8; lane (gid, tig) receives, of each matrix, row gid's 32-bit word tig.
 // mma.m16n8k16: A register r is row gid + 8 (r & 1) at logical k 2 tig +
@@ -168,6 +169,31 @@ void expect_fp8_stage_conflict_free() {
   }
 }
 
+// The conversion (convert_rows): thread i of 128 turns unit (convert_row(i)
+// + a pass's rows, convert_chunk(i)) of the fp8 stage into f16 chunks 2 c
+// and 2 c + 1 of the same tile row. Every unit of a tile once, and each
+// quarter-warp's loads and each of its two stores conflict-free.
+template <int HD>
+void expect_conversion_conflict_free() {
+  constexpr int kChunks = HD / 16, kRowsAPass = 128 / kChunks;
+  std::set<std::pair<int, int>> units;
+  for (int r = 0; r < kTileKeys; r += kRowsAPass) {
+    for (int i0 = 0; i0 < 128; i0 += 8) {
+      auto row = [&](int l) { return r + convert_row<HD>(i0 + l); };
+      auto chunk = [&](int l) { return convert_chunk<HD>(i0 + l); };
+      for (int l = 0; l < 8; ++l) {
+        EXPECT_LT(convert_row<HD>(i0 + l), kRowsAPass);
+        units.insert({row(l), chunk(l)});
+      }
+      expect_groups_distinct([&](int l) { return fp8_stage_offset<HD>(row(l), chunk(l)); }, "conversion load");
+      expect_groups_distinct([&](int l) { return tile_offset<HD>(row(l), 2 * chunk(l)); }, "conversion store lo");
+      expect_groups_distinct([&](int l) { return tile_offset<HD>(row(l), 2 * chunk(l) + 1); },
+                             "conversion store hi");
+    }
+  }
+  EXPECT_EQ(units.size(), static_cast<size_t>(kTileKeys * kChunks)) << "HD " << HD;
+}
+
 TEST(PagedAttentionTileLayout, Fp8FragmentsPairQAndKInBothKernels) {
   expect_fragments_pair_q_and_k<64>();
   expect_fragments_pair_q_and_k<128>();
@@ -178,6 +204,9 @@ TEST(PagedAttentionTileLayout, LayoutsAreConflictFreePermutations) {
   expect_units_distinct<128>();
   expect_fp8_stage_conflict_free<64>();
   expect_fp8_stage_conflict_free<128>();
+  expect_conversion_conflict_free<64>();
+  expect_conversion_conflict_free<128>();
+  expect_conversion_conflict_free<256>();
 }
 
 TEST(PagedAttentionTileLayout, NaturalOrderIsTheFragmentsOwn) {
