@@ -284,10 +284,10 @@ void opt_in() {
                                      query_smem_bytes<T, KV, HD>()));
   NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 2>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     decode_smem_bytes<T, KV, HD>(2)));
+                                     decode_smem_bytes<KV, HD>(2)));
   NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 3>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     decode_smem_bytes<T, KV, HD>(3)));
+                                     decode_smem_bytes<KV, HD>(3)));
 }
 
 // The query tiles: the list kernel, then the tiles (after it, always dependent).
@@ -316,7 +316,7 @@ void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int
     cuda::launch_maybe_pdl(
         dependent_launch, kernel,
         dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_y), static_cast<unsigned>(rows)),
-        dim3(kTileThreads), decode_smem_bytes<T, KV, HD>(stages), stream, p);
+        dim3(kTileThreads), decode_smem_bytes<KV, HD>(stages), stream, p);
     NS_CUDA_CHECK_LAUNCH();
     if (grid_splits > 1) {
       cuda::launch_pdl(tile_reduce_kernel<T, HD>,

@@ -257,6 +257,34 @@ __device__ __forceinline__ void k_fragment(const uint32_t (&codes)[HD / 32][4], 
   b[0] = lo[0], b[1] = lo[1], b[2] = hi[0], b[3] = hi[1];
 }
 
+// The decode kernel's V over fp8 pools, read straight from a landed stage
+// by HD / 32 ldmatrix.x4.trans (v_x4_key, v_x4_chunk): lane (gid, tig)
+// receives, of matrix (kk, g, h), keys 16 kk + 8 h + 2 tig and + 1 of dims
+// 16 g + 2 gid and + 1 of the warp's: four codes, key-major.
+template <int HD>
+__device__ __forceinline__ void v_codes(uint32_t (&codes)[HD / 32][4], uint32_t stage, int warp, int lane) {
+#pragma unroll
+  for (int x = 0; x < HD / 32; ++x) {
+    cuda::ldmatrix_x4_trans(
+        codes[x], stage + fp8_stage_offset<HD>(kTileKeys + v_x4_key<HD>(x, lane), v_x4_chunk<HD>(warp, x, lane)));
+  }
+}
+// P V's B fragments of k-step kk for the warp's 16-dim group g from v_codes:
+// O's n-tile 2 g takes the group's even dims (column gid: dim 16 g + 2 gid),
+// n-tile 2 g + 1 its odd dims, so that each keeps one code of each key pair
+// (b[0], b[1]: the even tile's keys 2 tig, + 1 and 2 tig + 8, + 9; b[2],
+// b[3]: the odd tile's). An element's keys, and so its sums, are those of
+// the natural order; only which column holds which dim differs.
+template <int HD>
+__device__ __forceinline__ void v_fragment(const uint32_t (&codes)[HD / 32][4], int kk, int g, uint32_t (&b)[4]) {
+  const int mi = 2 * (kk * (HD / 64) + g);
+  uint32_t lo[2], hi[2];
+  // bytes (key 2 tig: dims 2 gid, + 1; key 2 tig + 1: the same) -> (even pair, odd pair)
+  cuda::kv_f8x4_codes_f16(__byte_perm(codes[mi / 4][mi % 4], 0, 0x3120), lo);
+  cuda::kv_f8x4_codes_f16(__byte_perm(codes[mi / 4][mi % 4 + 1], 0, 0x3120), hi);
+  b[0] = lo[0], b[1] = hi[0], b[2] = lo[1], b[3] = hi[1];
+}
+
 // A score in the log2 domain, or -inf for a key past the slot's position.
 __device__ __forceinline__ float tile_score(float s, int key, int pos, float scale_log2) {
   return key <= pos ? __fmul_rn(s, scale_log2) : -INFINITY;
