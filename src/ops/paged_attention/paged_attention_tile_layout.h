@@ -39,7 +39,7 @@ NS_HOST_DEVICE constexpr uint32_t fp8_stage_offset(int r, int c) {
 }
 
 // The fp8 stage unit (row within a pass, chunk) that thread i of the block's
-// conversion (convert_rows) turns into the f16 tile's chunks 2 c, 2 c + 1.
+// conversion (convert_stage) turns into the f16 tile's chunks 2 c, 2 c + 1.
 // A quarter-warp (eight threads, one phase of 16-byte accesses) takes four
 // chunks of an even row r and four of row r + 1 from the other half of the
 // chunk range (HD 128: chunks 0-3 and 4-7, or 4-7 and 0-3; HD 64: the two

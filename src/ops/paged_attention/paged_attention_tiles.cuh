@@ -115,11 +115,11 @@ __device__ __forceinline__ uint32_t product_pair(uint32_t w) {
   }
 }
 
-// The f16 tiles an fp8 pool's landed stage is converted into, ahead of the
-// stages: `tiles` of them (K and V: 2, V alone: 1); none over a T pool.
+// The f16 tiles (K's and V's) an fp8 pool's landed stage is converted into
+// by the query kernel, ahead of its stages; none over a T pool.
 template <typename T, typename KV, int HD>
-constexpr int converted_bytes(int tiles) {
-  return std::is_same_v<T, KV> ? 0 : tiles * static_cast<int>(tile_bytes<HD>());
+constexpr int converted_bytes() {
+  return std::is_same_v<T, KV> ? 0 : 2 * static_cast<int>(tile_bytes<HD>());
 }
 
 // S's A register `reg` of k-step ks for q's row at `row`: the word
@@ -202,30 +202,29 @@ class TileLoader {
   int32_t next_[kRows];  // the entries of the next tile to copy
 };
 
-// Rows [kBegin, kEnd) of a landed fp8 stage (K's rows 0 .. kTileKeys - 1,
-// then V's) into the f16 tiles at `dst` (row kBegin first; swizzled as a T
-// pool's copy leaves them): every element its code's value, exactly. K's
+// A landed fp8 stage (K's rows 0 .. kTileKeys - 1, then V's) into the f16
+// tiles at `dst` (K's, then V's; swizzled as a T pool's copy leaves them;
+// the query kernel's): every element its code's value, exactly. K's
 // rows are written in the relabelled k order (relabelled_pair), V's as they
 // are. Thread i converts chunk convert_chunk(i) of rows convert_row(i) +
 // kRowsAPass k (conflict-free phases), whose swizzles are one, so every
 // address but the first ones is a constant offset. The whole block; the
 // caller's barrier then orders the writes before the reads.
-template <int HD, int kBegin, int kEnd>
-__device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) {
+template <int HD>
+__device__ __forceinline__ void convert_stage(const char* raw, char* dst, int i) {
   constexpr int kRowChunks = HD / 16;                    // a row's fp8 chunks
   constexpr int kRowsAPass = kTileThreads / kRowChunks;  // rows the block converts a pass
-  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0 &&
-                    kBegin % kRowsAPass == 0 && kEnd % kRowsAPass == 0,
+  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0,
                 "whole rows a pass, one swizzle a thread");
   const int r0 = convert_row<HD>(i), c = convert_chunk<HD>(i);
   const uint32_t lo = tile_offset<HD>(r0, 2 * c), hi = tile_offset<HD>(r0, 2 * c + 1);
   const char* src = raw + fp8_stage_offset<HD>(r0, c);
 #pragma unroll
-  for (int r = kBegin; r < kEnd; r += kRowsAPass) {
+  for (int r = 0; r < 2 * kTileKeys; r += kRowsAPass) {
     const uint4 q = *reinterpret_cast<const uint4*>(src + r * HD);
     uint32_t t2[8];
     cuda::kv_f8x16_codes_f16(q, t2);
-    char* row = dst + (r - kBegin) * HD * 2;
+    char* row = dst + r * HD * 2;
     if (r < kTileKeys) {  // K: the relabelled order
       *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[relabelled_pair(0)], t2[relabelled_pair(1)],
                                                        t2[relabelled_pair(2)], t2[relabelled_pair(3)]);

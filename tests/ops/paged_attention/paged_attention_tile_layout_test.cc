@@ -172,7 +172,7 @@ void expect_fp8_stage_conflict_free() {
   }
 }
 
-// The conversion (convert_rows): thread i of 128 turns unit (convert_row(i)
+// The conversion (convert_stage): thread i of 128 turns unit (convert_row(i)
 // + a pass's rows, convert_chunk(i)) of the fp8 stage into f16 chunks 2 c
 // and 2 c + 1 of the same tile row. Every unit of a tile once, and each
 // quarter-warp's loads and each of its two stores conflict-free.
