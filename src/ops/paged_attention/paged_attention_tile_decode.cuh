@@ -23,21 +23,22 @@
 // last) before it waits for the kernel before it; q after.
 //
 // Over an fp8 pool (KV = uint8_t) the stages hold the copied bytes. At a
-// landed stage each warp reads the codes of its K fragments (k_codes:
-// ldmatrix on the bytes, in the relabelled k order) and of its V fragments
-// (v_codes: ldmatrix.trans on the bytes; O's columns then hold the even and
-// odd dims of each 16, out_pair) into registers, and converts them to f16
-// at the products (paged_attention_tiles.cuh): nothing is converted through
-// shared memory, and the stages are refilled as a 16-bit pool's.
+// landed stage each warp reads its K fragments' codes into registers
+// (k_codes: ldmatrix on the bytes, in the relabelled k order) while the
+// block converts V into one f16 tile of its codes (ahead of the stages); one
+// barrier later the stage is free and refilled, and the products run in f16
+// (paged_attention_tiles.cuh).
 
 #include "ops/paged_attention/paged_attention_tiles.cuh"
 
 namespace nanoserve::paged_attention_kernels {
 
-// The stages, then the four warps' maxima ([4][16] f32) and P's A fragments ([4][32] x 16 bytes).
-template <typename KV, int HD>
+// The converted V tile (fp8 pools), the stages, then the four warps' maxima ([4][16] f32) and P's A
+// fragments ([4][32] x 16 bytes).
+template <typename T, typename KV, int HD>
 constexpr int decode_smem_bytes(int stages) {
-  return stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 + 4 * 32 * 16;
+  return converted_bytes<T, KV, HD>(1) + stages * static_cast<int>(stage_bytes<KV, HD>()) + 4 * 16 * 4 +
+         4 * 32 * 16;
 }
 
 // Entry i of this launch's decode rows: a step of decode rows alone is its
@@ -52,14 +53,15 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
     tile_decode_kernel(const __grid_constant__ TileParams<T> p) {
   constexpr int kKS = HD / 16;   // k-steps of S
   constexpr int kWDT = HD / 32;  // O's n-tiles (8 dims) a warp
+  constexpr uint32_t kTileBytes = tile_bytes<HD>();
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   using P = ProductT<T, KV>;  // the products' element
-  constexpr uint32_t kStage = stage_bytes<KV, HD>();
-  // [stages][K, V][kTileKeys][HD], then red, then pa
+  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(1), kStage = stage_bytes<KV, HD>();
+  // [the converted V tile][stages][K, V][kTileKeys][HD], then red, then pa
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
   const uint32_t smem = cuda::smem_addr(smem_raw);
-  float* red = reinterpret_cast<float*>(smem_ptr + S * kStage);
+  float* red = reinterpret_cast<float*>(smem_ptr + kConv + S * kStage);
   uint4* pa = reinterpret_cast<uint4*>(red + 4 * 16);  // [4 k-steps][32 lanes]
 
   launch_dependents();
@@ -77,34 +79,30 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   const int i = static_cast<int>(threadIdx.x);
   const int warp = i / 32, lane = i % 32, gid = lane / 4, tig = lane % 4;
   TileLoader<KV, T, HD> loader(p, table, kvh, tile0, ctx, i);
-  auto load = [&](int n) { loader.copy(tile0 + n, smem + (n % S) * kStage); };
-  // Tile n's K B fragments of k-step ks: over an fp8 pool from the warp's
-  // codes (k_codes of the landed stage), else by ldmatrix from the stage.
+  auto load = [&](int n) { loader.copy(tile0 + n, smem + kConv + (n % S) * kStage); };
+  // Tile n's landed stage, made readable: the address of its V tile. Over an
+  // fp8 pool the warp's K codes go into `codes` and V is converted into the
+  // f16 tile; a barrier orders the conversion before the reads, and the
+  // stage is then free.
+  auto ready = [&](int n, uint32_t(&codes)[kKS / 2][4]) -> uint32_t {
+    if constexpr (kF8) {
+#pragma unroll
+      for (int pr = 0; pr < kKS / 2; ++pr)
+        k_codes<HD>(codes[pr], smem + kConv + (n % S) * kStage, 16 * warp, pr, lane);
+      convert_rows<HD, kTileKeys, 2 * kTileKeys>(smem_ptr + kConv + (n % S) * kStage, smem_ptr, i);
+      __syncthreads();
+      return smem;
+    } else {
+      return smem + (n % S) * kStage + kTileBytes;
+    }
+  };
+  // Tile n's K B fragments of k-step ks: from the codes (fp8) or by ldmatrix from its stage.
   auto k_frag = [&](int n, const uint32_t(&codes)[kKS / 2][4], int ks, uint32_t(&b)[4]) {
     if constexpr (kF8) {
       k_fragment<HD>(codes, ks, b);
     } else {
       cuda::ldmatrix_x4(
           b, smem + (n % S) * kStage + tile_offset<HD>(16 * warp + x4_row(lane), 2 * ks + x4_chunk(lane)));
-    }
-  };
-  // The warp's codes of tile n's K (for k_frag) and V (for v_frag); over a
-  // 16-bit pool the fragments come from the stage itself.
-  auto read_codes = [&](int n, uint32_t(&kc)[kKS / 2][4], uint32_t(&vc)[kWDT][4]) {
-    if constexpr (kF8) {
-#pragma unroll
-      for (int pr = 0; pr < kKS / 2; ++pr) k_codes<HD>(kc[pr], smem + (n % S) * kStage, 16 * warp, pr, lane);
-      v_codes<HD>(vc, smem + (n % S) * kStage, warp, lane);
-    }
-  };
-  // Tile n's V B fragments of k-step kk for O's n-tile pair qd.
-  auto v_frag = [&](int n, const uint32_t(&vc)[kWDT][4], int kk, int qd, uint32_t(&b)[4]) {
-    if constexpr (kF8) {
-      v_fragment<HD>(vc, kk, qd, b);
-    } else {
-      cuda::ldmatrix_x4_trans(b, smem + (n % S) * kStage + tile_bytes<HD>() +
-                                     tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
-                                                     2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
     }
   };
 
@@ -127,16 +125,20 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   auto hold_first_tile = [&] {
     cuda::cp_async_wait<S - 1>();  // S groups committed: tile 0 has landed
     __syncthreads();
-    uint32_t kc[kKS / 2][4], vc[kWDT][4];
-    read_codes(0, kc, vc);
+    uint32_t codes[kKS / 2][4];
+    const uint32_t v_base = ready(0, codes);
 #pragma unroll
-    for (int ks = 0; ks < kKS; ++ks) k_frag(0, kc, ks, hk[ks]);
+    for (int ks = 0; ks < kKS; ++ks) k_frag(0, codes, ks, hk[ks]);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-      for (int qd = 0; qd < kWDT / 2; ++qd) v_frag(0, vc, kk, qd, hv[kk][qd]);
+      for (int qd = 0; qd < kWDT / 2; ++qd) {
+        cuda::ldmatrix_x4_trans(hv[kk][qd],
+                                v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                                         2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+      }
     }
-    __syncthreads();  // every warp has read the stage
+    __syncthreads();  // every warp has read the stage (and the converted tile)
     load(S);
     cuda::cp_async_commit();
   };
@@ -224,19 +226,6 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   // Split `split` ends: its O / l (a row of one split) or its partial, then
   // the next split's state afresh.
   const int64_t list_row = blockIdx.z;
-  // The pair of O elements (x, y) of n-tile dt's C elements 2 e, 2 e + 1 in
-  // the natural order, or over an fp8 pool (v_fragment's dims) of its pair's
-  // even and odd n-tiles; returns their word (element pair) of the row.
-  auto out_pair = [&](int dt, int e, float& x, float& y) -> int {
-    if constexpr (kF8) {
-      const int qd = dt / 2, j = dt % 2;
-      x = o[2 * qd][2 * e + j], y = o[2 * qd + 1][2 * e + j];
-      return v_split_out_word<HD>(warp, qd, tig, j);
-    } else {
-      x = o[dt][2 * e], y = o[dt][2 * e + 1];
-      return warp * (HD / 8) + 4 * dt + tig;
-    }
-  };
   auto finish = [&](int split) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -249,19 +238,15 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
         uint32_t* dst = reinterpret_cast<uint32_t*>(p.out + (static_cast<int64_t>(t) * p.n_heads + qh) * HD);
 #pragma unroll
         for (int dt = 0; dt < kWDT; ++dt) {
-          float x, y;
-          const int w = out_pair(dt, e, x, y);
-          dst[w] = cuda::Elem<T>::pack2(out_elem(x, inv), out_elem(y, inv));
+          dst[4 * (warp * kWDT + dt) + tig] =
+              cuda::Elem<T>::pack2(out_elem(o[dt][2 * e], inv), out_elem(o[dt][2 * e + 1], inv));
         }
       } else {
         const int64_t ps = (list_row * p.n_heads + qh) * kMaxSplits + split;
         float2* dst = reinterpret_cast<float2*>(p.partial_o + ps * HD);
 #pragma unroll
-        for (int dt = 0; dt < kWDT; ++dt) {
-          float x, y;
-          const int w = out_pair(dt, e, x, y);
-          dst[w] = make_float2(x, y);
-        }
+        for (int dt = 0; dt < kWDT; ++dt)
+          dst[4 * (warp * kWDT + dt) + tig] = make_float2(o[dt][2 * e], o[dt][2 * e + 1]);
         if (warp == 0 && tig == 0) p.partial_ml[ps] = make_float2(m[e], l);
       }
     }
@@ -294,25 +279,37 @@ requires(S == 2 || S == 3) __global__ void __launch_bounds__(kTileThreads, S == 
   }
   // Three barriers a tile: tile n landed (and every warp done with tile
   // n - 1), the maxima, P. Tile k's group is the k-th (a held tile's refill
-  // is tile S's). Tile n - 1's stage is refilled after the first barrier,
-  // with tile n - 1 + S; tile n is done when at most S - 1 groups are
-  // pending at the first wait, S - 2 after.
+  // is tile S's).
+  //   16-bit pools: tile n - 1's stage is refilled after the first barrier,
+  //   with tile n - 1 + S; tile n is done when at most S - 1 groups are
+  //   pending at the first wait, S - 2 after.
+  //   fp8 pools: a fourth barrier, after tile n's K codes are read and its V
+  //   converted; the stage is then free and refilled at once with tile n + S,
+  //   so S tiles are in flight during the products, not S - 1. S + n groups
+  //   are committed at tile n's wait, which leaves S - 1 pending.
   for (; n < n_t; ++n) {
-    if (n == (hold ? 1 : 0)) {
+    if (kF8 || n == (hold ? 1 : 0)) {
       cuda::cp_async_wait<S - 1>();
     } else {
       cuda::cp_async_wait<S - 2>();
     }
     __syncthreads();
-    if (n >= (hold ? 2 : 1)) {
+    if (!kF8 && n >= (hold ? 2 : 1)) {
       if (n - 1 + S < n_t) load(n - 1 + S);
       cuda::cp_async_commit();
     }
-    uint32_t kc[kKS / 2][4], vc[kWDT][4];
-    read_codes(n, kc, vc);
+    uint32_t codes[kKS / 2][4];
+    const uint32_t v_base = ready(n, codes);
+    if (kF8) {
+      if (n + S < n_t) load(n + S);
+      cuda::cp_async_commit();
+    }
     tile_step(
-        n, [&](int ks, uint32_t(&b)[4]) { k_frag(n, kc, ks, b); },
-        [&](int kk, int qd, uint32_t(&b)[4]) { v_frag(n, vc, kk, qd, b); });
+        n, [&](int ks, uint32_t(&b)[4]) { k_frag(n, codes, ks, b); },
+        [&](int kk, int qd, uint32_t(&b)[4]) {
+          cuda::ldmatrix_x4_trans(b, v_base + tile_offset<HD>(16 * kk + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                                              2 * (warp * (kWDT / 2) + qd) + (lane >> 4)));
+        });
     split_end(n);
   }
 }

@@ -38,26 +38,6 @@ NS_HOST_DEVICE constexpr uint32_t fp8_stage_offset(int r, int c) {
   return static_cast<uint32_t>(r * HD + ((c ^ ((r * kChunks / 8) & (kChunks - 1))) << 4));
 }
 
-// The fp8 stage unit (row within a pass, chunk) that thread i of the block's
-// conversion (convert_stage) turns into the f16 tile's chunks 2 c, 2 c + 1.
-// A quarter-warp (eight threads, one phase of 16-byte accesses) takes four
-// chunks of an even row r and four of row r + 1 from the other half of the
-// chunk range (HD 128: chunks 0-3 and 4-7, or 4-7 and 0-3; HD 64: the two
-// whole rows), so that its eight loads from the stage and its eight f16
-// stores of either chunk each fall in eight distinct bank groups. (One row's
-// eight chunks a phase, as the copy takes them, would store chunks 2 c in
-// four bank groups twice each at HD 128.)
-template <int HD>
-NS_HOST_DEVICE constexpr int convert_row(int i) {
-  constexpr int kPhasesAPair = HD / 64;  // quarter-warps a pair of rows
-  return 2 * (i / 8 / kPhasesAPair) + ((i >> 2) & 1);
-}
-template <int HD>
-NS_HOST_DEVICE constexpr int convert_chunk(int i) {
-  constexpr int kPhasesAPair = HD / 64;
-  return (4 * ((i / 8 % kPhasesAPair) ^ ((i >> 2) & 1)) + (i & 3)) & (HD / 16 - 1);
-}
-
 // The word (element pair) of q's row that S's A register `reg` of k-step ks
 // holds: dims 16 ks + 2 tig (+ 8 for reg 2, 3), or relabelled (fp8 pools)
 // 16 ks + 4 tig (+ 2).
@@ -81,31 +61,6 @@ NS_HOST_DEVICE constexpr int x4_row(int lane) {
 }
 NS_HOST_DEVICE constexpr int x4_chunk(int lane) {
   return (lane >> 3) & 1;
-}
-
-// The decode kernel's V over fp8 pools (v_codes): warp w's HD / 4 dims as
-// HD / 64 groups g of 16 (fp8 chunk w HD / 64 + g of a V row), a k-step's 16
-// keys as halves h of 8; 8 x 8 b16 matrix mi = 2 (kk HD / 64 + g) + h is
-// matrix mi % 4 of ldmatrix.x4.trans number mi / 4. Lane gives row
-// v_x4_key (a key of the tile) of chunk v_x4_chunk.
-template <int HD>
-NS_HOST_DEVICE constexpr int v_x4_key(int x, int lane) {
-  const int mi = 4 * x + (lane >> 3), kk = (mi >> 1) / (HD / 64), h = mi & 1;
-  return 16 * kk + 8 * h + (lane & 7);
-}
-template <int HD>
-NS_HOST_DEVICE constexpr int v_x4_chunk(int warp, int x, int lane) {
-  const int mi = 4 * x + (lane >> 3);
-  return warp * (HD / 64) + (mi >> 1) % (HD / 64);
-}
-// The word (element pair) of an output row that holds C elements 2 e + j of
-// O's n-tiles 2 qd (x) and 2 qd + 1 (y), lane (gid, tig) of warp w, when
-// those n-tiles hold the even and odd dims of the warp's group qd (fp8
-// pools: column c of the even tile is dim 16 qd + 2 c): dims 16 qd + 4 tig
-// + 2 j and + 1 of the warp's.
-template <int HD>
-NS_HOST_DEVICE constexpr int v_split_out_word(int warp, int qd, int tig, int j) {
-  return warp * (HD / 8) + 8 * qd + 2 * tig + j;
 }
 
 }  // namespace nanoserve::paged_attention_kernels

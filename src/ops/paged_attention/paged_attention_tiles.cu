@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
   constexpr uint32_t kTileBytes = tile_bytes<HD>();  // K (or V) of a tile
   constexpr bool kF8 = !std::is_same_v<T, KV>;
   using P = ProductT<T, KV>;  // the products' element
-  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(), kStage = stage_bytes<KV, HD>();
+  constexpr uint32_t kConv = converted_bytes<T, KV, HD>(2), kStage = stage_bytes<KV, HD>();
   // [the converted tile (fp8 pools)][2 stages][K, V][kKeys][HD], then the folds
   extern __shared__ uint4 smem_raw[];
   char* const smem_ptr = reinterpret_cast<char*>(smem_raw);
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
     __syncthreads();
     uint32_t k_base = smem + (tile & 1) * kStage;
     if constexpr (kF8) {  // the landed stage into the f16 tile every warp reads
-      convert_stage<HD>(smem_ptr + kConv + (tile & 1) * kStage, smem_ptr, i);
+      convert_rows<HD, 0, 2 * kKeys>(smem_ptr + kConv + (tile & 1) * kStage, smem_ptr, i);
       __syncthreads();
       k_base = smem;
     }
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kTileThreads) query_tile_kernel(const __grid_c
 // The converted f16 tile (fp8 pools), two stages of K and V, the slots' folds.
 template <typename T, typename KV, int HD>
 constexpr int query_smem_bytes() {
-  return converted_bytes<T, KV, HD>() + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
+  return converted_bytes<T, KV, HD>(2) + 2 * static_cast<int>(stage_bytes<KV, HD>()) + kSlots * (HD + 8) * 4;
 }
 
 template <typename T, typename KV, int HD>
@@ -284,10 +284,10 @@ void opt_in() {
                                      query_smem_bytes<T, KV, HD>()));
   NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 2>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     decode_smem_bytes<KV, HD>(2)));
+                                     decode_smem_bytes<T, KV, HD>(2)));
   NS_CUDA_CHECK(cudaFuncSetAttribute(tile_decode_kernel<T, KV, HD, 3>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     decode_smem_bytes<KV, HD>(3)));
+                                     decode_smem_bytes<T, KV, HD>(3)));
 }
 
 // The query tiles: the list kernel, then the tiles (after it, always dependent).
@@ -316,7 +316,7 @@ void launch_decode(TileParams<T> p, int n_kv, int n_decode, int grid_splits, int
     cuda::launch_maybe_pdl(
         dependent_launch, kernel,
         dim3(static_cast<unsigned>(n_kv), static_cast<unsigned>(grid_y), static_cast<unsigned>(rows)),
-        dim3(kTileThreads), decode_smem_bytes<KV, HD>(stages), stream, p);
+        dim3(kTileThreads), decode_smem_bytes<T, KV, HD>(stages), stream, p);
     NS_CUDA_CHECK_LAUNCH();
     if (grid_splits > 1) {
       cuda::launch_pdl(tile_reduce_kernel<T, HD>,

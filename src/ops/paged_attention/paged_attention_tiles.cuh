@@ -115,11 +115,11 @@ __device__ __forceinline__ uint32_t product_pair(uint32_t w) {
   }
 }
 
-// The f16 tiles (K's and V's) an fp8 pool's landed stage is converted into
-// by the query kernel, ahead of its stages; none over a T pool.
+// The f16 tiles an fp8 pool's landed stage is converted into, ahead of the
+// stages: `tiles` of them (K and V: 2, V alone: 1); none over a T pool.
 template <typename T, typename KV, int HD>
-constexpr int converted_bytes() {
-  return std::is_same_v<T, KV> ? 0 : 2 * static_cast<int>(tile_bytes<HD>());
+constexpr int converted_bytes(int tiles) {
+  return std::is_same_v<T, KV> ? 0 : tiles * static_cast<int>(tile_bytes<HD>());
 }
 
 // S's A register `reg` of k-step ks for q's row at `row`: the word
@@ -202,29 +202,30 @@ class TileLoader {
   int32_t next_[kRows];  // the entries of the next tile to copy
 };
 
-// A landed fp8 stage (K's rows 0 .. kTileKeys - 1, then V's) into the f16
-// tiles at `dst` (K's, then V's; swizzled as a T pool's copy leaves them;
-// the query kernel's): every element its code's value, exactly. K's
+// Rows [kBegin, kEnd) of a landed fp8 stage (K's rows 0 .. kTileKeys - 1,
+// then V's) into the f16 tiles at `dst` (row kBegin first; swizzled as a T
+// pool's copy leaves them): every element its code's value, exactly. K's
 // rows are written in the relabelled k order (relabelled_pair), V's as they
-// are. Thread i converts chunk convert_chunk(i) of rows convert_row(i) +
-// kRowsAPass k (conflict-free phases), whose swizzles are one, so every
+// are. Thread i converts chunk i % kRowChunks of
+// rows i / kRowChunks + kRowsAPass k, whose swizzles are one, so every
 // address but the first ones is a constant offset. The whole block; the
 // caller's barrier then orders the writes before the reads.
-template <int HD>
-__device__ __forceinline__ void convert_stage(const char* raw, char* dst, int i) {
+template <int HD, int kBegin, int kEnd>
+__device__ __forceinline__ void convert_rows(const char* raw, char* dst, int i) {
   constexpr int kRowChunks = HD / 16;                    // a row's fp8 chunks
   constexpr int kRowsAPass = kTileThreads / kRowChunks;  // rows the block converts a pass
-  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0,
+  static_assert(kTileThreads % kRowChunks == 0 && kRowsAPass % 8 == 0 && kTileKeys % kRowsAPass == 0 &&
+                    kBegin % kRowsAPass == 0 && kEnd % kRowsAPass == 0,
                 "whole rows a pass, one swizzle a thread");
-  const int r0 = convert_row<HD>(i), c = convert_chunk<HD>(i);
+  const int r0 = i / kRowChunks, c = i % kRowChunks;
   const uint32_t lo = tile_offset<HD>(r0, 2 * c), hi = tile_offset<HD>(r0, 2 * c + 1);
   const char* src = raw + fp8_stage_offset<HD>(r0, c);
 #pragma unroll
-  for (int r = 0; r < 2 * kTileKeys; r += kRowsAPass) {
+  for (int r = kBegin; r < kEnd; r += kRowsAPass) {
     const uint4 q = *reinterpret_cast<const uint4*>(src + r * HD);
     uint32_t t2[8];
     cuda::kv_f8x16_codes_f16(q, t2);
-    char* row = dst + r * HD * 2;
+    char* row = dst + (r - kBegin) * HD * 2;
     if (r < kTileKeys) {  // K: the relabelled order
       *reinterpret_cast<uint4*>(row + lo) = make_uint4(t2[relabelled_pair(0)], t2[relabelled_pair(1)],
                                                        t2[relabelled_pair(2)], t2[relabelled_pair(3)]);
@@ -254,34 +255,6 @@ __device__ __forceinline__ void k_fragment(const uint32_t (&codes)[HD / 32][4], 
   cuda::kv_f8x4_codes_f16(codes[ks / 2][ks % 2], lo);
   cuda::kv_f8x4_codes_f16(codes[ks / 2][2 + ks % 2], hi);
   b[0] = lo[0], b[1] = lo[1], b[2] = hi[0], b[3] = hi[1];
-}
-
-// The decode kernel's V over fp8 pools, read straight from a landed stage
-// by HD / 32 ldmatrix.x4.trans (v_x4_key, v_x4_chunk): lane (gid, tig)
-// receives, of matrix (kk, g, h), keys 16 kk + 8 h + 2 tig and + 1 of dims
-// 16 g + 2 gid and + 1 of the warp's: four codes, key-major.
-template <int HD>
-__device__ __forceinline__ void v_codes(uint32_t (&codes)[HD / 32][4], uint32_t stage, int warp, int lane) {
-#pragma unroll
-  for (int x = 0; x < HD / 32; ++x) {
-    cuda::ldmatrix_x4_trans(
-        codes[x], stage + fp8_stage_offset<HD>(kTileKeys + v_x4_key<HD>(x, lane), v_x4_chunk<HD>(warp, x, lane)));
-  }
-}
-// P V's B fragments of k-step kk for the warp's 16-dim group g from v_codes:
-// O's n-tile 2 g takes the group's even dims (column gid: dim 16 g + 2 gid),
-// n-tile 2 g + 1 its odd dims, so that each keeps one code of each key pair
-// (b[0], b[1]: the even tile's keys 2 tig, + 1 and 2 tig + 8, + 9; b[2],
-// b[3]: the odd tile's). An element's keys, and so its sums, are those of
-// the natural order; only which column holds which dim differs.
-template <int HD>
-__device__ __forceinline__ void v_fragment(const uint32_t (&codes)[HD / 32][4], int kk, int g, uint32_t (&b)[4]) {
-  const int mi = 2 * (kk * (HD / 64) + g);
-  uint32_t lo[2], hi[2];
-  // bytes (key 2 tig: dims 2 gid, + 1; key 2 tig + 1: the same) -> (even pair, odd pair)
-  cuda::kv_f8x4_codes_f16(__byte_perm(codes[mi / 4][mi % 4], 0, 0x3120), lo);
-  cuda::kv_f8x4_codes_f16(__byte_perm(codes[mi / 4][mi % 4 + 1], 0, 0x3120), hi);
-  b[0] = lo[0], b[1] = hi[0], b[2] = lo[1], b[3] = hi[1];
 }
 
 // A score in the log2 domain, or -inf for a key past the slot's position.

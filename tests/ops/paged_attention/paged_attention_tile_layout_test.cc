@@ -7,12 +7,8 @@
 //     give each (lane, register, half) the same key and dim, and that dim is
 //     the one q_word gives the A fragment at the same logical k;
 //   - a k-step reads exactly its own 16 dims, in either order;
-//   - the decode kernel's V fragments over fp8 pools (ldmatrix.x4.trans on
-//     the landed stage) hold P's keys in the mma's k order, and the output
-//     words take each column's dim;
 //   - every address of those reads is a distinct 16-byte unit, and each
-//     ldmatrix phase of eight rows touches eight distinct bank groups, as do
-//     the conversion's loads and stores of each quarter-warp.
+//     ldmatrix phase of eight rows touches eight distinct bank groups.
 // ldmatrix (non-transposed, b16): lane L gives the row address of matrix
 // L / 8; lane (gid, tig) receives, of each matrix, row gid's 32-bit word tig.
 // mma.m16n8k16: A register r is row gid + 8 (r & 1) at logical k 2 tig +
@@ -172,97 +168,6 @@ void expect_fp8_stage_conflict_free() {
   }
 }
 
-// The conversion (convert_stage): thread i of 128 turns unit (convert_row(i)
-// + a pass's rows, convert_chunk(i)) of the fp8 stage into f16 chunks 2 c
-// and 2 c + 1 of the same tile row. Every unit of a tile once, and each
-// quarter-warp's loads and each of its two stores conflict-free.
-template <int HD>
-void expect_conversion_conflict_free() {
-  constexpr int kChunks = HD / 16, kRowsAPass = 128 / kChunks;
-  std::set<std::pair<int, int>> units;
-  for (int r = 0; r < kTileKeys; r += kRowsAPass) {
-    for (int i0 = 0; i0 < 128; i0 += 8) {
-      auto row = [&](int l) { return r + convert_row<HD>(i0 + l); };
-      auto chunk = [&](int l) { return convert_chunk<HD>(i0 + l); };
-      for (int l = 0; l < 8; ++l) {
-        EXPECT_LT(convert_row<HD>(i0 + l), kRowsAPass);
-        units.insert({row(l), chunk(l)});
-      }
-      expect_groups_distinct([&](int l) { return fp8_stage_offset<HD>(row(l), chunk(l)); }, "conversion load");
-      expect_groups_distinct([&](int l) { return tile_offset<HD>(row(l), 2 * chunk(l)); }, "conversion store lo");
-      expect_groups_distinct([&](int l) { return tile_offset<HD>(row(l), 2 * chunk(l) + 1); },
-                             "conversion store hi");
-    }
-  }
-  EXPECT_EQ(units.size(), static_cast<size_t>(kTileKeys * kChunks)) << "HD " << HD;
-}
-
-// The decode kernel's V over fp8 pools: v_codes (ldmatrix.x4.trans on the
-// stage's V rows), then v_fragment, for warp w's k-step kk and dim group qd.
-// After .trans lane (gid, tig) holds, of matrix j, b16 column gid of rows
-// 2 tig and 2 tig + 1 (bytes 0, 1 and 2, 3); byte_perm 0x3120 then the f16
-// pair conversion give register pair p (0: even dims, 1: odd) half h the
-// byte of row 2 tig + h, column 2 gid + p. B register reg is of matrix
-// 2 (kk HD / 64 + qd) + reg % 2, pair reg / 2 (b = lo[0], hi[0], lo[1], hi[1]).
-template <int HD>
-KeyDim decode_v(int warp, int kk, int qd, int lane, int reg, int h) {
-  const int gid = lane / 4, tig = lane % 4;
-  const int mi = 2 * (kk * (HD / 64) + qd) + reg % 2, x = mi / 4, j = mi % 4, p = reg / 2;
-  const int src_lane = 8 * j + 2 * tig + h;
-  const uint32_t addr =
-      fp8_stage_offset<HD>(kTileKeys + v_x4_key<HD>(x, src_lane), v_x4_chunk<HD>(warp, x, src_lane));
-  const auto [row, chunk] =
-      unit_at([](int r, int c) { return fp8_stage_offset<HD>(r, c); }, 2 * kTileKeys, HD / 16, addr);
-  return {row - kTileKeys, 16 * chunk + 2 * gid + p};
-}
-
-// B register reg of O's n-tile pair qd (reg / 2: the even or odd tile),
-// half h, must hold P's key at logical k 2 tig + 8 (reg % 2) + h of k-step
-// kk, and the dim its column gid stands for; v_split_out_word must put each
-// C element (column 2 tig + j) where that column's dim is. Each ldmatrix
-// phase conflict-free.
-template <int HD>
-void expect_v_fragments_match_p_and_out() {
-  for (int warp = 0; warp < 4; ++warp) {
-    for (int kk = 0; kk < 4; ++kk) {
-      for (int qd = 0; qd < HD / 64; ++qd) {
-        for (int lane = 0; lane < 32; ++lane) {
-          const int gid = lane / 4, tig = lane % 4;
-          for (int reg = 0; reg < 4; ++reg) {
-            for (int h = 0; h < 2; ++h) {
-              const KeyDim want{16 * kk + 2 * tig + 8 * (reg % 2) + h, warp * HD / 4 + 16 * qd + 2 * gid + reg / 2};
-              EXPECT_EQ(decode_v<HD>(warp, kk, qd, lane, reg, h), want)
-                  << "HD " << HD << " warp " << warp << " kk " << kk << " qd " << qd << " lane " << lane << " reg "
-                  << reg << " half " << h;
-            }
-          }
-          for (int j = 0; j < 2; ++j) {
-            for (int parity = 0; parity < 2; ++parity) {
-              const int dim = warp * HD / 4 + 16 * qd + 2 * (2 * tig + j) + parity;
-              EXPECT_EQ(2 * v_split_out_word<HD>(warp, qd, tig, j) + parity, dim)
-                  << "HD " << HD << " out: warp " << warp << " qd " << qd << " tig " << tig << " j " << j;
-            }
-          }
-        }
-      }
-    }
-    for (int x = 0; x < HD / 32; ++x) {
-      for (int j = 0; j < 4; ++j) {
-        expect_groups_distinct(
-            [&](int l) {
-              return fp8_stage_offset<HD>(kTileKeys + v_x4_key<HD>(x, 8 * j + l), v_x4_chunk<HD>(warp, x, 8 * j + l));
-            },
-            "v_codes phase");
-      }
-    }
-  }
-}
-
-TEST(PagedAttentionTileLayout, Fp8VFragmentsMatchPAndTheOutputDims) {
-  expect_v_fragments_match_p_and_out<64>();
-  expect_v_fragments_match_p_and_out<128>();
-}
-
 TEST(PagedAttentionTileLayout, Fp8FragmentsPairQAndKInBothKernels) {
   expect_fragments_pair_q_and_k<64>();
   expect_fragments_pair_q_and_k<128>();
@@ -273,9 +178,6 @@ TEST(PagedAttentionTileLayout, LayoutsAreConflictFreePermutations) {
   expect_units_distinct<128>();
   expect_fp8_stage_conflict_free<64>();
   expect_fp8_stage_conflict_free<128>();
-  expect_conversion_conflict_free<64>();
-  expect_conversion_conflict_free<128>();
-  expect_conversion_conflict_free<256>();
 }
 
 TEST(PagedAttentionTileLayout, NaturalOrderIsTheFragmentsOwn) {
