@@ -2,7 +2,8 @@
 // Where the tile arithmetic's operands sit (paged_attention_tiles.cuh): the
 // swizzled layouts of a tile and of a landed fp8 stage, the relabelled k
 // order over fp8 pools, and the rows a lane addresses for ldmatrix.x4. Host
-// and device: the kernels index with it, and tile_layout_test.cc checks on
+// and device: the kernels index with it, and
+// tests/ops/paged_attention/paged_attention_tile_layout_test.cc checks on
 // the host that both kernels' fragments pair the same dims of q and K and
 // that the fp8 stage's ldmatrix reads are free of bank conflicts.
 //

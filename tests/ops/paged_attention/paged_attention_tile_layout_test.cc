@@ -19,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include <array>
+#include <utility>
 #include <set>
 
 namespace nanoserve::paged_attention_kernels {
